@@ -1,0 +1,87 @@
+-- Group: dead letters
+
+-- dead_letters: messages that exhausted their attempts and were not redriven.
+--
+-- Parameters:
+--   queue       queue name
+--   group_name  only this group's dead letters (NULL: every group's)
+--   max_rows    1 to 10000 (100)
+-- Returns: SETOF sluice.dead_letter_info (id, group_name, body, headers, key,
+--          attempts, error, died_at, sent_at, dead_letter_id), oldest first
+-- Errors: SL001, SL002, SL003, SL006 (max_rows)
+CREATE OR REPLACE FUNCTION sluice.dead_letters(queue text, group_name text DEFAULT NULL, max_rows int DEFAULT 100)
+RETURNS SETOF sluice.dead_letter_info
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    q sluice.queue := sluice._queue(dead_letters.queue);
+    v_gid int;
+BEGIN
+    IF max_rows IS NULL OR max_rows < 1 OR max_rows > 10000 THEN
+        RAISE EXCEPTION USING ERRCODE = 'SL006',
+            MESSAGE = format('max_rows must be from 1 to 10000, got %s', coalesce(max_rows::text, 'NULL'));
+    END IF;
+    IF dead_letters.group_name IS NOT NULL THEN
+        v_gid := (sluice._group(q.id, q.name, dead_letters.group_name)).id;
+    END IF;
+    RETURN QUERY
+        SELECT d.message_id, g.name, d.body, d.headers, d.key, d.attempts, d.error, d.died_at, d.sent_at, d.id
+        FROM sluice.dead_letter d
+        JOIN sluice.consumer_group g ON g.id = d.group_id
+        WHERE d.queue_id = q.id AND (v_gid IS NULL OR d.group_id = v_gid)
+          AND NOT EXISTS (SELECT 1 FROM sluice.redrive r WHERE r.dead_letter_id = d.id)
+        ORDER BY d.id
+        LIMIT max_rows;
+END
+$$;
+
+-- redrive: make dead letters deliverable again. Each is sent again to the
+-- group it died in (only that group receives it), with its attempts reset;
+-- it keeps its message id, body, headers, key and priority.
+--
+-- Parameters:
+--   queue       queue name
+--   group_name  only this group's dead letters (NULL: every group's)
+--   ids         only these message ids (NULL: all)
+-- Returns: how many dead letters were redriven
+-- Errors: SL001, SL002, SL003
+-- Tables: inserts into sluice.messages and sluice.redrive
+CREATE OR REPLACE FUNCTION sluice.redrive(queue text, group_name text DEFAULT NULL, ids bigint[] DEFAULT NULL)
+RETURNS bigint
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    q sluice.queue := sluice._queue(redrive.queue);
+    v_gid int;
+    v_part int;
+    n bigint;
+BEGIN
+    IF redrive.group_name IS NOT NULL THEN
+        v_gid := (sluice._group(q.id, q.name, redrive.group_name)).id;
+    END IF;
+    v_part := q.id * 4 + sluice._current_epoch(q.id) % 4;
+    WITH picked AS (
+        SELECT d.* FROM sluice.dead_letter d
+        WHERE d.queue_id = q.id AND (v_gid IS NULL OR d.group_id = v_gid)
+          AND (redrive.ids IS NULL OR d.message_id = ANY (redrive.ids))
+          AND NOT EXISTS (SELECT 1 FROM sluice.redrive r WHERE r.dead_letter_id = d.id)
+        ORDER BY d.id
+        FOR UPDATE OF d
+    ), sent AS (
+        INSERT INTO sluice.messages (part, id, txid, sent_at, priority, attempt_base, target_group,
+                                     origin_id, key, headers, body)
+        SELECT v_part, nextval(q.id_seq), pg_current_xact_id(), p.sent_at, p.priority, 0, p.group_id,
+               p.message_id, p.key, p.headers, p.body
+        FROM picked p
+        RETURNING id, origin_id, target_group
+    )
+    INSERT INTO sluice.redrive (dead_letter_id, redriven_at, message_id)
+    SELECT p.id, clock_timestamp(), s.id
+    FROM picked p JOIN sent s ON s.origin_id = p.message_id AND s.target_group = p.group_id
+    ON CONFLICT DO NOTHING;
+    GET DIAGNOSTICS n = ROW_COUNT;
+    RETURN n;
+END
+$$;

@@ -1,0 +1,175 @@
+-- Group: internal helpers (not part of the public API; names start with "_").
+--
+-- Error codes raised by sluice (class SL). Clients map them by SQLSTATE:
+--   SL001 invalid_name       a queue or group name that is NULL or malformed
+--   SL002 undefined_queue    no queue with that name
+--   SL003 undefined_group    no group with that name in the queue
+--   SL004 duplicate_queue    create_queue of an existing name
+--   SL005 duplicate_group    create_group of an existing name
+--   SL006 invalid_argument   NULL or out-of-range argument (body, lease, max_messages, ...)
+--   SL007 invalid_option     create_queue options: unknown key or bad value
+--   SL008 invalid_receipt    a receipt that is not of sluice's form
+--   SL009 payload_too_large  body + headers larger than the queue's max_payload
+--   SL010 invalid_isolation  receive called outside READ COMMITTED
+
+-- _lock_ns: advisory-lock namespaces (first key of pg_advisory_xact_lock(int, int)).
+CREATE OR REPLACE FUNCTION sluice._lock_ns(kind text)
+RETURNS int
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT CASE kind
+        WHEN 'group' THEN 1372454913   -- serializes dispatch within a group
+        WHEN 'cut'   THEN 1372454914   -- serializes batch cutting within a queue
+        WHEN 'maint' THEN 1372454915   -- serializes rotation and reclaim within a queue
+    END
+$$;
+
+-- _check_name: raise SL001 unless name is a valid queue or group name.
+--
+-- Parameters:
+--   kind  'queue' or 'group', for the message
+--   name  the name to check
+-- Errors: SL001 invalid_name
+CREATE OR REPLACE FUNCTION sluice._check_name(kind text, name text)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF name IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'SL001',
+            MESSAGE = format('%s name must not be NULL', kind);
+    END IF;
+    IF name !~ '^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$' THEN
+        RAISE EXCEPTION USING ERRCODE = 'SL001',
+            MESSAGE = format('invalid %s name %s', kind,
+                             CASE WHEN length(name) > 70 THEN quote_literal(left(name, 64)) || '...'
+                                  ELSE quote_literal(name) END),
+            HINT = 'Names have 1 to 64 characters: ASCII letters, digits, "_", "." and "-", starting with a letter or digit.';
+    END IF;
+END
+$$;
+
+-- _queue: the catalog row of a queue.
+--
+-- Parameters:
+--   p_name  queue name
+-- Returns: the sluice.queue row
+-- Errors: SL001 invalid_name, SL002 undefined_queue
+CREATE OR REPLACE FUNCTION sluice._queue(p_name text)
+RETURNS sluice.queue
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    q sluice.queue;
+BEGIN
+    SELECT * INTO q FROM sluice.queue WHERE name = p_name;
+    IF NOT FOUND THEN
+        PERFORM sluice._check_name('queue', p_name);
+        RAISE EXCEPTION USING ERRCODE = 'SL002',
+            MESSAGE = format('queue %s does not exist', quote_literal(p_name)),
+            HINT = 'Create it with sluice.create_queue(); sluice.list_queues() shows the existing ones.';
+    END IF;
+    RETURN q;
+END
+$$;
+
+-- _group: the catalog row of a consumer group.
+--
+-- Parameters:
+--   p_queue_id  queue id
+--   p_queue     queue name, for the message
+--   p_name      group name
+-- Returns: the sluice.consumer_group row
+-- Errors: SL001 invalid_name, SL003 undefined_group
+CREATE OR REPLACE FUNCTION sluice._group(p_queue_id int, p_queue text, p_name text)
+RETURNS sluice.consumer_group
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    g sluice.consumer_group;
+BEGIN
+    SELECT * INTO g FROM sluice.consumer_group WHERE queue_id = p_queue_id AND name = p_name;
+    IF NOT FOUND THEN
+        PERFORM sluice._check_name('group', p_name);
+        RAISE EXCEPTION USING ERRCODE = 'SL003',
+            MESSAGE = format('group %s of queue %s does not exist', quote_literal(p_name), quote_literal(p_queue)),
+            HINT = 'Create it with sluice.create_group(); sluice.status() lists the groups of a queue.';
+    END IF;
+    RETURN g;
+END
+$$;
+
+-- _current_epoch: the current epoch of a queue (its slot is epoch % 4).
+CREATE OR REPLACE FUNCTION sluice._current_epoch(p_queue_id int)
+RETURNS bigint
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT e.epoch FROM sluice.epoch e WHERE e.queue_id = p_queue_id ORDER BY e.epoch DESC LIMIT 1
+$$;
+
+-- _receipt: format a receipt. A receipt names one delivery: the message's
+-- partition, its position, the attempt and the lease's random token.
+CREATE OR REPLACE FUNCTION sluice._receipt(p_part int, p_pos bigint, p_attempt int, p_token bigint)
+RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT p_part || '.' || p_pos || '.' || p_attempt || '.' || p_token
+$$;
+
+-- _parse_receipts: split receipts into their parts.
+--
+-- Parameters:
+--   p_receipts  receipts as returned by receive
+-- Returns: one row per receipt (part, pos, attempt, token), in input order
+-- Errors: SL006 invalid_argument (NULL array), SL008 invalid_receipt
+CREATE OR REPLACE FUNCTION sluice._parse_receipts(p_receipts text[])
+RETURNS TABLE (part int, pos bigint, attempt int, token bigint)
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    bad text;
+BEGIN
+    IF p_receipts IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'SL006', MESSAGE = 'receipts must not be NULL';
+    END IF;
+    SELECT coalesce(quote_literal(left(x, 64)), 'NULL') INTO bad
+    FROM unnest(p_receipts) AS x
+    WHERE x IS NULL OR x !~ '^[0-9]{1,9}\.[0-9]{1,18}\.[0-9]{1,9}\.[0-9]{1,18}$'
+    LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'SL008',
+            MESSAGE = format('invalid receipt %s', bad),
+            HINT = 'Pass the receipt column of sluice.receive() unchanged.';
+    END IF;
+    RETURN QUERY
+        SELECT split_part(x, '.', 1)::int, split_part(x, '.', 2)::bigint,
+               split_part(x, '.', 3)::int, split_part(x, '.', 4)::bigint
+        FROM unnest(p_receipts) WITH ORDINALITY AS u(x, ord)
+        ORDER BY u.ord;
+END
+$$;
+
+-- _check_lease: raise SL006 unless v is a positive interval of at most 7 days.
+CREATE OR REPLACE FUNCTION sluice._check_lease(what text, v interval)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF v IS NULL OR v <= interval '0' THEN
+        RAISE EXCEPTION USING ERRCODE = 'SL006',
+            MESSAGE = format('%s must be a positive interval, got %s', what, coalesce(v::text, 'NULL'));
+    END IF;
+    IF v > interval '7 days' THEN
+        RAISE EXCEPTION USING ERRCODE = 'SL006',
+            MESSAGE = format('%s must be at most 7 days, got %s', what, v);
+    END IF;
+END
+$$;

@@ -1,0 +1,256 @@
+-- Group: queue administration
+
+-- _options: validate create_queue options and fill in defaults.
+--
+-- Parameters:
+--   p_options  jsonb object given to create_queue (NULL means {})
+-- Returns: the normalized options object (every key present)
+-- Errors: SL007 invalid_option
+CREATE OR REPLACE FUNCTION sluice._options(p_options jsonb)
+RETURNS jsonb
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    defaults constant jsonb := jsonb_build_object(
+        'max_attempts', 5,
+        'lease', '30 seconds',
+        'backoff_base', '1 second',
+        'backoff_max', '1 hour',
+        'retention', '1 hour',
+        'rotate_interval', '1 minute',
+        'max_payload', 1048576,
+        'default_group', true);
+    o jsonb := coalesce(p_options, '{}');
+    k text;
+    v jsonb;
+    iv interval;
+    hi bigint;
+BEGIN
+    IF jsonb_typeof(o) <> 'object' THEN
+        RAISE EXCEPTION USING ERRCODE = 'SL007',
+            MESSAGE = format('options must be a JSON object, got %s', jsonb_typeof(o));
+    END IF;
+    FOR k, v IN SELECT * FROM jsonb_each(o) LOOP
+        IF NOT defaults ? k THEN
+            RAISE EXCEPTION USING ERRCODE = 'SL007',
+                MESSAGE = format('unknown option %s', quote_literal(k)),
+                HINT = 'Known options: ' || (SELECT string_agg(x, ', ' ORDER BY x) FROM jsonb_object_keys(defaults) x) || '.';
+        END IF;
+        CASE k
+        WHEN 'max_attempts', 'max_payload' THEN
+            hi := CASE k WHEN 'max_attempts' THEN 1000 ELSE 104857600 END;
+            IF jsonb_typeof(v) <> 'number' OR v::text !~ '^[0-9]+$' OR v::numeric < 1 OR v::numeric > hi THEN
+                RAISE EXCEPTION USING ERRCODE = 'SL007',
+                    MESSAGE = format('option %s must be an integer from 1 to %s, got %s', k, hi, v);
+            END IF;
+        WHEN 'default_group' THEN
+            IF jsonb_typeof(v) <> 'boolean' THEN
+                RAISE EXCEPTION USING ERRCODE = 'SL007',
+                    MESSAGE = format('option default_group must be true or false, got %s', v);
+            END IF;
+        ELSE
+            -- intervals, given as strings such as '30 seconds'
+            BEGIN
+                IF jsonb_typeof(v) <> 'string' THEN
+                    RAISE EXCEPTION 'not a string';
+                END IF;
+                iv := (v #>> '{}')::interval;
+            EXCEPTION WHEN OTHERS THEN
+                RAISE EXCEPTION USING ERRCODE = 'SL007',
+                    MESSAGE = format('option %s must be an interval string such as "30 seconds", got %s', k, v);
+            END;
+            IF iv < interval '0' OR (iv = interval '0' AND k IN ('lease', 'rotate_interval'))
+               OR iv > interval '365 days' THEN
+                RAISE EXCEPTION USING ERRCODE = 'SL007',
+                    MESSAGE = format('option %s out of range: %s', k, v),
+                    HINT = CASE WHEN k IN ('lease', 'rotate_interval') THEN 'It must be positive and at most 365 days.'
+                                ELSE 'It must be zero or positive and at most 365 days.' END;
+            END IF;
+            IF k = 'lease' AND iv > interval '7 days' THEN
+                RAISE EXCEPTION USING ERRCODE = 'SL007',
+                    MESSAGE = format('option lease must be at most 7 days, got %s', v);
+            END IF;
+        END CASE;
+    END LOOP;
+    IF (defaults || o)->>'backoff_base' IS NOT NULL
+       AND ((defaults || o)->>'backoff_base')::interval > ((defaults || o)->>'backoff_max')::interval THEN
+        RAISE EXCEPTION USING ERRCODE = 'SL007',
+            MESSAGE = 'option backoff_base must not exceed backoff_max';
+    END IF;
+    RETURN defaults || o;
+END
+$$;
+
+-- _slot_tables: the per-slot data tables of a queue, with their persistence.
+CREATE OR REPLACE FUNCTION sluice._slot_tables()
+RETURNS TABLE (parent text, unlogged boolean)
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    VALUES ('messages', false), ('batches', false), ('deliveries', true),
+           ('acks', false), ('group_states', true), ('checkpoints', false)
+$$;
+
+-- create_queue: create a queue.
+--
+-- Parameters:
+--   queue    name: 1-64 ASCII letters, digits, "_", "." or "-"
+--   options  jsonb object, every key optional:
+--              max_attempts     deliveries before a message is dead-lettered (5)
+--              lease            default lease of receive ("30 seconds")
+--              backoff_base     first nack retry delay, doubled per attempt ("1 second")
+--              backoff_max      cap of the retry delay ("1 hour")
+--              retention        how long completed messages stay readable ("1 hour")
+--              rotate_interval  how often a new storage epoch starts ("1 minute")
+--              max_payload      largest body + headers in bytes (1048576)
+--              default_group    create the group 'default' (true)
+-- Returns: nothing
+-- Errors: SL001 invalid_name, SL004 duplicate_queue, SL007 invalid_option
+-- Tables: creates 24 partitions (6 kinds x 4 slots) and a sequence.
+CREATE OR REPLACE FUNCTION sluice.create_queue(queue text, options jsonb DEFAULT '{}')
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    o jsonb;
+    qid int;
+    seq text;
+    s int;
+    t record;
+BEGIN
+    PERFORM sluice._check_name('queue', create_queue.queue);
+    o := sluice._options(create_queue.options);
+    IF EXISTS (SELECT 1 FROM sluice.queue q WHERE q.name = create_queue.queue) THEN
+        RAISE EXCEPTION USING ERRCODE = 'SL004',
+            MESSAGE = format('queue %s already exists', quote_literal(create_queue.queue));
+    END IF;
+    INSERT INTO sluice.queue AS q (name, max_attempts, lease, backoff_base, backoff_max, retention,
+                                   rotate_interval, max_payload, id_seq, options)
+    VALUES (create_queue.queue, (o->>'max_attempts')::int, (o->>'lease')::interval,
+            (o->>'backoff_base')::interval, (o->>'backoff_max')::interval, (o->>'retention')::interval,
+            (o->>'rotate_interval')::interval, (o->>'max_payload')::int, 'sluice.queue'::regclass, o)
+    ON CONFLICT (name) DO NOTHING
+    RETURNING q.id INTO qid;
+    IF qid IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'SL004',
+            MESSAGE = format('queue %s already exists', quote_literal(create_queue.queue));
+    END IF;
+    seq := format('sluice.%I', 'message_id_' || qid);
+    EXECUTE format('CREATE SEQUENCE %s AS bigint', seq);
+    UPDATE sluice.queue SET id_seq = seq::regclass WHERE id = qid;
+    FOR s IN 0..3 LOOP
+        FOR t IN SELECT * FROM sluice._slot_tables() LOOP
+            EXECUTE format('CREATE %s TABLE sluice.%I PARTITION OF sluice.%I FOR VALUES IN (%s)',
+                           CASE WHEN t.unlogged THEN 'UNLOGGED' ELSE '' END,
+                           t.parent || '_' || qid || '_' || s, t.parent, qid * 4 + s);
+        END LOOP;
+    END LOOP;
+    INSERT INTO sluice.epoch (queue_id, epoch, started_at) VALUES (qid, 0, clock_timestamp());
+    -- The base batch: nothing is visible in snapshot 3:3:, so the first cut
+    -- takes every committed message of the queue.
+    INSERT INTO sluice.batches (part, batch_no, first_pos, last_pos, done, cut_at, prev_t, t,
+                                prev_snap, snap, ids, txids, slots)
+    VALUES (qid * 4, 0, 1, 0, true, clock_timestamp(), '-infinity', '-infinity',
+            '3:3:', '3:3:', '{}', '{}', '{}');
+    IF (o->>'default_group')::boolean THEN
+        PERFORM sluice.create_group(create_queue.queue, 'default', 'earliest');
+    END IF;
+END
+$$;
+
+-- drop_queue: drop a queue, its groups, messages and dead letters.
+--
+-- Parameters:
+--   queue  name
+-- Returns: true if the queue existed, false if there was no such queue
+-- Errors: SL001 invalid_name
+CREATE OR REPLACE FUNCTION sluice.drop_queue(queue text)
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    q sluice.queue;
+    s int;
+    t record;
+BEGIN
+    PERFORM sluice._check_name('queue', drop_queue.queue);
+    SELECT * INTO q FROM sluice.queue WHERE name = drop_queue.queue FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    PERFORM pg_advisory_xact_lock(sluice._lock_ns('maint'), q.id);
+    PERFORM pg_advisory_xact_lock(sluice._lock_ns('cut'), q.id);
+    FOR s IN 0..3 LOOP
+        FOR t IN SELECT * FROM sluice._slot_tables() LOOP
+            EXECUTE format('DROP TABLE sluice.%I', t.parent || '_' || q.id || '_' || s);
+        END LOOP;
+    END LOOP;
+    DELETE FROM sluice.queue WHERE id = q.id;
+    EXECUTE format('DROP SEQUENCE %s', q.id_seq);
+    RETURN true;
+END
+$$;
+
+-- list_queues: the queues, their options and groups.
+--
+-- Returns: one sluice.queue_info row per queue (queue, created_at, options, groups), by name
+CREATE OR REPLACE FUNCTION sluice.list_queues()
+RETURNS SETOF sluice.queue_info
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT q.name, q.created_at, q.options,
+           coalesce((SELECT array_agg(g.name ORDER BY g.name) FROM sluice.consumer_group g
+                     WHERE g.queue_id = q.id), '{}')
+    FROM sluice.queue q
+    ORDER BY q.name
+$$;
+
+-- purge_queue: remove every message of a queue, pending or not, at once.
+-- Groups keep existing and continue with the messages sent afterwards.
+-- Waits for transactions that are sending to the queue.
+--
+-- Parameters:
+--   queue  name
+-- Returns: the number of messages removed
+-- Errors: SL001 invalid_name, SL002 undefined_queue
+CREATE OR REPLACE FUNCTION sluice.purge_queue(queue text)
+RETURNS bigint
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    q sluice.queue := sluice._queue(purge_queue.queue);
+    p0 int := q.id * 4;
+    n bigint;
+    head record;
+    slot int;
+    s int;
+    t record;
+BEGIN
+    PERFORM pg_advisory_xact_lock(sluice._lock_ns('maint'), q.id);
+    PERFORM pg_advisory_xact_lock(sluice._lock_ns('cut'), q.id);
+    FOR s IN 0..3 LOOP
+        FOR t IN SELECT * FROM sluice._slot_tables() LOOP
+            EXECUTE format('LOCK TABLE sluice.%I IN ACCESS EXCLUSIVE MODE', t.parent || '_' || q.id || '_' || s);
+        END LOOP;
+    END LOOP;
+    EXECUTE 'SELECT count(*) FROM sluice.messages WHERE part BETWEEN $1 AND $1 + 3' INTO n USING p0;
+    EXECUTE 'SELECT batch_no, last_pos FROM sluice.batches WHERE part BETWEEN $1 AND $1 + 3
+             ORDER BY batch_no DESC LIMIT 1' INTO head USING p0;
+    FOR s IN 0..3 LOOP
+        FOR t IN SELECT * FROM sluice._slot_tables() LOOP
+            EXECUTE format('TRUNCATE sluice.%I', t.parent || '_' || q.id || '_' || s);
+        END LOOP;
+    END LOOP;
+    slot := sluice._current_epoch(q.id) % 4;
+    INSERT INTO sluice.batches (part, batch_no, first_pos, last_pos, done, cut_at, prev_t, t,
+                                prev_snap, snap, ids, txids, slots)
+    VALUES (p0 + slot, head.batch_no + 1, head.last_pos + 1, head.last_pos, true, clock_timestamp(),
+            '-infinity', '-infinity', '3:3:', '3:3:', '{}', '{}', '{}');
+    RETURN n;
+END
+$$;
