@@ -15,7 +15,7 @@ LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    q sluice.queue := sluice._queue(dead_letters.queue);
+    q sluice.queue := sluice._get_queue(dead_letters.queue);
     v_gid int;
 BEGIN
     IF max_rows IS NULL OR max_rows < 1 OR max_rows > 10000 THEN
@@ -23,7 +23,7 @@ BEGIN
             MESSAGE = format('max_rows must be from 1 to 10000, got %s', coalesce(max_rows::text, 'NULL'));
     END IF;
     IF dead_letters.group_name IS NOT NULL THEN
-        v_gid := (sluice._group(q.id, q.name, dead_letters.group_name)).id;
+        v_gid := (sluice._get_group(q.id, q.name, dead_letters.group_name)).id;
     END IF;
     RETURN QUERY
         SELECT d.message_id, g.name, d.body, d.headers, d.key, d.attempts, d.error, d.died_at, d.sent_at, d.id
@@ -53,15 +53,15 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    q sluice.queue := sluice._queue(redrive.queue);
+    q sluice.queue := sluice._get_queue(redrive.queue);
     v_gid int;
-    v_part int;
+    v_slot smallint;
     n bigint;
 BEGIN
     IF redrive.group_name IS NOT NULL THEN
-        v_gid := (sluice._group(q.id, q.name, redrive.group_name)).id;
+        v_gid := (sluice._get_group(q.id, q.name, redrive.group_name)).id;
     END IF;
-    v_part := q.id * 4 + sluice._current_epoch(q.id) % 4;
+    v_slot := sluice._current_epoch(q.id) % 4;
     WITH picked AS (
         SELECT d.* FROM sluice.dead_letter d
         WHERE d.queue_id = q.id AND (v_gid IS NULL OR d.group_id = v_gid)
@@ -70,9 +70,9 @@ BEGIN
         ORDER BY d.id
         FOR UPDATE OF d
     ), sent AS (
-        INSERT INTO sluice.messages (part, id, txid, sent_at, priority, attempt_base, target_group,
+        INSERT INTO sluice.messages (queue_id, slot, id, txid, sent_at, priority, attempt_base, target_group,
                                      origin_id, key, headers, body)
-        SELECT v_part, nextval(q.id_seq), pg_current_xact_id(), p.sent_at, p.priority, 0, p.group_id,
+        SELECT q.id, v_slot, nextval(q.id_seq), pg_current_xact_id(), p.sent_at, p.priority, 0, p.group_id,
                p.message_id, p.key, p.headers, p.body
         FROM picked p
         RETURNING id, origin_id, target_group

@@ -19,8 +19,7 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    q sluice.queue := sluice._queue(create_group.queue);
-    p0 int := q.id * 4;
+    q sluice.queue := sluice._get_queue(create_group.queue);
     ts timestamptz;
     v_start bigint;
     v_gid int;
@@ -46,23 +45,8 @@ BEGIN
     END IF;
     -- No reclaim may run between choosing the start and the group's existence.
     PERFORM pg_advisory_xact_lock(sluice._lock_ns('maint'), q.id);
-    IF start_from = 'earliest' THEN
-        EXECUTE 'SELECT min(first_pos) FROM sluice.batches WHERE part BETWEEN $1 AND $1 + 3'
-            INTO v_start USING p0;
-    ELSE
-        IF ts IS NOT NULL THEN
-            EXECUTE 'SELECT min(first_pos) FROM sluice.batches
-                     WHERE part BETWEEN $1 AND $1 + 3 AND cut_at >= $2 AND last_pos >= first_pos'
-                INTO v_start USING p0, ts;
-        END IF;
-        IF v_start IS NULL THEN
-            -- 'latest', or a time after the last batch: number everything visible now.
-            PERFORM pg_advisory_xact_lock(sluice._lock_ns('cut'), q.id);
-            PERFORM sluice._cut_all(q.id);
-            EXECUTE 'SELECT last_pos + 1 FROM sluice.batches WHERE part BETWEEN $1 AND $1 + 3
-                     ORDER BY batch_no DESC LIMIT 1' INTO v_start USING p0;
-        END IF;
-    END IF;
+    EXECUTE format('SELECT %I.e_start_pos($1, $2, $3)', sluice._qschema(q.id))
+        INTO v_start USING q.id, start_from = 'earliest', ts;
     INSERT INTO sluice.consumer_group (queue_id, name, start_pos)
     VALUES (q.id, create_group.group_name, v_start)
     ON CONFLICT (queue_id, name) DO NOTHING
@@ -90,7 +74,7 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    q sluice.queue := sluice._queue(drop_group.queue);
+    q sluice.queue := sluice._get_queue(drop_group.queue);
 BEGIN
     PERFORM sluice._check_name('group', drop_group.group_name);
     DELETE FROM sluice.consumer_group g WHERE g.queue_id = q.id AND g.name = drop_group.group_name;

@@ -51,13 +51,13 @@ BEGIN
 END
 $$;
 
--- _queue: the catalog row of a queue.
+-- _get_queue: the catalog row of a queue.
 --
 -- Parameters:
 --   p_name  queue name
 -- Returns: the sluice.queue row
 -- Errors: SL001 invalid_name, SL002 undefined_queue
-CREATE OR REPLACE FUNCTION sluice._queue(p_name text)
+CREATE OR REPLACE FUNCTION sluice._get_queue(p_name text)
 RETURNS sluice.queue
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -76,7 +76,7 @@ BEGIN
 END
 $$;
 
--- _group: the catalog row of a consumer group.
+-- _get_group: the catalog row of a consumer group.
 --
 -- Parameters:
 --   p_queue_id  queue id
@@ -84,7 +84,7 @@ $$;
 --   p_name      group name
 -- Returns: the sluice.consumer_group row
 -- Errors: SL001 invalid_name, SL003 undefined_group
-CREATE OR REPLACE FUNCTION sluice._group(p_queue_id int, p_queue text, p_name text)
+CREATE OR REPLACE FUNCTION sluice._get_group(p_queue_id int, p_queue text, p_name text)
 RETURNS sluice.consumer_group
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp

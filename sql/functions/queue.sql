@@ -82,16 +82,6 @@ BEGIN
 END
 $$;
 
--- _slot_tables: the per-slot data tables of a queue, with their persistence.
-CREATE OR REPLACE FUNCTION sluice._slot_tables()
-RETURNS TABLE (parent text, unlogged boolean)
-LANGUAGE sql IMMUTABLE
-SET search_path = pg_catalog, pg_temp
-AS $$
-    VALUES ('messages', false), ('batches', false), ('deliveries', true),
-           ('acks', false), ('group_states', true), ('checkpoints', false)
-$$;
-
 -- create_queue: create a queue.
 --
 -- Parameters:
@@ -107,7 +97,7 @@ $$;
 --              default_group    create the group 'default' (true)
 -- Returns: nothing
 -- Errors: SL001 invalid_name, SL004 duplicate_queue, SL007 invalid_option
--- Tables: creates 24 partitions (6 kinds x 4 slots) and a sequence.
+-- Tables: creates schema sluice_q<id> (6 tables x 4 slots, see sluice._create_storage) and a sequence.
 CREATE OR REPLACE FUNCTION sluice.create_queue(queue text, options jsonb DEFAULT '{}')
 RETURNS void
 LANGUAGE plpgsql
@@ -117,8 +107,6 @@ DECLARE
     o jsonb;
     qid int;
     seq text;
-    s int;
-    t record;
 BEGIN
     PERFORM sluice._check_name('queue', create_queue.queue);
     o := sluice._options(create_queue.options);
@@ -140,20 +128,9 @@ BEGIN
     seq := format('sluice.%I', 'message_id_' || qid);
     EXECUTE format('CREATE SEQUENCE %s AS bigint', seq);
     UPDATE sluice.queue SET id_seq = seq::regclass WHERE id = qid;
-    FOR s IN 0..3 LOOP
-        FOR t IN SELECT * FROM sluice._slot_tables() LOOP
-            EXECUTE format('CREATE %s TABLE sluice.%I PARTITION OF sluice.%I FOR VALUES IN (%s)',
-                           CASE WHEN t.unlogged THEN 'UNLOGGED' ELSE '' END,
-                           t.parent || '_' || qid || '_' || s, t.parent, qid * 4 + s);
-        END LOOP;
-    END LOOP;
+    PERFORM sluice._create_storage(qid);
     INSERT INTO sluice.epoch (queue_id, epoch, started_at) VALUES (qid, 0, clock_timestamp());
-    -- The base batch: nothing is visible in snapshot 3:3:, so the first cut
-    -- takes every committed message of the queue.
-    INSERT INTO sluice.batches (part, batch_no, first_pos, last_pos, done, cut_at, prev_t, t,
-                                prev_snap, snap, ids, txids, slots)
-    VALUES (qid * 4, 0, 1, 0, true, clock_timestamp(), '-infinity', '-infinity',
-            '3:3:', '3:3:', '{}', '{}', '{}');
+    EXECUTE format('SELECT %I.e_base()', sluice._qschema(qid));
     IF (o->>'default_group')::boolean THEN
         PERFORM sluice.create_group(create_queue.queue, 'default', 'earliest');
     END IF;
@@ -173,8 +150,6 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     q sluice.queue;
-    s int;
-    t record;
 BEGIN
     PERFORM sluice._check_name('queue', drop_queue.queue);
     SELECT * INTO q FROM sluice.queue WHERE name = drop_queue.queue FOR UPDATE;
@@ -183,11 +158,7 @@ BEGIN
     END IF;
     PERFORM pg_advisory_xact_lock(sluice._lock_ns('maint'), q.id);
     PERFORM pg_advisory_xact_lock(sluice._lock_ns('cut'), q.id);
-    FOR s IN 0..3 LOOP
-        FOR t IN SELECT * FROM sluice._slot_tables() LOOP
-            EXECUTE format('DROP TABLE sluice.%I', t.parent || '_' || q.id || '_' || s);
-        END LOOP;
-    END LOOP;
+    EXECUTE format('DROP SCHEMA %I CASCADE', sluice._qschema(q.id));
     DELETE FROM sluice.queue WHERE id = q.id;
     EXECUTE format('DROP SEQUENCE %s', q.id_seq);
     RETURN true;
@@ -223,34 +194,10 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    q sluice.queue := sluice._queue(purge_queue.queue);
-    p0 int := q.id * 4;
+    q sluice.queue := sluice._get_queue(purge_queue.queue);
     n bigint;
-    head record;
-    slot int;
-    s int;
-    t record;
 BEGIN
-    PERFORM pg_advisory_xact_lock(sluice._lock_ns('maint'), q.id);
-    PERFORM pg_advisory_xact_lock(sluice._lock_ns('cut'), q.id);
-    FOR s IN 0..3 LOOP
-        FOR t IN SELECT * FROM sluice._slot_tables() LOOP
-            EXECUTE format('LOCK TABLE sluice.%I IN ACCESS EXCLUSIVE MODE', t.parent || '_' || q.id || '_' || s);
-        END LOOP;
-    END LOOP;
-    EXECUTE 'SELECT count(*) FROM sluice.messages WHERE part BETWEEN $1 AND $1 + 3' INTO n USING p0;
-    EXECUTE 'SELECT batch_no, last_pos FROM sluice.batches WHERE part BETWEEN $1 AND $1 + 3
-             ORDER BY batch_no DESC LIMIT 1' INTO head USING p0;
-    FOR s IN 0..3 LOOP
-        FOR t IN SELECT * FROM sluice._slot_tables() LOOP
-            EXECUTE format('TRUNCATE sluice.%I', t.parent || '_' || q.id || '_' || s);
-        END LOOP;
-    END LOOP;
-    slot := sluice._current_epoch(q.id) % 4;
-    INSERT INTO sluice.batches (part, batch_no, first_pos, last_pos, done, cut_at, prev_t, t,
-                                prev_snap, snap, ids, txids, slots)
-    VALUES (p0 + slot, head.batch_no + 1, head.last_pos + 1, head.last_pos, true, clock_timestamp(),
-            '-infinity', '-infinity', '3:3:', '3:3:', '{}', '{}', '{}');
+    EXECUTE format('SELECT %I.e_purge($1)', sluice._qschema(q.id)) INTO n USING q;
     RETURN n;
 END
 $$;

@@ -31,7 +31,7 @@ DECLARE
 BEGIN
     SELECT * INTO q FROM sluice.queue WHERE name = send.queue;
     IF NOT FOUND THEN
-        q := sluice._queue(send.queue);
+        q := sluice._get_queue(send.queue);
     END IF;
     IF send.body IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'SL006', MESSAGE = 'body must not be NULL',
@@ -55,8 +55,8 @@ BEGIN
                              quote_literal(q.name), q.max_payload);
     END IF;
     v_now := clock_timestamp();
-    INSERT INTO sluice.messages (part, id, txid, sent_at, deliver_at, priority, key, dedup_key, headers, body)
-    VALUES (q.id * 4 + (SELECT e.epoch FROM sluice.epoch e WHERE e.queue_id = q.id ORDER BY e.epoch DESC LIMIT 1) % 4,
+    INSERT INTO sluice.messages (queue_id, slot, id, txid, sent_at, deliver_at, priority, key, dedup_key, headers, body)
+    VALUES (q.id, (SELECT e.epoch FROM sluice.epoch e WHERE e.queue_id = q.id ORDER BY e.epoch DESC LIMIT 1) % 4,
             nextval(q.id_seq), pg_current_xact_id(), v_now,
             CASE WHEN send.delay > interval '0' THEN v_now + send.delay END,
             send.priority, send.key, send.dedup_key, send.headers, send.body)
@@ -83,10 +83,10 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    q sluice.queue := sluice._queue(send_batch.queue);
+    q sluice.queue := sluice._get_queue(send_batch.queue);
     n int := cardinality(send_batch.bodies);
     v_now timestamptz := clock_timestamp();
-    v_part int;
+    v_slot smallint;
     v_size int;
 BEGIN
     IF send_batch.bodies IS NULL THEN
@@ -119,10 +119,10 @@ BEGIN
             MESSAGE = format('a message of %s bytes exceeds the max_payload of queue %s (%s bytes)',
                              v_size, quote_literal(q.name), q.max_payload);
     END IF;
-    v_part := q.id * 4 + sluice._current_epoch(q.id) % 4;
+    v_slot := sluice._current_epoch(q.id) % 4;
     RETURN QUERY
-        INSERT INTO sluice.messages (part, id, txid, sent_at, deliver_at, key, headers, body)
-        SELECT v_part, nextval(q.id_seq), pg_current_xact_id(), v_now,
+        INSERT INTO sluice.messages (queue_id, slot, id, txid, sent_at, deliver_at, key, headers, body)
+        SELECT q.id, v_slot, nextval(q.id_seq), pg_current_xact_id(), v_now,
                CASE WHEN send_batch.delay > interval '0' THEN v_now + send_batch.delay END,
                u.k, u.h, u.b
         FROM unnest(send_batch.bodies, send_batch.headers, send_batch.keys) WITH ORDINALITY AS u(b, h, k, ord)

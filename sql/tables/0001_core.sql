@@ -1,10 +1,13 @@
 -- sluice engine core: catalog tables, per-queue data tables, types.
 --
 -- Storage model (docs/design.md has the full argument):
---   * Every table that grows with traffic is append-only and split by queue and
---     "slot": part = queue_id * 4 + slot, slot in 0..3. A queue writes into the
---     slot of its current epoch; an old epoch's slot is reclaimed with TRUNCATE
---     once every group is past it and its retention has passed.
+--   * Every table that grows with traffic is append-only, lives in the queue's
+--     own schema sluice_q<id> and is partitioned by "slot" (0..3). A queue
+--     writes into the slot of its current epoch; an old epoch's slot is
+--     reclaimed with TRUNCATE once every group is past it and its retention
+--     has passed. The per-queue tables are created by sluice._create_storage()
+--     (functions/storage.sql); the engine functions that read them are copied
+--     into each queue schema from the templates in schema sluice_tmpl.
 --   * Nothing is updated or deleted per message. Small catalog rows (queue,
 --     consumer_group) change only on administrative calls.
 --   * Leases (deliveries) and the per-group cursor (group_states) are UNLOGGED:
@@ -81,12 +84,15 @@ CREATE TABLE sluice.redrive (
     message_id     bigint NOT NULL
 );
 
--- Messages. txid is the sending transaction's id: consumers cut batches by
--- comparing it with snapshots, so a message is seen exactly when its
--- transaction commits, whatever the id order. target_group is set on copies
--- made by nack (retry) and redrive: only that group receives them.
+-- Messages of every queue: partitioned by queue (a partition per queue, in
+-- its schema, itself partitioned by slot), so that send is one static INSERT.
+-- txid is the sending transaction's id: consumers cut batches by comparing it
+-- with snapshots, so a message is seen exactly when its transaction commits,
+-- whatever order ids were drawn in. target_group is set on copies made by
+-- nack (retry) and redrive: only that group receives them.
 CREATE TABLE sluice.messages (
-    part         int NOT NULL,
+    queue_id     int NOT NULL,
+    slot         smallint NOT NULL,
     id           bigint NOT NULL,
     txid         xid8 NOT NULL,
     sent_at      timestamptz NOT NULL,
@@ -99,89 +105,13 @@ CREATE TABLE sluice.messages (
     dedup_key    text,
     headers      jsonb,
     body         jsonb NOT NULL
-) PARTITION BY LIST (part);
+) PARTITION BY LIST (queue_id);
 CREATE INDEX messages_txid_idx ON sluice.messages (txid, id);
 CREATE INDEX messages_due_idx ON sluice.messages (deliver_at, id) WHERE deliver_at IS NOT NULL;
 
--- Batches: the queue's commit-ordered log of positions. Each row numbers the
--- messages that became visible between two snapshots (prev_snap, snap) and
--- became due between (prev_t, t]; position first_pos + i - 1 is ids[i].
--- A round larger than the cut limit spans several rows (done = false until the
--- last), resuming after (res_phase, res_due | res_txid, res_id).
-CREATE TABLE sluice.batches (
-    part      int NOT NULL,
-    batch_no  bigint NOT NULL,
-    first_pos bigint NOT NULL,
-    last_pos  bigint NOT NULL,
-    done      boolean NOT NULL,
-    res_phase smallint,
-    res_due   timestamptz,
-    res_txid  xid8,
-    res_id    bigint,
-    cut_at    timestamptz NOT NULL,
-    prev_t    timestamptz NOT NULL,
-    t         timestamptz NOT NULL,
-    prev_snap pg_snapshot NOT NULL,
-    snap      pg_snapshot NOT NULL,
-    ids       bigint[] NOT NULL,
-    txids     xid8[] NOT NULL,
-    slots     smallint[] NOT NULL,
-    targets   int[],
-    PRIMARY KEY (part, batch_no)
-) PARTITION BY LIST (part);
-CREATE INDEX batches_last_pos_idx ON sluice.batches (last_pos);
-
--- Deliveries (UNLOGGED leaves): one row per lease, and one more per extend.
--- Stored in the slot of the message, so they go when its slot is reclaimed.
-CREATE TABLE sluice.deliveries (
-    part         int NOT NULL,
-    group_id     int NOT NULL,
-    pos          bigint NOT NULL,
-    attempt      int NOT NULL,
-    token        bigint NOT NULL,
-    msg_id       bigint NOT NULL,
-    txid         xid8 NOT NULL,
-    expires_at   timestamptz NOT NULL,
-    delivered_at timestamptz NOT NULL,
-    consumer     text
-) PARTITION BY LIST (part);
-CREATE INDEX deliveries_pos_idx ON sluice.deliveries (group_id, pos, attempt);
-
--- Completions (durable): kind 'a' acked, 'n' nacked (a retry copy was sent),
--- 'd' dead-lettered. At most one per (group, position).
-CREATE TABLE sluice.acks (
-    part     int NOT NULL,
-    group_id int NOT NULL,
-    pos      bigint NOT NULL,
-    kind     "char" NOT NULL,
-    acked_at timestamptz NOT NULL,
-    UNIQUE (part, group_id, pos)
-) PARTITION BY LIST (part);
-
--- Group cursor (UNLOGGED leaves, append-only, newest seq wins): the next
--- position to dispatch is cursor + 1; positions below lwm are all completed;
--- leases in [lwm, cursor] are checked for expiry once next_scan_at passes.
-CREATE TABLE sluice.group_states (
-    part         int NOT NULL,
-    group_id     int NOT NULL,
-    seq          bigint NOT NULL,
-    cursor       bigint NOT NULL,
-    lwm          bigint NOT NULL,
-    next_scan_at timestamptz NOT NULL,
-    lwm_at       timestamptz NOT NULL,
-    PRIMARY KEY (part, group_id, seq)
-) PARTITION BY LIST (part);
-
--- Durable low-water marks (append-only, newest seq wins, at most one per
--- second per group): where delivery resumes after a crash.
-CREATE TABLE sluice.checkpoints (
-    part     int NOT NULL,
-    group_id int NOT NULL,
-    seq      bigint NOT NULL,
-    lwm      bigint NOT NULL,
-    at       timestamptz NOT NULL,
-    PRIMARY KEY (part, group_id, seq)
-) PARTITION BY LIST (part);
+-- Template schema: the engine functions that sluice copies into each queue's
+-- schema (see functions/engine_*.sql).
+CREATE SCHEMA sluice_tmpl;
 
 -- What receive returns.
 CREATE TYPE sluice.message AS (

@@ -1,0 +1,226 @@
+-- Group: receiving and completing (public API)
+--
+-- These functions check their arguments, find the queue and group, and call
+-- the queue's copy of the engine function (schema sluice_q<id>).
+--
+-- A receipt is current while its lease has not expired, no later delivery of
+-- the same message exists in the group, and the message is not completed.
+-- ack, nack and extend act only on current receipts; a stale receipt (expired,
+-- superseded, already acked, or forged) changes nothing and is not counted.
+-- A receipt that is not of sluice's form at all raises SL008.
+
+-- receive: lease up to max_messages ready messages of a queue to the caller,
+-- for one consumer group. Messages whose lease expired come first (with
+-- attempt + 1), then new ones in commit order. A message that has used up the
+-- queue's max_attempts through expired leases goes to the dead letters instead.
+--
+-- Call it in its own transaction (autocommit) or at the start of a short one:
+-- it holds the group's dispatch lock until the transaction ends, so other
+-- consumers of the group wait that long. It writes only unlogged tables
+-- (except about once a second), so its commit does not wait for the disk.
+--
+-- Parameters:
+--   queue         queue name
+--   group_name    consumer group ('default')
+--   max_messages  1 to 10000 (1)
+--   lease         how long the caller holds the messages (the queue's lease option)
+--   consumer      optional free text naming the caller (at most 200 characters)
+-- Returns: SETOF sluice.message (id, body, headers, key, priority, attempt,
+--          sent_at, receipt, lease_expires_at, pos), in position order
+-- Errors: SL001, SL002, SL003, SL006 invalid_argument (max_messages, lease,
+--         consumer), SL010 invalid_isolation
+CREATE OR REPLACE FUNCTION sluice.receive(queue text, group_name text DEFAULT 'default', max_messages int DEFAULT 1,
+                                          lease interval DEFAULT NULL, consumer text DEFAULT NULL)
+RETURNS SETOF sluice.message
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    q sluice.queue;
+    g sluice.consumer_group;
+    v_lease interval;
+BEGIN
+    IF max_messages IS NULL OR max_messages < 1 OR max_messages > 10000 THEN
+        RAISE EXCEPTION USING ERRCODE = 'SL006',
+            MESSAGE = format('max_messages must be from 1 to 10000, got %s', coalesce(max_messages::text, 'NULL'));
+    END IF;
+    IF length(receive.consumer) > 200 THEN
+        RAISE EXCEPTION USING ERRCODE = 'SL006', MESSAGE = 'consumer must be at most 200 characters';
+    END IF;
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION USING ERRCODE = 'SL010',
+            MESSAGE = format('receive needs READ COMMITTED isolation, the transaction is %s',
+                             upper(current_setting('transaction_isolation'))),
+            HINT = 'Receive in its own transaction; acks may run at any isolation level.';
+    END IF;
+    q := sluice._get_queue(receive.queue);
+    g := sluice._get_group(q.id, q.name, receive.group_name);
+    v_lease := coalesce(receive.lease, q.lease);
+    PERFORM sluice._check_lease('lease', v_lease);
+    RETURN QUERY EXECUTE format('SELECT * FROM %I.e_receive($1, $2, $3, $4, $5)', sluice._qschema(q.id))
+        USING q, g, max_messages, v_lease, receive.consumer;
+END
+$$;
+
+-- ack: complete messages. Joins the caller's transaction, so the ack, the
+-- application's writes and any follow-up sends commit or roll back together.
+--
+-- Parameters:
+--   queue       queue name
+--   group_name  consumer group
+--   receipts    receipts from receive
+-- Returns: how many messages were completed now; stale receipts are not counted
+-- Errors: SL001, SL002, SL003, SL006 (NULL receipts), SL008 invalid_receipt
+CREATE OR REPLACE FUNCTION sluice.ack(queue text, group_name text, receipts text[])
+RETURNS int
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    q sluice.queue := sluice._get_queue(ack.queue);
+    g sluice.consumer_group := sluice._get_group(q.id, q.name, ack.group_name);
+    n int;
+BEGIN
+    PERFORM sluice._parse_receipts(ack.receipts);   -- malformed input raises before anything changes
+    IF cardinality(ack.receipts) = 0 THEN
+        RETURN 0;
+    END IF;
+    EXECUTE format('SELECT %I.e_ack($1, $2)', sluice._qschema(q.id)) INTO n USING g.id, ack.receipts;
+    RETURN n;
+END
+$$;
+
+-- nack: give a message back after a failure. It is delivered again to this
+-- group after the delay (by default backoff_base * 2^(attempt-1), capped at
+-- backoff_max); once the message has had max_attempts deliveries it becomes a
+-- dead letter of the group, with the error.
+--
+-- Parameters:
+--   queue       queue name
+--   group_name  consumer group
+--   receipt     receipt from receive
+--   delay       retry delay (NULL: exponential backoff; 0: at once)
+--   error       optional error text, kept with a dead letter (at most 10000 characters)
+-- Returns: true if the receipt was current (retry scheduled or dead-lettered),
+--          false for a stale receipt
+-- Errors: SL001, SL002, SL003, SL006 (negative delay, error too long), SL008 invalid_receipt
+-- Tables: a completion, and either a retry copy for this group or a dead letter
+CREATE OR REPLACE FUNCTION sluice.nack(queue text, group_name text, receipt text, delay interval DEFAULT NULL,
+                                       error text DEFAULT NULL)
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    q sluice.queue := sluice._get_queue(nack.queue);
+    g sluice.consumer_group := sluice._get_group(q.id, q.name, nack.group_name);
+    ok boolean;
+BEGIN
+    PERFORM sluice._parse_receipts(ARRAY[nack.receipt]);
+    IF nack.delay < interval '0' THEN
+        RAISE EXCEPTION USING ERRCODE = 'SL006', MESSAGE = format('delay must not be negative, got %s', nack.delay);
+    END IF;
+    IF nack.delay > interval '365 days' THEN
+        RAISE EXCEPTION USING ERRCODE = 'SL006', MESSAGE = format('delay must be at most 365 days, got %s', nack.delay);
+    END IF;
+    IF length(nack.error) > 10000 THEN
+        RAISE EXCEPTION USING ERRCODE = 'SL006', MESSAGE = 'error must be at most 10000 characters';
+    END IF;
+    EXECUTE format('SELECT %I.e_nack($1, $2, $3, $4, $5)', sluice._qschema(q.id))
+        INTO ok USING q, g, nack.receipt, nack.delay, nack.error;
+    RETURN ok;
+END
+$$;
+
+-- extend: renew leases (heartbeat): each current lease then lasts at least
+-- until now + lease.
+--
+-- Parameters:
+--   queue       queue name
+--   group_name  consumer group
+--   receipts    receipts from receive
+--   lease       from now, 1 microsecond to 7 days
+-- Returns: how many leases were renewed; stale receipts are not counted
+-- Errors: SL001, SL002, SL003, SL006 (lease), SL008 invalid_receipt
+CREATE OR REPLACE FUNCTION sluice.extend(queue text, group_name text, receipts text[], lease interval)
+RETURNS int
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    q sluice.queue := sluice._get_queue(extend.queue);
+    g sluice.consumer_group := sluice._get_group(q.id, q.name, extend.group_name);
+    n int;
+BEGIN
+    PERFORM sluice._check_lease('lease', extend.lease);
+    PERFORM sluice._parse_receipts(extend.receipts);
+    IF cardinality(extend.receipts) = 0 THEN
+        RETURN 0;
+    END IF;
+    EXECUTE format('SELECT %I.e_extend($1, $2, $3)', sluice._qschema(q.id))
+        INTO n USING g.id, extend.receipts, extend.lease;
+    RETURN n;
+END
+$$;
+
+-- status: depth and progress of each group of a queue (or of every queue).
+-- Reads only; costs O(groups x (in-flight window + messages not yet batched)).
+--
+-- Parameters:
+--   queue  queue name (NULL: every queue)
+-- Returns: SETOF sluice.queue_status, one row per group (a queue without
+--   groups gives one row with group_name NULL):
+--   ready               deliverable now (new, expired leases, retries due)
+--   delayed             not deliverable before a later time (delay, retry backoff)
+--   in_flight           leased and not completed
+--   dead                dead letters not redriven
+--   oldest_pending_age  age of the oldest message the group has not completed
+--   lag                 messages from the group's low-water mark to the newest
+--   cursor, lwm, head   positions: last dispatched, first not completed, last numbered
+--   live_epochs         storage epochs the queue keeps (1 to 4)
+--   holds_reclaim       true when this group keeps an old epoch from being reclaimed
+-- Errors: SL001, SL002
+CREATE OR REPLACE FUNCTION sluice.status(queue text DEFAULT NULL)
+RETURNS SETOF sluice.queue_status
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    q sluice.queue;
+BEGIN
+    IF status.queue IS NOT NULL THEN
+        PERFORM sluice._get_queue(status.queue);
+    END IF;
+    FOR q IN SELECT * FROM sluice.queue qq WHERE status.queue IS NULL OR qq.name = status.queue ORDER BY qq.name LOOP
+        RETURN QUERY EXECUTE format('SELECT * FROM %I.e_status($1)', sluice._qschema(q.id)) USING q;
+    END LOOP;
+END
+$$;
+
+-- maintain: scheduled upkeep for every queue: reclaim and rotate. Never
+-- needed for correctness (receive does the same while messages flow); run it
+-- every few seconds (pg_cron, or any scheduler) so that idle queues and
+-- queues without groups rotate and reclaim too. Skips a queue whose
+-- maintenance is already running.
+--
+-- Returns: one row per queue (queue, rotated, reclaimed)
+CREATE OR REPLACE FUNCTION sluice.maintain()
+RETURNS TABLE (queue text, rotated boolean, reclaimed int)
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    q sluice.queue;
+    r record;
+BEGIN
+    FOR q IN SELECT * FROM sluice.queue qq ORDER BY qq.id LOOP
+        IF pg_try_advisory_xact_lock(sluice._lock_ns('maint'), q.id) THEN
+            EXECUTE format('SELECT * FROM %I.e_maintain($1)', sluice._qschema(q.id)) INTO r USING q.id;
+            queue := q.name;
+            rotated := r.rotated;
+            reclaimed := r.reclaimed;
+            RETURN NEXT;
+        END IF;
+    END LOOP;
+END
+$$;

@@ -1,0 +1,113 @@
+-- Group: engine templates - completing deliveries (see engine_cut.sql for what a template is)
+
+-- e_current_deliveries: the current deliveries named by receipts: one row per
+-- distinct receipt whose lease has not expired, that is the newest delivery
+-- of its message in the group, and whose message is not completed.
+--
+-- Parameters:
+--   p_group_id  group id
+--   p_receipts  receipts (already checked to be well-formed)
+-- Returns: (slot, pos, attempt, token, msg_id, txid)
+CREATE OR REPLACE FUNCTION sluice_tmpl.e_current_deliveries(p_group_id int, p_receipts text[])
+RETURNS TABLE (slot smallint, pos bigint, attempt int, token bigint, msg_id bigint, txid xid8)
+LANGUAGE plpgsql STABLE
+SET search_path = sluice_tmpl, pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+AS $$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
+    SELECT DISTINCT ON (r.part, r.pos) r.part::smallint, r.pos, r.attempt, r.token, d.msg_id, d.txid
+    FROM sluice._parse_receipts(p_receipts) r
+    CROSS JOIN LATERAL (
+        SELECT dd.msg_id, dd.txid FROM deliveries dd
+        WHERE dd.slot = r.part AND dd.group_id = p_group_id AND dd.pos = r.pos
+          AND dd.attempt = r.attempt AND dd.token = r.token AND dd.expires_at > clock_timestamp()
+        LIMIT 1) d
+    WHERE r.part BETWEEN 0 AND 3
+      AND NOT EXISTS (SELECT 1 FROM deliveries dd
+                      WHERE dd.slot = r.part AND dd.group_id = p_group_id AND dd.pos = r.pos
+                        AND dd.attempt > r.attempt)
+      AND NOT EXISTS (SELECT 1 FROM acks a WHERE a.slot = r.part AND a.group_id = p_group_id AND a.pos = r.pos)
+    ORDER BY r.part, r.pos;
+END
+$$;
+
+-- e_ack: the body of sluice.ack for this queue (see there).
+CREATE OR REPLACE FUNCTION sluice_tmpl.e_ack(p_group_id int, p_receipts text[])
+RETURNS int
+LANGUAGE plpgsql
+SET search_path = sluice_tmpl, pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+AS $$
+DECLARE
+    n int;
+BEGIN
+    INSERT INTO acks (slot, group_id, pos, kind, acked_at)
+    SELECT c.slot, p_group_id, c.pos, 'a', clock_timestamp()
+    FROM e_current_deliveries(p_group_id, p_receipts) c
+    ON CONFLICT DO NOTHING;
+    GET DIAGNOSTICS n = ROW_COUNT;
+    RETURN n;
+END
+$$;
+
+-- e_nack: the body of sluice.nack for this queue (see there).
+CREATE OR REPLACE FUNCTION sluice_tmpl.e_nack(q sluice.queue, g sluice.consumer_group, p_receipt text,
+                                              p_delay interval, p_error text)
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path = sluice_tmpl, pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+AS $$
+DECLARE
+    c record;
+    m record;
+    v_attempts int;
+    v_delay interval;
+    v_now timestamptz;
+BEGIN
+    SELECT * INTO c FROM e_current_deliveries(g.id, ARRAY[p_receipt]);
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    SELECT * INTO m FROM messages mm WHERE mm.slot = c.slot AND mm.txid = c.txid AND mm.id = c.msg_id;
+    v_attempts := m.attempt_base + c.attempt;
+    IF v_attempts >= q.max_attempts THEN
+        RETURN e_dead_letter(q.id, g.id, c.slot, c.pos, c.txid, c.msg_id, v_attempts, p_error);
+    END IF;
+    v_now := clock_timestamp();
+    INSERT INTO acks (slot, group_id, pos, kind, acked_at)
+    VALUES (c.slot, g.id, c.pos, 'n', v_now)
+    ON CONFLICT DO NOTHING;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    v_delay := coalesce(p_delay, least(q.backoff_max, q.backoff_base * power(2, least(v_attempts - 1, 40))));
+    INSERT INTO sluice.messages (queue_id, slot, id, txid, sent_at, deliver_at, priority, attempt_base,
+                                 target_group, origin_id, key, dedup_key, headers, body)
+    VALUES (q.id, (SELECT e.epoch FROM sluice.epoch e WHERE e.queue_id = q.id ORDER BY e.epoch DESC LIMIT 1) % 4, nextval(q.id_seq), pg_current_xact_id(), m.sent_at,
+            CASE WHEN v_delay > interval '0' THEN v_now + v_delay END,
+            m.priority, v_attempts, g.id, coalesce(m.origin_id, m.id), m.key, m.dedup_key, m.headers, m.body);
+    RETURN true;
+END
+$$;
+
+-- e_extend: the body of sluice.extend for this queue (see there).
+CREATE OR REPLACE FUNCTION sluice_tmpl.e_extend(p_group_id int, p_receipts text[], p_lease interval)
+RETURNS int
+LANGUAGE plpgsql
+SET search_path = sluice_tmpl, pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+AS $$
+DECLARE
+    v_now timestamptz := clock_timestamp();
+    n int;
+BEGIN
+    INSERT INTO deliveries (slot, group_id, pos, attempt, token, msg_id, txid, expires_at, delivered_at)
+    SELECT c.slot, p_group_id, c.pos, c.attempt, c.token, c.msg_id, c.txid, v_now + p_lease, v_now
+    FROM e_current_deliveries(p_group_id, p_receipts) c;
+    GET DIAGNOSTICS n = ROW_COUNT;
+    RETURN n;
+END
+$$;

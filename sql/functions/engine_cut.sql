@@ -1,0 +1,198 @@
+-- Group: engine templates - batch cutting
+--
+-- Functions in schema sluice_tmpl are templates: sluice._instantiate() copies
+-- them into each queue's schema sluice_q<id>, where their unqualified table
+-- names are that queue's tables. They are never called in sluice_tmpl itself.
+--
+-- A queue's messages get consecutive positions in commit order by "cutting":
+-- the cutter takes a snapshot S and numbers the messages visible in S that
+-- were not visible in the previous cut's snapshot S', plus the delayed
+-- messages whose time came between the two cuts. Comparing transaction ids
+-- with snapshots (as PgQ does with its ticks) means a message is numbered
+-- when its transaction commits, whatever order ids were drawn in, and a long
+-- transaction that does not send to the queue costs one index probe (its id
+-- is in S's in-progress list), not a scan. Cuts are made by consumers when
+-- they run out of numbered messages: there is no ticker.
+
+-- e_cut: number the next messages of the queue (at most 1000 per call).
+-- The caller holds the queue's cut lock.
+--
+-- Parameters:
+--   p_queue_id  queue id
+-- Returns: the last numbered position of the queue after the cut
+-- Tables: reads messages, sluice.epoch; inserts at most one row into batches
+CREATE OR REPLACE FUNCTION sluice_tmpl.e_cut(p_queue_id int)
+RETURNS bigint
+LANGUAGE plpgsql
+SET search_path = sluice_tmpl, pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+AS $$
+DECLARE
+    cap constant int := 1000;
+    last record;
+    new_round boolean;
+    v_prev_snap pg_snapshot;
+    v_prev_t timestamptz;
+    v_snap pg_snapshot;
+    v_t timestamptz;
+    v_xip xid8[];
+    v_phase smallint;
+    v_res_due timestamptz;
+    v_res_txid xid8;
+    v_res_id bigint;
+    -- phase 1 (delayed messages that came due) and phase 2 (newly committed)
+    b_ids bigint[];
+    b_txids xid8[];
+    b_slots smallint[];
+    b_targets int[];
+    b_last_due timestamptz;
+    a_ids bigint[];
+    a_txids xid8[];
+    a_slots smallint[];
+    a_targets int[];
+    nb int;
+    na int;
+    v_xmax xid8;
+    v_lo_txid xid8;
+    v_lo_id bigint;
+    n int;
+    v_done boolean;
+BEGIN
+    SELECT * INTO last FROM batches ORDER BY batch_no DESC LIMIT 1;
+    new_round := last.done;
+    IF new_round THEN
+        v_prev_snap := last.snap;
+        v_prev_t := last.t;
+        v_snap := pg_current_snapshot();
+        v_t := greatest(clock_timestamp(), last.t);
+        v_phase := 1;
+    ELSE
+        v_prev_snap := last.prev_snap;
+        v_prev_t := last.prev_t;
+        v_snap := last.snap;
+        v_t := last.t;
+        v_phase := last.res_phase;
+        v_res_due := last.res_due;
+        v_res_txid := last.res_txid;
+        v_res_id := last.res_id;
+    END IF;
+
+    -- Phase 1: committed before the previous cut, due in (prev_t, t].
+    IF v_phase = 1 THEN
+        SELECT array_agg(s.id ORDER BY s.deliver_at, s.id), array_agg(s.txid ORDER BY s.deliver_at, s.id),
+               array_agg(s.slot ORDER BY s.deliver_at, s.id), array_agg(s.target_group ORDER BY s.deliver_at, s.id),
+               max(s.deliver_at)
+        INTO b_ids, b_txids, b_slots, b_targets, b_last_due
+        FROM (SELECT m.id, m.txid, m.slot, m.target_group, m.deliver_at
+              FROM messages m
+              WHERE m.deliver_at > v_prev_t AND m.deliver_at <= v_t
+                AND pg_visible_in_snapshot(m.txid, v_prev_snap)
+                AND (v_res_due IS NULL OR (m.deliver_at, m.id) > (v_res_due, v_res_id))
+              ORDER BY m.deliver_at, m.id
+              LIMIT cap) s;
+        nb := coalesce(cardinality(b_ids), 0);
+        IF nb = cap THEN
+            v_done := false;
+            v_res_due := b_last_due;
+            v_res_id := b_ids[nb];
+        ELSE
+            v_phase := 2;
+            v_res_txid := NULL;
+            v_res_id := NULL;
+        END IF;
+    END IF;
+    nb := coalesce(cardinality(b_ids), 0);
+
+    -- Phase 2: committed between the two snapshots and due by t, in (txid, id)
+    -- order: first the transactions that were in progress at the previous cut
+    -- (all below its xmax), then an index range scan from its xmax on.
+    IF v_phase = 2 THEN
+        v_xip := ARRAY(SELECT pg_snapshot_xip(v_prev_snap));
+        v_xmax := pg_snapshot_xmax(v_prev_snap);
+        IF cardinality(v_xip) > 0 AND (v_res_txid IS NULL OR v_res_txid < v_xmax) THEN
+            SELECT array_agg(s.id ORDER BY s.txid, s.id), array_agg(s.txid ORDER BY s.txid, s.id),
+                   array_agg(s.slot ORDER BY s.txid, s.id), array_agg(s.target_group ORDER BY s.txid, s.id)
+            INTO a_ids, a_txids, a_slots, a_targets
+            FROM (SELECT m.id, m.txid, m.slot, m.target_group
+                  FROM messages m
+                  WHERE m.txid = ANY (v_xip)
+                    AND pg_visible_in_snapshot(m.txid, v_snap)
+                    AND (m.deliver_at IS NULL OR m.deliver_at <= v_t)
+                    AND (v_res_txid IS NULL OR (m.txid, m.id) > (v_res_txid, v_res_id))
+                  ORDER BY m.txid, m.id
+                  LIMIT cap - nb) s;
+        END IF;
+        na := coalesce(cardinality(a_ids), 0);
+        IF nb + na < cap THEN
+            IF v_res_txid IS NULL OR v_res_txid < v_xmax THEN
+                v_lo_txid := v_xmax;
+                v_lo_id := -1;
+            ELSE
+                v_lo_txid := v_res_txid;
+                v_lo_id := v_res_id;
+            END IF;
+            SELECT coalesce(a_ids, '{}') || coalesce(array_agg(s.id ORDER BY s.txid, s.id), '{}'),
+                   coalesce(a_txids, '{}') || coalesce(array_agg(s.txid ORDER BY s.txid, s.id), '{}'),
+                   coalesce(a_slots, '{}') || coalesce(array_agg(s.slot ORDER BY s.txid, s.id), '{}'),
+                   coalesce(a_targets, array_fill(NULL::int, ARRAY[na]))
+                       || coalesce(array_agg(s.target_group ORDER BY s.txid, s.id), '{}')
+            INTO a_ids, a_txids, a_slots, a_targets
+            FROM (SELECT m.id, m.txid, m.slot, m.target_group
+                  FROM messages m
+                  WHERE (m.txid, m.id) > (v_lo_txid, v_lo_id)
+                    AND pg_visible_in_snapshot(m.txid, v_snap)
+                    AND (m.deliver_at IS NULL OR m.deliver_at <= v_t)
+                  ORDER BY m.txid, m.id
+                  LIMIT cap - nb - na) s;
+        END IF;
+        n := nb + coalesce(cardinality(a_ids), 0);
+        v_done := n < cap;
+        IF NOT v_done THEN
+            v_res_txid := a_txids[cardinality(a_txids)];
+            v_res_id := a_ids[cardinality(a_ids)];
+        END IF;
+    END IF;
+
+    n := nb + coalesce(cardinality(a_ids), 0);
+    IF n = 0 AND new_round THEN
+        RETURN last.last_pos;   -- nothing new: write nothing
+    END IF;
+    INSERT INTO batches (slot, batch_no, first_pos, last_pos, done, res_phase, res_due, res_txid, res_id,
+                         cut_at, prev_t, t, prev_snap, snap, ids, txids, slots, targets)
+    VALUES ((SELECT e.epoch FROM sluice.epoch e WHERE e.queue_id = p_queue_id ORDER BY e.epoch DESC LIMIT 1) % 4, last.batch_no + 1, last.last_pos + 1, last.last_pos + n,
+            v_done, CASE WHEN NOT v_done THEN v_phase END,
+            CASE WHEN NOT v_done AND v_phase = 1 THEN v_res_due END,
+            CASE WHEN NOT v_done AND v_phase = 2 THEN v_res_txid END,
+            CASE WHEN NOT v_done THEN v_res_id END,
+            clock_timestamp(), v_prev_t, v_t, v_prev_snap, v_snap,
+            coalesce(b_ids, '{}') || coalesce(a_ids, '{}'),
+            coalesce(b_txids, '{}') || coalesce(a_txids, '{}'),
+            coalesce(b_slots, '{}') || coalesce(a_slots, '{}'),
+            CASE WHEN EXISTS (SELECT 1 FROM unnest(b_targets || a_targets) x WHERE x IS NOT NULL)
+                 THEN coalesce(b_targets, array_fill(NULL::int, ARRAY[nb])) || coalesce(a_targets, '{}') END);
+    RETURN last.last_pos + n;
+END
+$$;
+
+-- e_cut_all: cut until every message visible now is numbered.
+-- The caller holds the queue's cut lock.
+--
+-- Parameters:
+--   p_queue_id  queue id
+-- Returns: the last numbered position
+CREATE OR REPLACE FUNCTION sluice_tmpl.e_cut_all(p_queue_id int)
+RETURNS bigint
+LANGUAGE plpgsql
+SET search_path = sluice_tmpl, pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+AS $$
+DECLARE
+    head bigint;
+BEGIN
+    LOOP
+        head := e_cut(p_queue_id);
+        EXIT WHEN (SELECT b.done FROM batches b ORDER BY b.batch_no DESC LIMIT 1);
+    END LOOP;
+    RETURN head;
+END
+$$;

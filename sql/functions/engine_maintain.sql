@@ -1,0 +1,209 @@
+-- Group: engine templates - rotation, reclaim, purge (see engine_cut.sql for what a template is)
+--
+-- A queue writes into the slot of its current epoch. Rotation starts a new
+-- epoch (in the next slot) once rotate_interval has passed and a slot is
+-- free; reclaim TRUNCATEs the oldest retired epoch's slot once its retention
+-- has passed and no group needs anything in it. Both run inside receive about
+-- once a second while messages are in flight, and in sluice.maintain().
+
+-- e_min_lwm: the smallest low-water mark over the queue's groups (every
+-- position below it is completed by every group), or NULL without groups.
+CREATE OR REPLACE FUNCTION sluice_tmpl.e_min_lwm(p_queue_id int)
+RETURNS bigint
+LANGUAGE plpgsql STABLE
+SET search_path = sluice_tmpl, pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+AS $$
+DECLARE
+    g sluice.consumer_group;
+    v_min bigint;
+BEGIN
+    FOR g IN SELECT * FROM sluice.consumer_group cg WHERE cg.queue_id = p_queue_id LOOP
+        v_min := least(v_min, (e_group_state(g)).lwm);
+    END LOOP;
+    RETURN v_min;
+END
+$$;
+
+-- e_reclaim: truncate the slot of retired epoch p_epoch if nothing in it is
+-- needed any more. The caller holds the queue's maint lock.
+--
+-- Returns: true if the slot was truncated
+CREATE OR REPLACE FUNCTION sluice_tmpl.e_reclaim(q sluice.queue, p_epoch bigint, p_current bigint)
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path = sluice_tmpl, pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+AS $$
+DECLARE
+    v_slot constant smallint := p_epoch % 4;
+    v_cur_slot constant smallint := p_current % 4;
+    v_retired_at timestamptz;
+    head record;
+    v_min bigint;
+    v_lock_timeout text;
+    t record;
+BEGIN
+    SELECT e.started_at INTO v_retired_at FROM sluice.epoch e WHERE e.queue_id = q.id AND e.epoch = p_epoch + 1;
+    IF clock_timestamp() < v_retired_at + q.retention THEN
+        RETURN false;
+    END IF;
+    SELECT * INTO head FROM batches ORDER BY batch_no DESC LIMIT 1;
+    IF NOT head.done OR head.slot = v_slot THEN
+        RETURN false;   -- a round is half cut, or the newest batch lives in this slot
+    END IF;
+    -- Committed messages in the slot that are not numbered yet (new, or delayed).
+    IF EXISTS (SELECT 1 FROM messages m
+               WHERE m.slot = v_slot
+                 AND (m.txid >= pg_snapshot_xmax(head.snap)
+                      OR m.txid = ANY (ARRAY(SELECT pg_snapshot_xip(head.snap)))))
+       OR EXISTS (SELECT 1 FROM messages m WHERE m.slot = v_slot AND m.deliver_at > head.t) THEN
+        RETURN false;
+    END IF;
+    -- Positions some group has not completed, in batches that live in the slot
+    -- or that number messages of the slot.
+    v_min := coalesce(e_min_lwm(q.id), head.last_pos + 1);
+    IF EXISTS (SELECT 1 FROM batches b WHERE b.last_pos >= v_min AND (b.slot = v_slot OR v_slot = ANY (b.slots))) THEN
+        RETURN false;
+    END IF;
+
+    v_lock_timeout := current_setting('lock_timeout');
+    BEGIN
+        -- Keep each group's newest cursor and checkpoint if they live in the slot.
+        INSERT INTO group_states
+        SELECT v_cur_slot, s.group_id, s.seq, s.cursor, s.lwm, s.scan_from, s.lwm_at
+        FROM (SELECT DISTINCT ON (gs.group_id) * FROM group_states gs ORDER BY gs.group_id, gs.seq DESC) s
+        WHERE s.slot = v_slot;
+        INSERT INTO checkpoints
+        SELECT v_cur_slot, c.group_id, c.seq, c.lwm, c.at
+        FROM (SELECT DISTINCT ON (ck.group_id) * FROM checkpoints ck ORDER BY ck.group_id, ck.seq DESC) c
+        WHERE c.slot = v_slot;
+        -- Never queue behind a long transaction that touched the slot: give up
+        -- and try again at the next maintenance.
+        PERFORM set_config('lock_timeout', '50ms', true);
+        FOR t IN SELECT * FROM sluice._slot_tables() LOOP
+            EXECUTE format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', sluice._table(q.id, t.name, v_slot));
+        END LOOP;
+        PERFORM set_config('lock_timeout', v_lock_timeout, true);
+        FOR t IN SELECT * FROM sluice._slot_tables() LOOP
+            EXECUTE format('TRUNCATE %s', sluice._table(q.id, t.name, v_slot));
+        END LOOP;
+    EXCEPTION WHEN lock_not_available THEN
+        PERFORM set_config('lock_timeout', v_lock_timeout, true);
+        RETURN false;
+    END;
+    INSERT INTO sluice.reclaim (queue_id, epoch, reclaimed_at) VALUES (q.id, p_epoch, clock_timestamp());
+    RETURN true;
+END
+$$;
+
+-- e_maintain: reclaim what can be reclaimed, then rotate if due.
+-- The caller holds the queue's maint lock.
+--
+-- Returns: (rotated, reclaimed): whether a new epoch started, how many slots were truncated
+CREATE OR REPLACE FUNCTION sluice_tmpl.e_maintain(p_queue_id int, OUT rotated boolean, OUT reclaimed int)
+LANGUAGE plpgsql
+SET search_path = sluice_tmpl, pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+AS $$
+DECLARE
+    q sluice.queue;
+    cur record;
+    oldest bigint;
+BEGIN
+    rotated := false;
+    reclaimed := 0;
+    SELECT * INTO q FROM sluice.queue qq WHERE qq.id = p_queue_id;
+    SELECT e.epoch, e.started_at INTO cur FROM sluice.epoch e
+    WHERE e.queue_id = p_queue_id ORDER BY e.epoch DESC LIMIT 1;
+    oldest := coalesce((SELECT max(r.epoch) FROM sluice.reclaim r WHERE r.queue_id = p_queue_id) + 1, 0);
+    WHILE oldest < cur.epoch AND e_reclaim(q, oldest, cur.epoch) LOOP
+        oldest := oldest + 1;
+        reclaimed := reclaimed + 1;
+    END LOOP;
+    IF clock_timestamp() >= cur.started_at + q.rotate_interval AND cur.epoch - oldest < 3
+       AND EXISTS (SELECT 1 FROM messages m WHERE m.slot = cur.epoch % 4) THEN
+        INSERT INTO sluice.epoch (queue_id, epoch, started_at) VALUES (p_queue_id, cur.epoch + 1, clock_timestamp());
+        rotated := true;
+    END IF;
+END
+$$;
+
+-- e_purge: the body of sluice.purge_queue for this queue (see there).
+CREATE OR REPLACE FUNCTION sluice_tmpl.e_purge(q sluice.queue)
+RETURNS bigint
+LANGUAGE plpgsql
+SET search_path = sluice_tmpl, pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+AS $$
+DECLARE
+    n bigint;
+    head record;
+    t record;
+BEGIN
+    PERFORM pg_advisory_xact_lock(sluice._lock_ns('maint'), q.id);
+    PERFORM pg_advisory_xact_lock(sluice._lock_ns('cut'), q.id);
+    FOR t IN SELECT * FROM sluice._slot_tables() LOOP
+        EXECUTE format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', sluice._table(q.id, t.name));
+    END LOOP;
+    SELECT count(*) INTO n FROM messages;
+    SELECT * INTO head FROM batches ORDER BY batch_no DESC LIMIT 1;
+    FOR t IN SELECT * FROM sluice._slot_tables() LOOP
+        EXECUTE format('TRUNCATE %s', sluice._table(q.id, t.name));
+    END LOOP;
+    -- A new base: positions continue, and nothing is visible in snapshot 3:3:,
+    -- so the next cut takes every message committed from now on.
+    INSERT INTO batches (slot, batch_no, first_pos, last_pos, done, cut_at, prev_t, t, prev_snap, snap,
+                         ids, txids, slots)
+    VALUES ((SELECT e.epoch FROM sluice.epoch e WHERE e.queue_id = q.id ORDER BY e.epoch DESC LIMIT 1) % 4, head.batch_no + 1, head.last_pos + 1, head.last_pos, true,
+            clock_timestamp(), '-infinity', '-infinity', '3:3:', '3:3:', '{}', '{}', '{}');
+    RETURN n;
+END
+$$;
+
+-- e_start_pos: the first position of a new group (see sluice.create_group).
+-- The caller holds the queue's maint lock.
+--
+-- Parameters:
+--   p_queue_id   queue id
+--   p_earliest   true for 'earliest'
+--   p_ts         for a timestamp start (NULL for 'latest')
+CREATE OR REPLACE FUNCTION sluice_tmpl.e_start_pos(p_queue_id int, p_earliest boolean, p_ts timestamptz)
+RETURNS bigint
+LANGUAGE plpgsql
+SET search_path = sluice_tmpl, pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+AS $$
+DECLARE
+    v bigint;
+BEGIN
+    IF p_earliest THEN
+        SELECT min(b.first_pos) INTO v FROM batches b;
+        RETURN v;
+    END IF;
+    IF p_ts IS NOT NULL THEN
+        SELECT min(b.first_pos) INTO v FROM batches b WHERE b.cut_at >= p_ts AND b.last_pos >= b.first_pos;
+        IF v IS NOT NULL THEN
+            RETURN v;
+        END IF;
+    END IF;
+    -- 'latest', or a time after the last batch: number everything visible now.
+    PERFORM pg_advisory_xact_lock(sluice._lock_ns('cut'), p_queue_id);
+    RETURN e_cut_all(p_queue_id) + 1;
+END
+$$;
+
+-- e_base: write the base batch of a new queue: nothing is visible in
+-- snapshot 3:3:, so the first cut takes every committed message.
+CREATE OR REPLACE FUNCTION sluice_tmpl.e_base()
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = sluice_tmpl, pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+AS $$
+BEGIN
+    INSERT INTO batches (slot, batch_no, first_pos, last_pos, done, cut_at, prev_t, t, prev_snap, snap,
+                         ids, txids, slots)
+    VALUES (0, 0, 1, 0, true, clock_timestamp(), '-infinity', '-infinity', '3:3:', '3:3:', '{}', '{}', '{}');
+END
+$$;

@@ -1,0 +1,314 @@
+-- Group: engine templates - receiving (see engine_cut.sql for what a template is)
+
+-- e_group_state: the newest cursor of a group, or where to resume when there
+-- is none (first receive, after a crash, after a purge).
+--
+-- Parameters:
+--   g  the group
+-- Returns: (seq, cursor, lwm, scan_from, lwm_at, found)
+CREATE OR REPLACE FUNCTION sluice_tmpl.e_group_state(g sluice.consumer_group,
+    OUT seq bigint, OUT cursor bigint, OUT lwm bigint, OUT scan_from timestamptz,
+    OUT lwm_at timestamptz, OUT found boolean)
+LANGUAGE plpgsql STABLE
+SET search_path = sluice_tmpl, pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+AS $$
+DECLARE
+    r record;
+BEGIN
+    SELECT s.seq, s.cursor, s.lwm, s.scan_from, s.lwm_at INTO r
+    FROM group_states s WHERE s.group_id = g.id ORDER BY s.seq DESC LIMIT 1;
+    IF r.seq IS NOT NULL THEN
+        seq := r.seq; cursor := r.cursor; lwm := r.lwm;
+        scan_from := r.scan_from; lwm_at := r.lwm_at; found := true;
+        RETURN;
+    END IF;
+    SELECT c.seq, c.lwm INTO r FROM checkpoints c WHERE c.group_id = g.id ORDER BY c.seq DESC LIMIT 1;
+    seq := coalesce(r.seq, 0);
+    lwm := greatest(coalesce(r.lwm, g.start_pos), g.start_pos);
+    cursor := lwm - 1;
+    scan_from := '-infinity';
+    lwm_at := '-infinity';
+    found := false;
+END
+$$;
+
+-- e_window: the positions a group has dispatched and not completed, with
+-- their newest lease (attempt and expiry; NULL if none survives).
+--
+-- Parameters:
+--   p_group_id       group id
+--   p_lwm, p_cursor  the range to look at
+-- Returns: (pos, id, txid, slot, attempt, expires) by position
+CREATE OR REPLACE FUNCTION sluice_tmpl.e_window(p_group_id int, p_lwm bigint, p_cursor bigint)
+RETURNS TABLE (pos bigint, id bigint, txid xid8, slot smallint, attempt int, expires timestamptz)
+LANGUAGE plpgsql STABLE
+SET search_path = sluice_tmpl, pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+AS $$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
+    SELECT w.pos, w.id, w.txid, w.slot, d.attempt, d.expires
+    FROM (SELECT b.first_pos + u.o - 1 AS pos, u.id, u.txid, u.slot, u.tg
+          FROM batches b
+          CROSS JOIN LATERAL unnest(b.ids, b.txids, b.slots, b.targets) WITH ORDINALITY AS u(id, txid, slot, tg, o)
+          WHERE b.last_pos >= p_lwm AND b.first_pos <= p_cursor) w
+    LEFT JOIN LATERAL (
+        SELECT dd.attempt, max(dd.expires_at) AS expires
+        FROM deliveries dd
+        WHERE dd.slot = w.slot AND dd.group_id = p_group_id AND dd.pos = w.pos
+        GROUP BY dd.attempt ORDER BY dd.attempt DESC LIMIT 1) d ON true
+    WHERE w.pos BETWEEN p_lwm AND p_cursor AND (w.tg IS NULL OR w.tg = p_group_id)
+      AND NOT EXISTS (SELECT 1 FROM acks a WHERE a.slot = w.slot AND a.group_id = p_group_id AND a.pos = w.pos)
+    ORDER BY w.pos;
+END
+$$;
+
+-- e_lwm: the first position in [p_lwm, p_cursor] the group has not completed
+-- (p_cursor + 1 when all are). Stops at the first one, so it is cheap while
+-- the front of the window is in flight.
+CREATE OR REPLACE FUNCTION sluice_tmpl.e_lwm(p_group_id int, p_lwm bigint, p_cursor bigint)
+RETURNS bigint
+LANGUAGE plpgsql STABLE
+SET search_path = sluice_tmpl, pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+AS $$
+DECLARE
+    v bigint;
+BEGIN
+    IF p_cursor < p_lwm THEN
+        RETURN p_lwm;
+    END IF;
+    SELECT w.pos INTO v
+    FROM (SELECT b.first_pos + u.o - 1 AS pos, u.slot, u.tg
+          FROM (SELECT * FROM batches bb
+                WHERE bb.last_pos >= p_lwm AND bb.first_pos <= p_cursor
+                ORDER BY bb.last_pos) b
+          CROSS JOIN LATERAL unnest(b.slots, b.targets) WITH ORDINALITY AS u(slot, tg, o)) w
+    WHERE w.pos BETWEEN p_lwm AND p_cursor AND (w.tg IS NULL OR w.tg = p_group_id)
+      AND NOT EXISTS (SELECT 1 FROM acks a WHERE a.slot = w.slot AND a.group_id = p_group_id AND a.pos = w.pos)
+    LIMIT 1;
+    RETURN coalesce(v, p_cursor + 1);
+END
+$$;
+
+-- e_dead_letter: move one delivery to the dead-letter store and complete its
+-- position for the group.
+--
+-- Returns: false if the position was already completed
+CREATE OR REPLACE FUNCTION sluice_tmpl.e_dead_letter(p_queue_id int, p_group_id int, p_slot smallint, p_pos bigint,
+                                                     p_msg_txid xid8, p_msg_id bigint, p_attempts int, p_error text)
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path = sluice_tmpl, pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+AS $$
+DECLARE
+    v_now timestamptz := clock_timestamp();
+BEGIN
+    INSERT INTO acks (slot, group_id, pos, kind, acked_at)
+    VALUES (p_slot, p_group_id, p_pos, 'd', v_now)
+    ON CONFLICT DO NOTHING;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    INSERT INTO sluice.dead_letter (queue_id, group_id, message_id, attempts, error, died_at,
+                                    sent_at, priority, key, headers, body)
+    SELECT p_queue_id, p_group_id, coalesce(m.origin_id, m.id), p_attempts, p_error, v_now,
+           m.sent_at, m.priority, m.key, m.headers, m.body
+    FROM messages m
+    WHERE m.slot = p_slot AND m.txid = p_msg_txid AND m.id = p_msg_id;
+    RETURN true;
+END
+$$;
+
+-- e_receive: the body of sluice.receive for this queue (see there).
+-- Runs under the group's dispatch lock, taken here.
+CREATE OR REPLACE FUNCTION sluice_tmpl.e_receive(q sluice.queue, g sluice.consumer_group, max_messages int,
+                                                 p_lease interval, p_consumer text)
+RETURNS SETOF sluice.message
+LANGUAGE plpgsql
+SET search_path = sluice_tmpl, pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+AS $$
+DECLARE
+    v_now timestamptz;
+    v_expires timestamptz;
+    st record;
+    v_seq bigint;
+    v_cursor bigint;
+    v_lwm bigint;
+    v_scan_from timestamptz;
+    v_lwm_at timestamptz;
+    v_changed boolean;
+    v_slot smallint;
+    v_ckpt bigint;
+    need int := max_messages;
+    cut_tried boolean := false;
+    last_taken bigint;
+    v_from int;
+    v_to int;
+    b record;
+    r record;
+    o sluice.message;
+    -- picked positions
+    k_pos bigint[] := '{}';
+    k_id bigint[] := '{}';
+    k_txid xid8[] := '{}';
+    k_slot smallint[] := '{}';
+    k_attempt int[] := '{}';
+    -- leases to write
+    d_slot smallint[] := '{}';
+    d_pos bigint[] := '{}';
+    d_attempt int[] := '{}';
+    d_token bigint[] := '{}';
+    d_id bigint[] := '{}';
+    d_txid xid8[] := '{}';
+    v_token bigint;
+BEGIN
+    PERFORM pg_advisory_xact_lock(sluice._lock_ns('group'), g.id);
+    v_now := clock_timestamp();
+    v_expires := v_now + p_lease;
+    st := e_group_state(g);
+    v_seq := st.seq;
+    v_cursor := st.cursor;
+    v_lwm := st.lwm;
+    v_scan_from := st.scan_from;
+    v_lwm_at := st.lwm_at;
+    v_changed := NOT st.found;
+
+    -- 1. Leases that expired since the last look, oldest expiry first. A lease
+    -- is redelivered if it is still the message's newest delivery, was not
+    -- extended past now, and the message is not completed. Each lease's
+    -- expiry is looked at about once, whatever the number in flight.
+    FOR r IN
+        SELECT d.pos, d.attempt, d.msg_id, d.txid, d.slot, d.expires_at,
+               NOT EXISTS (SELECT 1 FROM deliveries d2
+                           WHERE d2.slot = d.slot AND d2.group_id = g.id AND d2.pos = d.pos
+                             AND (d2.attempt > d.attempt OR (d2.attempt = d.attempt AND d2.expires_at > v_now)))
+               AND NOT EXISTS (SELECT 1 FROM acks a WHERE a.slot = d.slot AND a.group_id = g.id AND a.pos = d.pos)
+               AS expired
+        FROM deliveries d
+        WHERE d.group_id = g.id AND d.expires_at >= v_scan_from AND d.expires_at <= v_now AND d.pos >= v_lwm
+        ORDER BY d.expires_at, d.pos
+    LOOP
+        IF r.expired AND NOT r.pos = ANY (k_pos) THEN
+            EXIT WHEN need = 0;
+            k_pos := k_pos || r.pos;
+            k_id := k_id || r.msg_id;
+            k_txid := k_txid || r.txid;
+            k_slot := k_slot || r.slot;
+            k_attempt := k_attempt || (r.attempt + 1);
+            need := need - 1;
+        END IF;
+        v_scan_from := r.expires_at;
+        v_changed := true;
+    END LOOP;
+
+    -- 2. New messages, cutting a new batch when the numbered ones run out.
+    WHILE need > 0 LOOP
+        SELECT * INTO b FROM batches
+        WHERE last_pos > v_cursor AND last_pos >= first_pos ORDER BY last_pos LIMIT 1;
+        IF NOT FOUND THEN
+            EXIT WHEN cut_tried;
+            cut_tried := true;
+            -- Never wait for another cutter: what it cuts is there at the next call.
+            EXIT WHEN NOT pg_try_advisory_xact_lock(sluice._lock_ns('cut'), q.id);
+            PERFORM e_cut(q.id);
+            CONTINUE;
+        END IF;
+        last_taken := NULL;
+        -- The next part of the batch after the cursor, in order (a function
+        -- scan returns array order); a little more than needed, in case some
+        -- positions are retries meant for other groups or already completed.
+        v_from := greatest(v_cursor - b.first_pos + 2, 1);
+        v_to := least(b.last_pos - b.first_pos + 1, v_from + 2 * need + 15);
+        FOR r IN
+            SELECT b.first_pos + v_from + x.o - 2 AS pos, x.id, x.txid, x.slot
+            FROM unnest(b.ids[v_from:v_to], b.txids[v_from:v_to], b.slots[v_from:v_to], b.targets[v_from:v_to])
+                 WITH ORDINALITY AS x(id, txid, slot, tg, o)
+            WHERE (x.tg IS NULL OR x.tg = g.id)
+              AND NOT EXISTS (SELECT 1 FROM acks a
+                              WHERE a.slot = x.slot AND a.group_id = g.id AND a.pos = b.first_pos + v_from + x.o - 2)
+            LIMIT need
+        LOOP
+            k_pos := k_pos || r.pos;
+            k_id := k_id || r.id;
+            k_txid := k_txid || r.txid;
+            k_slot := k_slot || r.slot;
+            k_attempt := k_attempt || 1;
+            need := need - 1;
+            last_taken := r.pos;
+        END LOOP;
+        v_cursor := CASE WHEN need > 0 THEN b.first_pos + v_to - 1 ELSE last_taken END;
+        v_changed := true;
+    END LOOP;
+
+    -- 3. Lease them (or dead-letter those out of attempts) and return them.
+    IF cardinality(k_pos) > 0 THEN
+        FOR r IN
+            SELECT k.pos, k.slot, k.attempt, mm.*
+            FROM unnest(k_pos, k_id, k_txid, k_slot, k_attempt) AS k(pos, id, txid, slot, attempt)
+            CROSS JOIN LATERAL (
+                SELECT m.id AS msg_id, m.txid AS msg_txid, m.attempt_base, coalesce(m.origin_id, m.id) AS public_id,
+                       m.body, m.headers, m.key, m.priority, m.sent_at
+                FROM messages m
+                WHERE m.slot = k.slot AND m.txid = k.txid AND m.id = k.id
+                LIMIT 1) mm
+            ORDER BY k.pos
+        LOOP
+            IF r.attempt_base + r.attempt > q.max_attempts THEN
+                PERFORM e_dead_letter(q.id, g.id, r.slot, r.pos, r.msg_txid, r.msg_id,
+                                      r.attempt_base + r.attempt - 1,
+                                      format('lease of attempt %s expired; max_attempts (%s) reached',
+                                             r.attempt_base + r.attempt - 1, q.max_attempts));
+                CONTINUE;
+            END IF;
+            v_token := (random() * 999999999999999999)::bigint;
+            d_slot := d_slot || r.slot;
+            d_pos := d_pos || r.pos;
+            d_attempt := d_attempt || r.attempt;
+            d_token := d_token || v_token;
+            d_id := d_id || r.msg_id;
+            d_txid := d_txid || r.msg_txid;
+            o.id := r.public_id;
+            o.body := r.body;
+            o.headers := r.headers;
+            o.key := r.key;
+            o.priority := r.priority;
+            o.attempt := r.attempt_base + r.attempt;
+            o.sent_at := r.sent_at;
+            o.receipt := r.slot || '.' || r.pos || '.' || r.attempt || '.' || v_token;
+            o.lease_expires_at := v_expires;
+            o.pos := r.pos;
+            RETURN NEXT o;
+        END LOOP;
+        INSERT INTO deliveries (slot, group_id, pos, attempt, token, msg_id, txid, expires_at, delivered_at, consumer)
+        SELECT u.slot, g.id, u.pos, u.attempt, u.token, u.id, u.txid, v_expires, v_now, p_consumer
+        FROM unnest(d_slot, d_pos, d_attempt, d_token, d_id, d_txid) AS u(slot, pos, attempt, token, id, txid);
+    END IF;
+
+    -- 4. About once a second while messages are in flight: advance the
+    -- low-water mark, checkpoint it durably, and let the queue rotate.
+    v_slot := (SELECT e.epoch FROM sluice.epoch e WHERE e.queue_id = q.id ORDER BY e.epoch DESC LIMIT 1) % 4;
+    IF v_cursor >= v_lwm AND v_now >= v_lwm_at + interval '1 second' THEN
+        v_ckpt := v_lwm;
+        v_lwm := e_lwm(g.id, v_lwm, v_cursor);
+        v_lwm_at := v_now;
+        v_changed := true;
+        IF v_lwm <> v_ckpt OR NOT st.found THEN
+            INSERT INTO checkpoints (slot, group_id, seq, lwm, at) VALUES (v_slot, g.id, v_seq + 1, v_lwm, v_now);
+        END IF;
+        IF pg_try_advisory_xact_lock(sluice._lock_ns('maint'), q.id) THEN
+            PERFORM e_maintain(q.id);
+            v_slot := (SELECT e.epoch FROM sluice.epoch e WHERE e.queue_id = q.id ORDER BY e.epoch DESC LIMIT 1) % 4;
+        END IF;
+    END IF;
+
+    IF v_changed THEN
+        INSERT INTO group_states (slot, group_id, seq, cursor, lwm, scan_from, lwm_at)
+        VALUES (v_slot, g.id, v_seq + 1, v_cursor, v_lwm, v_scan_from, v_lwm_at);
+    END IF;
+END
+$$;

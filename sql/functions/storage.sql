@@ -1,0 +1,153 @@
+-- Group: per-queue storage (internal)
+--
+-- Each queue owns a schema sluice_q<id> holding its data tables, each
+-- partitioned by slot 0..3, and a copy of every engine function of schema
+-- sluice_tmpl. A copy differs from its template only in its search_path, so
+-- its statements name the queue's own tables statically: PL/pgSQL caches
+-- their plans, and no statement plans over other queues' partitions.
+
+-- _qschema: the schema of a queue.
+CREATE OR REPLACE FUNCTION sluice._qschema(p_queue_id int)
+RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT 'sluice_q' || p_queue_id
+$$;
+
+-- _slot_tables: the slot-partitioned tables of a queue and whether their
+-- slots are UNLOGGED (leases and cursors: not needed after a crash).
+CREATE OR REPLACE FUNCTION sluice._slot_tables()
+RETURNS TABLE (name text, unlogged boolean)
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    VALUES ('messages', false), ('batches', false), ('deliveries', true),
+           ('acks', false), ('group_states', true), ('checkpoints', false)
+$$;
+
+-- _create_storage: create the schema, tables and functions of a queue.
+--
+-- Parameters:
+--   p_queue_id  queue id
+-- Tables: creates schema sluice_q<id>: messages (a partition of
+--   sluice.messages), batches, deliveries, acks, group_states, checkpoints,
+--   each with 4 slot partitions
+CREATE OR REPLACE FUNCTION sluice._create_storage(p_queue_id int)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    sch constant text := sluice._qschema(p_queue_id);
+    t record;
+    s int;
+BEGIN
+    EXECUTE format('CREATE SCHEMA %I', sch);
+    EXECUTE format('CREATE TABLE %I.messages PARTITION OF sluice.messages FOR VALUES IN (%s) PARTITION BY LIST (slot)',
+                   sch, p_queue_id);
+    EXECUTE format($ddl$
+        CREATE TABLE %1$I.batches (
+            slot      smallint NOT NULL,
+            batch_no  bigint NOT NULL,
+            first_pos bigint NOT NULL,
+            last_pos  bigint NOT NULL,
+            done      boolean NOT NULL,
+            res_phase smallint,
+            res_due   timestamptz,
+            res_txid  xid8,
+            res_id    bigint,
+            cut_at    timestamptz NOT NULL,
+            prev_t    timestamptz NOT NULL,
+            t         timestamptz NOT NULL,
+            prev_snap pg_snapshot NOT NULL,
+            snap      pg_snapshot NOT NULL,
+            ids       bigint[] NOT NULL,
+            txids     xid8[] NOT NULL,
+            slots     smallint[] NOT NULL,
+            targets   int[],
+            PRIMARY KEY (batch_no, slot)
+        ) PARTITION BY LIST (slot);
+        CREATE INDEX ON %1$I.batches (last_pos);
+        CREATE TABLE %1$I.deliveries (
+            slot         smallint NOT NULL,
+            group_id     int NOT NULL,
+            pos          bigint NOT NULL,
+            attempt      int NOT NULL,
+            token        bigint NOT NULL,
+            msg_id       bigint NOT NULL,
+            txid         xid8 NOT NULL,
+            expires_at   timestamptz NOT NULL,
+            delivered_at timestamptz NOT NULL,
+            consumer     text
+        ) PARTITION BY LIST (slot);
+        CREATE INDEX ON %1$I.deliveries (group_id, pos, attempt);
+        CREATE INDEX ON %1$I.deliveries (group_id, expires_at);
+        CREATE TABLE %1$I.acks (
+            slot     smallint NOT NULL,
+            group_id int NOT NULL,
+            pos      bigint NOT NULL,
+            kind     "char" NOT NULL,
+            acked_at timestamptz NOT NULL,
+            UNIQUE (group_id, pos, slot)
+        ) PARTITION BY LIST (slot);
+        CREATE TABLE %1$I.group_states (
+            slot      smallint NOT NULL,
+            group_id  int NOT NULL,
+            seq       bigint NOT NULL,
+            cursor    bigint NOT NULL,
+            lwm       bigint NOT NULL,
+            scan_from timestamptz NOT NULL,
+            lwm_at    timestamptz NOT NULL,
+            PRIMARY KEY (group_id, seq, slot)
+        ) PARTITION BY LIST (slot);
+        CREATE TABLE %1$I.checkpoints (
+            slot     smallint NOT NULL,
+            group_id int NOT NULL,
+            seq      bigint NOT NULL,
+            lwm      bigint NOT NULL,
+            at       timestamptz NOT NULL,
+            PRIMARY KEY (group_id, seq, slot)
+        ) PARTITION BY LIST (slot);
+    $ddl$, sch);
+    FOR s IN 0..3 LOOP
+        FOR t IN SELECT * FROM sluice._slot_tables() LOOP
+            EXECUTE format('CREATE %s TABLE %I.%I PARTITION OF %I.%I FOR VALUES IN (%s)',
+                           CASE WHEN t.unlogged THEN 'UNLOGGED' ELSE '' END,
+                           sch, t.name || '_' || s, sch, t.name, s);
+        END LOOP;
+    END LOOP;
+    PERFORM sluice._instantiate(p_queue_id);
+END
+$$;
+
+-- _instantiate: (re)create a queue's copies of the engine functions from the
+-- templates in schema sluice_tmpl. Run for every queue on each migrate.
+--
+-- Parameters:
+--   p_queue_id  queue id
+CREATE OR REPLACE FUNCTION sluice._instantiate(p_queue_id int)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    sch constant text := sluice._qschema(p_queue_id);
+    f oid;
+BEGIN
+    FOR f IN SELECT p.oid FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+             WHERE n.nspname = 'sluice_tmpl' ORDER BY p.proname LOOP
+        EXECUTE replace(pg_get_functiondef(f), 'sluice_tmpl', sch);
+    END LOOP;
+END
+$$;
+
+-- _table: the qualified name of a queue's table (or of one slot of it).
+CREATE OR REPLACE FUNCTION sluice._table(p_queue_id int, p_name text, p_slot int DEFAULT NULL)
+RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT format('%I.%I', sluice._qschema(p_queue_id),
+                  p_name || CASE WHEN p_slot IS NULL THEN '' ELSE '_' || p_slot END)
+$$;
