@@ -13,6 +13,7 @@ RETURNS TABLE (slot smallint, pos bigint, attempt int, token bigint, msg_id bigi
 LANGUAGE plpgsql STABLE
 SET search_path = sluice_tmpl, pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
 AS $$
 #variable_conflict use_column
 BEGIN
@@ -24,11 +25,13 @@ BEGIN
         WHERE dd.slot = r.part AND dd.group_id = p_group_id AND dd.pos = r.pos
           AND dd.attempt = r.attempt AND dd.token = r.token AND dd.expires_at > clock_timestamp()
         LIMIT 1) d
-    WHERE r.part BETWEEN 0 AND 3
-      AND NOT EXISTS (SELECT 1 FROM deliveries dd
-                      WHERE dd.slot = r.part AND dd.group_id = p_group_id AND dd.pos = r.pos
-                        AND dd.attempt > r.attempt)
-      AND NOT EXISTS (SELECT 1 FROM acks a WHERE a.slot = r.part AND a.group_id = p_group_id AND a.pos = r.pos)
+    LEFT JOIN LATERAL (SELECT 1 AS hit FROM deliveries dd
+                       WHERE dd.group_id = p_group_id AND dd.pos = r.pos AND dd.slot = r.part
+                         AND dd.attempt > r.attempt
+                       LIMIT 1) newer ON true
+    LEFT JOIN LATERAL (SELECT 1 AS hit FROM acks a
+                       WHERE a.group_id = p_group_id AND a.pos = r.pos AND a.slot = r.part LIMIT 1) ak ON true
+    WHERE r.part BETWEEN 0 AND 3 AND newer.hit IS NULL AND ak.hit IS NULL
     ORDER BY r.part, r.pos;
 END
 $$;
@@ -39,6 +42,7 @@ RETURNS int
 LANGUAGE plpgsql
 SET search_path = sluice_tmpl, pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
 AS $$
 DECLARE
     n int;
@@ -59,6 +63,7 @@ RETURNS boolean
 LANGUAGE plpgsql
 SET search_path = sluice_tmpl, pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
 AS $$
 DECLARE
     c record;
@@ -99,6 +104,7 @@ RETURNS int
 LANGUAGE plpgsql
 SET search_path = sluice_tmpl, pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
 AS $$
 DECLARE
     v_now timestamptz := clock_timestamp();

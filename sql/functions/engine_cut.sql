@@ -19,13 +19,15 @@
 --
 -- Parameters:
 --   p_queue_id  queue id
--- Returns: the last numbered position of the queue after the cut
+-- Returns: the last numbered position of the queue after the cut, or NULL
+--          when there was nothing new to number (and nothing was written)
 -- Tables: reads messages, sluice.epoch; inserts at most one row into batches
 CREATE OR REPLACE FUNCTION sluice_tmpl.e_cut(p_queue_id int)
 RETURNS bigint
 LANGUAGE plpgsql
 SET search_path = sluice_tmpl, pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
 AS $$
 DECLARE
     cap constant int := 1000;
@@ -113,13 +115,19 @@ BEGIN
             SELECT array_agg(s.id ORDER BY s.txid, s.id), array_agg(s.txid ORDER BY s.txid, s.id),
                    array_agg(s.slot ORDER BY s.txid, s.id), array_agg(s.target_group ORDER BY s.txid, s.id)
             INTO a_ids, a_txids, a_slots, a_targets
-            FROM (SELECT m.id, m.txid, m.slot, m.target_group
-                  FROM messages m
-                  WHERE m.txid = ANY (v_xip)
-                    AND pg_visible_in_snapshot(m.txid, v_snap)
-                    AND (m.deliver_at IS NULL OR m.deliver_at <= v_t)
-                    AND (v_res_txid IS NULL OR (m.txid, m.id) > (v_res_txid, v_res_id))
-                  ORDER BY m.txid, m.id
+            FROM (SELECT x.* FROM (
+                      -- OFFSET 0 keeps the planner from walking the whole
+                      -- (txid, id) index in order to serve the LIMIT: the
+                      -- in-progress list (a long transaction's id, say) is
+                      -- looked up in the index, then the few rows sorted.
+                      SELECT m.id, m.txid, m.slot, m.target_group
+                      FROM messages m
+                      WHERE m.txid = ANY (v_xip)
+                        AND pg_visible_in_snapshot(m.txid, v_snap)
+                        AND (m.deliver_at IS NULL OR m.deliver_at <= v_t)
+                        AND (v_res_txid IS NULL OR (m.txid, m.id) > (v_res_txid, v_res_id))
+                      OFFSET 0) x
+                  ORDER BY x.txid, x.id
                   LIMIT cap - nb) s;
         END IF;
         na := coalesce(cardinality(a_ids), 0);
@@ -140,6 +148,9 @@ BEGIN
             FROM (SELECT m.id, m.txid, m.slot, m.target_group
                   FROM messages m
                   WHERE (m.txid, m.id) > (v_lo_txid, v_lo_id)
+                    -- nothing at or above the snapshot's xmax is visible in
+                    -- it: stop there rather than walk newer sends
+                    AND m.txid < pg_snapshot_xmax(v_snap)
                     AND pg_visible_in_snapshot(m.txid, v_snap)
                     AND (m.deliver_at IS NULL OR m.deliver_at <= v_t)
                   ORDER BY m.txid, m.id
@@ -155,7 +166,7 @@ BEGIN
 
     n := nb + coalesce(cardinality(a_ids), 0);
     IF n = 0 AND new_round THEN
-        RETURN last.last_pos;   -- nothing new: write nothing
+        RETURN NULL;   -- nothing new: write nothing
     END IF;
     INSERT INTO batches (slot, batch_no, first_pos, last_pos, done, res_phase, res_due, res_txid, res_id,
                          cut_at, prev_t, t, prev_snap, snap, ids, txids, slots, targets)
@@ -185,14 +196,15 @@ RETURNS bigint
 LANGUAGE plpgsql
 SET search_path = sluice_tmpl, pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
 AS $$
 DECLARE
     head bigint;
 BEGIN
     LOOP
         head := e_cut(p_queue_id);
-        EXIT WHEN (SELECT b.done FROM batches b ORDER BY b.batch_no DESC LIMIT 1);
+        EXIT WHEN head IS NULL OR (SELECT b.done FROM batches b ORDER BY b.batch_no DESC LIMIT 1);
     END LOOP;
-    RETURN head;
+    RETURN (SELECT b.last_pos FROM batches b ORDER BY b.batch_no DESC LIMIT 1);
 END
 $$;

@@ -13,6 +13,7 @@ RETURNS bigint
 LANGUAGE plpgsql STABLE
 SET search_path = sluice_tmpl, pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
 AS $$
 DECLARE
     g sluice.consumer_group;
@@ -34,6 +35,7 @@ RETURNS boolean
 LANGUAGE plpgsql
 SET search_path = sluice_tmpl, pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
 AS $$
 DECLARE
     v_slot constant smallint := p_epoch % 4;
@@ -42,6 +44,8 @@ DECLARE
     head record;
     v_min bigint;
     v_lock_timeout text;
+    v_xip xid8[];
+    v_prev_xip xid8[];
     t record;
 BEGIN
     SELECT e.started_at INTO v_retired_at FROM sluice.epoch e WHERE e.queue_id = q.id AND e.epoch = p_epoch + 1;
@@ -49,15 +53,21 @@ BEGIN
         RETURN false;
     END IF;
     SELECT * INTO head FROM batches ORDER BY batch_no DESC LIMIT 1;
-    IF NOT head.done OR head.slot = v_slot THEN
-        RETURN false;   -- a round is half cut, or the newest batch lives in this slot
+    IF head.slot = v_slot OR (NOT head.done AND head.res_phase = 1) THEN
+        RETURN false;   -- the newest batch lives in this slot, or delayed messages are half numbered
     END IF;
-    -- Committed messages in the slot that are not numbered yet (new, or delayed).
-    IF EXISTS (SELECT 1 FROM messages m
-               WHERE m.slot = v_slot
-                 AND (m.txid >= pg_snapshot_xmax(head.snap)
-                      OR m.txid = ANY (ARRAY(SELECT pg_snapshot_xip(head.snap)))))
-       OR EXISTS (SELECT 1 FROM messages m WHERE m.slot = v_slot AND m.deliver_at > head.t) THEN
+    -- Committed messages in the slot that are not numbered yet: committed
+    -- after the newest cut, still delayed, or left in a half-cut round.
+    v_xip := ARRAY(SELECT pg_snapshot_xip(head.snap));
+    v_prev_xip := ARRAY(SELECT pg_snapshot_xip(head.prev_snap));
+    IF EXISTS (SELECT 1 FROM messages m WHERE m.slot = v_slot AND m.txid >= pg_snapshot_xmax(head.snap))
+       OR EXISTS (SELECT 1 FROM messages m WHERE m.slot = v_slot AND m.txid = ANY (v_xip))
+       OR EXISTS (SELECT 1 FROM messages m WHERE m.slot = v_slot AND m.deliver_at > head.t)
+       OR (NOT head.done AND EXISTS (
+              SELECT 1 FROM messages m
+              WHERE m.slot = v_slot AND (m.txid, m.id) > (head.res_txid, head.res_id)
+                AND m.txid < pg_snapshot_xmax(head.snap)
+                AND (m.txid >= pg_snapshot_xmax(head.prev_snap) OR m.txid = ANY (v_prev_xip)))) THEN
         RETURN false;
     END IF;
     -- Positions some group has not completed, in batches that live in the slot
@@ -105,6 +115,7 @@ CREATE OR REPLACE FUNCTION sluice_tmpl.e_maintain(p_queue_id int, OUT rotated bo
 LANGUAGE plpgsql
 SET search_path = sluice_tmpl, pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
 AS $$
 DECLARE
     q sluice.queue;
@@ -135,6 +146,7 @@ RETURNS bigint
 LANGUAGE plpgsql
 SET search_path = sluice_tmpl, pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
 AS $$
 DECLARE
     n bigint;
@@ -173,6 +185,7 @@ RETURNS bigint
 LANGUAGE plpgsql
 SET search_path = sluice_tmpl, pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
 AS $$
 DECLARE
     v bigint;
@@ -200,6 +213,7 @@ RETURNS void
 LANGUAGE plpgsql
 SET search_path = sluice_tmpl, pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
 AS $$
 BEGIN
     INSERT INTO batches (slot, batch_no, first_pos, last_pos, done, cut_at, prev_t, t, prev_snap, snap,

@@ -12,6 +12,7 @@ CREATE OR REPLACE FUNCTION sluice_tmpl.e_group_state(g sluice.consumer_group,
 LANGUAGE plpgsql STABLE
 SET search_path = sluice_tmpl, pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
 AS $$
 DECLARE
     r record;
@@ -45,6 +46,7 @@ RETURNS TABLE (pos bigint, id bigint, txid xid8, slot smallint, attempt int, exp
 LANGUAGE plpgsql STABLE
 SET search_path = sluice_tmpl, pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
 AS $$
 #variable_conflict use_column
 BEGIN
@@ -59,8 +61,9 @@ BEGIN
         FROM deliveries dd
         WHERE dd.slot = w.slot AND dd.group_id = p_group_id AND dd.pos = w.pos
         GROUP BY dd.attempt ORDER BY dd.attempt DESC LIMIT 1) d ON true
-    WHERE w.pos BETWEEN p_lwm AND p_cursor AND (w.tg IS NULL OR w.tg = p_group_id)
-      AND NOT EXISTS (SELECT 1 FROM acks a WHERE a.slot = w.slot AND a.group_id = p_group_id AND a.pos = w.pos)
+    LEFT JOIN LATERAL (SELECT 1 AS hit FROM acks a
+                       WHERE a.group_id = p_group_id AND a.pos = w.pos AND a.slot = w.slot LIMIT 1) ak ON true
+    WHERE w.pos BETWEEN p_lwm AND p_cursor AND (w.tg IS NULL OR w.tg = p_group_id) AND ak.hit IS NULL
     ORDER BY w.pos;
 END
 $$;
@@ -73,6 +76,7 @@ RETURNS bigint
 LANGUAGE plpgsql STABLE
 SET search_path = sluice_tmpl, pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
 AS $$
 DECLARE
     v bigint;
@@ -86,8 +90,9 @@ BEGIN
                 WHERE bb.last_pos >= p_lwm AND bb.first_pos <= p_cursor
                 ORDER BY bb.last_pos) b
           CROSS JOIN LATERAL unnest(b.slots, b.targets) WITH ORDINALITY AS u(slot, tg, o)) w
-    WHERE w.pos BETWEEN p_lwm AND p_cursor AND (w.tg IS NULL OR w.tg = p_group_id)
-      AND NOT EXISTS (SELECT 1 FROM acks a WHERE a.slot = w.slot AND a.group_id = p_group_id AND a.pos = w.pos)
+    LEFT JOIN LATERAL (SELECT 1 AS hit FROM acks a
+                       WHERE a.group_id = p_group_id AND a.pos = w.pos AND a.slot = w.slot LIMIT 1) ak ON true
+    WHERE w.pos BETWEEN p_lwm AND p_cursor AND (w.tg IS NULL OR w.tg = p_group_id) AND ak.hit IS NULL
     LIMIT 1;
     RETURN coalesce(v, p_cursor + 1);
 END
@@ -103,6 +108,7 @@ RETURNS boolean
 LANGUAGE plpgsql
 SET search_path = sluice_tmpl, pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
 AS $$
 DECLARE
     v_now timestamptz := clock_timestamp();
@@ -131,6 +137,7 @@ RETURNS SETOF sluice.message
 LANGUAGE plpgsql
 SET search_path = sluice_tmpl, pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
 AS $$
 DECLARE
     v_now timestamptz;
@@ -145,7 +152,7 @@ DECLARE
     v_slot smallint;
     v_ckpt bigint;
     need int := max_messages;
-    cut_tried boolean := false;
+    cuts int := 0;
     last_taken bigint;
     v_from int;
     v_to int;
@@ -184,12 +191,14 @@ BEGIN
     -- expiry is looked at about once, whatever the number in flight.
     FOR r IN
         SELECT d.pos, d.attempt, d.msg_id, d.txid, d.slot, d.expires_at,
-               NOT EXISTS (SELECT 1 FROM deliveries d2
-                           WHERE d2.slot = d.slot AND d2.group_id = g.id AND d2.pos = d.pos
-                             AND (d2.attempt > d.attempt OR (d2.attempt = d.attempt AND d2.expires_at > v_now)))
-               AND NOT EXISTS (SELECT 1 FROM acks a WHERE a.slot = d.slot AND a.group_id = g.id AND a.pos = d.pos)
-               AS expired
+               newer.hit IS NULL AND ak.hit IS NULL AS expired
         FROM deliveries d
+        LEFT JOIN LATERAL (SELECT 1 AS hit FROM deliveries d2
+                           WHERE d2.group_id = g.id AND d2.pos = d.pos AND d2.slot = d.slot
+                             AND (d2.attempt > d.attempt OR (d2.attempt = d.attempt AND d2.expires_at > v_now))
+                           LIMIT 1) newer ON true
+        LEFT JOIN LATERAL (SELECT 1 AS hit FROM acks a
+                           WHERE a.group_id = g.id AND a.pos = d.pos AND a.slot = d.slot LIMIT 1) ak ON true
         WHERE d.group_id = g.id AND d.expires_at >= v_scan_from AND d.expires_at <= v_now AND d.pos >= v_lwm
         ORDER BY d.expires_at, d.pos
     LOOP
@@ -211,11 +220,15 @@ BEGIN
         SELECT * INTO b FROM batches
         WHERE last_pos > v_cursor AND last_pos >= first_pos ORDER BY last_pos LIMIT 1;
         IF NOT FOUND THEN
-            EXIT WHEN cut_tried;
-            cut_tried := true;
+            -- Cut while cutting makes progress (a round larger than one cut
+            -- takes several; a few per call bound the time under the lock).
             -- Never wait for another cutter: what it cuts is there at the next call.
-            EXIT WHEN NOT pg_try_advisory_xact_lock(sluice._lock_ns('cut'), q.id);
-            PERFORM e_cut(q.id);
+            EXIT WHEN cuts >= 4;
+            IF cuts = 0 THEN
+                EXIT WHEN NOT pg_try_advisory_xact_lock(sluice._lock_ns('cut'), q.id);
+            END IF;
+            cuts := cuts + 1;
+            EXIT WHEN e_cut(q.id) IS NULL;
             CONTINUE;
         END IF;
         last_taken := NULL;
@@ -228,9 +241,10 @@ BEGIN
             SELECT b.first_pos + v_from + x.o - 2 AS pos, x.id, x.txid, x.slot
             FROM unnest(b.ids[v_from:v_to], b.txids[v_from:v_to], b.slots[v_from:v_to], b.targets[v_from:v_to])
                  WITH ORDINALITY AS x(id, txid, slot, tg, o)
-            WHERE (x.tg IS NULL OR x.tg = g.id)
-              AND NOT EXISTS (SELECT 1 FROM acks a
-                              WHERE a.slot = x.slot AND a.group_id = g.id AND a.pos = b.first_pos + v_from + x.o - 2)
+            LEFT JOIN LATERAL (SELECT 1 AS hit FROM acks a
+                               WHERE a.group_id = g.id AND a.pos = b.first_pos + v_from + x.o - 2 AND a.slot = x.slot
+                               LIMIT 1) ak ON true
+            WHERE (x.tg IS NULL OR x.tg = g.id) AND ak.hit IS NULL
             LIMIT need
         LOOP
             k_pos := k_pos || r.pos;

@@ -6,6 +6,7 @@ RETURNS SETOF sluice.queue_status
 LANGUAGE plpgsql STABLE
 SET search_path = sluice_tmpl, pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
 AS $$
 DECLARE
     g sluice.consumer_group;

@@ -1,0 +1,44 @@
+# sluice — build and test.
+#
+# The Go tests run against a real PostgreSQL: DATABASE_URL if set, else a
+# private server that internal/pgtest fetches (version SLUICE_PG_VERSION,
+# 14 to 18, default 18) and starts on 127.0.0.1.
+
+GO          ?= go
+STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
+GOTESTFLAGS ?=
+BIN         := bin
+
+# Without HOME (as on some CI runners) Go and staticcheck find no module or
+# build cache: keep them in the temporary directory then.
+ifeq ($(strip $(HOME)),)
+export GOPATH         ?= $(or $(TMPDIR),/tmp)/sluice-gopath
+export XDG_CACHE_HOME ?= $(or $(TMPDIR),/tmp)/sluice-cache
+endif
+
+.PHONY: build test vet staticcheck test-go test-pg14 test-pg15 test-pg16 test-pg17 test-pg18 clean
+
+## build: compile every package and the sluice command into bin/
+build:
+	$(GO) build ./...
+	$(GO) build -o $(BIN)/sluice ./cmd/sluice
+
+## test: vet, staticcheck, then the Go tests
+test: vet staticcheck test-go
+
+vet:
+	$(GO) vet ./...
+
+staticcheck:
+	$(GO) run $(STATICCHECK) ./...
+
+## test-go: the Go tests only
+test-go:
+	$(GO) test ./... -count=1 -timeout 20m $(GOTESTFLAGS)
+
+## test-pgNN: the Go tests against PostgreSQL NN
+test-pg14 test-pg15 test-pg16 test-pg17 test-pg18: test-pg%:
+	SLUICE_PG_VERSION=$* $(MAKE) test-go
+
+clean:
+	rm -rf $(BIN)

@@ -1,0 +1,107 @@
+package cli
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/sluicemq/sluice/migrate"
+	sqlsrc "github.com/sluicemq/sluice/sql"
+)
+
+const migrateUsage = `Usage: sluice migrate [--database-url URL] [--print]
+
+Installs the sluice schema (PostgreSQL schema "sluice") in a database, or
+upgrades it: applies the migrations the database has not had yet, each in its
+own transaction, then reloads all functions. Running it again changes nothing;
+concurrent runs wait for each other.
+
+The database is the one --database-url names, else $DATABASE_URL, else the
+one the libpq environment variables (PGHOST, PGPORT, PGDATABASE, PGUSER,
+PGPASSWORD, PGSSLMODE, ...) and their defaults describe.
+
+With --print, nothing is connected to: the same work is written to standard
+output as one SQL script for psql or your own migration tool. The script is
+idempotent too, and takes the same lock.
+
+Examples:
+  sluice migrate --database-url postgres://app:secret@db.example.com:5432/app
+  DATABASE_URL=postgres://localhost/app sluice migrate
+  PGHOST=/var/run/postgresql PGDATABASE=app sluice migrate
+  sluice migrate --print > sluice.sql && psql -d app -f sluice.sql
+`
+
+func migrateCommand() command {
+	return command{
+		name:    "migrate",
+		summary: "install or upgrade the sluice schema in a database",
+		usage:   migrateUsage,
+		setup: func(fs *flag.FlagSet, e *env) func(context.Context) error {
+			url := fs.String("database-url", "", "PostgreSQL connection `URL` (default $DATABASE_URL, else the PG* variables)")
+			print := fs.Bool("print", false, "write the migration SQL script to standard output instead of connecting")
+			return func(ctx context.Context) error {
+				if *print {
+					script, err := migrate.Script(sqlsrc.FS)
+					if err != nil {
+						return err
+					}
+					_, err = fmt.Fprint(e.stdout, script)
+					return err
+				}
+				return runMigrate(ctx, e, *url)
+			}
+		},
+	}
+}
+
+func runMigrate(ctx context.Context, e *env, flagURL string) error {
+	connString, source := flagURL, "--database-url"
+	if connString == "" {
+		connString, source = os.Getenv("DATABASE_URL"), "DATABASE_URL"
+		if connString == "" {
+			source = "the PG* environment variables"
+		}
+	}
+	cfg, err := pgx.ParseConfig(connString)
+	if err != nil {
+		return fmt.Errorf("reading the connection settings from %s: %w", source, err)
+	}
+	if cfg.ConnectTimeout == 0 {
+		cfg.ConnectTimeout = 15 * time.Second
+	}
+	db := cfg.Database
+	if db == "" {
+		db = cfg.User // what the server assumes
+	}
+	target := fmt.Sprintf("database %q on %s:%d as user %q", db, cfg.Host, cfg.Port, cfg.User)
+
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("cannot connect to %s (settings from %s; name another with --database-url, DATABASE_URL or the PG* variables): %w",
+			target, source, err)
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = conn.Close(cctx)
+	}()
+
+	res, err := migrate.Apply(ctx, conn, sqlsrc.FS)
+	for _, m := range res.Applied {
+		fmt.Fprintf(e.stdout, "applied %s\n", m.Path)
+	}
+	if err != nil {
+		return fmt.Errorf("migrating %s: %w", target, err)
+	}
+	if len(res.Applied) == 0 {
+		fmt.Fprintf(e.stdout, "schema sluice is up to date at version %d\n", res.Version)
+	} else {
+		fmt.Fprintf(e.stdout, "schema sluice is at version %d\n", res.Version)
+	}
+	fmt.Fprintf(e.stdout, "reloaded %d function files\n", len(res.Functions))
+	return nil
+}

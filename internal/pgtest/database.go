@@ -1,0 +1,181 @@
+package pgtest
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"io/fs"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/sluicemq/sluice/migrate"
+	sqlsrc "github.com/sluicemq/sluice/sql"
+)
+
+// templateFormat bumps every template name when the way templates are made
+// changes, so stale templates on a DATABASE_URL server are not reused.
+const templateFormat = "1"
+
+// NewDatabase creates a database with the sluice schema (the embedded SQL
+// sources, as migrate.Apply installs them) and returns its connection
+// string. The database is dropped when the test ends.
+func (s *Server) NewDatabase(t testing.TB) string {
+	t.Helper()
+	return s.NewDatabaseFrom(t, sqlsrc.FS)
+}
+
+// NewDatabaseFrom creates a database with schema applied by migrate.Apply,
+// or an empty database when schema is nil, and returns its connection
+// string. The database is dropped when the test ends.
+func (s *Server) NewDatabaseFrom(t testing.TB, schema fs.FS) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	connString, err := s.createDatabase(ctx, t, schema)
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	return connString
+}
+
+func (s *Server) createDatabase(ctx context.Context, t testing.TB, schema fs.FS) (string, error) {
+	template := "template0"
+	if schema != nil {
+		var err error
+		if template, err = s.template(ctx, schema); err != nil {
+			return "", err
+		}
+	}
+	name := "sluice_test_" + randomHex(6)
+	if _, err := s.admin.Exec(ctx, fmt.Sprintf("CREATE DATABASE %s TEMPLATE %s", name, template)); err != nil {
+		return "", fmt.Errorf("creating database %s from %s: %w", name, template, err)
+	}
+	t.Cleanup(func() {
+		cctx, ccancel := context.WithTimeout(context.Background(), time.Minute)
+		defer ccancel()
+		if _, err := s.admin.Exec(cctx, fmt.Sprintf("DROP DATABASE IF EXISTS %s WITH (FORCE)", name)); err != nil {
+			t.Errorf("pgtest: dropping database %s: %v", name, err)
+		}
+	})
+	return withDatabase(s.adminURL, name)
+}
+
+// template returns the name of a template database holding schema, making
+// it if needed. Its name is derived from the schema's contents, so that a
+// DATABASE_URL server keeps one template per schema version across runs; an
+// advisory lock in the maintenance database keeps concurrent test processes
+// from building the same template twice, and a template is renamed into
+// place only once complete.
+func (s *Server) template(ctx context.Context, schema fs.FS) (string, error) {
+	sum, err := hashFS(schema)
+	if err != nil {
+		return "", err
+	}
+	name := "sluice_tmpl_" + hex.EncodeToString(sum[:8])
+
+	// Holding s.mu serializes template building within the process;
+	// creating databases from a finished template does not wait for it.
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.templates[name] {
+		return name, nil
+	}
+
+	conn, err := s.admin.Acquire(ctx)
+	if err != nil {
+		return "", fmt.Errorf("connecting to the maintenance database: %w", err)
+	}
+	defer conn.Release()
+	key := int64(binary.BigEndian.Uint64(sum[8:16]))
+	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", key); err != nil {
+		return "", fmt.Errorf("locking template %s: %w", name, err)
+	}
+	defer func() {
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		if _, err := conn.Exec(uctx, "SELECT pg_advisory_unlock($1)", key); err != nil {
+			// Do not hand back a connection that may still hold the lock.
+			_ = conn.Conn().Close(uctx)
+		}
+	}()
+
+	var exists bool
+	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)", name).Scan(&exists); err != nil {
+		return "", fmt.Errorf("looking for template %s: %w", name, err)
+	}
+	if !exists {
+		if err := s.buildTemplate(ctx, conn.Conn(), name, schema); err != nil {
+			return "", err
+		}
+	}
+	s.templates[name] = true
+	return name, nil
+}
+
+// buildTemplate creates database name with schema applied, under a
+// temporary name that is renamed once the schema is in.
+func (s *Server) buildTemplate(ctx context.Context, admin *pgx.Conn, name string, schema fs.FS) error {
+	building := name + "_building"
+	for _, stmt := range []string{
+		fmt.Sprintf("DROP DATABASE IF EXISTS %s WITH (FORCE)", building),
+		fmt.Sprintf("CREATE DATABASE %s TEMPLATE template0", building),
+	} {
+		if _, err := admin.Exec(ctx, stmt); err != nil {
+			return fmt.Errorf("making template %s: %w", name, err)
+		}
+	}
+	connString, err := withDatabase(s.adminURL, building)
+	if err != nil {
+		return err
+	}
+	conn, err := pgx.Connect(ctx, connString)
+	if err != nil {
+		return fmt.Errorf("connecting to template %s: %w", building, err)
+	}
+	_, err = migrate.Apply(ctx, conn, schema)
+	if cerr := conn.Close(ctx); err == nil && cerr != nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("migrating template %s: %w", building, err)
+	}
+	// RENAME waits (up to 5 s) for the closed session to go away.
+	for _, stmt := range []string{
+		fmt.Sprintf("ALTER DATABASE %s RENAME TO %s", building, name),
+		fmt.Sprintf("ALTER DATABASE %s WITH IS_TEMPLATE true ALLOW_CONNECTIONS false", name),
+	} {
+		if _, err := admin.Exec(ctx, stmt); err != nil {
+			return fmt.Errorf("making template %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// hashFS hashes the names and contents of all files in fsys (and the
+// template format).
+func hashFS(fsys fs.FS) ([32]byte, error) {
+	h := sha256.New()
+	fmt.Fprintf(h, "pgtest template format %s\n", templateFormat)
+	err := fs.WalkDir(fsys, ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := fs.ReadFile(fsys, p)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(h, "%s\x00%d\x00", p, len(b))
+		h.Write(b)
+		return nil
+	})
+	var sum [32]byte
+	if err != nil {
+		return sum, fmt.Errorf("reading the schema files: %w", err)
+	}
+	copy(sum[:], h.Sum(nil))
+	return sum, nil
+}

@@ -1,0 +1,327 @@
+package pgtest
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// runtimePrefix starts the name of each private server's directory under the
+// system temporary directory; the test process's PID follows, so that
+// directories left by a killed process can be found and removed.
+const runtimePrefix = "sluice-pgtest-"
+
+// serverUser is who runs initdb and postgres: uid and gid -1 mean the
+// current user.
+type serverUser struct {
+	name     string
+	uid, gid int
+}
+
+// chooseUser returns the current user, unless that is root, which PostgreSQL
+// refuses to run as: then $SLUICE_PG_USER, or nobody.
+func chooseUser() (serverUser, error) {
+	if os.Geteuid() != 0 {
+		return serverUser{uid: -1, gid: -1}, nil
+	}
+	name := os.Getenv("SLUICE_PG_USER")
+	if name == "" {
+		name = "nobody"
+	}
+	u, err := user.Lookup(name)
+	if err != nil {
+		return serverUser{}, fmt.Errorf("running as root, PostgreSQL must run as another user: looking up %q (set SLUICE_PG_USER to an unprivileged user): %w", name, err)
+	}
+	uid, err1 := strconv.Atoi(u.Uid)
+	gid, err2 := strconv.Atoi(u.Gid)
+	if err1 != nil || err2 != nil || uid == 0 {
+		return serverUser{}, fmt.Errorf("user %q (uid %s, gid %s) cannot run PostgreSQL: set SLUICE_PG_USER to an unprivileged user", name, u.Uid, u.Gid)
+	}
+	return serverUser{name: name, uid: uid, gid: gid}, nil
+}
+
+// process is a private PostgreSQL server run as a child of the test process.
+type process struct {
+	cmd  *exec.Cmd
+	dir  string        // runtime directory: data/, the socket, postgres.log
+	done chan struct{} // closed once postgres has exited and been reaped
+}
+
+// privateConfig is what startPrivate needs to know.
+type privateConfig struct {
+	binDir   string
+	user     serverUser
+	password string
+}
+
+// startPrivate initializes a cluster in a fresh directory and starts
+// postgres on a free loopback port. It returns the running process and the
+// port.
+func startPrivate(ctx context.Context, cfg privateConfig) (*process, int, error) {
+	sweepStale()
+	dir, err := os.MkdirTemp("", fmt.Sprintf("%s%d-", runtimePrefix, os.Getpid()))
+	if err != nil {
+		return nil, 0, fmt.Errorf("creating the runtime directory: %w", err)
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			_ = os.RemoveAll(dir)
+		}
+	}()
+	if err := cfg.own(dir); err != nil {
+		return nil, 0, err
+	}
+	if err := initdb(ctx, cfg, dir); err != nil {
+		return nil, 0, err
+	}
+
+	// A free port can be taken by someone else before postgres binds it:
+	// try a few.
+	var lastErr error
+	for attempt := 0; attempt < 3; attempt++ {
+		port, err := freePort()
+		if err != nil {
+			return nil, 0, err
+		}
+		p, err := launch(cfg, dir, port)
+		if err != nil {
+			return nil, 0, err
+		}
+		err = p.waitReady(ctx, port, cfg.password)
+		if err == nil {
+			ok = true
+			return p, port, nil
+		}
+		_ = p.stop(false)
+		lastErr = err
+		if !strings.Contains(err.Error(), "could not bind") && !strings.Contains(err.Error(), "already in use") {
+			break
+		}
+	}
+	return nil, 0, lastErr
+}
+
+// own hands path to the server user.
+func (cfg privateConfig) own(path string) error {
+	if cfg.user.uid < 0 {
+		return nil
+	}
+	if err := os.Chown(path, cfg.user.uid, cfg.user.gid); err != nil {
+		return fmt.Errorf("handing %s to user %s: %w", path, cfg.user.name, err)
+	}
+	return nil
+}
+
+// command builds an exec.Cmd for one of the PostgreSQL binaries, run as the
+// server user, in its own process group, with a clean environment.
+func (cfg privateConfig) command(dir, name string, args ...string) *exec.Cmd {
+	cmd := exec.Command(filepath.Join(cfg.binDir, "bin", name), args...)
+	cmd.Dir = dir
+	env := []string{"HOME=" + dir, "LC_ALL=C", "TZ=UTC"}
+	for _, kv := range os.Environ() {
+		// PG* variables (PGDATA, PGPORT, ...) would change what the
+		// binaries do.
+		if strings.HasPrefix(kv, "PATH=") || strings.HasPrefix(kv, "LD_LIBRARY_PATH=") {
+			env = append(env, kv)
+		}
+	}
+	cmd.Env = env
+	cmd.SysProcAttr = sysProcAttr(cfg.user.uid, cfg.user.gid)
+	return cmd
+}
+
+func initdb(ctx context.Context, cfg privateConfig, dir string) error {
+	pwfile := filepath.Join(dir, "pwfile")
+	if err := os.WriteFile(pwfile, []byte(cfg.password+"\n"), 0o600); err != nil {
+		return fmt.Errorf("writing the password file: %w", err)
+	}
+	defer os.Remove(pwfile)
+	if err := cfg.own(pwfile); err != nil {
+		return err
+	}
+	cmd := cfg.command(dir, "initdb",
+		"--pgdata", filepath.Join(dir, "data"),
+		"--username", "postgres",
+		"--auth", "scram-sha-256",
+		"--pwfile", pwfile,
+		"--encoding", "UTF8",
+		"--locale", "C",
+		"--no-sync",
+	)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("running initdb: %w", err)
+	}
+	waited := make(chan error, 1)
+	go func() { waited <- cmd.Wait() }()
+	select {
+	case err := <-waited:
+		if err != nil {
+			return fmt.Errorf("initdb: %w\n%s", err, out.String())
+		}
+		return nil
+	case <-ctx.Done():
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		<-waited
+		return fmt.Errorf("initdb: %w", ctx.Err())
+	}
+}
+
+// launch starts postgres in dir on port. The process is started from a
+// goroutine locked to its OS thread that stays alive until postgres exits,
+// because the parent-death signal (see sysProcAttr) fires when the thread
+// that started the child ends.
+func launch(cfg privateConfig, dir string, port int) (*process, error) {
+	logFile, err := os.OpenFile(filepath.Join(dir, "postgres.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("creating postgres.log: %w", err)
+	}
+	cmd := cfg.command(dir, "postgres",
+		"-D", filepath.Join(dir, "data"),
+		"-p", strconv.Itoa(port),
+		"-c", "listen_addresses=127.0.0.1",
+		"-c", "unix_socket_directories="+dir,
+		"-c", "max_connections=250",
+		"-c", "logging_collector=off",
+		"-c", "log_min_messages=warning",
+	)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+
+	p := &process{cmd: cmd, dir: dir, done: make(chan struct{})}
+	started := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		// The thread is never unlocked: it ends with this goroutine, after
+		// postgres has exited.
+		err := cmd.Start()
+		_ = logFile.Close()
+		started <- err
+		if err == nil {
+			_ = cmd.Wait()
+		}
+		close(p.done)
+	}()
+	if err := <-started; err != nil {
+		return nil, fmt.Errorf("starting postgres: %w", err)
+	}
+	return p, nil
+}
+
+// waitReady waits until postgres accepts connections, exits, or a minute has
+// passed.
+func (p *process) waitReady(ctx context.Context, port int, password string) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	url := connURL(port, password, "postgres")
+	for {
+		cctx, ccancel := context.WithTimeout(ctx, 5*time.Second)
+		conn, err := pgx.Connect(cctx, url)
+		ccancel()
+		if err == nil {
+			_ = conn.Close(ctx)
+			return nil
+		}
+		select {
+		case <-p.done:
+			return fmt.Errorf("postgres exited during startup:\n%s", p.logTail())
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for postgres to accept connections: %w (last: %v)\n%s", ctx.Err(), err, p.logTail())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// stop shuts postgres down (fast shutdown, then SIGKILL to its process group
+// after 30 seconds) and removes its directory unless keep is set.
+func (p *process) stop(keep bool) error {
+	var errs []error
+	pid := p.cmd.Process.Pid
+	if err := syscall.Kill(pid, syscall.SIGINT); err != nil && !errors.Is(err, syscall.ESRCH) {
+		errs = append(errs, fmt.Errorf("signalling postgres (pid %d): %w", pid, err))
+	}
+	select {
+	case <-p.done:
+	case <-time.After(30 * time.Second):
+		// The group still exists: its leader has not been reaped yet.
+		_ = syscall.Kill(-pid, syscall.SIGKILL)
+		<-p.done
+		errs = append(errs, fmt.Errorf("postgres (pid %d) did not shut down in 30s and was killed:\n%s", pid, p.logTail()))
+	}
+	if !keep {
+		if err := os.RemoveAll(p.dir); err != nil {
+			errs = append(errs, fmt.Errorf("removing %s: %w", p.dir, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// logTail returns the end of postgres.log.
+func (p *process) logTail() string {
+	b, err := os.ReadFile(filepath.Join(p.dir, "postgres.log"))
+	if err != nil {
+		return fmt.Sprintf("(no log: %v)", err)
+	}
+	const max = 4000
+	if len(b) > max {
+		b = b[len(b)-max:]
+	}
+	return string(b)
+}
+
+// sweepStale removes the directories of private servers whose test process
+// is gone (killed before it could clean up); their postgres was stopped by
+// the parent-death signal.
+func sweepStale() {
+	matches, _ := filepath.Glob(filepath.Join(os.TempDir(), runtimePrefix+"*-*"))
+	for _, dir := range matches {
+		pidText, _, _ := strings.Cut(strings.TrimPrefix(filepath.Base(dir), runtimePrefix), "-")
+		pid, err := strconv.Atoi(pidText)
+		if err != nil || pid <= 0 || pid == os.Getpid() {
+			continue
+		}
+		if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+			_ = os.RemoveAll(dir)
+		}
+	}
+}
+
+// freePort asks the kernel for a free TCP port on 127.0.0.1.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("finding a free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// connURL is the URL of database db on the private server.
+func connURL(port int, password, db string) string {
+	return fmt.Sprintf("postgres://postgres:%s@127.0.0.1:%d/%s?sslmode=disable", password, port, db)
+}
+
+// randomHex returns n random bytes as hex.
+func randomHex(n int) string {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		panic(fmt.Sprintf("crypto/rand failed: %v", err))
+	}
+	return hex.EncodeToString(b)
+}

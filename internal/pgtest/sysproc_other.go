@@ -1,0 +1,16 @@
+//go:build unix && !linux
+
+package pgtest
+
+import "syscall"
+
+// sysProcAttr runs a PostgreSQL binary in its own process group, as uid:gid
+// when uid >= 0. Without Linux's parent-death signal, a test process killed
+// before it can clean up leaves its server running.
+func sysProcAttr(uid, gid int) *syscall.SysProcAttr {
+	attr := &syscall.SysProcAttr{Setpgid: true}
+	if uid >= 0 {
+		attr.Credential = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
+	}
+	return attr
+}

@@ -1,0 +1,510 @@
+package sqlsrc_test
+
+import (
+	"fmt"
+	"sort"
+	"testing"
+	"time"
+)
+
+func TestFanOutAndCompetingConsumers(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.createQueue("orders", "")
+	b.exec("SELECT sluice.create_group('orders', 'audit')")
+	var sent []int64
+	for i := 0; i < 10; i++ {
+		sent = append(sent, b.send(b.pool, "orders", fmt.Sprintf(`{"n": %d}`, i)))
+	}
+	// Two consumers of 'default' compete: each message goes to one of them.
+	first := b.receive("orders", "default", 4, "")
+	second := b.receive("orders", "default", 100, "")
+	if len(first) != 4 || len(second) != 6 {
+		t.Fatalf("competing consumers got %d and %d messages, want 4 and 6", len(first), len(second))
+	}
+	seen := map[int64]bool{}
+	for _, m := range append(first, second...) {
+		if seen[m.ID] {
+			t.Fatalf("message %d delivered twice within one group while its lease is valid", m.ID)
+		}
+		seen[m.ID] = true
+	}
+	// 'audit' receives every message too, in send order.
+	audit := b.receive("orders", "audit", 100, "")
+	if len(audit) != len(sent) {
+		t.Fatalf("audit got %d messages, want %d", len(audit), len(sent))
+	}
+	for i, m := range audit {
+		if m.ID != sent[i] || m.Attempt != 1 {
+			t.Fatalf("audit message %d = id %d attempt %d, want id %d attempt 1", i, m.ID, m.Attempt, sent[i])
+		}
+	}
+	if n := b.ack("orders", "audit", receipts(audit)...); n != len(audit) {
+		t.Fatalf("ack = %d, want %d", n, len(audit))
+	}
+	if got := b.receive("orders", "audit", 100, ""); len(got) != 0 {
+		t.Fatalf("audit got %d messages after acking everything", len(got))
+	}
+}
+
+func TestRolledBackSendIsNeverDelivered(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.createQueue("q", "")
+	tx, err := b.pool.Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.send(tx, "q", `{"doomed": true}`)
+	if err := tx.Rollback(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	kept := b.send(b.pool, "q", `{"kept": true}`)
+	got := b.receive("q", "default", 10, "")
+	if len(got) != 1 || got[0].ID != kept {
+		t.Fatalf("received %+v, want only message %d", got, kept)
+	}
+}
+
+// A send whose transaction commits after later sends were consumed is still
+// delivered: positions follow commit order, not id order.
+func TestOutOfOrderCommitIsNotSkipped(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.createQueue("q", "")
+	slow, err := b.pool.Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer slow.Rollback(b.ctx) //nolint:errcheck
+	early := b.send(slow, "q", `{"early": true}`)
+	var later []int64
+	for i := 0; i < 3; i++ {
+		later = append(later, b.send(b.pool, "q", fmt.Sprintf(`{"later": %d}`, i)))
+	}
+	got := b.receive("q", "default", 10, "")
+	if len(got) != 3 {
+		t.Fatalf("got %d messages while the early send is uncommitted, want 3", len(got))
+	}
+	for i, m := range got {
+		if m.ID != later[i] {
+			t.Fatalf("message %d = %d, want %d", i, m.ID, later[i])
+		}
+		if m.ID < early {
+			t.Fatalf("id %d is below the uncommitted send's id %d", m.ID, early)
+		}
+	}
+	b.ack("q", "default", receipts(got)...)
+	if got := b.receive("q", "default", 10, ""); len(got) != 0 {
+		t.Fatalf("got %d messages before the early send committed", len(got))
+	}
+	if err := slow.Commit(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	got = b.receive("q", "default", 10, "")
+	if len(got) != 1 || got[0].ID != early {
+		t.Fatalf("after the commit got %+v, want message %d", got, early)
+	}
+}
+
+// A committed message is delivered by the very next receive: there is no
+// tick to wait for.
+func TestDeliveryNeedsNoTick(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.createQueue("q", "")
+	for i := 0; i < 50; i++ {
+		id := b.send(b.pool, "q", fmt.Sprintf(`{"i": %d}`, i))
+		got := b.receive("q", "default", 10, "")
+		if len(got) != 1 || got[0].ID != id {
+			t.Fatalf("round %d: the receive right after the send's commit got %+v, want message %d", i, got, id)
+		}
+		b.ack("q", "default", got[0].Receipt)
+	}
+}
+
+func TestLeaseExpiryRedelivers(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.createQueue("q", "")
+	id := b.send(b.pool, "q", `{}`)
+	first := b.receive("q", "default", 1, "600 milliseconds")
+	if len(first) != 1 || first[0].Attempt != 1 {
+		t.Fatalf("first receive = %+v", first)
+	}
+	if got := b.receive("q", "default", 1, ""); len(got) != 0 {
+		t.Fatalf("another consumer got %+v while the lease is valid", got)
+	}
+	time.Sleep(700 * time.Millisecond)
+	second := b.receive("q", "default", 1, "30 seconds")
+	if len(second) != 1 || second[0].ID != id || second[0].Attempt != 2 {
+		t.Fatalf("after expiry got %+v, want message %d with attempt 2", second, id)
+	}
+	// The expired receipt no longer works; the new one does.
+	if n := b.ack("q", "default", first[0].Receipt); n != 0 {
+		t.Fatalf("ack with the expired receipt = %d, want 0", n)
+	}
+	if ok := b.nack("q", "default", first[0].Receipt, "", ""); ok {
+		t.Fatal("nack with the expired receipt = true, want false")
+	}
+	if n := b.ack("q", "default", second[0].Receipt); n != 1 {
+		t.Fatalf("ack with the current receipt = %d, want 1", n)
+	}
+	if n := b.ack("q", "default", second[0].Receipt); n != 0 {
+		t.Fatalf("second ack of the same receipt = %d, want 0", n)
+	}
+}
+
+func TestExtendKeepsTheLease(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.createQueue("q", "")
+	b.send(b.pool, "q", `{}`)
+	got := b.receive("q", "default", 1, "500 milliseconds")
+	for i := 0; i < 3; i++ {
+		time.Sleep(300 * time.Millisecond)
+		var n int
+		if err := b.pool.QueryRow(b.ctx, "SELECT sluice.extend('q', 'default', $1, '500 milliseconds')",
+			[]string{got[0].Receipt}).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n != 1 {
+			t.Fatalf("extend = %d, want 1", n)
+		}
+		if other := b.receive("q", "default", 1, ""); len(other) != 0 {
+			t.Fatalf("message redelivered while its lease was being extended: %+v", other)
+		}
+	}
+	if n := b.ack("q", "default", got[0].Receipt); n != 1 {
+		t.Fatalf("ack after extends = %d, want 1", n)
+	}
+}
+
+func TestNackRetriesWithBackoffThenDeadLetters(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.createQueue("q", `{"max_attempts": 3, "backoff_base": "300 milliseconds", "backoff_max": "400 milliseconds"}`)
+	id := b.send(b.pool, "q", `{"job": 1}`)
+
+	m := b.receive("q", "default", 1, "")
+	if !b.nack("q", "default", m[0].Receipt, "", "first failure") {
+		t.Fatal("nack = false")
+	}
+	if b.nack("q", "default", m[0].Receipt, "", "again") {
+		t.Fatal("a second nack of the same receipt = true, want false")
+	}
+	// Backoff: not before 300 ms.
+	if got := b.receive("q", "default", 1, ""); len(got) != 0 {
+		t.Fatalf("retry delivered before its backoff: %+v", got)
+	}
+	var m2 []msg
+	waitFor(t, 3*time.Second, "first retry", func() bool {
+		m2 = b.receive("q", "default", 1, "")
+		return len(m2) == 1
+	})
+	if m2[0].ID != id || m2[0].Attempt != 2 || m2[0].Body != `{"job": 1}` {
+		t.Fatalf("retry = %+v, want message %d attempt 2", m2[0], id)
+	}
+	b.nack("q", "default", m2[0].Receipt, "0", "second failure")
+	m3 := b.receive("q", "default", 1, "")
+	if len(m3) != 1 || m3[0].Attempt != 3 {
+		t.Fatalf("immediate retry = %+v, want attempt 3", m3)
+	}
+	// The third failure exhausts max_attempts: a dead letter, with its error.
+	if !b.nack("q", "default", m3[0].Receipt, "0", "third failure") {
+		t.Fatal("final nack = false")
+	}
+	if got := b.receive("q", "default", 1, ""); len(got) != 0 {
+		t.Fatalf("dead message delivered again: %+v", got)
+	}
+	var dlID int64
+	var attempts int
+	var errText string
+	if err := b.pool.QueryRow(b.ctx, "SELECT id, attempts, error FROM sluice.dead_letters('q', 'default')").
+		Scan(&dlID, &attempts, &errText); err != nil {
+		t.Fatal(err)
+	}
+	if dlID != id || attempts != 3 || errText != "third failure" {
+		t.Fatalf("dead letter = (%d, %d, %q), want (%d, 3, third failure)", dlID, attempts, errText, id)
+	}
+	if s := b.status("q")["default"]; s.Dead != 1 {
+		t.Fatalf("status dead = %d, want 1", s.Dead)
+	}
+	// Redrive makes it deliverable again, with a fresh count of attempts.
+	if n := b.int64("SELECT sluice.redrive('q', 'default')"); n != 1 {
+		t.Fatalf("redrive = %d, want 1", n)
+	}
+	if n := b.int64("SELECT count(*) FROM sluice.dead_letters('q')"); n != 0 {
+		t.Fatalf("%d dead letters after redrive, want 0", n)
+	}
+	again := b.receive("q", "default", 1, "")
+	if len(again) != 1 || again[0].ID != id || again[0].Attempt != 1 {
+		t.Fatalf("after redrive got %+v, want message %d attempt 1", again, id)
+	}
+	b.ack("q", "default", again[0].Receipt)
+}
+
+func TestExpiredLeasesCountAsAttempts(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.createQueue("q", `{"max_attempts": 2}`)
+	id := b.send(b.pool, "q", `{}`)
+	for attempt := 1; attempt <= 2; attempt++ {
+		var got []msg
+		waitFor(t, 3*time.Second, fmt.Sprintf("attempt %d", attempt), func() bool {
+			got = b.receive("q", "default", 1, "200 milliseconds")
+			return len(got) == 1
+		})
+		if got[0].Attempt != attempt {
+			t.Fatalf("attempt = %d, want %d", got[0].Attempt, attempt)
+		}
+	}
+	time.Sleep(300 * time.Millisecond)
+	if got := b.receive("q", "default", 1, ""); len(got) != 0 {
+		t.Fatalf("message delivered a third time: %+v", got)
+	}
+	if n := b.int64("SELECT count(*) FROM sluice.dead_letters('q') WHERE id = $1", id); n != 1 {
+		t.Fatalf("dead letters of message %d = %d, want 1", id, n)
+	}
+}
+
+func TestDelayedMessages(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.createQueue("q", "")
+	var delayed int64
+	if err := b.pool.QueryRow(b.ctx, "SELECT sluice.send('q', '{\"later\": true}', delay => '700 milliseconds')").
+		Scan(&delayed); err != nil {
+		t.Fatal(err)
+	}
+	now := b.send(b.pool, "q", `{"now": true}`)
+	sentAt := time.Now()
+	got := b.receive("q", "default", 10, "")
+	if len(got) != 1 || got[0].ID != now {
+		t.Fatalf("got %+v, want only the undelayed message %d", got, now)
+	}
+	if s := b.status("q")["default"]; s.Delayed != 1 {
+		t.Fatalf("status delayed = %d, want 1", s.Delayed)
+	}
+	var late []msg
+	waitFor(t, 5*time.Second, "the delayed message", func() bool {
+		late = b.receive("q", "default", 10, "")
+		return len(late) > 0
+	})
+	if elapsed := time.Since(sentAt); elapsed < 650*time.Millisecond {
+		t.Fatalf("delayed message delivered after %s, before its time", elapsed)
+	}
+	if len(late) != 1 || late[0].ID != delayed {
+		t.Fatalf("got %+v, want the delayed message %d", late, delayed)
+	}
+}
+
+func TestSendBatchKeepsOrder(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.createQueue("q", "")
+	rows, err := b.pool.Query(b.ctx, `SELECT * FROM sluice.send_batch('q',
+		ARRAY['{"i":0}', '{"i":1}', '{"i":2}']::jsonb[], NULL, ARRAY['a', NULL, 'c'])`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []int64
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	got := b.receive("q", "default", 10, "")
+	if len(got) != 3 {
+		t.Fatalf("got %d messages, want 3", len(got))
+	}
+	for i, m := range got {
+		if m.ID != ids[i] || m.Body != fmt.Sprintf(`{"i": %d}`, i) {
+			t.Fatalf("message %d = %+v, want id %d", i, m, ids[i])
+		}
+	}
+	if got[0].Key == nil || *got[0].Key != "a" || got[1].Key != nil {
+		t.Fatalf("keys = %v, %v; want a, NULL", got[0].Key, got[1].Key)
+	}
+}
+
+func TestGroupStartPositions(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.createQueue("q", "")
+	old := b.send(b.pool, "q", `{"old": true}`)
+	time.Sleep(50 * time.Millisecond)
+	b.receive("q", "default", 10, "") // numbers the old message
+	time.Sleep(50 * time.Millisecond)
+	mark := time.Now()
+	time.Sleep(50 * time.Millisecond)
+	b.exec("SELECT sluice.create_group('q', 'late', 'latest')")
+	b.exec("SELECT sluice.create_group('q', 'replay', $1)", mark.Format(time.RFC3339Nano))
+	b.exec("SELECT sluice.create_group('q', 'all', 'earliest')")
+	fresh := b.send(b.pool, "q", `{"new": true}`)
+
+	ids := func(group string) []int64 {
+		var out []int64
+		for _, m := range b.receive("q", group, 10, "") {
+			out = append(out, m.ID)
+		}
+		return out
+	}
+	if got := ids("late"); fmt.Sprint(got) != fmt.Sprint([]int64{fresh}) {
+		t.Fatalf("'latest' group got %v, want [%d]", got, fresh)
+	}
+	if got := ids("replay"); fmt.Sprint(got) != fmt.Sprint([]int64{fresh}) {
+		t.Fatalf("group starting at %s got %v, want [%d]", mark, got, fresh)
+	}
+	if got := ids("all"); fmt.Sprint(got) != fmt.Sprint([]int64{old, fresh}) {
+		t.Fatalf("'earliest' group got %v, want [%d %d]", got, old, fresh)
+	}
+}
+
+// Completed messages are reclaimed by rotation and TRUNCATE once the
+// retention has passed; a group that stops consuming holds the space back,
+// status shows it, and dropping the group releases it.
+func TestRetentionReclaimAndStalledGroup(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.createQueue("q", `{"retention": "0 seconds", "rotate_interval": "100 milliseconds"}`)
+	b.exec("SELECT sluice.create_group('q', 'stalled')")
+	stalledFirst := b.send(b.pool, "q", `{"first": true}`)
+	if got := b.receive("q", "stalled", 1, ""); len(got) != 1 || got[0].ID != stalledFirst {
+		t.Fatalf("stalled group's only receive got %+v", got)
+	}
+	// 'default' consumes steadily; 'stalled' never acks and never receives again.
+	i := 0
+	consumeUntil := func(what string, cond func() bool) {
+		waitFor(t, 20*time.Second, what, func() bool {
+			i++
+			b.send(b.pool, "q", fmt.Sprintf(`{"i": %d}`, i))
+			if got := b.receive("q", "default", 100, ""); len(got) > 0 {
+				b.ack("q", "default", receipts(got)...)
+			}
+			return cond()
+		})
+	}
+	consumeUntil("all four slots in use", func() bool { return b.status("q")["stalled"].LiveEpochs == 4 })
+	// Give maintenance a few more chances to reclaim: it must not.
+	deadline := time.Now().Add(1500 * time.Millisecond)
+	consumeUntil("more traffic", func() bool { return time.Now().After(deadline) })
+	if n := b.int64("SELECT count(*) FROM sluice.reclaim"); n != 0 {
+		t.Fatalf("%d epochs reclaimed while 'stalled' still needs the first message", n)
+	}
+	st := b.status("q")
+	if !st["stalled"].HoldsReclaim || st["default"].HoldsReclaim {
+		t.Fatalf("holds_reclaim: stalled=%v default=%v, want true and false", st["stalled"].HoldsReclaim,
+			st["default"].HoldsReclaim)
+	}
+	// The pending message is still there for the stalled group.
+	if n := b.int64("SELECT count(*) FROM sluice.messages WHERE id = $1", stalledFirst); n != 1 {
+		t.Fatal("the stalled group's pending message was dropped")
+	}
+	b.exec("SELECT sluice.drop_group('q', 'stalled')")
+	consumeUntil("a reclaim after the drop", func() bool {
+		return b.int64("SELECT count(*) FROM sluice.messages WHERE id = $1", stalledFirst) == 0
+	})
+	if n := b.int64("SELECT count(*) FROM sluice.reclaim"); n == 0 {
+		t.Fatal("the first message is gone but no reclaim was logged")
+	}
+	// Everything 'default' consumed is still accounted for: nothing pending.
+	if s := b.status("q")["default"]; s.Ready != 0 || s.InFlight != 0 {
+		t.Fatalf("default: ready %d in flight %d, want 0 and 0", s.Ready, s.InFlight)
+	}
+}
+
+func TestPurgeAndDrop(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.createQueue("q", "")
+	for i := 0; i < 5; i++ {
+		b.send(b.pool, "q", `{}`)
+	}
+	b.receive("q", "default", 2, "")
+	if n := b.int64("SELECT sluice.purge_queue('q')"); n != 5 {
+		t.Fatalf("purge = %d, want 5", n)
+	}
+	if got := b.receive("q", "default", 10, ""); len(got) != 0 {
+		t.Fatalf("got %d messages after purge", len(got))
+	}
+	after := b.send(b.pool, "q", `{"after": true}`)
+	if got := b.receive("q", "default", 10, ""); len(got) != 1 || got[0].ID != after {
+		t.Fatalf("after purge got %+v, want message %d", got, after)
+	}
+	var dropped bool
+	if err := b.pool.QueryRow(b.ctx, "SELECT sluice.drop_queue('q')").Scan(&dropped); err != nil || !dropped {
+		t.Fatalf("drop_queue = %v, %v", dropped, err)
+	}
+	if err := b.pool.QueryRow(b.ctx, "SELECT sluice.drop_queue('q')").Scan(&dropped); err != nil || dropped {
+		t.Fatalf("second drop_queue = %v, %v; want false", dropped, err)
+	}
+	if n := b.int64("SELECT count(*) FROM pg_namespace WHERE nspname LIKE 'sluice_q%'"); n != 0 {
+		t.Fatalf("%d queue schemas left after drop", n)
+	}
+}
+
+func TestListQueuesAndVersion(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.createQueue("b-queue", `{"max_attempts": 7}`)
+	b.createQueue("a.queue", `{"default_group": false}`)
+	rows, err := b.pool.Query(b.ctx, "SELECT queue, options->>'max_attempts', groups FROM sluice.list_queues()")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for rows.Next() {
+		var name, maxAttempts string
+		var groups []string
+		if err := rows.Scan(&name, &maxAttempts, &groups); err != nil {
+			t.Fatal(err)
+		}
+		sort.Strings(groups)
+		got = append(got, fmt.Sprintf("%s:%s:%v", name, maxAttempts, groups))
+	}
+	if fmt.Sprint(got) != "[a.queue:5:[] b-queue:7:[default]]" {
+		t.Fatalf("list_queues = %v", got)
+	}
+	var v string
+	if err := b.pool.QueryRow(b.ctx, "SELECT sluice.version()").Scan(&v); err != nil || v == "" {
+		t.Fatalf("version = %q, %v", v, err)
+	}
+}
+
+// A consumer whose connection dies mid-transaction loses its lease at once:
+// the receive rolls back and the message goes to the next consumer.
+func TestConsumerKilledMidTransaction(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.createQueue("q", "")
+	id := b.send(b.pool, "q", `{}`)
+	conn, err := b.pool.Acquire(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx, err := conn.Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := receiveOn(b.ctx, tx, "q", "default", 1, "")
+	if err != nil || len(got) != 1 {
+		t.Fatalf("receive in transaction = %+v, %v", got, err)
+	}
+	pid := conn.Conn().PgConn().PID()
+	b.exec("SELECT pg_terminate_backend($1)", pid)
+	conn.Release()
+	var again []msg
+	waitFor(t, 5*time.Second, "redelivery", func() bool {
+		again = b.receive("q", "default", 1, "")
+		return len(again) == 1
+	})
+	if again[0].ID != id {
+		t.Fatalf("got %+v, want message %d", again, id)
+	}
+}
