@@ -22,6 +22,7 @@ AS $$
         WHEN 'group' THEN 1372454913   -- serializes dispatch within a group
         WHEN 'cut'   THEN 1372454914   -- serializes batch cutting within a queue
         WHEN 'maint' THEN 1372454915   -- serializes rotation and reclaim within a queue
+        WHEN 'notify' THEN 1372454916  -- one NOTIFY per queue among concurrent sends
     END
 $$;
 

@@ -20,6 +20,7 @@ DECLARE
         'retention', '1 hour',
         'rotate_interval', '1 minute',
         'max_payload', 1048576,
+        'notify', true,
         'default_group', true);
     o jsonb := coalesce(p_options, '{}');
     k text;
@@ -44,10 +45,10 @@ BEGIN
                 RAISE EXCEPTION USING ERRCODE = 'SL007',
                     MESSAGE = format('option %s must be an integer from 1 to %s, got %s', k, hi, v);
             END IF;
-        WHEN 'default_group' THEN
+        WHEN 'default_group', 'notify' THEN
             IF jsonb_typeof(v) <> 'boolean' THEN
                 RAISE EXCEPTION USING ERRCODE = 'SL007',
-                    MESSAGE = format('option default_group must be true or false, got %s', v);
+                    MESSAGE = format('option %s must be true or false, got %s', k, v);
             END IF;
         ELSE
             -- intervals, given as strings such as '30 seconds'
@@ -94,6 +95,8 @@ $$;
 --              retention        how long completed messages stay readable ("1 hour")
 --              rotate_interval  how often a new storage epoch starts ("1 minute")
 --              max_payload      largest body + headers in bytes (1048576)
+--              notify           NOTIFY channel 'sluice' (payload: the queue name)
+--                               when a send commits, to wake waiting consumers (true)
 --              default_group    create the group 'default' (true)
 -- Returns: nothing
 -- Errors: SL001 invalid_name, SL004 duplicate_queue, SL007 invalid_option
@@ -115,10 +118,11 @@ BEGIN
             MESSAGE = format('queue %s already exists', quote_literal(create_queue.queue));
     END IF;
     INSERT INTO sluice.queue AS q (name, max_attempts, lease, backoff_base, backoff_max, retention,
-                                   rotate_interval, max_payload, id_seq, options)
+                                   rotate_interval, max_payload, notify, id_seq, options)
     VALUES (create_queue.queue, (o->>'max_attempts')::int, (o->>'lease')::interval,
             (o->>'backoff_base')::interval, (o->>'backoff_max')::interval, (o->>'retention')::interval,
-            (o->>'rotate_interval')::interval, (o->>'max_payload')::int, 'sluice.queue'::regclass, o)
+            (o->>'rotate_interval')::interval, (o->>'max_payload')::int, (o->>'notify')::boolean,
+            'sluice.queue'::regclass, o)
     ON CONFLICT (name) DO NOTHING
     RETURNING q.id INTO qid;
     IF qid IS NULL THEN

@@ -13,6 +13,8 @@
 --   priority   optional priority, higher first (stored; see docs/sql.md)
 --   dedup_key  optional deduplication key (stored; see docs/sql.md)
 -- Returns: the message id (unique within the queue, increasing in send order)
+-- Notifies: channel 'sluice', payload the queue name, at commit (option notify),
+--          unless a concurrent send to the queue is already due to notify
 -- Errors: SL001 invalid_name, SL002 undefined_queue, SL006 invalid_argument
 --         (NULL body, headers not an object, negative delay, NULL priority),
 --         SL009 payload_too_large
@@ -61,6 +63,11 @@ BEGIN
             CASE WHEN send.delay > interval '0' THEN v_now + send.delay END,
             send.priority, send.key, send.dedup_key, send.headers, send.body)
     RETURNING id INTO v_id;
+    -- One notifier per queue at a time: a send whose concurrent peer already
+    -- holds the gate leaves the wake-up to the peer's commit (see docs/sql.md).
+    IF q.notify AND pg_try_advisory_xact_lock(sluice._lock_ns('notify'), q.id) THEN
+        PERFORM pg_notify('sluice', q.name);
+    END IF;
     RETURN v_id;
 END
 $$;
@@ -120,6 +127,9 @@ BEGIN
                              v_size, quote_literal(q.name), q.max_payload);
     END IF;
     v_slot := sluice._current_epoch(q.id) % 4;
+    IF q.notify AND n > 0 AND pg_try_advisory_xact_lock(sluice._lock_ns('notify'), q.id) THEN
+        PERFORM pg_notify('sluice', q.name);
+    END IF;
     RETURN QUERY
         INSERT INTO sluice.messages (queue_id, slot, id, txid, sent_at, deliver_at, key, headers, body)
         SELECT q.id, v_slot, nextval(q.id_seq), pg_current_xact_id(), v_now,

@@ -28,6 +28,7 @@ CREATE TABLE sluice.queue (
     retention       interval NOT NULL,
     rotate_interval interval NOT NULL,
     max_payload     int NOT NULL,
+    notify          boolean NOT NULL,
     id_seq          regclass NOT NULL,
     options         jsonb NOT NULL
 );
