@@ -40,5 +40,10 @@ test-go:
 test-pg14 test-pg15 test-pg16 test-pg17 test-pg18: test-pg%:
 	SLUICE_PG_VERSION=$* $(MAKE) test-go
 
+## generate: rewrite docs/sql.md (the SQL API reference) from sql/
+.PHONY: generate
+generate:
+	$(GO) run ./internal/sqldoc/cmd/sqldoc -o docs/sql.md
+
 clean:
 	rm -rf $(BIN)

@@ -1,4 +1,4 @@
--- Group: receiving and completing (public API)
+-- Group: receiving and completing
 --
 -- These functions check their arguments, find the queue and group, and call
 -- the queue's copy of the engine function (schema sluice_q<id>).
@@ -25,8 +25,17 @@
 --   max_messages  1 to 10000 (1)
 --   lease         how long the caller holds the messages (the queue's lease option)
 --   consumer      optional free text naming the caller (at most 200 characters)
--- Returns: SETOF sluice.message (id, body, headers, key, priority, attempt,
---          sent_at, receipt, lease_expires_at, pos), in position order
+-- Returns: SETOF sluice.message, in position order:
+--   id                the message id (a retry or a redrive keeps the original id)
+--   body              the JSON body
+--   headers           the headers object, or NULL
+--   key               the ordering key, or NULL
+--   priority          the priority given to send
+--   attempt           1 on the first delivery, one more per redelivery (expired lease, retry)
+--   sent_at           when the message was first sent
+--   receipt           names this delivery: pass it to ack, nack or extend
+--   lease_expires_at  when the lease ends unless extended
+--   pos               the message's position in the queue's commit order
 -- Errors: SL001, SL002, SL003, SL006 invalid_argument (max_messages, lease,
 --         consumer), SL010 invalid_isolation
 CREATE OR REPLACE FUNCTION sluice.receive(queue text, group_name text DEFAULT 'default', max_messages int DEFAULT 1,
@@ -170,6 +179,8 @@ $$;
 --   queue  queue name (NULL: every queue)
 -- Returns: SETOF sluice.queue_status, one row per group (a queue without
 --   groups gives one row with group_name NULL):
+--   queue               the queue
+--   group_name          the group
 --   ready               deliverable now (new, expired leases, retries due)
 --   delayed             not deliverable before a later time (delay, retry backoff)
 --   in_flight           leased and not completed
@@ -203,7 +214,11 @@ $$;
 -- queues without groups rotate and reclaim too. Skips a queue whose
 -- maintenance is already running.
 --
--- Returns: one row per queue (queue, rotated, reclaimed)
+-- Returns: one row per queue whose maintenance was not already running:
+--   queue      the queue
+--   rotated    whether a new storage epoch was started
+--   reclaimed  how many old epochs were truncated
+-- Errors: none
 CREATE OR REPLACE FUNCTION sluice.maintain()
 RETURNS TABLE (queue text, rotated boolean, reclaimed int)
 LANGUAGE plpgsql

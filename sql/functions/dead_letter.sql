@@ -6,8 +6,17 @@
 --   queue       queue name
 --   group_name  only this group's dead letters (NULL: every group's)
 --   max_rows    1 to 10000 (100)
--- Returns: SETOF sluice.dead_letter_info (id, group_name, body, headers, key,
---          attempts, error, died_at, sent_at, dead_letter_id), oldest first
+-- Returns: SETOF sluice.dead_letter_info, oldest first:
+--   id              the message id
+--   group_name      the group the message died in
+--   body            the JSON body
+--   headers         the headers object, or NULL
+--   key             the ordering key, or NULL
+--   attempts        deliveries made
+--   error           the error given to the last nack, or why the last lease ended
+--   died_at         when it became a dead letter
+--   sent_at         when the message was first sent
+--   dead_letter_id  the dead letter's own id
 -- Errors: SL001, SL002, SL003, SL006 (max_rows)
 CREATE OR REPLACE FUNCTION sluice.dead_letters(queue text, group_name text DEFAULT NULL, max_rows int DEFAULT 100)
 RETURNS SETOF sluice.dead_letter_info

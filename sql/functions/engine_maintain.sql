@@ -82,12 +82,16 @@ BEGIN
         -- Keep each group's newest cursor and checkpoint if they live in the slot.
         INSERT INTO group_states
         SELECT v_cur_slot, s.group_id, s.seq, s.cursor, s.lwm, s.scan_from, s.lwm_at
-        FROM (SELECT DISTINCT ON (gs.group_id) * FROM group_states gs ORDER BY gs.group_id, gs.seq DESC) s
-        WHERE s.slot = v_slot;
+        FROM sluice.consumer_group cg
+        CROSS JOIN LATERAL (SELECT * FROM group_states gs WHERE gs.group_id = cg.id
+                            ORDER BY gs.seq DESC LIMIT 1) s
+        WHERE cg.queue_id = q.id AND s.slot = v_slot;
         INSERT INTO checkpoints
         SELECT v_cur_slot, c.group_id, c.seq, c.lwm, c.at
-        FROM (SELECT DISTINCT ON (ck.group_id) * FROM checkpoints ck ORDER BY ck.group_id, ck.seq DESC) c
-        WHERE c.slot = v_slot;
+        FROM sluice.consumer_group cg
+        CROSS JOIN LATERAL (SELECT * FROM checkpoints ck WHERE ck.group_id = cg.id
+                            ORDER BY ck.seq DESC LIMIT 1) c
+        WHERE cg.queue_id = q.id AND c.slot = v_slot;
         -- Never queue behind a long transaction that touched the slot: give up
         -- and try again at the next maintenance.
         PERFORM set_config('lock_timeout', '50ms', true);

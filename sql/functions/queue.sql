@@ -171,7 +171,12 @@ $$;
 
 -- list_queues: the queues, their options and groups.
 --
--- Returns: one sluice.queue_info row per queue (queue, created_at, options, groups), by name
+-- Returns: one sluice.queue_info row per queue, by name:
+--   queue       the queue name
+--   created_at  when it was created
+--   options     its options, defaults filled in
+--   groups      its consumer groups, by name
+-- Errors: none
 CREATE OR REPLACE FUNCTION sluice.list_queues()
 RETURNS SETOF sluice.queue_info
 LANGUAGE sql STABLE

@@ -8,10 +8,12 @@
 --   queue      queue name
 --   body       the message, any JSON value (not NULL)
 --   headers    optional JSON object of metadata
---   key        optional ordering key (stored; per-key delivery rules: see docs/sql.md)
+--   key        optional ordering key, returned by receive (stored only: delivery
+--              does not yet keep per-key order)
 --   delay      deliver no earlier than now + delay (NULL or 0: at once)
---   priority   optional priority, higher first (stored; see docs/sql.md)
---   dedup_key  optional deduplication key (stored; see docs/sql.md)
+--   priority   optional priority, returned by receive (stored only: delivery
+--              is in commit order whatever the priority)
+--   dedup_key  optional deduplication key (stored only: no deduplication yet)
 -- Returns: the message id (unique within the queue, increasing in send order)
 -- Notifies: channel 'sluice', payload the queue name, at commit (option notify),
 --          unless a concurrent send to the queue is already due to notify
