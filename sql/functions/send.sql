@@ -29,13 +29,22 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    q sluice.queue;
+    v_qid int;
+    v_slot smallint;
+    v_seq regclass;
+    v_max int;
+    v_notify boolean;
+    v_size int;
     v_id bigint;
     v_now timestamptz;
 BEGIN
-    SELECT * INTO q FROM sluice.queue WHERE name = send.queue;
-    IF NOT FOUND THEN
-        q := sluice._get_queue(send.queue);
+    -- The hot path: one lookup for everything send needs, then one INSERT.
+    SELECT q.id, (SELECT e.epoch FROM sluice.epoch e WHERE e.queue_id = q.id ORDER BY e.epoch DESC LIMIT 1) % 4,
+           q.id_seq, q.max_payload, q.notify
+    INTO v_qid, v_slot, v_seq, v_max, v_notify
+    FROM sluice.queue q WHERE q.name = send.queue;
+    IF v_qid IS NULL THEN
+        PERFORM sluice._get_queue(send.queue);   -- raises SL001 or SL002
     END IF;
     IF send.body IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'SL006', MESSAGE = 'body must not be NULL',
@@ -52,23 +61,22 @@ BEGIN
     IF send.priority IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'SL006', MESSAGE = 'priority must not be NULL';
     END IF;
-    IF pg_column_size(send.body) + coalesce(pg_column_size(send.headers), 0) > q.max_payload THEN
+    v_size := pg_column_size(send.body) + coalesce(pg_column_size(send.headers), 0);
+    IF v_size > v_max THEN
         RAISE EXCEPTION USING ERRCODE = 'SL009',
             MESSAGE = format('message of %s bytes exceeds the max_payload of queue %s (%s bytes)',
-                             pg_column_size(send.body) + coalesce(pg_column_size(send.headers), 0),
-                             quote_literal(q.name), q.max_payload);
+                             v_size, quote_literal(send.queue), v_max);
     END IF;
     v_now := clock_timestamp();
     INSERT INTO sluice.messages (queue_id, slot, id, txid, sent_at, deliver_at, priority, key, dedup_key, headers, body)
-    VALUES (q.id, (SELECT e.epoch FROM sluice.epoch e WHERE e.queue_id = q.id ORDER BY e.epoch DESC LIMIT 1) % 4,
-            nextval(q.id_seq), pg_current_xact_id(), v_now,
+    VALUES (v_qid, v_slot, nextval(v_seq), pg_current_xact_id(), v_now,
             CASE WHEN send.delay > interval '0' THEN v_now + send.delay END,
             send.priority, send.key, send.dedup_key, send.headers, send.body)
     RETURNING id INTO v_id;
     -- One notifier per queue at a time: a send whose concurrent peer already
-    -- holds the gate leaves the wake-up to the peer's commit (see docs/sql.md).
-    IF q.notify AND pg_try_advisory_xact_lock(sluice._lock_ns('notify'), q.id) THEN
-        PERFORM pg_notify('sluice', q.name);
+    -- holds the gate leaves the wake-up to the peer's commit (see docs/design.md).
+    IF v_notify AND pg_try_advisory_xact_lock(sluice._lock_ns('notify'), v_qid) THEN
+        PERFORM pg_notify('sluice', send.queue);
     END IF;
     RETURN v_id;
 END
