@@ -139,6 +139,8 @@ BEGIN
              WHERE n.nspname = 'sluice_tmpl' ORDER BY p.proname LOOP
         EXECUTE replace(pg_get_functiondef(f), 'sluice_tmpl', sch);
     END LOOP;
+    -- The copies are internal: only the owner (through the public API) calls them.
+    EXECUTE format('REVOKE ALL ON ALL FUNCTIONS IN SCHEMA %I FROM PUBLIC', sch);
 END
 $$;
 
