@@ -120,14 +120,16 @@ func TestHeldXminDoesNotDegrade(t *testing.T) {
 	var consumed atomic.Int64
 	var wg sync.WaitGroup
 	errs := make(chan error, 8)
-	// Two producers offer 10,000 messages/s (batches of 20), more than a
-	// tenth of what two consumers drain here, so a slowdown shows as a drop
-	// in consumed/s or as a growing backlog.
+	// Two producers offer 6,000 messages/s (batches of 20): about a third of
+	// what two consumers drain on the 2-core reference machine, leaving room
+	// for the other test packages that run at the same time. A design that
+	// degrades under a held xmin (SKIP LOCKED queues lose more than half their
+	// throughput) shows as a drop in consumed/s and a growing backlog.
 	for p := 0; p < 2; p++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			tick := time.NewTicker(4 * time.Millisecond)
+			tick := time.NewTicker(20 * time.Second / 6000)
 			defer tick.Stop()
 			for ctx.Err() == nil {
 				select {
@@ -212,8 +214,8 @@ func TestHeldXminDoesNotDegrade(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("backlog at the end: %d messages", lag)
-	if lag > 30000 {
-		t.Errorf("backlog of %d messages at the end: consumers fell behind 10,000 messages/s", lag)
+	if lag > 18000 {
+		t.Errorf("backlog of %d messages at the end: consumers fell behind 6,000 messages/s", lag)
 	}
 	// Size is bounded by reclaim, not by traffic: the last sample is not more
 	// than twice the size at 20 s although the traffic kept flowing.
