@@ -129,7 +129,7 @@ func TestHeldXminDoesNotDegrade(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			tick := time.NewTicker(20 * time.Second / 6000)
+			tick := time.NewTicker(2 * 20 * time.Second / 6000) // 2 producers x 20 messages
 			defer tick.Stop()
 			for ctx.Err() == nil {
 				select {
