@@ -16,12 +16,20 @@ export GOPATH         ?= $(or $(TMPDIR),/tmp)/sluice-gopath
 export XDG_CACHE_HOME ?= $(or $(TMPDIR),/tmp)/sluice-cache
 endif
 
-.PHONY: build test vet staticcheck test-go test-pg14 test-pg15 test-pg16 test-pg17 test-pg18 clean
+.PHONY: build demo test vet staticcheck test-go test-pg14 test-pg15 test-pg16 test-pg17 test-pg18 clean
 
 ## build: compile every package and the sluice command into bin/
 build:
 	$(GO) build ./...
 	$(GO) build -o $(BIN)/sluice ./cmd/sluice
+
+## demo: build sluice and run its live demo (about a minute) on the
+## embedded PostgreSQL, or on DATABASE_URL if set. DEMOFLAGS adds flags,
+## such as DEMOFLAGS='--duration 20s --rate 1000'.
+DEMOFLAGS ?=
+demo:
+	$(GO) build -o $(BIN)/sluice ./cmd/sluice
+	$(BIN)/sluice demo $(DEMOFLAGS)
 
 ## test: vet, staticcheck, then the Go tests
 test: vet staticcheck test-go

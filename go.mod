@@ -5,6 +5,7 @@ go 1.23.0
 require (
 	github.com/fergusstrange/embedded-postgres v1.34.0
 	github.com/jackc/pgx/v5 v5.7.6
+	go.uber.org/goleak v1.3.0
 )
 
 require (

@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 )
 
@@ -18,73 +19,128 @@ const (
 	exitUsage = 2
 )
 
-// command is one subcommand.
+// command is one subcommand, or a group of them (sub set).
 type command struct {
 	name    string
 	summary string
 	usage   string // synopsis, description and examples, shown by --help
+	// args is the number of positional arguments: at least minArgs, at
+	// most maxArgs (-1: any number).
+	minArgs, maxArgs int
 	// setup defines the command's flags on fs and returns the function that
-	// runs it once they are parsed.
-	setup func(fs *flag.FlagSet, env *env) func(ctx context.Context) error
+	// runs it once they are parsed, with the positional arguments.
+	setup func(fs *flag.FlagSet, env *env) func(ctx context.Context, args []string) error
+	// sub holds the subcommands of a group such as "queue"; setup is nil
+	// then.
+	sub []command
 }
 
 // env is what a command may touch.
 type env struct {
 	stdout, stderr io.Writer
+	stdin          io.Reader
+	getenv         func(string) string
 }
 
 func commands() []command {
-	return []command{migrateCommand(), versionCommand()}
+	return []command{
+		migrateCommand(), queueCommand(), groupCommand(), sendCommand(), receiveCommand(), tailCommand(),
+		statusCommand(), dlqCommand(), demoCommand(), versionCommand(),
+	}
 }
 
 const mainUsage = `sluice is a message queue that lives inside PostgreSQL.
 
 Usage:
-  sluice <command> [flags]
+  sluice <command> [arguments] [flags]
 
 Commands:
 %s
+Choosing the database (every command that uses one):
+  --database-url URL, else $DATABASE_URL, else the libpq variables (PGHOST,
+  PGPORT, PGDATABASE, PGUSER, PGPASSWORD, PGSERVICE, ...) when any of PGHOST,
+  PGHOSTADDR, PGPORT, PGDATABASE, PGUSER or PGSERVICE is set. With none of
+  these, sluice runs an embedded PostgreSQL of its own: fetched once (into
+  $SLUICE_CACHE_DIR, else $XDG_CACHE_HOME/sluice, else ~/.cache/sluice), its
+  data kept in $SLUICE_DATA_DIR, else $XDG_DATA_HOME/sluice, else
+  ~/.local/share/sluice (a directory under /tmp when those are unusable, or
+  when running as root and they are private), with the sluice schema
+  installed, and stopped when the command exits.
+
 Run "sluice <command> --help" for the flags and examples of a command.
+
+Quick start:
+  sluice demo                                  # a one-minute live scenario
+  sluice queue create orders
+  sluice send orders '{"id": 1}'
+  sluice receive orders
 `
 
 // Main runs the sluice command with args (the command line without the
 // program name), writing to stdout and stderr, and returns the process exit
 // status: 0 on success, 1 when the command failed, 2 for a usage error.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	e := &env{stdout: stdout, stderr: stderr}
+	return run(ctx, args, &env{stdout: stdout, stderr: stderr, stdin: os.Stdin, getenv: os.Getenv})
+}
+
+func run(ctx context.Context, args []string, e *env) int {
 	if len(args) == 0 {
-		printMainUsage(stderr)
+		printGroupUsage(e.stderr, mainUsage, commands())
 		return exitUsage
 	}
 	name, rest := args[0], args[1:]
 	switch name {
 	case "help", "-h", "-help", "--help":
 		if len(rest) == 0 {
-			printMainUsage(stdout)
+			printGroupUsage(e.stdout, mainUsage, commands())
 			return exitOK
 		}
-		name, rest = rest[0], []string{"--help"}
+		return run(ctx, append(rest, "--help"), e)
 	}
-	for _, c := range commands() {
-		if c.name == name {
-			return runCommand(ctx, c, rest, e)
+	return dispatch(ctx, "sluice", commands(), mainUsage, name, rest, e)
+}
+
+// dispatch finds command name among cmds and runs it.
+func dispatch(ctx context.Context, prefix string, cmds []command, groupUsage, name string, rest []string, e *env) int {
+	for _, c := range cmds {
+		if c.name != name {
+			continue
 		}
+		path := prefix + " " + c.name
+		if c.sub == nil {
+			return runCommand(ctx, path, c, rest, e)
+		}
+		if len(rest) == 0 {
+			printGroupUsage(e.stderr, c.usage, c.sub)
+			return exitUsage
+		}
+		switch rest[0] {
+		case "help", "-h", "-help", "--help":
+			if len(rest) > 1 {
+				return dispatch(ctx, path, c.sub, c.usage, rest[1], []string{"--help"}, e)
+			}
+			printGroupUsage(e.stdout, c.usage, c.sub)
+			return exitOK
+		}
+		return dispatch(ctx, path, c.sub, c.usage, rest[0], rest[1:], e)
 	}
-	fmt.Fprintf(stderr, "sluice: unknown command %q\n\n", name)
-	printMainUsage(stderr)
+	fmt.Fprintf(e.stderr, "%s: unknown command %q\n\n", prefix, name)
+	printGroupUsage(e.stderr, groupUsage, cmds)
 	return exitUsage
 }
 
-func printMainUsage(w io.Writer) {
+// printGroupUsage prints the usage of a group of commands: usage has one %s
+// for the list of commands.
+func printGroupUsage(w io.Writer, usage string, cmds []command) {
 	var list strings.Builder
-	for _, c := range commands() {
+	for _, c := range cmds {
 		fmt.Fprintf(&list, "  %-9s %s\n", c.name, c.summary)
 	}
-	fmt.Fprintf(w, mainUsage, list.String())
+	fmt.Fprintf(w, usage, list.String())
 }
 
-func runCommand(ctx context.Context, c command, args []string, e *env) int {
-	fs := flag.NewFlagSet("sluice "+c.name, flag.ContinueOnError)
+func runCommand(ctx context.Context, path string, c command, args []string, e *env) int {
+	fs := flag.NewFlagSet(path, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	run := c.setup(fs, e)
 	usage := func(w io.Writer) {
@@ -92,29 +148,77 @@ func runCommand(ctx context.Context, c command, args []string, e *env) int {
 		var flags strings.Builder
 		fs.VisitAll(func(f *flag.Flag) {
 			arg, text := flag.UnquoteUsage(f)
-			fmt.Fprintf(&flags, "  --%s %s\n      %s\n", f.Name, arg, text)
+			def := ""
+			if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" && f.DefValue != "0s" && f.DefValue != "[]" {
+				def = fmt.Sprintf(" (default %s)", f.DefValue)
+			}
+			fmt.Fprintf(&flags, "  --%s %s\n      %s%s\n", f.Name, arg, text, def)
 		})
 		if flags.Len() > 0 {
 			fmt.Fprintf(w, "\nFlags:\n%s", strings.ReplaceAll(flags.String(), " \n", "\n"))
 		}
 	}
-	if err := fs.Parse(args); err != nil {
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			usage(e.stdout)
 			return exitOK
 		}
-		fmt.Fprintf(e.stderr, "sluice %s: %v\n\n", c.name, err)
+		fmt.Fprintf(e.stderr, "%s: %v\n\n", path, err)
 		usage(e.stderr)
 		return exitUsage
 	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(e.stderr, "sluice %s: unexpected argument %q\n\n", c.name, fs.Arg(0))
+	switch {
+	case len(pos) < c.minArgs:
+		fmt.Fprintf(e.stderr, "%s: missing arguments\n\n", path)
+		usage(e.stderr)
+		return exitUsage
+	case c.maxArgs >= 0 && len(pos) > c.maxArgs:
+		fmt.Fprintf(e.stderr, "%s: unexpected argument %q\n\n", path, pos[c.maxArgs])
 		usage(e.stderr)
 		return exitUsage
 	}
-	if err := run(ctx); err != nil {
-		fmt.Fprintf(e.stderr, "sluice %s: %v\n", c.name, err)
+	if err := run(ctx, pos); err != nil {
+		var ue usageError
+		if errors.As(err, &ue) {
+			fmt.Fprintf(e.stderr, "%s: %v\n\n", path, err)
+			usage(e.stderr)
+			return exitUsage
+		}
+		fmt.Fprintf(e.stderr, "%s: %v\n", path, explain(err))
 		return exitError
 	}
 	return exitOK
+}
+
+// usageError is a bad flag value or argument found after parsing.
+type usageError struct{ msg string }
+
+func (u usageError) Error() string { return u.msg }
+
+func usagef(format string, args ...any) error { return usageError{fmt.Sprintf(format, args...)} }
+
+// parseInterleaved parses flags that may come before, between or after the
+// positional arguments (which it returns). Everything after "--" is
+// positional.
+func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
+	var tail []string
+	for i, a := range args {
+		if a == "--" {
+			args, tail = args[:i], args[i+1:]
+			break
+		}
+	}
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			return append(pos, tail...), nil
+		}
+		pos = append(pos, args[0])
+		args = args[1:]
+	}
 }

@@ -4,10 +4,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"os"
-	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/sluicemq/sluice/migrate"
 	sqlsrc "github.com/sluicemq/sluice/sql"
@@ -22,7 +18,10 @@ concurrent runs wait for each other.
 
 The database is the one --database-url names, else $DATABASE_URL, else the
 one the libpq environment variables (PGHOST, PGPORT, PGDATABASE, PGUSER,
-PGPASSWORD, PGSSLMODE, ...) and their defaults describe.
+PGPASSWORD, PGSSLMODE, ...) and their defaults describe, when any of PGHOST,
+PGHOSTADDR, PGPORT, PGDATABASE, PGUSER or PGSERVICE is set. With none of
+these, the embedded server (see "sluice --help"), which has the schema
+already.
 
 With --print, nothing is connected to: the same work is written to standard
 output as one SQL script for psql or your own migration tool. The script is
@@ -40,10 +39,10 @@ func migrateCommand() command {
 		name:    "migrate",
 		summary: "install or upgrade the sluice schema in a database",
 		usage:   migrateUsage,
-		setup: func(fs *flag.FlagSet, e *env) func(context.Context) error {
-			url := fs.String("database-url", "", "PostgreSQL connection `URL` (default $DATABASE_URL, else the PG* variables)")
+		setup: func(fs *flag.FlagSet, e *env) func(context.Context, []string) error {
+			url := dbFlag(fs)
 			print := fs.Bool("print", false, "write the migration SQL script to standard output instead of connecting")
-			return func(ctx context.Context) error {
+			return func(ctx context.Context, _ []string) error {
 				if *print {
 					script, err := migrate.Script(sqlsrc.FS)
 					if err != nil {
@@ -59,37 +58,11 @@ func migrateCommand() command {
 }
 
 func runMigrate(ctx context.Context, e *env, flagURL string) error {
-	connString, source := flagURL, "--database-url"
-	if connString == "" {
-		connString, source = os.Getenv("DATABASE_URL"), "DATABASE_URL"
-		if connString == "" {
-			source = "the PG* environment variables"
-		}
-	}
-	cfg, err := pgx.ParseConfig(connString)
+	conn, target, closeConn, err := e.connectOne(ctx, flagURL)
 	if err != nil {
-		return fmt.Errorf("reading the connection settings from %s: %w", source, err)
+		return err
 	}
-	if cfg.ConnectTimeout == 0 {
-		cfg.ConnectTimeout = 15 * time.Second
-	}
-	db := cfg.Database
-	if db == "" {
-		db = cfg.User // what the server assumes
-	}
-	target := fmt.Sprintf("database %q on %s:%d as user %q", db, cfg.Host, cfg.Port, cfg.User)
-
-	conn, err := pgx.ConnectConfig(ctx, cfg)
-	if err != nil {
-		return fmt.Errorf("cannot connect to %s (settings from %s; name another with --database-url, DATABASE_URL or the PG* variables): %w",
-			target, source, err)
-	}
-	defer func() {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		_ = conn.Close(cctx)
-	}()
-
+	defer closeConn()
 	res, err := migrate.Apply(ctx, conn, sqlsrc.FS)
 	for _, m := range res.Applied {
 		fmt.Fprintf(e.stdout, "applied %s\n", m.Path)

@@ -25,8 +25,8 @@ func versionCommand() command {
 		name:    "version",
 		summary: "print the version of sluice and of its schema",
 		usage:   versionUsage,
-		setup: func(_ *flag.FlagSet, e *env) func(context.Context) error {
-			return func(context.Context) error {
+		setup: func(_ *flag.FlagSet, e *env) func(context.Context, []string) error {
+			return func(context.Context, []string) error {
 				migrations, err := migrate.Migrations(sqlsrc.FS)
 				if err != nil {
 					return err

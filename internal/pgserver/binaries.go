@@ -1,4 +1,4 @@
-package pgtest
+package pgserver
 
 import (
 	"errors"
@@ -18,13 +18,13 @@ import (
 // is not set: the newest one embedded-postgres provides.
 const DefaultVersion = "18"
 
-// resolveVersion turns a major version ("17") or an exact release
+// ResolveVersion turns a major version ("17") or an exact release
 // ("17.5.0", as published by zonky's embedded-postgres-binaries) into the
-// release embedded-postgres fetches.
-func resolveVersion(v string) (embeddedpostgres.PostgresVersion, error) {
+// release embedded-postgres fetches; "" means DefaultVersion.
+func ResolveVersion(v string) (embeddedpostgres.PostgresVersion, error) {
 	switch v {
 	case "":
-		return resolveVersion(DefaultVersion)
+		return ResolveVersion(DefaultVersion)
 	case "14":
 		return embeddedpostgres.V14, nil
 	case "15":
@@ -42,11 +42,11 @@ func resolveVersion(v string) (embeddedpostgres.PostgresVersion, error) {
 	return "", fmt.Errorf("unsupported PostgreSQL version %q: use 14, 15, 16, 17 or 18, or an exact release such as 17.5.0", v)
 }
 
-// cacheDir returns a writable directory for downloaded PostgreSQL archives
+// CacheDir returns a writable directory for downloaded PostgreSQL archives
 // and extracted binaries: $SLUICE_CACHE_DIR, $XDG_CACHE_HOME/sluice,
 // $HOME/.cache/sluice (only if $HOME exists), else a directory under the
-// system temporary directory.
-func cacheDir() (string, error) {
+// system temporary directory, whichever is first usable.
+func CacheDir() (string, error) {
 	var candidates []string
 	if d := os.Getenv("SLUICE_CACHE_DIR"); d != "" {
 		candidates = append(candidates, d)
@@ -271,6 +271,26 @@ func lockFile(path string) (func(), error) {
 	}
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
 		_ = f.Close()
+		return nil, fmt.Errorf("locking %s: %w", path, err)
+	}
+	return func() {
+		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+		_ = f.Close()
+	}, nil
+}
+
+// tryLockFile takes an exclusive flock on path without waiting and returns
+// its release; ErrLocked when another process holds it.
+func tryLockFile(path string) (func(), error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("opening lock file: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		_ = f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, fmt.Errorf("%s: %w", path, ErrLocked)
+		}
 		return nil, fmt.Errorf("locking %s: %w", path, err)
 	}
 	return func() {

@@ -1,4 +1,4 @@
-package pgtest
+package pgserver
 
 import (
 	"bytes"
@@ -13,6 +13,7 @@ import (
 	"os/user"
 	"path/filepath"
 	"runtime"
+	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -21,8 +22,8 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// runtimePrefix starts the name of each private server's directory under the
-// system temporary directory; the test process's PID follows, so that
+// runtimePrefix starts the name of each temporary server's directory under
+// the system temporary directory; the owning process's PID follows, so that
 // directories left by a killed process can be found and removed.
 const runtimePrefix = "sluice-pgtest-"
 
@@ -34,12 +35,14 @@ type serverUser struct {
 }
 
 // chooseUser returns the current user, unless that is root, which PostgreSQL
-// refuses to run as: then $SLUICE_PG_USER, or nobody.
-func chooseUser() (serverUser, error) {
+// refuses to run as: then name, else $SLUICE_PG_USER, else nobody.
+func chooseUser(name string) (serverUser, error) {
 	if os.Geteuid() != 0 {
 		return serverUser{uid: -1, gid: -1}, nil
 	}
-	name := os.Getenv("SLUICE_PG_USER")
+	if name == "" {
+		name = os.Getenv("SLUICE_PG_USER")
+	}
 	if name == "" {
 		name = "nobody"
 	}
@@ -55,11 +58,13 @@ func chooseUser() (serverUser, error) {
 	return serverUser{name: name, uid: uid, gid: gid}, nil
 }
 
-// process is a private PostgreSQL server run as a child of the test process.
+// process is a PostgreSQL server run as a child of this process.
 type process struct {
-	cmd  *exec.Cmd
-	dir  string        // runtime directory: data/, the socket, postgres.log
-	done chan struct{} // closed once postgres has exited and been reaped
+	cmd     *exec.Cmd
+	dataDir string        // the cluster
+	logPath string        // postgres.log
+	tempDir string        // removed by stop unless empty: holds data/, the socket, postgres.log
+	done    chan struct{} // closed once postgres has exited and been reaped
 }
 
 // privateConfig is what startPrivate needs to know.
@@ -67,28 +72,38 @@ type privateConfig struct {
 	binDir   string
 	user     serverUser
 	password string
+	dataDir  string // persistent cluster directory; empty for a fresh temporary one
 }
 
-// startPrivate initializes a cluster in a fresh directory and starts
-// postgres on a free loopback port. It returns the running process and the
-// port.
+// startPrivate starts postgres on a free loopback port: on a fresh cluster
+// in a new temporary directory, or on cfg.dataDir, initializing it first if
+// it holds no cluster yet. It returns the running process and the port.
 func startPrivate(ctx context.Context, cfg privateConfig) (*process, int, error) {
-	sweepStale()
-	dir, err := os.MkdirTemp("", fmt.Sprintf("%s%d-", runtimePrefix, os.Getpid()))
-	if err != nil {
-		return nil, 0, fmt.Errorf("creating the runtime directory: %w", err)
+	var layout process
+	if cfg.dataDir == "" {
+		sweepStale()
+		dir, err := os.MkdirTemp("", fmt.Sprintf("%s%d-", runtimePrefix, os.Getpid()))
+		if err != nil {
+			return nil, 0, fmt.Errorf("creating the runtime directory: %w", err)
+		}
+		layout = process{dataDir: filepath.Join(dir, "data"), logPath: filepath.Join(dir, "postgres.log"), tempDir: dir}
+		if err := cfg.own(dir); err != nil {
+			_ = os.RemoveAll(dir)
+			return nil, 0, err
+		}
+	} else {
+		layout = process{dataDir: cfg.dataDir, logPath: cfg.dataDir + ".log"}
 	}
 	ok := false
 	defer func() {
-		if !ok {
-			_ = os.RemoveAll(dir)
+		if !ok && layout.tempDir != "" {
+			_ = os.RemoveAll(layout.tempDir)
 		}
 	}()
-	if err := cfg.own(dir); err != nil {
-		return nil, 0, err
-	}
-	if err := initdb(ctx, cfg, dir); err != nil {
-		return nil, 0, err
+	if _, err := os.Stat(filepath.Join(layout.dataDir, "PG_VERSION")); err != nil {
+		if err := initdb(ctx, cfg, layout.dataDir); err != nil {
+			return nil, 0, err
+		}
 	}
 
 	// A free port can be taken by someone else before postgres binds it:
@@ -99,7 +114,7 @@ func startPrivate(ctx context.Context, cfg privateConfig) (*process, int, error)
 		if err != nil {
 			return nil, 0, err
 		}
-		p, err := launch(cfg, dir, port)
+		p, err := launch(cfg, layout, port)
 		if err != nil {
 			return nil, 0, err
 		}
@@ -108,7 +123,7 @@ func startPrivate(ctx context.Context, cfg privateConfig) (*process, int, error)
 			ok = true
 			return p, port, nil
 		}
-		_ = p.stop(false)
+		_ = p.stop()
 		lastErr = err
 		if !strings.Contains(err.Error(), "could not bind") && !strings.Contains(err.Error(), "already in use") {
 			break
@@ -129,7 +144,8 @@ func (cfg privateConfig) own(path string) error {
 }
 
 // command builds an exec.Cmd for one of the PostgreSQL binaries, run as the
-// server user, in its own process group, with a clean environment.
+// server user in directory dir, in its own process group, with a clean
+// environment.
 func (cfg privateConfig) command(dir, name string, args ...string) *exec.Cmd {
 	cmd := exec.Command(filepath.Join(cfg.binDir, "bin", name), args...)
 	cmd.Dir = dir
@@ -146,17 +162,30 @@ func (cfg privateConfig) command(dir, name string, args ...string) *exec.Cmd {
 	return cmd
 }
 
-func initdb(ctx context.Context, cfg privateConfig, dir string) error {
-	pwfile := filepath.Join(dir, "pwfile")
+// initdb makes a cluster in dataDir, whose parent must exist.
+func initdb(ctx context.Context, cfg privateConfig, dataDir string) error {
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+		return fmt.Errorf("creating %s: %w", dataDir, err)
+	}
+	if err := cfg.own(dataDir); err != nil {
+		return err
+	}
+	// The password file sits in the data directory (readable by the server
+	// user only) and is removed once initdb has read it.
+	pwfile := filepath.Join(dataDir, "pwfile")
 	if err := os.WriteFile(pwfile, []byte(cfg.password+"\n"), 0o600); err != nil {
 		return fmt.Errorf("writing the password file: %w", err)
 	}
-	defer os.Remove(pwfile)
 	if err := cfg.own(pwfile); err != nil {
+		_ = os.Remove(pwfile)
 		return err
 	}
-	cmd := cfg.command(dir, "initdb",
-		"--pgdata", filepath.Join(dir, "data"),
+	// initdb wants an empty directory: it gets a subdirectory, renamed into
+	// place afterwards, so that an interrupted initdb leaves no half cluster.
+	building := filepath.Join(dataDir, "initdb")
+	_ = os.RemoveAll(building)
+	cmd := cfg.command(dataDir, "initdb",
+		"--pgdata", building,
 		"--username", "postgres",
 		"--auth", "scram-sha-256",
 		"--pwfile", pwfile,
@@ -167,44 +196,76 @@ func initdb(ctx context.Context, cfg privateConfig, dir string) error {
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
+		_ = os.Remove(pwfile)
 		return fmt.Errorf("running initdb: %w", err)
 	}
 	waited := make(chan error, 1)
 	go func() { waited <- cmd.Wait() }()
+	var err error
 	select {
-	case err := <-waited:
+	case err = <-waited:
 		if err != nil {
-			return fmt.Errorf("initdb: %w\n%s", err, out.String())
+			err = fmt.Errorf("initdb: %w\n%s", err, out.String())
 		}
-		return nil
 	case <-ctx.Done():
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		<-waited
-		return fmt.Errorf("initdb: %w", ctx.Err())
+		err = fmt.Errorf("initdb: %w", ctx.Err())
 	}
+	_ = os.Remove(pwfile)
+	if err != nil {
+		_ = os.RemoveAll(building)
+		return err
+	}
+	return moveUp(building, dataDir)
 }
 
-// launch starts postgres in dir on port. The process is started from a
-// goroutine locked to its OS thread that stays alive until postgres exits,
-// because the parent-death signal (see sysProcAttr) fires when the thread
-// that started the child ends.
-func launch(cfg privateConfig, dir string, port int) (*process, error) {
-	logFile, err := os.OpenFile(filepath.Join(dir, "postgres.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+// moveUp moves the entries of dir into its parent, then removes dir.
+func moveUp(dir, parent string) error {
+	entries, err := os.ReadDir(dir)
 	if err != nil {
-		return nil, fmt.Errorf("creating postgres.log: %w", err)
+		return fmt.Errorf("reading %s: %w", dir, err)
 	}
-	cmd := cfg.command(dir, "postgres",
-		"-D", filepath.Join(dir, "data"),
+	// PG_VERSION last: its presence marks a complete cluster.
+	sort.Slice(entries, func(i, j int) bool { return entries[j].Name() == "PG_VERSION" })
+	for _, e := range entries {
+		if err := os.Rename(filepath.Join(dir, e.Name()), filepath.Join(parent, e.Name())); err != nil {
+			return fmt.Errorf("moving the new cluster into %s: %w", parent, err)
+		}
+	}
+	if err := os.Remove(dir); err != nil {
+		return fmt.Errorf("removing %s: %w", dir, err)
+	}
+	return nil
+}
+
+// launch starts postgres on port with the directories of layout. The
+// process is started from a goroutine locked to its OS thread that stays
+// alive until postgres exits, because the parent-death signal (see
+// sysProcAttr) fires when the thread that started the child ends.
+func launch(cfg privateConfig, layout process, port int) (*process, error) {
+	logFile, err := os.OpenFile(layout.logPath, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("creating %s: %w", layout.logPath, err)
+	}
+	socketDir := ""
+	if layout.tempDir != "" {
+		socketDir = layout.tempDir
+	}
+	cmd := cfg.command(filepath.Dir(layout.dataDir), "postgres",
+		"-D", layout.dataDir,
 		"-p", strconv.Itoa(port),
 		"-c", "listen_addresses=127.0.0.1",
-		"-c", "unix_socket_directories="+dir,
+		"-c", "unix_socket_directories="+socketDir,
 		"-c", "max_connections=250",
 		"-c", "logging_collector=off",
 		"-c", "log_min_messages=warning",
 	)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 
-	p := &process{cmd: cmd, dir: dir, done: make(chan struct{})}
+	p := &layout
+	p.cmd = cmd
+	p.done = make(chan struct{})
 	started := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
@@ -249,8 +310,8 @@ func (p *process) waitReady(ctx context.Context, port int, password string) erro
 }
 
 // stop shuts postgres down (fast shutdown, then SIGKILL to its process group
-// after 30 seconds) and removes its directory unless keep is set.
-func (p *process) stop(keep bool) error {
+// after 30 seconds) and removes its temporary directory, if any.
+func (p *process) stop() error {
 	var errs []error
 	pid := p.cmd.Process.Pid
 	if err := syscall.Kill(pid, syscall.SIGINT); err != nil && !errors.Is(err, syscall.ESRCH) {
@@ -264,9 +325,9 @@ func (p *process) stop(keep bool) error {
 		<-p.done
 		errs = append(errs, fmt.Errorf("postgres (pid %d) did not shut down in 30s and was killed:\n%s", pid, p.logTail()))
 	}
-	if !keep {
-		if err := os.RemoveAll(p.dir); err != nil {
-			errs = append(errs, fmt.Errorf("removing %s: %w", p.dir, err))
+	if p.tempDir != "" {
+		if err := os.RemoveAll(p.tempDir); err != nil {
+			errs = append(errs, fmt.Errorf("removing %s: %w", p.tempDir, err))
 		}
 	}
 	return errors.Join(errs...)
@@ -274,7 +335,7 @@ func (p *process) stop(keep bool) error {
 
 // logTail returns the end of postgres.log.
 func (p *process) logTail() string {
-	b, err := os.ReadFile(filepath.Join(p.dir, "postgres.log"))
+	b, err := os.ReadFile(p.logPath)
 	if err != nil {
 		return fmt.Sprintf("(no log: %v)", err)
 	}

@@ -1,0 +1,364 @@
+package sluice_test
+
+import (
+	"encoding/json"
+	"errors"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/sluicemq/sluice"
+	"github.com/sluicemq/sluice/internal/pgtest"
+)
+
+func TestSendReceiveAck(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.createQueue("orders", nil)
+	id, err := b.client.Send(b.ctx, "orders", json.RawMessage(`{"order": 1}`), &sluice.SendOptions{
+		Headers: json.RawMessage(`{"trace": "abc"}`), Key: "customer-1", Priority: 3, DedupKey: "o-1",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs, err := b.client.Receive(b.ctx, "orders", "default", &sluice.ReceiveOptions{Max: 10, Lease: time.Minute, Consumer: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(msgs) != 1 {
+		t.Fatalf("received %d messages, want 1", len(msgs))
+	}
+	m := msgs[0]
+	if m.ID != id || string(m.Body) != `{"order": 1}` || string(m.Headers) != `{"trace": "abc"}` || m.Key != "customer-1" ||
+		m.Priority != 3 || m.Attempt != 1 || m.Receipt == "" || m.Queue != "orders" || m.Group != "default" {
+		t.Errorf("message %+v", m)
+	}
+	if d := time.Until(m.LeaseExpiresAt); d < 50*time.Second || d > 70*time.Second {
+		t.Errorf("lease expires in %s, want about a minute", d)
+	}
+	if time.Since(m.SentAt) > time.Minute {
+		t.Errorf("sent at %s", m.SentAt)
+	}
+	if n, err := b.client.Extend(b.ctx, "orders", "default", 2*time.Minute, m.Receipt); err != nil || n != 1 {
+		t.Errorf("extend: %d, %v", n, err)
+	}
+	if n, err := b.client.Ack(b.ctx, "orders", "default", m.Receipt); err != nil || n != 1 {
+		t.Errorf("ack: %d, %v", n, err)
+	}
+	if n, err := b.client.Ack(b.ctx, "orders", "default", m.Receipt); err != nil || n != 0 {
+		t.Errorf("second ack: %d, %v; want 0 (stale)", n, err)
+	}
+	if msgs, err := b.client.Receive(b.ctx, "orders", "default", nil); err != nil || len(msgs) != 0 {
+		t.Errorf("receive after ack: %v, %v", msgs, err)
+	}
+}
+
+func TestSendDelayAndPlainMessage(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.createQueue("q", nil)
+	if _, err := b.client.Send(b.ctx, "q", json.RawMessage(`"later"`), &sluice.SendOptions{Delay: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	b.send("q", `"now"`)
+	msgs, err := b.client.Receive(b.ctx, "q", "default", &sluice.ReceiveOptions{Max: 10})
+	if err != nil || len(msgs) != 1 || string(msgs[0].Body) != `"now"` || msgs[0].Headers != nil || msgs[0].Key != "" {
+		t.Fatalf("received %+v, %v; want only the undelayed message, without headers or key", msgs, err)
+	}
+	if s := b.status("q", "default"); s.Delayed != 1 || s.InFlight != 1 {
+		t.Errorf("status %+v; want 1 delayed, 1 in flight", s)
+	}
+}
+
+func TestSendBatch(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.createQueue("batch", nil)
+	msgs := make([]sluice.BatchMessage, 2500)
+	for i := range msgs {
+		msgs[i].Body = json.RawMessage(`{"n": ` + itoa(i) + `}`)
+		if i%2 == 0 {
+			msgs[i].Key = "k" + itoa(i%7)
+		}
+		if i%3 == 0 {
+			msgs[i].Headers = json.RawMessage(`{"h": true}`)
+		}
+	}
+	ids, err := b.client.SendBatch(b.ctx, "batch", msgs, &sluice.SendBatchOptions{ChunkSize: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ids) != len(msgs) {
+		t.Fatalf("%d ids for %d messages", len(ids), len(msgs))
+	}
+	for i := 1; i < len(ids); i++ {
+		if ids[i] <= ids[i-1] {
+			t.Fatalf("ids not increasing at %d: %d then %d", i, ids[i-1], ids[i])
+		}
+	}
+	got, err := b.client.Receive(b.ctx, "batch", "default", &sluice.ReceiveOptions{Max: 10000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(msgs) {
+		t.Fatalf("received %d, want %d", len(got), len(msgs))
+	}
+	for i, m := range got {
+		wantKey := ""
+		if i%2 == 0 {
+			wantKey = "k" + itoa(i%7)
+		}
+		if m.ID != ids[i] || string(m.Body) != `{"n": `+itoa(i)+`}` || m.Key != wantKey || (m.Headers != nil) != (i%3 == 0) {
+			t.Fatalf("message %d: %+v", i, m)
+		}
+	}
+
+	// A batch is all or nothing: one oversized message fails it whole.
+	if ids, err := b.client.SendBatch(b.ctx, "batch", nil, nil); err != nil || len(ids) != 0 {
+		t.Errorf("empty batch: %v, %v", ids, err)
+	}
+	bad := []sluice.BatchMessage{{Body: json.RawMessage(`1`)}, {Body: nil}}
+	if _, err := b.client.SendBatch(b.ctx, "batch", bad, &sluice.SendBatchOptions{ChunkSize: 1}); !errors.Is(err, sluice.ErrInvalidArgument) {
+		t.Errorf("batch with a NULL body: %v, want ErrInvalidArgument", err)
+	}
+	if got, err := b.client.Receive(b.ctx, "batch", "default", nil); err != nil || len(got) != 0 {
+		t.Errorf("after a failed batch, received %+v, %v; want nothing", got, err)
+	}
+}
+
+func TestNackRetryAndDeadLetter(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.createQueue("retry", &sluice.QueueOptions{MaxAttempts: 2, BackoffBase: time.Hour, BackoffMax: time.Hour})
+	id := b.send("retry", `"x"`)
+	m := receiveOne(b, "retry", "default")
+	if ok, err := b.client.Nack(b.ctx, "retry", "default", m.Receipt, &sluice.NackOptions{Now: true, Error: "first"}); err != nil || !ok {
+		t.Fatalf("nack: %v, %v", ok, err)
+	}
+	m = receiveOne(b, "retry", "default")
+	if m.Attempt != 2 || m.ID != id {
+		t.Errorf("redelivery %+v; want attempt 2 of message %d", m, id)
+	}
+	if ok, err := b.client.Nack(b.ctx, "retry", "default", m.Receipt, &sluice.NackOptions{Error: "second"}); err != nil || !ok {
+		t.Fatalf("nack: %v, %v", ok, err)
+	}
+	dls, err := b.client.DeadLetters(b.ctx, "retry", &sluice.DeadLetterOptions{Group: "default"})
+	if err != nil || len(dls) != 1 {
+		t.Fatalf("dead letters %+v, %v", dls, err)
+	}
+	if d := dls[0]; d.ID != id || d.Error != "second" || d.Attempts != 2 || d.Group != "default" || string(d.Body) != `"x"` {
+		t.Errorf("dead letter %+v", d)
+	}
+	if s := b.status("retry", "default"); s.Dead != 1 {
+		t.Errorf("status %+v, want 1 dead", s)
+	}
+	if n, err := b.client.Redrive(b.ctx, "retry", "default", id); err != nil || n != 1 {
+		t.Fatalf("redrive: %d, %v", n, err)
+	}
+	m = receiveOne(b, "retry", "default")
+	if m.ID != id || m.Attempt != 1 {
+		t.Errorf("redriven message %+v", m)
+	}
+	if ok, err := b.client.Nack(b.ctx, "retry", "default", "not-a-receipt", nil); ok || !errors.Is(err, sluice.ErrInvalidReceipt) {
+		t.Errorf("nack of a malformed receipt: %v, %v; want ErrInvalidReceipt", ok, err)
+	}
+	if _, err := b.client.Nack(b.ctx, "retry", "default", m.Receipt, &sluice.NackOptions{Delay: -time.Second}); !errors.Is(err, sluice.ErrInvalidArgument) {
+		t.Errorf("negative delay: %v", err)
+	}
+}
+
+func receiveOne(b *bundle, queue, group string) sluice.Message {
+	b.t.Helper()
+	msgs, err := b.client.Receive(b.ctx, queue, group, nil)
+	if err != nil || len(msgs) != 1 {
+		b.t.Fatalf("receive from %s/%s: %+v, %v; want one message", queue, group, msgs, err)
+	}
+	return msgs[0]
+}
+
+func TestAdmin(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.createQueue("jobs", &sluice.QueueOptions{MaxAttempts: 7, Lease: 1500 * time.Millisecond, Retention: 2 * time.Hour,
+		DisableNotify: true, NoDefaultGroup: true})
+	b.createQueue("audit", nil)
+	if err := b.client.CreateGroup(b.ctx, "jobs", "billing", nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.client.CreateGroup(b.ctx, "jobs", "late", &sluice.GroupOptions{StartFrom: sluice.StartLatest}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.client.CreateGroup(b.ctx, "jobs", "replay", &sluice.GroupOptions{StartFrom: sluice.StartAt(time.Now().Add(-time.Hour))}); err != nil {
+		t.Fatal(err)
+	}
+	qs, err := b.client.ListQueues(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(qs) != 2 || qs[0].Name != "audit" || qs[1].Name != "jobs" {
+		t.Fatalf("queues %+v", qs)
+	}
+	if strings.Join(qs[1].Groups, ",") != "billing,late,replay" || strings.Join(qs[0].Groups, ",") != "default" {
+		t.Errorf("groups %v and %v", qs[0].Groups, qs[1].Groups)
+	}
+	var opts map[string]any
+	if err := json.Unmarshal(qs[1].Options, &opts); err != nil {
+		t.Fatal(err)
+	}
+	if opts["max_attempts"] != 7.0 || opts["lease"] != "1500 milliseconds" || opts["retention"] != "7200 seconds" ||
+		opts["notify"] != false || opts["default_group"] != false {
+		t.Errorf("options %v", opts)
+	}
+
+	b.send("jobs", `1`)
+	b.send("jobs", `2`)
+	st, err := b.client.Status(b.ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st) != 4 {
+		t.Errorf("status of all queues: %d rows, want 4: %+v", len(st), st)
+	}
+	if s := b.status("jobs", "billing"); s.Ready != 2 || s.Lag != 2 || s.OldestPendingAge <= 0 {
+		t.Errorf("billing status %+v", s)
+	}
+	if n, err := b.client.PurgeQueue(b.ctx, "jobs"); err != nil || n != 2 {
+		t.Errorf("purge: %d, %v", n, err)
+	}
+	if s := b.status("jobs", "billing"); s.Ready != 0 {
+		t.Errorf("status after purge %+v", s)
+	}
+	if ok, err := b.client.DropGroup(b.ctx, "jobs", "late"); err != nil || !ok {
+		t.Errorf("drop group: %v, %v", ok, err)
+	}
+	if ok, err := b.client.DropGroup(b.ctx, "jobs", "late"); err != nil || ok {
+		t.Errorf("drop group again: %v, %v", ok, err)
+	}
+	if _, err := b.client.Maintain(b.ctx); err != nil {
+		t.Errorf("maintain: %v", err)
+	}
+	if ok, err := b.client.DropQueue(b.ctx, "jobs"); err != nil || !ok {
+		t.Errorf("drop queue: %v, %v", ok, err)
+	}
+	if ok, err := b.client.DropQueue(b.ctx, "jobs"); err != nil || ok {
+		t.Errorf("drop queue again: %v, %v", ok, err)
+	}
+}
+
+func TestErrors(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.createQueue("small", &sluice.QueueOptions{MaxPayload: 100})
+	big := json.RawMessage(`"` + strings.Repeat("x", 200) + `"`)
+	for _, tc := range []struct {
+		name string
+		err  error
+		want error
+	}{
+		{"unknown queue", sendErr(b, "nope", `1`), sluice.ErrQueueNotFound},
+		{"invalid name", sendErr(b, "bad name!", `1`), sluice.ErrInvalidName},
+		{"duplicate queue", b.client.CreateQueue(b.ctx, "small", nil), sluice.ErrQueueExists},
+		{"duplicate group", b.client.CreateGroup(b.ctx, "small", "default", nil), sluice.ErrGroupExists},
+		{"unknown group", receiveErr(b, "small", "nobody"), sluice.ErrGroupNotFound},
+		{"invalid option", b.client.CreateQueue(b.ctx, "q2", &sluice.QueueOptions{MaxAttempts: -1}), sluice.ErrInvalidOption},
+		{"payload too large", sendErr(b, "small", string(big)), sluice.ErrPayloadTooLarge},
+		{"headers not an object", func() error {
+			_, err := b.client.Send(b.ctx, "small", json.RawMessage(`1`), &sluice.SendOptions{Headers: json.RawMessage(`[1]`)})
+			return err
+		}(), sluice.ErrInvalidArgument},
+	} {
+		if !errors.Is(tc.err, tc.want) {
+			t.Errorf("%s: %v, want %v", tc.name, tc.err, tc.want)
+			continue
+		}
+		var serr *sluice.Error
+		if !errors.As(tc.err, &serr) || !strings.HasPrefix(serr.Code, "SL") || serr.Message == "" {
+			t.Errorf("%s: %v is not an *sluice.Error with an SL code", tc.name, tc.err)
+		}
+	}
+	err := sendErr(b, "nope", `1`)
+	if want := `sending to queue "nope": queue 'nope' does not exist`; !strings.HasPrefix(err.Error(), want) {
+		t.Errorf("error text %q, want it to start with %q", err, want)
+	}
+
+	// receive refuses a transaction that is not READ COMMITTED.
+	err = pgx.BeginTxFunc(b.ctx, b.pool, pgx.TxOptions{IsoLevel: pgx.Serializable}, func(tx pgx.Tx) error {
+		_, err := b.client.ReceiveTx(b.ctx, tx, "small", "default", nil)
+		return err
+	})
+	if !errors.Is(err, sluice.ErrInvalidIsolation) {
+		t.Errorf("receive in a serializable transaction: %v", err)
+	}
+
+	// A database without the schema.
+	empty := sluice.NewClient(pgtest.NewPool(t, server.NewDatabaseFrom(t, nil)))
+	if _, err := empty.Send(b.ctx, "q", json.RawMessage(`1`), nil); !errors.Is(err, sluice.ErrSchemaMissing) {
+		t.Errorf("send without the schema: %v, want ErrSchemaMissing", err)
+	}
+	if _, err := empty.ListQueues(b.ctx); !errors.Is(err, sluice.ErrSchemaMissing) || !strings.Contains(err.Error(), "sluice migrate") {
+		t.Errorf("list queues without the schema: %v, want ErrSchemaMissing", err)
+	}
+}
+
+func sendErr(b *bundle, queue, body string) error {
+	_, err := b.client.Send(b.ctx, queue, json.RawMessage(body), nil)
+	return err
+}
+
+func receiveErr(b *bundle, queue, group string) error {
+	_, err := b.client.Receive(b.ctx, queue, group, nil)
+	return err
+}
+
+// TestAckAndSendAtomically acknowledges a message and sends its follow-up in
+// one transaction: rolled back, neither happened; committed, both did.
+func TestAckAndSendAtomically(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.createQueue("orders", nil)
+	b.createQueue("invoices", nil)
+	b.send("orders", `{"order": 7}`)
+	m := receiveOne(b, "orders", "default")
+
+	errRollback := errors.New("roll back")
+	err := b.client.InTx(b.ctx, func(tx pgx.Tx) error {
+		if n, err := b.client.AckTx(b.ctx, tx, "orders", "default", m.Receipt); err != nil || n != 1 {
+			t.Errorf("ack in tx: %d, %v", n, err)
+		}
+		if _, err := b.client.SendTx(b.ctx, tx, "invoices", json.RawMessage(`{"invoice_for": 7}`), nil); err != nil {
+			t.Error(err)
+		}
+		return errRollback
+	})
+	if !errors.Is(err, errRollback) {
+		t.Fatalf("InTx: %v", err)
+	}
+	if s := b.status("orders", "default"); s.InFlight != 1 {
+		t.Errorf("after rollback, orders %+v; want the message still in flight", s)
+	}
+	if s := b.status("invoices", "default"); s.Ready != 0 {
+		t.Errorf("after rollback, invoices %+v; want nothing sent", s)
+	}
+
+	err = b.client.InTx(b.ctx, func(tx pgx.Tx) error {
+		if _, err := b.client.AckTx(b.ctx, tx, "orders", "default", m.Receipt); err != nil {
+			return err
+		}
+		_, err := b.client.SendTx(b.ctx, tx, "invoices", json.RawMessage(`{"invoice_for": 7}`), nil)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := b.status("orders", "default"); s.InFlight != 0 || s.Ready != 0 {
+		t.Errorf("after commit, orders %+v; want the message completed", s)
+	}
+	if got := receiveOne(b, "invoices", "default"); string(got.Body) != `{"invoice_for": 7}` {
+		t.Errorf("invoice %s", got.Body)
+	}
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }

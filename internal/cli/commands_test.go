@@ -1,0 +1,322 @@
+package cli_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/sluicemq/sluice"
+	"github.com/sluicemq/sluice/internal/cli"
+	"github.com/sluicemq/sluice/internal/pgtest"
+)
+
+// cmdBundle runs sluice commands against a fresh database with the schema.
+type cmdBundle struct {
+	t      *testing.T
+	url    string
+	client *sluice.Client
+	pool   *pgxpool.Pool
+}
+
+func setupCmd(t *testing.T) *cmdBundle {
+	t.Helper()
+	url := server.NewDatabase(t)
+	pool := pgtest.NewPool(t, url)
+	return &cmdBundle{t: t, url: url, client: sluice.NewClient(pool), pool: pool}
+}
+
+// noEnv is an environment without any database settings.
+func noEnv(string) string { return "" }
+
+// sluice runs a command with --database-url and stdin, and returns its status
+// and output.
+func (b *cmdBundle) sluice(stdin string, args ...string) (int, string, string) {
+	b.t.Helper()
+	var out, errOut bytes.Buffer
+	args = append(args, "--database-url", b.url)
+	code := cli.RunEnv(context.Background(), args, strings.NewReader(stdin), &out, &errOut, noEnv)
+	return code, out.String(), errOut.String()
+}
+
+// ok runs a command that must succeed and returns its standard output.
+func (b *cmdBundle) ok(args ...string) string {
+	b.t.Helper()
+	code, out, errOut := b.sluice("", args...)
+	if code != 0 {
+		b.t.Fatalf("sluice %s: status %d\n%s%s", strings.Join(args, " "), code, out, errOut)
+	}
+	return out
+}
+
+// fails runs a command that must exit with code and mention want on stderr.
+func (b *cmdBundle) fails(code int, want string, args ...string) {
+	b.t.Helper()
+	c, out, errOut := b.sluice("", args...)
+	if c != code || !strings.Contains(errOut, want) {
+		b.t.Errorf("sluice %s: status %d, stdout %q, stderr %q; want status %d mentioning %q",
+			strings.Join(args, " "), c, out, errOut, code, want)
+	}
+}
+
+func contains(t *testing.T, what, got string, wants ...string) {
+	t.Helper()
+	for _, w := range wants {
+		if !strings.Contains(got, w) {
+			t.Errorf("%s: %q does not contain %q", what, got, w)
+		}
+	}
+}
+
+func TestQueueAndGroupCommands(t *testing.T) {
+	t.Parallel()
+	b := setupCmd(t)
+	contains(t, "create", b.ok("queue", "create", "orders", "--max-attempts", "3", "--lease", "1m", "--no-notify"), "created queue orders")
+	contains(t, "list", b.ok("queue", "list"), "QUEUE", "orders", "default")
+	contains(t, "config", b.ok("queue", "config", "orders"), "max_attempts", "3", "60 seconds", "notify", "false")
+	b.fails(1, "ueue 'orders' already exists", "queue", "create", "orders")
+	b.fails(1, "invalid queue name", "queue", "create", "bad name")
+
+	contains(t, "group create", b.ok("group", "create", "orders", "billing", "--start-from", "latest"), "created group billing")
+	contains(t, "list groups", b.ok("queue", "list"), "billing,default")
+	b.fails(2, "--yes", "group", "seek", "orders", "billing", "--to", "earliest")
+	contains(t, "seek", b.ok("group", "seek", "orders", "billing", "--to", "earliest", "--yes"), "now starts from earliest")
+	b.fails(1, "group create QUEUE GROUP", "group", "seek", "orders", "nosuch", "--to", "earliest", "--yes")
+	contains(t, "group drop", b.ok("group", "drop", "orders", "billing"), "dropped group billing")
+	b.fails(1, "does not exist", "group", "drop", "orders", "billing")
+	contains(t, "group drop --if-exists", b.ok("group", "drop", "orders", "billing", "--if-exists"), "no group billing")
+
+	b.ok("send", "orders", `{"n": 1}`)
+	contains(t, "purge", b.ok("queue", "purge", "orders"), "purged 1 messages")
+	contains(t, "drop", b.ok("queue", "drop", "orders"), "dropped queue orders")
+	b.fails(1, "sluice queue list", "queue", "drop", "orders")
+	contains(t, "drop --if-exists", b.ok("queue", "drop", "orders", "--if-exists"), "no queue orders")
+	contains(t, "empty list", b.ok("queue", "list"), "no queues")
+}
+
+func TestSendAndReceiveCommands(t *testing.T) {
+	t.Parallel()
+	b := setupCmd(t)
+	b.ok("queue", "create", "orders")
+	id := strings.TrimSpace(b.ok("send", "orders", `{"id": 1}`, "--key", "c-7", "--header", "trace=abc", "--header", "src=cli", "--priority", "5"))
+	if id == "" || strings.ContainsAny(id, " \n") {
+		t.Fatalf("send printed %q, want the id", id)
+	}
+	code, out, errOut := b.sluice("{\"id\": 2}\n\n\"three\"\n[4]\n", "send", "orders", "--delay", "0s")
+	if code != 0 || !strings.Contains(out, "sent 3 messages to queue orders") {
+		t.Fatalf("send from stdin: %d %q %q", code, out, errOut)
+	}
+	code, out, errOut = b.sluice("{\"id\": 5}\n", "send", "orders", "--dedup-key", "d-5")
+	if code != 0 || !strings.Contains(out, "sent 1 messages") {
+		t.Fatalf("send from stdin with a dedup key: %d %q %q", code, out, errOut)
+	}
+
+	out = b.ok("receive", "orders", "--max", "2", "--no-ack", "--lease", "1h")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("receive --max 2 printed %d lines: %q", len(lines), out)
+	}
+	var m struct {
+		ID       json.Number     `json:"id"`
+		Key      string          `json:"key"`
+		Priority int             `json:"priority"`
+		Attempt  int             `json:"attempt"`
+		Receipt  string          `json:"receipt"`
+		Headers  json.RawMessage `json:"headers"`
+		Body     json.RawMessage `json:"body"`
+	}
+	if err := json.Unmarshal([]byte(lines[0]), &m); err != nil {
+		t.Fatal(err)
+	}
+	if m.ID.String() != id || m.Key != "c-7" || m.Priority != 5 || m.Attempt != 1 || m.Receipt == "" ||
+		string(m.Body) != `{"id":1}` || !strings.Contains(string(m.Headers), `"trace":"abc"`) {
+		t.Errorf("first message %s", lines[0])
+	}
+	out = b.ok("receive", "orders", "--max", "10")
+	if n := strings.Count(out, "\n"); n != 3 || !strings.Contains(out, `"body":"three"`) || strings.Contains(out, "receipt") {
+		t.Errorf("receive printed %d lines: %q", n, out)
+	}
+	if out := b.ok("receive", "orders"); out != "" {
+		t.Errorf("receive after everything was acknowledged printed %q", out)
+	}
+	if st, err := b.client.Status(context.Background(), "orders"); err != nil || st[0].InFlight != 2 {
+		t.Errorf("status %+v, %v; want the two --no-ack messages in flight", st, err)
+	}
+
+	b.fails(2, "not JSON", "send", "orders", "hello")
+	b.fails(2, "invalid value", "send", "orders", "1", "--delay", "soon")
+	b.fails(2, "key=value", "send", "orders", "1", "--header", "novalue")
+	b.fails(2, "--max must be from 1 to 10000", "receive", "orders", "--max", "0")
+	code, _, errOut = b.sluice("1\nnot json\n", "send", "orders")
+	if code != 1 || !strings.Contains(errOut, "line 2: not JSON") {
+		t.Errorf("bad NDJSON: %d %q", code, errOut)
+	}
+}
+
+func TestTailCommand(t *testing.T) {
+	t.Parallel()
+	b := setupCmd(t)
+	b.ok("queue", "create", "events")
+	b.sluice("1\n2\n3\n", "send", "events")
+
+	// --no-ack watches through a temporary group and leaves "default" alone.
+	out := b.ok("tail", "events", "--no-ack", "--from", "earliest", "--count", "3")
+	if n := strings.Count(out, "\n"); n != 3 {
+		t.Errorf("tail --no-ack printed %d lines: %q", n, out)
+	}
+	if qs, err := b.client.ListQueues(context.Background()); err != nil || strings.Join(qs[0].Groups, ",") != "default" {
+		t.Errorf("groups after tail --no-ack: %+v, %v; want the temporary group dropped", qs, err)
+	}
+
+	// tail consumes and acknowledges, following new messages.
+	done := make(chan string)
+	go func() { done <- b.ok("tail", "events", "--count", "4", "--poll-interval", "100ms") }()
+	time.Sleep(300 * time.Millisecond)
+	b.ok("send", "events", `"late"`)
+	select {
+	case out = <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("tail did not return after --count messages")
+	}
+	if !strings.Contains(out, `"body":"late"`) || strings.Count(out, "\n") != 4 {
+		t.Errorf("tail printed %q", out)
+	}
+	if st, err := b.client.Status(context.Background(), "events"); err != nil || st[0].Ready+st[0].InFlight != 0 {
+		t.Errorf("status after tail %+v, %v; want everything acknowledged", st, err)
+	}
+	b.fails(1, "sluice queue list", "tail", "nosuch")
+}
+
+func TestStatusAndDLQCommands(t *testing.T) {
+	t.Parallel()
+	b := setupCmd(t)
+	ctx := context.Background()
+	b.ok("queue", "create", "jobs", "--max-attempts", "1")
+	b.ok("send", "jobs", `{"job": "poison"}`)
+	b.ok("send", "jobs", `{"job": "fine"}`)
+	msgs, err := b.client.Receive(ctx, "jobs", "default", nil)
+	if err != nil || len(msgs) != 1 {
+		t.Fatal(msgs, err)
+	}
+	if _, err := b.client.Nack(ctx, "jobs", "default", msgs[0].Receipt, &sluice.NackOptions{Error: "it exploded\nstack..."}); err != nil {
+		t.Fatal(err)
+	}
+	contains(t, "status", b.ok("status"), "QUEUE", "IN FLIGHT", "jobs", "default")
+	contains(t, "status jobs", b.ok("status", "jobs"), "jobs")
+	contains(t, "dlq list", b.ok("dlq", "list", "jobs"), "ID", "it exploded", `{"job": "poison"}`)
+	contains(t, "dlq list --json", b.ok("dlq", "list", "jobs", "--json", "--group", "default"), `"error":"it exploded\nstack..."`, `"attempts":1`)
+	b.fails(2, "not a positive integer", "dlq", "redrive", "jobs", "x")
+	contains(t, "redrive", b.ok("dlq", "redrive", "jobs", "--group", "default"), "redrove 1 dead letters")
+	contains(t, "dlq list after redrive", b.ok("dlq", "list", "jobs"), "no dead letters")
+
+	var out bytes.Buffer
+	ctx, cancel := context.WithTimeout(ctx, 2500*time.Millisecond)
+	defer cancel()
+	code := cli.RunEnv(ctx, []string{"status", "jobs", "--watch", "--database-url", b.url}, nil, &out, &out, noEnv)
+	if code != 0 || strings.Count(out.String(), "QUEUE") < 2 {
+		t.Errorf("status --watch: status %d, output %q; want refreshes until interrupted", code, out.String())
+	}
+}
+
+func TestActionableErrors(t *testing.T) {
+	t.Parallel()
+	b := setupCmd(t)
+	b.fails(1, `"sluice queue list" shows the queues`, "send", "nowhere", "1")
+	b.ok("queue", "create", "q")
+	b.fails(1, `"sluice group create QUEUE GROUP"`, "receive", "q", "--group", "x")
+	b.fails(2, "missing arguments", "send")
+	b.fails(2, `unknown command "frob"`, "queue", "frob")
+
+	empty := &cmdBundle{t: t, url: server.NewDatabaseFrom(t, nil)}
+	empty.fails(1, `run "sluice migrate"`, "queue", "list")
+	empty.fails(1, `run "sluice migrate"`, "send", "q", "1")
+
+	var out, errOut bytes.Buffer
+	code := cli.RunEnv(context.Background(), []string{"status"}, nil, &out, &errOut, func(k string) string {
+		if k == "DATABASE_URL" {
+			return "postgres://someone:sekrit@127.0.0.1:1/app?connect_timeout=5"
+		}
+		return ""
+	})
+	if code != 1 || !strings.Contains(errOut.String(), "cannot connect") || !strings.Contains(errOut.String(), "DATABASE_URL") ||
+		strings.Contains(errOut.String(), "sekrit") {
+		t.Errorf("unreachable server: status %d, stderr %q", code, errOut.String())
+	}
+}
+
+func TestSubcommandHelp(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{
+		{"queue", "--help"}, {"queue", "create", "--help"}, {"queue", "list", "-h"}, {"queue", "config", "--help"},
+		{"queue", "purge", "--help"}, {"queue", "drop", "--help"}, {"group", "--help"}, {"group", "create", "--help"},
+		{"group", "drop", "--help"}, {"group", "seek", "--help"}, {"send", "--help"}, {"receive", "--help"},
+		{"tail", "--help"}, {"status", "--help"}, {"dlq", "--help"}, {"dlq", "list", "--help"},
+		{"dlq", "redrive", "--help"}, {"demo", "--help"}, {"help", "queue"}, {"help", "dlq", "list"},
+	} {
+		code, out, errOut := run(args...)
+		if code != 0 || !strings.Contains(out, "Usage: sluice") || !strings.Contains(out, "Example") || errOut != "" {
+			t.Errorf("sluice %s: status %d, stdout %q, stderr %q", strings.Join(args, " "), code, out, errOut)
+		}
+	}
+	if code, _, errOut := run("queue"); code != 2 || !strings.Contains(errOut, "Commands:") {
+		t.Errorf("sluice queue: status %d, stderr %q", code, errOut)
+	}
+}
+
+// TestDemo runs a short demo on a harness database.
+func TestDemo(t *testing.T) {
+	t.Parallel()
+	b := setupCmd(t)
+	code, out, errOut := b.sluice("", "demo", "--duration", "5s", "--rate", "200")
+	if code != 0 {
+		t.Fatalf("demo: status %d\n%s%s", code, out, errOut)
+	}
+	contains(t, "demo", out, "[1s] sent", "summary after", "billing", "shipping", "dead letters")
+	// On a named server an existing demo queue is left alone without --reset.
+	b.fails(1, "--reset", "demo", "--duration", "1s")
+}
+
+// TestEmbeddedDefault runs commands with no database configured: they
+// start the embedded server on a data directory of their own, keep their
+// data across runs and stop the server on exit.
+func TestEmbeddedDefault(t *testing.T) {
+	t.Parallel()
+	dir, err := os.MkdirTemp("", "sluice-cli-embedded-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	// As root the server runs as another user, who must reach the directory.
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	data := filepath.Join(dir, "data")
+	getenv := func(k string) string {
+		if k == "SLUICE_DATA_DIR" {
+			return data
+		}
+		return ""
+	}
+	sluiceCmd := func(args ...string) (string, string) {
+		t.Helper()
+		var out, errOut bytes.Buffer
+		if code := cli.RunEnv(context.Background(), args, nil, &out, &errOut, getenv); code != 0 {
+			t.Fatalf("sluice %s: status %d\n%s%s", strings.Join(args, " "), code, out.String(), errOut.String())
+		}
+		return out.String(), errOut.String()
+	}
+	out, errOut := sluiceCmd("queue", "create", "kept")
+	contains(t, "first run", out, "created queue kept")
+	contains(t, "first run", errOut, "embedded PostgreSQL", "--database-url")
+	out, _ = sluiceCmd("queue", "list")
+	contains(t, "second run", out, "kept")
+	if _, err := os.Stat(filepath.Join(data, "pg"+pgtest.DefaultVersion, "postmaster.pid")); !os.IsNotExist(err) {
+		t.Errorf("postmaster.pid still exists after the command (%v): the server was not stopped", err)
+	}
+}

@@ -1,0 +1,11 @@
+package cli
+
+import (
+	"context"
+	"io"
+)
+
+// RunEnv is Main with its standard input and environment given, for tests.
+func RunEnv(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer, getenv func(string) string) int {
+	return run(ctx, args, &env{stdout: stdout, stderr: stderr, stdin: stdin, getenv: getenv})
+}

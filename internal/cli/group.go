@@ -1,0 +1,150 @@
+package cli
+
+import (
+	"context"
+	"flag"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/sluicemq/sluice"
+)
+
+const groupUsage = `Usage: sluice group <command> [arguments] [flags]
+
+Manages consumer groups. Every group of a queue receives every message
+(fan-out); the consumers of one group compete for its messages.
+
+Commands:
+%s
+Examples:
+  sluice group create orders billing
+  sluice group create orders audit --start-from latest
+  sluice group seek orders audit --to "2026-11-21 10:00:00+00" --yes
+  sluice group drop orders audit
+`
+
+func groupCommand() command {
+	return command{
+		name:    "group",
+		summary: "create, drop and rewind consumer groups",
+		usage:   groupUsage,
+		sub:     []command{groupCreateCommand(), groupDropCommand(), groupSeekCommand()},
+	}
+}
+
+const startFromHelp = "where the group starts: earliest (the oldest retained message), latest (messages sent from now on) or a `timestamp` such as \"2026-11-21 10:00:00+00\" (replay within the retention)"
+
+const groupCreateUsage = `Usage: sluice group create QUEUE GROUP [flags]
+
+Adds a consumer group to a queue.
+
+Examples:
+  sluice group create orders billing
+  sluice group create orders analytics --start-from latest
+  sluice group create orders replay --start-from "2026-11-21 10:00:00+00"
+`
+
+func groupCreateCommand() command {
+	return command{
+		name: "create", summary: "add a consumer group to a queue", usage: groupCreateUsage, minArgs: 2, maxArgs: 2,
+		setup: func(fs *flag.FlagSet, e *env) func(context.Context, []string) error {
+			url := dbFlag(fs)
+			from := fs.String("start-from", sluice.StartEarliest, startFromHelp)
+			return func(ctx context.Context, args []string) error {
+				return e.withDB(ctx, *url, func(db *database) error {
+					if err := db.client.CreateGroup(ctx, args[0], args[1], &sluice.GroupOptions{StartFrom: *from}); err != nil {
+						return err
+					}
+					fmt.Fprintf(e.stdout, "created group %s of queue %s, starting from %s\n", args[1], args[0], *from)
+					return nil
+				})
+			}
+		},
+	}
+}
+
+const groupDropUsage = `Usage: sluice group drop QUEUE GROUP [flags]
+
+Removes a consumer group and its dead letters. It fails when there is no
+such group, unless --if-exists.
+
+Example:
+  sluice group drop orders analytics
+`
+
+func groupDropCommand() command {
+	return command{
+		name: "drop", summary: "remove a consumer group", usage: groupDropUsage, minArgs: 2, maxArgs: 2,
+		setup: func(fs *flag.FlagSet, e *env) func(context.Context, []string) error {
+			url := dbFlag(fs)
+			ifExists := fs.Bool("if-exists", false, "succeed when there is no such group")
+			return func(ctx context.Context, args []string) error {
+				return e.withDB(ctx, *url, func(db *database) error {
+					ok, err := db.client.DropGroup(ctx, args[0], args[1])
+					switch {
+					case err != nil:
+						return err
+					case ok:
+						fmt.Fprintf(e.stdout, "dropped group %s of queue %s\n", args[1], args[0])
+					case *ifExists:
+						fmt.Fprintf(e.stdout, "no group %s in queue %s\n", args[1], args[0])
+					default:
+						return fmt.Errorf("group %q of queue %q does not exist: %w", args[1], args[0], sluice.ErrGroupNotFound)
+					}
+					return nil
+				})
+			}
+		},
+	}
+}
+
+const groupSeekUsage = `Usage: sluice group seek QUEUE GROUP --to POSITION --yes [flags]
+
+Moves a consumer group to another position: earliest, latest or a
+timestamp. The engine has no seek of its own yet, so this drops the group
+and creates it again at the new position, in one transaction. That resets
+the group's whole state: messages in flight lose their leases (their
+consumers' acks no longer count), pending retries are forgotten and the
+group's dead letters are deleted. --yes confirms that.
+
+Examples:
+  sluice group seek orders analytics --to earliest --yes
+  sluice group seek orders analytics --to "2026-11-21 10:00:00+00" --yes
+`
+
+func groupSeekCommand() command {
+	return command{
+		name: "seek", summary: "move a group to another position (resets it)", usage: groupSeekUsage, minArgs: 2, maxArgs: 2,
+		setup: func(fs *flag.FlagSet, e *env) func(context.Context, []string) error {
+			url := dbFlag(fs)
+			to := fs.String("to", "", "the new position: earliest, latest or a `timestamp`")
+			yes := fs.Bool("yes", false, "confirm that the group's in-flight messages, retries and dead letters are dropped")
+			return func(ctx context.Context, args []string) error {
+				if *to == "" {
+					return usagef("--to is required")
+				}
+				if !*yes {
+					return usagef("seeking drops the group's in-flight messages, retries and dead letters: add --yes to confirm")
+				}
+				return e.withDB(ctx, *url, func(db *database) error {
+					err := db.client.InTx(ctx, func(tx pgx.Tx) error {
+						ok, err := db.client.DropGroupTx(ctx, tx, args[0], args[1])
+						if err != nil {
+							return err
+						}
+						if !ok {
+							return fmt.Errorf("group %q of queue %q does not exist: %w", args[1], args[0], sluice.ErrGroupNotFound)
+						}
+						return db.client.CreateGroupTx(ctx, tx, args[0], args[1], &sluice.GroupOptions{StartFrom: *to})
+					})
+					if err != nil {
+						return err
+					}
+					fmt.Fprintf(e.stdout, "group %s of queue %s now starts from %s\n", args[1], args[0], *to)
+					return nil
+				})
+			}
+		},
+	}
+}

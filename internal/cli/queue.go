@@ -1,0 +1,235 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/sluicemq/sluice"
+)
+
+const queueUsage = `Usage: sluice queue <command> [arguments] [flags]
+
+Creates, lists, inspects, purges and drops queues.
+
+Commands:
+%s
+Examples:
+  sluice queue create orders --max-attempts 3 --lease 1m
+  sluice queue list
+  sluice queue config orders
+  sluice queue purge orders
+  sluice queue drop orders
+`
+
+func queueCommand() command {
+	return command{
+		name:    "queue",
+		summary: "create, list, configure, purge and drop queues",
+		usage:   queueUsage,
+		sub:     []command{queueCreateCommand(), queueListCommand(), queueConfigCommand(), queuePurgeCommand(), queueDropCommand()},
+	}
+}
+
+const queueCreateUsage = `Usage: sluice queue create QUEUE [flags]
+
+Creates a queue, with the consumer group "default" reading it from its start
+(unless --no-default-group). Names have 1 to 64 characters: ASCII letters,
+digits, "_", "." and "-", starting with a letter or digit. Durations are Go
+durations such as 500ms, 30s, 5m or 2h.
+
+Examples:
+  sluice queue create orders
+  sluice queue create emails --max-attempts 10 --backoff-base 5s --backoff-max 10m
+  sluice queue create events --no-default-group --retention 24h
+`
+
+func queueCreateCommand() command {
+	return command{
+		name: "create", summary: "create a queue", usage: queueCreateUsage, minArgs: 1, maxArgs: 1,
+		setup: func(fs *flag.FlagSet, e *env) func(context.Context, []string) error {
+			url := dbFlag(fs)
+			var o sluice.QueueOptions
+			fs.IntVar(&o.MaxAttempts, "max-attempts", 0, "deliveries before a message becomes a dead letter (engine default 5)")
+			fs.DurationVar(&o.Lease, "lease", 0, "default lease of a receive (engine default 30s)")
+			fs.DurationVar(&o.BackoffBase, "backoff-base", 0, "first retry delay after a failure, doubled per attempt (engine default 1s)")
+			fs.DurationVar(&o.BackoffMax, "backoff-max", 0, "longest retry delay (engine default 1h)")
+			fs.DurationVar(&o.Retention, "retention", 0, "how long completed messages stay readable (engine default 1h)")
+			fs.DurationVar(&o.RotateInterval, "rotate-interval", 0, "how often a new storage epoch starts (engine default 1m)")
+			fs.IntVar(&o.MaxPayload, "max-payload", 0, "largest body + headers in `bytes` (engine default 1048576)")
+			fs.BoolVar(&o.DisableNotify, "no-notify", false, "do not NOTIFY waiting consumers when a send commits (they poll)")
+			fs.BoolVar(&o.NoDefaultGroup, "no-default-group", false, `do not create the consumer group "default"`)
+			return func(ctx context.Context, args []string) error {
+				for name, d := range map[string]time.Duration{"lease": o.Lease, "backoff-base": o.BackoffBase,
+					"backoff-max": o.BackoffMax, "retention": o.Retention, "rotate-interval": o.RotateInterval} {
+					if d < 0 {
+						return usagef("--%s must not be negative", name)
+					}
+				}
+				return e.withDB(ctx, *url, func(db *database) error {
+					if err := db.client.CreateQueue(ctx, args[0], &o); err != nil {
+						return err
+					}
+					fmt.Fprintf(e.stdout, "created queue %s\n", args[0])
+					return nil
+				})
+			}
+		},
+	}
+}
+
+const queueListUsage = `Usage: sluice queue list [flags]
+
+Lists the queues with their consumer groups.
+
+Example:
+  sluice queue list
+`
+
+func queueListCommand() command {
+	return command{
+		name: "list", summary: "list the queues and their groups", usage: queueListUsage,
+		setup: func(fs *flag.FlagSet, e *env) func(context.Context, []string) error {
+			url := dbFlag(fs)
+			return func(ctx context.Context, _ []string) error {
+				return e.withDB(ctx, *url, func(db *database) error {
+					qs, err := db.client.ListQueues(ctx)
+					if err != nil {
+						return err
+					}
+					if len(qs) == 0 {
+						fmt.Fprintln(e.stdout, `no queues (create one with "sluice queue create NAME")`)
+						return nil
+					}
+					tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
+					fmt.Fprintln(tw, "QUEUE\tGROUPS\tCREATED")
+					for _, q := range qs {
+						groups := strings.Join(q.Groups, ",")
+						if groups == "" {
+							groups = "-"
+						}
+						fmt.Fprintf(tw, "%s\t%s\t%s\n", q.Name, groups, q.CreatedAt.Local().Format(time.DateTime))
+					}
+					return tw.Flush()
+				})
+			}
+		},
+	}
+}
+
+const queueConfigUsage = `Usage: sluice queue config QUEUE [flags]
+
+Shows the options of a queue (as set by "sluice queue create", with the
+engine's defaults filled in) and its groups. Changing the options of an
+existing queue is not supported yet: create a new queue instead.
+
+Example:
+  sluice queue config orders
+`
+
+func queueConfigCommand() command {
+	return command{
+		name: "config", summary: "show the options of a queue", usage: queueConfigUsage, minArgs: 1, maxArgs: 1,
+		setup: func(fs *flag.FlagSet, e *env) func(context.Context, []string) error {
+			url := dbFlag(fs)
+			return func(ctx context.Context, args []string) error {
+				return e.withDB(ctx, *url, func(db *database) error {
+					qs, err := db.client.ListQueues(ctx)
+					if err != nil {
+						return err
+					}
+					for _, q := range qs {
+						if q.Name != args[0] {
+							continue
+						}
+						var opts map[string]json.RawMessage
+						if err := json.Unmarshal(q.Options, &opts); err != nil {
+							return fmt.Errorf("reading the options of queue %s: %w", q.Name, err)
+						}
+						tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
+						fmt.Fprintf(tw, "queue\t%s\n", q.Name)
+						fmt.Fprintf(tw, "created\t%s\n", q.CreatedAt.Local().Format(time.RFC3339))
+						fmt.Fprintf(tw, "groups\t%s\n", strings.Join(q.Groups, ", "))
+						for _, k := range []string{"max_attempts", "lease", "backoff_base", "backoff_max", "retention",
+							"rotate_interval", "max_payload", "notify", "default_group"} {
+							if v, ok := opts[k]; ok {
+								fmt.Fprintf(tw, "%s\t%s\n", k, bytes.Trim(v, `"`))
+							}
+						}
+						return tw.Flush()
+					}
+					return fmt.Errorf("queue %q does not exist: %w", args[0], sluice.ErrQueueNotFound)
+				})
+			}
+		},
+	}
+}
+
+const queuePurgeUsage = `Usage: sluice queue purge QUEUE [flags]
+
+Removes every message of a queue at once, pending or not. Its groups stay
+and continue with the messages sent afterwards.
+
+Example:
+  sluice queue purge orders
+`
+
+func queuePurgeCommand() command {
+	return command{
+		name: "purge", summary: "remove every message of a queue", usage: queuePurgeUsage, minArgs: 1, maxArgs: 1,
+		setup: func(fs *flag.FlagSet, e *env) func(context.Context, []string) error {
+			url := dbFlag(fs)
+			return func(ctx context.Context, args []string) error {
+				return e.withDB(ctx, *url, func(db *database) error {
+					n, err := db.client.PurgeQueue(ctx, args[0])
+					if err != nil {
+						return err
+					}
+					fmt.Fprintf(e.stdout, "purged %d messages from queue %s\n", n, args[0])
+					return nil
+				})
+			}
+		},
+	}
+}
+
+const queueDropUsage = `Usage: sluice queue drop QUEUE [flags]
+
+Drops a queue with its groups, messages and dead letters. It fails when
+there is no such queue, unless --if-exists.
+
+Examples:
+  sluice queue drop orders
+  sluice queue drop scratch --if-exists
+`
+
+func queueDropCommand() command {
+	return command{
+		name: "drop", summary: "drop a queue, its groups and messages", usage: queueDropUsage, minArgs: 1, maxArgs: 1,
+		setup: func(fs *flag.FlagSet, e *env) func(context.Context, []string) error {
+			url := dbFlag(fs)
+			ifExists := fs.Bool("if-exists", false, "succeed when there is no such queue")
+			return func(ctx context.Context, args []string) error {
+				return e.withDB(ctx, *url, func(db *database) error {
+					ok, err := db.client.DropQueue(ctx, args[0])
+					switch {
+					case err != nil:
+						return err
+					case ok:
+						fmt.Fprintf(e.stdout, "dropped queue %s\n", args[0])
+					case *ifExists:
+						fmt.Fprintf(e.stdout, "no queue %s\n", args[0])
+					default:
+						return fmt.Errorf("queue %q does not exist: %w", args[0], sluice.ErrQueueNotFound)
+					}
+					return nil
+				})
+			}
+		},
+	}
+}

@@ -1,0 +1,50 @@
+package sluice
+
+// The SQL the library runs: each statement calls one function of the SQL
+// API (sql/functions/*.sql, documented in docs/sql.md), whose header comment
+// is the contract. Casts pin the parameter types so that pgx encodes Go
+// values the same way whatever the server infers.
+const (
+	sqlSend = `SELECT sluice.send($1, $2::jsonb, $3::jsonb, $4::text, $5::interval, $6::int, $7::text)`
+
+	sqlSendBatch = `SELECT id FROM sluice.send_batch($1, $2::jsonb[], $3::jsonb[], $4::text[], $5::interval) AS s(id)`
+
+	sqlReceive = `SELECT id, body, headers, key, priority, attempt, sent_at, receipt, lease_expires_at, pos
+FROM sluice.receive($1, $2, $3::int, $4::interval, $5::text)`
+
+	sqlAck = `SELECT sluice.ack($1, $2, $3::text[])`
+
+	sqlNack = `SELECT sluice.nack($1, $2, $3, $4::interval, $5::text)`
+
+	sqlExtend = `SELECT sluice.extend($1, $2, $3::text[], $4::interval)`
+
+	sqlCreateQueue = `SELECT sluice.create_queue($1, $2::jsonb)`
+
+	sqlDropQueue = `SELECT sluice.drop_queue($1)`
+
+	sqlListQueues = `SELECT queue, created_at, options, groups FROM sluice.list_queues()`
+
+	// sqlQueueLease reads one queue's lease option in microseconds, and
+	// tells whether the queue exists (no row when it does not).
+	sqlQueueLease = `SELECT (extract(epoch FROM (options->>'lease')::interval) * 1000000)::bigint
+FROM sluice.list_queues() WHERE queue = $1`
+
+	sqlPurgeQueue = `SELECT sluice.purge_queue($1)`
+
+	sqlCreateGroup = `SELECT sluice.create_group($1, $2, $3)`
+
+	sqlDropGroup = `SELECT sluice.drop_group($1, $2)`
+
+	sqlStatus = `SELECT queue, group_name, ready, delayed, in_flight, dead, oldest_pending_age, lag,
+       cursor, lwm, head, live_epochs, holds_reclaim
+FROM sluice.status($1::text)`
+
+	sqlDeadLetters = `SELECT id, group_name, body, headers, key, attempts, error, died_at, sent_at, dead_letter_id
+FROM sluice.dead_letters($1, $2::text, $3::int)`
+
+	sqlRedrive = `SELECT sluice.redrive($1, $2::text, $3::bigint[])`
+
+	sqlMaintain = `SELECT queue, rotated, reclaimed FROM sluice.maintain()`
+
+	sqlListen = `LISTEN sluice`
+)

@@ -1,0 +1,398 @@
+package sluice
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"sync"
+	"time"
+)
+
+// Handler processes one message for Consume. Returning nil acknowledges the
+// message; returning an error gives it back (Nack) with the error's text, to
+// be retried after the queue's backoff or dead-lettered once it has used up
+// the queue's max_attempts. A panic counts as an error.
+//
+// ctx is cancelled when Consume stops and the drain timeout has passed; the
+// message's lease is renewed while the handler runs.
+type Handler func(ctx context.Context, msg *Message) error
+
+// ConsumeOptions tune Consume. The zero value is usable.
+type ConsumeOptions struct {
+	// Concurrency is how many handlers run at once (default 10).
+	Concurrency int
+	// BatchSize is the most messages one receive asks for (default
+	// Concurrency). A receive never asks for more than there are idle
+	// handler slots, so every message received starts at once.
+	BatchSize int
+	// Lease is how long each received message is held (default: the
+	// queue's lease option). It is renewed every HeartbeatInterval while
+	// the handler runs.
+	Lease time.Duration
+	// HeartbeatInterval is how often the leases of running handlers are
+	// extended (default Lease/3). It must be shorter than Lease.
+	HeartbeatInterval time.Duration
+	// PollInterval is how long the consumer waits for a wake-up before it
+	// looks for messages again when the queue looked empty (default 500ms).
+	// Polling catches what LISTEN misses: a wake-up can be skipped while
+	// other sends to the queue are in flight.
+	PollInterval time.Duration
+	// DisableListen turns off LISTEN/NOTIFY wake-ups: the consumer then
+	// only polls. Use it behind a transaction-mode connection pooler (such
+	// as PgBouncer), where LISTEN does not work.
+	DisableListen bool
+	// DrainTimeout is how long Consume lets running handlers finish once
+	// its context is cancelled (default 10s). Then their contexts are
+	// cancelled and their messages given back for immediate redelivery.
+	DrainTimeout time.Duration
+	// Consumer is free text naming this consumer, recorded with its
+	// receives (at most 200 characters).
+	Consumer string
+	// Logger receives the errors Consume recovers from (a failed ack,
+	// heartbeat or receive that is retried). Default slog.Default().
+	Logger *slog.Logger
+}
+
+// Defaults of ConsumeOptions.
+const (
+	DefaultConcurrency  = 10
+	DefaultPollInterval = 500 * time.Millisecond
+	DefaultDrainTimeout = 10 * time.Second
+)
+
+// maxErrorText is the longest error text nack accepts.
+const maxErrorText = 10000
+
+// Consume receives messages of queue for consumer group group and runs
+// handler for each, on up to opts.Concurrency goroutines, until ctx is
+// cancelled. opts may be nil.
+//
+// It receives in batches, in short transactions of their own; renews the
+// leases of running handlers (heartbeat); acknowledges a message when its
+// handler returns nil (acks are batched: those that complete while an ack is
+// in flight go together in the next one) and gives it back with the error
+// text when the handler fails or panics. When the queue is empty it waits
+// for a NOTIFY from a committed send (LISTEN on a dedicated connection taken
+// from the pool) or for the poll interval, whichever comes first.
+//
+// When ctx is cancelled, Consume stops receiving, lets running handlers
+// finish for up to opts.DrainTimeout, then cancels their contexts and gives
+// their messages back for immediate redelivery, waits for the handlers to
+// return and returns nil. It returns early with an error when the queue or
+// the group does not exist, or on another error of the engine (an *Error);
+// connection errors are logged and retried.
+func (c *Client) Consume(ctx context.Context, queue, group string, handler Handler, opts *ConsumeOptions) error {
+	w, err := c.newWorker(ctx, queue, group, handler, opts)
+	if err != nil {
+		return err
+	}
+	return w.run(ctx)
+}
+
+// worker is one Consume call.
+type worker struct {
+	client       *Client
+	queue, group string
+	handler      Handler
+	o            ConsumeOptions
+
+	bg        context.Context // for acks, nacks, heartbeats, receives: outlives ctx until the end
+	handlerCx context.Context // for handlers: cancelled after the drain timeout
+
+	mu       sync.Mutex
+	inflight map[string]*job // by receipt
+
+	wake  chan struct{} // a NOTIFY for the queue arrived (capacity 1)
+	freed chan struct{} // a handler slot became free (capacity Concurrency)
+	acks  chan string   // receipts to acknowledge
+}
+
+// job is a message being handled.
+type job struct {
+	msg      Message
+	released bool // given back at shutdown: the handler's outcome is ignored
+}
+
+func (c *Client) newWorker(ctx context.Context, queue, group string, handler Handler, opts *ConsumeOptions) (*worker, error) {
+	if handler == nil {
+		return nil, fmt.Errorf("consuming queue %q, group %q: %w: nil handler", queue, group, ErrInvalidArgument)
+	}
+	o := ConsumeOptions{}
+	if opts != nil {
+		o = *opts
+	}
+	if o.Concurrency <= 0 {
+		o.Concurrency = DefaultConcurrency
+	}
+	if o.BatchSize <= 0 {
+		o.BatchSize = o.Concurrency
+	}
+	o.BatchSize = min(o.BatchSize, o.Concurrency, 10000)
+	if o.PollInterval <= 0 {
+		o.PollInterval = DefaultPollInterval
+	}
+	if o.DrainTimeout <= 0 {
+		o.DrainTimeout = DefaultDrainTimeout
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Lease <= 0 {
+		lease, err := queueLease(ctx, c.pool, queue)
+		if err != nil {
+			return nil, fmt.Errorf("consuming: %w", err)
+		}
+		o.Lease = lease
+	}
+	if o.HeartbeatInterval <= 0 {
+		o.HeartbeatInterval = o.Lease / 3
+	}
+	if o.HeartbeatInterval >= o.Lease {
+		return nil, fmt.Errorf("consuming queue %q, group %q: %w: heartbeat interval %s must be shorter than the lease %s",
+			queue, group, ErrInvalidArgument, o.HeartbeatInterval, o.Lease)
+	}
+	return &worker{
+		client: c, queue: queue, group: group, handler: handler, o: o,
+		inflight: make(map[string]*job),
+		wake:     make(chan struct{}, 1),
+		freed:    make(chan struct{}, o.Concurrency),
+		acks:     make(chan string, o.Concurrency),
+	}, nil
+}
+
+func (w *worker) run(ctx context.Context) error {
+	bg, stopBg := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopBg()
+	handlerCx, cancelHandlers := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelHandlers()
+	w.bg, w.handlerCx = bg, handlerCx
+
+	var helpers sync.WaitGroup // listener and heartbeat: end with bg
+	if !w.o.DisableListen {
+		helpers.Add(1)
+		go func() { defer helpers.Done(); w.listen(bg) }()
+	}
+	helpers.Add(1)
+	go func() { defer helpers.Done(); w.heartbeat(bg) }()
+	ackerDone := make(chan struct{})
+	go func() { defer close(ackerDone); w.acker() }()
+
+	var handlers sync.WaitGroup
+	err := w.fetch(ctx, &handlers)
+
+	// Shutdown: let running handlers finish, up to the drain timeout.
+	drained := make(chan struct{})
+	go func() { handlers.Wait(); close(drained) }()
+	timer := time.NewTimer(w.o.DrainTimeout)
+	select {
+	case <-drained:
+	case <-timer.C:
+		w.releaseAll()
+		cancelHandlers()
+		<-drained
+	}
+	timer.Stop()
+	close(w.acks)
+	<-ackerDone
+	stopBg()
+	helpers.Wait()
+	return err
+}
+
+// fetch receives messages and starts their handlers until ctx is cancelled
+// or an error that retrying cannot fix.
+func (w *worker) fetch(ctx context.Context, handlers *sync.WaitGroup) error {
+	free := w.o.Concurrency
+	poll := time.NewTimer(0)
+	defer poll.Stop()
+	for {
+		// Count the slots freed meanwhile; wait for one if none is free.
+	count:
+		for {
+			select {
+			case <-w.freed:
+				free++
+			default:
+				break count
+			}
+		}
+		if free == 0 {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-w.freed:
+				free++
+			}
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+
+		// bg, not ctx: a receive cut short could lease messages nobody sees
+		// until their lease expires.
+		msgs, err := receive(w.bg, w.client.pool, w.queue, w.group,
+			&ReceiveOptions{Max: min(free, w.o.BatchSize), Lease: w.o.Lease, Consumer: w.o.Consumer})
+		if err != nil {
+			var serr *Error
+			if errors.As(err, &serr) {
+				return fmt.Errorf("consuming: %w", err)
+			}
+			w.o.Logger.Error("sluice: receive failed, retrying", "queue", w.queue, "group", w.group, "error", err)
+		}
+		if ctx.Err() != nil {
+			w.release(msgs)
+			return nil
+		}
+		for i := range msgs {
+			free--
+			w.start(&msgs[i], handlers)
+		}
+		if len(msgs) > 0 {
+			continue // more may be ready
+		}
+		// Nothing ready: wait for a wake-up or the poll interval.
+		poll.Reset(w.o.PollInterval)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-w.wake:
+		case <-poll.C:
+		}
+		if !poll.Stop() {
+			select {
+			case <-poll.C:
+			default:
+			}
+		}
+	}
+}
+
+// start runs the handler of msg on a goroutine of its own.
+func (w *worker) start(msg *Message, handlers *sync.WaitGroup) {
+	j := &job{msg: *msg}
+	w.mu.Lock()
+	w.inflight[msg.Receipt] = j
+	w.mu.Unlock()
+	handlers.Add(1)
+	go func() {
+		defer handlers.Done()
+		err := w.call(&j.msg)
+		w.mu.Lock()
+		delete(w.inflight, j.msg.Receipt)
+		released := j.released
+		w.mu.Unlock()
+		w.freed <- struct{}{}
+		switch {
+		case released:
+		case err == nil:
+			w.acks <- j.msg.Receipt
+		default:
+			text := err.Error()
+			if len(text) > maxErrorText {
+				text = text[:maxErrorText]
+			}
+			if _, nerr := nack(w.bg, w.client.pool, w.queue, w.group, j.msg.Receipt, &NackOptions{Error: text}); nerr != nil {
+				w.o.Logger.Error("sluice: nack failed; the message is redelivered when its lease expires",
+					"queue", w.queue, "group", w.group, "id", j.msg.ID, "error", nerr)
+			}
+		}
+	}()
+}
+
+// call runs the handler, turning a panic into an error.
+func (w *worker) call(msg *Message) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("panic: %v\n\n%s", r, debug.Stack())
+		}
+	}()
+	return w.handler(w.handlerCx, msg)
+}
+
+// releaseAll gives back the messages of the handlers still running, for
+// immediate redelivery.
+func (w *worker) releaseAll() {
+	w.mu.Lock()
+	var msgs []Message
+	for _, j := range w.inflight {
+		j.released = true
+		msgs = append(msgs, j.msg)
+	}
+	w.mu.Unlock()
+	w.release(msgs)
+}
+
+// release gives msgs back for immediate redelivery.
+func (w *worker) release(msgs []Message) {
+	for _, m := range msgs {
+		if _, err := nack(w.bg, w.client.pool, w.queue, w.group, m.Receipt,
+			&NackOptions{Now: true, Error: "consumer shut down before the handler finished"}); err != nil {
+			w.o.Logger.Error("sluice: giving back a message at shutdown failed; it is redelivered when its lease expires",
+				"queue", w.queue, "group", w.group, "id", m.ID, "error", err)
+		}
+	}
+}
+
+// acker acknowledges the receipts it gets, batching those that arrive while
+// an ack is in flight, until w.acks is closed and drained.
+func (w *worker) acker() {
+	const maxBatch = 1000
+	for r := range w.acks {
+		batch := []string{r}
+	more:
+		for len(batch) < maxBatch {
+			select {
+			case r, ok := <-w.acks:
+				if !ok {
+					break more
+				}
+				batch = append(batch, r)
+			default:
+				break more
+			}
+		}
+		if _, err := ack(w.bg, w.client.pool, w.queue, w.group, batch); err != nil {
+			w.o.Logger.Error("sluice: ack failed; the messages are redelivered when their leases expire",
+				"queue", w.queue, "group", w.group, "messages", len(batch), "error", err)
+		}
+	}
+}
+
+// heartbeat extends the leases of running handlers every
+// HeartbeatInterval until ctx is done.
+func (w *worker) heartbeat(ctx context.Context) {
+	t := time.NewTicker(w.o.HeartbeatInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		w.mu.Lock()
+		receipts := make([]string, 0, len(w.inflight))
+		for r, j := range w.inflight {
+			if !j.released {
+				receipts = append(receipts, r)
+			}
+		}
+		w.mu.Unlock()
+		if len(receipts) == 0 {
+			continue
+		}
+		if _, err := extend(ctx, w.client.pool, w.queue, w.group, w.o.Lease, receipts); err != nil && ctx.Err() == nil {
+			w.o.Logger.Error("sluice: extending leases failed", "queue", w.queue, "group", w.group,
+				"messages", len(receipts), "error", err)
+		}
+	}
+}
+
+// signal wakes the fetch loop, without blocking.
+func (w *worker) signal() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
