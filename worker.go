@@ -37,7 +37,8 @@ type ConsumeOptions struct {
 	// PollInterval is how long the consumer waits for a wake-up before it
 	// looks for messages again when the queue looked empty (default 500ms).
 	// Polling catches what LISTEN misses: a wake-up can be skipped while
-	// other sends to the queue are in flight.
+	// other sends to the queue are in flight, so for a second after messages
+	// or a wake-up came the consumer polls every 25ms instead.
 	PollInterval time.Duration
 	// DisableListen turns off LISTEN/NOTIFY wake-ups: the consumer then
 	// only polls. Use it behind a transaction-mode connection pooler (such
@@ -60,6 +61,14 @@ const (
 	DefaultConcurrency  = 10
 	DefaultPollInterval = 500 * time.Millisecond
 	DefaultDrainTimeout = 10 * time.Second
+)
+
+// While messages flow (for hotPeriod after the last one or the last
+// wake-up), an empty receive is retried after hotPollInterval rather than
+// PollInterval, so a skipped wake-up delays a message by at most that.
+const (
+	hotPeriod       = time.Second
+	hotPollInterval = 25 * time.Millisecond
 )
 
 // maxErrorText is the longest error text nack accepts.
@@ -205,6 +214,7 @@ func (w *worker) run(ctx context.Context) error {
 // or an error that retrying cannot fix.
 func (w *worker) fetch(ctx context.Context, handlers *sync.WaitGroup) error {
 	free := w.o.Concurrency
+	var active time.Time // when messages or a wake-up last came
 	poll := time.NewTimer(0)
 	defer poll.Stop()
 	for {
@@ -250,14 +260,22 @@ func (w *worker) fetch(ctx context.Context, handlers *sync.WaitGroup) error {
 			w.start(&msgs[i], handlers)
 		}
 		if len(msgs) > 0 {
+			active = time.Now()
 			continue // more may be ready
 		}
-		// Nothing ready: wait for a wake-up or the poll interval.
-		poll.Reset(w.o.PollInterval)
+		// Nothing ready: wait for a wake-up or the poll interval. While
+		// messages flow, poll often: the engine sends one wake-up per queue
+		// among concurrent sends, so one can be missed exactly then.
+		wait := w.o.PollInterval
+		if time.Since(active) < hotPeriod {
+			wait = min(wait, hotPollInterval)
+		}
+		poll.Reset(wait)
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-w.wake:
+			active = time.Now()
 		case <-poll.C:
 		}
 		if !poll.Stop() {
