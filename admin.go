@@ -102,6 +102,37 @@ func createQueue(ctx context.Context, db dbtx, queue string, opts *QueueOptions)
 	return nil
 }
 
+// AlterQueue changes options of an existing queue and returns all its
+// options afterwards (a JSON object, defaults filled in). changes maps
+// option names of create_queue (max_attempts, lease, backoff_base,
+// backoff_max, retention, rotate_interval, max_payload, notify) to their new
+// values, as JSON: numbers, booleans, and intervals as strings such as
+// "30 seconds". Options not named keep their values. It fails with
+// ErrQueueNotFound or ErrInvalidOption, changing nothing.
+func (c *Client) AlterQueue(ctx context.Context, queue string, changes map[string]any) (json.RawMessage, error) {
+	return alterQueue(ctx, c.pool, queue, changes)
+}
+
+// AlterQueueTx is AlterQueue in the caller's transaction.
+func (c *Client) AlterQueueTx(ctx context.Context, tx pgx.Tx, queue string, changes map[string]any) (json.RawMessage, error) {
+	return alterQueue(ctx, tx, queue, changes)
+}
+
+func alterQueue(ctx context.Context, db dbtx, queue string, changes map[string]any) (json.RawMessage, error) {
+	if changes == nil {
+		changes = map[string]any{}
+	}
+	in, err := json.Marshal(changes)
+	if err != nil {
+		return nil, fmt.Errorf("altering queue %q: %w", queue, err)
+	}
+	var out json.RawMessage
+	if err := db.QueryRow(ctx, sqlAlterQueue, queue, in).Scan(&out); err != nil {
+		return nil, translate(err, "altering queue %q", queue)
+	}
+	return out, nil
+}
+
 // DropQueue drops a queue with its groups, messages and dead letters. It
 // reports whether the queue existed.
 func (c *Client) DropQueue(ctx context.Context, queue string) (bool, error) {

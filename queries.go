@@ -22,6 +22,8 @@ FROM sluice.receive($1, $2, $3::int, $4::interval, $5::text)`
 
 	sqlDropQueue = `SELECT sluice.drop_queue($1)`
 
+	sqlAlterQueue = `SELECT sluice.alter_queue($1, $2::jsonb)`
+
 	sqlListQueues = `SELECT queue, created_at, options, groups FROM sluice.list_queues()`
 
 	// sqlQueueLease reads one queue's lease option in microseconds, and

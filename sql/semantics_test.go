@@ -3,6 +3,7 @@ package sqlsrc_test
 import (
 	"fmt"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 )
@@ -506,5 +507,40 @@ func TestConsumerKilledMidTransaction(t *testing.T) {
 	})
 	if again[0].ID != id {
 		t.Fatalf("got %+v, want message %d", again, id)
+	}
+}
+
+func TestAlterQueue(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.createQueue("q", `{"max_attempts": 5}`)
+	var opts string
+	if err := b.pool.QueryRow(b.ctx, `SELECT sluice.alter_queue('q', '{"max_attempts": 1, "lease": "2 seconds"}')::text`).
+		Scan(&opts); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(opts, `"max_attempts": 1`) || !strings.Contains(opts, `"lease": "2 seconds"`) ||
+		!strings.Contains(opts, `"retention": "1 hour"`) {
+		t.Fatalf("options after alter_queue = %s", opts)
+	}
+	// The new max_attempts applies: the first failure is final.
+	b.send(b.pool, "q", `{}`)
+	got := b.receive("q", "default", 1, "")
+	b.nack("q", "default", got[0].Receipt, "0", "no retries now")
+	if n := b.int64("SELECT count(*) FROM sluice.dead_letters('q')"); n != 1 {
+		t.Fatalf("%d dead letters after one failure with max_attempts 1, want 1", n)
+	}
+	before := b.dataFingerprint()
+	for _, bad := range []string{`{"default_group": false}`, `{"max_attempts": 0}`, `{"nope": 1}`, `[1]`} {
+		_, err := b.pool.Exec(b.ctx, "SELECT sluice.alter_queue('q', $1::jsonb)", bad)
+		if code := sqlstate(err); code != "SL007" {
+			t.Errorf("alter_queue(%s): %v (SQLSTATE %q), want SL007", bad, err, code)
+		}
+	}
+	if _, err := b.pool.Exec(b.ctx, "SELECT sluice.alter_queue('nope', '{}')"); sqlstate(err) != "SL002" {
+		t.Errorf("alter_queue of an unknown queue: %v, want SL002", err)
+	}
+	if after := b.dataFingerprint(); after != before {
+		t.Fatalf("bad alter_queue calls changed the data")
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -122,23 +123,71 @@ func queueListCommand() command {
 	}
 }
 
-const queueConfigUsage = `Usage: sluice queue config QUEUE [flags]
+const queueConfigUsage = `Usage: sluice queue config QUEUE [--set option=value]... [flags]
 
-Shows the options of a queue (as set by "sluice queue create", with the
-engine's defaults filled in) and its groups. Changing the options of an
-existing queue is not supported yet: create a new queue instead.
+Shows the options of a queue (with the engine's defaults filled in) and its
+groups. With --set, changes options first; options not named keep their
+values. The changes apply to the calls that start afterwards.
 
-Example:
+Options: max_attempts, max_payload (integers), notify (true/false), lease,
+backoff_base, backoff_max, retention, rotate_interval (durations such as
+30s, 5m or 1h).
+
+Examples:
   sluice queue config orders
+  sluice queue config orders --set max_attempts=10 --set lease=2m
 `
+
+// optionFlags collects repeated --set option=value flags as the JSON values
+// of sluice.alter_queue: durations as interval strings, integers, booleans.
+type optionFlags map[string]any
+
+func (o optionFlags) String() string { return "" }
+
+func (o optionFlags) Set(s string) error {
+	k, v, ok := strings.Cut(s, "=")
+	if !ok || k == "" {
+		return fmt.Errorf("want option=value, got %q", s)
+	}
+	switch k {
+	case "lease", "backoff_base", "backoff_max", "retention", "rotate_interval":
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			return fmt.Errorf("option %s: want a duration such as 30s or 5m, got %q", k, v)
+		}
+		o[k] = sluice.IntervalString(d)
+	case "max_attempts", "max_payload":
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return fmt.Errorf("option %s: want an integer, got %q", k, v)
+		}
+		o[k] = n
+	case "notify":
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return fmt.Errorf("option notify: want true or false, got %q", v)
+		}
+		o[k] = b
+	default:
+		return fmt.Errorf("unknown option %q (see --help)", k)
+	}
+	return nil
+}
 
 func queueConfigCommand() command {
 	return command{
-		name: "config", summary: "show the options of a queue", usage: queueConfigUsage, minArgs: 1, maxArgs: 1,
+		name: "config", summary: "show or change the options of a queue", usage: queueConfigUsage, minArgs: 1, maxArgs: 1,
 		setup: func(fs *flag.FlagSet, e *env) func(context.Context, []string) error {
 			url := dbFlag(fs)
+			changes := optionFlags{}
+			fs.Var(changes, "set", "change an option, as `option=value` (repeatable)")
 			return func(ctx context.Context, args []string) error {
 				return e.withDB(ctx, *url, func(db *database) error {
+					if len(changes) > 0 {
+						if _, err := db.client.AlterQueue(ctx, args[0], changes); err != nil {
+							return err
+						}
+					}
 					qs, err := db.client.ListQueues(ctx)
 					if err != nil {
 						return err

@@ -169,6 +169,47 @@ BEGIN
 END
 $$;
 
+-- alter_queue: change options of an existing queue; options not given keep
+-- their value. Takes effect for the calls that start after the commit (a
+-- lease already given keeps its expiry; max_attempts applies to the next
+-- failure).
+--
+-- Parameters:
+--   queue    queue name
+--   options  jsonb object with any of the create_queue options except
+--            default_group
+-- Returns: the queue's options after the change, defaults filled in
+-- Errors: SL001 invalid_name, SL002 undefined_queue, SL007 invalid_option
+CREATE OR REPLACE FUNCTION sluice.alter_queue(queue text, options jsonb)
+RETURNS jsonb
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    q sluice.queue := sluice._get_queue(alter_queue.queue);
+    o jsonb;
+BEGIN
+    IF alter_queue.options IS NULL OR jsonb_typeof(alter_queue.options) <> 'object' THEN
+        RAISE EXCEPTION USING ERRCODE = 'SL007',
+            MESSAGE = format('options must be a JSON object, got %s',
+                             coalesce(jsonb_typeof(alter_queue.options), 'NULL'));
+    END IF;
+    IF alter_queue.options ? 'default_group' THEN
+        RAISE EXCEPTION USING ERRCODE = 'SL007',
+            MESSAGE = 'option default_group applies to create_queue only',
+            HINT = 'Use sluice.create_group() or sluice.drop_group().';
+    END IF;
+    o := sluice._options(q.options || alter_queue.options);
+    UPDATE sluice.queue
+    SET max_attempts = (o->>'max_attempts')::int, lease = (o->>'lease')::interval,
+        backoff_base = (o->>'backoff_base')::interval, backoff_max = (o->>'backoff_max')::interval,
+        retention = (o->>'retention')::interval, rotate_interval = (o->>'rotate_interval')::interval,
+        max_payload = (o->>'max_payload')::int, notify = (o->>'notify')::boolean, options = o
+    WHERE id = q.id;
+    RETURN o;
+END
+$$;
+
 -- list_queues: the queues, their options and groups.
 --
 -- Returns: one sluice.queue_info row per queue, by name:
