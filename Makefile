@@ -16,7 +16,7 @@ export GOPATH         ?= $(or $(TMPDIR),/tmp)/sluice-gopath
 export XDG_CACHE_HOME ?= $(or $(TMPDIR),/tmp)/sluice-cache
 endif
 
-.PHONY: build demo test vet staticcheck test-go test-pg14 test-pg15 test-pg16 test-pg17 test-pg18 clean
+.PHONY: build demo bench test vet staticcheck test-go test-pg14 test-pg15 test-pg16 test-pg17 test-pg18 clean
 
 ## build: compile every package and the sluice command into bin/
 build:
@@ -30,6 +30,15 @@ DEMOFLAGS ?=
 demo:
 	$(GO) build -o $(BIN)/sluice ./cmd/sluice
 	$(BIN)/sluice demo $(DEMOFLAGS)
+
+## bench: build sluice and run the default benchmark set (about 10 minutes)
+## on the embedded PostgreSQL, or on DATABASE_URL if set; results go to
+## bench/results/<timestamp>/. BENCHFLAGS adds or overrides flags.
+BENCHFLAGS ?=
+bench:
+	$(GO) build -o $(BIN)/sluice ./cmd/sluice
+	$(BIN)/sluice bench send drain latency steady shootout xmin \
+		--xmin-duration 2m --interval 30s --xmin-systems sluice,skiplocked $(BENCHFLAGS)
 
 ## test: vet, staticcheck, then the Go tests
 test: vet staticcheck test-go
@@ -47,6 +56,11 @@ test-go:
 ## test-pgNN: the Go tests against PostgreSQL NN
 test-pg14 test-pg15 test-pg16 test-pg17 test-pg18: test-pg%:
 	SLUICE_PG_VERSION=$* $(MAKE) test-go
+
+## test-faults: the fault runs at full length (make test runs them short)
+.PHONY: test-faults
+test-faults:
+	SLUICE_FAULT_KILLS=10 $(GO) test ./internal/faults/ -count=1 -v -timeout 30m $(GOTESTFLAGS)
 
 ## generate: rewrite docs/sql.md (the SQL API reference) from sql/
 .PHONY: generate

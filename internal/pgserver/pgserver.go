@@ -38,6 +38,9 @@ type Config struct {
 	// Password is the password of user postgres; empty means a random one.
 	// A DataDir cluster keeps the password it was initialized with.
 	Password string
+	// Port is the TCP port to listen on (on 127.0.0.1); 0 means a free one.
+	// A restart after Kill passes the previous Port so clients reconnect.
+	Port int
 }
 
 // Server is a running private PostgreSQL server.
@@ -69,7 +72,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	pc := privateConfig{binDir: binDir, user: usr, password: cfg.Password, dataDir: cfg.DataDir}
+	pc := privateConfig{binDir: binDir, user: usr, password: cfg.Password, dataDir: cfg.DataDir, port: cfg.Port}
 	if pc.password == "" {
 		pc.password = randomHex(16)
 	}
@@ -105,6 +108,14 @@ func (s *Server) Version() string { return s.version }
 
 // DataDir returns the cluster directory.
 func (s *Server) DataDir() string { return s.proc.dataDir }
+
+// Kill ends the server at once, as a crash of the machine would: SIGKILL to
+// postgres and every process it started, then waits until they are gone.
+// A Config.DataDir cluster is kept, and Start on it runs crash recovery.
+func (s *Server) Kill() error { return s.proc.kill() }
+
+// Password returns the password of user postgres.
+func (s *Server) Password() string { return s.password }
 
 // Stop shuts the server down (fast shutdown: open sessions are ended) and
 // waits for it to exit. A temporary cluster is removed; a Config.DataDir

@@ -73,6 +73,7 @@ type privateConfig struct {
 	user     serverUser
 	password string
 	dataDir  string // persistent cluster directory; empty for a fresh temporary one
+	port     int    // 0: a free port
 }
 
 // startPrivate starts postgres on a free loopback port: on a fresh cluster
@@ -109,10 +110,13 @@ func startPrivate(ctx context.Context, cfg privateConfig) (*process, int, error)
 	// A free port can be taken by someone else before postgres binds it:
 	// try a few.
 	var lastErr error
-	for attempt := 0; attempt < 3; attempt++ {
-		port, err := freePort()
-		if err != nil {
-			return nil, 0, err
+	for attempt := 0; attempt < 20; attempt++ {
+		port := cfg.port
+		if port == 0 {
+			var err error
+			if port, err = freePort(); err != nil {
+				return nil, 0, err
+			}
 		}
 		p, err := launch(cfg, layout, port)
 		if err != nil {
@@ -125,8 +129,17 @@ func startPrivate(ctx context.Context, cfg privateConfig) (*process, int, error)
 		}
 		_ = p.stop()
 		lastErr = err
-		if !strings.Contains(err.Error(), "could not bind") && !strings.Contains(err.Error(), "already in use") {
-			break
+		switch {
+		case strings.Contains(err.Error(), "pre-existing shared memory block"):
+			// Just after a crash (Kill) the old processes' shared memory can
+			// stay attached a little longer than the processes: wait.
+			time.Sleep(250 * time.Millisecond)
+		case strings.Contains(err.Error(), "could not bind") || strings.Contains(err.Error(), "already in use"):
+			if attempt >= 2 {
+				return nil, 0, lastErr
+			}
+		default:
+			return nil, 0, lastErr
 		}
 	}
 	return nil, 0, lastErr
@@ -331,6 +344,45 @@ func (p *process) stop() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// kill sends SIGKILL to the postmaster, its process group and each of its
+// children (which lead process groups of their own), and waits until they
+// are all gone.
+func (p *process) kill() error {
+	pid := p.cmd.Process.Pid
+	kids := children(pid) // before the postmaster dies: then they are reparented
+	if err := syscall.Kill(-pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return fmt.Errorf("killing postgres (pid %d): %w", pid, err)
+	}
+	for _, k := range kids {
+		_ = syscall.Kill(k, syscall.SIGKILL)
+	}
+	<-p.done
+	deadline := time.Now().Add(30 * time.Second)
+	alive := func() bool {
+		if syscall.Kill(-pid, 0) == nil {
+			return true
+		}
+		for _, k := range kids {
+			if syscall.Kill(k, 0) == nil {
+				return true
+			}
+		}
+		return false
+	}
+	for alive() {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("processes of postgres (pid %d) still alive 30s after SIGKILL", pid)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if p.tempDir != "" {
+		if err := os.RemoveAll(p.tempDir); err != nil {
+			return fmt.Errorf("removing %s: %w", p.tempDir, err)
+		}
+	}
+	return nil
 }
 
 // logTail returns the end of postgres.log.
