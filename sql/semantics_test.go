@@ -544,3 +544,39 @@ func TestAlterQueue(t *testing.T) {
 		t.Fatalf("bad alter_queue calls changed the data")
 	}
 }
+
+// Leases of completed messages expire too; the receive after that must look
+// at each of them once and move its horizon past them, not read them again
+// on every call (which made receive slower with every message sent).
+func TestExpiryScanMovesPastCompletedLeases(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.createQueue("q", "")
+	for i := 0; i < 50; i++ {
+		b.send(b.pool, "q", `{}`)
+	}
+	got := b.receive("q", "default", 50, "1500 milliseconds")
+	if n := b.ack("q", "default", receipts(got)...); n != 50 {
+		t.Fatalf("ack = %d, want 50", n)
+	}
+	// A receive a second later moves the low-water mark past the 50
+	// positions; then their leases expire.
+	time.Sleep(1100 * time.Millisecond)
+	b.receive("q", "default", 1, "")
+	time.Sleep(600 * time.Millisecond)
+	b.send(b.pool, "q", `{}`)
+	if got := b.receive("q", "default", 10, ""); len(got) != 1 {
+		t.Fatalf("got %d messages, want the new one", len(got))
+	}
+	schema := fmt.Sprintf("sluice_q%d", b.int64("SELECT id FROM sluice.queue WHERE name = 'q'"))
+	var behind int64
+	if err := b.pool.QueryRow(b.ctx, fmt.Sprintf(`
+		SELECT count(*) FROM %[1]s.deliveries d
+		WHERE d.expires_at <= (SELECT scan_from FROM %[1]s.group_states ORDER BY seq DESC LIMIT 1)`, schema)).
+		Scan(&behind); err != nil {
+		t.Fatal(err)
+	}
+	if behind != 50 {
+		t.Fatalf("the scan horizon reached %d of the 50 expired leases, want all 50", behind)
+	}
+}

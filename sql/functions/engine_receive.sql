@@ -190,16 +190,21 @@ BEGIN
     -- extended past now, and the message is not completed. Each lease's
     -- expiry is looked at about once, whatever the number in flight.
     FOR r IN
+        -- Every lease that expired since scan_from is returned, so that
+        -- scan_from moves past it; only those at or above the low-water mark
+        -- (below it everything is completed) are probed.
         SELECT d.pos, d.attempt, d.msg_id, d.txid, d.slot, d.expires_at,
-               newer.hit IS NULL AND ak.hit IS NULL AS expired
+               d.pos >= v_lwm AND newer.hit IS NULL AND ak.hit IS NULL AS expired
         FROM deliveries d
         LEFT JOIN LATERAL (SELECT 1 AS hit FROM deliveries d2
-                           WHERE d2.group_id = g.id AND d2.pos = d.pos AND d2.slot = d.slot
+                           WHERE d.pos >= v_lwm
+                             AND d2.group_id = g.id AND d2.pos = d.pos AND d2.slot = d.slot
                              AND (d2.attempt > d.attempt OR (d2.attempt = d.attempt AND d2.expires_at > v_now))
                            LIMIT 1) newer ON true
         LEFT JOIN LATERAL (SELECT 1 AS hit FROM acks a
-                           WHERE a.group_id = g.id AND a.pos = d.pos AND a.slot = d.slot LIMIT 1) ak ON true
-        WHERE d.group_id = g.id AND d.expires_at >= v_scan_from AND d.expires_at <= v_now AND d.pos >= v_lwm
+                           WHERE d.pos >= v_lwm
+                             AND a.group_id = g.id AND a.pos = d.pos AND a.slot = d.slot LIMIT 1) ak ON true
+        WHERE d.group_id = g.id AND d.expires_at >= v_scan_from AND d.expires_at <= v_now
         ORDER BY d.expires_at, d.pos
     LOOP
         IF r.expired AND NOT r.pos = ANY (k_pos) THEN
