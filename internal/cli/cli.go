@@ -45,7 +45,7 @@ type env struct {
 func commands() []command {
 	return []command{
 		migrateCommand(), queueCommand(), groupCommand(), sendCommand(), receiveCommand(), tailCommand(),
-		statusCommand(), dlqCommand(), demoCommand(), versionCommand(),
+		statusCommand(), dlqCommand(), demoCommand(), benchCommand(), versionCommand(),
 	}
 }
 

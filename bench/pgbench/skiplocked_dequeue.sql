@@ -1,0 +1,1 @@
+DELETE FROM pgbench_queue WHERE id = (SELECT id FROM pgbench_queue ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED) RETURNING id;

@@ -1,0 +1,98 @@
+package bench
+
+import (
+	"bytes"
+	"encoding/json"
+	"encoding/xml"
+	"errors"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+// wellFormed parses an XML document to its end.
+func wellFormed(t *testing.T, doc []byte) {
+	t.Helper()
+	d := xml.NewDecoder(bytes.NewReader(doc))
+	root := ""
+	for {
+		tok, err := d.Token()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("not well-formed XML: %v\n%s", err, doc)
+		}
+		if se, ok := tok.(xml.StartElement); ok && root == "" {
+			root = se.Name.Local
+		}
+	}
+	if root != "svg" {
+		t.Fatalf("root element %q, want svg", root)
+	}
+}
+
+func TestChartSVG(t *testing.T) {
+	charts := []Chart{
+		{Title: `throughput <p=16> & "b"`, XLabel: "seconds", YLabel: "msg/s", Series: []Series{
+			{Name: "a<b", Points: []Point{{1, 100}, {2, 25000}, {3, math.NaN()}}},
+			{Name: "c&d", Points: []Point{{1, 5}}},
+		}},
+		{Title: "cdf", LogX: true, Series: []Series{{Name: "e2e", Points: CDFPoints([]float64{0.2, 0.5, 3, 40, 900}, 10)}}},
+		{Title: "empty"},
+		{Title: "flat", Series: []Series{{Name: "zero", Points: []Point{{0, 0}, {0, 0}}}}},
+	}
+	for _, c := range charts {
+		var b bytes.Buffer
+		if err := c.WriteSVG(&b); err != nil {
+			t.Fatal(err)
+		}
+		wellFormed(t, b.Bytes())
+		if strings.Contains(b.String(), "NaN") || strings.Contains(b.String(), "Inf") {
+			t.Errorf("chart %q has NaN or Inf coordinates:\n%s", c.Title, b.String())
+		}
+	}
+}
+
+func TestReportRoundTripAndSave(t *testing.T) {
+	rep := &Report{
+		Command: "sluice bench send --duration 1s", Started: time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC), PayloadBytes: 100,
+		Env: Env{CPUs: 2, CPUModel: "x", MemoryGiB: 23.5, PGVersion: "PostgreSQL 18.3", Settings: map[string]string{"fsync": "on"}},
+		Results: []Result{{
+			Scenario: "send", Started: time.Date(2025, 1, 2, 3, 4, 6, 0, time.UTC), Elapsed: time.Second,
+			Params: map[string]any{"duration_s": 1.0},
+			Tables: []Table{{Title: "t", Columns: []string{"a", "b"}, Rows: [][]string{{"1", "2"}}}},
+			Charts: []Chart{{File: "send-throughput.svg", Title: "x", Series: []Series{{Name: "s", Points: []Point{{1, 2}}}}}},
+			Notes:  []string{"n"},
+		}},
+	}
+	b, err := json.Marshal(rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back Report
+	if err := json.Unmarshal(b, &back); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(rep, &back) {
+		t.Fatalf("round trip changed the report:\n%+v\n%+v", rep, &back)
+	}
+	dir, err := rep.Save(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"results.json", "results.md", "send-throughput.svg"} {
+		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+			t.Error(err)
+		}
+	}
+	md, _ := os.ReadFile(filepath.Join(dir, "results.md"))
+	if !strings.Contains(string(md), "| a | b |") || !strings.Contains(string(md), "sluice bench send --duration 1s") {
+		t.Errorf("results.md:\n%s", md)
+	}
+}

@@ -1,0 +1,612 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// newSystem returns the system called name.
+func (r *runner) newSystem(name string) (system, error) {
+	switch name {
+	case "sluice":
+		return &sluiceSystem{retention: r.o.Retention}, nil
+	case "skiplocked":
+		return &tableSystem{table: "skiplocked"}, nil
+	case "bare":
+		return &tableSystem{table: "bare"}, nil
+	case "pgmq":
+		return pgmqSystem{}, nil
+	}
+	return nil, fmt.Errorf("unknown system %q (known: sluice, skiplocked, pgmq; xmin: sluice, skiplocked, or pgmq when installed)", name)
+}
+
+// systems returns the systems named by --systems, else def.
+func (r *runner) systems(def ...string) ([]system, error) {
+	names := r.o.Systems
+	if len(names) == 0 {
+		names = def
+	}
+	var out []system
+	for _, n := range names {
+		s, err := r.newSystem(n)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+// cleanupAll drops the benchmark queues of systems and the peer schema, even
+// when ctx was cancelled.
+func (r *runner) cleanupAll(ctx context.Context, systems ...system) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	peers := false
+	for _, s := range systems {
+		if err := s.cleanup(ctx, r.o.Pool); err != nil {
+			fmt.Fprintf(r.o.Out, "cleanup: %v\n", err)
+		}
+		if _, ok := s.(*tableSystem); ok {
+			peers = true
+		}
+	}
+	if peers {
+		if _, err := r.o.Pool.Exec(ctx, `DROP SCHEMA IF EXISTS `+peerSchema+` CASCADE`); err != nil {
+			fmt.Fprintf(r.o.Out, "cleanup: dropping schema %s: %v\n", peerSchema, err)
+		}
+	}
+}
+
+// sendCell measures p producers sending batches of b for d.
+func (r *runner) sendCell(ctx context.Context, s system, p, b int, d time.Duration) (*cell, error) {
+	if err := s.setup(ctx, r.o.Pool); err != nil {
+		return nil, err
+	}
+	c := &counters{}
+	deadline := time.Now().Add(d)
+	return r.watch(ctx, fmt.Sprintf("send %s p=%d b=%d", s.name(), p, b), c, nil, func() error {
+		return r.workers(ctx, p, func(ctx context.Context, _ int, conn *pgxpool.Conn) error {
+			return r.produce(ctx, conn, s, b, deadline, c)
+		})
+	})
+}
+
+// drainCell preloads n messages and measures c consumers receiving
+// batches of b until the queue is empty or d has passed.
+func (r *runner) drainCell(ctx context.Context, s system, consumers, b, n int, d time.Duration) (*cell, error) {
+	if err := s.setup(ctx, r.o.Pool); err != nil {
+		return nil, err
+	}
+	if err := r.preload(ctx, s, n); err != nil {
+		return nil, err
+	}
+	c := &counters{}
+	deadline := time.Now().Add(d)
+	enough := func() bool { return c.done.Load() >= int64(n) }
+	return r.watch(ctx, fmt.Sprintf("drain %s c=%d b=%d", s.name(), consumers, b), c, nil, func() error {
+		return r.workers(ctx, consumers, func(ctx context.Context, _ int, conn *pgxpool.Conn) error {
+			return r.consumeLoop(ctx, conn, s, b, deadline, enough, c, nil)
+		})
+	})
+}
+
+// steadyCell runs p paced producers (rate msg/s in all, one message per
+// transaction) and c consumers (batches of up to b) together for d; the
+// consumers go on for up to 2 s after the producers stop, to catch up.
+// sample, if not nil, is called every interval with the counters.
+func (r *runner) steadyCell(ctx context.Context, label string, s system, p, consumers, b, rate int, d time.Duration, sendLat, e2e *recorder) (*cell, *counters, error) {
+	if err := s.setup(ctx, r.o.Pool); err != nil {
+		return nil, nil, err
+	}
+	c := &counters{}
+	start := time.Now()
+	deadline := start.Add(d)
+	var stopped atomic.Bool
+	caughtUp := func() bool { return stopped.Load() && c.done.Load() >= c.sent.Load() }
+	res, err := r.watch(ctx, label, c, e2e, func() error {
+		return r.workers(ctx, p+consumers, func(ctx context.Context, i int, conn *pgxpool.Conn) error {
+			if i < p {
+				err := r.producePaced(ctx, conn, s, float64(rate)/float64(p), deadline, c, sendLat)
+				if i == 0 {
+					stopped.Store(true)
+				}
+				return err
+			}
+			return r.consumeLoop(ctx, conn, s, b, deadline.Add(2*time.Second), caughtUp, c, e2e)
+		})
+	})
+	return res, c, err
+}
+
+// cut returns the points of ps with X <= x.
+func cut(ps []Point, x float64) []Point {
+	var out []Point
+	for _, p := range ps {
+		if p.X <= x {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// medianY is the median of the Y values of ps.
+func medianY(ps []Point) float64 {
+	ys := make([]float64, len(ps))
+	for i, p := range ps {
+		ys[i] = p.Y
+	}
+	return Median(ys)
+}
+
+// maxY is the largest Y value of ps, 0 for none.
+func maxY(ps []Point) float64 {
+	m := 0.0
+	for _, p := range ps {
+		m = math.Max(m, p.Y)
+	}
+	return m
+}
+
+func (r *runner) send(ctx context.Context) (*Result, error) {
+	ps, bs, d := list(r.o.Producers, []int{1, 16}), list(r.o.Batches, []int{1, 10, 100, 1000}), r.dur(5*time.Second)
+	sl, bare := &sluiceSystem{retention: r.o.Retention}, &tableSystem{table: "bare"}
+	defer r.cleanupAll(ctx, sl, bare)
+	t := Table{Title: "send: messages/s (median of per-second rates), one transaction per batch",
+		Columns: []string{"producers", "batch", "sluice msg/s", "bare INSERT msg/s", "sluice / bare"}}
+	var series []Series
+	for _, p := range ps {
+		for _, b := range bs {
+			cs, err := r.sendCell(ctx, sl, p, b, d)
+			if err != nil {
+				return nil, err
+			}
+			cb, err := r.sendCell(ctx, bare, p, b, d)
+			if err != nil {
+				return nil, err
+			}
+			t.Rows = append(t.Rows, []string{fmt.Sprint(p), fmt.Sprint(b), fmtRate(cs.rate()), fmtRate(cb.rate()), fmtRatio(cs.rate(), cb.rate())})
+			series = append(series, Series{Name: fmt.Sprintf("sluice p=%d b=%d", p, b), Points: cs.rates},
+				Series{Name: fmt.Sprintf("bare p=%d b=%d", p, b), Points: cb.rates})
+		}
+	}
+	return &Result{
+		Params: map[string]any{"producers": ps, "batches": bs, "duration_s": d.Seconds()},
+		Tables: []Table{t},
+		Charts: []Chart{{File: "send-throughput.svg", Title: "send: throughput over time", XLabel: "seconds", YLabel: "messages/s", Series: series}},
+		Notes: []string{"bare INSERT: INSERT into a table with a bigserial primary key and a jsonb body, the same body built on the server, in the same run: the physical reference.",
+			"sluice batch 1 is sluice.send; larger batches are one sluice.send_batch call per transaction."},
+	}, nil
+}
+
+func (r *runner) drain(ctx context.Context) (*Result, error) {
+	cs, bs, d, n := list(r.o.Consumers, []int{1, 8}), list(r.o.Batches, []int{1, 100}), r.dur(10*time.Second), r.o.Preload
+	sl := &sluiceSystem{retention: r.o.Retention}
+	defer r.cleanupAll(ctx, sl)
+	t := Table{Title: fmt.Sprintf("drain: %d messages preloaded, consumed (receive, then ack) for at most %s", n, d),
+		Columns: []string{"consumers", "batch", "msg/s", "drained"}}
+	var series []Series
+	for _, c := range cs {
+		for _, b := range bs {
+			res, err := r.drainCell(ctx, sl, c, b, n, d)
+			if err != nil {
+				return nil, err
+			}
+			t.Rows = append(t.Rows, []string{fmt.Sprint(c), fmt.Sprint(b), fmtRate(float64(res.count) / res.elapsed.Seconds()), fmt.Sprintf("%d / %d", res.count, n)})
+			series = append(series, Series{Name: fmt.Sprintf("c=%d b=%d", c, b), Points: res.rates})
+		}
+	}
+	return &Result{
+		Params: map[string]any{"consumers": cs, "batches": bs, "preload": n, "max_duration_s": d.Seconds()},
+		Tables: []Table{t},
+		Charts: []Chart{{File: "drain-throughput.svg", Title: "drain: throughput over time", XLabel: "seconds", YLabel: "messages/s", Series: series}},
+		Notes: []string{"msg/s = messages drained / time to drain (or the time limit). Each batch is two transactions: sluice.receive, then sluice.ack of its receipts.",
+			"Receives of one group are serialized by the group's dispatch lock (docs/design.md, Costs and limits): batch-1 consumption of one group does not scale with consumers."},
+	}, nil
+}
+
+func (r *runner) latency(ctx context.Context) (*Result, error) {
+	systems, err := r.systems("sluice")
+	if err != nil {
+		return nil, err
+	}
+	defer r.cleanupAll(ctx, systems...)
+	rate := r.o.Rate
+	if rate <= 0 {
+		rate = 500
+	}
+	d, p, b := r.dur(10*time.Second), last(r.o.Producers, 2), last(r.o.Batches, 100)
+	t := Table{Title: fmt.Sprintf("latency (ms): %d producers offering %d msg/s in all (1 message per transaction), 1 consumer (batches of up to %d, polling every %s when idle)", p, rate, b, r.o.Poll),
+		Columns: []string{"system", "latency", "p50", "p95", "p99", "max", "samples"}}
+	var cdf []Series
+	row := func(s system, what string, sorted []float64) {
+		l := Summarize(sorted)
+		t.Rows = append(t.Rows, []string{s.name(), what, fmtMS(l.P50), fmtMS(l.P95), fmtMS(l.P99), fmtMS(l.Max), fmt.Sprint(l.Count)})
+		cdf = append(cdf, Series{Name: s.name() + " " + strings.SplitN(what, ":", 2)[0], Points: CDFPoints(sorted, 100)})
+	}
+	for _, s := range systems {
+		sendLat, e2e := &recorder{}, &recorder{}
+		if _, _, err := r.steadyCell(ctx, fmt.Sprintf("latency %s %d msg/s", s.name(), rate), s, p, 1, b, rate, d, sendLat, e2e); err != nil {
+			return nil, err
+		}
+		row(s, "producer: send → commit (client round trip)", sendLat.sorted())
+		for _, rb := range []int{1, 100} {
+			recv, err := r.receiveLatency(ctx, s, rb, min(r.o.Preload, 20000), min(d, 5*time.Second))
+			if err != nil {
+				return nil, err
+			}
+			row(s, fmt.Sprintf("subscriber: receive %d over a ready backlog (client round trip)", rb), recv)
+		}
+		row(s, "end-to-end: send → consumer sees it (server clock)", e2e.sorted())
+	}
+	return &Result{
+		Params: map[string]any{"rate": rate, "producers": p, "consumer_batch": b, "duration_s": d.Seconds(), "poll_ms": r.o.Poll.Seconds() * 1000},
+		Tables: []Table{t},
+		Charts: []Chart{{File: "latency-cdf.svg", Title: "latency CDF", XLabel: "milliseconds (log scale)", YLabel: "fraction of messages", LogX: true, Series: cdf}},
+		Notes: []string{"End-to-end: the producer stamps clock_timestamp() into the body in its send statement (before its commit); the consumer's receive query computes clock_timestamp() minus that stamp, as in PgQue's methodology.",
+			"The consumer polls every " + r.o.Poll.String() + " when idle and does not use LISTEN/NOTIFY; the Go worker's default poll interval is 500 ms, with NOTIFY wake-ups."},
+	}, nil
+}
+
+// receiveLatency preloads n messages and times receives of b messages
+// (each then completed) until the backlog is gone or d has passed.
+func (r *runner) receiveLatency(ctx context.Context, s system, b, n int, d time.Duration) ([]float64, error) {
+	if err := s.setup(ctx, r.o.Pool); err != nil {
+		return nil, err
+	}
+	if err := r.preload(ctx, s, n); err != nil {
+		return nil, err
+	}
+	rec := &recorder{}
+	c := &counters{}
+	deadline := time.Now().Add(d)
+	_, err := r.watch(ctx, fmt.Sprintf("receive %s b=%d over backlog", s.name(), b), c, nil, func() error {
+		return r.workers(ctx, 1, func(ctx context.Context, _ int, conn *pgxpool.Conn) error {
+			for time.Now().Before(deadline) && ctx.Err() == nil {
+				got, _, took, err := s.consume(ctx, conn, b)
+				if err != nil || got == 0 {
+					return err
+				}
+				rec.add(float64(took) / float64(time.Millisecond))
+				c.done.Add(int64(got))
+			}
+			return nil
+		})
+	})
+	return rec.sorted(), err
+}
+
+// steadyRow runs steady for s and returns the row of the steady table.
+func (r *runner) steadyRow(ctx context.Context, s system, p, consumers, b, rate int, d time.Duration) ([]string, *cell, []float64, error) {
+	e2e := &recorder{}
+	res, c, err := r.steadyCell(ctx, fmt.Sprintf("steady %s %d+%d %d msg/s", s.name(), p, consumers, rate), s, p, consumers, b, rate, d, nil, e2e)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	sorted := e2e.sorted()
+	l := Summarize(sorted)
+	during := cut(res.rates, d.Seconds())
+	return []string{s.name(), fmt.Sprint(rate), fmtRate(float64(c.sent.Load()) / d.Seconds()), fmtRate(medianY(during)),
+		fmt.Sprint(c.sent.Load() - c.done.Load()), fmt.Sprint(int64(maxY(res.backlog))),
+		fmtMS(l.P50), fmtMS(l.P95), fmtMS(l.P99), fmtMS(l.Max)}, res, sorted, nil
+}
+
+var steadyColumns = []string{"system", "offered/s", "sent/s", "consumed/s (median)", "backlog at end", "max backlog", "e2e p50 ms", "p95", "p99", "max"}
+
+func (r *runner) steady(ctx context.Context) (*Result, error) {
+	systems, err := r.systems("sluice")
+	if err != nil {
+		return nil, err
+	}
+	defer r.cleanupAll(ctx, systems...)
+	rate := r.o.Rate
+	if rate <= 0 {
+		rate = 2000
+	}
+	d, p, c, b := r.dur(15*time.Second), last(r.o.Producers, 4), last(r.o.Consumers, 4), last(r.o.Batches, 10)
+	t := Table{Title: fmt.Sprintf("steady: %d producers offering %d msg/s in all (1 message per transaction), %d consumers (batches of up to %d), %s",
+		p, rate, c, b, d), Columns: steadyColumns}
+	var series, cdf []Series
+	for _, s := range systems {
+		row, res, sorted, err := r.steadyRow(ctx, s, p, c, b, rate, d)
+		if err != nil {
+			return nil, err
+		}
+		t.Rows = append(t.Rows, row)
+		series = append(series, Series{Name: s.name() + " consumed/s", Points: res.rates}, Series{Name: s.name() + " backlog", Points: res.backlog})
+		cdf = append(cdf, Series{Name: s.name() + " end-to-end", Points: CDFPoints(sorted, 100)})
+	}
+	return &Result{
+		Params: map[string]any{"rate": rate, "producers": p, "consumers": c, "consumer_batch": b, "duration_s": d.Seconds()},
+		Tables: []Table{t},
+		Charts: []Chart{
+			{File: "steady-throughput.svg", Title: "steady: consumed/s and backlog", XLabel: "seconds", YLabel: "messages/s, messages", Series: series},
+			{File: "steady-latency-cdf.svg", Title: "steady: end-to-end latency CDF", XLabel: "milliseconds (log scale)", YLabel: "fraction of messages", LogX: true, Series: cdf},
+		},
+		Notes: []string{"consumed/s is the median of the per-second rates while producers run; e2e by the server clock (see latency)."},
+	}, nil
+}
+
+func (r *runner) xmin(ctx context.Context) (*Result, error) {
+	var systems []system
+	for _, n := range r.o.XminSystems {
+		s, err := r.newSystem(n)
+		if err != nil {
+			return nil, err
+		}
+		if sl, ok := s.(*sluiceSystem); ok {
+			sl.reclaim = true // the size must show the backlog, not a retention period
+		}
+		systems = append(systems, s)
+	}
+	if len(systems) == 0 {
+		var err error
+		if systems, err = r.systems("sluice"); err != nil {
+			return nil, err
+		}
+	}
+	defer r.cleanupAll(ctx, systems...)
+	rate := r.o.Rate
+	if rate <= 0 {
+		rate = 2000
+	}
+	d := r.dur(10 * time.Minute)
+	if r.o.XminDuration > 0 {
+		d = r.o.XminDuration
+	}
+	p, c, b, iv := last(r.o.Producers, 4), last(r.o.Consumers, 4), last(r.o.Batches, 10), r.o.Interval
+	t := Table{Title: fmt.Sprintf("xmin: steady (%d producers, %d msg/s offered, %d consumers, batches of up to %d) while another connection holds a transaction with an xid for the whole %s", p, rate, c, b, d),
+		Columns: []string{"system", "until", "consumed/s", "e2e p50 ms", "e2e p99 ms", "backlog", "dead tuples", "table size MB"}}
+	var series []Series
+	var notes []string
+	for _, s := range systems {
+		rows, res, note, err := r.xminRun(ctx, s, p, c, b, rate, d, iv)
+		if err != nil {
+			return nil, err
+		}
+		t.Rows = append(t.Rows, rows...)
+		notes = append(notes, note)
+		series = append(series, Series{Name: s.name() + " consumed/s", Points: res.rates})
+	}
+	notes = append(notes, "dead tuples: sum of n_dead_tup, size: sum of pg_total_relation_size (indexes and TOAST included) over the tables of the system's schemas (sluice%: metadata and every queue schema).")
+	return &Result{
+		Params: map[string]any{"rate": rate, "producers": p, "consumers": c, "consumer_batch": b, "duration_s": d.Seconds(), "interval_s": iv.Seconds()},
+		Tables: []Table{t},
+		Charts: []Chart{{File: "xmin-throughput.svg", Title: "xmin: consumed/s with an xid held", XLabel: "seconds", YLabel: "messages/s", Series: series}},
+		Notes:  notes,
+	}, nil
+}
+
+// tableStats returns the dead tuples and total size of the tables in the
+// schemas matching pattern.
+func (r *runner) tableStats(ctx context.Context, pattern string) (dead, size int64, err error) {
+	err = r.o.Pool.QueryRow(ctx, `SELECT coalesce(sum(n_dead_tup), 0)::bigint, coalesce(sum(pg_total_relation_size(relid)), 0)::bigint
+FROM pg_stat_all_tables WHERE schemaname LIKE $1`, pattern).Scan(&dead, &size)
+	if err != nil {
+		return 0, 0, fmt.Errorf("reading table statistics: %w", err)
+	}
+	return dead, size, nil
+}
+
+// xminRun runs steady for s with an xid held, sampling every iv.
+func (r *runner) xminRun(ctx context.Context, s system, p, consumers, b, rate int, d, iv time.Duration) ([][]string, *cell, string, error) {
+	holder, err := r.o.Pool.Acquire(ctx)
+	if err != nil {
+		return nil, nil, "", fmt.Errorf("connecting the xid holder: %w", err)
+	}
+	defer holder.Release()
+	tx, err := holder.Begin(ctx)
+	if err != nil {
+		return nil, nil, "", fmt.Errorf("holding an xid: %w", err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	var xid string
+	if err := tx.QueryRow(ctx, `SELECT pg_current_xact_id()::text`).Scan(&xid); err != nil {
+		return nil, nil, "", fmt.Errorf("holding an xid: %w", err)
+	}
+	fmt.Fprintf(r.o.Out, "xmin %s: transaction %s holds its xid for %s\n", s.name(), xid, d)
+
+	e2e := &recorder{}
+	var rows [][]string
+	var first, lastRate float64
+	var maxDead int64
+	var sizes []int64
+	sampled := make(chan error, 1)
+	stop := make(chan struct{})
+	// The sampler starts once xminSteady has made its counters.
+	ready := make(chan *counters, 1)
+	go func() {
+		cs := <-ready
+		if cs == nil {
+			sampled <- nil
+			return
+		}
+		start := time.Now()
+		tick := time.NewTicker(iv)
+		defer tick.Stop()
+		var prev int64
+		var mark int
+		for {
+			select {
+			case <-stop:
+				sampled <- nil
+				return
+			case <-tick.C:
+			}
+			done := cs.done.Load()
+			cur := float64(done-prev) / iv.Seconds()
+			prev = done
+			var w []float64
+			w, mark = e2e.window(mark)
+			dead, size, err := r.tableStats(ctx, s.schemas())
+			if err != nil {
+				sampled <- err
+				return
+			}
+			if len(rows) == 0 {
+				first = cur
+			}
+			lastRate = cur
+			maxDead = max(maxDead, dead)
+			sizes = append(sizes, size)
+			rows = append(rows, []string{s.name(), time.Since(start).Round(time.Second).String(), fmtRate(cur), fmtMS(Percentile(w, 0.5)), fmtMS(Percentile(w, 0.99)),
+				fmt.Sprint(cs.sent.Load() - done), fmt.Sprint(dead), fmt.Sprintf("%.1f", float64(size)/(1<<20))})
+			fmt.Fprintf(r.o.Out, "xmin %s sample: %s\n", s.name(), strings.Join(rows[len(rows)-1][1:], "  "))
+		}
+	}()
+	res, err := r.xminSteady(ctx, s, p, consumers, b, rate, d, e2e, ready)
+	close(stop)
+	if serr := <-sampled; err == nil {
+		err = serr
+	}
+	if err != nil {
+		return nil, nil, "", err
+	}
+	size0 := int64(0)
+	if len(sizes) > 0 {
+		size0 = sizes[0]
+	}
+	note := fmt.Sprintf("%s: consumed/s in the last interval / the first = %s; at most %d dead tuples; size %.1f MB after the first interval, %.1f MB at the end",
+		s.name(), fmtRatio(lastRate, first), maxDead, float64(size0)/(1<<20), float64(slices.Max(append(sizes, 0)))/(1<<20))
+	return rows, res, note, nil
+}
+
+// xminSteady is steadyCell that hands its counters to the sampler.
+func (r *runner) xminSteady(ctx context.Context, s system, p, consumers, b, rate int, d time.Duration, e2e *recorder, ready chan<- *counters) (*cell, error) {
+	if err := s.setup(ctx, r.o.Pool); err != nil {
+		ready <- nil
+		return nil, err
+	}
+	c := &counters{}
+	ready <- c
+	deadline := time.Now().Add(d)
+	return r.watch(ctx, fmt.Sprintf("xmin %s %d+%d %d msg/s", s.name(), p, consumers, rate), c, e2e, func() error {
+		return r.workers(ctx, p+consumers, func(ctx context.Context, i int, conn *pgxpool.Conn) error {
+			if i < p {
+				return r.producePaced(ctx, conn, s, float64(rate)/float64(p), deadline, c, nil)
+			}
+			return r.consumeLoop(ctx, conn, s, b, deadline, nil, c, e2e)
+		})
+	})
+}
+
+func (r *runner) shootout(ctx context.Context) (*Result, error) {
+	systems, err := r.systems("sluice", "skiplocked", "pgmq")
+	if err != nil {
+		return nil, err
+	}
+	var notes []string
+	for i, s := range systems {
+		if _, ok := s.(pgmqSystem); !ok {
+			continue
+		}
+		version, remove, err := installPGMQ(ctx, r.o.Pool, r.o.PGMQWheel)
+		if err != nil {
+			fmt.Fprintf(r.o.Out, "PGMQ skipped: %v\n", err)
+			notes = append(notes, fmt.Sprintf("PGMQ skipped: %v", err))
+			systems = slices.Delete(systems, i, i+1)
+			break
+		}
+		defer func() {
+			if err := remove(context.WithoutCancel(ctx)); err != nil {
+				fmt.Fprintf(r.o.Out, "cleanup: %v\n", err)
+			}
+		}()
+		notes = append(notes, fmt.Sprintf("PGMQ %s, installed for the run from the SQL script of the pgmq PyPI wheel and removed afterwards.", version))
+		break
+	}
+	bare := &tableSystem{table: "bare"}
+	defer r.cleanupAll(ctx, append(systems, bare)...)
+	names := []string{"workload", "bare INSERT"}
+	for _, s := range systems {
+		names = append(names, s.name()+" msg/s")
+	}
+	for _, s := range systems[1:] {
+		names = append(names, systems[0].name()+" / "+s.name())
+	}
+	names = append(names, systems[0].name()+" / bare INSERT")
+	tp := Table{Title: "shootout: send and drain, messages/s", Columns: names}
+	var series []Series
+	row := func(workload string, bareRate float64, rates []float64) {
+		cells := []string{workload, "-"}
+		if bareRate > 0 {
+			cells[1] = fmtRate(bareRate)
+		}
+		for _, v := range rates {
+			cells = append(cells, fmtRate(v))
+		}
+		for _, v := range rates[1:] {
+			cells = append(cells, fmtRatio(rates[0], v))
+		}
+		if bareRate > 0 {
+			cells = append(cells, fmtRatio(rates[0], bareRate))
+		} else {
+			cells = append(cells, "-")
+		}
+		tp.Rows = append(tp.Rows, cells)
+	}
+	sp, d := last(r.o.Producers, 16), r.dur(5*time.Second)
+	for _, b := range []int{1, 100} {
+		cb, err := r.sendCell(ctx, bare, sp, b, d)
+		if err != nil {
+			return nil, err
+		}
+		var rates []float64
+		for _, s := range systems {
+			cs, err := r.sendCell(ctx, s, sp, b, d)
+			if err != nil {
+				return nil, err
+			}
+			rates = append(rates, cs.rate())
+			series = append(series, Series{Name: fmt.Sprintf("send %s b=%d", s.name(), b), Points: cs.rates})
+		}
+		row(fmt.Sprintf("send %d producers x %d msg/txn", sp, b), cb.rate(), rates)
+	}
+	dc, dd, n := last(r.o.Consumers, 8), r.dur(10*time.Second), r.o.Preload
+	for _, b := range []int{1, 100} {
+		var rates []float64
+		for _, s := range systems {
+			cs, err := r.drainCell(ctx, s, dc, b, n, dd)
+			if err != nil {
+				return nil, err
+			}
+			rates = append(rates, float64(cs.count)/cs.elapsed.Seconds())
+		}
+		row(fmt.Sprintf("drain %d preloaded, %d consumers x batch %d", n, dc, b), 0, rates)
+	}
+	rate := r.o.Rate
+	if rate <= 0 {
+		rate = 2000
+	}
+	p, c, b, sd := 4, 4, last(r.o.Batches, 10), r.dur(15*time.Second)
+	ts := Table{Title: fmt.Sprintf("shootout: steady, %d producers offering %d msg/s, %d consumers (batches of up to %d), %s", p, rate, c, b, sd), Columns: steadyColumns}
+	var cdf []Series
+	for _, s := range systems {
+		row, _, sorted, err := r.steadyRow(ctx, s, p, c, b, rate, sd)
+		if err != nil {
+			return nil, err
+		}
+		ts.Rows = append(ts.Rows, row)
+		cdf = append(cdf, Series{Name: s.name(), Points: CDFPoints(sorted, 100)})
+	}
+	notes = append(notes,
+		"One server, one system after another, same statements shape: bodies built on the server, one transaction per batch, synchronous_commit as stated above.",
+		"sluice consumes with sluice.receive then sluice.ack (two transactions); SKIP LOCKED with one DELETE ... WHERE id = ANY(ARRAY(SELECT id ... ORDER BY id LIMIT n FOR UPDATE SKIP LOCKED)) RETURNING; PGMQ with pgmq.read (30 s visibility timeout) then pgmq.delete (two transactions).",
+		"drain msg/s = messages drained / time to drain (or the time limit, then fewer than preloaded were drained: see the drain scenario for counts).")
+	return &Result{
+		Params: map[string]any{"producers": sp, "consumers": dc, "preload": n, "rate": rate, "duration_s": d.Seconds()},
+		Tables: []Table{tp, ts},
+		Charts: []Chart{
+			{File: "shootout-send-throughput.svg", Title: "shootout: send throughput over time", XLabel: "seconds", YLabel: "messages/s", Series: series},
+			{File: "shootout-steady-latency-cdf.svg", Title: "shootout: steady end-to-end latency CDF", XLabel: "milliseconds (log scale)", YLabel: "fraction of messages", LogX: true, Series: cdf},
+		},
+		Notes: notes,
+	}, nil
+}

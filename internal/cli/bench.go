@@ -1,0 +1,186 @@
+package cli
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/sluicemq/sluice/internal/bench"
+)
+
+const benchUsage = `Usage: sluice bench SCENARIO... [flags]
+
+Runs benchmark scenarios one after another, prints a progress line every
+second and a Markdown table per scenario, and writes results.json,
+results.md and SVG charts to --results-dir/<timestamp>/. Every scenario
+makes its queue ("bench") afresh and drops it at the end.
+
+Scenarios:
+  send      producers x batch size (1, 10, 100, 1000) -> msg/s, next to a bare
+            INSERT into a plain table (the physical reference) and the ratio
+  drain     preload --preload messages, consumers x batch size -> msg/s
+  latency   producer (send -> commit), subscriber (receive over a ready
+            backlog) and end-to-end (server clock) p50/p95/p99/max at --rate
+  steady    producers and consumers together at --rate: consumed/s, backlog,
+            end-to-end percentiles
+  shootout  send, drain and steady for sluice, a DIY SKIP LOCKED table and
+            PGMQ (installed for the run from the pgmq PyPI wheel, if pip can
+            fetch it), with ratios
+  xmin      steady while another connection holds a transaction with an xid
+            (default 10 minutes): consumed/s, dead tuples and table size per
+            --interval
+  all       all of the above
+
+Durations: each cell runs --duration (defaults: send 5s, drain at most 10s,
+latency 10s, steady 15s, xmin 10m; --xmin-duration sets xmin's alone).
+--producers, --consumers and --batches are swept by send and drain; steady,
+latency and xmin use the last value of each.
+
+The benchmark writes to the database: use a scratch database or the
+embedded server, never production.
+
+Examples:
+  sluice bench send
+  sluice bench send drain latency steady --database-url postgres://localhost/scratch
+  sluice bench shootout --duration 10s
+  sluice bench xmin --duration 3m --interval 30s
+`
+
+// intList is a flag of comma-separated positive integers.
+type intList []int
+
+func (l *intList) String() string {
+	var s []string
+	for _, v := range *l {
+		s = append(s, strconv.Itoa(v))
+	}
+	return strings.Join(s, ",")
+}
+
+func (l *intList) Set(v string) error {
+	*l = nil
+	for _, f := range strings.Split(v, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return fmt.Errorf("want comma-separated positive integers, got %q", v)
+		}
+		*l = append(*l, n)
+	}
+	return nil
+}
+
+func benchCommand() command {
+	return command{
+		name: "bench", summary: "run benchmark scenarios (send, drain, latency, steady, shootout, xmin)", usage: benchUsage,
+		minArgs: 1, maxArgs: -1,
+		setup: func(fs *flag.FlagSet, e *env) func(context.Context, []string) error {
+			url := dbFlag(fs)
+			var o bench.Options
+			var producers, consumers, batches intList
+			var systems string
+			resultsDir := fs.String("results-dir", "bench/results", "where to write the results (a new `directory` per run)")
+			noSave := fs.Bool("no-save", false, "print the tables only; write no result files")
+			fs.DurationVar(&o.Duration, "duration", 0, "how long each measured cell runs (0: each scenario's default)")
+			fs.DurationVar(&o.XminDuration, "xmin-duration", 0, "how long the xmin scenario runs (default --duration, else 10m)")
+			fs.DurationVar(&o.Interval, "interval", time.Minute, "sampling interval of the xmin scenario")
+			fs.Var(&producers, "producers", "producer counts, comma-separated (send default 1,16; steady 4)")
+			fs.Var(&consumers, "consumers", "consumer counts, comma-separated (drain default 1,8; steady 4)")
+			fs.Var(&batches, "batches", "batch sizes, comma-separated (send default 1,10,100,1000; drain 1,100; steady 10)")
+			fs.IntVar(&o.Payload, "payload", 100, "approximate message body size in bytes")
+			fs.IntVar(&o.Preload, "preload", 50000, "messages preloaded by drain")
+			fs.IntVar(&o.Rate, "rate", 0, "offered messages/s of latency (default 500), steady and xmin (default 2000)")
+			fs.DurationVar(&o.Poll, "poll", time.Millisecond, "how long an idle benchmark consumer sleeps before receiving again")
+			fs.StringVar(&systems, "systems", "", "comma-separated systems for shootout (default sluice,skiplocked,pgmq), latency, steady and xmin (default sluice)")
+			var xminSystems string
+			fs.StringVar(&xminSystems, "xmin-systems", "", "comma-separated systems for xmin (default --systems, else sluice)")
+			fs.StringVar(&o.PGMQWheel, "pgmq-wheel", "", "pgmq wheel `file` to install PGMQ from (default: pip download pgmq --no-deps)")
+			fs.DurationVar(&o.Retention, "retention", 0, "retention option of sluice's benchmark queue (0: the engine's default)")
+			return func(ctx context.Context, args []string) error {
+				var scenarios []string
+				for _, a := range args {
+					if a == "all" {
+						scenarios = append(scenarios, bench.Scenarios()...)
+						continue
+					}
+					if !contains(bench.Scenarios(), a) {
+						return usagef("unknown scenario %q (known: %s, all)", a, strings.Join(bench.Scenarios(), ", "))
+					}
+					scenarios = append(scenarios, a)
+				}
+				if o.Payload < 1 || o.Payload > 1<<20 {
+					return usagef("--payload must be from 1 to 1048576")
+				}
+				if o.Rate < 0 || o.Preload < 1 {
+					return usagef("--rate must not be negative, --preload must be positive")
+				}
+				o.Producers, o.Consumers, o.Batches = producers, consumers, batches
+				for _, b := range batches {
+					if b > 10000 {
+						return usagef("--batches: at most 10000 per batch")
+					}
+				}
+				if systems != "" {
+					for _, s := range strings.Split(systems, ",") {
+						o.Systems = append(o.Systems, strings.TrimSpace(s))
+					}
+				}
+				for _, s := range strings.Split(xminSystems, ",") {
+					if s = strings.TrimSpace(s); s != "" {
+						o.XminSystems = append(o.XminSystems, s)
+					}
+				}
+				o.Out, o.TTY = e.stdout, isTerminal(e.stdout)
+				o.Command = commandLine(fs, args)
+				return e.withDB(ctx, *url, func(db *database) error {
+					cfg := db.pool.Config()
+					cfg.MaxConns = int32(bench.MaxConnections(o))
+					pool, err := pgxpool.NewWithConfig(ctx, cfg)
+					if err != nil {
+						return fmt.Errorf("connecting to %s: %w", db.target, err)
+					}
+					defer pool.Close()
+					o.Pool, o.Server = pool, db.target
+					rep, runErr := bench.Run(ctx, scenarios, o)
+					if *noSave || len(rep.Results) == 0 {
+						return runErr
+					}
+					dir, err := rep.Save(*resultsDir)
+					if err != nil {
+						return err
+					}
+					fmt.Fprintf(e.stdout, "results: %s\n", dir)
+					return runErr
+				})
+			}
+		},
+	}
+}
+
+// commandLine spells the command as given (the flags set, in name order),
+// with the database URL left out: it may hold a password.
+func commandLine(fs *flag.FlagSet, args []string) string {
+	parts := append([]string{"sluice bench"}, args...)
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == "database-url" {
+			parts = append(parts, "--database-url ...")
+			return
+		}
+		parts = append(parts, "--"+f.Name+" "+f.Value.String())
+	})
+	return strings.Join(parts, " ")
+}
+
+// contains reports whether list holds s.
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
