@@ -326,3 +326,60 @@ func TestEmbeddedDefault(t *testing.T) {
 		t.Errorf("postmaster.pid still exists after the command (%v): the server was not stopped", err)
 	}
 }
+
+// Hostile input to the commands: each fails with a message that says what
+// is wrong (status 2 for usage, 1 for what the engine refuses) and changes
+// nothing.
+func TestHostileInput(t *testing.T) {
+	t.Parallel()
+	b := setupCmd(t)
+	b.ok("queue", "create", "orders")
+	b.ok("send", "orders", `{"n": 1}`)
+	long := strings.Repeat("a", 10000)
+	state := func() string {
+		// Everything but the age of the oldest pending message, which grows.
+		var lines []string
+		for _, l := range strings.Split(b.ok("queue", "list")+b.ok("status", "orders"), "\n") {
+			if f := strings.Fields(l); len(f) > 0 {
+				lines = append(lines, strings.Join(f[:len(f)-1], " "))
+			}
+		}
+		return strings.Join(lines, "\n")
+	}
+	before := state()
+	cases := []struct {
+		code int
+		want string
+		args []string
+	}{
+		{1, "invalid queue name", []string{"send", "q;drop", "{}"}},
+		{1, "invalid queue name", []string{"send", "it's", "{}"}},
+		{1, "invalid queue name", []string{"send", "café", "{}"}},
+		{1, "invalid queue name", []string{"send", long, "{}"}},
+		{1, "invalid queue name", []string{"queue", "create", ""}},
+		{1, "invalid group name", []string{"group", "create", "orders", "bad;name"}},
+		{1, "does not exist", []string{"send", "nosuch", "{}"}},
+		{1, "does not exist", []string{"status", "nosuch"}},
+		{1, "does not exist", []string{"dlq", "redrive", "nosuch"}},
+		{2, "is not JSON", []string{"send", "orders", "not-json"}},
+		{2, "must not be negative", []string{"send", "orders", "{}", "--delay", "-5s"}},
+		{2, "invalid value", []string{"send", "orders", "{}", "--priority", "abc"}},
+		{2, "want key=value", []string{"send", "orders", "{}", "--header", "noequals"}},
+		{2, "--max must be from 1 to 10000", []string{"receive", "orders", "--max", "0"}},
+		{2, "--max must be from 1 to 10000", []string{"receive", "orders", "--max", "1000000000"}},
+		{2, "--lease must be positive", []string{"receive", "orders", "--lease", "0s"}},
+		{2, "--lease must be positive", []string{"receive", "orders", "--lease", "-1s"}},
+		{2, "--max-attempts must be positive", []string{"queue", "create", "x", "--max-attempts", "0"}},
+		{2, "must not be negative", []string{"queue", "create", "x", "--retention", "-1h"}},
+		{1, "out of range", []string{"queue", "create", "x", "--lease", "10000h"}},
+		{2, "invalid value", []string{"queue", "create", "x", "--max-payload", "1e99"}},
+		{1, "from 1 to 104857600", []string{"queue", "create", "x", "--max-payload", "104857601"}},
+		{2, "unknown option", []string{"queue", "config", "orders", "--set", "nope=1"}},
+	}
+	for _, c := range cases {
+		b.fails(c.code, c.want, c.args...)
+	}
+	if after := state(); after != before {
+		t.Fatalf("hostile input changed the state:\nbefore %s\nafter  %s", before, after)
+	}
+}

@@ -6,10 +6,13 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/sluicemq/sluice"
 )
@@ -72,8 +75,31 @@ func queueCreateCommand() command {
 						return usagef("--%s must not be negative", name)
 					}
 				}
+				if name := setToZero(fs, "lease", "rotate-interval", "max-attempts", "max-payload"); name != "" {
+					return usagef("--%s must be positive (leave it out for the engine's default)", name)
+				}
+				// Zero is a value of its own for these (keep nothing, retry at
+				// once), which QueueOptions cannot say: set it in the same
+				// transaction.
+				zeros := map[string]any{}
+				for flagName, option := range map[string]string{"retention": "retention",
+					"backoff-base": "backoff_base", "backoff-max": "backoff_max"} {
+					if setToZero(fs, flagName) != "" {
+						zeros[option] = "0 seconds"
+					}
+				}
 				return e.withDB(ctx, *url, func(db *database) error {
-					if err := db.client.CreateQueue(ctx, args[0], &o); err != nil {
+					err := db.client.InTx(ctx, func(tx pgx.Tx) error {
+						if err := db.client.CreateQueueTx(ctx, tx, args[0], &o); err != nil {
+							return err
+						}
+						if len(zeros) == 0 {
+							return nil
+						}
+						_, err := db.client.AlterQueueTx(ctx, tx, args[0], zeros)
+						return err
+					})
+					if err != nil {
 						return err
 					}
 					fmt.Fprintf(e.stdout, "created queue %s\n", args[0])
@@ -281,4 +307,31 @@ func queueDropCommand() command {
 			}
 		},
 	}
+}
+
+// setToZero returns the first of the named flags that was given on the
+// command line with the value zero (where leaving it out means a default),
+// or "".
+func setToZero(fs *flag.FlagSet, names ...string) string {
+	found := ""
+	fs.Visit(func(f *flag.Flag) {
+		if found != "" || !slices.Contains(names, f.Name) {
+			return
+		}
+		g, ok := f.Value.(flag.Getter)
+		if !ok {
+			return
+		}
+		switch v := g.Get().(type) {
+		case time.Duration:
+			if v == 0 {
+				found = f.Name
+			}
+		case int:
+			if v == 0 {
+				found = f.Name
+			}
+		}
+	})
+	return found
 }

@@ -51,8 +51,8 @@ func receiveCommand() command {
 				if *max < 1 || *max > 10000 {
 					return usagef("--max must be from 1 to 10000, got %d", *max)
 				}
-				if *lease < 0 {
-					return usagef("--lease must not be negative")
+				if *lease < 0 || setToZero(fs, "lease") != "" {
+					return usagef("--lease must be positive (leave it out for the queue's lease)")
 				}
 				return e.withDB(ctx, *url, func(db *database) error {
 					msgs, err := db.client.Receive(ctx, args[0], *group, &sluice.ReceiveOptions{Max: *max, Lease: *lease, Consumer: "sluice receive"})
