@@ -41,9 +41,9 @@ var (
 	// ErrPayloadTooLarge (SL009) is a message whose body and headers exceed
 	// the queue's max_payload.
 	ErrPayloadTooLarge = errors.New("sluice: payload too large")
-	// ErrInvalidIsolation (SL010) is a receive in a transaction that is not
-	// READ COMMITTED.
-	ErrInvalidIsolation = errors.New("sluice: receive needs READ COMMITTED isolation")
+	// ErrInvalidIsolation (SL010) is a receive, or a send with a
+	// deduplication key, in a transaction that is not READ COMMITTED.
+	ErrInvalidIsolation = errors.New("sluice: READ COMMITTED isolation needed")
 	// ErrSchemaMissing means the database has no sluice schema, or an older
 	// one without the function called: install or upgrade it with
 	// "sluice migrate" (or package migrate).

@@ -22,8 +22,10 @@ type SendOptions struct {
 	// Priority is stored and delivered with the message (higher first, once
 	// the engine orders by it).
 	Priority int
-	// DedupKey is a deduplication key ("" for none), stored with the
-	// message.
+	// DedupKey is a deduplication key ("" for none): if a message was sent
+	// to the queue with the same key within the queue's dedup window, Send
+	// enqueues nothing and returns that message's id. It needs a READ
+	// COMMITTED transaction (ErrInvalidIsolation otherwise).
 	DedupKey string
 }
 

@@ -580,3 +580,122 @@ func TestExpiryScanMovesPastCompletedLeases(t *testing.T) {
 		t.Fatalf("the scan horizon reached %d of the 50 expired leases, want all 50", behind)
 	}
 }
+
+func TestIdempotentSend(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.createQueue("q", `{"retention": "0 seconds", "rotate_interval": "100 milliseconds"}`)
+	sendKey := func(body, key string) int64 {
+		t.Helper()
+		var id int64
+		if err := b.pool.QueryRow(b.ctx, "SELECT sluice.send('q', $1::jsonb, dedup_key => $2)", body, key).Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	first := sendKey(`{"n": 1}`, "order-42")
+	if again := sendKey(`{"n": 2}`, "order-42"); again != first {
+		t.Fatalf("second send with the same key returned %d, want %d", again, first)
+	}
+	other := sendKey(`{"n": 3}`, "order-43")
+	// A batch: a key sent before, a key twice, no key.
+	rows, err := b.pool.Query(b.ctx, `SELECT * FROM sluice.send_batch('q', ARRAY['{"b":1}','{"b":2}','{"b":3}','{"b":4}']::jsonb[],
+		dedup_keys => ARRAY['order-42', 'order-44', 'order-44', NULL])`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []int64
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	if rows.Err() != nil || len(ids) != 4 || ids[0] != first || ids[1] != ids[2] || ids[3] == ids[1] {
+		t.Fatalf("send_batch ids = %v (err %v), want [%d x x y]", ids, rows.Err(), first)
+	}
+	got := b.receive("q", "default", 100, "")
+	var bodies []string
+	for _, m := range got {
+		bodies = append(bodies, m.Body)
+	}
+	if fmt.Sprint(bodies) != `[{"n": 1} {"n": 3} {"b": 2} {"b": 4}]` {
+		t.Fatalf("enqueued %v, want one message per key and the one without", bodies)
+	}
+	b.ack("q", "default", receipts(got)...)
+	// Keys are remembered across rotations and reclaim within the window.
+	waitFor(t, 10*time.Second, "a few rotations", func() bool {
+		b.send(b.pool, "q", `{}`)
+		if got := b.receive("q", "default", 100, ""); len(got) > 0 {
+			b.ack("q", "default", receipts(got)...)
+		}
+		return b.int64("SELECT count(*) FROM sluice.epoch") >= 4
+	})
+	if again := sendKey(`{"n": 4}`, "order-43"); again != other {
+		t.Fatalf("after rotations a resend returned %d, want %d", again, other)
+	}
+	// After the window, the key may be sent again.
+	b.exec(`SELECT sluice.alter_queue('q', '{"dedup_window": "1 millisecond"}')`)
+	time.Sleep(10 * time.Millisecond)
+	if fresh := sendKey(`{"n": 5}`, "order-42"); fresh == first {
+		t.Fatal("a key was deduplicated after its window")
+	}
+	// Outside READ COMMITTED a send with a key is refused.
+	tx, err := b.pool.Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(b.ctx) //nolint:errcheck
+	if _, err := tx.Exec(b.ctx, "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(b.ctx, "SELECT sluice.send('q', '{}', dedup_key => 'x')"); sqlstate(err) != "SL010" {
+		t.Fatalf("dedup send in REPEATABLE READ: %v, want SL010", err)
+	}
+}
+
+// Sends of one dedup key from many connections at once enqueue one message.
+func TestConcurrentIdempotentSend(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.createQueue("q", "")
+	const senders = 16
+	ids := make(chan int64, senders)
+	errs := make(chan error, senders)
+	start := make(chan struct{})
+	for i := 0; i < senders; i++ {
+		go func() {
+			<-start
+			tx, err := b.pool.Begin(b.ctx)
+			if err != nil {
+				errs <- err
+				return
+			}
+			var id int64
+			if err := tx.QueryRow(b.ctx, "SELECT sluice.send('q', '{}', dedup_key => 'once')").Scan(&id); err != nil {
+				tx.Rollback(b.ctx) //nolint:errcheck
+				errs <- err
+				return
+			}
+			time.Sleep(20 * time.Millisecond) // hold the key while the others wait
+			errs <- tx.Commit(b.ctx)
+			ids <- id
+		}()
+	}
+	close(start)
+	for i := 0; i < senders; i++ {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	first := <-ids
+	for i := 1; i < senders; i++ {
+		if id := <-ids; id != first {
+			t.Fatalf("concurrent sends of one key returned %d and %d", first, id)
+		}
+	}
+	if got := b.receive("q", "default", 100, ""); len(got) != 1 {
+		t.Fatalf("%d messages enqueued by %d concurrent sends of one key, want 1", len(got), senders)
+	}
+}

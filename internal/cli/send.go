@@ -52,7 +52,7 @@ func sendCommand() command {
 			key := fs.String("key", "", "ordering key of the messages (stored; per-key ordering is not enforced yet)")
 			delay := fs.Duration("delay", 0, "deliver no earlier than this `duration` from now, such as 30s or 5m")
 			priority := fs.Int("priority", 0, "priority of the messages (stored)")
-			dedup := fs.String("dedup-key", "", "deduplication key (stored)")
+			dedup := fs.String("dedup-key", "", "deduplication key: a key already sent to the queue within its dedup window enqueues nothing")
 			headers := headerFlags{}
 			fs.Var(headers, "header", "a header as `key=value` (repeatable; values are strings)")
 			return func(ctx context.Context, args []string) error {

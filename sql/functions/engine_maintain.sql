@@ -3,7 +3,8 @@
 -- A queue writes into the slot of its current epoch. Rotation starts a new
 -- epoch (in the next slot) once rotate_interval has passed and a slot is
 -- free; reclaim TRUNCATEs the oldest retired epoch's slot once its retention
--- has passed and no group needs anything in it. Both run inside receive about
+-- (and, if it holds deduplication keys, the dedup window) has passed and no
+-- group needs anything in it. Both run inside receive about
 -- once a second while messages are in flight, and in sluice.maintain().
 
 -- e_min_lwm: the smallest low-water mark over the queue's groups (every
@@ -50,6 +51,10 @@ DECLARE
 BEGIN
     SELECT e.started_at INTO v_retired_at FROM sluice.epoch e WHERE e.queue_id = q.id AND e.epoch = p_epoch + 1;
     IF clock_timestamp() < v_retired_at + q.retention THEN
+        RETURN false;
+    END IF;
+    -- Deduplication keys sent in the slot are remembered for the dedup window.
+    IF clock_timestamp() < v_retired_at + q.dedup_window AND EXISTS (SELECT 1 FROM dedup d WHERE d.slot = v_slot) THEN
         RETURN false;
     END IF;
     SELECT * INTO head FROM batches ORDER BY batch_no DESC LIMIT 1;

@@ -23,6 +23,7 @@ AS $$
         WHEN 'cut'   THEN 1372454914   -- serializes batch cutting within a queue
         WHEN 'maint' THEN 1372454915   -- serializes rotation and reclaim within a queue
         WHEN 'notify' THEN 1372454916  -- one NOTIFY per queue among concurrent sends
+        WHEN 'dedup' THEN 1372454917   -- one send per (queue, dedup key) at a time
     END
 $$;
 
@@ -172,5 +173,27 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'SL006',
             MESSAGE = format('%s must be at most 7 days, got %s', what, v);
     END IF;
+END
+$$;
+
+-- _dedup_lock: take the transaction-scoped lock of a queue's deduplication
+-- key, so that concurrent sends of one key enqueue one message. Under
+-- REPEATABLE READ or SERIALIZABLE a send could not see the message a
+-- concurrent send committed after its snapshot: it raises SL010 instead.
+--
+-- Errors: SL010 invalid_isolation
+CREATE OR REPLACE FUNCTION sluice._dedup_lock(p_queue_id int, p_key text)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION USING ERRCODE = 'SL010',
+            MESSAGE = format('a send with a dedup_key needs READ COMMITTED isolation, the transaction is %s',
+                             upper(current_setting('transaction_isolation'))),
+            HINT = 'Send it in a READ COMMITTED transaction: only then can it see a duplicate sent concurrently.';
+    END IF;
+    PERFORM pg_advisory_xact_lock(sluice._lock_ns('dedup'), hashtext(p_key) # p_queue_id);
 END
 $$;

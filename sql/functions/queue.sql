@@ -21,6 +21,7 @@ DECLARE
         'rotate_interval', '1 minute',
         'max_payload', 1048576,
         'notify', true,
+        'dedup_window', '1 hour',
         'default_group', true);
     o jsonb := coalesce(p_options, '{}');
     k text;
@@ -95,6 +96,7 @@ $$;
 --              retention        how long completed messages stay readable ("1 hour")
 --              rotate_interval  how often a new storage epoch starts ("1 minute")
 --              max_payload      largest body + headers in bytes (1048576)
+--              dedup_window     how long a dedup_key of send is remembered ("1 hour")
 --              notify           NOTIFY channel 'sluice' (payload: the queue name)
 --                               when a send commits, to wake waiting consumers (true)
 --              default_group    create the group 'default' (true)
@@ -118,11 +120,11 @@ BEGIN
             MESSAGE = format('queue %s already exists', quote_literal(create_queue.queue));
     END IF;
     INSERT INTO sluice.queue AS q (name, max_attempts, lease, backoff_base, backoff_max, retention,
-                                   rotate_interval, max_payload, notify, id_seq, options)
+                                   rotate_interval, max_payload, notify, dedup_window, id_seq, options)
     VALUES (create_queue.queue, (o->>'max_attempts')::int, (o->>'lease')::interval,
             (o->>'backoff_base')::interval, (o->>'backoff_max')::interval, (o->>'retention')::interval,
             (o->>'rotate_interval')::interval, (o->>'max_payload')::int, (o->>'notify')::boolean,
-            'sluice.queue'::regclass, o)
+            (o->>'dedup_window')::interval, 'sluice.queue'::regclass, o)
     ON CONFLICT (name) DO NOTHING
     RETURNING q.id INTO qid;
     IF qid IS NULL THEN
@@ -204,7 +206,8 @@ BEGIN
     SET max_attempts = (o->>'max_attempts')::int, lease = (o->>'lease')::interval,
         backoff_base = (o->>'backoff_base')::interval, backoff_max = (o->>'backoff_max')::interval,
         retention = (o->>'retention')::interval, rotate_interval = (o->>'rotate_interval')::interval,
-        max_payload = (o->>'max_payload')::int, notify = (o->>'notify')::boolean, options = o
+        max_payload = (o->>'max_payload')::int, notify = (o->>'notify')::boolean,
+        dedup_window = (o->>'dedup_window')::interval, options = o
     WHERE id = q.id;
     RETURN o;
 END

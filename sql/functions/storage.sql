@@ -23,7 +23,7 @@ LANGUAGE sql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
     VALUES ('messages', false), ('batches', false), ('deliveries', true),
-           ('acks', false), ('group_states', true), ('checkpoints', false)
+           ('acks', false), ('group_states', true), ('checkpoints', false), ('dedup', false)
 $$;
 
 -- _create_storage: create the schema, tables and functions of a queue.
@@ -32,7 +32,7 @@ $$;
 --   p_queue_id  queue id
 -- Tables: creates schema sluice_q<id>: messages (a partition of
 --   sluice.messages), batches, deliveries, acks, group_states, checkpoints,
---   each with 4 slot partitions
+--   dedup, each with 4 slot partitions
 CREATE OR REPLACE FUNCTION sluice._create_storage(p_queue_id int)
 RETURNS void
 LANGUAGE plpgsql
@@ -101,6 +101,13 @@ BEGIN
             lwm_at    timestamptz NOT NULL,
             PRIMARY KEY (group_id, seq, slot)
         ) PARTITION BY LIST (slot);
+        CREATE TABLE %1$I.dedup (
+            slot      smallint NOT NULL,
+            dedup_key text NOT NULL,
+            msg_id    bigint NOT NULL,
+            at        timestamptz NOT NULL
+        ) PARTITION BY LIST (slot);
+        CREATE INDEX ON %1$I.dedup (dedup_key, at);
         CREATE TABLE %1$I.checkpoints (
             slot     smallint NOT NULL,
             group_id int NOT NULL,
