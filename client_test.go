@@ -3,6 +3,7 @@ package sluice_test
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -362,3 +363,37 @@ func TestAckAndSendAtomically(t *testing.T) {
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
+
+func TestSendBatchPrioritiesAndDedup(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.createQueue("q", nil)
+	msgs := []sluice.BatchMessage{
+		{Body: json.RawMessage(`{"n": 0}`), Priority: 3, DedupKey: "a"},
+		{Body: json.RawMessage(`{"n": 1}`), DedupKey: "b"},
+		{Body: json.RawMessage(`{"n": 2}`), DedupKey: "a"}, // a duplicate within the batch (and chunk 2)
+		{Body: json.RawMessage(`{"n": 3}`), Priority: -1},
+	}
+	ids, err := b.client.SendBatch(b.ctx, "q", msgs, &sluice.SendBatchOptions{ChunkSize: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ids) != 4 || ids[2] != ids[0] || ids[1] == ids[0] || ids[3] == ids[1] {
+		t.Fatalf("ids = %v, want the third to repeat the first", ids)
+	}
+	again, err := b.client.SendBatch(b.ctx, "q", []sluice.BatchMessage{{Body: json.RawMessage(`{}`), DedupKey: "b"}}, nil)
+	if err != nil || len(again) != 1 || again[0] != ids[1] {
+		t.Fatalf("resending key b: %v, %v; want [%d]", again, err, ids[1])
+	}
+	got, err := b.client.Receive(b.ctx, "q", "default", &sluice.ReceiveOptions{Max: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var prios []int
+	for _, m := range got {
+		prios = append(prios, m.Priority)
+	}
+	if len(got) != 3 || fmt.Sprint(prios) != "[3 0 -1]" {
+		t.Fatalf("received %d messages with priorities %v, want 3 with [3 0 -1]", len(got), prios)
+	}
+}

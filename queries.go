@@ -7,7 +7,7 @@ package sluice
 const (
 	sqlSend = `SELECT sluice.send($1, $2::jsonb, $3::jsonb, $4::text, $5::interval, $6::int, $7::text)`
 
-	sqlSendBatch = `SELECT id FROM sluice.send_batch($1, $2::jsonb[], $3::jsonb[], $4::text[], $5::interval) AS s(id)`
+	sqlSendBatch = `SELECT id FROM sluice.send_batch($1, $2::jsonb[], $3::jsonb[], $4::text[], $5::interval, $6::int[], $7::text[]) AS s(id)`
 
 	sqlReceive = `SELECT id, body, headers, key, priority, attempt, sent_at, receipt, lease_expires_at, pos
 FROM sluice.receive($1, $2, $3::int, $4::interval, $5::text)`

@@ -66,6 +66,12 @@ type BatchMessage struct {
 	Headers json.RawMessage
 	// Key is the ordering key ("" for none).
 	Key string
+	// Priority is stored and delivered with the message.
+	Priority int
+	// DedupKey is a deduplication key ("" for none), as in SendOptions: a
+	// key already sent within the queue's dedup window, or earlier in the
+	// same batch, enqueues nothing and gets the first message's id.
+	DedupKey string
 }
 
 // SendBatchOptions apply to every message of a SendBatch call.
@@ -85,9 +91,7 @@ const DefaultChunkSize = 1000
 // SendBatch appends msgs to queue atomically (all or none) and returns
 // their ids, in the order of msgs. The chunks (see SendBatchOptions) go to
 // the server in one pipeline, which runs as one implicit transaction: one
-// round trip whatever the size. Priorities and deduplication keys cannot be
-// set per message in a batch; use Send (or SendTx in one transaction) for
-// those. opts may be nil.
+// round trip whatever the size. opts may be nil.
 func (c *Client) SendBatch(ctx context.Context, queue string, msgs []BatchMessage, opts *SendBatchOptions) ([]int64, error) {
 	ids, err := sendBatch(ctx, c.pool, queue, msgs, opts)
 	if err != nil {
@@ -133,8 +137,21 @@ func sendBatch(ctx context.Context, db batcher, queue string, msgs []BatchMessag
 		chunk := msgs[start:min(start+size, len(msgs))]
 		bodies := make([]json.RawMessage, len(chunk))
 		var headers []json.RawMessage
-		var keys []*string
+		var keys, dedups []*string
+		var priorities []int32
 		for i, m := range chunk {
+			if m.Priority != 0 {
+				if priorities == nil {
+					priorities = make([]int32, len(chunk))
+				}
+				priorities[i] = int32(m.Priority)
+			}
+			if m.DedupKey != "" {
+				if dedups == nil {
+					dedups = make([]*string, len(chunk))
+				}
+				dedups[i] = &chunk[i].DedupKey
+			}
 			bodies[i] = m.Body
 			if m.Headers != nil {
 				if headers == nil {
@@ -149,14 +166,20 @@ func sendBatch(ctx context.Context, db batcher, queue string, msgs []BatchMessag
 				keys[i] = &chunk[i].Key
 			}
 		}
-		var h, k any
+		var h, k, p, d any
 		if headers != nil {
 			h = headers
 		}
 		if keys != nil {
 			k = keys
 		}
-		batch.Queue(sqlSendBatch, queue, bodies, h, k, nullInterval(opts.Delay)).Query(func(rows pgx.Rows) error {
+		if priorities != nil {
+			p = priorities
+		}
+		if dedups != nil {
+			d = dedups
+		}
+		batch.Queue(sqlSendBatch, queue, bodies, h, k, nullInterval(opts.Delay), p, d).Query(func(rows pgx.Rows) error {
 			for rows.Next() {
 				var id int64
 				if err := rows.Scan(&id); err != nil {
