@@ -57,10 +57,12 @@ test-go:
 test-pg14 test-pg15 test-pg16 test-pg17 test-pg18: test-pg%:
 	SLUICE_PG_VERSION=$* $(MAKE) test-go
 
-## test-faults: the fault runs at full length (make test runs them short)
+## test-faults: every fault scenario at full length (make test runs them
+## short): 10 PostgreSQL kills, 30 consumer deaths, 8 connection cuts,
+## statement timeouts, clock skew, mixed; prints the summary table.
 .PHONY: test-faults
 test-faults:
-	SLUICE_FAULT_KILLS=10 $(GO) test ./internal/faults/ -count=1 -v -timeout 30m $(GOTESTFLAGS)
+	SLUICE_FAULTS_LONG=1 SLUICE_FAULT_KILLS=10 $(GO) test ./internal/faults/ -count=1 -v -timeout 30m $(GOTESTFLAGS)
 
 ## generate: rewrite docs/sql.md (the SQL API reference) from sql/
 .PHONY: generate
