@@ -183,3 +183,35 @@ func TestMixedFaults(t *testing.T) {
 		e.Sleep(500 * time.Millisecond)
 	}})
 }
+
+// TestHeldXmin runs producers and consumers while another session holds a
+// transaction with an xid (and so the xmin horizon) for the whole run: the
+// same checks hold, and a held horizon neither blocks delivery nor loses
+// anything. (Throughput and dead tuples under a held xmin are measured by
+// sql's TestHeldXminDoesNotDegrade and by sluice bench xmin.)
+func TestHeldXmin(t *testing.T) {
+	run := time.Duration(ShortOrLong(5, 30)) * time.Second
+	e := Run(t, Scenario{Name: "held xmin", Inject: func(e *Env) {
+		pool, err := e.NewPool(1, 0)
+		if err != nil {
+			e.T.Error(err)
+			return
+		}
+		defer pool.Close()
+		tx, err := pool.Begin(e.Ctx)
+		if err != nil {
+			e.T.Error(err)
+			return
+		}
+		defer tx.Rollback(e.Ctx) //nolint:errcheck // gone with the kill
+		if _, err := tx.Exec(e.Ctx, "SELECT pg_current_xact_id()"); err != nil {
+			e.T.Error(err)
+			return
+		}
+		e.Fault("held-xmin")
+		e.Sleep(run)
+	}})
+	if e.Faults("held-xmin") != 1 {
+		t.Error("the transaction holding xmin never started")
+	}
+}
