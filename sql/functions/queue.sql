@@ -102,7 +102,7 @@ $$;
 --              default_group    create the group 'default' (true)
 -- Returns: nothing
 -- Errors: SL001 invalid_name, SL004 duplicate_queue, SL007 invalid_option
--- Tables: creates schema sluice_q<id> (6 tables x 4 slots, see sluice._create_storage) and a sequence.
+-- Tables: creates schema sluice_q<id> (7 tables x 4 slots, see sluice._create_storage) and a sequence.
 CREATE OR REPLACE FUNCTION sluice.create_queue(queue text, options jsonb DEFAULT '{}')
 RETURNS void
 LANGUAGE plpgsql
