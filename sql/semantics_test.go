@@ -699,3 +699,88 @@ func TestConcurrentIdempotentSend(t *testing.T) {
 		t.Fatalf("%d messages enqueued by %d concurrent sends of one key, want 1", len(got), senders)
 	}
 }
+
+// A transaction that receives and then sends to the same queue: the send is
+// delivered once the transaction commits (the cut must not count its own
+// transaction as committed).
+func TestSendAfterReceiveInOneTransaction(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.createQueue("q", "")
+	tx, err := b.pool.Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(b.ctx) //nolint:errcheck // after Commit, a no-op
+	first := b.send(tx, "q", `{"m": 1}`)
+	// Another transaction commits after this one got its id, so the
+	// snapshot's xmax passes this transaction's id.
+	other := b.send(b.pool, "q", `{"other": true}`)
+	if got, err := receiveOn(b.ctx, tx, "q", "default", 10, ""); err != nil || len(got) != 1 || got[0].ID != other {
+		t.Fatalf("receive in the transaction = %+v, %v; want only message %d", got, err, other)
+	}
+	second := b.send(tx, "q", `{"m": 2}`)
+	if err := tx.Commit(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	third := b.send(b.pool, "q", `{"m": 3}`)
+	var ids []int64
+	for _, m := range b.receive("q", "default", 10, "") {
+		ids = append(ids, m.ID)
+	}
+	if fmt.Sprint(ids) != fmt.Sprint([]int64{first, second, third}) {
+		t.Fatalf("received %v, want %v", ids, []int64{first, second, third})
+	}
+}
+
+// A group created at 'earliest' after a slot was reclaimed may start at
+// positions whose messages are gone: it must pass them, not stop its
+// low-water mark there (which would hold reclaim back for good).
+func TestEarliestGroupPassesReclaimedPositions(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.createQueue("q", `{"retention": "0 seconds", "rotate_interval": "100 milliseconds"}`)
+	gone := b.send(b.pool, "q", `{"a": 1}`) // in slot 0
+	time.Sleep(150 * time.Millisecond)
+	b.exec("SELECT sluice.maintain()") // epoch 1: slot 1
+	got := b.receive("q", "default", 10, "")
+	if len(got) != 1 || got[0].ID != gone {
+		t.Fatalf("got %+v", got)
+	}
+	b.ack("q", "default", got[0].Receipt) // numbered by a batch stored in slot 1
+	time.Sleep(1100 * time.Millisecond)
+	b.receive("q", "default", 1, "") // moves default's low-water mark past it
+	waitFor(t, 5*time.Second, "slot 0 reclaimed", func() bool {
+		b.exec("SELECT sluice.maintain()")
+		return b.int64("SELECT count(*) FROM sluice.messages WHERE id = $1", gone) == 0
+	})
+	b.exec("SELECT sluice.create_group('q', 'late', 'earliest')")
+	next := b.send(b.pool, "q", `{"b": 1}`)
+	if got := b.receive("q", "late", 10, ""); len(got) != 1 || got[0].ID != next {
+		t.Fatalf("the late group got %+v, want only message %d", got, next)
+	}
+	waitFor(t, 5*time.Second, "the late group's low-water mark passing the reclaimed position", func() bool {
+		b.receive("q", "late", 1, "")
+		s := b.status("q")["late"]
+		return s.Lwm != nil && *s.Lwm > 1
+	})
+}
+
+// Numbering messages from a snapshot held since the transaction began would
+// reuse old positions: create_group 'latest' refuses REPEATABLE READ.
+func TestCreateGroupLatestRefusesRepeatableRead(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.createQueue("q", "")
+	tx, err := b.pool.Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(b.ctx) //nolint:errcheck
+	if _, err := tx.Exec(b.ctx, "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(b.ctx, "SELECT sluice.create_group('q', 'g', 'latest')"); sqlstate(err) != "SL010" {
+		t.Fatalf("create_group latest in REPEATABLE READ: %v, want SL010", err)
+	}
+}

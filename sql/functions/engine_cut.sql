@@ -14,6 +14,28 @@
 -- is in S's in-progress list), not a scan. Cuts are made by consumers when
 -- they run out of numbered messages: there is no ticker.
 
+-- e_snapshot: the current snapshot, with the caller's own transaction (if it
+-- has an id) counted as in progress. pg_current_snapshot() leaves the own
+-- transaction out of its in-progress list, so a cut made by a transaction
+-- that has written would treat the messages it sends later as numbered.
+CREATE OR REPLACE FUNCTION sluice_tmpl.e_snapshot()
+RETURNS pg_snapshot
+LANGUAGE plpgsql STABLE
+SET search_path = sluice_tmpl, pg_catalog, pg_temp
+AS $$
+DECLARE
+    snap pg_snapshot := pg_current_snapshot();
+    own xid8 := pg_current_xact_id_if_assigned();
+BEGIN
+    IF own IS NULL OR own >= pg_snapshot_xmax(snap) THEN
+        RETURN snap;   -- no id yet, or already invisible (not below xmax)
+    END IF;
+    RETURN (least(pg_snapshot_xmin(snap), own)::text || ':' || pg_snapshot_xmax(snap)::text || ':' ||
+            (SELECT string_agg(x::text, ',' ORDER BY x)
+             FROM (SELECT pg_snapshot_xip(snap) AS x UNION SELECT own) u))::pg_snapshot;
+END
+$$;
+
 -- e_cut: number the next messages of the queue (at most 1000 per call).
 -- The caller holds the queue's cut lock.
 --
@@ -60,12 +82,19 @@ DECLARE
     n int;
     v_done boolean;
 BEGIN
+    -- A snapshot held for the whole transaction would number from an old
+    -- view of the batches and of the messages.
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION USING ERRCODE = 'SL010',
+            MESSAGE = format('numbering messages needs READ COMMITTED isolation, the transaction is %s',
+                             upper(current_setting('transaction_isolation')));
+    END IF;
     SELECT * INTO last FROM batches ORDER BY batch_no DESC LIMIT 1;
     new_round := last.done;
     IF new_round THEN
         v_prev_snap := last.snap;
         v_prev_t := last.t;
-        v_snap := pg_current_snapshot();
+        v_snap := e_snapshot();
         v_t := greatest(clock_timestamp(), last.t);
         v_phase := 1;
     ELSE

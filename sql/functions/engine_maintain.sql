@@ -27,11 +27,11 @@ BEGIN
 END
 $$;
 
--- e_reclaim: truncate the slot of retired epoch p_epoch if nothing in it is
--- needed any more. The caller holds the queue's maint lock.
---
--- Returns: true if the slot was truncated
-CREATE OR REPLACE FUNCTION sluice_tmpl.e_reclaim(q sluice.queue, p_epoch bigint, p_current bigint)
+-- e_reclaimable: whether nothing in slot p_slot is needed any more: every
+-- committed message in it is numbered, every group has completed every
+-- position numbered from it, and the newest batch lives elsewhere. Reclaim
+-- checks it before taking the slot's locks and again once it holds them.
+CREATE OR REPLACE FUNCTION sluice_tmpl.e_reclaimable(p_queue_id int, p_slot smallint)
 RETURNS boolean
 LANGUAGE plpgsql
 SET search_path = sluice_tmpl, pg_catalog, pg_temp
@@ -39,24 +39,12 @@ SET plan_cache_mode = force_generic_plan
 SET enable_seqscan = off
 AS $$
 DECLARE
-    v_slot constant smallint := p_epoch % 4;
-    v_cur_slot constant smallint := p_current % 4;
-    v_retired_at timestamptz;
+    v_slot constant smallint := p_slot;
     head record;
     v_min bigint;
-    v_lock_timeout text;
     v_xip xid8[];
     v_prev_xip xid8[];
-    t record;
 BEGIN
-    SELECT e.started_at INTO v_retired_at FROM sluice.epoch e WHERE e.queue_id = q.id AND e.epoch = p_epoch + 1;
-    IF clock_timestamp() < v_retired_at + q.retention THEN
-        RETURN false;
-    END IF;
-    -- Deduplication keys sent in the slot are remembered for the dedup window.
-    IF clock_timestamp() < v_retired_at + q.dedup_window AND EXISTS (SELECT 1 FROM dedup d WHERE d.slot = v_slot) THEN
-        RETURN false;
-    END IF;
     SELECT * INTO head FROM batches ORDER BY batch_no DESC LIMIT 1;
     IF head.slot = v_slot OR (NOT head.done AND head.res_phase = 1) THEN
         RETURN false;   -- the newest batch lives in this slot, or delayed messages are half numbered
@@ -77,8 +65,47 @@ BEGIN
     END IF;
     -- Positions some group has not completed, in batches that live in the slot
     -- or that number messages of the slot.
-    v_min := coalesce(e_min_lwm(q.id), head.last_pos + 1);
+    v_min := coalesce(e_min_lwm(p_queue_id), head.last_pos + 1);
     IF EXISTS (SELECT 1 FROM batches b WHERE b.last_pos >= v_min AND (b.slot = v_slot OR v_slot = ANY (b.slots))) THEN
+        RETURN false;
+    END IF;
+
+    RETURN true;
+END
+$$;
+
+-- e_reclaim: truncate the slot of retired epoch p_epoch if nothing in it is
+-- needed any more. The caller holds the queue's maint lock.
+--
+-- Returns: true if the slot was truncated
+CREATE OR REPLACE FUNCTION sluice_tmpl.e_reclaim(q sluice.queue, p_epoch bigint, p_current bigint)
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path = sluice_tmpl, pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $$
+DECLARE
+    v_slot constant smallint := p_epoch % 4;
+    v_cur_slot constant smallint := p_current % 4;
+    v_retired_at timestamptz;
+    v_lock_timeout text;
+    t record;
+BEGIN
+    -- The checks must see the latest commits: a snapshot held for the whole
+    -- transaction could miss a send that committed into the slot meanwhile.
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RETURN false;
+    END IF;
+    SELECT e.started_at INTO v_retired_at FROM sluice.epoch e WHERE e.queue_id = q.id AND e.epoch = p_epoch + 1;
+    IF clock_timestamp() < v_retired_at + q.retention THEN
+        RETURN false;
+    END IF;
+    -- Deduplication keys sent in the slot are remembered for the dedup window.
+    IF clock_timestamp() < v_retired_at + q.dedup_window AND EXISTS (SELECT 1 FROM dedup d WHERE d.slot = v_slot) THEN
+        RETURN false;
+    END IF;
+    IF NOT e_reclaimable(q.id, v_slot) THEN
         RETURN false;
     END IF;
 
@@ -104,12 +131,21 @@ BEGIN
             EXECUTE format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', sluice._table(q.id, t.name, v_slot));
         END LOOP;
         PERFORM set_config('lock_timeout', v_lock_timeout, true);
+        -- Now no transaction can be writing into the slot: a send that was
+        -- still in progress at the first check may have committed while we
+        -- waited for the locks. Check again, and undo the copies if needed.
+        IF NOT e_reclaimable(q.id, v_slot) THEN
+            RAISE EXCEPTION USING ERRCODE = 'SL000', MESSAGE = 'slot no longer reclaimable';
+        END IF;
         FOR t IN SELECT * FROM sluice._slot_tables() LOOP
             EXECUTE format('TRUNCATE %s', sluice._table(q.id, t.name, v_slot));
         END LOOP;
-    EXCEPTION WHEN lock_not_available THEN
-        PERFORM set_config('lock_timeout', v_lock_timeout, true);
-        RETURN false;
+    EXCEPTION
+        WHEN lock_not_available THEN
+            PERFORM set_config('lock_timeout', v_lock_timeout, true);
+            RETURN false;
+        WHEN SQLSTATE 'SL000' THEN
+            RETURN false;
     END;
     INSERT INTO sluice.reclaim (queue_id, epoch, reclaimed_at) VALUES (q.id, p_epoch, clock_timestamp());
     RETURN true;

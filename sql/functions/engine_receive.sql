@@ -173,6 +173,7 @@ DECLARE
     d_id bigint[] := '{}';
     d_txid xid8[] := '{}';
     v_token bigint;
+    v_fetched int := 0;
 BEGIN
     PERFORM pg_advisory_xact_lock(sluice._lock_ns('group'), g.id);
     v_now := clock_timestamp();
@@ -277,6 +278,7 @@ BEGIN
                 LIMIT 1) mm
             ORDER BY k.pos
         LOOP
+            v_fetched := v_fetched + 1;
             IF r.attempt_base + r.attempt > q.max_attempts THEN
                 PERFORM e_dead_letter(q.id, g.id, r.slot, r.pos, r.msg_txid, r.msg_id,
                                       r.attempt_base + r.attempt - 1,
@@ -303,6 +305,18 @@ BEGIN
             o.pos := r.pos;
             RETURN NEXT o;
         END LOOP;
+        -- Positions whose message is gone (its slot was reclaimed, or the queue
+        -- purged) before this group got to them: nothing to deliver; complete
+        -- them, or the group's low-water mark would stop there for good.
+        IF v_fetched < cardinality(k_pos) THEN
+            INSERT INTO acks (slot, group_id, pos, kind, acked_at)
+            SELECT k.slot, g.id, k.pos, 'x', v_now
+            FROM unnest(k_pos, k_id, k_txid, k_slot) AS k(pos, id, txid, slot)
+            LEFT JOIN LATERAL (SELECT 1 AS hit FROM messages m
+                               WHERE m.slot = k.slot AND m.txid = k.txid AND m.id = k.id LIMIT 1) mm ON true
+            WHERE mm.hit IS NULL
+            ON CONFLICT DO NOTHING;
+        END IF;
         INSERT INTO deliveries (slot, group_id, pos, attempt, token, msg_id, txid, expires_at, delivered_at, consumer)
         SELECT u.slot, g.id, u.pos, u.attempt, u.token, u.id, u.txid, v_expires, v_now, p_consumer
         FROM unnest(d_slot, d_pos, d_attempt, d_token, d_id, d_txid) AS u(slot, pos, attempt, token, id, txid);

@@ -87,7 +87,7 @@ BEGIN
             slot     smallint NOT NULL,
             group_id int NOT NULL,
             pos      bigint NOT NULL,
-            kind     "char" NOT NULL,
+            kind     "char" NOT NULL,   -- a acked, n nacked, d dead letter, x message gone (reclaimed, purged)
             acked_at timestamptz NOT NULL,
             UNIQUE (group_id, pos, slot)
         ) PARTITION BY LIST (slot);
