@@ -98,15 +98,7 @@ func TestReceiveRefusesSnapshotIsolation(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	b.createQueue("q", "")
-	tx, err := b.pool.Begin(b.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(b.ctx) //nolint:errcheck
-	if _, err := tx.Exec(b.ctx, "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"); err != nil {
-		t.Fatal(err)
-	}
-	_, err = receiveOn(b.ctx, tx, "q", "default", 1, "")
+	err := b.execRepeatableRead("SELECT * FROM sluice.receive('q', 'default', 1)")
 	if code := sqlstate(err); code != "SL010" {
 		t.Fatalf("receive in REPEATABLE READ: %v (SQLSTATE %q), want SL010", err, code)
 	}

@@ -175,6 +175,19 @@ func (b *bundle) status(queue string) map[string]status {
 	return out
 }
 
+// execRepeatableRead runs sql in a REPEATABLE READ transaction, rolls it
+// back, and returns the statement's error.
+func (b *bundle) execRepeatableRead(sql string) error {
+	b.t.Helper()
+	tx, err := b.pool.BeginTx(b.ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	defer tx.Rollback(b.ctx) //nolint:errcheck
+	_, err = tx.Exec(b.ctx, sql)
+	return err
+}
+
 // sqlstate returns the SQLSTATE of err, or "" when it is not a server error.
 func sqlstate(err error) string {
 	var pgErr *pgconn.PgError

@@ -642,15 +642,7 @@ func TestIdempotentSend(t *testing.T) {
 		t.Fatal("a key was deduplicated after its window")
 	}
 	// Outside READ COMMITTED a send with a key is refused.
-	tx, err := b.pool.Begin(b.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(b.ctx) //nolint:errcheck
-	if _, err := tx.Exec(b.ctx, "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Exec(b.ctx, "SELECT sluice.send('q', '{}', dedup_key => 'x')"); sqlstate(err) != "SL010" {
+	if err := b.execRepeatableRead("SELECT sluice.send('q', '{}', dedup_key => 'x')"); sqlstate(err) != "SL010" {
 		t.Fatalf("dedup send in REPEATABLE READ: %v, want SL010", err)
 	}
 }
@@ -772,15 +764,7 @@ func TestCreateGroupLatestRefusesRepeatableRead(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	b.createQueue("q", "")
-	tx, err := b.pool.Begin(b.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(b.ctx) //nolint:errcheck
-	if _, err := tx.Exec(b.ctx, "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Exec(b.ctx, "SELECT sluice.create_group('q', 'g', 'latest')"); sqlstate(err) != "SL010" {
+	if err := b.execRepeatableRead("SELECT sluice.create_group('q', 'g', 'latest')"); sqlstate(err) != "SL010" {
 		t.Fatalf("create_group latest in REPEATABLE READ: %v, want SL010", err)
 	}
 }

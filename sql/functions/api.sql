@@ -57,10 +57,7 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'SL006', MESSAGE = 'consumer must be at most 200 characters';
     END IF;
     IF current_setting('transaction_isolation') <> 'read committed' THEN
-        RAISE EXCEPTION USING ERRCODE = 'SL010',
-            MESSAGE = format('receive needs READ COMMITTED isolation, the transaction is %s',
-                             upper(current_setting('transaction_isolation'))),
-            HINT = 'Receive in its own transaction; acks may run at any isolation level.';
+        PERFORM sluice._isolation_error('receive', 'Receive in its own transaction; acks may run at any isolation level.');
     END IF;
     q := sluice._get_queue(receive.queue);
     g := sluice._get_group(q.id, q.name, receive.group_name);

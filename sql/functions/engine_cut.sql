@@ -85,9 +85,7 @@ BEGIN
     -- A snapshot held for the whole transaction would number from an old
     -- view of the batches and of the messages.
     IF current_setting('transaction_isolation') <> 'read committed' THEN
-        RAISE EXCEPTION USING ERRCODE = 'SL010',
-            MESSAGE = format('numbering messages needs READ COMMITTED isolation, the transaction is %s',
-                             upper(current_setting('transaction_isolation')));
+        PERFORM sluice._isolation_error('numbering messages');
     END IF;
     SELECT * INTO last FROM batches ORDER BY batch_no DESC LIMIT 1;
     new_round := last.done;

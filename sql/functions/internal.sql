@@ -114,16 +114,6 @@ AS $$
     SELECT e.epoch FROM sluice.epoch e WHERE e.queue_id = p_queue_id ORDER BY e.epoch DESC LIMIT 1
 $$;
 
--- _receipt: format a receipt. A receipt names one delivery: the message's
--- partition, its position, the attempt and the lease's random token.
-CREATE OR REPLACE FUNCTION sluice._receipt(p_part int, p_pos bigint, p_attempt int, p_token bigint)
-RETURNS text
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
-AS $$
-    SELECT p_part || '.' || p_pos || '.' || p_attempt || '.' || p_token
-$$;
-
 -- _parse_receipts: split receipts into their parts.
 --
 -- Parameters:
@@ -176,6 +166,29 @@ BEGIN
 END
 $$;
 
+-- _isolation_error: raise SL010 for an operation that needs READ COMMITTED
+-- (every statement must see the latest commits) in a transaction that is not.
+--
+-- Parameters:
+--   what  the operation, for the message ("receive")
+--   hint  what to do instead, or NULL
+-- Errors: SL010 invalid_isolation, always
+CREATE OR REPLACE FUNCTION sluice._isolation_error(what text, hint text DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    msg constant text := format('%s needs READ COMMITTED isolation, the transaction is %s',
+                                what, upper(current_setting('transaction_isolation')));
+BEGIN
+    IF hint IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'SL010', MESSAGE = msg;
+    END IF;
+    RAISE EXCEPTION USING ERRCODE = 'SL010', MESSAGE = msg, HINT = hint;
+END
+$$;
+
 -- _dedup_lock: take the transaction-scoped lock of a queue's deduplication
 -- key, so that concurrent sends of one key enqueue one message. Under
 -- REPEATABLE READ or SERIALIZABLE a send could not see the message a
@@ -189,10 +202,8 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     IF current_setting('transaction_isolation') <> 'read committed' THEN
-        RAISE EXCEPTION USING ERRCODE = 'SL010',
-            MESSAGE = format('a send with a dedup_key needs READ COMMITTED isolation, the transaction is %s',
-                             upper(current_setting('transaction_isolation'))),
-            HINT = 'Send it in a READ COMMITTED transaction: only then can it see a duplicate sent concurrently.';
+        PERFORM sluice._isolation_error('a send with a dedup_key',
+            'Send it in a READ COMMITTED transaction: only then can it see a duplicate sent concurrently.');
     END IF;
     PERFORM pg_advisory_xact_lock(sluice._lock_ns('dedup'), hashtext(p_key) # p_queue_id);
 END

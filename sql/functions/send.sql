@@ -38,14 +38,15 @@ DECLARE
     v_seq regclass;
     v_max int;
     v_notify boolean;
+    v_window interval;
     v_size int;
     v_id bigint;
     v_now timestamptz;
 BEGIN
     -- The hot path: one lookup for everything send needs, then one INSERT.
     SELECT q.id, (SELECT e.epoch FROM sluice.epoch e WHERE e.queue_id = q.id ORDER BY e.epoch DESC LIMIT 1) % 4,
-           q.id_seq, q.max_payload, q.notify
-    INTO v_qid, v_slot, v_seq, v_max, v_notify
+           q.id_seq, q.max_payload, q.notify, q.dedup_window
+    INTO v_qid, v_slot, v_seq, v_max, v_notify, v_window
     FROM sluice.queue q WHERE q.name = send.queue;
     IF v_qid IS NULL THEN
         PERFORM sluice._get_queue(send.queue);   -- raises SL001 or SL002
@@ -74,7 +75,7 @@ BEGIN
     IF send.dedup_key IS NOT NULL THEN
         PERFORM sluice._dedup_lock(v_qid, send.dedup_key);
         EXECUTE format('SELECT %I.e_dedup_lookup($1, $2)', sluice._qschema(v_qid))
-            INTO v_id USING send.dedup_key, (SELECT q.dedup_window FROM sluice.queue q WHERE q.id = v_qid);
+            INTO v_id USING send.dedup_key, v_window;
         IF v_id IS NOT NULL THEN
             RETURN v_id;   -- a duplicate: nothing is enqueued
         END IF;
