@@ -1,8 +1,10 @@
 -- Group: engine templates - completing deliveries (see engine_cut.sql for what a template is)
 
 -- e_current_deliveries: the current deliveries named by receipts: one row per
--- distinct receipt whose lease has not expired, that is the newest delivery
--- of its message in the group, and whose message is not completed.
+-- distinct receipt whose lease is the newest delivery row of its message in
+-- the group (by attempt, then time: extends write newer rows with the same
+-- token; nack and release write parked rows with token 0), has not expired,
+-- and whose message is not completed.
 --
 -- Parameters:
 --   p_group_id  group id
@@ -21,17 +23,14 @@ BEGIN
     SELECT DISTINCT ON (r.part, r.pos) r.part::smallint, r.pos, r.attempt, r.token, d.msg_id, d.txid
     FROM sluice._parse_receipts(p_receipts) r
     CROSS JOIN LATERAL (
-        SELECT dd.msg_id, dd.txid FROM deliveries dd
+        SELECT dd.attempt, dd.token, dd.expires_at, dd.msg_id, dd.txid FROM deliveries dd
         WHERE dd.slot = r.part AND dd.group_id = p_group_id AND dd.pos = r.pos
-          AND dd.attempt = r.attempt AND dd.token = r.token AND dd.expires_at > clock_timestamp()
+        ORDER BY dd.attempt DESC, dd.delivered_at DESC, dd.token DESC
         LIMIT 1) d
-    LEFT JOIN LATERAL (SELECT 1 AS hit FROM deliveries dd
-                       WHERE dd.group_id = p_group_id AND dd.pos = r.pos AND dd.slot = r.part
-                         AND dd.attempt > r.attempt
-                       LIMIT 1) newer ON true
     LEFT JOIN LATERAL (SELECT 1 AS hit FROM acks a
                        WHERE a.group_id = p_group_id AND a.pos = r.pos AND a.slot = r.part LIMIT 1) ak ON true
-    WHERE r.part BETWEEN 0 AND 3 AND newer.hit IS NULL AND ak.hit IS NULL
+    WHERE r.part BETWEEN 0 AND 3 AND d.attempt = r.attempt AND d.token = r.token
+      AND d.expires_at > clock_timestamp() AND ak.hit IS NULL
     ORDER BY r.part, r.pos;
 END
 $$;
@@ -71,7 +70,16 @@ DECLARE
     v_attempts int;
     v_delay interval;
     v_now timestamptz;
+    v_key bigint;
+    v_pos bigint;
+    nx record;
+    ps record;
 BEGIN
+    -- Wait for a receive of the group in progress (and make it wait): the
+    -- parked rows written below then become visible before the next receive
+    -- starts, so its expiry scan (which starts where the last one ended)
+    -- cannot have passed their due time already.
+    PERFORM pg_advisory_xact_lock_shared(sluice._lock_ns('group'), g.id);
     SELECT * INTO c FROM e_current_deliveries(g.id, ARRAY[p_receipt]);
     IF NOT FOUND THEN
         RETURN false;
@@ -82,13 +90,38 @@ BEGIN
         RETURN e_dead_letter(q.id, g.id, c.slot, c.pos, c.txid, c.msg_id, v_attempts, p_error);
     END IF;
     v_now := clock_timestamp();
+    v_delay := coalesce(p_delay, least(q.backoff_max, q.backoff_base * power(2, least(v_attempts - 1, 40))));
+    IF m.key IS NOT NULL THEN
+        -- A keyed message is retried in place, so that the later messages of
+        -- its key keep waiting for it: a parked delivery (token 0) of the
+        -- next attempt, due after the backoff. It also makes the receipt stale.
+        v_key := hashtextextended(m.key, 0);
+        INSERT INTO deliveries (slot, group_id, pos, attempt, token, msg_id, txid, expires_at, delivered_at,
+                                consumer, key_hash)
+        VALUES (c.slot, g.id, c.pos, c.attempt + 1, 0, c.msg_id, c.txid, v_now + v_delay, v_now, NULL, v_key);
+        -- The later messages of the key still leased (the rest of a run a
+        -- consumer received with this one) are released: their receipts go
+        -- stale, and they are delivered again, with the same attempt number,
+        -- after this one is completed.
+        v_pos := c.pos;
+        LOOP
+            SELECT * INTO nx FROM e_key_next(g.id, v_key, v_pos);
+            EXIT WHEN nx.pos IS NULL;
+            SELECT * INTO ps FROM e_pos(g.id, nx.pos);
+            EXIT WHEN ps.done OR ps.attempt IS NULL OR ps.parked OR ps.expires <= v_now;
+            INSERT INTO deliveries (slot, group_id, pos, attempt, token, msg_id, txid, expires_at, delivered_at,
+                                    consumer, key_hash)
+            VALUES (nx.mslot, g.id, nx.pos, ps.attempt, 0, nx.id, nx.txid, v_now, v_now, NULL, v_key);
+            v_pos := nx.pos;
+        END LOOP;
+        RETURN true;
+    END IF;
     INSERT INTO acks (slot, group_id, pos, kind, acked_at)
     VALUES (c.slot, g.id, c.pos, 'n', v_now)
     ON CONFLICT DO NOTHING;
     IF NOT FOUND THEN
         RETURN false;
     END IF;
-    v_delay := coalesce(p_delay, least(q.backoff_max, q.backoff_base * power(2, least(v_attempts - 1, 40))));
     INSERT INTO sluice.messages (queue_id, slot, id, txid, sent_at, deliver_at, priority, attempt_base,
                                  target_group, origin_id, key, dedup_key, headers, body)
     VALUES (q.id, (SELECT e.epoch FROM sluice.epoch e WHERE e.queue_id = q.id ORDER BY e.epoch DESC LIMIT 1) % 4, nextval(q.id_seq), pg_current_xact_id(), m.sent_at,

@@ -43,7 +43,9 @@ $$;
 --   p_queue_id  queue id
 -- Returns: the last numbered position of the queue after the cut, or NULL
 --          when there was nothing new to number (and nothing was written)
--- Tables: reads messages, sluice.epoch; inserts at most one row into batches
+-- Tables: reads messages, sluice.epoch; inserts at most one row into batches,
+--         and one row into keyed per keyed message and into prio per unkeyed
+--         message with a priority other than 0
 CREATE OR REPLACE FUNCTION sluice_tmpl.e_cut(p_queue_id int)
 RETURNS bigint
 LANGUAGE plpgsql
@@ -69,11 +71,23 @@ DECLARE
     b_txids xid8[];
     b_slots smallint[];
     b_targets int[];
+    b_keys bigint[];
+    b_prios int[];
     b_last_due timestamptz;
     a_ids bigint[];
     a_txids xid8[];
     a_slots smallint[];
     a_targets int[];
+    a_keys bigint[];
+    a_prios int[];
+    v_ids bigint[];
+    v_txids xid8[];
+    v_slots smallint[];
+    v_targets int[];
+    v_keys bigint[];
+    v_prios int[];
+    v_slot smallint;
+    v_first bigint;
     nb int;
     na int;
     v_xmax xid8;
@@ -110,9 +124,11 @@ BEGIN
     IF v_phase = 1 THEN
         SELECT array_agg(s.id ORDER BY s.deliver_at, s.id), array_agg(s.txid ORDER BY s.deliver_at, s.id),
                array_agg(s.slot ORDER BY s.deliver_at, s.id), array_agg(s.target_group ORDER BY s.deliver_at, s.id),
+               array_agg(s.k ORDER BY s.deliver_at, s.id), array_agg(s.pr ORDER BY s.deliver_at, s.id),
                max(s.deliver_at)
-        INTO b_ids, b_txids, b_slots, b_targets, b_last_due
-        FROM (SELECT m.id, m.txid, m.slot, m.target_group, m.deliver_at
+        INTO b_ids, b_txids, b_slots, b_targets, b_keys, b_prios, b_last_due
+        FROM (SELECT m.id, m.txid, m.slot, m.target_group, m.deliver_at,
+                     hashtextextended(m.key, 0) AS k, CASE WHEN m.key IS NULL THEN m.priority ELSE 0 END AS pr
               FROM messages m
               WHERE m.deliver_at > v_prev_t AND m.deliver_at <= v_t
                 AND pg_visible_in_snapshot(m.txid, v_prev_snap)
@@ -140,14 +156,16 @@ BEGIN
         v_xmax := pg_snapshot_xmax(v_prev_snap);
         IF cardinality(v_xip) > 0 AND (v_res_txid IS NULL OR v_res_txid < v_xmax) THEN
             SELECT array_agg(s.id ORDER BY s.txid, s.id), array_agg(s.txid ORDER BY s.txid, s.id),
-                   array_agg(s.slot ORDER BY s.txid, s.id), array_agg(s.target_group ORDER BY s.txid, s.id)
-            INTO a_ids, a_txids, a_slots, a_targets
+                   array_agg(s.slot ORDER BY s.txid, s.id), array_agg(s.target_group ORDER BY s.txid, s.id),
+                   array_agg(s.k ORDER BY s.txid, s.id), array_agg(s.pr ORDER BY s.txid, s.id)
+            INTO a_ids, a_txids, a_slots, a_targets, a_keys, a_prios
             FROM (SELECT x.* FROM (
                       -- OFFSET 0 keeps the planner from walking the whole
                       -- (txid, id) index in order to serve the LIMIT: the
                       -- in-progress list (a long transaction's id, say) is
                       -- looked up in the index, then the few rows sorted.
-                      SELECT m.id, m.txid, m.slot, m.target_group
+                      SELECT m.id, m.txid, m.slot, m.target_group, hashtextextended(m.key, 0) AS k,
+                             CASE WHEN m.key IS NULL THEN m.priority ELSE 0 END AS pr
                       FROM messages m
                       WHERE m.txid = ANY (v_xip)
                         AND pg_visible_in_snapshot(m.txid, v_snap)
@@ -170,9 +188,14 @@ BEGIN
                    coalesce(a_txids, '{}') || coalesce(array_agg(s.txid ORDER BY s.txid, s.id), '{}'),
                    coalesce(a_slots, '{}') || coalesce(array_agg(s.slot ORDER BY s.txid, s.id), '{}'),
                    coalesce(a_targets, array_fill(NULL::int, ARRAY[na]))
-                       || coalesce(array_agg(s.target_group ORDER BY s.txid, s.id), '{}')
-            INTO a_ids, a_txids, a_slots, a_targets
-            FROM (SELECT m.id, m.txid, m.slot, m.target_group
+                       || coalesce(array_agg(s.target_group ORDER BY s.txid, s.id), '{}'),
+                   coalesce(a_keys, array_fill(NULL::bigint, ARRAY[na]))
+                       || coalesce(array_agg(s.k ORDER BY s.txid, s.id), '{}'),
+                   coalesce(a_prios, array_fill(NULL::int, ARRAY[na]))
+                       || coalesce(array_agg(s.pr ORDER BY s.txid, s.id), '{}')
+            INTO a_ids, a_txids, a_slots, a_targets, a_keys, a_prios
+            FROM (SELECT m.id, m.txid, m.slot, m.target_group, hashtextextended(m.key, 0) AS k,
+                         CASE WHEN m.key IS NULL THEN m.priority ELSE 0 END AS pr
                   FROM messages m
                   WHERE (m.txid, m.id) > (v_lo_txid, v_lo_id)
                     -- nothing at or above the snapshot's xmax is visible in
@@ -195,19 +218,34 @@ BEGIN
     IF n = 0 AND new_round THEN
         RETURN NULL;   -- nothing new: write nothing
     END IF;
+    v_slot := (SELECT e.epoch FROM sluice.epoch e WHERE e.queue_id = p_queue_id ORDER BY e.epoch DESC LIMIT 1) % 4;
+    v_first := last.last_pos + 1;
+    v_ids := coalesce(b_ids, '{}') || coalesce(a_ids, '{}');
+    v_txids := coalesce(b_txids, '{}') || coalesce(a_txids, '{}');
+    v_slots := coalesce(b_slots, '{}') || coalesce(a_slots, '{}');
+    v_targets := coalesce(b_targets, array_fill(NULL::int, ARRAY[nb])) || coalesce(a_targets, '{}');
+    v_keys := coalesce(b_keys, array_fill(NULL::bigint, ARRAY[nb])) || coalesce(a_keys, '{}');
+    v_prios := coalesce(b_prios, array_fill(0, ARRAY[nb])) || coalesce(a_prios, '{}');
     INSERT INTO batches (slot, batch_no, first_pos, last_pos, done, res_phase, res_due, res_txid, res_id,
-                         cut_at, prev_t, t, prev_snap, snap, ids, txids, slots, targets)
-    VALUES ((SELECT e.epoch FROM sluice.epoch e WHERE e.queue_id = p_queue_id ORDER BY e.epoch DESC LIMIT 1) % 4, last.batch_no + 1, last.last_pos + 1, last.last_pos + n,
+                         cut_at, prev_t, t, prev_snap, snap, ids, txids, slots, targets, keys, prios)
+    VALUES (v_slot, last.batch_no + 1, v_first, last.last_pos + n,
             v_done, CASE WHEN NOT v_done THEN v_phase END,
             CASE WHEN NOT v_done AND v_phase = 1 THEN v_res_due END,
             CASE WHEN NOT v_done AND v_phase = 2 THEN v_res_txid END,
             CASE WHEN NOT v_done THEN v_res_id END,
-            clock_timestamp(), v_prev_t, v_t, v_prev_snap, v_snap,
-            coalesce(b_ids, '{}') || coalesce(a_ids, '{}'),
-            coalesce(b_txids, '{}') || coalesce(a_txids, '{}'),
-            coalesce(b_slots, '{}') || coalesce(a_slots, '{}'),
-            CASE WHEN EXISTS (SELECT 1 FROM unnest(b_targets || a_targets) x WHERE x IS NOT NULL)
-                 THEN coalesce(b_targets, array_fill(NULL::int, ARRAY[nb])) || coalesce(a_targets, '{}') END);
+            clock_timestamp(), v_prev_t, v_t, v_prev_snap, v_snap, v_ids, v_txids, v_slots,
+            CASE WHEN EXISTS (SELECT 1 FROM unnest(v_targets) x WHERE x IS NOT NULL) THEN v_targets END,
+            CASE WHEN EXISTS (SELECT 1 FROM unnest(v_keys) x WHERE x IS NOT NULL) THEN v_keys END,
+            CASE WHEN EXISTS (SELECT 1 FROM unnest(v_prios) x WHERE x <> 0) THEN v_prios END);
+    -- The key and priority indexes: what a receive looks up out of position order.
+    INSERT INTO keyed (slot, key_hash, pos, target, mslot, id, txid)
+    SELECT v_slot, u.k, v_first + u.o - 1, u.tg, u.slot, u.id, u.txid
+    FROM unnest(v_ids, v_txids, v_slots, v_targets, v_keys) WITH ORDINALITY AS u(id, txid, slot, tg, k, o)
+    WHERE u.k IS NOT NULL;
+    INSERT INTO prio (slot, priority, pos, target, mslot, id, txid)
+    SELECT v_slot, u.pr, v_first + u.o - 1, u.tg, u.slot, u.id, u.txid
+    FROM unnest(v_ids, v_txids, v_slots, v_targets, v_prios) WITH ORDINALITY AS u(id, txid, slot, tg, pr, o)
+    WHERE u.pr <> 0;
     RETURN last.last_pos + n;
 END
 $$;

@@ -113,7 +113,7 @@ BEGIN
     BEGIN
         -- Keep each group's newest cursor and checkpoint if they live in the slot.
         INSERT INTO group_states
-        SELECT v_cur_slot, s.group_id, s.seq, s.cursor, s.lwm, s.scan_from, s.lwm_at
+        SELECT v_cur_slot, s.group_id, s.seq, s.cursor, s.lwm, s.scan_from, s.lwm_at, s.bkeys, s.bheads, s.lv_prio, s.lv_pos
         FROM sluice.consumer_group cg
         CROSS JOIN LATERAL (SELECT * FROM group_states gs WHERE gs.group_id = cg.id
                             ORDER BY gs.seq DESC LIMIT 1) s

@@ -5,10 +5,13 @@
 --
 -- Parameters:
 --   g  the group
--- Returns: (seq, cursor, lwm, scan_from, lwm_at, found)
+-- Returns: (seq, cursor, lwm, scan_from, lwm_at, found, bkeys, bheads, lv_prio,
+--          lv_pos); the arrays are empty when there is no cursor row
+DROP FUNCTION IF EXISTS sluice_tmpl.e_group_state(sluice.consumer_group);
 CREATE OR REPLACE FUNCTION sluice_tmpl.e_group_state(g sluice.consumer_group,
     OUT seq bigint, OUT cursor bigint, OUT lwm bigint, OUT scan_from timestamptz,
-    OUT lwm_at timestamptz, OUT found boolean)
+    OUT lwm_at timestamptz, OUT found boolean, OUT bkeys bigint[], OUT bheads bigint[],
+    OUT lv_prio int[], OUT lv_pos bigint[])
 LANGUAGE plpgsql STABLE
 SET search_path = sluice_tmpl, pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
@@ -17,11 +20,13 @@ AS $$
 DECLARE
     r record;
 BEGIN
-    SELECT s.seq, s.cursor, s.lwm, s.scan_from, s.lwm_at INTO r
+    SELECT s.seq, s.cursor, s.lwm, s.scan_from, s.lwm_at, s.bkeys, s.bheads, s.lv_prio, s.lv_pos INTO r
     FROM group_states s WHERE s.group_id = g.id ORDER BY s.seq DESC LIMIT 1;
     IF r.seq IS NOT NULL THEN
         seq := r.seq; cursor := r.cursor; lwm := r.lwm;
         scan_from := r.scan_from; lwm_at := r.lwm_at; found := true;
+        bkeys := coalesce(r.bkeys, '{}'); bheads := coalesce(r.bheads, '{}');
+        lv_prio := coalesce(r.lv_prio, '{}'); lv_pos := coalesce(r.lv_pos, '{}');
         RETURN;
     END IF;
     SELECT c.seq, c.lwm INTO r FROM checkpoints c WHERE c.group_id = g.id ORDER BY c.seq DESC LIMIT 1;
@@ -31,6 +36,72 @@ BEGIN
     scan_from := '-infinity';
     lwm_at := '-infinity';
     found := false;
+    bkeys := '{}'; bheads := '{}'; lv_prio := '{}'; lv_pos := '{}';
+END
+$$;
+
+-- e_done: whether a group has completed a position.
+CREATE OR REPLACE FUNCTION sluice_tmpl.e_done(p_group_id int, p_pos bigint)
+RETURNS boolean
+LANGUAGE plpgsql STABLE
+SET search_path = sluice_tmpl, pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $$
+BEGIN
+    RETURN EXISTS (SELECT 1 FROM acks a WHERE a.group_id = p_group_id AND a.pos = p_pos);
+END
+$$;
+
+-- e_pos: a group's view of one position: whether it is completed, and its
+-- newest delivery row (attempt NULL if none; newest by attempt, then time):
+-- the attempt, whether it is a parked retry (token 0) rather than a lease,
+-- and when it expires (or is due).
+CREATE OR REPLACE FUNCTION sluice_tmpl.e_pos(p_group_id int, p_pos bigint,
+    OUT done boolean, OUT attempt int, OUT parked boolean, OUT expires timestamptz)
+LANGUAGE plpgsql STABLE
+SET search_path = sluice_tmpl, pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $$
+BEGIN
+    done := e_done(p_group_id, p_pos);
+    SELECT d.attempt, d.token = 0, d.expires_at INTO attempt, parked, expires
+    FROM deliveries d WHERE d.group_id = p_group_id AND d.pos = p_pos
+    ORDER BY d.attempt DESC, d.delivered_at DESC, d.token DESC LIMIT 1;
+END
+$$;
+
+-- e_key_prev: the position of a key before p_pos that is meant for the group
+-- (NULL if none is left).
+CREATE OR REPLACE FUNCTION sluice_tmpl.e_key_prev(p_group_id int, p_key bigint, p_pos bigint)
+RETURNS bigint
+LANGUAGE plpgsql STABLE
+SET search_path = sluice_tmpl, pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $$
+BEGIN
+    RETURN (SELECT k.pos FROM keyed k
+            WHERE k.key_hash = p_key AND k.pos < p_pos AND (k.target IS NULL OR k.target = p_group_id)
+            ORDER BY k.pos DESC LIMIT 1);
+END
+$$;
+
+-- e_key_next: the position of a key after p_pos that is meant for the group,
+-- with its message (pos NULL if none).
+CREATE OR REPLACE FUNCTION sluice_tmpl.e_key_next(p_group_id int, p_key bigint, p_pos bigint,
+    OUT pos bigint, OUT mslot smallint, OUT id bigint, OUT txid xid8)
+LANGUAGE plpgsql STABLE
+SET search_path = sluice_tmpl, pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $$
+BEGIN
+    SELECT k.pos, k.mslot, k.id, k.txid INTO pos, mslot, id, txid
+    FROM keyed k
+    WHERE k.key_hash = p_key AND k.pos > p_pos AND (k.target IS NULL OR k.target = p_group_id)
+    ORDER BY k.pos LIMIT 1;
 END
 $$;
 
@@ -131,6 +202,17 @@ $$;
 
 -- e_receive: the body of sluice.receive for this queue (see there).
 -- Runs under the group's dispatch lock, taken here.
+--
+-- What a receive takes, in this order, until it has max_messages:
+--   1. leases that expired (and parked retries that came due);
+--   2. messages of blocked keys whose earlier messages are now completed;
+--   3. unkeyed messages with a priority above 0, highest first, then by position;
+--   4. the positions after the cursor, in order (cutting new batches when the
+--      numbered ones run out); keyed ones whose key is busy are left for 2,
+--      those with a priority below 0 for 5;
+--   5. when 4 reached the end: unkeyed messages with a priority below 0.
+-- A keyed message is taken only if every earlier message of its key is
+-- completed or taken by this same receive (a consumer may get a run of one key).
 CREATE OR REPLACE FUNCTION sluice_tmpl.e_receive(q sluice.queue, g sluice.consumer_group, max_messages int,
                                                  p_lease interval, p_consumer text)
 RETURNS SETOF sluice.message
@@ -153,18 +235,39 @@ DECLARE
     v_ckpt bigint;
     need int := max_messages;
     cuts int := 0;
+    v_cut_locked boolean := false;
     last_taken bigint;
     v_from int;
     v_to int;
     b record;
     r record;
+    bk record;
+    nx record;
+    p_done boolean;
+    p_attempt int;
+    p_parked boolean;
+    p_expires timestamptz;
     o sluice.message;
-    -- picked positions
+    pv bigint;
+    i int;
+    lvl int;
+    v_walk bigint;
+    v_keep bigint;
+    -- blocked keys (each with its earliest incomplete position) and priority
+    -- levels dispatched out of position order (each with its last position)
+    v_bkeys bigint[];
+    v_bheads bigint[];
+    n_bkeys bigint[];
+    n_bheads bigint[];
+    v_lvp int[];
+    v_lvpos bigint[];
+    -- picked positions, in the order they are returned
     k_pos bigint[] := '{}';
     k_id bigint[] := '{}';
     k_txid xid8[] := '{}';
     k_slot smallint[] := '{}';
     k_attempt int[] := '{}';
+    k_key bigint[] := '{}';
     -- leases to write
     d_slot smallint[] := '{}';
     d_pos bigint[] := '{}';
@@ -172,6 +275,7 @@ DECLARE
     d_token bigint[] := '{}';
     d_id bigint[] := '{}';
     d_txid xid8[] := '{}';
+    d_key bigint[] := '{}';
     v_token bigint;
     v_fetched int := 0;
 BEGIN
@@ -185,22 +289,28 @@ BEGIN
     v_scan_from := st.scan_from;
     v_lwm_at := st.lwm_at;
     v_changed := NOT st.found;
+    v_bkeys := st.bkeys;
+    v_bheads := st.bheads;
+    v_lvp := st.lv_prio;
+    v_lvpos := st.lv_pos;
 
     -- 1. Leases that expired since the last look, oldest expiry first. A lease
-    -- is redelivered if it is still the message's newest delivery, was not
-    -- extended past now, and the message is not completed. Each lease's
-    -- expiry is looked at about once, whatever the number in flight.
+    -- is redelivered if it is still the message's newest delivery row (by
+    -- attempt, then time: an extend writes a newer row) and the message is
+    -- not completed. Each lease's expiry is looked at about once, whatever the
+    -- number in flight. A parked retry (token 0) that came due is delivered
+    -- with its own attempt number.
     FOR r IN
         -- Every lease that expired since scan_from is returned, so that
         -- scan_from moves past it; only those at or above the low-water mark
         -- (below it everything is completed) are probed.
-        SELECT d.pos, d.attempt, d.msg_id, d.txid, d.slot, d.expires_at,
+        SELECT d.pos, d.attempt, d.token, d.msg_id, d.txid, d.slot, d.expires_at, d.key_hash,
                d.pos >= v_lwm AND newer.hit IS NULL AND ak.hit IS NULL AS expired
         FROM deliveries d
         LEFT JOIN LATERAL (SELECT 1 AS hit FROM deliveries d2
                            WHERE d.pos >= v_lwm
                              AND d2.group_id = g.id AND d2.pos = d.pos AND d2.slot = d.slot
-                             AND (d2.attempt > d.attempt OR (d2.attempt = d.attempt AND d2.expires_at > v_now))
+                             AND (d2.attempt, d2.delivered_at, d2.token) > (d.attempt, d.delivered_at, d.token)
                            LIMIT 1) newer ON true
         LEFT JOIN LATERAL (SELECT 1 AS hit FROM acks a
                            WHERE d.pos >= v_lwm
@@ -209,19 +319,151 @@ BEGIN
         ORDER BY d.expires_at, d.pos
     LOOP
         IF r.expired AND NOT r.pos = ANY (k_pos) THEN
+            IF r.key_hash IS NOT NULL THEN
+                pv := e_key_prev(g.id, r.key_hash, r.pos);
+                IF NOT (pv IS NULL OR pv < v_lwm OR pv = ANY (k_pos) OR e_done(g.id, pv)) THEN
+                    -- An earlier message of the key is not completed: this
+                    -- one waits for it (step 2 finds it again).
+                    IF NOT r.key_hash = ANY (v_bkeys) THEN
+                        v_bkeys := v_bkeys || r.key_hash;
+                        v_bheads := v_bheads || pv;
+                    END IF;
+                    v_scan_from := r.expires_at;
+                    v_changed := true;
+                    CONTINUE;
+                END IF;
+            END IF;
             EXIT WHEN need = 0;
             k_pos := k_pos || r.pos;
             k_id := k_id || r.msg_id;
             k_txid := k_txid || r.txid;
             k_slot := k_slot || r.slot;
-            k_attempt := k_attempt || (r.attempt + 1);
+            k_attempt := k_attempt || (r.attempt + (r.token <> 0)::int);
+            k_key := k_key || r.key_hash;
             need := need - 1;
         END IF;
         v_scan_from := r.expires_at;
         v_changed := true;
     END LOOP;
 
-    -- 2. New messages, cutting a new batch when the numbered ones run out.
+    -- 2. Blocked keys. A key is blocked while its earliest incomplete
+    -- position (its head) is in flight or parked; once the head is completed,
+    -- walk the key's positions up to the cursor: the first incomplete one
+    -- that is neither in flight nor parked is taken, with the ones after it
+    -- (a run, in order). A key with nothing left up to the cursor is free.
+    IF cardinality(v_bkeys) > 0 THEN
+        n_bkeys := '{}';
+        n_bheads := '{}';
+        FOR bk IN
+            SELECT u.k, u.h, ak.hit IS NOT NULL AS done, dl.attempt, dl.parked, dl.expires_at
+            FROM unnest(v_bkeys, v_bheads) WITH ORDINALITY AS u(k, h, o)
+            LEFT JOIN LATERAL (SELECT 1 AS hit FROM acks a WHERE a.group_id = g.id AND a.pos = u.h LIMIT 1) ak ON true
+            LEFT JOIN LATERAL (SELECT d.attempt, d.token = 0 AS parked, d.expires_at FROM deliveries d
+                               WHERE d.group_id = g.id AND d.pos = u.h
+                               ORDER BY d.attempt DESC, d.delivered_at DESC, d.token DESC LIMIT 1) dl ON true
+            ORDER BY u.o
+        LOOP
+            IF bk.h = ANY (k_pos) OR (bk.h >= v_lwm AND NOT bk.done AND bk.expires_at > v_now) THEN
+                n_bkeys := n_bkeys || bk.k;   -- head in flight or parked: still blocked
+                n_bheads := n_bheads || bk.h;
+                CONTINUE;
+            END IF;
+            v_walk := bk.h;
+            v_keep := NULL;
+            p_done := bk.h < v_lwm OR bk.done;
+            p_attempt := bk.attempt;
+            p_parked := bk.parked;
+            p_expires := bk.expires_at;
+            LOOP
+                IF p_done THEN
+                    SELECT * INTO nx FROM e_key_next(g.id, bk.k, v_walk);
+                    EXIT WHEN nx.pos IS NULL OR nx.pos > v_cursor;   -- nothing more up to the cursor
+                    v_walk := nx.pos;
+                    IF v_walk = ANY (k_pos) THEN
+                        v_keep := coalesce(v_keep, v_walk);
+                        EXIT;
+                    END IF;
+                    SELECT * INTO p_done, p_attempt, p_parked, p_expires FROM e_pos(g.id, v_walk);
+                    CONTINUE;
+                END IF;
+                v_keep := coalesce(v_keep, v_walk);   -- the earliest incomplete position
+                EXIT WHEN p_attempt IS NOT NULL AND p_expires > v_now;   -- in flight or parked
+                EXIT WHEN need = 0;
+                -- Take it, and go on with the next positions of the key (a run).
+                SELECT k.mslot, k.id, k.txid INTO nx FROM keyed k WHERE k.key_hash = bk.k AND k.pos = v_walk LIMIT 1;
+                k_pos := k_pos || v_walk;
+                k_id := k_id || nx.id;
+                k_txid := k_txid || nx.txid;
+                k_slot := k_slot || nx.mslot;
+                k_attempt := k_attempt || CASE WHEN p_attempt IS NULL THEN 1
+                                               WHEN p_parked THEN p_attempt ELSE p_attempt + 1 END;
+                k_key := k_key || bk.k;
+                need := need - 1;
+                p_done := true;
+            END LOOP;
+            IF v_keep IS NOT NULL THEN
+                n_bkeys := n_bkeys || bk.k;
+                n_bheads := n_bheads || v_keep;
+            END IF;
+        END LOOP;
+        v_bkeys := n_bkeys;
+        v_bheads := n_bheads;
+        v_changed := true;
+    END IF;
+
+    -- 3. Unkeyed messages with a priority above 0, level by level from the
+    -- highest, each level in position order from the last one taken. What
+    -- committed before this receive is numbered first, so that it competes.
+    IF need > 0 THEN
+        IF NOT EXISTS (SELECT 1 FROM batches bb WHERE bb.last_pos > v_cursor AND bb.last_pos >= bb.first_pos) THEN
+            v_cut_locked := pg_try_advisory_xact_lock(sluice._lock_ns('cut'), q.id);
+            IF v_cut_locked THEN
+                cuts := 1;
+                PERFORM e_cut(q.id);
+            END IF;
+        END IF;
+        lvl := NULL;
+        LOOP
+            EXIT WHEN need = 0;
+            SELECT p.priority INTO r FROM prio p
+            WHERE p.priority > 0 AND (lvl IS NULL OR p.priority < lvl)
+            ORDER BY p.priority DESC LIMIT 1;
+            EXIT WHEN NOT FOUND;
+            lvl := r.priority;
+            i := array_position(v_lvp, lvl);
+            last_taken := NULL;
+            FOR r IN
+                SELECT p.pos, p.mslot, p.id, p.txid
+                FROM prio p
+                LEFT JOIN LATERAL (SELECT 1 AS hit FROM acks a
+                                   WHERE a.group_id = g.id AND a.pos = p.pos AND a.slot = p.mslot LIMIT 1) ak ON true
+                WHERE p.priority = lvl AND p.pos > greatest(v_cursor, v_lvpos[i])
+                  AND (p.target IS NULL OR p.target = g.id) AND ak.hit IS NULL
+                ORDER BY p.pos
+                LIMIT need
+            LOOP
+                k_pos := k_pos || r.pos;
+                k_id := k_id || r.id;
+                k_txid := k_txid || r.txid;
+                k_slot := k_slot || r.mslot;
+                k_attempt := k_attempt || 1;
+                k_key := k_key || NULL::bigint;
+                need := need - 1;
+                last_taken := r.pos;
+            END LOOP;
+            IF last_taken IS NOT NULL THEN
+                IF i IS NULL THEN
+                    v_lvp := v_lvp || lvl;
+                    v_lvpos := v_lvpos || last_taken;
+                ELSE
+                    v_lvpos[i] := last_taken;
+                END IF;
+                v_changed := true;
+            END IF;
+        END LOOP;
+    END IF;
+
+    -- 4. New messages, cutting a new batch when the numbered ones run out.
     WHILE need > 0 LOOP
         SELECT * INTO b FROM batches
         WHERE last_pos > v_cursor AND last_pos >= first_pos ORDER BY last_pos LIMIT 1;
@@ -230,8 +472,9 @@ BEGIN
             -- takes several; a few per call bound the time under the lock).
             -- Never wait for another cutter: what it cuts is there at the next call.
             EXIT WHEN cuts >= 4;
-            IF cuts = 0 THEN
-                EXIT WHEN NOT pg_try_advisory_xact_lock(sluice._lock_ns('cut'), q.id);
+            IF NOT v_cut_locked THEN
+                v_cut_locked := pg_try_advisory_xact_lock(sluice._lock_ns('cut'), q.id);
+                EXIT WHEN NOT v_cut_locked;
             END IF;
             cuts := cuts + 1;
             EXIT WHEN e_cut(q.id) IS NULL;
@@ -244,39 +487,110 @@ BEGIN
         v_from := greatest(v_cursor - b.first_pos + 2, 1);
         v_to := least(b.last_pos - b.first_pos + 1, v_from + 2 * need + 15);
         FOR r IN
-            SELECT b.first_pos + v_from + x.o - 2 AS pos, x.id, x.txid, x.slot
-            FROM unnest(b.ids[v_from:v_to], b.txids[v_from:v_to], b.slots[v_from:v_to], b.targets[v_from:v_to])
-                 WITH ORDINALITY AS x(id, txid, slot, tg, o)
+            SELECT b.first_pos + v_from + x.o - 2 AS pos, x.id, x.txid, x.slot, x.k, coalesce(x.pr, 0) AS pr
+            FROM unnest(b.ids[v_from:v_to], b.txids[v_from:v_to], b.slots[v_from:v_to], b.targets[v_from:v_to],
+                        b.keys[v_from:v_to], b.prios[v_from:v_to])
+                 WITH ORDINALITY AS x(id, txid, slot, tg, k, pr, o)
             LEFT JOIN LATERAL (SELECT 1 AS hit FROM acks a
                                WHERE a.group_id = g.id AND a.pos = b.first_pos + v_from + x.o - 2 AND a.slot = x.slot
                                LIMIT 1) ak ON true
             WHERE (x.tg IS NULL OR x.tg = g.id) AND ak.hit IS NULL
-            LIMIT need
         LOOP
+            IF r.k IS NOT NULL THEN
+                pv := e_key_prev(g.id, r.k, r.pos);
+                IF NOT (pv IS NULL OR pv < v_lwm OR pv = ANY (k_pos)) THEN
+                    IF r.k = ANY (v_bkeys) THEN
+                        CONTINUE;   -- step 2 takes it in turn
+                    ELSIF NOT e_done(g.id, pv) THEN
+                        v_bkeys := v_bkeys || r.k;   -- busy: block the key behind pv
+                        v_bheads := v_bheads || pv;
+                        CONTINUE;
+                    END IF;
+                END IF;
+            ELSIF r.pr > 0 THEN
+                i := array_position(v_lvp, r.pr);
+                CONTINUE WHEN i IS NOT NULL AND r.pos <= v_lvpos[i];   -- taken by step 3
+            ELSIF r.pr < 0 THEN
+                CONTINUE;   -- step 5
+            END IF;
             k_pos := k_pos || r.pos;
             k_id := k_id || r.id;
             k_txid := k_txid || r.txid;
             k_slot := k_slot || r.slot;
             k_attempt := k_attempt || 1;
+            k_key := k_key || r.k;
             need := need - 1;
             last_taken := r.pos;
+            EXIT WHEN need = 0;
         END LOOP;
         v_cursor := CASE WHEN need > 0 THEN b.first_pos + v_to - 1 ELSE last_taken END;
         v_changed := true;
     END LOOP;
 
-    -- 3. Lease them (or dead-letter those out of attempts) and return them.
+    -- 5. Unkeyed messages with a priority below 0, once everything else
+    -- numbered is taken: level by level, each from the last one taken.
+    IF need > 0 THEN
+        lvl := NULL;
+        LOOP
+            EXIT WHEN need = 0;
+            SELECT p.priority INTO r FROM prio p
+            WHERE p.priority < 0 AND (lvl IS NULL OR p.priority < lvl)
+            ORDER BY p.priority DESC LIMIT 1;
+            EXIT WHEN NOT FOUND;
+            lvl := r.priority;
+            i := array_position(v_lvp, lvl);
+            last_taken := NULL;
+            FOR r IN
+                SELECT p.pos, p.mslot, p.id, p.txid
+                FROM prio p
+                LEFT JOIN LATERAL (SELECT 1 AS hit FROM acks a
+                                   WHERE a.group_id = g.id AND a.pos = p.pos AND a.slot = p.mslot LIMIT 1) ak ON true
+                WHERE p.priority = lvl AND p.pos > greatest(v_lwm - 1, v_lvpos[i]) AND p.pos <= v_cursor
+                  AND (p.target IS NULL OR p.target = g.id) AND ak.hit IS NULL
+                ORDER BY p.pos
+                LIMIT need
+            LOOP
+                k_pos := k_pos || r.pos;
+                k_id := k_id || r.id;
+                k_txid := k_txid || r.txid;
+                k_slot := k_slot || r.mslot;
+                k_attempt := k_attempt || 1;
+                k_key := k_key || NULL::bigint;
+                need := need - 1;
+                last_taken := r.pos;
+            END LOOP;
+            IF last_taken IS NOT NULL THEN
+                IF i IS NULL THEN
+                    v_lvp := v_lvp || lvl;
+                    v_lvpos := v_lvpos || last_taken;
+                ELSE
+                    v_lvpos[i] := last_taken;
+                END IF;
+                v_changed := true;
+            END IF;
+        END LOOP;
+    END IF;
+    -- Forget levels the cursor (above 0) or the low-water mark (below 0) passed.
+    IF cardinality(v_lvp) > 0 THEN
+        SELECT coalesce(array_agg(l.p ORDER BY l.o), '{}'), coalesce(array_agg(l.pos ORDER BY l.o), '{}')
+        INTO v_lvp, v_lvpos
+        FROM unnest(v_lvp, v_lvpos) WITH ORDINALITY AS l(p, pos, o)
+        WHERE (l.p > 0 AND l.pos > v_cursor) OR (l.p < 0 AND l.pos >= v_lwm);
+    END IF;
+
+    -- 6. Lease them (or dead-letter those out of attempts) and return them,
+    -- in the order they were taken.
     IF cardinality(k_pos) > 0 THEN
         FOR r IN
-            SELECT k.pos, k.slot, k.attempt, mm.*
-            FROM unnest(k_pos, k_id, k_txid, k_slot, k_attempt) AS k(pos, id, txid, slot, attempt)
+            SELECT k.pos, k.slot, k.attempt, k.kh, mm.*
+            FROM unnest(k_pos, k_id, k_txid, k_slot, k_attempt, k_key) WITH ORDINALITY AS k(pos, id, txid, slot, attempt, kh, o)
             CROSS JOIN LATERAL (
                 SELECT m.id AS msg_id, m.txid AS msg_txid, m.attempt_base, coalesce(m.origin_id, m.id) AS public_id,
                        m.body, m.headers, m.key, m.priority, m.sent_at
                 FROM messages m
                 WHERE m.slot = k.slot AND m.txid = k.txid AND m.id = k.id
                 LIMIT 1) mm
-            ORDER BY k.pos
+            ORDER BY k.o
         LOOP
             v_fetched := v_fetched + 1;
             IF r.attempt_base + r.attempt > q.max_attempts THEN
@@ -286,13 +600,14 @@ BEGIN
                                              r.attempt_base + r.attempt - 1, q.max_attempts));
                 CONTINUE;
             END IF;
-            v_token := (random() * 999999999999999999)::bigint;
+            v_token := 1 + (random() * 999999999999999998)::bigint;
             d_slot := d_slot || r.slot;
             d_pos := d_pos || r.pos;
             d_attempt := d_attempt || r.attempt;
             d_token := d_token || v_token;
             d_id := d_id || r.msg_id;
             d_txid := d_txid || r.msg_txid;
+            d_key := d_key || r.kh;
             o.id := r.public_id;
             o.body := r.body;
             o.headers := r.headers;
@@ -317,12 +632,13 @@ BEGIN
             WHERE mm.hit IS NULL
             ON CONFLICT DO NOTHING;
         END IF;
-        INSERT INTO deliveries (slot, group_id, pos, attempt, token, msg_id, txid, expires_at, delivered_at, consumer)
-        SELECT u.slot, g.id, u.pos, u.attempt, u.token, u.id, u.txid, v_expires, v_now, p_consumer
-        FROM unnest(d_slot, d_pos, d_attempt, d_token, d_id, d_txid) AS u(slot, pos, attempt, token, id, txid);
+        INSERT INTO deliveries (slot, group_id, pos, attempt, token, msg_id, txid, expires_at, delivered_at,
+                                consumer, key_hash)
+        SELECT u.slot, g.id, u.pos, u.attempt, u.token, u.id, u.txid, v_expires, v_now, p_consumer, u.kh
+        FROM unnest(d_slot, d_pos, d_attempt, d_token, d_id, d_txid, d_key) AS u(slot, pos, attempt, token, id, txid, kh);
     END IF;
 
-    -- 4. About once a second while messages are in flight: advance the
+    -- 7. About once a second while messages are in flight: advance the
     -- low-water mark, checkpoint it durably, and let the queue rotate.
     v_slot := (SELECT e.epoch FROM sluice.epoch e WHERE e.queue_id = q.id ORDER BY e.epoch DESC LIMIT 1) % 4;
     IF v_cursor >= v_lwm AND v_now >= v_lwm_at + interval '1 second' THEN
@@ -340,8 +656,9 @@ BEGIN
     END IF;
 
     IF v_changed THEN
-        INSERT INTO group_states (slot, group_id, seq, cursor, lwm, scan_from, lwm_at)
-        VALUES (v_slot, g.id, v_seq + 1, v_cursor, v_lwm, v_scan_from, v_lwm_at);
+        INSERT INTO group_states (slot, group_id, seq, cursor, lwm, scan_from, lwm_at, bkeys, bheads, lv_prio, lv_pos)
+        VALUES (v_slot, g.id, v_seq + 1, v_cursor, v_lwm, v_scan_from, v_lwm_at,
+                nullif(v_bkeys, '{}'), nullif(v_bheads, '{}'), nullif(v_lvp, '{}'), nullif(v_lvpos, '{}'));
     END IF;
 END
 $$;

@@ -23,7 +23,8 @@ LANGUAGE sql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
     VALUES ('messages', false), ('batches', false), ('deliveries', true),
-           ('acks', false), ('group_states', true), ('checkpoints', false), ('dedup', false)
+           ('acks', false), ('group_states', true), ('checkpoints', false), ('dedup', false),
+           ('keyed', false), ('prio', false)
 $$;
 
 -- _create_storage: create the schema, tables and functions of a queue.
@@ -32,7 +33,7 @@ $$;
 --   p_queue_id  queue id
 -- Tables: creates schema sluice_q<id>: messages (a partition of
 --   sluice.messages), batches, deliveries, acks, group_states, checkpoints,
---   dedup, each with 4 slot partitions
+--   dedup, keyed, prio, each with 4 slot partitions
 CREATE OR REPLACE FUNCTION sluice._create_storage(p_queue_id int)
 RETURNS void
 LANGUAGE plpgsql
@@ -66,6 +67,8 @@ BEGIN
             txids     xid8[] NOT NULL,
             slots     smallint[] NOT NULL,
             targets   int[],
+            keys      bigint[],   -- key hash per position (NULL: no keyed message)
+            prios     int[],      -- priority per position (NULL: all 0)
             PRIMARY KEY (batch_no, slot)
         ) PARTITION BY LIST (slot);
         CREATE INDEX ON %1$I.batches (last_pos);
@@ -79,7 +82,8 @@ BEGIN
             txid         xid8 NOT NULL,
             expires_at   timestamptz NOT NULL,
             delivered_at timestamptz NOT NULL,
-            consumer     text
+            consumer     text,
+            key_hash     bigint      -- token 0: a parked retry due at expires_at
         ) PARTITION BY LIST (slot);
         CREATE INDEX ON %1$I.deliveries (group_id, pos, attempt);
         CREATE INDEX ON %1$I.deliveries (group_id, expires_at);
@@ -99,8 +103,32 @@ BEGIN
             lwm       bigint NOT NULL,
             scan_from timestamptz NOT NULL,
             lwm_at    timestamptz NOT NULL,
+            bkeys     bigint[],   -- blocked keys, and the earliest incomplete
+            bheads    bigint[],   -- position of each
+            lv_prio   int[],      -- priority levels dispatched out of position
+            lv_pos    bigint[],   -- order, and the last position of each
             PRIMARY KEY (group_id, seq, slot)
         ) PARTITION BY LIST (slot);
+        CREATE TABLE %1$I.keyed (
+            slot     smallint NOT NULL,
+            key_hash bigint NOT NULL,
+            pos      bigint NOT NULL,
+            target   int,
+            mslot    smallint NOT NULL,
+            id       bigint NOT NULL,
+            txid     xid8 NOT NULL
+        ) PARTITION BY LIST (slot);
+        CREATE INDEX ON %1$I.keyed (key_hash, pos);
+        CREATE TABLE %1$I.prio (
+            slot     smallint NOT NULL,
+            priority int NOT NULL,
+            pos      bigint NOT NULL,
+            target   int,
+            mslot    smallint NOT NULL,
+            id       bigint NOT NULL,
+            txid     xid8 NOT NULL
+        ) PARTITION BY LIST (slot);
+        CREATE INDEX ON %1$I.prio (priority, pos);
         CREATE TABLE %1$I.dedup (
             slot      smallint NOT NULL,
             dedup_key text NOT NULL,
@@ -142,6 +170,12 @@ DECLARE
     sch constant text := sluice._qschema(p_queue_id);
     f oid;
 BEGIN
+    -- Drop the old copies first: a template whose result type changed could
+    -- not replace its copy.
+    FOR f IN SELECT p.oid FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+             WHERE n.nspname = sch LOOP
+        EXECUTE format('DROP FUNCTION %s', f::regprocedure);
+    END LOOP;
     FOR f IN SELECT p.oid FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
              WHERE n.nspname = 'sluice_tmpl' ORDER BY p.proname LOOP
         EXECUTE replace(pg_get_functiondef(f), 'sluice_tmpl', sch);
