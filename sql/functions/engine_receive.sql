@@ -88,6 +88,29 @@ BEGIN
 END
 $$;
 
+-- e_key_head: the earliest incomplete position of a key, given an
+-- incomplete one (p_pos): the messages of a run are in flight together, so
+-- the ones before p_pos may be too.
+CREATE OR REPLACE FUNCTION sluice_tmpl.e_key_head(p_group_id int, p_key bigint, p_pos bigint, p_lwm bigint)
+RETURNS bigint
+LANGUAGE plpgsql STABLE
+SET search_path = sluice_tmpl, pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $$
+DECLARE
+    v bigint := p_pos;
+    pv bigint;
+BEGIN
+    LOOP
+        pv := e_key_prev(p_group_id, p_key, v);
+        EXIT WHEN pv IS NULL OR pv < p_lwm OR e_done(p_group_id, pv);
+        v := pv;
+    END LOOP;
+    RETURN v;
+END
+$$;
+
 -- e_key_next: the position of a key after p_pos that is meant for the group,
 -- with its message (pos NULL if none).
 CREATE OR REPLACE FUNCTION sluice_tmpl.e_key_next(p_group_id int, p_key bigint, p_pos bigint,
@@ -326,7 +349,7 @@ BEGIN
                     -- one waits for it (step 2 finds it again).
                     IF NOT r.key_hash = ANY (v_bkeys) THEN
                         v_bkeys := v_bkeys || r.key_hash;
-                        v_bheads := v_bheads || pv;
+                        v_bheads := v_bheads || e_key_head(g.id, r.key_hash, pv, v_lwm);
                     END IF;
                     v_scan_from := r.expires_at;
                     v_changed := true;
@@ -363,25 +386,27 @@ BEGIN
                                ORDER BY d.attempt DESC, d.delivered_at DESC, d.token DESC LIMIT 1) dl ON true
             ORDER BY u.o
         LOOP
-            IF bk.h = ANY (k_pos) OR (bk.h >= v_lwm AND NOT bk.done AND bk.expires_at > v_now) THEN
+            IF bk.h >= v_lwm AND NOT bk.done AND bk.expires_at > v_now AND NOT bk.h = ANY (k_pos) THEN
                 n_bkeys := n_bkeys || bk.k;   -- head in flight or parked: still blocked
                 n_bheads := n_bheads || bk.h;
                 CONTINUE;
             END IF;
             v_walk := bk.h;
-            v_keep := NULL;
-            p_done := bk.h < v_lwm OR bk.done;
+            -- A head redelivered by step 1 counts as taken: go on with its run.
+            v_keep := CASE WHEN bk.h = ANY (k_pos) THEN bk.h END;
+            p_done := bk.h < v_lwm OR bk.done OR bk.h = ANY (k_pos);
             p_attempt := bk.attempt;
             p_parked := bk.parked;
             p_expires := bk.expires_at;
             LOOP
                 IF p_done THEN
+                    EXIT WHEN v_keep IS NOT NULL AND need = 0;
                     SELECT * INTO nx FROM e_key_next(g.id, bk.k, v_walk);
                     EXIT WHEN nx.pos IS NULL OR nx.pos > v_cursor;   -- nothing more up to the cursor
                     v_walk := nx.pos;
                     IF v_walk = ANY (k_pos) THEN
-                        v_keep := coalesce(v_keep, v_walk);
-                        EXIT;
+                        v_keep := coalesce(v_keep, v_walk);   -- taken by step 1: go on with its run
+                        CONTINUE;
                     END IF;
                     SELECT * INTO p_done, p_attempt, p_parked, p_expires FROM e_pos(g.id, v_walk);
                     CONTINUE;
@@ -413,14 +438,13 @@ BEGIN
 
     -- 3. Unkeyed messages with a priority above 0, level by level from the
     -- highest, each level in position order from the last one taken. What
-    -- committed before this receive is numbered first, so that it competes.
+    -- committed before this receive is numbered first, so that a message
+    -- sent behind a backlog competes with it.
     IF need > 0 THEN
-        IF NOT EXISTS (SELECT 1 FROM batches bb WHERE bb.last_pos > v_cursor AND bb.last_pos >= bb.first_pos) THEN
-            v_cut_locked := pg_try_advisory_xact_lock(sluice._lock_ns('cut'), q.id);
-            IF v_cut_locked THEN
-                cuts := 1;
-                PERFORM e_cut(q.id);
-            END IF;
+        v_cut_locked := pg_try_advisory_xact_lock(sluice._lock_ns('cut'), q.id);
+        IF v_cut_locked THEN
+            cuts := 1;
+            PERFORM e_cut(q.id);
         END IF;
         lvl := NULL;
         LOOP
@@ -502,8 +526,8 @@ BEGIN
                     IF r.k = ANY (v_bkeys) THEN
                         CONTINUE;   -- step 2 takes it in turn
                     ELSIF NOT e_done(g.id, pv) THEN
-                        v_bkeys := v_bkeys || r.k;   -- busy: block the key behind pv
-                        v_bheads := v_bheads || pv;
+                        v_bkeys := v_bkeys || r.k;   -- busy: block the key behind its head
+                        v_bheads := v_bheads || e_key_head(g.id, r.k, pv, v_lwm);
                         CONTINUE;
                     END IF;
                 END IF;
