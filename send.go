@@ -14,13 +14,18 @@ type SendOptions struct {
 	// Headers is a JSON object of metadata delivered with the message, or
 	// nil.
 	Headers json.RawMessage
-	// Key is the message's ordering key ("" for none). It is stored and
-	// delivered with the message; per-key ordering is not enforced yet.
+	// Key is the message's ordering key ("" for none). Within a consumer
+	// group, messages of one key are delivered in commit order, and none
+	// while an earlier one of its key is unfinished (a receive may return a
+	// run of one key, in order). A nacked message of a key is retried before
+	// the later ones.
 	Key string
 	// Delay makes the message deliverable no earlier than now + Delay.
 	Delay time.Duration
-	// Priority is stored and delivered with the message (higher first, once
-	// the engine orders by it).
+	// Priority orders unkeyed messages: a receive returns ready messages of
+	// higher priority first, equal priorities in commit order (default 0;
+	// negative ones after every other ready message). Keyed messages keep
+	// their key's order whatever their priority.
 	Priority int
 	// DedupKey is a deduplication key ("" for none): if a message was sent
 	// to the queue with the same key within the queue's dedup window, Send
@@ -64,9 +69,9 @@ type BatchMessage struct {
 	Body json.RawMessage
 	// Headers is a JSON object of metadata, or nil.
 	Headers json.RawMessage
-	// Key is the ordering key ("" for none).
+	// Key is the ordering key ("" for none), as in SendOptions.
 	Key string
-	// Priority is stored and delivered with the message.
+	// Priority orders unkeyed messages, as in SendOptions.
 	Priority int
 	// DedupKey is a deduplication key ("" for none), as in SendOptions: a
 	// key already sent within the queue's dedup window, or earlier in the

@@ -255,9 +255,24 @@ func (w *worker) fetch(ctx context.Context, handlers *sync.WaitGroup) error {
 			w.release(msgs)
 			return nil
 		}
+		// Unkeyed messages run in parallel; the messages of one key run one
+		// after the other, in order.
+		var keys []string
+		runs := map[string][]*Message{}
 		for i := range msgs {
 			free--
-			w.start(&msgs[i], handlers)
+			if msgs[i].Key == "" {
+				w.start(&msgs[i], handlers)
+				continue
+			}
+			k := msgs[i].Key
+			if runs[k] == nil {
+				keys = append(keys, k)
+			}
+			runs[k] = append(runs[k], &msgs[i])
+		}
+		for _, k := range keys {
+			w.startRun(runs[k], handlers)
 		}
 		if len(msgs) > 0 {
 			active = time.Now()
@@ -289,34 +304,76 @@ func (w *worker) fetch(ctx context.Context, handlers *sync.WaitGroup) error {
 
 // start runs the handler of msg on a goroutine of its own.
 func (w *worker) start(msg *Message, handlers *sync.WaitGroup) {
+	j := w.track(msg)
+	handlers.Add(1)
+	go func() {
+		defer handlers.Done()
+		w.handle(j)
+	}()
+}
+
+// startRun runs the handlers of msgs, messages of one ordering key in the
+// order they were received, one after the other on a goroutine of their own.
+// After a failure the rest are not handled: the engine's nack of the failed
+// message released them, and they come back after it.
+func (w *worker) startRun(msgs []*Message, handlers *sync.WaitGroup) {
+	jobs := make([]*job, len(msgs))
+	for i, m := range msgs {
+		jobs[i] = w.track(m)
+	}
+	handlers.Add(1)
+	go func() {
+		defer handlers.Done()
+		failed := false
+		for _, j := range jobs {
+			if failed {
+				w.untrack(j)
+				continue
+			}
+			failed = !w.handle(j)
+		}
+	}()
+}
+
+// track records msg as in flight.
+func (w *worker) track(msg *Message) *job {
 	j := &job{msg: *msg}
 	w.mu.Lock()
 	w.inflight[msg.Receipt] = j
 	w.mu.Unlock()
-	handlers.Add(1)
-	go func() {
-		defer handlers.Done()
-		err := w.call(&j.msg)
-		w.mu.Lock()
-		delete(w.inflight, j.msg.Receipt)
-		released := j.released
-		w.mu.Unlock()
-		w.freed <- struct{}{}
-		switch {
-		case released:
-		case err == nil:
-			w.acks <- j.msg.Receipt
-		default:
-			text := err.Error()
-			if len(text) > maxErrorText {
-				text = text[:maxErrorText]
-			}
-			if _, nerr := nack(w.bg, w.client.pool, w.queue, w.group, j.msg.Receipt, &NackOptions{Error: text}); nerr != nil {
-				w.o.Logger.Error("sluice: nack failed; the message is redelivered when its lease expires",
-					"queue", w.queue, "group", w.group, "id", j.msg.ID, "error", nerr)
-			}
+	return j
+}
+
+// untrack forgets j and frees its slot; it reports whether j was given back
+// at shutdown meanwhile.
+func (w *worker) untrack(j *job) (released bool) {
+	w.mu.Lock()
+	delete(w.inflight, j.msg.Receipt)
+	released = j.released
+	w.mu.Unlock()
+	w.freed <- struct{}{}
+	return released
+}
+
+// handle runs the handler of j, then acks or nacks its message. It reports
+// whether the handler succeeded.
+func (w *worker) handle(j *job) bool {
+	err := w.call(&j.msg)
+	switch released := w.untrack(j); {
+	case released:
+	case err == nil:
+		w.acks <- j.msg.Receipt
+	default:
+		text := err.Error()
+		if len(text) > maxErrorText {
+			text = text[:maxErrorText]
 		}
-	}()
+		if _, nerr := nack(w.bg, w.client.pool, w.queue, w.group, j.msg.Receipt, &NackOptions{Error: text}); nerr != nil {
+			w.o.Logger.Error("sluice: nack failed; the message is redelivered when its lease expires",
+				"queue", w.queue, "group", w.group, "id", j.msg.ID, "error", nerr)
+		}
+	}
+	return err == nil
 }
 
 // call runs the handler, turning a panic into an error.

@@ -20,7 +20,7 @@ import (
 )
 
 // Scenarios are the scenario names Run accepts, in the order of "all".
-var scenarioNames = []string{"send", "drain", "latency", "steady", "shootout", "xmin"}
+var scenarioNames = []string{"send", "drain", "keyed", "latency", "steady", "shootout", "xmin"}
 
 // Scenarios returns the names of the scenarios.
 func Scenarios() []string { return slices.Clone(scenarioNames) }
@@ -127,6 +127,8 @@ func Run(ctx context.Context, scenarios []string, o Options) (*Report, error) {
 			res, err = r.send(ctx)
 		case "drain":
 			res, err = r.drain(ctx)
+		case "keyed":
+			res, err = r.keyed(ctx)
 		case "latency":
 			res, err = r.latency(ctx)
 		case "steady":

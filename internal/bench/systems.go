@@ -75,6 +75,19 @@ type sluiceSystem struct {
 	// epoch every 10 s, so that the size of sluice's tables shows what
 	// reclaim leaves (the backlog), not what a retention period keeps.
 	reclaim bool
+	// keys, if above 0, sends every message with an ordering key out of
+	// that many: uniform, or with a Zipf(1.1) skew if zipf is set.
+	keys int
+	zipf bool
+}
+
+// keyExpr is the SQL expression of a message's ordering key.
+func (s *sluiceSystem) keyExpr() string {
+	if s.zipf {
+		// Inverse of the continuous Zipf(1.1) distribution over [1, keys].
+		return fmt.Sprintf(`'k' || floor(power((power(%d::float8, -0.1) - 1) * random() + 1, -10))::int`, s.keys)
+	}
+	return fmt.Sprintf(`'k' || floor(random() * %d)::int`, s.keys)
 }
 
 func (*sluiceSystem) name() string    { return "sluice" }
@@ -104,7 +117,14 @@ func (*sluiceSystem) cleanup(ctx context.Context, pool *pgxpool.Pool) error {
 	return nil
 }
 
-func (*sluiceSystem) sendSQL(batch int) string {
+func (s *sluiceSystem) sendSQL(batch int) string {
+	if s.keys > 0 {
+		if batch == 1 {
+			return `SELECT sluice.send('` + benchQueue + `', ` + bodyExpr + `, key => ` + s.keyExpr() + `)`
+		}
+		return `SELECT count(*) FROM sluice.send_batch('` + benchQueue + `', ARRAY(SELECT ` + bodyExpr + ` FROM generate_series(1, $2::int)),
+			keys => ARRAY(SELECT ` + s.keyExpr() + ` FROM generate_series(1, $2::int)))`
+	}
 	if batch == 1 {
 		return `SELECT sluice.send('` + benchQueue + `', ` + bodyExpr + `)`
 	}

@@ -24,6 +24,9 @@ Scenarios:
   send      producers x batch size (1, 10, 100, 1000) -> msg/s, next to a bare
             INSERT into a plain table (the physical reference) and the ratio
   drain     preload --preload messages, consumers x batch size -> msg/s
+  keyed     drain the preload unkeyed, with 5,000 uniform keys and with 5,000
+            Zipf(1.1) keys (--consumers: last value, default 8; --batches
+            10,100): msg/s and keyed / unkeyed
   latency   producer (send -> commit), subscriber (receive over a ready
             backlog) and end-to-end (server clock) p50/p95/p99/max at --rate
   steady    producers and consumers together at --rate: consumed/s, backlog,
@@ -76,7 +79,7 @@ func (l *intList) Set(v string) error {
 
 func benchCommand() command {
 	return command{
-		name: "bench", summary: "run benchmark scenarios (send, drain, latency, steady, shootout, xmin)", usage: benchUsage,
+		name: "bench", summary: "run benchmark scenarios (send, drain, keyed, latency, steady, shootout, xmin)", usage: benchUsage,
 		minArgs: 1, maxArgs: -1,
 		setup: func(fs *flag.FlagSet, e *env) func(context.Context, []string) error {
 			url := dbFlag(fs)

@@ -24,8 +24,8 @@ Runs a live scenario for --duration (45s by default), then drains and prints
 a summary:
 
   - producers send orders to the queue "orders" (--rate messages/s, in small
-    batches, each with an ordering key per customer: keys are stored, per-key
-    ordering is not enforced yet);
+    batches, each with an ordering key per customer: each group handles one
+    customer's orders in order);
   - two consumer groups, billing and shipping, each receive every order
     (fan-out), with 16 handlers each;
   - handlers fail now and then (a "timeout" on the first attempt: retried

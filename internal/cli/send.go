@@ -49,9 +49,9 @@ func sendCommand() command {
 		name: "send", summary: "send a message (or NDJSON from standard input)", usage: sendUsage, minArgs: 1, maxArgs: 2,
 		setup: func(fs *flag.FlagSet, e *env) func(context.Context, []string) error {
 			url := dbFlag(fs)
-			key := fs.String("key", "", "ordering key of the messages (stored; per-key ordering is not enforced yet)")
+			key := fs.String("key", "", "ordering key of the messages: per group, one key's messages are delivered in order")
 			delay := fs.Duration("delay", 0, "deliver no earlier than this `duration` from now, such as 30s or 5m")
-			priority := fs.Int("priority", 0, "priority of the messages (stored)")
+			priority := fs.Int("priority", 0, "priority of unkeyed messages: higher is delivered first")
 			dedup := fs.String("dedup-key", "", "deduplication key: a key already sent to the queue within its dedup window enqueues nothing")
 			headers := headerFlags{}
 			fs.Var(headers, "header", "a header as `key=value` (repeatable; values are strings)")

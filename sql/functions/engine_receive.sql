@@ -266,16 +266,13 @@ DECLARE
     r record;
     bk record;
     nx record;
-    p_done boolean;
-    p_attempt int;
-    p_parked boolean;
-    p_expires timestamptz;
     o sluice.message;
     pv bigint;
     i int;
     lvl int;
-    v_walk bigint;
     v_keep bigint;
+    v_stop bigint;
+    v_budget int;
     -- blocked keys (each with its earliest incomplete position) and priority
     -- levels dispatched out of position order (each with its last position)
     v_bkeys bigint[];
@@ -374,11 +371,16 @@ BEGIN
     -- walk the key's positions up to the cursor: the first incomplete one
     -- that is neither in flight nor parked is taken, with the ones after it
     -- (a run, in order). A key with nothing left up to the cursor is free.
-    IF cardinality(v_bkeys) > 0 THEN
+    -- A receive looks at no more keys than 4 x max_messages + 32, in turn
+    -- (those it did not look at come first the next time), and stops when
+    -- it has enough.
+    IF cardinality(v_bkeys) > 0 AND need > 0 THEN
         n_bkeys := '{}';
         n_bheads := '{}';
+        v_stop := NULL;
+        v_budget := 4 * need + 32;
         FOR bk IN
-            SELECT u.k, u.h, ak.hit IS NOT NULL AS done, dl.attempt, dl.parked, dl.expires_at
+            SELECT u.k, u.h, u.o, ak.hit IS NOT NULL AS done, dl.attempt, dl.parked, dl.expires_at
             FROM unnest(v_bkeys, v_bheads) WITH ORDINALITY AS u(k, h, o)
             LEFT JOIN LATERAL (SELECT 1 AS hit FROM acks a WHERE a.group_id = g.id AND a.pos = u.h LIMIT 1) ak ON true
             LEFT JOIN LATERAL (SELECT d.attempt, d.token = 0 AS parked, d.expires_at FROM deliveries d
@@ -386,51 +388,59 @@ BEGIN
                                ORDER BY d.attempt DESC, d.delivered_at DESC, d.token DESC LIMIT 1) dl ON true
             ORDER BY u.o
         LOOP
+            IF need = 0 OR bk.o > v_budget THEN
+                v_stop := bk.o;
+                EXIT;
+            END IF;
             IF bk.h >= v_lwm AND NOT bk.done AND bk.expires_at > v_now AND NOT bk.h = ANY (k_pos) THEN
                 n_bkeys := n_bkeys || bk.k;   -- head in flight or parked: still blocked
                 n_bheads := n_bheads || bk.h;
                 CONTINUE;
             END IF;
-            v_walk := bk.h;
-            -- A head redelivered by step 1 counts as taken: go on with its run.
-            v_keep := CASE WHEN bk.h = ANY (k_pos) THEN bk.h END;
-            p_done := bk.h < v_lwm OR bk.done OR bk.h = ANY (k_pos);
-            p_attempt := bk.attempt;
-            p_parked := bk.parked;
-            p_expires := bk.expires_at;
+            -- Walk the key's positions from its head up to the cursor. One
+            -- taken by step 1 (a redelivered head) counts as taken.
+            v_keep := NULL;
+            FOR nx IN
+                SELECT k.pos, k.mslot, k.id, k.txid, ak.hit IS NOT NULL AS done, dl.attempt, dl.parked, dl.expires_at
+                FROM keyed k
+                LEFT JOIN LATERAL (SELECT 1 AS hit FROM acks a
+                                   WHERE a.group_id = g.id AND a.pos = k.pos AND a.slot = k.mslot LIMIT 1) ak ON true
+                LEFT JOIN LATERAL (SELECT d.attempt, d.token = 0 AS parked, d.expires_at FROM deliveries d
+                                   WHERE d.group_id = g.id AND d.pos = k.pos AND d.slot = k.mslot
+                                   ORDER BY d.attempt DESC, d.delivered_at DESC, d.token DESC LIMIT 1) dl ON true
+                WHERE k.key_hash = bk.k AND k.pos >= bk.h AND k.pos <= v_cursor
+                  AND (k.target IS NULL OR k.target = g.id)
+                ORDER BY k.pos
             LOOP
-                IF p_done THEN
-                    EXIT WHEN v_keep IS NOT NULL AND need = 0;
-                    SELECT * INTO nx FROM e_key_next(g.id, bk.k, v_walk);
-                    EXIT WHEN nx.pos IS NULL OR nx.pos > v_cursor;   -- nothing more up to the cursor
-                    v_walk := nx.pos;
-                    IF v_walk = ANY (k_pos) THEN
-                        v_keep := coalesce(v_keep, v_walk);   -- taken by step 1: go on with its run
-                        CONTINUE;
-                    END IF;
-                    SELECT * INTO p_done, p_attempt, p_parked, p_expires FROM e_pos(g.id, v_walk);
+                EXIT WHEN v_keep IS NOT NULL AND need = 0;
+                IF nx.pos = ANY (k_pos) THEN
+                    v_keep := coalesce(v_keep, nx.pos);
                     CONTINUE;
                 END IF;
-                v_keep := coalesce(v_keep, v_walk);   -- the earliest incomplete position
-                EXIT WHEN p_attempt IS NOT NULL AND p_expires > v_now;   -- in flight or parked
+                CONTINUE WHEN nx.done OR nx.pos < v_lwm;
+                v_keep := coalesce(v_keep, nx.pos);   -- the earliest incomplete position
+                EXIT WHEN nx.attempt IS NOT NULL AND nx.expires_at > v_now;   -- in flight or parked
                 EXIT WHEN need = 0;
-                -- Take it, and go on with the next positions of the key (a run).
-                SELECT k.mslot, k.id, k.txid INTO nx FROM keyed k WHERE k.key_hash = bk.k AND k.pos = v_walk LIMIT 1;
-                k_pos := k_pos || v_walk;
+                -- Take it, and go on with the next ones (a run).
+                k_pos := k_pos || nx.pos;
                 k_id := k_id || nx.id;
                 k_txid := k_txid || nx.txid;
                 k_slot := k_slot || nx.mslot;
-                k_attempt := k_attempt || CASE WHEN p_attempt IS NULL THEN 1
-                                               WHEN p_parked THEN p_attempt ELSE p_attempt + 1 END;
+                k_attempt := k_attempt || CASE WHEN nx.attempt IS NULL THEN 1
+                                               WHEN nx.parked THEN nx.attempt ELSE nx.attempt + 1 END;
                 k_key := k_key || bk.k;
                 need := need - 1;
-                p_done := true;
             END LOOP;
             IF v_keep IS NOT NULL THEN
                 n_bkeys := n_bkeys || bk.k;
                 n_bheads := n_bheads || v_keep;
             END IF;
         END LOOP;
+        IF v_stop IS NOT NULL THEN
+            -- Not looked at this time: first in line the next time.
+            n_bkeys := v_bkeys[v_stop:] || n_bkeys;
+            n_bheads := v_bheads[v_stop:] || n_bheads;
+        END IF;
         v_bkeys := n_bkeys;
         v_bheads := n_bheads;
         v_changed := true;
@@ -511,21 +521,33 @@ BEGIN
         v_from := greatest(v_cursor - b.first_pos + 2, 1);
         v_to := least(b.last_pos - b.first_pos + 1, v_from + 2 * need + 15);
         FOR r IN
-            SELECT b.first_pos + v_from + x.o - 2 AS pos, x.id, x.txid, x.slot, x.k, coalesce(x.pr, 0) AS pr
+            SELECT b.first_pos + v_from + x.o - 2 AS pos, x.id, x.txid, x.slot, x.k, coalesce(x.pr, 0) AS pr,
+                   pk.pos AS pv, pd.hit IS NOT NULL AS pv_done
             FROM unnest(b.ids[v_from:v_to], b.txids[v_from:v_to], b.slots[v_from:v_to], b.targets[v_from:v_to],
                         b.keys[v_from:v_to], b.prios[v_from:v_to])
                  WITH ORDINALITY AS x(id, txid, slot, tg, k, pr, o)
             LEFT JOIN LATERAL (SELECT 1 AS hit FROM acks a
                                WHERE a.group_id = g.id AND a.pos = b.first_pos + v_from + x.o - 2 AND a.slot = x.slot
                                LIMIT 1) ak ON true
+            -- for a keyed message: the key's previous position, and whether it is completed
+            LEFT JOIN LATERAL (SELECT kp.pos, kp.mslot FROM keyed kp
+                               WHERE x.k IS NOT NULL AND kp.key_hash = x.k AND kp.pos < b.first_pos + v_from + x.o - 2
+                                 AND (kp.target IS NULL OR kp.target = g.id)
+                               ORDER BY kp.pos DESC LIMIT 1) pk ON true
+            LEFT JOIN LATERAL (SELECT 1 AS hit FROM acks a
+                               WHERE pk.pos IS NOT NULL AND a.group_id = g.id AND a.pos = pk.pos AND a.slot = pk.mslot
+                               LIMIT 1) pd ON true
             WHERE (x.tg IS NULL OR x.tg = g.id) AND ak.hit IS NULL
         LOOP
             IF r.k IS NOT NULL THEN
-                pv := e_key_prev(g.id, r.k, r.pos);
+                -- A blocked key waits for step 2, unless this receive took
+                -- its messages so far (then this one may continue the run).
+                CONTINUE WHEN r.k = ANY (v_bkeys) AND NOT coalesce(r.k = ANY (k_key), false);
+                pv := r.pv;
                 IF NOT (pv IS NULL OR pv < v_lwm OR pv = ANY (k_pos)) THEN
                     IF r.k = ANY (v_bkeys) THEN
                         CONTINUE;   -- step 2 takes it in turn
-                    ELSIF NOT e_done(g.id, pv) THEN
+                    ELSIF NOT r.pv_done THEN
                         v_bkeys := v_bkeys || r.k;   -- busy: block the key behind its head
                         v_bheads := v_bheads || e_key_head(g.id, r.k, pv, v_lwm);
                         CONTINUE;

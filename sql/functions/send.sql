@@ -8,11 +8,14 @@
 --   queue      queue name
 --   body       the message, any JSON value (not NULL)
 --   headers    optional JSON object of metadata
---   key        optional ordering key, returned by receive (stored only: delivery
---              does not yet keep per-key order)
+--   key        optional ordering key: within a group, messages of one key are
+--              delivered in commit order, none while an earlier one of the
+--              key is unfinished (leased, or nacked and waiting to be retried);
+--              a receive may return a run of one key, in order
 --   delay      deliver no earlier than now + delay (NULL or 0: at once)
---   priority   optional priority, returned by receive (stored only: delivery
---              is in commit order whatever the priority)
+--   priority   orders unkeyed messages: a receive returns ready messages of
+--              higher priority first, equal ones in commit order; below 0,
+--              after every other ready message (keyed messages ignore it)
 --   dedup_key  optional deduplication key: if a message was sent to the queue
 --              with the same key within its dedup_window, nothing is enqueued
 --              and that message's id is returned (also under concurrent sends
