@@ -3,16 +3,23 @@
 -- These functions check their arguments, find the queue and group, and call
 -- the queue's copy of the engine function (schema sluice_q<id>).
 --
--- A receipt is current while its lease has not expired, no later delivery of
--- the same message exists in the group, and the message is not completed.
+-- A receipt is current while its lease has not expired, it is the newest
+-- delivery of the message in the group (no redelivery, no nack or release
+-- since), and the message is not completed.
 -- ack, nack and extend act only on current receipts; a stale receipt (expired,
 -- superseded, already acked, or forged) changes nothing and is not counted.
 -- A receipt that is not of sluice's form at all raises SL008.
 
 -- receive: lease up to max_messages ready messages of a queue to the caller,
--- for one consumer group. Messages whose lease expired come first (with
--- attempt + 1), then new ones in commit order. A message that has used up the
--- queue's max_attempts through expired leases goes to the dead letters instead.
+-- for one consumer group. Messages whose lease expired (or whose keyed retry
+-- came due) come first (with attempt + 1), then messages of keys that were
+-- waiting, then unkeyed messages with a priority above 0 (highest first), then
+-- the rest in commit order; messages with a priority below 0 only when
+-- nothing else is ready. A keyed message is returned only when every earlier
+-- message of its key is completed in the group, or returned by this same call
+-- before it (a run of one key, in order): handle a key's messages in order and
+-- stop at the first failure. A message that has used up the queue's
+-- max_attempts through expired leases goes to the dead letters instead.
 --
 -- Call it in its own transaction (autocommit) or at the start of a short one:
 -- it holds the group's dispatch lock until the transaction ends, so other
@@ -25,7 +32,7 @@
 --   max_messages  1 to 10000 (1)
 --   lease         how long the caller holds the messages (the queue's lease option)
 --   consumer      optional free text naming the caller (at most 200 characters)
--- Returns: SETOF sluice.message, in position order:
+-- Returns: SETOF sluice.message, in the order above:
 --   id                the message id (a retry or a redrive keeps the original id)
 --   body              the JSON body
 --   headers           the headers object, or NULL
@@ -99,7 +106,11 @@ $$;
 -- nack: give a message back after a failure. It is delivered again to this
 -- group after the delay (by default backoff_base * 2^(attempt-1), capped at
 -- backoff_max); once the message has had max_attempts deliveries it becomes a
--- dead letter of the group, with the error.
+-- dead letter of the group, with the error. A keyed message is retried in
+-- place: the later messages of its key wait for it, and those of them still
+-- leased (the rest of a run) are released: their receipts go stale and they
+-- come back after it, with the same attempt number. Waits for a receive of
+-- the group in progress.
 --
 -- Parameters:
 --   queue       queue name
@@ -110,7 +121,8 @@ $$;
 -- Returns: true if the receipt was current (retry scheduled or dead-lettered),
 --          false for a stale receipt
 -- Errors: SL001, SL002, SL003, SL006 (negative delay, error too long), SL008 invalid_receipt
--- Tables: a completion, and either a retry copy for this group or a dead letter
+-- Tables: unkeyed: a completion, and either a retry copy for this group or a
+--         dead letter; keyed: parked delivery rows, or a dead letter
 CREATE OR REPLACE FUNCTION sluice.nack(queue text, group_name text, receipt text, delay interval DEFAULT NULL,
                                        error text DEFAULT NULL)
 RETURNS boolean
