@@ -273,3 +273,74 @@ func TestConsumeErrors(t *testing.T) {
 		t.Errorf("heartbeat not shorter than the lease: %v", err)
 	}
 }
+
+// TestConsumeKeepsKeyOrder: 20 keys, 300 messages, 8 handlers, every message
+// failing on its first attempt with probability 1/10: per key, the
+// successful handlings follow send order, and a key's messages never run at
+// the same time.
+func TestConsumeKeepsKeyOrder(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.createQueue("ordered", &sluice.QueueOptions{BackoffBase: 5 * time.Millisecond, BackoffMax: 20 * time.Millisecond})
+	const n, keys = 300, 20
+	msgs := make([]sluice.BatchMessage, n)
+	for i := range msgs {
+		msgs[i] = sluice.BatchMessage{Body: []byte(fmt.Sprint(i)), Key: fmt.Sprintf("k%d", i%keys)}
+	}
+	if _, err := b.client.SendBatch(b.ctx, "ordered", msgs, nil); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	done := map[string][]int{}   // key -> bodies handled successfully, in order
+	running := map[string]bool{} // key -> a handler of the key is running
+	var overlaps, failures atomic.Int64
+	b.consume("ordered", "default", func(ctx context.Context, m *sluice.Message) error {
+		var body int
+		if _, err := fmt.Sscan(string(m.Body), &body); err != nil {
+			return err
+		}
+		mu.Lock()
+		if running[m.Key] {
+			overlaps.Add(1)
+		}
+		running[m.Key] = true
+		mu.Unlock()
+		time.Sleep(time.Millisecond)
+		fail := m.Attempt == 1 && body%10 == 3
+		mu.Lock()
+		running[m.Key] = false
+		if !fail {
+			done[m.Key] = append(done[m.Key], body)
+		}
+		mu.Unlock()
+		if fail {
+			failures.Add(1)
+			return errors.New("first attempt fails")
+		}
+		return nil
+	}, &sluice.ConsumeOptions{Concurrency: 8, BatchSize: 8, Logger: quiet})
+	b.eventually(60*time.Second, "all messages acknowledged", func() bool {
+		s := b.status("ordered", "default")
+		return s.Ready == 0 && s.InFlight == 0 && s.Lag == 0
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	total := 0
+	for key, bodies := range done {
+		total += len(bodies)
+		for i := 1; i < len(bodies); i++ {
+			if bodies[i] <= bodies[i-1] {
+				t.Fatalf("key %s: message %d handled after %d", key, bodies[i], bodies[i-1])
+			}
+		}
+	}
+	if total != n {
+		t.Errorf("%d successful handlings, want %d", total, n)
+	}
+	if overlaps.Load() != 0 {
+		t.Errorf("%d handlers started while another of their key was running", overlaps.Load())
+	}
+	if failures.Load() == 0 {
+		t.Error("no handler failed: the test did not exercise retries")
+	}
+}
