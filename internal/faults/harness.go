@@ -3,11 +3,13 @@
 //
 // A scenario runs on a private server of its own (own data directory, fixed
 // port, so that it can be killed and restarted): producers send through the
-// Go library and record which sends committed, failed or have an unknown
-// outcome; consumers receive, record every delivery (with its lease, by the
-// server's clock) and every ack with its outcome; an injector adds faults
+// Go library, most messages with an ordering key, and record which sends
+// committed, failed or have an unknown outcome; consumers receive, process
+// each batch in order as an ordered consumer does (see Env.process), and
+// record every delivery (with its key, position and lease, by the server's
+// clock) and every ack and nack with its outcome; an injector adds faults
 // while they run; then the faults stop, the queue is drained and the history
-// is checked (see history.check).
+// is checked (see History.check, and History.orderLocked for per-key order).
 package faults
 
 import (
@@ -193,9 +195,10 @@ func Run(t *testing.T, sc Scenario) *Env {
 	for p := 0; p < sc.Producers; p++ {
 		e.Go(func() { e.producer(prodPool, uint64(p)) })
 	}
-	for _, g := range sc.Groups {
+	for gi, g := range sc.Groups {
 		for c := 0; c < sc.Consumers; c++ {
-			e.Go(func() { e.consumer(g, c) })
+			rng := rand.New(rand.NewPCG(e.seed, uint64(1000+100*gi+c)))
+			e.Go(func() { e.consumer(g, c, rng) })
 		}
 	}
 	if sc.Inject != nil {
@@ -241,17 +244,18 @@ func Run(t *testing.T, sc Scenario) *Env {
 		t.Errorf("only %d messages committed: the run did too little to mean anything", r.committed)
 	}
 	row := SummaryRow{Scenario: sc.Name, Faults: e.faultText(), Committed: r.committed, Lost: r.lost,
-		DupInLease: r.dupInLease, Order: "n/a (issue 3)", Redeliveries: r.redeliveries,
-		Other:    r.failedDelivered + r.unsent + r.afterAck + r.staleCompleted + r.attemptNotUp,
+		DupInLease: r.dupInLease, Order: r.order, Redeliveries: r.redeliveries,
+		Other:    r.failedDelivered + r.unsent + r.afterAck + r.staleCompleted + r.attemptNotUp + r.wrongKey,
 		Duration: time.Since(start).Round(100 * time.Millisecond)}
-	t.Logf("%d committed, %d failed, %d unknown (%d ids of failed sends reused after a crash); %d deliveries, %d redeliveries (%d across a kill); "+
-		"acks: %d completed, %d stale (counted 0), %d failed, %d unknown outcome",
-		r.committed, r.failed, r.uncertain, r.idsReused, r.deliveries, r.redeliveries, r.acrossKill,
-		r.acksDone, r.acksStale, r.acksFailed, r.acksMaybe)
-	t.Logf("violations: lost %d, duplicates within a valid lease %d, delivered after a committed ack %d, "+
+	t.Logf("%d committed, %d failed, %d unknown (%d ids of failed sends reused after a crash); %d deliveries (%d keyed, over %d keys; "+
+		"%d in runs), %d redeliveries (%d across a kill); acks: %d completed, %d stale (counted 0), %d failed, %d unknown outcome; "+
+		"nacks: %d given back, %d stale, %d failed, %d unknown outcome",
+		r.committed, r.failed, r.uncertain, r.idsReused, r.deliveries, r.keyedDeliveries, r.keys, r.inRuns, r.redeliveries, r.acrossKill,
+		r.acksDone, r.acksStale, r.acksFailed, r.acksMaybe, r.nacksDone, r.nacksStale, r.nacksFailed, r.nacksMaybe)
+	t.Logf("violations: lost %d, duplicates within a valid lease %d, per-key order %d, delivered after a committed ack %d, "+
 		"stale receipt completed a message held by a newer delivery %d, attempt not increasing %d, "+
-		"failed send delivered %d, delivered but never sent %d",
-		r.lost, r.dupInLease, r.afterAck, r.staleCompleted, r.attemptNotUp, r.failedDelivered, r.unsent)
+		"failed send delivered %d, delivered but never sent %d, delivered with another key %d",
+		r.lost, r.dupInLease, r.order, r.afterAck, r.staleCompleted, r.attemptNotUp, r.failedDelivered, r.unsent, r.wrongKey)
 	t.Log("\n" + FormatSummary([]SummaryRow{row}))
 	recordSummary(row)
 	return e
@@ -443,25 +447,55 @@ func (e *Env) drain(limit time.Duration) bool {
 // outcome, as one whose connection broke.
 const opTimeout = 10 * time.Second
 
-// producer sends 1 to 20 messages per transaction, a tenth of them rolled
-// back, and records the outcomes.
+// The workload's ordering keys: keyedPercent of the messages carry one of
+// keyCount keys, drawn with a Zipf(1.1) skew (the hottest key gets about a
+// fifth of them, most keys a handful); the others are unkeyed.
+const (
+	keyCount     = 300
+	keyedPercent = 80
+)
+
+// keyGen draws the ordering keys of one producer's messages.
+type keyGen struct {
+	rng  *rand.Rand
+	zipf *rand.Zipf
+}
+
+func newKeyGen(seed, stream uint64) *keyGen {
+	rng := rand.New(rand.NewPCG(seed, stream))
+	return &keyGen{rng: rng, zipf: rand.NewZipf(rng, 1.1, 1, keyCount-1)}
+}
+
+// next returns the key of the next message, "" for none.
+func (k *keyGen) next() string {
+	if k.rng.IntN(100) >= keyedPercent {
+		return ""
+	}
+	return "k" + strconv.FormatUint(k.zipf.Uint64(), 10)
+}
+
+// producer sends 1 to 20 messages per transaction, most of them keyed (see
+// keyGen), a tenth of the transactions rolled back, and records the
+// outcomes and keys.
 func (e *Env) producer(pool *pgxpool.Pool, n uint64) {
 	rng := rand.New(rand.NewPCG(e.seed, n))
+	keys := newKeyGen(e.seed, 100+n)
 	client := sluice.NewClient(pool)
 	for e.producing.Load() && e.Ctx.Err() == nil {
 		ctx, cancel := context.WithTimeout(e.Ctx, opTimeout)
-		e.produceOnce(ctx, pool, client, rng)
+		e.produceOnce(ctx, pool, client, rng, keys)
 		cancel()
 		time.Sleep(2 * time.Millisecond)
 	}
 }
 
-func (e *Env) produceOnce(ctx context.Context, pool *pgxpool.Pool, client *sluice.Client, rng *rand.Rand) {
+func (e *Env) produceOnce(ctx context.Context, pool *pgxpool.Pool, client *sluice.Client, rng *rand.Rand, keys *keyGen) {
 	h := e.Hist
 	n := 1 + rng.IntN(20)
 	msgs := make([]sluice.BatchMessage, n)
 	for i := range msgs {
 		msgs[i].Body = json.RawMessage(fmt.Sprintf(`{"i": %d}`, i))
+		msgs[i].Key = keys.next()
 	}
 	tx, err := pool.Begin(ctx)
 	if err != nil {
@@ -471,15 +505,15 @@ func (e *Env) produceOnce(ctx context.Context, pool *pgxpool.Pool, client *sluic
 	ids, err := client.SendBatchTx(ctx, tx, queue, msgs, nil)
 	if err != nil || rng.IntN(10) == 0 {
 		tx.Rollback(ctx) //nolint:errcheck
-		h.sent(ids, sendFailed)
+		h.sent(ids, msgs, sendFailed)
 		return
 	}
 	if err := tx.Commit(ctx); err != nil {
 		// The commit may or may not have happened.
-		h.sent(ids, sendUncertain)
+		h.sent(ids, msgs, sendUncertain)
 		return
 	}
-	h.sent(ids, sendCommitted)
+	h.sent(ids, msgs, sendCommitted)
 }
 
 // TakeDeath reports whether a consumer should die now (the injector asked
@@ -506,10 +540,11 @@ func (e *Env) WantDeath() {
 	}
 }
 
-// consumer is consumer c of group: it receives up to 20 messages and acks
-// them, or, when asked (TakeDeath), dies between receive and ack: it closes
-// its connection without acking, and a new consumer takes its place.
-func (e *Env) consumer(group string, c int) {
+// consumer is consumer c of group: it receives up to 20 messages and
+// processes them (see process), or, when asked (TakeDeath), dies between
+// receive and ack: it closes its connection without acking, and a new
+// consumer takes its place. rng is its own random source.
+func (e *Env) consumer(group string, c int, rng *rand.Rand) {
 	var stmt time.Duration
 	if e.Sc.StatementTimeout != nil {
 		stmt = e.Sc.StatementTimeout(c)
@@ -545,10 +580,62 @@ func (e *Env) consumer(group string, c int) {
 				e.faultMu.Unlock()
 				break
 			}
-			e.Ack(pool, group, ds)
+			e.process(pool, group, ds, rng)
 		}
 		pool.Close()
 	}
+}
+
+// nackOneIn makes the consumers give back (nack) one delivery in nackOneIn,
+// as after a failure of their handler.
+const nackOneIn = 50
+
+// process handles ds, the deliveries of one receive, as a correct ordered
+// consumer does: in the order received, acking the successes between two
+// failures in one statement (one transaction: they complete together, in
+// that order) and nacking a failure (one delivery in nackOneIn, retried at
+// once or after up to 30 ms). Once a keyed message is not surely completed
+// (nacked, or its ack was stale, refused or of unknown outcome), the rest of
+// its key in ds is left alone: a nack released them, and otherwise they
+// would be processed before it, which is what per-key order forbids. Their
+// leases expire, or have ended, and they come again after it.
+func (e *Env) process(pool *pgxpool.Pool, group string, ds []*Delivery, rng *rand.Rand) {
+	skip := map[string]bool{} // keys whose messages are left alone from here on
+	var pending []*Delivery   // handled successfully, not acked yet
+	flush := func() {
+		if len(pending) == 0 {
+			return
+		}
+		for i, o := range e.Ack(pool, group, pending) {
+			if o != AckDone && pending[i].Key != "" {
+				skip[pending[i].Key] = true
+			}
+		}
+		pending = nil
+	}
+	for _, d := range ds {
+		if d.Key != "" && skip[d.Key] {
+			continue
+		}
+		if rng.IntN(nackOneIn) != 0 {
+			pending = append(pending, d)
+			continue
+		}
+		// A failure: what succeeded before it is acked first.
+		flush()
+		if d.Key != "" && skip[d.Key] {
+			continue
+		}
+		var delay time.Duration
+		if rng.IntN(2) == 0 {
+			delay = time.Duration(1+rng.IntN(30)) * time.Millisecond
+		}
+		e.Nack(pool, group, d, delay)
+		if d.Key != "" {
+			skip[d.Key] = true
+		}
+	}
+	flush()
 }
 
 // Receive receives up to max messages of group on pool, with the
@@ -570,6 +657,7 @@ func (e *Env) Receive(pool *pgxpool.Pool, group, consumer string, max int) ([]sl
 	seq1 := h.nextLocked()
 	for i, m := range msgs {
 		ds[i] = &Delivery{Group: group, ID: m.ID, Attempt: m.Attempt, Consumer: consumer, Receipt: m.Receipt,
+			Key: m.Key, Pos: m.Pos, Index: i,
 			At: m.LeaseExpiresAt.Add(-e.Sc.Lease), Expires: m.LeaseExpiresAt,
 			seqStart: seq0, seqEnd: seq1, genStart: gen0, genEnd: gen1}
 		h.deliveries[group][m.ID] = append(h.deliveries[group][m.ID], ds[i])
@@ -578,9 +666,10 @@ func (e *Env) Receive(pool *pgxpool.Pool, group, consumer string, max int) ([]sl
 	return msgs, ds, nil
 }
 
-// Ack acks each delivery of ds (in one statement, one ack per receipt) and
-// records each outcome.
-func (e *Env) Ack(pool *pgxpool.Pool, group string, ds []*Delivery) {
+// Ack acks each delivery of ds (in one statement, one ack per receipt, in
+// the order of ds), records each outcome and returns them, in the order of
+// ds.
+func (e *Env) Ack(pool *pgxpool.Pool, group string, ds []*Delivery) []AckOutcome {
 	h := e.Hist
 	receipts := make([]string, len(ds))
 	for i, d := range ds {
@@ -617,12 +706,43 @@ func (e *Env) Ack(pool *pgxpool.Pool, group string, ds []*Delivery) {
 			outcome[r] = AckMaybe
 		}
 	}
+	out := make([]AckOutcome, len(ds))
 	h.mu.Lock()
 	seq1 := h.nextLocked()
-	for _, d := range ds {
-		h.acks[group][d.ID] = append(h.acks[group][d.ID], &ackRec{d: d, outcome: outcome[d.Receipt], seqStart: seq0, seqEnd: seq1})
+	for i, d := range ds {
+		out[i] = outcome[d.Receipt]
+		h.acks[group][d.ID] = append(h.acks[group][d.ID], &ackRec{d: d, outcome: out[i], seqStart: seq0, seqEnd: seq1, idx: i})
 	}
 	h.mu.Unlock()
+	return out
+}
+
+// Nack gives delivery d back, as after a failure of its handler, to be
+// retried after delay (0: at once), and records and returns the outcome:
+// AckDone if it gave the message back, AckStale if the receipt was stale.
+func (e *Env) Nack(pool *pgxpool.Pool, group string, d *Delivery, delay time.Duration) AckOutcome {
+	h := e.Hist
+	seq0 := h.tick()
+	ctx, cancel := context.WithTimeout(e.Ctx, opTimeout)
+	defer cancel()
+	ok, err := sluice.NewClient(pool).Nack(ctx, queue, group, d.Receipt,
+		&sluice.NackOptions{Delay: delay, Now: delay == 0, Error: "simulated handler failure"})
+	var o AckOutcome
+	switch {
+	case err == nil && ok:
+		o = AckDone
+	case err == nil:
+		o = AckStale
+	case isServerError(err):
+		e.noteError(err)
+		o = AckFailed
+	default:
+		o = AckMaybe
+	}
+	h.mu.Lock()
+	h.nacks[group][d.ID] = append(h.nacks[group][d.ID], &ackRec{d: d, outcome: o, seqStart: seq0, seqEnd: h.nextLocked()})
+	h.mu.Unlock()
+	return o
 }
 
 // noteError counts the faults a client call's error shows.
@@ -651,7 +771,8 @@ const (
 	sendUncertain
 )
 
-// AckOutcome is what a consumer learnt about the ack of one receipt.
+// AckOutcome is what a consumer learnt about the ack of one receipt (or
+// its nack: then AckDone means that the nack gave the message back).
 type AckOutcome int
 
 const (
@@ -661,6 +782,10 @@ const (
 	AckMaybe                    // unknown: the connection broke
 )
 
+// mayHaveCommitted reports whether an ack (or nack) with outcome o may have
+// changed the message: surely (AckDone) or maybe (AckMaybe).
+func (o AckOutcome) mayHaveCommitted() bool { return o == AckDone || o == AckMaybe }
+
 // Delivery is one message handed to a consumer.
 type Delivery struct {
 	Group    string
@@ -668,18 +793,32 @@ type Delivery struct {
 	Attempt  int
 	Consumer string
 	Receipt  string
+	// Key is the message's ordering key ("" for none) and Pos its position
+	// in the group's delivery order, as the receive returned them; Index is
+	// its place in the receive's result (0 first).
+	Key   string
+	Pos   int64
+	Index int
 	// At is when the server leased it and Expires when the lease ends, both
 	// by the server's clock.
 	At, Expires time.Time
 
-	seqStart, seqEnd int64 // the history's clock before the receive and after it returned
+	// seqStart and seqEnd are the history's clock before the receive and
+	// after it returned; seqEnd is unique to the receive call (the
+	// deliveries of one call share it).
+	seqStart, seqEnd int64
 	genStart, genEnd int64 // the server incarnation before the receive and after it returned
 }
 
+// ackRec is an ack (in History.acks) or a nack (in History.nacks) of one
+// delivery, with its outcome and the history's clock before the call and
+// after it returned (the receipts acked in one statement share them; idx
+// is the receipt's place in the statement, which acks them in that order).
 type ackRec struct {
 	d                *Delivery
 	outcome          AckOutcome
 	seqStart, seqEnd int64
+	idx              int
 }
 
 // History records what producers and consumers saw. Its logical clock
@@ -691,16 +830,20 @@ type History struct {
 	committed  map[int64]bool
 	failed     map[int64]bool
 	uncertain  map[int64]bool
+	keys       map[int64]string // the ordering key of each message sent (committed or unknown), "" for none
 	deliveries map[string]map[int64][]*Delivery
 	acks       map[string]map[int64][]*ackRec
+	nacks      map[string]map[int64][]*ackRec
 }
 
 func newHistory(groups []string) *History {
 	h := &History{committed: map[int64]bool{}, failed: map[int64]bool{}, uncertain: map[int64]bool{},
-		deliveries: map[string]map[int64][]*Delivery{}, acks: map[string]map[int64][]*ackRec{}}
+		keys: map[int64]string{}, deliveries: map[string]map[int64][]*Delivery{},
+		acks: map[string]map[int64][]*ackRec{}, nacks: map[string]map[int64][]*ackRec{}}
 	for _, g := range groups {
 		h.deliveries[g] = map[int64][]*Delivery{}
 		h.acks[g] = map[int64][]*ackRec{}
+		h.nacks[g] = map[int64][]*ackRec{}
 	}
 	return h
 }
@@ -716,12 +859,19 @@ func (h *History) nextLocked() int64 {
 	return h.seq
 }
 
-func (h *History) sent(ids []int64, o sendOutcome) {
+// sent records the outcome of the send of msgs, whose ids are ids (in the
+// same order; none if the send failed before the server returned them).
+func (h *History) sent(ids []int64, msgs []sluice.BatchMessage, o sendOutcome) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	into := map[sendOutcome]map[int64]bool{sendCommitted: h.committed, sendFailed: h.failed, sendUncertain: h.uncertain}[o]
-	for _, id := range ids {
+	for i, id := range ids {
 		into[id] = true
+		if o != sendFailed && i < len(msgs) {
+			// An id of a send that may have committed can be handed out
+			// again only after a crash lost that send: the newest is right.
+			h.keys[id] = msgs[i].Key
+		}
 	}
 }
 
@@ -769,18 +919,24 @@ func (h *History) remaining(group string) int {
 type checkResult struct {
 	committed, failed, uncertain int
 	deliveries, redeliveries     int
+	keyedDeliveries, keys        int // deliveries of keyed messages, and their distinct keys
+	inRuns                       int // keyed deliveries after an earlier one of their key in the same receive
 	acrossKill                   int // redeliveries with a server kill in between
 	acksDone, acksStale          int
 	acksFailed, acksMaybe        int
+	nacksDone, nacksStale        int
+	nacksFailed, nacksMaybe      int
 	idsReused                    int // message ids of failed sends handed out again after a crash
 
 	lost            int // committed, never acked (or maybe acked while the database still shows work)
-	dupInLease      int // delivered again before the previous lease expired, no kill in between
+	dupInLease      int // delivered again before the previous lease expired, no kill or nack in between
+	order           int // per-key order: pairs of positions of a key found out of order (see orderLocked)
 	afterAck        int // delivery that started after an ack of the message had committed
 	staleCompleted  int // ack counted for a receipt after a newer delivery had been returned
 	attemptNotUp    int // redelivery whose attempt is not above the previous one, no kill in between
 	failedDelivered int // a send that surely failed was delivered
 	unsent          int // delivered, never sent
+	wrongKey        int // delivered with another ordering key than it was sent with
 	examples        []string
 }
 
@@ -795,20 +951,34 @@ const leaseTolerance = 10 * time.Millisecond
 //   - no delivery starts after an ack of the same message committed;
 //   - each redelivery starts at or after the previous lease's expiry and
 //     has a higher attempt, unless the server was killed in between (leases
-//     are unlogged: a crash ends them);
+//     are unlogged: a crash ends them) or the delivery was given back: by
+//     its nack, or, for a keyed message, by the nack of an earlier message
+//     of its key in the same receive (which releases the rest of the run:
+//     they come again with the same attempt);
 //   - no ack completes a message through a receipt older than a delivery
-//     that had already been returned when the ack started.
+//     that had already been returned when the ack started;
+//   - every message is delivered with the key it was sent with, and the
+//     messages of a key in position order (see orderLocked).
 func (h *History) check(groups []string, clean bool, lease time.Duration) checkResult {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	r := checkResult{committed: len(h.committed), failed: len(h.failed), uncertain: len(h.uncertain)}
+	shown := map[*int]int{} // examples kept per kind of violation
 	bad := func(counter *int, format string, args ...any) {
 		*counter++
-		if len(r.examples) < 20 {
+		if shown[counter] < 5 {
+			shown[counter]++
 			r.examples = append(r.examples, fmt.Sprintf(format, args...))
 		}
 	}
+	keys := map[string]bool{}
 	for _, g := range groups {
+		givenBack := h.givenBackLocked(g)
+		type callKey struct {
+			call int64
+			key  string
+		}
+		runs := map[callKey]bool{}
 		for id := range h.committed {
 			sure, maybe := h.ackedLocked(g, id)
 			if !sure && !(maybe && clean) {
@@ -828,6 +998,19 @@ func (h *History) check(groups []string, clean bool, lease time.Duration) checkR
 			}
 			r.deliveries += len(ds)
 			r.redeliveries += len(ds) - 1
+			for _, d := range ds {
+				if d.Key != "" {
+					r.keyedDeliveries++
+					keys[d.Key] = true
+					if runs[callKey{d.seqEnd, d.Key}] {
+						r.inRuns++
+					}
+					runs[callKey{d.seqEnd, d.Key}] = true
+				}
+				if sent, ok := h.keys[id]; ok && d.Key != sent && h.committed[id] && !h.uncertain[id] && !h.failed[id] {
+					bad(&r.wrongKey, "group %s: message %d delivered with key %q, sent with %q", g, id, d.Key, sent)
+				}
+			}
 			// Delivered after a committed ack.
 			for _, a := range h.acks[g][id] {
 				if a.outcome != AckDone {
@@ -849,13 +1032,14 @@ func (h *History) check(groups []string, clean bool, lease time.Duration) checkR
 					r.acrossKill++
 					continue
 				}
-				if b.At.Before(a.Expires.Add(-leaseTolerance)) {
+				nacked, released := givenBack.before(a, b.seqEnd)
+				if b.At.Before(a.Expires.Add(-leaseTolerance)) && !nacked && !released {
 					bad(&r.dupInLease, "group %s: message %d delivered to %s (attempt %d) at %s, within the lease of attempt %d (to %s) until %s [seq %d-%d gen %d-%d, then seq %d-%d gen %d-%d]",
 						g, id, b.Consumer, b.Attempt, b.At.Format("15:04:05.000000"), a.Attempt, a.Consumer,
 						a.Expires.Format("15:04:05.000000"), a.seqStart, a.seqEnd, a.genStart, a.genEnd,
 						b.seqStart, b.seqEnd, b.genStart, b.genEnd)
 				}
-				if b.Attempt <= a.Attempt {
+				if b.Attempt < a.Attempt || (b.Attempt == a.Attempt && !released) {
 					bad(&r.attemptNotUp, "group %s: message %d delivered with attempt %d after attempt %d, no kill in between",
 						g, id, b.Attempt, a.Attempt)
 				}
@@ -884,8 +1068,78 @@ func (h *History) check(groups []string, clean bool, lease time.Duration) checkR
 				}
 			}
 		}
+		for _, as := range h.nacks[g] {
+			for _, a := range as {
+				switch a.outcome {
+				case AckDone:
+					r.nacksDone++
+				case AckStale:
+					r.nacksStale++
+				case AckFailed:
+					r.nacksFailed++
+				case AckMaybe:
+					r.nacksMaybe++
+				}
+			}
+		}
+		for _, v := range h.orderLocked(g) {
+			bad(&r.order, "%s", v)
+		}
 	}
+	r.keys = len(keys)
 	return r
+}
+
+// givenBack tells, for the deliveries of a group, when a nack may have
+// given each back: the earliest start of a nack of the delivery itself, and
+// of a nack that may have released it (of an earlier message of its key, in
+// the same receive), among the nacks that may have committed.
+type givenBack struct {
+	nacked, released map[*Delivery]int64
+}
+
+// givenBackLocked returns the givenBack of group g (h.mu held).
+func (h *History) givenBackLocked(g string) givenBack {
+	gb := givenBack{nacked: map[*Delivery]int64{}, released: map[*Delivery]int64{}}
+	calls := map[int64][]*Delivery{} // the deliveries of each receive call
+	for _, ds := range h.deliveries[g] {
+		for _, d := range ds {
+			calls[d.seqEnd] = append(calls[d.seqEnd], d)
+		}
+	}
+	earliest := func(m map[*Delivery]int64, d *Delivery, seq int64) {
+		if s, ok := m[d]; !ok || seq < s {
+			m[d] = seq
+		}
+	}
+	for _, ns := range h.nacks[g] {
+		for _, n := range ns {
+			if !n.outcome.mayHaveCommitted() {
+				continue
+			}
+			earliest(gb.nacked, n.d, n.seqStart)
+			if n.d.Key == "" {
+				continue
+			}
+			for _, d := range calls[n.d.seqEnd] {
+				if d.Key == n.d.Key && d.Pos > n.d.Pos {
+					earliest(gb.released, d, n.seqStart)
+				}
+			}
+		}
+	}
+	return gb
+}
+
+// before reports whether delivery d may have been given back before seq:
+// by its own nack (nacked), or released by the nack of an earlier message
+// of its key (released).
+func (gb givenBack) before(d *Delivery, seq int64) (nacked, released bool) {
+	s, ok := gb.nacked[d]
+	nacked = ok && s < seq
+	s, ok = gb.released[d]
+	released = ok && s < seq
+	return nacked, released
 }
 
 // Takeovers checks what became of the messages held by the consumers when
@@ -940,7 +1194,7 @@ type SummaryRow struct {
 	Committed    int
 	Lost         int
 	DupInLease   int
-	Order        string
+	Order        int // per-key order violations
 	Redeliveries int
 	Other        int // other violations (failed send delivered, delivery after ack, ...)
 	Duration     time.Duration
@@ -968,9 +1222,9 @@ func Summary() []SummaryRow {
 func FormatSummary(rows []SummaryRow) string {
 	var b strings.Builder
 	b.WriteString("| scenario | faults injected | committed | losses | dup. within a valid lease | order violations | redeliveries | other violations | time |\n")
-	b.WriteString("|---|---|---:|---:|---:|---|---:|---:|---:|\n")
+	b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, r := range rows {
-		fmt.Fprintf(&b, "| %s | %s | %d | %d | %d | %s | %d | %d | %s |\n",
+		fmt.Fprintf(&b, "| %s | %s | %d | %d | %d | %d | %d | %d | %s |\n",
 			r.Scenario, r.Faults, r.Committed, r.Lost, r.DupInLease, r.Order, r.Redeliveries, r.Other, r.Duration)
 	}
 	return b.String()
