@@ -7,7 +7,6 @@
 --   g  the group
 -- Returns: (seq, cursor, lwm, scan_from, lwm_at, found, bkeys, bheads, lv_prio,
 --          lv_pos); the arrays are empty when there is no cursor row
-DROP FUNCTION IF EXISTS sluice_tmpl.e_group_state(sluice.consumer_group);
 CREATE OR REPLACE FUNCTION sluice_tmpl.e_group_state(g sluice.consumer_group,
     OUT seq bigint, OUT cursor bigint, OUT lwm bigint, OUT scan_from timestamptz,
     OUT lwm_at timestamptz, OUT found boolean, OUT bkeys bigint[], OUT bheads bigint[],
@@ -223,6 +222,58 @@ BEGIN
 END
 $$;
 
+-- e_prio_take: the next messages with a priority above 0 (p_above) or below
+-- 0, level by level from the highest, each level in position order after
+-- greatest(p_after, the level's last position taken in p_lv_pos) and up to
+-- p_upto (NULL: no bound), not completed and meant for the group.
+--
+-- Parameters:
+--   p_group_id         group id
+--   p_above            true: levels above 0; false: below 0
+--   p_after, p_upto    the range of positions
+--   p_limit            the most rows to return
+--   p_lv_prio, p_lv_pos  the group's levels and their last positions taken
+-- Returns: (priority, pos, mslot, id, txid), in the order to take them
+CREATE OR REPLACE FUNCTION sluice_tmpl.e_prio_take(p_group_id int, p_above boolean, p_after bigint, p_upto bigint,
+                                                   p_limit int, p_lv_prio int[], p_lv_pos bigint[])
+RETURNS TABLE (priority int, pos bigint, mslot smallint, id bigint, txid xid8)
+LANGUAGE plpgsql STABLE
+SET search_path = sluice_tmpl, pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $$
+#variable_conflict use_column
+DECLARE
+    lvl int;
+    n int;
+    left_ int := p_limit;
+    v_lo constant int := CASE WHEN p_above THEN 1 ELSE -2147483648 END;
+    v_hi constant int := CASE WHEN p_above THEN 2147483647 ELSE -1 END;
+BEGIN
+    LOOP
+        EXIT WHEN left_ <= 0;
+        -- the next level down: a range scan of the (priority, pos) index
+        SELECT p.priority INTO lvl FROM prio p
+        WHERE p.priority >= v_lo AND p.priority <= coalesce(lvl::bigint - 1, v_hi)
+        ORDER BY p.priority DESC LIMIT 1;
+        EXIT WHEN NOT FOUND;
+        RETURN QUERY
+        SELECT p.priority, p.pos, p.mslot, p.id, p.txid
+        FROM prio p
+        LEFT JOIN LATERAL (SELECT 1 AS hit FROM acks a
+                           WHERE a.group_id = p_group_id AND a.pos = p.pos AND a.slot = p.mslot LIMIT 1) ak ON true
+        WHERE p.priority = lvl
+          AND p.pos > greatest(p_after, p_lv_pos[array_position(p_lv_prio, lvl)])
+          AND (p_upto IS NULL OR p.pos <= p_upto)
+          AND (p.target IS NULL OR p.target = p_group_id) AND ak.hit IS NULL
+        ORDER BY p.pos
+        LIMIT left_;
+        GET DIAGNOSTICS n = ROW_COUNT;
+        left_ := left_ - n;
+    END LOOP;
+END
+$$;
+
 -- e_receive: the body of sluice.receive for this queue (see there).
 -- Runs under the group's dispatch lock, taken here.
 --
@@ -269,7 +320,6 @@ DECLARE
     o sluice.message;
     pv bigint;
     i int;
-    lvl int;
     v_keep bigint;
     v_stop bigint;
     v_budget int;
@@ -456,44 +506,22 @@ BEGIN
             cuts := 1;
             PERFORM e_cut(q.id);
         END IF;
-        lvl := NULL;
-        LOOP
-            EXIT WHEN need = 0;
-            SELECT p.priority INTO r FROM prio p
-            WHERE p.priority > 0 AND (lvl IS NULL OR p.priority < lvl)
-            ORDER BY p.priority DESC LIMIT 1;
-            EXIT WHEN NOT FOUND;
-            lvl := r.priority;
-            i := array_position(v_lvp, lvl);
-            last_taken := NULL;
-            FOR r IN
-                SELECT p.pos, p.mslot, p.id, p.txid
-                FROM prio p
-                LEFT JOIN LATERAL (SELECT 1 AS hit FROM acks a
-                                   WHERE a.group_id = g.id AND a.pos = p.pos AND a.slot = p.mslot LIMIT 1) ak ON true
-                WHERE p.priority = lvl AND p.pos > greatest(v_cursor, v_lvpos[i])
-                  AND (p.target IS NULL OR p.target = g.id) AND ak.hit IS NULL
-                ORDER BY p.pos
-                LIMIT need
-            LOOP
-                k_pos := k_pos || r.pos;
-                k_id := k_id || r.id;
-                k_txid := k_txid || r.txid;
-                k_slot := k_slot || r.mslot;
-                k_attempt := k_attempt || 1;
-                k_key := k_key || NULL::bigint;
-                need := need - 1;
-                last_taken := r.pos;
-            END LOOP;
-            IF last_taken IS NOT NULL THEN
-                IF i IS NULL THEN
-                    v_lvp := v_lvp || lvl;
-                    v_lvpos := v_lvpos || last_taken;
-                ELSE
-                    v_lvpos[i] := last_taken;
-                END IF;
-                v_changed := true;
+        FOR r IN SELECT * FROM e_prio_take(g.id, true, v_cursor, NULL, need, v_lvp, v_lvpos) LOOP
+            k_pos := k_pos || r.pos;
+            k_id := k_id || r.id;
+            k_txid := k_txid || r.txid;
+            k_slot := k_slot || r.mslot;
+            k_attempt := k_attempt || 1;
+            k_key := k_key || NULL::bigint;
+            need := need - 1;
+            i := array_position(v_lvp, r.priority);
+            IF i IS NULL THEN
+                v_lvp := v_lvp || r.priority;
+                v_lvpos := v_lvpos || r.pos;
+            ELSE
+                v_lvpos[i] := r.pos;
             END IF;
+            v_changed := true;
         END LOOP;
     END IF;
 
@@ -576,44 +604,22 @@ BEGIN
     -- 5. Unkeyed messages with a priority below 0, once everything else
     -- numbered is taken: level by level, each from the last one taken.
     IF need > 0 THEN
-        lvl := NULL;
-        LOOP
-            EXIT WHEN need = 0;
-            SELECT p.priority INTO r FROM prio p
-            WHERE p.priority < 0 AND (lvl IS NULL OR p.priority < lvl)
-            ORDER BY p.priority DESC LIMIT 1;
-            EXIT WHEN NOT FOUND;
-            lvl := r.priority;
-            i := array_position(v_lvp, lvl);
-            last_taken := NULL;
-            FOR r IN
-                SELECT p.pos, p.mslot, p.id, p.txid
-                FROM prio p
-                LEFT JOIN LATERAL (SELECT 1 AS hit FROM acks a
-                                   WHERE a.group_id = g.id AND a.pos = p.pos AND a.slot = p.mslot LIMIT 1) ak ON true
-                WHERE p.priority = lvl AND p.pos > greatest(v_lwm - 1, v_lvpos[i]) AND p.pos <= v_cursor
-                  AND (p.target IS NULL OR p.target = g.id) AND ak.hit IS NULL
-                ORDER BY p.pos
-                LIMIT need
-            LOOP
-                k_pos := k_pos || r.pos;
-                k_id := k_id || r.id;
-                k_txid := k_txid || r.txid;
-                k_slot := k_slot || r.mslot;
-                k_attempt := k_attempt || 1;
-                k_key := k_key || NULL::bigint;
-                need := need - 1;
-                last_taken := r.pos;
-            END LOOP;
-            IF last_taken IS NOT NULL THEN
-                IF i IS NULL THEN
-                    v_lvp := v_lvp || lvl;
-                    v_lvpos := v_lvpos || last_taken;
-                ELSE
-                    v_lvpos[i] := last_taken;
-                END IF;
-                v_changed := true;
+        FOR r IN SELECT * FROM e_prio_take(g.id, false, v_lwm - 1, v_cursor, need, v_lvp, v_lvpos) LOOP
+            k_pos := k_pos || r.pos;
+            k_id := k_id || r.id;
+            k_txid := k_txid || r.txid;
+            k_slot := k_slot || r.mslot;
+            k_attempt := k_attempt || 1;
+            k_key := k_key || NULL::bigint;
+            need := need - 1;
+            i := array_position(v_lvp, r.priority);
+            IF i IS NULL THEN
+                v_lvp := v_lvp || r.priority;
+                v_lvpos := v_lvpos || r.pos;
+            ELSE
+                v_lvpos[i] := r.pos;
             END IF;
+            v_changed := true;
         END LOOP;
     END IF;
     -- Forget levels the cursor (above 0) or the low-water mark (below 0) passed.

@@ -51,3 +51,7 @@ BEGIN
     END LOOP;
 END
 $keys$;
+
+-- e_group_state returns the new columns too: its old template cannot be
+-- replaced in place (the queues' copies are dropped by _instantiate).
+DROP FUNCTION IF EXISTS sluice_tmpl.e_group_state(sluice.consumer_group);
