@@ -23,8 +23,14 @@
 --
 -- Call it in its own transaction (autocommit) or at the start of a short one:
 -- it holds the group's dispatch lock until the transaction ends, so other
--- consumers of the group wait that long. It writes only unlogged tables
--- (except about once a second), so its commit does not wait for the disk.
+-- consumers of the group wait that long. It sets synchronous_commit to off
+-- for the rest of its transaction, so that its commit does not wait for the
+-- disk: what it writes (leases, the cursor, new cuts) is safe to lose in a
+-- crash, since whatever durable depends on it commits later and flushes it.
+-- ack, nack, extend, send and send_batch in the same transaction set the
+-- caller's synchronous_commit back; other writes of the caller's in that
+-- transaction commit asynchronously unless sluice.durable_receive is on
+-- (SET sluice.durable_receive = on keeps the caller's setting).
 --
 -- Parameters:
 --   queue         queue name
@@ -70,6 +76,7 @@ BEGIN
     g := sluice._get_group(q.id, q.name, receive.group_name);
     v_lease := coalesce(receive.lease, q.lease);
     PERFORM sluice._check_lease('lease', v_lease);
+    PERFORM sluice._receive_commit();
     RETURN QUERY EXECUTE format('SELECT * FROM %I.e_receive($1, $2, $3, $4, $5)', sluice._qschema(q.id))
         USING q, g, max_messages, v_lease, receive.consumer;
 END
@@ -95,6 +102,9 @@ DECLARE
     n int;
 BEGIN
     PERFORM sluice._parse_receipts(ack.receipts);   -- malformed input raises before anything changes
+    IF current_setting('sluice.caller_synchronous_commit', true) <> '' THEN
+        PERFORM sluice._durable_commit();   -- after a receive in this transaction
+    END IF;
     IF cardinality(ack.receipts) = 0 THEN
         RETURN 0;
     END IF;
@@ -135,6 +145,9 @@ DECLARE
     ok boolean;
 BEGIN
     PERFORM sluice._parse_receipts(ARRAY[nack.receipt]);
+    IF current_setting('sluice.caller_synchronous_commit', true) <> '' THEN
+        PERFORM sluice._durable_commit();   -- after a receive in this transaction
+    END IF;
     IF nack.delay < interval '0' THEN
         RAISE EXCEPTION USING ERRCODE = 'SL006', MESSAGE = format('delay must not be negative, got %s', nack.delay);
     END IF;
@@ -172,6 +185,9 @@ DECLARE
 BEGIN
     PERFORM sluice._check_lease('lease', extend.lease);
     PERFORM sluice._parse_receipts(extend.receipts);
+    IF current_setting('sluice.caller_synchronous_commit', true) <> '' THEN
+        PERFORM sluice._durable_commit();   -- after a receive in this transaction
+    END IF;
     IF cardinality(extend.receipts) = 0 THEN
         RETURN 0;
     END IF;

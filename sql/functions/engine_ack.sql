@@ -16,6 +16,7 @@ LANGUAGE plpgsql STABLE
 SET search_path = sluice_tmpl, pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
 SET enable_seqscan = off
+SET jit = off
 AS $$
 #variable_conflict use_column
 BEGIN
@@ -42,6 +43,7 @@ LANGUAGE plpgsql
 SET search_path = sluice_tmpl, pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
 SET enable_seqscan = off
+SET jit = off
 AS $$
 DECLARE
     n int;
@@ -63,6 +65,7 @@ LANGUAGE plpgsql
 SET search_path = sluice_tmpl, pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
 SET enable_seqscan = off
+SET jit = off
 AS $$
 DECLARE
     c record;
@@ -138,6 +141,7 @@ LANGUAGE plpgsql
 SET search_path = sluice_tmpl, pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
 SET enable_seqscan = off
+SET jit = off
 AS $$
 DECLARE
     v_now timestamptz := clock_timestamp();

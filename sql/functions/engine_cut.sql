@@ -52,6 +52,7 @@ LANGUAGE plpgsql
 SET search_path = sluice_tmpl, pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
 SET enable_seqscan = off
+SET jit = off
 AS $$
 DECLARE
     cap constant int := 1000;
@@ -86,6 +87,9 @@ DECLARE
     v_targets int[];
     v_keys bigint[];
     v_prios int[];
+    v_any_target boolean;
+    v_any_key boolean;
+    v_any_prio boolean;
     v_slot smallint;
     v_first bigint;
     nb int;
@@ -226,6 +230,12 @@ BEGIN
     v_targets := coalesce(b_targets, array_fill(NULL::int, ARRAY[nb])) || coalesce(a_targets, '{}');
     v_keys := coalesce(b_keys, array_fill(NULL::bigint, ARRAY[nb])) || coalesce(a_keys, '{}');
     v_prios := coalesce(b_prios, array_fill(0, ARRAY[nb])) || coalesce(a_prios, '{}');
+    -- One pass: whether any position is targeted, keyed or prioritized (most
+    -- batches have none, and then store and index nothing for them).
+    SELECT coalesce(bool_or(u.tg IS NOT NULL), false), coalesce(bool_or(u.k IS NOT NULL), false),
+           coalesce(bool_or(u.pr <> 0), false)
+    INTO v_any_target, v_any_key, v_any_prio
+    FROM unnest(v_targets, v_keys, v_prios) AS u(tg, k, pr);
     INSERT INTO batches (slot, batch_no, first_pos, last_pos, done, res_phase, res_due, res_txid, res_id,
                          cut_at, prev_t, t, prev_snap, snap, ids, txids, slots, targets, keys, prios)
     VALUES (v_slot, last.batch_no + 1, v_first, last.last_pos + n,
@@ -234,18 +244,22 @@ BEGIN
             CASE WHEN NOT v_done AND v_phase = 2 THEN v_res_txid END,
             CASE WHEN NOT v_done THEN v_res_id END,
             clock_timestamp(), v_prev_t, v_t, v_prev_snap, v_snap, v_ids, v_txids, v_slots,
-            CASE WHEN EXISTS (SELECT 1 FROM unnest(v_targets) x WHERE x IS NOT NULL) THEN v_targets END,
-            CASE WHEN EXISTS (SELECT 1 FROM unnest(v_keys) x WHERE x IS NOT NULL) THEN v_keys END,
-            CASE WHEN EXISTS (SELECT 1 FROM unnest(v_prios) x WHERE x <> 0) THEN v_prios END);
+            CASE WHEN v_any_target THEN v_targets END,
+            CASE WHEN v_any_key THEN v_keys END,
+            CASE WHEN v_any_prio THEN v_prios END);
     -- The key and priority indexes: what a receive looks up out of position order.
-    INSERT INTO keyed (slot, key_hash, pos, target, mslot, id, txid)
-    SELECT v_slot, u.k, v_first + u.o - 1, u.tg, u.slot, u.id, u.txid
-    FROM unnest(v_ids, v_txids, v_slots, v_targets, v_keys) WITH ORDINALITY AS u(id, txid, slot, tg, k, o)
-    WHERE u.k IS NOT NULL;
-    INSERT INTO prio (slot, priority, pos, target, mslot, id, txid)
-    SELECT v_slot, u.pr, v_first + u.o - 1, u.tg, u.slot, u.id, u.txid
-    FROM unnest(v_ids, v_txids, v_slots, v_targets, v_prios) WITH ORDINALITY AS u(id, txid, slot, tg, pr, o)
-    WHERE u.pr <> 0;
+    IF v_any_key THEN
+        INSERT INTO keyed (slot, key_hash, pos, target, mslot, id, txid)
+        SELECT v_slot, u.k, v_first + u.o - 1, u.tg, u.slot, u.id, u.txid
+        FROM unnest(v_ids, v_txids, v_slots, v_targets, v_keys) WITH ORDINALITY AS u(id, txid, slot, tg, k, o)
+        WHERE u.k IS NOT NULL;
+    END IF;
+    IF v_any_prio THEN
+        INSERT INTO prio (slot, priority, pos, target, mslot, id, txid)
+        SELECT v_slot, u.pr, v_first + u.o - 1, u.tg, u.slot, u.id, u.txid
+        FROM unnest(v_ids, v_txids, v_slots, v_targets, v_prios) WITH ORDINALITY AS u(id, txid, slot, tg, pr, o)
+        WHERE u.pr <> 0;
+    END IF;
     RETURN last.last_pos + n;
 END
 $$;
@@ -262,6 +276,7 @@ LANGUAGE plpgsql
 SET search_path = sluice_tmpl, pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
 SET enable_seqscan = off
+SET jit = off
 AS $$
 DECLARE
     head bigint;

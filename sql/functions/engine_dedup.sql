@@ -8,6 +8,7 @@ LANGUAGE plpgsql STABLE
 SET search_path = sluice_tmpl, pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
 SET enable_seqscan = off
+SET jit = off
 AS $$
 BEGIN
     RETURN (SELECT d.msg_id FROM dedup d

@@ -15,6 +15,7 @@ LANGUAGE plpgsql STABLE
 SET search_path = sluice_tmpl, pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
 SET enable_seqscan = off
+SET jit = off
 AS $$
 DECLARE
     g sluice.consumer_group;
@@ -37,6 +38,7 @@ LANGUAGE plpgsql
 SET search_path = sluice_tmpl, pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
 SET enable_seqscan = off
+SET jit = off
 AS $$
 DECLARE
     v_slot constant smallint := p_slot;
@@ -84,6 +86,7 @@ LANGUAGE plpgsql
 SET search_path = sluice_tmpl, pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
 SET enable_seqscan = off
+SET jit = off
 AS $$
 DECLARE
     v_slot constant smallint := p_epoch % 4;
@@ -161,6 +164,7 @@ LANGUAGE plpgsql
 SET search_path = sluice_tmpl, pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
 SET enable_seqscan = off
+SET jit = off
 AS $$
 DECLARE
     q sluice.queue;
@@ -192,6 +196,7 @@ LANGUAGE plpgsql
 SET search_path = sluice_tmpl, pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
 SET enable_seqscan = off
+SET jit = off
 AS $$
 DECLARE
     n bigint;
@@ -231,6 +236,7 @@ LANGUAGE plpgsql
 SET search_path = sluice_tmpl, pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
 SET enable_seqscan = off
+SET jit = off
 AS $$
 DECLARE
     v bigint;
@@ -259,6 +265,7 @@ LANGUAGE plpgsql
 SET search_path = sluice_tmpl, pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
 SET enable_seqscan = off
+SET jit = off
 AS $$
 BEGIN
     INSERT INTO batches (slot, batch_no, first_pos, last_pos, done, cut_at, prev_t, t, prev_snap, snap,

@@ -15,6 +15,7 @@ LANGUAGE plpgsql STABLE
 SET search_path = sluice_tmpl, pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
 SET enable_seqscan = off
+SET jit = off
 AS $$
 DECLARE
     r record;
@@ -46,6 +47,7 @@ LANGUAGE plpgsql STABLE
 SET search_path = sluice_tmpl, pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
 SET enable_seqscan = off
+SET jit = off
 AS $$
 BEGIN
     RETURN EXISTS (SELECT 1 FROM acks a WHERE a.group_id = p_group_id AND a.pos = p_pos);
@@ -62,6 +64,7 @@ LANGUAGE plpgsql STABLE
 SET search_path = sluice_tmpl, pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
 SET enable_seqscan = off
+SET jit = off
 AS $$
 BEGIN
     done := e_done(p_group_id, p_pos);
@@ -79,6 +82,7 @@ LANGUAGE plpgsql STABLE
 SET search_path = sluice_tmpl, pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
 SET enable_seqscan = off
+SET jit = off
 AS $$
 BEGIN
     RETURN (SELECT k.pos FROM keyed k
@@ -96,6 +100,7 @@ LANGUAGE plpgsql STABLE
 SET search_path = sluice_tmpl, pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
 SET enable_seqscan = off
+SET jit = off
 AS $$
 DECLARE
     v bigint := p_pos;
@@ -118,6 +123,7 @@ LANGUAGE plpgsql STABLE
 SET search_path = sluice_tmpl, pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
 SET enable_seqscan = off
+SET jit = off
 AS $$
 BEGIN
     SELECT k.pos, k.mslot, k.id, k.txid INTO pos, mslot, id, txid
@@ -140,6 +146,7 @@ LANGUAGE plpgsql STABLE
 SET search_path = sluice_tmpl, pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
 SET enable_seqscan = off
+SET jit = off
 AS $$
 #variable_conflict use_column
 BEGIN
@@ -170,6 +177,7 @@ LANGUAGE plpgsql STABLE
 SET search_path = sluice_tmpl, pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
 SET enable_seqscan = off
+SET jit = off
 AS $$
 DECLARE
     v bigint;
@@ -202,6 +210,7 @@ LANGUAGE plpgsql
 SET search_path = sluice_tmpl, pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
 SET enable_seqscan = off
+SET jit = off
 AS $$
 DECLARE
     v_now timestamptz := clock_timestamp();
@@ -241,6 +250,7 @@ LANGUAGE plpgsql STABLE
 SET search_path = sluice_tmpl, pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
 SET enable_seqscan = off
+SET jit = off
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -294,6 +304,7 @@ LANGUAGE plpgsql
 SET search_path = sluice_tmpl, pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
 SET enable_seqscan = off
+SET jit = off
 AS $$
 DECLARE
     v_now timestamptz;
@@ -506,7 +517,9 @@ BEGIN
             cuts := 1;
             PERFORM e_cut(q.id);
         END IF;
-        FOR r IN SELECT * FROM e_prio_take(g.id, true, v_cursor, NULL, need, v_lvp, v_lvpos) LOOP
+        FOR r IN SELECT * FROM e_prio_take(g.id, true, v_cursor, NULL, need, v_lvp, v_lvpos)
+                 -- (a queue that never saw a priority skips the call)
+                 WHERE EXISTS (SELECT 1 FROM prio p WHERE p.priority > 0) LOOP
             k_pos := k_pos || r.pos;
             k_id := k_id || r.id;
             k_txid := k_txid || r.txid;
@@ -604,7 +617,8 @@ BEGIN
     -- 5. Unkeyed messages with a priority below 0, once everything else
     -- numbered is taken: level by level, each from the last one taken.
     IF need > 0 THEN
-        FOR r IN SELECT * FROM e_prio_take(g.id, false, v_lwm - 1, v_cursor, need, v_lvp, v_lvpos) LOOP
+        FOR r IN SELECT * FROM e_prio_take(g.id, false, v_lwm - 1, v_cursor, need, v_lvp, v_lvpos)
+                 WHERE EXISTS (SELECT 1 FROM prio p WHERE p.priority < 0) LOOP
             k_pos := k_pos || r.pos;
             k_id := k_id || r.id;
             k_txid := k_txid || r.txid;

@@ -7,6 +7,7 @@ LANGUAGE plpgsql STABLE
 SET search_path = sluice_tmpl, pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
 SET enable_seqscan = off
+SET jit = off
 AS $$
 DECLARE
     g sluice.consumer_group;

@@ -208,3 +208,49 @@ BEGIN
     PERFORM pg_advisory_xact_lock(sluice._lock_ns('dedup'), hashtext(p_key) # p_queue_id);
 END
 $$;
+
+-- _receive_commit: let the receiving transaction commit asynchronously
+-- (synchronous_commit off until it ends), remembering the caller's setting.
+-- A receive writes leases and cursors (unlogged: lost in a crash anyway) and
+-- sometimes a cut, a dead letter or a checkpoint (logged). Losing those in a
+-- crash loses nothing: anything durable that depends on them (an ack, a
+-- checkpoint, a send) commits later, and its synchronous commit flushes the
+-- write-ahead log up to itself, the receive's records included; what was not
+-- flushed is cut again. Without a flush to wait for, the group's dispatch
+-- lock is held for CPU time only. ack, nack, extend, send and send_batch in
+-- the same transaction restore the caller's setting (_durable_commit), so a
+-- transaction that receives and completes commits as the caller asked.
+-- Setting sluice.durable_receive to on keeps the caller's setting.
+CREATE OR REPLACE FUNCTION sluice._receive_commit()
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF current_setting('synchronous_commit') <> 'off'
+       AND coalesce(current_setting('sluice.durable_receive', true), '') NOT IN ('on', 'true', '1')
+       AND coalesce(current_setting('sluice.caller_synchronous_commit', true), '') = '' THEN
+        PERFORM set_config('sluice.caller_synchronous_commit', current_setting('synchronous_commit'), true);
+        PERFORM set_config('synchronous_commit', 'off', true);
+    END IF;
+END
+$$;
+
+-- _durable_commit: undo _receive_commit for the rest of the transaction: it
+-- completes or sends messages, so it commits with the caller's
+-- synchronous_commit. Callers test sluice.caller_synchronous_commit first
+-- (set only after a receive in this transaction) to keep their hot path short.
+CREATE OR REPLACE FUNCTION sluice._durable_commit()
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v text := current_setting('sluice.caller_synchronous_commit', true);
+BEGIN
+    IF coalesce(v, '') <> '' THEN
+        PERFORM set_config('synchronous_commit', v, true);
+        PERFORM set_config('sluice.caller_synchronous_commit', '', true);
+    END IF;
+END
+$$;

@@ -46,6 +46,9 @@ DECLARE
     v_id bigint;
     v_now timestamptz;
 BEGIN
+    IF current_setting('sluice.caller_synchronous_commit', true) <> '' THEN
+        PERFORM sluice._durable_commit();   -- after a receive in this transaction
+    END IF;
     -- The hot path: one lookup for everything send needs, then one INSERT.
     SELECT q.id, (SELECT e.epoch FROM sluice.epoch e WHERE e.queue_id = q.id ORDER BY e.epoch DESC LIMIT 1) % 4,
            q.id_seq, q.max_payload, q.notify, q.dedup_window
@@ -141,6 +144,9 @@ DECLARE
     j int := 0;
     r record;
 BEGIN
+    IF current_setting('sluice.caller_synchronous_commit', true) <> '' THEN
+        PERFORM sluice._durable_commit();   -- after a receive in this transaction
+    END IF;
     IF send_batch.bodies IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'SL006', MESSAGE = 'bodies must not be NULL';
     END IF;

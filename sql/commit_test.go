@@ -1,0 +1,145 @@
+package sqlsrc_test
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestReceiveCommitsAsynchronously: a receive turns synchronous_commit off
+// for the rest of its transaction; ack, nack, extend, send and send_batch in
+// that transaction set the caller's value back (whatever it was), and
+// sluice.durable_receive = on keeps it throughout. Nothing leaks past the
+// transaction.
+func TestReceiveCommitsAsynchronously(t *testing.T) {
+	b := setup(t)
+	b.createQueue("sc", `{"lease": "30 seconds"}`)
+	for range 8 {
+		b.send(b.pool, "sc", `{}`)
+	}
+	conn, err := b.pool.Acquire(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	show := func(db q) string {
+		t.Helper()
+		var v string
+		if err := db.QueryRow(b.ctx, `SHOW synchronous_commit`).Scan(&v); err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+
+	// completing (or sending) after a receive restores the caller's value,
+	// not just "on"
+	restore := map[string]string{
+		"ack":        `SELECT sluice.ack('sc', 'default', ARRAY[$1])`,
+		"nack":       `SELECT sluice.nack('sc', 'default', $1, '0 seconds')`,
+		"extend":     `SELECT sluice.extend('sc', 'default', ARRAY[$1], '1 minute')`,
+		"send":       `SELECT sluice.send('sc', '{}') WHERE $1::text IS NOT NULL`,
+		"send_batch": `SELECT sluice.send_batch('sc', ARRAY['{}'::jsonb]) WHERE $1::text IS NOT NULL`,
+	}
+	for name, stmt := range restore {
+		for _, caller := range []string{"on", "remote_write", "local"} {
+			if _, err := conn.Exec(b.ctx, `SET synchronous_commit = `+caller); err != nil {
+				t.Fatal(err)
+			}
+			tx, err := conn.Begin(b.ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ms, err := receiveOn(b.ctx, tx, "sc", "default", 1, "30 seconds")
+			if err != nil || len(ms) != 1 {
+				t.Fatalf("%s: receive: %v, %d messages", name, err, len(ms))
+			}
+			if v := show(tx); v != "off" {
+				t.Fatalf("%s: after receive synchronous_commit = %s, want off", name, v)
+			}
+			if _, err := tx.Exec(b.ctx, stmt, ms[0].Receipt); err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			if v := show(tx); v != caller {
+				t.Fatalf("%s: after %s synchronous_commit = %s, want the caller's %s", name, name, v, caller)
+			}
+			if err := tx.Commit(b.ctx); err != nil {
+				t.Fatal(err)
+			}
+			if v := show(conn); v != caller {
+				t.Fatalf("%s: after commit synchronous_commit = %s, want %s", name, v, caller)
+			}
+		}
+	}
+	if _, err := conn.Exec(b.ctx, `RESET synchronous_commit`); err != nil {
+		t.Fatal(err)
+	}
+
+	// a receive in its own transaction leaves the session as it was
+	if _, err := receiveOn(b.ctx, conn, "sc", "default", 1, "30 seconds"); err != nil {
+		t.Fatal(err)
+	}
+	if v := show(conn); v != "on" {
+		t.Fatalf("after an autocommit receive synchronous_commit = %s, want on", v)
+	}
+
+	// the opt-out, and a caller already at off
+	for _, c := range []struct{ set, want string }{
+		{`SET sluice.durable_receive = on`, "on"},
+		{`SET synchronous_commit = off`, "off"},
+	} {
+		if _, err := conn.Exec(b.ctx, `RESET ALL`); err != nil {
+			t.Fatal(err)
+		}
+		tx, err := conn.Begin(b.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Exec(b.ctx, c.set); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := receiveOn(b.ctx, tx, "sc", "default", 1, "30 seconds"); err != nil {
+			t.Fatal(err)
+		}
+		if v := show(tx); v != c.want {
+			t.Fatalf("%s: after receive synchronous_commit = %s, want %s", c.set, v, c.want)
+		}
+		if err := tx.Rollback(b.ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestEngineFunctionsTurnJITOff: every engine function that disables
+// sequential scans also disables JIT (a plan that keeps a disabled seq scan
+// is costed at 1e10 and would be JIT-compiled on every run), in the
+// templates and in each queue's copies.
+func TestEngineFunctionsTurnJITOff(t *testing.T) {
+	b := setup(t)
+	b.createQueue("jit", `{}`)
+	rows, err := b.pool.Query(b.ctx, `
+		SELECT n.nspname || '.' || p.proname, coalesce(array_to_string(p.proconfig, ' '), '')
+		FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+		WHERE n.nspname = 'sluice_tmpl' OR n.nspname LIKE 'sluice\_q%'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	seen := 0
+	for rows.Next() {
+		var name, config string
+		if err := rows.Scan(&name, &config); err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(config, "enable_seqscan=off") {
+			seen++
+			if !strings.Contains(config, "jit=off") {
+				t.Errorf("%s disables seq scans but not JIT (%s)", name, config)
+			}
+		}
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if seen < 20 {
+		t.Fatalf("only %d engine functions disable seq scans: the catalog query is wrong", seen)
+	}
+}
