@@ -81,7 +81,8 @@ const maxErrorText = 10000
 // It receives in batches, in short transactions of their own; renews the
 // leases of running handlers (heartbeat); acknowledges a message when its
 // handler returns nil (acks are batched: those that complete while an ack is
-// in flight go together in the next one) and gives it back with the error
+// in flight go together in the next one; within a run of one key's messages
+// each is acknowledged before the next is handled) and gives it back with the error
 // text when the handler fails or panics. When the queue is empty it waits
 // for a NOTIFY from a committed send (LISTEN on a dedicated connection taken
 // from the pool) or for the poll interval, whichever comes first.
@@ -308,14 +309,18 @@ func (w *worker) start(msg *Message, handlers *sync.WaitGroup) {
 	handlers.Add(1)
 	go func() {
 		defer handlers.Done()
-		w.handle(j)
+		w.handle(j, false)
 	}()
 }
 
 // startRun runs the handlers of msgs, messages of one ordering key in the
 // order they were received, one after the other on a goroutine of their own.
-// After a failure the rest are not handled: the engine's nack of the failed
-// message released them, and they come back after it.
+// Each message but the last is acknowledged before the next one is handled,
+// on its own: were its ack to fail while a later one's succeeded, it would
+// come back after that later message. After a failure (of a handler or of
+// such an ack) the rest are not handled: the engine's nack of the failed
+// message released them, and they come back after it (or, after a failed
+// ack, when their leases expire, still in order).
 func (w *worker) startRun(msgs []*Message, handlers *sync.WaitGroup) {
 	jobs := make([]*job, len(msgs))
 	for i, m := range msgs {
@@ -325,12 +330,12 @@ func (w *worker) startRun(msgs []*Message, handlers *sync.WaitGroup) {
 	go func() {
 		defer handlers.Done()
 		failed := false
-		for _, j := range jobs {
+		for i, j := range jobs {
 			if failed {
 				w.untrack(j)
 				continue
 			}
-			failed = !w.handle(j)
+			failed = !w.handle(j, i < len(jobs)-1)
 		}
 	}()
 }
@@ -355,12 +360,19 @@ func (w *worker) untrack(j *job) (released bool) {
 	return released
 }
 
-// handle runs the handler of j, then acks or nacks its message. It reports
-// whether the handler succeeded.
-func (w *worker) handle(j *job) bool {
+// handle runs the handler of j, then acks or nacks its message: the ack goes
+// to the batching acker, or is made at once if ackNow is set. It reports
+// whether the handler succeeded (and the ack made at once did too).
+func (w *worker) handle(j *job, ackNow bool) bool {
 	err := w.call(&j.msg)
 	switch released := w.untrack(j); {
 	case released:
+	case err == nil && ackNow:
+		if _, aerr := ack(w.bg, w.client.pool, w.queue, w.group, []string{j.msg.Receipt}); aerr != nil {
+			w.o.Logger.Error("sluice: ack failed; the message and the rest of its key's run are redelivered when their leases expire",
+				"queue", w.queue, "group", w.group, "id", j.msg.ID, "error", aerr)
+			return false
+		}
 	case err == nil:
 		w.acks <- j.msg.Receipt
 	default:

@@ -344,3 +344,72 @@ func TestConsumeKeepsKeyOrder(t *testing.T) {
 		t.Error("no handler failed: the test did not exercise retries")
 	}
 }
+
+// TestConsumeRunAckFailureKeepsOrder: when the ack of a message in the
+// middle of a key's run fails, the worker does not go on with the rest of the
+// run, so no later message of the key completes before it. A trigger makes
+// the first ack of the key's first message fail.
+func TestConsumeRunAckFailureKeepsOrder(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.createQueue("runack", &sluice.QueueOptions{Lease: time.Second})
+	msgs := make([]sluice.BatchMessage, 3)
+	for i := range msgs {
+		msgs[i] = sluice.BatchMessage{Body: []byte(fmt.Sprint(i)), Key: "k"}
+	}
+	ids, err := b.client.SendBatch(b.ctx, "runack", msgs, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var qid int
+	if err := b.pool.QueryRow(b.ctx, `SELECT id FROM sluice.queue WHERE name = 'runack'`).Scan(&qid); err != nil {
+		t.Fatal(err)
+	}
+	// The first message's position: the first receive numbers it first.
+	for _, stmt := range []string{
+		`CREATE SEQUENCE public.runack_fail`,
+		fmt.Sprintf(`CREATE FUNCTION public.runack_fail() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			IF NEW.pos = (SELECT min(m.first_pos) FROM sluice_q%d.batches m WHERE m.last_pos >= m.first_pos)
+			   AND nextval('public.runack_fail') = 1 THEN
+				RAISE EXCEPTION 'injected ack failure';
+			END IF;
+			RETURN NEW;
+		END $$`, qid),
+		fmt.Sprintf(`CREATE TRIGGER runack_fail BEFORE INSERT ON sluice_q%d.acks FOR EACH ROW EXECUTE FUNCTION public.runack_fail()`, qid),
+	} {
+		if _, err := b.pool.Exec(b.ctx, stmt); err != nil {
+			t.Fatalf("%s: %v", stmt, err)
+		}
+	}
+	var mu sync.Mutex
+	var handled []int // bodies, in the order their handlers succeeded
+	b.consume("runack", "default", func(ctx context.Context, m *sluice.Message) error {
+		var body int
+		if _, err := fmt.Sscan(string(m.Body), &body); err != nil {
+			return err
+		}
+		time.Sleep(20 * time.Millisecond) // so that each ack would go alone
+		mu.Lock()
+		handled = append(handled, body)
+		mu.Unlock()
+		return nil
+	}, &sluice.ConsumeOptions{Concurrency: 4, BatchSize: 10, Logger: quiet})
+	b.eventually(30*time.Second, "all messages acknowledged", func() bool {
+		s := b.status("runack", "default")
+		return s.Ready == 0 && s.InFlight == 0 && s.Lag == 0
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if len(handled) < len(ids)+1 {
+		t.Fatalf("handled %v: the injected ack failure did not happen", handled)
+	}
+	// after body i succeeded, no earlier body may be handled again
+	for i := 1; i < len(handled); i++ {
+		for j := 0; j < i; j++ {
+			if handled[i] < handled[j] {
+				t.Fatalf("handled %v: message %d handled again after message %d had completed", handled, handled[i], handled[j])
+			}
+		}
+	}
+}
