@@ -113,6 +113,33 @@ func TestKeyedDeadLetterUnblocksTheKey(t *testing.T) {
 	}
 }
 
+// A message that becomes a dead letter in the middle of a run releases the
+// rest of the run, as a retry does: the key goes on at once, not when the
+// rest's leases expire.
+func TestKeyedDeadLetterReleasesTheRun(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.createQueue("q", `{"max_attempts": 2, "lease": "1 hour"}`)
+	k1 := b.sendKeyed("q", `1`, "k", 0)
+	k2 := b.sendKeyed("q", `2`, "k", 0)
+	k3 := b.sendKeyed("q", `3`, "k", 0)
+	for attempt := 1; attempt <= 2; attempt++ {
+		run := b.receive("q", "default", 10, "")
+		wantIDs(t, fmt.Sprintf("run of attempt %d", attempt), run, k1, k2, k3)
+		b.nack("q", "default", run[0].Receipt, "0", "poison")
+	}
+	rest := b.receive("q", "default", 10, "")
+	wantIDs(t, "after the dead letter", rest, k2, k3)
+	for _, m := range rest {
+		if m.Attempt != 1 {
+			t.Fatalf("released message %d has attempt %d, want 1 (a release is not an attempt)", m.ID, m.Attempt)
+		}
+	}
+	if n := b.int64("SELECT count(*) FROM sluice.dead_letters('q', 'default')"); n != 1 {
+		t.Fatalf("%d dead letters, want 1", n)
+	}
+}
+
 // Expired leases of a run are delivered again in order; a message behind an
 // expired one is not delivered before it.
 func TestKeyedLeaseExpiryKeepsOrder(t *testing.T) {

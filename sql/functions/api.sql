@@ -119,7 +119,8 @@ $$;
 -- dead letter of the group, with the error. A keyed message is retried in
 -- place: the later messages of its key wait for it, and those of them still
 -- leased (the rest of a run) are released: their receipts go stale and they
--- come back after it, with the same attempt number. Waits for a receive of
+-- come back after it, with the same attempt number (also when it becomes a
+-- dead letter: then they come back at once). Waits for a receive of
 -- the group in progress.
 --
 -- Parameters:

@@ -57,6 +57,48 @@ BEGIN
 END
 $$;
 
+-- e_release_run: release the later messages of a key still leased after
+-- position p_pos (the rest of a run a consumer received with the message at
+-- p_pos, which failed): their receipts go stale, and they are delivered
+-- again, with the same attempt number, once the message at p_pos is
+-- completed (at once if it already is). Stops at the first later position
+-- that is completed, not leased, parked or expired.
+--
+-- Parameters:
+--   p_group_id  group id
+--   p_key       the key's hash
+--   p_pos       the failed message's position
+--   p_now       the time of the release (due time of the parked rows)
+-- Returns: how many messages were released
+CREATE OR REPLACE FUNCTION sluice_tmpl.e_release_run(p_group_id int, p_key bigint, p_pos bigint, p_now timestamptz)
+RETURNS int
+LANGUAGE plpgsql
+SET search_path = sluice_tmpl, pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+SET jit = off
+AS $$
+DECLARE
+    v_pos bigint := p_pos;
+    n int := 0;
+    nx record;
+    ps record;
+BEGIN
+    LOOP
+        SELECT * INTO nx FROM e_key_next(p_group_id, p_key, v_pos);
+        EXIT WHEN nx.pos IS NULL;
+        SELECT * INTO ps FROM e_pos(p_group_id, nx.pos);
+        EXIT WHEN ps.done OR ps.attempt IS NULL OR ps.parked OR ps.expires <= p_now;
+        INSERT INTO deliveries (slot, group_id, pos, attempt, token, msg_id, txid, expires_at, delivered_at,
+                                consumer, key_hash)
+        VALUES (nx.mslot, p_group_id, nx.pos, ps.attempt, 0, nx.id, nx.txid, p_now, p_now, NULL, p_key);
+        v_pos := nx.pos;
+        n := n + 1;
+    END LOOP;
+    RETURN n;
+END
+$$;
+
 -- e_nack: the body of sluice.nack for this queue (see there).
 CREATE OR REPLACE FUNCTION sluice_tmpl.e_nack(q sluice.queue, g sluice.consumer_group, p_receipt text,
                                               p_delay interval, p_error text)
@@ -74,9 +116,6 @@ DECLARE
     v_delay interval;
     v_now timestamptz;
     v_key bigint;
-    v_pos bigint;
-    nx record;
-    ps record;
 BEGIN
     -- Wait for a receive of the group in progress (and make it wait): the
     -- parked rows written below then become visible before the next receive
@@ -90,7 +129,14 @@ BEGIN
     SELECT * INTO m FROM messages mm WHERE mm.slot = c.slot AND mm.txid = c.txid AND mm.id = c.msg_id;
     v_attempts := m.attempt_base + c.attempt;
     IF v_attempts >= q.max_attempts THEN
-        RETURN e_dead_letter(q.id, g.id, c.slot, c.pos, c.txid, c.msg_id, v_attempts, p_error);
+        IF NOT e_dead_letter(q.id, g.id, c.slot, c.pos, c.txid, c.msg_id, v_attempts, p_error) THEN
+            RETURN false;
+        END IF;
+        IF m.key IS NOT NULL THEN
+            -- the rest of its run comes back at once, now that it is completed
+            PERFORM e_release_run(g.id, hashtextextended(m.key, 0), c.pos, clock_timestamp());
+        END IF;
+        RETURN true;
     END IF;
     v_now := clock_timestamp();
     v_delay := coalesce(p_delay, least(q.backoff_max, q.backoff_base * power(2, least(v_attempts - 1, 40))));
@@ -102,21 +148,7 @@ BEGIN
         INSERT INTO deliveries (slot, group_id, pos, attempt, token, msg_id, txid, expires_at, delivered_at,
                                 consumer, key_hash)
         VALUES (c.slot, g.id, c.pos, c.attempt + 1, 0, c.msg_id, c.txid, v_now + v_delay, v_now, NULL, v_key);
-        -- The later messages of the key still leased (the rest of a run a
-        -- consumer received with this one) are released: their receipts go
-        -- stale, and they are delivered again, with the same attempt number,
-        -- after this one is completed.
-        v_pos := c.pos;
-        LOOP
-            SELECT * INTO nx FROM e_key_next(g.id, v_key, v_pos);
-            EXIT WHEN nx.pos IS NULL;
-            SELECT * INTO ps FROM e_pos(g.id, nx.pos);
-            EXIT WHEN ps.done OR ps.attempt IS NULL OR ps.parked OR ps.expires <= v_now;
-            INSERT INTO deliveries (slot, group_id, pos, attempt, token, msg_id, txid, expires_at, delivered_at,
-                                    consumer, key_hash)
-            VALUES (nx.mslot, g.id, nx.pos, ps.attempt, 0, nx.id, nx.txid, v_now, v_now, NULL, v_key);
-            v_pos := nx.pos;
-        END LOOP;
+        PERFORM e_release_run(g.id, v_key, c.pos, v_now);
         RETURN true;
     END IF;
     INSERT INTO acks (slot, group_id, pos, kind, acked_at)
