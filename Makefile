@@ -31,13 +31,13 @@ demo:
 	$(GO) build -o $(BIN)/sluice ./cmd/sluice
 	$(BIN)/sluice demo $(DEMOFLAGS)
 
-## bench: build sluice and run the default benchmark set (about 10 minutes)
+## bench: build sluice and run the default benchmark set (about 13 minutes)
 ## on the embedded PostgreSQL, or on DATABASE_URL if set; results go to
 ## bench/results/<timestamp>/. BENCHFLAGS adds or overrides flags.
 BENCHFLAGS ?=
 bench:
 	$(GO) build -o $(BIN)/sluice ./cmd/sluice
-	$(BIN)/sluice bench send drain keyed latency steady shootout xmin \
+	$(BIN)/sluice bench send drain keyed latency steady shootout app xmin \
 		--xmin-duration 2m --interval 30s --xmin-systems sluice,skiplocked $(BENCHFLAGS)
 
 ## test: vet, staticcheck, then the Go tests

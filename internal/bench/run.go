@@ -1,8 +1,8 @@
 // Package bench runs sluice's benchmark scenarios against a PostgreSQL
 // server: sluice alone (send, drain, latency, steady, xmin) and side by side
-// with a DIY SKIP LOCKED table and PGMQ (shootout). Each scenario makes its
-// queues afresh, prints a progress line every second and a Markdown table,
-// and adds a Result (tables, charts) to the run's Report.
+// with a DIY SKIP LOCKED table, PGMQ and River (shootout). Each scenario
+// makes its queues afresh, prints a progress line every second and a
+// Markdown table, and adds a Result (tables, charts) to the run's Report.
 package bench
 
 import (
@@ -20,7 +20,7 @@ import (
 )
 
 // Scenarios are the scenario names Run accepts, in the order of "all".
-var scenarioNames = []string{"send", "drain", "keyed", "latency", "steady", "shootout", "xmin"}
+var scenarioNames = []string{"send", "drain", "keyed", "latency", "steady", "shootout", "app", "xmin"}
 
 // Scenarios returns the names of the scenarios.
 func Scenarios() []string { return slices.Clone(scenarioNames) }
@@ -60,8 +60,8 @@ type Options struct {
 	// Poll is how long an idle consumer sleeps before receiving again
 	// (1ms).
 	Poll time.Duration
-	// Systems are compared by shootout (sluice, skiplocked, pgmq) and by
-	// xmin (sluice).
+	// Systems are compared by shootout (sluice, skiplocked, pgmq, river)
+	// and by xmin (sluice).
 	Systems []string
 	// XminSystems are the systems of the xmin scenario (default: Systems,
 	// else sluice).
@@ -72,6 +72,9 @@ type Options struct {
 	// Retention sets the retention option of sluice's queue (0: the
 	// engine's default).
 	Retention time.Duration
+	// DrainLimit is how long the app scenario waits, after its push, for
+	// the backlog to drain (2m).
+	DrainLimit time.Duration
 }
 
 // MaxConnections is how many connections a run with o may use at once.
@@ -137,6 +140,8 @@ func Run(ctx context.Context, scenarios []string, o Options) (*Report, error) {
 			res, err = r.xmin(ctx)
 		case "shootout":
 			res, err = r.shootout(ctx)
+		case "app":
+			res, err = r.app(ctx)
 		default:
 			return rep, fmt.Errorf("unknown scenario %q (known: %s)", name, strings.Join(scenarioNames, ", "))
 		}

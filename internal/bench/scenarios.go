@@ -2,10 +2,12 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -23,8 +25,10 @@ func (r *runner) newSystem(name string) (system, error) {
 		return &tableSystem{table: "bare"}, nil
 	case "pgmq":
 		return pgmqSystem{}, nil
+	case "river":
+		return newRiverSystem(r.o.Pool, r.o.Poll, r.o.Out), nil
 	}
-	return nil, fmt.Errorf("unknown system %q (known: sluice, skiplocked, pgmq; xmin: sluice, skiplocked, or pgmq when installed)", name)
+	return nil, fmt.Errorf("unknown system %q (known: sluice, skiplocked, pgmq, river; xmin: sluice, skiplocked, river, or pgmq when installed)", name)
 }
 
 // systems returns the systems named by --systems, else def.
@@ -65,6 +69,58 @@ func (r *runner) cleanupAll(ctx context.Context, systems ...system) {
 	}
 }
 
+// producers runs fn on n goroutines for s: each with its own connection,
+// or with none (nil) for a clientSystem, whose client takes connections from
+// its pool as it sends.
+func (r *runner) producers(ctx context.Context, s system, n int, fn func(ctx context.Context, i int, conn *pgxpool.Conn) error) error {
+	if _, ok := s.(clientSystem); !ok {
+		return r.workers(ctx, n, fn)
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = fn(ctx, i, nil)
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	return ctx.Err()
+}
+
+// consumers runs n consumers of s, receiving batches of up to b, until
+// deadline or until enough (if not nil) returns true: consumeLoop on a
+// connection each, or the client's own consumers for a clientSystem.
+func (r *runner) consumers(ctx context.Context, s system, n, b int, deadline time.Time, enough func() bool, c *counters, lat *recorder) error {
+	if cs, ok := s.(clientSystem); ok {
+		return cs.runConsumers(ctx, n, b, deadline, enough, c, lat)
+	}
+	return r.workers(ctx, n, func(ctx context.Context, _ int, conn *pgxpool.Conn) error {
+		return r.consumeLoop(ctx, conn, s, b, deadline, enough, c, lat)
+	})
+}
+
+// produceAndConsume runs producers and consumers together and returns
+// their errors; stopped, if not nil, is set once every producer returned.
+func produceAndConsume(producers, consumers func() error, stopped *atomic.Bool) error {
+	var perr error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		perr = producers()
+		if stopped != nil {
+			stopped.Store(true)
+		}
+	}()
+	cerr := consumers()
+	<-done
+	return errors.Join(perr, cerr)
+}
+
 // sendCell measures p producers sending batches of b for d.
 func (r *runner) sendCell(ctx context.Context, s system, p, b int, d time.Duration) (*cell, error) {
 	if err := s.setup(ctx, r.o.Pool); err != nil {
@@ -73,7 +129,7 @@ func (r *runner) sendCell(ctx context.Context, s system, p, b int, d time.Durati
 	c := &counters{}
 	deadline := time.Now().Add(d)
 	return r.watch(ctx, fmt.Sprintf("send %s p=%d b=%d", s.name(), p, b), c, nil, func() error {
-		return r.workers(ctx, p, func(ctx context.Context, _ int, conn *pgxpool.Conn) error {
+		return r.producers(ctx, s, p, func(ctx context.Context, _ int, conn *pgxpool.Conn) error {
 			return r.produce(ctx, conn, s, b, deadline, c)
 		})
 	})
@@ -92,9 +148,7 @@ func (r *runner) drainCell(ctx context.Context, s system, consumers, b, n int, d
 	deadline := time.Now().Add(d)
 	enough := func() bool { return c.done.Load() >= int64(n) }
 	return r.watch(ctx, fmt.Sprintf("drain %s c=%d b=%d", s.name(), consumers, b), c, nil, func() error {
-		return r.workers(ctx, consumers, func(ctx context.Context, _ int, conn *pgxpool.Conn) error {
-			return r.consumeLoop(ctx, conn, s, b, deadline, enough, c, nil)
-		})
+		return r.consumers(ctx, s, consumers, b, deadline, enough, c, nil)
 	})
 }
 
@@ -112,16 +166,13 @@ func (r *runner) steadyCell(ctx context.Context, label string, s system, p, cons
 	var stopped atomic.Bool
 	caughtUp := func() bool { return stopped.Load() && c.done.Load() >= c.sent.Load() }
 	res, err := r.watch(ctx, label, c, e2e, func() error {
-		return r.workers(ctx, p+consumers, func(ctx context.Context, i int, conn *pgxpool.Conn) error {
-			if i < p {
-				err := r.producePaced(ctx, conn, s, float64(rate)/float64(p), deadline, c, sendLat)
-				if i == 0 {
-					stopped.Store(true)
-				}
-				return err
-			}
-			return r.consumeLoop(ctx, conn, s, b, deadline.Add(2*time.Second), caughtUp, c, e2e)
-		})
+		return produceAndConsume(func() error {
+			return r.producers(ctx, s, p, func(ctx context.Context, _ int, conn *pgxpool.Conn) error {
+				return r.producePaced(ctx, conn, s, float64(rate)/float64(p), deadline, c, sendLat)
+			})
+		}, func() error {
+			return r.consumers(ctx, s, consumers, b, deadline.Add(2*time.Second), caughtUp, c, e2e)
+		}, &stopped)
 	})
 	return res, c, err
 }
@@ -276,12 +327,22 @@ func (r *runner) latency(ctx context.Context) (*Result, error) {
 		t.Rows = append(t.Rows, []string{s.name(), what, fmtMS(l.P50), fmtMS(l.P95), fmtMS(l.P99), fmtMS(l.Max), fmt.Sprint(l.Count)})
 		cdf = append(cdf, Series{Name: s.name() + " " + strings.SplitN(what, ":", 2)[0], Points: CDFPoints(sorted, 100)})
 	}
+	notes := []string{"End-to-end: the producer stamps clock_timestamp() into the body in its send statement (before its commit); the consumer's receive query computes clock_timestamp() minus that stamp, as in PgQue's methodology.",
+		"The consumer polls every " + r.o.Poll.String() + " when idle and does not use LISTEN/NOTIFY; the Go worker's default poll interval is 500 ms, with NOTIFY wake-ups."}
 	for _, s := range systems {
+		if _, ok := s.(clientSystem); ok {
+			notes = append(notes, s.name()+" is sent and consumed through its client (bench/README.md): its consumer is the client's workers (MaxWorkers = consumers x batch), which also LISTEN; end-to-end is from its own timestamps by the server clock (fetch time minus insert transaction time); it has no receive call to time.")
+		}
 		sendLat, e2e := &recorder{}, &recorder{}
 		if _, _, err := r.steadyCell(ctx, fmt.Sprintf("latency %s %d msg/s", s.name(), rate), s, p, 1, b, rate, d, sendLat, e2e); err != nil {
 			return nil, err
 		}
 		row(s, "producer: send → commit (client round trip)", sendLat.sorted())
+		if _, ok := s.(clientSystem); ok {
+			// No receive call to time: the client's workers fetch.
+			row(s, "end-to-end: send → consumer sees it (server clock)", e2e.sorted())
+			continue
+		}
 		for _, rb := range []int{1, 100} {
 			recv, err := r.receiveLatency(ctx, s, rb, min(r.o.Preload, 20000), min(d, 5*time.Second))
 			if err != nil {
@@ -295,8 +356,7 @@ func (r *runner) latency(ctx context.Context) (*Result, error) {
 		Params: map[string]any{"rate": rate, "producers": p, "consumer_batch": b, "duration_s": d.Seconds(), "poll_ms": r.o.Poll.Seconds() * 1000},
 		Tables: []Table{t},
 		Charts: []Chart{{File: "latency-cdf.svg", Title: "latency CDF", XLabel: "milliseconds (log scale)", YLabel: "fraction of messages", LogX: true, Series: cdf}},
-		Notes: []string{"End-to-end: the producer stamps clock_timestamp() into the body in its send statement (before its commit); the consumer's receive query computes clock_timestamp() minus that stamp, as in PgQue's methodology.",
-			"The consumer polls every " + r.o.Poll.String() + " when idle and does not use LISTEN/NOTIFY; the Go worker's default poll interval is 500 ms, with NOTIFY wake-ups."},
+		Notes:  notes,
 	}, nil
 }
 
@@ -533,39 +593,58 @@ func (r *runner) xminSteady(ctx context.Context, s system, p, consumers, b, rate
 	ready <- c
 	deadline := time.Now().Add(d)
 	return r.watch(ctx, fmt.Sprintf("xmin %s %d+%d %d msg/s", s.name(), p, consumers, rate), c, e2e, func() error {
-		return r.workers(ctx, p+consumers, func(ctx context.Context, i int, conn *pgxpool.Conn) error {
-			if i < p {
+		return produceAndConsume(func() error {
+			return r.producers(ctx, s, p, func(ctx context.Context, _ int, conn *pgxpool.Conn) error {
 				return r.producePaced(ctx, conn, s, float64(rate)/float64(p), deadline, c, nil)
-			}
-			return r.consumeLoop(ctx, conn, s, b, deadline, nil, c, e2e)
-		})
+			})
+		}, func() error {
+			return r.consumers(ctx, s, consumers, b, deadline, nil, c, e2e)
+		}, nil)
 	})
 }
 
 func (r *runner) shootout(ctx context.Context) (*Result, error) {
-	systems, err := r.systems("sluice", "skiplocked", "pgmq")
+	all, err := r.systems("sluice", "skiplocked", "pgmq", "river")
 	if err != nil {
 		return nil, err
 	}
 	var notes []string
-	for i, s := range systems {
-		if _, ok := s.(pgmqSystem); !ok {
-			continue
-		}
-		version, remove, err := installPGMQ(ctx, r.o.Pool, r.o.PGMQWheel)
-		if err != nil {
-			fmt.Fprintf(r.o.Out, "PGMQ skipped: %v\n", err)
-			notes = append(notes, fmt.Sprintf("PGMQ skipped: %v", err))
-			systems = slices.Delete(systems, i, i+1)
-			break
-		}
-		defer func() {
-			if err := remove(context.WithoutCancel(ctx)); err != nil {
-				fmt.Fprintf(r.o.Out, "cleanup: %v\n", err)
+	skip := func(s system, err error) {
+		fmt.Fprintf(r.o.Out, "%s skipped: %v\n", s.name(), err)
+		notes = append(notes, fmt.Sprintf("%s skipped: %v", s.name(), err))
+	}
+	var systems []system
+	for _, s := range all {
+		switch s := s.(type) {
+		case pgmqSystem:
+			version, remove, err := installPGMQ(ctx, r.o.Pool, r.o.PGMQWheel)
+			if err != nil {
+				skip(s, err)
+				continue
 			}
-		}()
-		notes = append(notes, fmt.Sprintf("PGMQ %s, installed for the run from the SQL script of the pgmq PyPI wheel and removed afterwards.", version))
-		break
+			defer func() {
+				if err := remove(context.WithoutCancel(ctx)); err != nil {
+					fmt.Fprintf(r.o.Out, "cleanup: %v\n", err)
+				}
+			}()
+			notes = append(notes, fmt.Sprintf("PGMQ %s, installed for the run from the SQL script of the pgmq PyPI wheel and removed afterwards.", version))
+		case *riverSystem:
+			// A trial install, so that a database where River cannot
+			// run (no CREATE on it, ...) skips River, not the run.
+			err := s.setup(ctx, r.o.Pool)
+			if cerr := s.cleanup(context.WithoutCancel(ctx), r.o.Pool); err == nil {
+				err = cerr
+			}
+			if err != nil {
+				skip(s, err)
+				continue
+			}
+			notes = append(notes,
+				fmt.Sprintf("River %s (Go module %s, driver riverpgxv5), installed by rivermigrate into the schema %s for every cell and migrated down and dropped afterwards. Client settings: %s.", s.version(), riverModule, riverSchema, s.settings()),
+				"River is driven by its client: batch 1 is one Insert (its own transaction), batch 100 one InsertMany (one transaction); consumers are the workers of one started river.Client running a no-op job, which completes through River's batched completer. River has no receive batch size (a fetch takes as many jobs as there are idle workers), so both of its drain rows run the same configuration.",
+				"River's end-to-end latency is by the server clock too, from River's own timestamps, read by the worker: attempted_at (now() of the fetch that hands the job to a worker) minus created_at (now() of the insert transaction, which Insert/InsertMany begins one round trip before its INSERT); the other systems stamp clock_timestamp() in the send statement and subtract it in the receive statement.")
+		}
+		systems = append(systems, s)
 	}
 	bare := &tableSystem{table: "bare"}
 	defer r.cleanupAll(ctx, append(systems, bare)...)
@@ -642,8 +721,8 @@ func (r *runner) shootout(ctx context.Context) (*Result, error) {
 		cdf = append(cdf, Series{Name: s.name(), Points: CDFPoints(sorted, 100)})
 	}
 	notes = append(notes,
-		"One server, one system after another, same statements shape: bodies built on the server, one transaction per batch, synchronous_commit as stated above.",
-		"sluice consumes with sluice.receive then sluice.ack (two transactions); SKIP LOCKED with one DELETE ... WHERE id = ANY(ARRAY(SELECT id ... ORDER BY id LIMIT n FOR UPDATE SKIP LOCKED)) RETURNING; PGMQ with pgmq.read (30 s visibility timeout) then pgmq.delete (two transactions).",
+		"One server, one system after another, same statements shape (River: its client's statements, see above): bodies built on the server, one transaction per batch, synchronous_commit as stated above.",
+		"sluice consumes with sluice.receive then sluice.ack (two transactions); SKIP LOCKED with one DELETE ... WHERE id = ANY(ARRAY(SELECT id ... ORDER BY id LIMIT n FOR UPDATE SKIP LOCKED)) RETURNING; PGMQ with pgmq.read (30 s visibility timeout) then pgmq.delete (two transactions); River with its client's workers (see above).",
 		"drain msg/s = messages drained / time to drain (or the time limit, then fewer than preloaded were drained: see the drain scenario for counts).")
 	return &Result{
 		Params: map[string]any{"producers": sp, "consumers": dc, "preload": n, "rate": rate, "duration_s": d.Seconds()},

@@ -3,9 +3,13 @@ package bench_test
 import (
 	"bytes"
 	"context"
+	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sluicemq/sluice/internal/bench"
 	"github.com/sluicemq/sluice/internal/pgtest"
@@ -48,5 +52,81 @@ func TestSendSmoke(t *testing.T) {
 	}
 	if _, err := rep.Save(t.TempDir()); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestShootoutSmoke runs a short shootout of sluice, SKIP LOCKED and River:
+// every system must send and consume, River included (its drain and its
+// steady backlog prove its workers ran), and nothing may be left behind.
+func TestShootoutSmoke(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a shootout of three systems takes about half a minute")
+	}
+	o := bench.Options{
+		Out: &bytes.Buffer{}, Command: "test", Duration: time.Second,
+		Producers: []int{2}, Consumers: []int{2}, Batches: []int{10},
+		Preload: 2000, Rate: 200, Systems: []string{"sluice", "skiplocked", "river"},
+	}
+	cfg, err := pgxpool.ParseConfig(server.NewDatabase(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = int32(bench.MaxConnections(o))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	o.Pool = pool
+	rep, err := bench.Run(ctx, []string{"shootout"}, o)
+	out := o.Out.(*bytes.Buffer).String()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if len(rep.Results) != 1 || len(rep.Results[0].Tables) != 2 {
+		t.Fatalf("results: %+v\n%s", rep.Results, out)
+	}
+	for _, n := range rep.Results[0].Notes {
+		if strings.Contains(n, "skipped") {
+			t.Errorf("note %q\n%s", n, out)
+		}
+	}
+	// Throughput: every system's column of every workload is positive.
+	tp := rep.Results[0].Tables[0]
+	for _, name := range []string{"sluice", "SKIP LOCKED", "River"} {
+		col := slices.Index(tp.Columns, name+" msg/s")
+		if col < 0 {
+			t.Fatalf("no column for %s in %v\n%s", name, tp.Columns, out)
+		}
+		for _, row := range tp.Rows {
+			if v, err := strconv.ParseFloat(row[col], 64); err != nil || v <= 0 {
+				t.Errorf("%s: %s = %q: want a positive rate\n%s", row[0], tp.Columns[col], row[col], out)
+			}
+		}
+	}
+	// Steady: everything sent was consumed, with end-to-end latencies.
+	ts := rep.Results[0].Tables[1]
+	if len(ts.Rows) != 3 {
+		t.Fatalf("steady rows: %v\n%s", ts.Rows, out)
+	}
+	for _, row := range ts.Rows {
+		sent, err := strconv.ParseFloat(row[2], 64)
+		if err != nil || sent <= 0 || row[4] != "0" || row[6] == "-" {
+			t.Errorf("steady %v: want sent/s > 0, backlog at end 0 and an e2e p50\n%s", row, out)
+		}
+	}
+	var left int
+	err = pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM sluice.list_queues())
+		+ (SELECT count(*) FROM pg_namespace WHERE nspname IN ('qbench', 'riverbench'))
+		+ (SELECT count(*) FROM pg_class WHERE relname LIKE 'river%')
+		+ (SELECT count(*) FROM pg_type WHERE typname LIKE 'river%')
+		+ (SELECT count(*) FROM pg_proc WHERE proname LIKE 'river%')`).Scan(&left)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if left != 0 {
+		t.Errorf("%d queues, schemas or River objects left behind", left)
 	}
 }

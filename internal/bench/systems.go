@@ -53,10 +53,30 @@ type system interface {
 	consume(ctx context.Context, conn *pgxpool.Conn, batch int) (int, []float64, time.Duration, error)
 }
 
-// send runs one send transaction of batch messages.
+// clientSystem is implemented by a system that its users drive through its
+// client library rather than with SQL statements on their own connections
+// (River): the library sends, runs the consumers and takes connections from
+// its own pool. The cell helpers (send, producers, consumers) use these
+// methods when a system has them, and then never call sendSQL or consume.
+type clientSystem interface {
+	system
+	// sendBatch sends batch messages in one transaction; pad is the
+	// padding of each body.
+	sendBatch(ctx context.Context, batch int, pad string) error
+	// runConsumers runs consumers consumers (taking up to batch messages at
+	// a time, if the system has such a setting) until deadline or until
+	// enough (if not nil) returns true. It adds every message completed to
+	// c.done and its end-to-end latency in ms to lat (if not nil).
+	runConsumers(ctx context.Context, consumers, batch int, deadline time.Time, enough func() bool, c *counters, lat *recorder) error
+}
+
+// send runs one send transaction of batch messages: on conn, or through
+// the client of a clientSystem (conn is then not used and may be nil).
 func send(ctx context.Context, conn *pgxpool.Conn, s system, batch int, pad string) error {
 	var err error
-	if batch == 1 {
+	if cs, ok := s.(clientSystem); ok {
+		err = cs.sendBatch(ctx, batch, pad)
+	} else if batch == 1 {
 		_, err = conn.Exec(ctx, s.sendSQL(1), pad)
 	} else {
 		_, err = conn.Exec(ctx, s.sendSQL(batch), pad, batch)

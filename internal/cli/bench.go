@@ -18,7 +18,8 @@ const benchUsage = `Usage: sluice bench SCENARIO... [flags]
 Runs benchmark scenarios one after another, prints a progress line every
 second and a Markdown table per scenario, and writes results.json,
 results.md and SVG charts to --results-dir/<timestamp>/. Every scenario
-makes its queue ("bench") afresh and drops it at the end.
+makes its queue ("bench"; app: "bench_app" and "bench_app_stage2") afresh
+and drops it at the end.
 
 Scenarios:
   send      producers x batch size (1, 10, 100, 1000) -> msg/s, next to a bare
@@ -31,18 +32,25 @@ Scenarios:
             backlog) and end-to-end (server clock) p50/p95/p99/max at --rate
   steady    producers and consumers together at --rate: consumed/s, backlog,
             end-to-end percentiles
-  shootout  send, drain and steady for sluice, a DIY SKIP LOCKED table and
-            PGMQ (installed for the run from the pgmq PyPI wheel, if pip can
-            fetch it), with ratios
+  shootout  send, drain and steady for sluice, a DIY SKIP LOCKED table, PGMQ
+            (installed for the run from the pgmq PyPI wheel, if pip can fetch
+            it) and River (a Go job queue, built in; its tables installed by
+            rivermigrate for the run), with ratios
+  app       Queen's app-mode workload through the Go library: two fan-out
+            groups (--consumers handlers each, default 8), 20 ms handlers,
+            5,000 Zipf keys, failures, poison to the DLQ, atomic ack+send into
+            a second queue; push at --rate (500) for --duration (1m), then a
+            drain of at most --drain-limit (2m); an offline checker verifies
+            no loss, no duplicate, per-key order: push/consume rates, backlog
   xmin      steady while another connection holds a transaction with an xid
             (default 10 minutes): consumed/s, dead tuples and table size per
             --interval
   all       all of the above
 
 Durations: each cell runs --duration (defaults: send 5s, drain at most 10s,
-latency 10s, steady 15s, xmin 10m; --xmin-duration sets xmin's alone).
+latency 10s, steady 15s, app 1m, xmin 10m; --xmin-duration sets xmin's alone).
 --producers, --consumers and --batches are swept by send and drain; steady,
-latency and xmin use the last value of each.
+latency, app and xmin use the last value of each.
 
 The benchmark writes to the database: use a scratch database or the
 embedded server, never production.
@@ -52,6 +60,7 @@ Examples:
   sluice bench send drain latency steady --database-url postgres://localhost/scratch
   sluice bench shootout --duration 10s
   sluice bench xmin --duration 3m --interval 30s
+  sluice bench app --rate 800 --consumers 16 --duration 2m --drain-limit 5m
 `
 
 // intList is a flag of comma-separated positive integers.
@@ -79,7 +88,7 @@ func (l *intList) Set(v string) error {
 
 func benchCommand() command {
 	return command{
-		name: "bench", summary: "run benchmark scenarios (send, drain, keyed, latency, steady, shootout, xmin)", usage: benchUsage,
+		name: "bench", summary: "run benchmark scenarios (send, drain, keyed, latency, steady, shootout, app, xmin)", usage: benchUsage,
 		minArgs: 1, maxArgs: -1,
 		setup: func(fs *flag.FlagSet, e *env) func(context.Context, []string) error {
 			url := dbFlag(fs)
@@ -91,18 +100,19 @@ func benchCommand() command {
 			fs.DurationVar(&o.Duration, "duration", 0, "how long each measured cell runs (0: each scenario's default)")
 			fs.DurationVar(&o.XminDuration, "xmin-duration", 0, "how long the xmin scenario runs (default --duration, else 10m)")
 			fs.DurationVar(&o.Interval, "interval", time.Minute, "sampling interval of the xmin scenario")
-			fs.Var(&producers, "producers", "producer counts, comma-separated (send default 1,16; steady 4)")
-			fs.Var(&consumers, "consumers", "consumer counts, comma-separated (drain default 1,8; steady 4)")
+			fs.Var(&producers, "producers", "producer counts, comma-separated (send default 1,16; steady, app 4)")
+			fs.Var(&consumers, "consumers", "consumer counts, comma-separated (drain default 1,8; steady 4; app: handlers per fan-out group, 8)")
 			fs.Var(&batches, "batches", "batch sizes, comma-separated (send default 1,10,100,1000; drain 1,100; steady 10)")
 			fs.IntVar(&o.Payload, "payload", 100, "approximate message body size in bytes")
 			fs.IntVar(&o.Preload, "preload", 50000, "messages preloaded by drain")
-			fs.IntVar(&o.Rate, "rate", 0, "offered messages/s of latency (default 500), steady and xmin (default 2000)")
+			fs.IntVar(&o.Rate, "rate", 0, "offered messages/s of latency and app (default 500), steady and xmin (default 2000)")
 			fs.DurationVar(&o.Poll, "poll", time.Millisecond, "how long an idle benchmark consumer sleeps before receiving again")
-			fs.StringVar(&systems, "systems", "", "comma-separated systems for shootout (default sluice,skiplocked,pgmq), latency, steady and xmin (default sluice)")
+			fs.StringVar(&systems, "systems", "", "comma-separated systems for shootout (default sluice,skiplocked,pgmq,river), latency, steady and xmin (default sluice)")
 			var xminSystems string
 			fs.StringVar(&xminSystems, "xmin-systems", "", "comma-separated systems for xmin (default --systems, else sluice)")
 			fs.StringVar(&o.PGMQWheel, "pgmq-wheel", "", "pgmq wheel `file` to install PGMQ from (default: pip download pgmq --no-deps)")
 			fs.DurationVar(&o.Retention, "retention", 0, "retention option of sluice's benchmark queue (0: the engine's default)")
+			fs.DurationVar(&o.DrainLimit, "drain-limit", 2*time.Minute, "how long the app scenario waits for its backlog to drain after the push")
 			return func(ctx context.Context, args []string) error {
 				var scenarios []string
 				for _, a := range args {
