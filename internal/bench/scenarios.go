@@ -28,7 +28,7 @@ func (r *runner) newSystem(name string) (system, error) {
 	case "river":
 		return newRiverSystem(r.o.Pool, r.o.Poll, r.o.Out), nil
 	}
-	return nil, fmt.Errorf("unknown system %q (known: sluice, skiplocked, pgmq, river; xmin: sluice, skiplocked, river, or pgmq when installed)", name)
+	return nil, fmt.Errorf("unknown system %q (known: sluice, skiplocked, pgmq, river)", name)
 }
 
 // systems returns the systems named by --systems, else def.
@@ -457,6 +457,19 @@ func (r *runner) xmin(ctx context.Context) (*Result, error) {
 			return nil, err
 		}
 	}
+	var notes []string
+	if i := slices.IndexFunc(systems, func(s system) bool { _, ok := s.(pgmqSystem); return ok }); i >= 0 {
+		version, remove, err := installPGMQ(ctx, r.o.Pool, r.o.PGMQWheel)
+		if err != nil {
+			return nil, fmt.Errorf("installing PGMQ for the xmin scenario: %w", err)
+		}
+		defer func() {
+			if err := remove(context.WithoutCancel(ctx)); err != nil {
+				fmt.Fprintf(r.o.Out, "cleanup: %v\n", err)
+			}
+		}()
+		notes = append(notes, fmt.Sprintf("PGMQ %s, installed for the run from the SQL script of the pgmq PyPI wheel and removed afterwards.", version))
+	}
 	defer r.cleanupAll(ctx, systems...)
 	rate := r.o.Rate
 	if rate <= 0 {
@@ -470,7 +483,6 @@ func (r *runner) xmin(ctx context.Context) (*Result, error) {
 	t := Table{Title: fmt.Sprintf("xmin: steady (%d producers, %d msg/s offered, %d consumers, batches of up to %d) while another connection holds a transaction with an xid for the whole %s", p, rate, c, b, d),
 		Columns: []string{"system", "until", "consumed/s", "e2e p50 ms", "e2e p99 ms", "backlog", "dead tuples", "table size MB"}}
 	var series []Series
-	var notes []string
 	for _, s := range systems {
 		rows, res, note, err := r.xminRun(ctx, s, p, c, b, rate, d, iv)
 		if err != nil {
