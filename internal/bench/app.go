@@ -244,18 +244,8 @@ func (a *appRun) cleanup(ctx context.Context) {
 // produce sends one message per transaction at rate messages/s until
 // deadline, catching up when late.
 func (a *appRun) produce(ctx context.Context, rate float64, deadline time.Time) error {
-	interval := time.Duration(float64(time.Second) / rate)
-	next := time.Now()
 	failures := 0
-	for ctx.Err() == nil {
-		now := time.Now()
-		if !now.Before(deadline) {
-			return nil
-		}
-		if d := next.Sub(now); d > 0 {
-			sleep(ctx, min(d, deadline.Sub(now)))
-			continue
-		}
+	return paced(ctx, rate, deadline, func() error {
 		if err := a.sendOne(ctx); err != nil {
 			if failures++; failures >= 100 && ctx.Err() == nil {
 				return fmt.Errorf("100 sends failed in a row, the last: %w", err)
@@ -263,9 +253,8 @@ func (a *appRun) produce(ctx context.Context, rate float64, deadline time.Time) 
 		} else {
 			failures = 0
 		}
-		next = next.Add(interval)
-	}
-	return nil
+		return nil
+	})
 }
 
 // sendOne sends one message of a Zipf-drawn key, with the key's next

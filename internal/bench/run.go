@@ -261,21 +261,28 @@ func (r *runner) watch(ctx context.Context, label string, c *counters, lat *reco
 }
 
 // workers runs fn on n goroutines, each with its own connection, and
-// returns the first error.
+// returns their errors.
 func (r *runner) workers(ctx context.Context, n int, fn func(ctx context.Context, i int, conn *pgxpool.Conn) error) error {
+	return fanOut(ctx, n, func(i int) error {
+		conn, err := r.o.Pool.Acquire(ctx)
+		if err != nil {
+			return fmt.Errorf("connecting: %w", err)
+		}
+		defer conn.Release()
+		return fn(ctx, i, conn)
+	})
+}
+
+// fanOut runs fn on n goroutines and returns their errors joined, else
+// ctx's error.
+func fanOut(ctx context.Context, n int, fn func(i int) error) error {
 	var wg sync.WaitGroup
 	errs := make([]error, n)
 	for i := range n {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			conn, err := r.o.Pool.Acquire(ctx)
-			if err != nil {
-				errs[i] = fmt.Errorf("connecting: %w", err)
-				return
-			}
-			defer conn.Release()
-			errs[i] = fn(ctx, i, conn)
+			errs[i] = fn(i)
 		}()
 	}
 	wg.Wait()
@@ -306,9 +313,9 @@ func (r *runner) produce(ctx context.Context, conn *pgxpool.Conn, s system, batc
 	return nil
 }
 
-// producePaced sends one message per transaction at rate messages/s until
-// deadline, catching up when late; sendLat gets each send's duration.
-func (r *runner) producePaced(ctx context.Context, conn *pgxpool.Conn, s system, rate float64, deadline time.Time, c *counters, sendLat *recorder) error {
+// paced calls step rate times a second until deadline (or until step
+// fails), catching up when late.
+func paced(ctx context.Context, rate float64, deadline time.Time, step func() error) error {
 	interval := time.Duration(float64(time.Second) / rate)
 	next := time.Now()
 	for ctx.Err() == nil {
@@ -320,6 +327,18 @@ func (r *runner) producePaced(ctx context.Context, conn *pgxpool.Conn, s system,
 			sleep(ctx, min(d, deadline.Sub(now)))
 			continue
 		}
+		if err := step(); err != nil {
+			return err
+		}
+		next = next.Add(interval)
+	}
+	return nil
+}
+
+// producePaced sends one message per transaction at rate messages/s until
+// deadline, catching up when late; sendLat gets each send's duration.
+func (r *runner) producePaced(ctx context.Context, conn *pgxpool.Conn, s system, rate float64, deadline time.Time, c *counters, sendLat *recorder) error {
+	return paced(ctx, rate, deadline, func() error {
 		t0 := time.Now()
 		if err := send(ctx, conn, s, 1, r.pad); err != nil {
 			return err
@@ -328,9 +347,8 @@ func (r *runner) producePaced(ctx context.Context, conn *pgxpool.Conn, s system,
 			sendLat.add(msSince(t0))
 		}
 		c.sent.Add(1)
-		next = next.Add(interval)
-	}
-	return nil
+		return nil
+	})
 }
 
 // consumeLoop consumes batches until deadline, or until enough returns

@@ -7,7 +7,6 @@ import (
 	"math"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -76,20 +75,7 @@ func (r *runner) producers(ctx context.Context, s system, n int, fn func(ctx con
 	if _, ok := s.(clientSystem); !ok {
 		return r.workers(ctx, n, fn)
 	}
-	var wg sync.WaitGroup
-	errs := make([]error, n)
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = fn(ctx, i, nil)
-		}()
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		return err
-	}
-	return ctx.Err()
+	return fanOut(ctx, n, func(i int) error { return fn(ctx, i, nil) })
 }
 
 // consumers runs n consumers of s, receiving batches of up to b, until
@@ -590,8 +576,12 @@ func (r *runner) xminRun(ctx context.Context, s system, p, consumers, b, rate in
 	if len(sizes) > 0 {
 		size0 = sizes[0]
 	}
-	note := fmt.Sprintf("%s: consumed/s in the last interval / the first = %s; at most %d dead tuples; size %.1f MB after the first interval, %.1f MB at the end",
-		s.name(), fmtRatio(lastRate, first), maxDead, float64(size0)/(1<<20), float64(slices.Max(append(sizes, 0)))/(1<<20))
+	sizeN := int64(0)
+	if len(sizes) > 0 {
+		sizeN = sizes[len(sizes)-1]
+	}
+	note := fmt.Sprintf("%s: consumed/s in the last interval / the first = %s; at most %d dead tuples; size %.1f MB after the first interval, %.1f MB at the most, %.1f MB at the end",
+		s.name(), fmtRatio(lastRate, first), maxDead, float64(size0)/(1<<20), float64(slices.Max(append(sizes, 0)))/(1<<20), float64(sizeN)/(1<<20))
 	return rows, res, note, nil
 }
 
