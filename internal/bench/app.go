@@ -514,7 +514,7 @@ func (a *appRun) pending(ctx context.Context) ([appGroups]int64, error) {
 func (a *appRun) deadLetters(ctx context.Context) ([appGroups]map[int64]int, bool, error) {
 	var out [appGroups]map[int64]int
 	const maxRows = 10000
-	cut := false
+	truncated := false
 	for g, name := range appGroupNames {
 		q := appQueue
 		if g == appGroupStage2 {
@@ -524,13 +524,13 @@ func (a *appRun) deadLetters(ctx context.Context) ([appGroups]map[int64]int, boo
 		if err != nil {
 			return out, false, err
 		}
-		cut = cut || len(dls) == maxRows
+		truncated = truncated || len(dls) == maxRows
 		out[g] = map[int64]int{}
 		for _, d := range dls {
 			out[g][d.ID] = d.Attempts
 		}
 	}
-	return out, cut, nil
+	return out, truncated, nil
 }
 
 // runApp runs the app scenario with cfg and returns its result and the
@@ -597,7 +597,7 @@ func (r *runner) runApp(ctx context.Context, cfg appConfig) (*Result, *appCheck,
 	}
 
 	// The offline check.
-	dead, cut, err := a.deadLetters(ctx)
+	dead, truncated, err := a.deadLetters(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -614,14 +614,14 @@ func (r *runner) runApp(ctx context.Context, cfg appConfig) (*Result, *appCheck,
 		in.WorkerErrors[g] = a.logs[g].n.Load() + a.uncertain[g].Load()
 	}
 	check := checkApp(in)
-	res := a.result(s, check, cut)
+	res := a.result(s, check, truncated)
 	return res, check, nil
 }
 
 // result builds the scenario's tables, charts and notes.
-func (a *appRun) result(s *appSeries, c *appCheck, cut bool) *Result {
+func (a *appRun) result(s *appSeries, c *appCheck, truncated bool) *Result {
 	cfg := a.cfg
-	during := func(ps []Point) []Point { return pointsUntil(ps, s.pushEnd) }
+	during := func(ps []Point) []Point { return cut(ps, s.pushEnd) }
 	pushed := c.Sent + c.Recovered
 	tp := Table{Title: fmt.Sprintf("app: push, %d producers (1 message per transaction, 5,000 Zipf(%.1f) keys, one writer per key at a time) for %s", cfg.Producers, cfg.ZipfS, cfg.Push),
 		Columns: []string{"offered msg/s", "pushed msg/s", "pushed/s (median)", "pushed", "push errors", "atomic ack+send (forwards)", "forward errors"}}
@@ -685,7 +685,7 @@ func (a *appRun) result(s *appSeries, c *appCheck, cut bool) *Result {
 		notes = append(notes, fmt.Sprintf("Lease expiries: %d attempts were spent on deliveries no handler ran, which came back only when their %s lease expired, holding up their keys meanwhile. "+
 			"Known cause: when a keyed message dies (its last attempt fails) inside a run of its key, nack does not release the rest of the run, and Consume, which skips the rest after a failure, leaves them leased.", un, cfg.Lease))
 	}
-	if cut {
+	if truncated {
 		notes = append(notes, "A dead-letter list reached 10,000 rows, the most sluice.dead_letters returns: the dead-letter checks saw only those.")
 	}
 	for _, d := range c.Details {
@@ -714,15 +714,4 @@ func (a *appRun) result(s *appSeries, c *appCheck, cut bool) *Result {
 		},
 		Notes: notes,
 	}
-}
-
-// pointsUntil returns the points of ps with X <= x.
-func pointsUntil(ps []Point, x float64) []Point {
-	var out []Point
-	for _, p := range ps {
-		if p.X <= x {
-			out = append(out, p)
-		}
-	}
-	return out
 }
