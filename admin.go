@@ -34,6 +34,10 @@ type QueueOptions struct {
 	DisableNotify bool
 	// NoDefaultGroup skips creating the consumer group "default".
 	NoDefaultGroup bool
+	// Lanes is the number of dispatch lanes (8), fixed at creation.
+	// Consumers of a group take lanes side by side; order is kept per key
+	// and per lane. 1 keeps strict commit order for the whole queue.
+	Lanes int
 }
 
 // options renders o as the jsonb options of create_queue.
@@ -47,6 +51,9 @@ func (o *QueueOptions) options() (json.RawMessage, error) {
 	}
 	if o.MaxPayload != 0 {
 		m["max_payload"] = o.MaxPayload
+	}
+	if o.Lanes != 0 {
+		m["lanes"] = o.Lanes
 	}
 	for name, d := range map[string]time.Duration{
 		"lease": o.Lease, "backoff_base": o.BackoffBase, "backoff_max": o.BackoffMax,

@@ -77,7 +77,7 @@ func TestSendDelayAndPlainMessage(t *testing.T) {
 func TestSendBatch(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.createQueue("batch", nil)
+	b.createQueue("batch", &sluice.QueueOptions{Lanes: 1}) // one lane: one receive returns commit order
 	msgs := make([]sluice.BatchMessage, 2500)
 	for i := range msgs {
 		msgs[i].Body = json.RawMessage(`{"n": ` + itoa(i) + `}`)

@@ -36,7 +36,7 @@ func wantIDs(t *testing.T, what string, got []msg, want ...int64) {
 func TestKeyedDeliveryKeepsOrderAndBlocksTheKey(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.createQueue("q", "")
+	b.createQueue("q", `{"lanes": 1}`) // one lane: the order across keys is the commit order
 	a1 := b.sendKeyed("q", `1`, "a", 0)
 	a2 := b.sendKeyed("q", `2`, "a", 0)
 	b1 := b.sendKeyed("q", `3`, "b", 0)
@@ -203,11 +203,12 @@ func TestUnkeyedNeverWaitsBehindKeyed(t *testing.T) {
 }
 
 // Higher priorities first, equal priorities in commit order, negative ones
-// after everything else; keyed messages ignore priority.
+// after everything else; keyed messages ignore priority. (In one lane: with
+// several, the rule holds per lane.)
 func TestPriorityOrder(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.createQueue("q", "")
+	b.createQueue("q", `{"lanes": 1}`)
 	low := b.sendKeyed("q", `1`, "", -5)
 	n1 := b.sendKeyed("q", `2`, "", 0)
 	h1 := b.sendKeyed("q", `3`, "", 10)
@@ -228,7 +229,7 @@ func TestPriorityOrder(t *testing.T) {
 		t.Fatalf("order %v, want %v", got, want)
 	}
 	// One receive returns them in the same order.
-	b.createQueue("q2", "")
+	b.createQueue("q2", `{"lanes": 1}`)
 	for i, p := range []int{0, 3, -2, 3, 7} {
 		b.sendKeyed("q2", fmt.Sprint(i), "", p)
 	}

@@ -109,7 +109,7 @@ func TestQueueAndGroupCommands(t *testing.T) {
 func TestSendAndReceiveCommands(t *testing.T) {
 	t.Parallel()
 	b := setupCmd(t)
-	b.ok("queue", "create", "orders")
+	b.ok("queue", "create", "orders", "--lanes", "1") // one lane: receive returns commit order
 	id := strings.TrimSpace(b.ok("send", "orders", `{"id": 1}`, "--key", "c-7", "--header", "trace=abc", "--header", "src=cli", "--priority", "5"))
 	if id == "" || strings.ContainsAny(id, " \n") {
 		t.Fatalf("send printed %q, want the id", id)

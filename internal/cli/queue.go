@@ -68,6 +68,7 @@ func queueCreateCommand() command {
 			fs.IntVar(&o.MaxPayload, "max-payload", 0, "largest body + headers in `bytes` (engine default 1048576)")
 			fs.BoolVar(&o.DisableNotify, "no-notify", false, "do not NOTIFY waiting consumers when a send commits (they poll)")
 			fs.BoolVar(&o.NoDefaultGroup, "no-default-group", false, `do not create the consumer group "default"`)
+			fs.IntVar(&o.Lanes, "lanes", 0, "dispatch lanes, fixed at creation; 1 keeps strict commit order (engine default 8)")
 			return func(ctx context.Context, args []string) error {
 				for name, d := range map[string]time.Duration{"lease": o.Lease, "backoff-base": o.BackoffBase,
 					"backoff-max": o.BackoffMax, "retention": o.Retention, "rotate-interval": o.RotateInterval} {
@@ -75,7 +76,7 @@ func queueCreateCommand() command {
 						return usagef("--%s must not be negative", name)
 					}
 				}
-				if name := setToZero(fs, "lease", "rotate-interval", "max-attempts", "max-payload"); name != "" {
+				if name := setToZero(fs, "lease", "rotate-interval", "max-attempts", "max-payload", "lanes"); name != "" {
 					return usagef("--%s must be positive (leave it out for the engine's default)", name)
 				}
 				// Zero is a value of its own for these (keep nothing, retry at

@@ -1,5 +1,37 @@
 -- Group: engine templates - completing deliveries (see engine_cut.sql for what a template is)
 
+-- e_dead_letter: move one delivery to the dead-letter store and complete its
+-- position for the group.
+--
+-- Returns: false if the position was already completed
+CREATE OR REPLACE FUNCTION sluice_tmpl.e_dead_letter(p_queue_id int, p_group_id int, p_slot smallint, p_pos bigint,
+                                                     p_msg_txid xid8, p_msg_id bigint, p_attempts int, p_error text)
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path = sluice_tmpl, pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+SET jit = off
+AS $$
+DECLARE
+    v_now timestamptz := clock_timestamp();
+BEGIN
+    INSERT INTO acks (slot, group_id, pos, kind, acked_at)
+    VALUES (p_slot, p_group_id, p_pos, 'd', v_now)
+    ON CONFLICT DO NOTHING;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    INSERT INTO sluice.dead_letter (queue_id, group_id, message_id, attempts, error, died_at,
+                                    sent_at, priority, key, headers, body)
+    SELECT p_queue_id, p_group_id, coalesce(m.origin_id, m.id), p_attempts, p_error, v_now,
+           m.sent_at, m.priority, m.key, m.headers, m.body
+    FROM messages m
+    WHERE m.slot = p_slot AND m.txid = p_msg_txid AND m.id = p_msg_id;
+    RETURN true;
+END
+$$;
+
 -- e_current_deliveries: the current deliveries named by receipts: one row per
 -- distinct receipt whose lease is the newest delivery row of its message in
 -- the group (by attempt, then time: extends write newer rows with the same
@@ -9,9 +41,9 @@
 -- Parameters:
 --   p_group_id  group id
 --   p_receipts  receipts (already checked to be well-formed)
--- Returns: (slot, pos, attempt, token, msg_id, txid)
+-- Returns: (slot, pos, attempt, token, msg_id, txid, lane)
 CREATE OR REPLACE FUNCTION sluice_tmpl.e_current_deliveries(p_group_id int, p_receipts text[])
-RETURNS TABLE (slot smallint, pos bigint, attempt int, token bigint, msg_id bigint, txid xid8)
+RETURNS TABLE (slot smallint, pos bigint, attempt int, token bigint, msg_id bigint, txid xid8, lane smallint)
 LANGUAGE plpgsql STABLE
 SET search_path = sluice_tmpl, pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
@@ -21,10 +53,10 @@ AS $$
 #variable_conflict use_column
 BEGIN
     RETURN QUERY
-    SELECT DISTINCT ON (r.part, r.pos) r.part::smallint, r.pos, r.attempt, r.token, d.msg_id, d.txid
+    SELECT DISTINCT ON (r.part, r.pos) r.part::smallint, r.pos, r.attempt, r.token, d.msg_id, d.txid, d.lane
     FROM sluice._parse_receipts(p_receipts) r
     CROSS JOIN LATERAL (
-        SELECT dd.attempt, dd.token, dd.expires_at, dd.msg_id, dd.txid FROM deliveries dd
+        SELECT dd.attempt, dd.token, dd.expires_at, dd.msg_id, dd.txid, dd.lane FROM deliveries dd
         WHERE dd.slot = r.part AND dd.group_id = p_group_id AND dd.pos = r.pos
         ORDER BY dd.attempt DESC, dd.delivered_at DESC, dd.token DESC
         LIMIT 1) d
@@ -66,11 +98,13 @@ $$;
 --
 -- Parameters:
 --   p_group_id  group id
+--   p_lane      the key's lane
 --   p_key       the key's hash
 --   p_pos       the failed message's position
 --   p_now       the time of the release (due time of the parked rows)
 -- Returns: how many messages were released
-CREATE OR REPLACE FUNCTION sluice_tmpl.e_release_run(p_group_id int, p_key bigint, p_pos bigint, p_now timestamptz)
+CREATE OR REPLACE FUNCTION sluice_tmpl.e_release_run(p_group_id int, p_lane smallint, p_key bigint, p_pos bigint,
+                                                     p_now timestamptz)
 RETURNS int
 LANGUAGE plpgsql
 SET search_path = sluice_tmpl, pg_catalog, pg_temp
@@ -89,9 +123,9 @@ BEGIN
         EXIT WHEN nx.pos IS NULL;
         SELECT * INTO ps FROM e_pos(p_group_id, nx.pos);
         EXIT WHEN ps.done OR ps.attempt IS NULL OR ps.parked OR ps.expires <= p_now;
-        INSERT INTO deliveries (slot, group_id, pos, attempt, token, msg_id, txid, expires_at, delivered_at,
+        INSERT INTO deliveries (slot, group_id, lane, pos, attempt, token, msg_id, txid, expires_at, delivered_at,
                                 consumer, key_hash)
-        VALUES (nx.mslot, p_group_id, nx.pos, ps.attempt, 0, nx.id, nx.txid, p_now, p_now, NULL, p_key);
+        VALUES (nx.mslot, p_group_id, p_lane, nx.pos, ps.attempt, 0, nx.id, nx.txid, p_now, p_now, NULL, p_key);
         v_pos := nx.pos;
         n := n + 1;
     END LOOP;
@@ -117,11 +151,17 @@ DECLARE
     v_now timestamptz;
     v_key bigint;
 BEGIN
-    -- Wait for a receive of the group in progress (and make it wait): the
-    -- parked rows written below then become visible before the next receive
-    -- starts, so its expiry scan (which starts where the last one ended)
-    -- cannot have passed their due time already.
-    PERFORM pg_advisory_xact_lock_shared(sluice._lock_ns('group'), g.id);
+    SELECT * INTO c FROM e_current_deliveries(g.id, ARRAY[p_receipt]);
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    -- Wait for a receive of the message's lane in progress (and make the
+    -- next one wait): the parked rows written below then become visible
+    -- before the next receive of the lane starts, so its expiry scan (which
+    -- starts where the last one ended) cannot have passed their due time
+    -- already. Then look at the receipt again: that receive may have
+    -- redelivered the message.
+    PERFORM pg_advisory_xact_lock_shared(sluice._lock_ns('lane'), g.id * 256 + c.lane);
     SELECT * INTO c FROM e_current_deliveries(g.id, ARRAY[p_receipt]);
     IF NOT FOUND THEN
         RETURN false;
@@ -134,7 +174,7 @@ BEGIN
         END IF;
         IF m.key IS NOT NULL THEN
             -- the rest of its run comes back at once, now that it is completed
-            PERFORM e_release_run(g.id, hashtextextended(m.key, 0), c.pos, clock_timestamp());
+            PERFORM e_release_run(g.id, c.lane, hashtextextended(m.key, 0), c.pos, clock_timestamp());
         END IF;
         RETURN true;
     END IF;
@@ -145,10 +185,10 @@ BEGIN
         -- its key keep waiting for it: a parked delivery (token 0) of the
         -- next attempt, due after the backoff. It also makes the receipt stale.
         v_key := hashtextextended(m.key, 0);
-        INSERT INTO deliveries (slot, group_id, pos, attempt, token, msg_id, txid, expires_at, delivered_at,
+        INSERT INTO deliveries (slot, group_id, lane, pos, attempt, token, msg_id, txid, expires_at, delivered_at,
                                 consumer, key_hash)
-        VALUES (c.slot, g.id, c.pos, c.attempt + 1, 0, c.msg_id, c.txid, v_now + v_delay, v_now, NULL, v_key);
-        PERFORM e_release_run(g.id, v_key, c.pos, v_now);
+        VALUES (c.slot, g.id, c.lane, c.pos, c.attempt + 1, 0, c.msg_id, c.txid, v_now + v_delay, v_now, NULL, v_key);
+        PERFORM e_release_run(g.id, c.lane, v_key, c.pos, v_now);
         RETURN true;
     END IF;
     INSERT INTO acks (slot, group_id, pos, kind, acked_at)
@@ -179,8 +219,8 @@ DECLARE
     v_now timestamptz := clock_timestamp();
     n int;
 BEGIN
-    INSERT INTO deliveries (slot, group_id, pos, attempt, token, msg_id, txid, expires_at, delivered_at)
-    SELECT c.slot, p_group_id, c.pos, c.attempt, c.token, c.msg_id, c.txid, v_now + p_lease, v_now
+    INSERT INTO deliveries (slot, group_id, lane, pos, attempt, token, msg_id, txid, expires_at, delivered_at)
+    SELECT c.slot, p_group_id, c.lane, c.pos, c.attempt, c.token, c.msg_id, c.txid, v_now + p_lease, v_now
     FROM e_current_deliveries(p_group_id, p_receipts) c;
     GET DIAGNOSTICS n = ROW_COUNT;
     RETURN n;

@@ -36,17 +36,58 @@ BEGIN
 END
 $$;
 
+-- e_lanes: the lane of each message of a cut, and the cut's arrays in the
+-- order they are numbered: lane by lane, commit order within a lane. A keyed
+-- message goes to the lane of its key's hash, so all of a key's messages
+-- share a lane. Unkeyed ones are dealt out in chunks of consecutive
+-- messages, as many per lane as spread the cut over every lane (at most 64),
+-- from the lane after the queue's last position on, so that small cuts
+-- take turns.
+--
+-- Parameters:
+--   p_lanes     the queue's number of lanes (2 or more)
+--   p_last_pos  the last position numbered before this cut
+--   p_ids .. p_prios  the cut's arrays, in commit order
+-- Returns: the arrays in numbering order, and lanes: the lane of each
+CREATE OR REPLACE FUNCTION sluice_tmpl.e_lanes(p_lanes int, p_last_pos bigint, p_ids bigint[], p_txids xid8[],
+    p_slots smallint[], p_targets int[], p_keys bigint[], p_prios int[],
+    OUT ids bigint[], OUT txids xid8[], OUT slots smallint[], OUT targets int[], OUT keys bigint[], OUT prios int[],
+    OUT lanes smallint[])
+LANGUAGE sql IMMUTABLE
+SET search_path = sluice_tmpl, pg_catalog, pg_temp
+SET jit = off
+AS $$
+    SELECT array_agg(l.id ORDER BY l.ln, l.o), array_agg(l.txid ORDER BY l.ln, l.o),
+           array_agg(l.slot ORDER BY l.ln, l.o), array_agg(l.tg ORDER BY l.ln, l.o),
+           array_agg(l.k ORDER BY l.ln, l.o), array_agg(l.pr ORDER BY l.ln, l.o), array_agg(l.ln ORDER BY l.ln, l.o)
+    FROM (SELECT u.*,
+                 (CASE WHEN u.k IS NOT NULL THEN ((u.k % p_lanes) + p_lanes) % p_lanes
+                       ELSE (p_last_pos + 1 + (u.nth - 1) / greatest(1, least(64, (u.nun + p_lanes - 1) / p_lanes)))
+                            % p_lanes END)::smallint AS ln
+          FROM (SELECT x.*, count(*) FILTER (WHERE x.k IS NULL) OVER (ORDER BY x.o) AS nth,
+                       count(*) FILTER (WHERE x.k IS NULL) OVER () AS nun
+                FROM unnest(p_ids, p_txids, p_slots, p_targets, p_keys, p_prios)
+                     WITH ORDINALITY AS x(id, txid, slot, tg, k, pr, o)) u) l
+$$;
+
 -- e_cut: number the next messages of the queue (at most 1000 per call).
 -- The caller holds the queue's cut lock.
 --
+-- The messages of a cut are split into lanes (e_lanes) and numbered lane
+-- by lane, in commit order within each lane: one batch row per lane with
+-- new positions, each a range of consecutive positions. Every row of a cut
+-- carries the cut's snapshots and resume point; the newest row (highest
+-- batch_no) is where the next cut starts.
+--
 -- Parameters:
 --   p_queue_id  queue id
+--   p_lanes     the queue's number of lanes
 -- Returns: the last numbered position of the queue after the cut, or NULL
 --          when there was nothing new to number (and nothing was written)
--- Tables: reads messages, sluice.epoch; inserts at most one row into batches,
---         and one row into keyed per keyed message and into prio per unkeyed
---         message with a priority other than 0
-CREATE OR REPLACE FUNCTION sluice_tmpl.e_cut(p_queue_id int)
+-- Tables: reads messages, sluice.epoch; inserts at most one row per lane into
+--         batches, and one row into keyed per keyed message and into prio
+--         per unkeyed message with a priority other than 0
+CREATE OR REPLACE FUNCTION sluice_tmpl.e_cut(p_queue_id int, p_lanes int)
 RETURNS bigint
 LANGUAGE plpgsql
 SET search_path = sluice_tmpl, pg_catalog, pg_temp
@@ -87,6 +128,7 @@ DECLARE
     v_targets int[];
     v_keys bigint[];
     v_prios int[];
+    v_lanes smallint[];
     v_any_target boolean;
     v_any_key boolean;
     v_any_prio boolean;
@@ -248,17 +290,35 @@ BEGIN
            coalesce(bool_or(u.pr <> 0), false)
     INTO v_any_target, v_any_key, v_any_prio
     FROM unnest(v_targets, v_keys, v_prios) AS u(tg, k, pr);
-    INSERT INTO batches (slot, batch_no, first_pos, last_pos, done, res_phase, res_due, res_txid, res_id,
+    IF p_lanes > 1 AND n > 0 THEN
+        SELECT l.ids, l.txids, l.slots, l.targets, l.keys, l.prios, l.lanes
+        INTO v_ids, v_txids, v_slots, v_targets, v_keys, v_prios, v_lanes
+        FROM e_lanes(p_lanes, last.last_pos, v_ids, v_txids, v_slots, v_targets, v_keys, v_prios) l;
+    ELSE
+        v_lanes := array_fill(0::smallint, ARRAY[n]);
+    END IF;
+    -- One row per lane (one empty row when a round ends with nothing new, so
+    -- that the next cut starts a new round).
+    INSERT INTO batches (slot, batch_no, first_pos, last_pos, lane, done, res_phase, res_due, res_txid, res_id,
                          cut_at, prev_t, t, prev_snap, snap, ids, txids, slots, targets, keys, prios)
-    VALUES (v_slot, last.batch_no + 1, v_first, last.last_pos + n,
-            v_done, CASE WHEN NOT v_done THEN v_phase END,
-            CASE WHEN NOT v_done AND v_phase = 1 THEN v_res_due END,
-            CASE WHEN NOT v_done AND v_phase = 2 THEN v_res_txid END,
-            CASE WHEN NOT v_done THEN v_res_id END,
-            clock_timestamp(), v_prev_t, v_t, v_prev_snap, v_snap, v_ids, v_txids, v_slots,
-            CASE WHEN v_any_target THEN v_targets END,
-            CASE WHEN v_any_key THEN v_keys END,
-            CASE WHEN v_any_prio THEN v_prios END);
+    SELECT v_slot, last.batch_no + row_number() OVER (ORDER BY b.lane), v_first + b.lo - 1, v_first + b.hi - 1, b.lane,
+           v_done, CASE WHEN NOT v_done THEN v_phase END,
+           CASE WHEN NOT v_done AND v_phase = 1 THEN v_res_due END,
+           CASE WHEN NOT v_done AND v_phase = 2 THEN v_res_txid END,
+           CASE WHEN NOT v_done THEN v_res_id END,
+           clock_timestamp(), v_prev_t, v_t, v_prev_snap, v_snap, b.ids, b.txids, b.slots,
+           CASE WHEN v_any_target THEN b.targets END,
+           CASE WHEN v_any_key THEN b.keys END,
+           CASE WHEN v_any_prio THEN b.prios END
+    FROM (SELECT u.ln AS lane, min(u.o) AS lo, max(u.o) AS hi, array_agg(u.id ORDER BY u.o) AS ids,
+                 array_agg(u.txid ORDER BY u.o) AS txids, array_agg(u.slot ORDER BY u.o) AS slots,
+                 array_agg(u.tg ORDER BY u.o) AS targets, array_agg(u.k ORDER BY u.o) AS keys,
+                 array_agg(coalesce(u.pr, 0) ORDER BY u.o) AS prios
+          FROM unnest(v_ids, v_txids, v_slots, v_targets, v_keys, v_prios, v_lanes)
+               WITH ORDINALITY AS u(id, txid, slot, tg, k, pr, ln, o)
+          GROUP BY u.ln
+          UNION ALL
+          SELECT 0, 1, 0, '{}', '{}', '{}', NULL, NULL, NULL WHERE n = 0) b;
     -- The key and priority indexes: what a receive looks up out of position order.
     IF v_any_key THEN
         INSERT INTO keyed (slot, key_hash, pos, target, mslot, id, txid)
@@ -267,9 +327,9 @@ BEGIN
         WHERE u.k IS NOT NULL;
     END IF;
     IF v_any_prio THEN
-        INSERT INTO prio (slot, priority, pos, target, mslot, id, txid)
-        SELECT v_slot, u.pr, v_first + u.o - 1, u.tg, u.slot, u.id, u.txid
-        FROM unnest(v_ids, v_txids, v_slots, v_targets, v_prios) WITH ORDINALITY AS u(id, txid, slot, tg, pr, o)
+        INSERT INTO prio (slot, priority, pos, target, mslot, id, txid, lane)
+        SELECT v_slot, u.pr, v_first + u.o - 1, u.tg, u.slot, u.id, u.txid, u.ln
+        FROM unnest(v_ids, v_txids, v_slots, v_targets, v_prios, v_lanes) WITH ORDINALITY AS u(id, txid, slot, tg, pr, ln, o)
         WHERE u.pr <> 0;
     END IF;
     RETURN last.last_pos + n;
@@ -281,8 +341,9 @@ $$;
 --
 -- Parameters:
 --   p_queue_id  queue id
+--   p_lanes     the queue's number of lanes
 -- Returns: the last numbered position
-CREATE OR REPLACE FUNCTION sluice_tmpl.e_cut_all(p_queue_id int)
+CREATE OR REPLACE FUNCTION sluice_tmpl.e_cut_all(p_queue_id int, p_lanes int)
 RETURNS bigint
 LANGUAGE plpgsql
 SET search_path = sluice_tmpl, pg_catalog, pg_temp
@@ -294,7 +355,7 @@ DECLARE
     head bigint;
 BEGIN
     LOOP
-        head := e_cut(p_queue_id);
+        head := e_cut(p_queue_id, p_lanes);
         EXIT WHEN head IS NULL OR (SELECT b.done FROM batches b ORDER BY b.batch_no DESC LIMIT 1);
     END LOOP;
     RETURN (SELECT b.last_pos FROM batches b ORDER BY b.batch_no DESC LIMIT 1);

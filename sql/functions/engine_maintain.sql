@@ -7,32 +7,11 @@
 -- group needs anything in it. Both run inside receive about
 -- once a second while messages are in flight, and in sluice.maintain().
 
--- e_min_lwm: the smallest low-water mark over the queue's groups (every
--- position below it is completed by every group), or NULL without groups.
-CREATE OR REPLACE FUNCTION sluice_tmpl.e_min_lwm(p_queue_id int)
-RETURNS bigint
-LANGUAGE plpgsql STABLE
-SET search_path = sluice_tmpl, pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan
-SET enable_seqscan = off
-SET jit = off
-AS $$
-DECLARE
-    g sluice.consumer_group;
-    v_min bigint;
-BEGIN
-    FOR g IN SELECT * FROM sluice.consumer_group cg WHERE cg.queue_id = p_queue_id LOOP
-        v_min := least(v_min, (e_group_state(g)).lwm);
-    END LOOP;
-    RETURN v_min;
-END
-$$;
-
 -- e_reclaimable: whether nothing in slot p_slot is needed any more: every
 -- committed message in it is numbered, every group has completed every
 -- position numbered from it, and the newest batch lives elsewhere. Reclaim
 -- checks it before taking the slot's locks and again once it holds them.
-CREATE OR REPLACE FUNCTION sluice_tmpl.e_reclaimable(p_queue_id int, p_slot smallint)
+CREATE OR REPLACE FUNCTION sluice_tmpl.e_reclaimable(q sluice.queue, p_slot smallint)
 RETURNS boolean
 LANGUAGE plpgsql
 SET search_path = sluice_tmpl, pg_catalog, pg_temp
@@ -67,7 +46,7 @@ BEGIN
     END IF;
     -- Positions some group has not completed, in batches that live in the slot
     -- or that number messages of the slot.
-    v_min := coalesce(e_min_lwm(p_queue_id), head.last_pos + 1);
+    v_min := coalesce(e_min_lwm(q), head.last_pos + 1);
     IF EXISTS (SELECT 1 FROM batches b WHERE b.last_pos >= v_min AND (b.slot = v_slot OR v_slot = ANY (b.slots))) THEN
         RETURN false;
     END IF;
@@ -108,23 +87,26 @@ BEGIN
     IF clock_timestamp() < v_retired_at + q.dedup_window AND EXISTS (SELECT 1 FROM dedup d WHERE d.slot = v_slot) THEN
         RETURN false;
     END IF;
-    IF NOT e_reclaimable(q.id, v_slot) THEN
+    IF NOT e_reclaimable(q, v_slot) THEN
         RETURN false;
     END IF;
 
     v_lock_timeout := current_setting('lock_timeout');
     BEGIN
-        -- Keep each group's newest cursor and checkpoint if they live in the slot.
-        INSERT INTO group_states
-        SELECT v_cur_slot, s.group_id, s.seq, s.cursor, s.lwm, s.scan_from, s.lwm_at, s.bkeys, s.bheads, s.lv_prio, s.lv_pos
+        -- Keep each group's newest lane states and checkpoints if they live in the slot.
+        INSERT INTO group_states (slot, group_id, lane, seq, cursor, lwm, scan_from, lwm_at, bkeys, bheads, lv_prio, lv_pos)
+        SELECT v_cur_slot, s.group_id, s.lane, s.seq, s.cursor, s.lwm, s.scan_from, s.lwm_at, s.bkeys, s.bheads,
+               s.lv_prio, s.lv_pos
         FROM sluice.consumer_group cg
-        CROSS JOIN LATERAL (SELECT * FROM group_states gs WHERE gs.group_id = cg.id
+        CROSS JOIN generate_series(0, q.lanes - 1) AS l(lane)
+        CROSS JOIN LATERAL (SELECT * FROM group_states gs WHERE gs.group_id = cg.id AND gs.lane = l.lane
                             ORDER BY gs.seq DESC LIMIT 1) s
         WHERE cg.queue_id = q.id AND s.slot = v_slot;
-        INSERT INTO checkpoints
-        SELECT v_cur_slot, c.group_id, c.seq, c.lwm, c.at
+        INSERT INTO checkpoints (slot, group_id, lane, seq, lwm, at)
+        SELECT v_cur_slot, c.group_id, c.lane, c.seq, c.lwm, c.at
         FROM sluice.consumer_group cg
-        CROSS JOIN LATERAL (SELECT * FROM checkpoints ck WHERE ck.group_id = cg.id
+        CROSS JOIN generate_series(0, q.lanes - 1) AS l(lane)
+        CROSS JOIN LATERAL (SELECT * FROM checkpoints ck WHERE ck.group_id = cg.id AND ck.lane = l.lane
                             ORDER BY ck.seq DESC LIMIT 1) c
         WHERE cg.queue_id = q.id AND c.slot = v_slot;
         -- Never queue behind a long transaction that touched the slot: give up
@@ -137,7 +119,7 @@ BEGIN
         -- Now no transaction can be writing into the slot: a send that was
         -- still in progress at the first check may have committed while we
         -- waited for the locks. Check again, and undo the copies if needed.
-        IF NOT e_reclaimable(q.id, v_slot) THEN
+        IF NOT e_reclaimable(q, v_slot) THEN
             RAISE EXCEPTION USING ERRCODE = 'SL000', MESSAGE = 'slot no longer reclaimable';
         END IF;
         FOR t IN SELECT * FROM sluice._slot_tables() LOOP
@@ -253,7 +235,7 @@ BEGIN
     END IF;
     -- 'latest', or a time after the last batch: number everything visible now.
     PERFORM pg_advisory_xact_lock(sluice._lock_ns('cut'), p_queue_id);
-    RETURN e_cut_all(p_queue_id) + 1;
+    RETURN e_cut_all(p_queue_id, (SELECT qq.lanes FROM sluice.queue qq WHERE qq.id = p_queue_id)) + 1;
 END
 $$;
 

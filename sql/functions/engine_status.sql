@@ -1,5 +1,42 @@
 -- Group: engine templates - observability (see engine_cut.sql for what a template is)
 
+-- e_window: the positions of a lane a group has dispatched and not
+-- completed, with their newest lease (attempt and expiry; NULL if none
+-- survives).
+--
+-- Parameters:
+--   p_group_id       group id
+--   p_lane           the lane
+--   p_lwm, p_cursor  the range to look at
+-- Returns: (pos, id, txid, slot, attempt, expires) by position
+CREATE OR REPLACE FUNCTION sluice_tmpl.e_window(p_group_id int, p_lane smallint, p_lwm bigint, p_cursor bigint)
+RETURNS TABLE (pos bigint, id bigint, txid xid8, slot smallint, attempt int, expires timestamptz)
+LANGUAGE plpgsql STABLE
+SET search_path = sluice_tmpl, pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+SET jit = off
+AS $$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
+    SELECT w.pos, w.id, w.txid, w.slot, d.attempt, d.expires
+    FROM (SELECT b.first_pos + u.o - 1 AS pos, u.id, u.txid, u.slot, u.tg
+          FROM batches b
+          CROSS JOIN LATERAL unnest(b.ids, b.txids, b.slots, b.targets) WITH ORDINALITY AS u(id, txid, slot, tg, o)
+          WHERE b.lane = p_lane AND b.last_pos >= p_lwm AND b.first_pos <= p_cursor) w
+    LEFT JOIN LATERAL (
+        SELECT dd.attempt, max(dd.expires_at) AS expires
+        FROM deliveries dd
+        WHERE dd.slot = w.slot AND dd.group_id = p_group_id AND dd.pos = w.pos
+        GROUP BY dd.attempt ORDER BY dd.attempt DESC LIMIT 1) d ON true
+    LEFT JOIN LATERAL (SELECT 1 AS hit FROM acks a
+                       WHERE a.group_id = p_group_id AND a.pos = w.pos AND a.slot = w.slot LIMIT 1) ak ON true
+    WHERE w.pos BETWEEN p_lwm AND p_cursor AND (w.tg IS NULL OR w.tg = p_group_id) AND ak.hit IS NULL
+    ORDER BY w.pos;
+END
+$$;
+
 -- e_status: the rows of sluice.status for this queue (see there).
 CREATE OR REPLACE FUNCTION sluice_tmpl.e_status(q sluice.queue)
 RETURNS SETOF sluice.queue_status
@@ -12,15 +49,15 @@ AS $$
 DECLARE
     g sluice.consumer_group;
     head record;
-    st record;
-    w record;
     u record;
     s sluice.queue_status;
     v_now timestamptz := clock_timestamp();
     v_cur bigint := sluice._current_epoch(q.id);
     v_oldest bigint;
     v_retired_at timestamptz;
-    v_min bigint := e_min_lwm(q.id);
+    v_min bigint := e_min_lwm(q);
+    v_lwm bigint;
+    ls record;
     v_xip xid8[];
     any_group boolean := false;
 BEGIN
@@ -30,10 +67,21 @@ BEGIN
     SELECT e.started_at INTO v_retired_at FROM sluice.epoch e WHERE e.queue_id = q.id AND e.epoch = v_oldest + 1;
     FOR g IN SELECT * FROM sluice.consumer_group cg WHERE cg.queue_id = q.id ORDER BY cg.name LOOP
         any_group := true;
-        st := e_group_state(g);
-        SELECT count(*) FILTER (WHERE x.expires > v_now) AS in_flight,
-               count(*) FILTER (WHERE x.expires IS NULL OR x.expires <= v_now) AS expired
-        INTO w FROM e_window(g.id, st.lwm, st.cursor) x;
+        -- Over the group's lanes: the positions dispatched and not completed
+        -- (leased, or expired and not redelivered yet), and those numbered
+        -- after each lane's cursor.
+        SELECT max(ls_.cursor) AS cursor, coalesce(sum(w.in_flight), 0) AS in_flight,
+               coalesce(sum(w.expired), 0) AS expired, coalesce(sum(nb.n), 0) AS numbered
+        INTO ls
+        FROM generate_series(0, q.lanes - 1) AS l(lane)
+        CROSS JOIN LATERAL e_lane_state(g, l.lane::smallint) ls_
+        CROSS JOIN LATERAL (SELECT count(*) FILTER (WHERE x.expires > v_now) AS in_flight,
+                                   count(*) FILTER (WHERE x.expires IS NULL OR x.expires <= v_now) AS expired
+                            FROM e_window(g.id, l.lane::smallint, ls_.lwm, ls_.cursor) x) w
+        CROSS JOIN LATERAL (SELECT sum(b.last_pos - greatest(b.first_pos, ls_.cursor + 1) + 1) AS n
+                            FROM batches b
+                            WHERE b.lane = l.lane AND b.last_pos > ls_.cursor AND b.last_pos >= b.first_pos) nb;
+        v_lwm := e_group_lwm(g, q.lanes);
         -- Committed messages not numbered yet: due now, and the oldest of them.
         SELECT count(*) FILTER (WHERE m.deliver_at IS NULL OR m.deliver_at <= v_now) AS due,
                min(m.sent_at) AS oldest
@@ -43,31 +91,31 @@ BEGIN
           AND (m.target_group IS NULL OR m.target_group = g.id);
         s.queue := q.name;
         s.group_name := g.name;
-        s.cursor := st.cursor;
-        s.lwm := st.lwm;
+        s.cursor := ls.cursor;
+        s.lwm := v_lwm;
         s.head := head.last_pos;
-        s.in_flight := w.in_flight;
-        s.ready := greatest(head.last_pos - st.cursor, 0) + w.expired + u.due;
+        s.in_flight := ls.in_flight;
+        s.ready := ls.numbered + ls.expired + u.due;
         SELECT count(*) INTO s.delayed FROM messages m
         WHERE m.deliver_at > v_now AND (m.target_group IS NULL OR m.target_group = g.id);
         SELECT count(*) INTO s.dead FROM sluice.dead_letter d
         WHERE d.group_id = g.id AND NOT EXISTS (SELECT 1 FROM sluice.redrive r WHERE r.dead_letter_id = d.id);
-        s.lag := greatest(head.last_pos - st.lwm + 1, 0) + u.due;
+        s.lag := ls.numbered + ls.in_flight + ls.expired + u.due;
         s.oldest_pending_age := NULL;
-        IF st.lwm <= head.last_pos THEN
+        IF v_lwm <= head.last_pos THEN
             SELECT v_now - m.sent_at INTO s.oldest_pending_age
             FROM batches b
-            JOIN messages m ON m.slot = b.slots[st.lwm - b.first_pos + 1]
-                           AND m.txid = b.txids[st.lwm - b.first_pos + 1]
-                           AND m.id = b.ids[st.lwm - b.first_pos + 1]
-            WHERE b.first_pos <= st.lwm AND b.last_pos >= st.lwm
+            JOIN messages m ON m.slot = b.slots[v_lwm - b.first_pos + 1]
+                           AND m.txid = b.txids[v_lwm - b.first_pos + 1]
+                           AND m.id = b.ids[v_lwm - b.first_pos + 1]
+            WHERE b.first_pos <= v_lwm AND b.last_pos >= v_lwm
             LIMIT 1;
         END IF;
         IF s.oldest_pending_age IS NULL AND u.oldest IS NOT NULL THEN
             s.oldest_pending_age := v_now - u.oldest;
         END IF;
         s.live_epochs := v_cur - v_oldest + 1;
-        s.holds_reclaim := v_oldest < v_cur AND st.lwm = v_min AND v_now >= v_retired_at + q.retention;
+        s.holds_reclaim := v_oldest < v_cur AND v_lwm = v_min AND v_now >= v_retired_at + q.retention;
         RETURN NEXT s;
     END LOOP;
     IF NOT any_group THEN

@@ -19,7 +19,8 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT CASE kind
-        WHEN 'group' THEN 1372454913   -- serializes dispatch within a group
+        WHEN 'group' THEN 1372454913   -- (before lanes: dispatch within a group)
+        WHEN 'lane'  THEN 1372454918   -- one receive at a time per (group, lane): key group id * 256 + lane
         WHEN 'cut'   THEN 1372454914   -- serializes batch cutting within a queue
         WHEN 'maint' THEN 1372454915   -- serializes rotation and reclaim within a queue
         WHEN 'notify' THEN 1372454916  -- one NOTIFY per queue among concurrent sends

@@ -22,6 +22,7 @@ DECLARE
         'max_payload', 1048576,
         'notify', true,
         'dedup_window', '1 hour',
+        'lanes', 8,
         'default_group', true);
     o jsonb := coalesce(p_options, '{}');
     k text;
@@ -40,8 +41,8 @@ BEGIN
                 HINT = 'Known options: ' || (SELECT string_agg(x, ', ' ORDER BY x) FROM jsonb_object_keys(defaults) x) || '.';
         END IF;
         CASE k
-        WHEN 'max_attempts', 'max_payload' THEN
-            hi := CASE k WHEN 'max_attempts' THEN 1000 ELSE 104857600 END;
+        WHEN 'max_attempts', 'max_payload', 'lanes' THEN
+            hi := CASE k WHEN 'max_attempts' THEN 1000 WHEN 'lanes' THEN 256 ELSE 104857600 END;
             IF jsonb_typeof(v) <> 'number' OR v::text !~ '^[0-9]+$' OR v::numeric < 1 OR v::numeric > hi THEN
                 RAISE EXCEPTION USING ERRCODE = 'SL007',
                     MESSAGE = format('option %s must be an integer from 1 to %s, got %s', k, hi, v);
@@ -97,6 +98,10 @@ $$;
 --              rotate_interval  how often a new storage epoch starts ("1 minute")
 --              max_payload      largest body + headers in bytes (1048576)
 --              dedup_window     how long a dedup_key of send is remembered ("1 hour")
+--              lanes            dispatch lanes, 1 to 256 (8): consumers of a group take
+--                               lanes side by side; order is kept per key and per lane,
+--                               and 1 keeps strict commit order for the whole queue.
+--                               Fixed at creation.
 --              notify           NOTIFY channel 'sluice' (payload: the queue name)
 --                               when a send commits, to wake waiting consumers (true)
 --              default_group    create the group 'default' (true)
@@ -120,11 +125,11 @@ BEGIN
             MESSAGE = format('queue %s already exists', quote_literal(create_queue.queue));
     END IF;
     INSERT INTO sluice.queue AS q (name, max_attempts, lease, backoff_base, backoff_max, retention,
-                                   rotate_interval, max_payload, notify, dedup_window, id_seq, options)
+                                   rotate_interval, max_payload, notify, dedup_window, id_seq, options, lanes)
     VALUES (create_queue.queue, (o->>'max_attempts')::int, (o->>'lease')::interval,
             (o->>'backoff_base')::interval, (o->>'backoff_max')::interval, (o->>'retention')::interval,
             (o->>'rotate_interval')::interval, (o->>'max_payload')::int, (o->>'notify')::boolean,
-            (o->>'dedup_window')::interval, 'sluice.queue'::regclass, o)
+            (o->>'dedup_window')::interval, 'sluice.queue'::regclass, o, (o->>'lanes')::int)
     ON CONFLICT (name) DO NOTHING
     RETURNING q.id INTO qid;
     IF qid IS NULL THEN
@@ -202,6 +207,11 @@ BEGIN
             HINT = 'Use sluice.create_group() or sluice.drop_group().';
     END IF;
     o := sluice._options(q.options || alter_queue.options);
+    IF (o->>'lanes')::int <> q.lanes THEN
+        RAISE EXCEPTION USING ERRCODE = 'SL007',
+            MESSAGE = format('option lanes is fixed when the queue is created (%s), got %s', q.lanes, o->'lanes'),
+            HINT = 'Create a new queue with the number of lanes you want.';
+    END IF;
     UPDATE sluice.queue
     SET max_attempts = (o->>'max_attempts')::int, lease = (o->>'lease')::interval,
         backoff_base = (o->>'backoff_base')::interval, backoff_max = (o->>'backoff_max')::interval,

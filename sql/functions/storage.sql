@@ -70,9 +70,11 @@ BEGIN
             targets   int[],
             keys      bigint[],   -- key hash per position (NULL: no keyed message)
             prios     int[],      -- priority per position (NULL: all 0)
+            lane      smallint NOT NULL DEFAULT 0,
             PRIMARY KEY (batch_no, slot)
         ) PARTITION BY LIST (slot);
         CREATE INDEX ON %1$I.batches (last_pos);
+        CREATE INDEX ON %1$I.batches (lane, last_pos);
         CREATE TABLE %1$I.deliveries (
             slot         smallint NOT NULL,
             group_id     int NOT NULL,
@@ -84,10 +86,11 @@ BEGIN
             expires_at   timestamptz NOT NULL,
             delivered_at timestamptz NOT NULL,
             consumer     text,
-            key_hash     bigint      -- token 0: a parked retry due at expires_at
+            key_hash     bigint,     -- token 0: a parked retry due at expires_at
+            lane         smallint NOT NULL DEFAULT 0
         ) PARTITION BY LIST (slot);
         CREATE INDEX ON %1$I.deliveries (group_id, pos, attempt);
-        CREATE INDEX ON %1$I.deliveries (group_id, expires_at);
+        CREATE INDEX ON %1$I.deliveries (group_id, lane, expires_at);
         CREATE TABLE %1$I.acks (
             slot     smallint NOT NULL,
             group_id int NOT NULL,
@@ -108,7 +111,8 @@ BEGIN
             bheads    bigint[],   -- position of each
             lv_prio   int[],      -- priority levels dispatched out of position
             lv_pos    bigint[],   -- order, and the last position of each
-            PRIMARY KEY (group_id, seq, slot)
+            lane      smallint NOT NULL DEFAULT 0,
+            PRIMARY KEY (group_id, lane, seq, slot)
         ) PARTITION BY LIST (slot);
         CREATE TABLE %1$I.keyed (
             slot     smallint NOT NULL,
@@ -127,9 +131,10 @@ BEGIN
             target   int,
             mslot    smallint NOT NULL,
             id       bigint NOT NULL,
-            txid     xid8 NOT NULL
+            txid     xid8 NOT NULL,
+            lane     smallint NOT NULL DEFAULT 0
         ) PARTITION BY LIST (slot);
-        CREATE INDEX ON %1$I.prio (priority, pos);
+        CREATE INDEX ON %1$I.prio (lane, priority, pos);
         CREATE TABLE %1$I.dedup (
             slot      smallint NOT NULL,
             dedup_key text NOT NULL,
@@ -143,7 +148,8 @@ BEGIN
             seq      bigint NOT NULL,
             lwm      bigint NOT NULL,
             at       timestamptz NOT NULL,
-            PRIMARY KEY (group_id, seq, slot)
+            lane     smallint NOT NULL DEFAULT 0,
+            PRIMARY KEY (group_id, lane, seq, slot)
         ) PARTITION BY LIST (slot);
     $ddl$, sch);
     FOR s IN 0..3 LOOP

@@ -1,0 +1,163 @@
+-- Group: engine templates - lanes (see engine_cut.sql for what a template is)
+--
+-- The cut splits a queue's positions into lanes (e_lanes). Each group keeps
+-- one dispatch state per lane: a sequence of group_states rows (newest is
+-- current) with the lane's cursor (the last position dispatched), its
+-- low-water mark (the first position not completed), where its expiry scan
+-- stopped, its blocked keys and its priority levels. A receive takes a lane
+-- with a try-lock of (group, lane) held until it commits, so receives of one
+-- group run side by side on different lanes and never wait for each other.
+
+-- e_lane_state: the newest dispatch state of a group's lane, or where to
+-- resume when there is none (first receive, after a crash, after a purge):
+-- the lane's durable checkpoint, else the group's start.
+--
+-- Parameters:
+--   g       the group
+--   p_lane  the lane
+-- Returns: the state; changed is true when there was no state row
+CREATE OR REPLACE FUNCTION sluice_tmpl.e_lane_state(g sluice.consumer_group, p_lane smallint)
+RETURNS sluice.lane_state
+LANGUAGE plpgsql STABLE
+SET search_path = sluice_tmpl, pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+SET jit = off
+AS $$
+DECLARE
+    st sluice.lane_state;
+    r record;
+BEGIN
+    SELECT s.seq, s.cursor, s.lwm, s.scan_from, s.lwm_at, s.bkeys, s.bheads, s.lv_prio, s.lv_pos INTO r
+    FROM group_states s WHERE s.group_id = g.id AND s.lane = p_lane ORDER BY s.seq DESC LIMIT 1;
+    IF r.seq IS NOT NULL THEN
+        RETURN ROW(p_lane, r.seq, r.cursor, r.lwm, r.scan_from, r.lwm_at, true,
+                   coalesce(r.bkeys, '{}'), coalesce(r.bheads, '{}'), coalesce(r.lv_prio, '{}'),
+                   coalesce(r.lv_pos, '{}'), false)::sluice.lane_state;
+    END IF;
+    SELECT c.seq, c.lwm INTO r FROM checkpoints c
+    WHERE c.group_id = g.id AND c.lane = p_lane ORDER BY c.seq DESC LIMIT 1;
+    st := ROW(p_lane, coalesce(r.seq, 0), NULL, greatest(coalesce(r.lwm, g.start_pos), g.start_pos),
+              '-infinity', '-infinity', false, '{}', '{}', '{}', '{}', true)::sluice.lane_state;
+    st.cursor := st.lwm - 1;
+    RETURN st;
+END
+$$;
+
+-- e_lane_lwm: the first position of a lane in [p_lwm, p_cursor] the group
+-- has not completed (p_cursor + 1 when all are). Stops at the first one, so
+-- it is cheap while the front of the lane is in flight.
+CREATE OR REPLACE FUNCTION sluice_tmpl.e_lane_lwm(p_group_id int, p_lane smallint, p_lwm bigint, p_cursor bigint)
+RETURNS bigint
+LANGUAGE plpgsql STABLE
+SET search_path = sluice_tmpl, pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+SET jit = off
+AS $$
+DECLARE
+    v bigint;
+BEGIN
+    IF p_cursor < p_lwm THEN
+        RETURN p_lwm;
+    END IF;
+    SELECT w.pos INTO v
+    FROM (SELECT b.first_pos + u.o - 1 AS pos, u.slot, u.tg
+          FROM (SELECT * FROM batches bb
+                WHERE bb.lane = p_lane AND bb.last_pos >= p_lwm AND bb.first_pos <= p_cursor
+                ORDER BY bb.last_pos) b
+          CROSS JOIN LATERAL unnest(b.slots, b.targets) WITH ORDINALITY AS u(slot, tg, o)) w
+    LEFT JOIN LATERAL (SELECT 1 AS hit FROM acks a
+                       WHERE a.group_id = p_group_id AND a.pos = w.pos AND a.slot = w.slot LIMIT 1) ak ON true
+    WHERE w.pos BETWEEN p_lwm AND p_cursor AND (w.tg IS NULL OR w.tg = p_group_id) AND ak.hit IS NULL
+    LIMIT 1;
+    RETURN coalesce(v, p_cursor + 1);
+END
+$$;
+
+-- e_group_lwm: a group's low-water mark over all lanes: every position below
+-- it is completed by the group. A lane whose dispatched positions are all
+-- completed counts with its next position; a lane with nothing numbered
+-- after its cursor does not count.
+--
+-- Parameters:
+--   g        the group
+--   p_lanes  the queue's number of lanes
+-- Returns: the low-water mark (the last numbered position + 1 when every lane is done)
+CREATE OR REPLACE FUNCTION sluice_tmpl.e_group_lwm(g sluice.consumer_group, p_lanes int)
+RETURNS bigint
+LANGUAGE plpgsql STABLE
+SET search_path = sluice_tmpl, pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+SET jit = off
+AS $$
+BEGIN
+    RETURN coalesce(
+        (SELECT min(CASE WHEN s.lwm <= s.cursor THEN s.lwm
+                         ELSE (SELECT greatest(b.first_pos, s.cursor + 1) FROM batches b
+                               WHERE b.lane = l.lane AND b.last_pos > s.cursor AND b.last_pos >= b.first_pos
+                               ORDER BY b.last_pos LIMIT 1) END)
+         FROM generate_series(0, p_lanes - 1) AS l(lane)
+         CROSS JOIN LATERAL e_lane_state(g, l.lane::smallint) s),
+        (SELECT b.last_pos + 1 FROM batches b ORDER BY b.batch_no DESC LIMIT 1));
+END
+$$;
+
+-- e_min_lwm: the smallest low-water mark over the queue's groups (every
+-- position below it is completed by every group), or NULL without groups.
+CREATE OR REPLACE FUNCTION sluice_tmpl.e_min_lwm(q sluice.queue)
+RETURNS bigint
+LANGUAGE plpgsql STABLE
+SET search_path = sluice_tmpl, pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+SET jit = off
+AS $$
+BEGIN
+    RETURN (SELECT min(e_group_lwm(g, q.lanes)) FROM sluice.consumer_group g WHERE g.queue_id = q.id);
+END
+$$;
+
+-- e_lane_candidates: the lanes of a group a receive should try, best first:
+-- lanes with a new prioritized message, then the others from p_start on
+-- (a random lane, so that concurrent receives spread). A lane is worth
+-- trying when it has numbered positions after its cursor, leases that
+-- expired since its last scan, blocked keys, messages with a priority below
+-- 0 that may be left behind its cursor, a low-water mark due for an update
+-- (once a second while messages are in flight), or no state yet.
+-- Reads without locks: the receive that takes a lane reads its state again.
+--
+-- Parameters:
+--   p_group_id  group id
+--   p_lanes     the queue's number of lanes
+--   p_start     the lane to start from
+--   p_now       the receive's time
+-- Returns: lanes, in the order to try them
+CREATE OR REPLACE FUNCTION sluice_tmpl.e_lane_candidates(p_group_id int, p_lanes int, p_start int, p_now timestamptz)
+RETURNS SETOF smallint
+LANGUAGE plpgsql STABLE
+SET search_path = sluice_tmpl, pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+SET jit = off
+AS $$
+BEGIN
+    RETURN QUERY
+    SELECT l.lane::smallint
+    FROM generate_series(0, p_lanes - 1) AS l(lane)
+    LEFT JOIN LATERAL (SELECT s.cursor, s.lwm, s.scan_from, s.lwm_at, s.bkeys FROM group_states s
+                       WHERE s.group_id = p_group_id AND s.lane = l.lane ORDER BY s.seq DESC LIMIT 1) s ON true
+    WHERE s.cursor IS NULL
+       OR s.bkeys IS NOT NULL
+       OR (s.lwm <= s.cursor AND s.lwm_at <= p_now - interval '1 second')
+       OR EXISTS (SELECT 1 FROM batches b WHERE b.lane = l.lane AND b.last_pos > s.cursor AND b.last_pos >= b.first_pos)
+       OR EXISTS (SELECT 1 FROM deliveries d WHERE d.group_id = p_group_id AND d.lane = l.lane
+                                              AND d.expires_at >= s.scan_from AND d.expires_at <= p_now)
+       OR EXISTS (SELECT 1 FROM prio p WHERE p.lane = l.lane AND p.priority < 0
+                                        AND p.pos >= s.lwm AND p.pos <= s.cursor)
+    ORDER BY EXISTS (SELECT 1 FROM prio p WHERE p.lane = l.lane AND p.priority > 0
+                                         AND p.pos > coalesce(s.cursor, 0)) DESC,
+             (l.lane - p_start + p_lanes) % p_lanes;
+END
+$$;

@@ -1,0 +1,352 @@
+-- Group: engine templates - what one lane's receive takes (see engine_cut.sql
+-- for what a template is)
+--
+-- e_take (engine_receive.sql) runs these steps on one lane of a group, under
+-- the lane's lock, in this order, until it has p_need messages:
+--   1. e_take_expired: leases that expired (and parked retries that came due);
+--   2. e_take_blocked: messages of blocked keys whose earlier messages are
+--      now completed;
+--   3. e_take_prio (above 0): unkeyed messages with a priority above 0,
+--      highest first, then by position;
+--   4. e_take_new: the positions after the cursor, in order; keyed ones
+--      whose key is busy are left for 2, those with a priority below 0 for 5;
+--   5. e_take_prio (below 0): when 4 reached the end, unkeyed messages with a
+--      priority below 0.
+-- Each step gets the lane's state (st) and what was picked so far (pk), and
+-- returns both, changed. A keyed message is taken only if every earlier
+-- message of its key is completed or picked by this same receive (a consumer
+-- may get a run of one key).
+
+-- e_take_expired: step 1. Leases of the lane that expired since the last
+-- look, oldest expiry first. A lease is redelivered if it is still the
+-- message's newest delivery row (by attempt, then time: an extend writes a
+-- newer row) and the message is not completed. Each lease's expiry is looked
+-- at about once, whatever the number in flight. A parked retry (token 0)
+-- that came due is delivered with its own attempt number.
+CREATE OR REPLACE FUNCTION sluice_tmpl.e_take_expired(p_group_id int, INOUT st sluice.lane_state,
+                                                      INOUT pk sluice.picks, p_need int, p_now timestamptz)
+LANGUAGE plpgsql
+SET search_path = sluice_tmpl, pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+SET jit = off
+AS $$
+DECLARE
+    r record;
+    pv bigint;
+    need int := p_need - cardinality(pk.pos);
+BEGIN
+    FOR r IN
+        -- Every lease that expired since scan_from is returned, so that
+        -- scan_from moves past it; only those at or above the low-water mark
+        -- (below it everything is completed) are probed.
+        SELECT d.pos, d.attempt, d.token, d.msg_id, d.txid, d.slot, d.expires_at, d.key_hash,
+               d.pos >= st.lwm AND newer.hit IS NULL AND ak.hit IS NULL AS expired
+        FROM deliveries d
+        LEFT JOIN LATERAL (SELECT 1 AS hit FROM deliveries d2
+                           WHERE d.pos >= st.lwm
+                             AND d2.group_id = p_group_id AND d2.pos = d.pos AND d2.slot = d.slot
+                             AND (d2.attempt, d2.delivered_at, d2.token) > (d.attempt, d.delivered_at, d.token)
+                           LIMIT 1) newer ON true
+        LEFT JOIN LATERAL (SELECT 1 AS hit FROM acks a
+                           WHERE d.pos >= st.lwm
+                             AND a.group_id = p_group_id AND a.pos = d.pos AND a.slot = d.slot LIMIT 1) ak ON true
+        WHERE d.group_id = p_group_id AND d.lane = st.lane AND d.expires_at >= st.scan_from AND d.expires_at <= p_now
+        ORDER BY d.expires_at, d.pos
+    LOOP
+        IF r.expired AND NOT r.pos = ANY (pk.pos) THEN
+            IF r.key_hash IS NOT NULL THEN
+                pv := e_key_prev(p_group_id, r.key_hash, r.pos);
+                IF NOT (pv IS NULL OR pv < st.lwm OR pv = ANY (pk.pos) OR e_done(p_group_id, pv)) THEN
+                    -- An earlier message of the key is not completed: this
+                    -- one waits for it (step 2 finds it again).
+                    IF NOT r.key_hash = ANY (st.bkeys) THEN
+                        st.bkeys := st.bkeys || r.key_hash;
+                        st.bheads := st.bheads || e_key_head(p_group_id, r.key_hash, pv, st.lwm);
+                    END IF;
+                    st.scan_from := r.expires_at;
+                    st.changed := true;
+                    CONTINUE;
+                END IF;
+            END IF;
+            EXIT WHEN need = 0;
+            pk.pos := pk.pos || r.pos; pk.id := pk.id || r.msg_id; pk.txid := pk.txid || r.txid;
+            pk.slot := pk.slot || r.slot; pk.attempt := pk.attempt || (r.attempt + (r.token <> 0)::int);
+            pk.key := pk.key || r.key_hash;
+            need := need - 1;
+        END IF;
+        st.scan_from := r.expires_at;
+        st.changed := true;
+    END LOOP;
+END
+$$;
+
+-- e_take_blocked: step 2. A key is blocked while its earliest incomplete
+-- position (its head) is in flight or parked; once the head is completed,
+-- walk the key's positions up to the cursor: the first incomplete one that
+-- is neither in flight nor parked is taken, with the ones after it (a run,
+-- in order). A key with nothing left up to the cursor is free. A receive
+-- looks at no more keys than 4 x p_need + 32, in turn (those it did not
+-- look at come first the next time), and stops when it has enough.
+CREATE OR REPLACE FUNCTION sluice_tmpl.e_take_blocked(p_group_id int, INOUT st sluice.lane_state,
+                                                      INOUT pk sluice.picks, p_need int, p_now timestamptz)
+LANGUAGE plpgsql
+SET search_path = sluice_tmpl, pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+SET jit = off
+AS $$
+DECLARE
+    need int := p_need - cardinality(pk.pos);
+    n_bkeys bigint[] := '{}';
+    n_bheads bigint[] := '{}';
+    v_stop bigint;
+    v_budget constant int := 4 * need + 32;
+    v_keep bigint;
+    bk record;
+    nx record;
+BEGIN
+    IF cardinality(st.bkeys) = 0 OR need = 0 THEN
+        RETURN;
+    END IF;
+    FOR bk IN
+        SELECT u.k, u.h, u.o, ak.hit IS NOT NULL AS done, dl.attempt, dl.parked, dl.expires_at
+        FROM unnest(st.bkeys, st.bheads) WITH ORDINALITY AS u(k, h, o)
+        LEFT JOIN LATERAL (SELECT 1 AS hit FROM acks a WHERE a.group_id = p_group_id AND a.pos = u.h LIMIT 1) ak ON true
+        LEFT JOIN LATERAL (SELECT d.attempt, d.token = 0 AS parked, d.expires_at FROM deliveries d
+                           WHERE d.group_id = p_group_id AND d.pos = u.h
+                           ORDER BY d.attempt DESC, d.delivered_at DESC, d.token DESC LIMIT 1) dl ON true
+        ORDER BY u.o
+    LOOP
+        IF need = 0 OR bk.o > v_budget THEN
+            v_stop := bk.o;
+            EXIT;
+        END IF;
+        IF bk.h >= st.lwm AND NOT bk.done AND bk.expires_at > p_now AND NOT bk.h = ANY (pk.pos) THEN
+            n_bkeys := n_bkeys || bk.k;   -- head in flight or parked: still blocked
+            n_bheads := n_bheads || bk.h;
+            CONTINUE;
+        END IF;
+        -- Walk the key's positions from its head up to the cursor. One taken
+        -- by step 1 (a redelivered head) counts as taken.
+        v_keep := NULL;
+        FOR nx IN
+            SELECT k.pos, k.mslot, k.id, k.txid, ak.hit IS NOT NULL AS done, dl.attempt, dl.parked, dl.expires_at
+            FROM keyed k
+            LEFT JOIN LATERAL (SELECT 1 AS hit FROM acks a
+                               WHERE a.group_id = p_group_id AND a.pos = k.pos AND a.slot = k.mslot LIMIT 1) ak ON true
+            LEFT JOIN LATERAL (SELECT d.attempt, d.token = 0 AS parked, d.expires_at FROM deliveries d
+                               WHERE d.group_id = p_group_id AND d.pos = k.pos AND d.slot = k.mslot
+                               ORDER BY d.attempt DESC, d.delivered_at DESC, d.token DESC LIMIT 1) dl ON true
+            WHERE k.key_hash = bk.k AND k.pos >= bk.h AND k.pos <= st.cursor
+              AND (k.target IS NULL OR k.target = p_group_id)
+            ORDER BY k.pos
+        LOOP
+            EXIT WHEN v_keep IS NOT NULL AND need = 0;
+            IF nx.pos = ANY (pk.pos) THEN
+                v_keep := coalesce(v_keep, nx.pos);
+                CONTINUE;
+            END IF;
+            CONTINUE WHEN nx.done OR nx.pos < st.lwm;
+            v_keep := coalesce(v_keep, nx.pos);   -- the earliest incomplete position
+            EXIT WHEN nx.attempt IS NOT NULL AND nx.expires_at > p_now;   -- in flight or parked
+            EXIT WHEN need = 0;
+            -- Take it, and go on with the next ones (a run).
+            pk.pos := pk.pos || nx.pos; pk.id := pk.id || nx.id; pk.txid := pk.txid || nx.txid;
+            pk.slot := pk.slot || nx.mslot; pk.key := pk.key || bk.k;
+            pk.attempt := pk.attempt || CASE WHEN nx.attempt IS NULL THEN 1
+                                             WHEN nx.parked THEN nx.attempt ELSE nx.attempt + 1 END;
+            need := need - 1;
+        END LOOP;
+        IF v_keep IS NOT NULL THEN
+            n_bkeys := n_bkeys || bk.k;
+            n_bheads := n_bheads || v_keep;
+        END IF;
+    END LOOP;
+    IF v_stop IS NOT NULL THEN
+        -- Not looked at this time: first in line the next time.
+        n_bkeys := st.bkeys[v_stop:] || n_bkeys;
+        n_bheads := st.bheads[v_stop:] || n_bheads;
+    END IF;
+    st.bkeys := n_bkeys;
+    st.bheads := n_bheads;
+    st.changed := true;
+END
+$$;
+
+-- e_prio_take: the next messages of a lane with a priority above 0 (p_above)
+-- or below 0, level by level from the highest, each level in position order
+-- after greatest(p_after, the level's last position taken in p_lv_pos) and
+-- up to p_upto (NULL: no bound), not completed and meant for the group.
+--
+-- Parameters:
+--   p_group_id         group id
+--   p_lane             the lane
+--   p_above            true: levels above 0; false: below 0
+--   p_after, p_upto    the range of positions
+--   p_limit            the most rows to return
+--   p_lv_prio, p_lv_pos  the lane's levels and their last positions taken
+-- Returns: (priority, pos, mslot, id, txid), in the order to take them
+CREATE OR REPLACE FUNCTION sluice_tmpl.e_prio_take(p_group_id int, p_lane smallint, p_above boolean, p_after bigint,
+                                                   p_upto bigint, p_limit int, p_lv_prio int[], p_lv_pos bigint[])
+RETURNS TABLE (priority int, pos bigint, mslot smallint, id bigint, txid xid8)
+LANGUAGE plpgsql STABLE
+SET search_path = sluice_tmpl, pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+SET jit = off
+AS $$
+#variable_conflict use_column
+DECLARE
+    lvl int;
+    n int;
+    left_ int := p_limit;
+    v_lo constant int := CASE WHEN p_above THEN 1 ELSE -2147483648 END;
+    v_hi constant int := CASE WHEN p_above THEN 2147483647 ELSE -1 END;
+BEGIN
+    LOOP
+        EXIT WHEN left_ <= 0;
+        -- the next level down: a range scan of the (lane, priority, pos) index
+        SELECT p.priority INTO lvl FROM prio p
+        WHERE p.lane = p_lane AND p.priority >= v_lo AND p.priority <= coalesce(lvl::bigint - 1, v_hi)
+        ORDER BY p.priority DESC LIMIT 1;
+        EXIT WHEN NOT FOUND;
+        RETURN QUERY
+        SELECT p.priority, p.pos, p.mslot, p.id, p.txid
+        FROM prio p
+        LEFT JOIN LATERAL (SELECT 1 AS hit FROM acks a
+                           WHERE a.group_id = p_group_id AND a.pos = p.pos AND a.slot = p.mslot LIMIT 1) ak ON true
+        WHERE p.lane = p_lane AND p.priority = lvl
+          AND p.pos > greatest(p_after, p_lv_pos[array_position(p_lv_prio, lvl)])
+          AND (p_upto IS NULL OR p.pos <= p_upto)
+          AND (p.target IS NULL OR p.target = p_group_id) AND ak.hit IS NULL
+        ORDER BY p.pos
+        LIMIT left_;
+        GET DIAGNOSTICS n = ROW_COUNT;
+        left_ := left_ - n;
+    END LOOP;
+END
+$$;
+
+-- e_take_prio: steps 3 (p_above) and 5. Above 0: every level from the
+-- cursor on (what is after the cursor and prioritized goes first). Below 0:
+-- from the low-water mark up to the cursor, once step 4 took everything
+-- else numbered. Records each level's last position taken (lv_prio,
+-- lv_pos), so that step 4 skips what was taken out of order.
+CREATE OR REPLACE FUNCTION sluice_tmpl.e_take_prio(p_group_id int, INOUT st sluice.lane_state,
+                                                   INOUT pk sluice.picks, p_need int, p_above boolean)
+LANGUAGE plpgsql
+SET search_path = sluice_tmpl, pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+SET jit = off
+AS $$
+DECLARE
+    r record;
+    i int;
+    need int := p_need - cardinality(pk.pos);
+BEGIN
+    IF need = 0 OR NOT EXISTS (SELECT 1 FROM prio p
+                               WHERE p.lane = st.lane
+                                 AND p.priority >= CASE WHEN p_above THEN 1 ELSE -2147483648 END
+                                 AND p.priority <= CASE WHEN p_above THEN 2147483647 ELSE -1 END) THEN
+        RETURN;   -- (a lane that never saw a priority skips the call)
+    END IF;
+    FOR r IN SELECT * FROM e_prio_take(p_group_id, st.lane, p_above,
+                                       CASE WHEN p_above THEN st.cursor ELSE st.lwm - 1 END,
+                                       CASE WHEN p_above THEN NULL ELSE st.cursor END,
+                                       need, st.lv_prio, st.lv_pos) LOOP
+        pk.pos := pk.pos || r.pos; pk.id := pk.id || r.id; pk.txid := pk.txid || r.txid;
+        pk.slot := pk.slot || r.mslot; pk.attempt := pk.attempt || 1; pk.key := pk.key || NULL::bigint;
+        i := array_position(st.lv_prio, r.priority);
+        IF i IS NULL THEN
+            st.lv_prio := st.lv_prio || r.priority;
+            st.lv_pos := st.lv_pos || r.pos;
+        ELSE
+            st.lv_pos[i] := r.pos;
+        END IF;
+        st.changed := true;
+    END LOOP;
+END
+$$;
+
+-- e_take_new: step 4. The lane's positions after the cursor, batch by batch,
+-- in order, until p_need are picked or the lane's numbered positions run out.
+-- Moves the cursor past what it looked at.
+CREATE OR REPLACE FUNCTION sluice_tmpl.e_take_new(p_group_id int, INOUT st sluice.lane_state,
+                                                  INOUT pk sluice.picks, p_need int)
+LANGUAGE plpgsql
+SET search_path = sluice_tmpl, pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+SET jit = off
+AS $$
+DECLARE
+    need int := p_need - cardinality(pk.pos);
+    b record;
+    r record;
+    i int;
+    v_from int;
+    v_to int;
+    last_taken bigint;
+BEGIN
+    WHILE need > 0 LOOP
+        SELECT * INTO b FROM batches bb
+        WHERE bb.lane = st.lane AND bb.last_pos > st.cursor AND bb.last_pos >= bb.first_pos
+        ORDER BY bb.last_pos LIMIT 1;
+        EXIT WHEN NOT FOUND;
+        last_taken := NULL;
+        -- The next part of the batch after the cursor, in order (a function
+        -- scan returns array order); a little more than needed, in case some
+        -- positions are retries meant for other groups or already completed.
+        v_from := greatest(st.cursor - b.first_pos + 2, 1);
+        v_to := least(b.last_pos - b.first_pos + 1, v_from + 2 * need + 15);
+        FOR r IN
+            SELECT b.first_pos + v_from + x.o - 2 AS pos, x.id, x.txid, x.slot, x.k, coalesce(x.pr, 0) AS pr,
+                   kp.pos AS pv, pd.hit IS NOT NULL AS pv_done
+            FROM unnest(b.ids[v_from:v_to], b.txids[v_from:v_to], b.slots[v_from:v_to], b.targets[v_from:v_to],
+                        b.keys[v_from:v_to], b.prios[v_from:v_to])
+                 WITH ORDINALITY AS x(id, txid, slot, tg, k, pr, o)
+            LEFT JOIN LATERAL (SELECT 1 AS hit FROM acks a
+                               WHERE a.group_id = p_group_id AND a.pos = b.first_pos + v_from + x.o - 2
+                                 AND a.slot = x.slot LIMIT 1) ak ON true
+            -- for a keyed message: the key's previous position, and whether it is completed
+            LEFT JOIN LATERAL (SELECT kk.pos, kk.mslot FROM keyed kk
+                               WHERE x.k IS NOT NULL AND kk.key_hash = x.k AND kk.pos < b.first_pos + v_from + x.o - 2
+                                 AND (kk.target IS NULL OR kk.target = p_group_id)
+                               ORDER BY kk.pos DESC LIMIT 1) kp ON true
+            LEFT JOIN LATERAL (SELECT 1 AS hit FROM acks a
+                               WHERE kp.pos IS NOT NULL AND a.group_id = p_group_id AND a.pos = kp.pos
+                                 AND a.slot = kp.mslot LIMIT 1) pd ON true
+            WHERE (x.tg IS NULL OR x.tg = p_group_id) AND ak.hit IS NULL
+        LOOP
+            IF r.k IS NOT NULL THEN
+                -- A blocked key waits for step 2, unless this receive picked
+                -- its messages so far (then this one may continue the run).
+                CONTINUE WHEN r.k = ANY (st.bkeys) AND NOT coalesce(r.k = ANY (pk.key), false);
+                IF NOT (r.pv IS NULL OR r.pv < st.lwm OR r.pv = ANY (pk.pos)) THEN
+                    IF r.k = ANY (st.bkeys) THEN
+                        CONTINUE;   -- step 2 takes it in turn
+                    ELSIF NOT r.pv_done THEN
+                        st.bkeys := st.bkeys || r.k;   -- busy: block the key behind its head
+                        st.bheads := st.bheads || e_key_head(p_group_id, r.k, r.pv, st.lwm);
+                        CONTINUE;
+                    END IF;
+                END IF;
+            ELSIF r.pr > 0 THEN
+                i := array_position(st.lv_prio, r.pr);
+                CONTINUE WHEN i IS NOT NULL AND r.pos <= st.lv_pos[i];   -- taken by step 3
+            ELSIF r.pr < 0 THEN
+                CONTINUE;   -- step 5
+            END IF;
+            pk.pos := pk.pos || r.pos; pk.id := pk.id || r.id; pk.txid := pk.txid || r.txid;
+            pk.slot := pk.slot || r.slot; pk.attempt := pk.attempt || 1; pk.key := pk.key || r.k;
+            need := need - 1;
+            last_taken := r.pos;
+            EXIT WHEN need = 0;
+        END LOOP;
+        st.cursor := CASE WHEN need > 0 THEN b.first_pos + v_to - 1 ELSE last_taken END;
+        st.changed := true;
+    END LOOP;
+END
+$$;
