@@ -108,38 +108,52 @@ func TestReceiveCommitsAsynchronously(t *testing.T) {
 	}
 }
 
-// TestEngineFunctionsTurnJITOff: every engine function that disables
-// sequential scans also disables JIT (a plan that keeps a disabled seq scan
-// is costed at 1e10 and would be JIT-compiled on every run), in the
-// templates and in each queue's copies.
+// TestEngineFunctionsTurnJITOff: the entry points of each queue's copy of
+// the engine (the functions the public API calls) run with the engine's
+// settings, applied by sluice._instantiate: sequential scans off and JIT off
+// (a plan that keeps a disabled seq scan is costed at 1e10 and would be
+// JIT-compiled on every run), generic plans, and the queue's schema first
+// in search_path. The other copies inherit them and set nothing (a SET
+// clause costs a call ~30 us), and no template sets anything.
 func TestEngineFunctionsTurnJITOff(t *testing.T) {
 	b := setup(t)
 	b.createQueue("jit", `{}`)
 	rows, err := b.pool.Query(b.ctx, `
-		SELECT n.nspname || '.' || p.proname, coalesce(array_to_string(p.proconfig, ' '), '')
+		SELECT n.nspname, p.proname, coalesce(array_to_string(p.proconfig, ' '), '')
 		FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
 		WHERE n.nspname = 'sluice_tmpl' OR n.nspname LIKE 'sluice\_q%'`)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer rows.Close()
+	entry := map[string]bool{"e_receive": true, "e_ack": true, "e_nack": true, "e_extend": true, "e_status": true,
+		"e_maintain": true, "e_purge": true, "e_start_pos": true, "e_base": true, "e_dedup_lookup": true,
+		"e_dedup_record": true}
 	seen := 0
 	for rows.Next() {
-		var name, config string
-		if err := rows.Scan(&name, &config); err != nil {
+		var schema, name, config string
+		if err := rows.Scan(&schema, &name, &config); err != nil {
 			t.Fatal(err)
 		}
-		if strings.Contains(config, "enable_seqscan=off") {
+		switch {
+		case schema == "sluice_tmpl" || !entry[name]:
+			if config != "" {
+				t.Errorf("%s.%s sets %s; only the copies of entry points set anything", schema, name, config)
+			}
+		default:
 			seen++
-			if !strings.Contains(config, "jit=off") {
-				t.Errorf("%s disables seq scans but not JIT (%s)", name, config)
+			for _, want := range []string{"search_path=" + schema + ", pg_catalog, pg_temp", "enable_seqscan=off",
+				"jit=off", "plan_cache_mode=force_generic_plan"} {
+				if !strings.Contains(config, want) {
+					t.Errorf("%s.%s: settings %q lack %q", schema, name, config, want)
+				}
 			}
 		}
 	}
 	if err := rows.Err(); err != nil {
 		t.Fatal(err)
 	}
-	if seen < 20 {
-		t.Fatalf("only %d engine functions disable seq scans: the catalog query is wrong", seen)
+	if seen != len(entry) {
+		t.Fatalf("found %d entry points in the queue's schema, want %d", seen, len(entry))
 	}
 }

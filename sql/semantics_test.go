@@ -303,7 +303,7 @@ func TestDelayedMessages(t *testing.T) {
 func TestSendBatchKeepsOrder(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.createQueue("q", "")
+	b.createQueue("q", `{"lanes": 1}`) // one lane: a receive returns commit order
 	rows, err := b.pool.Query(b.ctx, `SELECT * FROM sluice.send_batch('q',
 		ARRAY['{"i":0}', '{"i":1}', '{"i":2}']::jsonb[], NULL, ARRAY['a', NULL, 'c'])`)
 	if err != nil {

@@ -72,8 +72,15 @@ BEGIN
     IF current_setting('transaction_isolation') <> 'read committed' THEN
         PERFORM sluice._isolation_error('receive', 'Receive in its own transaction; acks may run at any isolation level.');
     END IF;
-    q := sluice._get_queue(receive.queue);
-    g := sluice._get_group(q.id, q.name, receive.group_name);
+    -- (the lookups inline: _get_queue and _get_group raise when there is no row)
+    SELECT * INTO q FROM sluice.queue qq WHERE qq.name = receive.queue;
+    IF NOT FOUND THEN
+        q := sluice._get_queue(receive.queue);
+    END IF;
+    SELECT * INTO g FROM sluice.consumer_group gg WHERE gg.queue_id = q.id AND gg.name = receive.group_name;
+    IF NOT FOUND THEN
+        g := sluice._get_group(q.id, q.name, receive.group_name);
+    END IF;
     v_lease := coalesce(receive.lease, q.lease);
     PERFORM sluice._check_lease('lease', v_lease);
     PERFORM sluice._receive_commit();
@@ -97,17 +104,29 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    q sluice.queue := sluice._get_queue(ack.queue);
-    g sluice.consumer_group := sluice._get_group(q.id, q.name, ack.group_name);
+    q sluice.queue;
+    g sluice.consumer_group;
     n int;
 BEGIN
-    PERFORM sluice._parse_receipts(ack.receipts);   -- malformed input raises before anything changes
+    -- (the lookups inline: _get_queue and _get_group raise when there is no row)
+    SELECT * INTO q FROM sluice.queue qq WHERE qq.name = ack.queue;
+    IF NOT FOUND THEN
+        q := sluice._get_queue(ack.queue);
+    END IF;
+    SELECT * INTO g FROM sluice.consumer_group gg WHERE gg.queue_id = q.id AND gg.name = ack.group_name;
+    IF NOT FOUND THEN
+        g := sluice._get_group(q.id, q.name, ack.group_name);
+    END IF;
+    IF ack.receipts IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'SL006', MESSAGE = 'receipts must not be NULL';
+    END IF;
     IF current_setting('sluice.caller_synchronous_commit', true) <> '' THEN
         PERFORM sluice._durable_commit();   -- after a receive in this transaction
     END IF;
     IF cardinality(ack.receipts) = 0 THEN
         RETURN 0;
     END IF;
+    -- e_ack parses the receipts first: malformed input raises SL008 before anything changes.
     EXECUTE format('SELECT %I.e_ack($1, $2)', sluice._qschema(q.id)) INTO n USING g.id, ack.receipts;
     RETURN n;
 END

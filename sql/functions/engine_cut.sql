@@ -21,7 +21,6 @@
 CREATE OR REPLACE FUNCTION sluice_tmpl.e_snapshot()
 RETURNS pg_snapshot
 LANGUAGE plpgsql STABLE
-SET search_path = sluice_tmpl, pg_catalog, pg_temp
 AS $$
 DECLARE
     snap pg_snapshot := pg_current_snapshot();
@@ -54,12 +53,10 @@ CREATE OR REPLACE FUNCTION sluice_tmpl.e_lanes(p_lanes int, p_last_pos bigint, p
     OUT ids bigint[], OUT txids xid8[], OUT slots smallint[], OUT targets int[], OUT keys bigint[], OUT prios int[],
     OUT lanes smallint[])
 LANGUAGE sql IMMUTABLE
-SET search_path = sluice_tmpl, pg_catalog, pg_temp
-SET jit = off
 AS $$
-    SELECT array_agg(l.id ORDER BY l.ln, l.o), array_agg(l.txid ORDER BY l.ln, l.o),
-           array_agg(l.slot ORDER BY l.ln, l.o), array_agg(l.tg ORDER BY l.ln, l.o),
-           array_agg(l.k ORDER BY l.ln, l.o), array_agg(l.pr ORDER BY l.ln, l.o), array_agg(l.ln ORDER BY l.ln, l.o)
+    -- One sort, then aggregates in that order (each ORDER BY would sort again).
+    SELECT array_agg(l.id), array_agg(l.txid), array_agg(l.slot), array_agg(l.tg), array_agg(l.k), array_agg(l.pr),
+           array_agg(l.ln)
     FROM (SELECT u.*,
                  (CASE WHEN u.k IS NOT NULL THEN ((u.k % p_lanes) + p_lanes) % p_lanes
                        ELSE (p_last_pos + 1 + (u.nth - 1) / greatest(1, least(64, (u.nun + p_lanes - 1) / p_lanes)))
@@ -67,7 +64,8 @@ AS $$
           FROM (SELECT x.*, count(*) FILTER (WHERE x.k IS NULL) OVER (ORDER BY x.o) AS nth,
                        count(*) FILTER (WHERE x.k IS NULL) OVER () AS nun
                 FROM unnest(p_ids, p_txids, p_slots, p_targets, p_keys, p_prios)
-                     WITH ORDINALITY AS x(id, txid, slot, tg, k, pr, o)) u) l
+                     WITH ORDINALITY AS x(id, txid, slot, tg, k, pr, o)) u
+          ORDER BY ln, u.o) l
 $$;
 
 -- e_cut: number the next messages of the queue (at most 1000 per call).
@@ -90,10 +88,6 @@ $$;
 CREATE OR REPLACE FUNCTION sluice_tmpl.e_cut(p_queue_id int, p_lanes int)
 RETURNS bigint
 LANGUAGE plpgsql
-SET search_path = sluice_tmpl, pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan
-SET enable_seqscan = off
-SET jit = off
 AS $$
 DECLARE
     cap constant int := 1000;
@@ -346,10 +340,6 @@ $$;
 CREATE OR REPLACE FUNCTION sluice_tmpl.e_cut_all(p_queue_id int, p_lanes int)
 RETURNS bigint
 LANGUAGE plpgsql
-SET search_path = sluice_tmpl, pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan
-SET enable_seqscan = off
-SET jit = off
 AS $$
 DECLARE
     head bigint;

@@ -5,10 +5,6 @@
 CREATE OR REPLACE FUNCTION sluice_tmpl.e_dedup_lookup(p_key text, p_window interval)
 RETURNS bigint
 LANGUAGE plpgsql STABLE
-SET search_path = sluice_tmpl, pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan
-SET enable_seqscan = off
-SET jit = off
 AS $$
 BEGIN
     RETURN (SELECT d.msg_id FROM dedup d
@@ -21,7 +17,6 @@ $$;
 CREATE OR REPLACE FUNCTION sluice_tmpl.e_dedup_record(p_slot smallint, p_key text, p_id bigint)
 RETURNS void
 LANGUAGE plpgsql
-SET search_path = sluice_tmpl, pg_catalog, pg_temp
 AS $$
 BEGIN
     INSERT INTO dedup (slot, dedup_key, msg_id, at) VALUES (p_slot, p_key, p_id, clock_timestamp());

@@ -7,10 +7,6 @@
 CREATE OR REPLACE FUNCTION sluice_tmpl.e_done(p_group_id int, p_pos bigint)
 RETURNS boolean
 LANGUAGE plpgsql STABLE
-SET search_path = sluice_tmpl, pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan
-SET enable_seqscan = off
-SET jit = off
 AS $$
 BEGIN
     RETURN EXISTS (SELECT 1 FROM acks a WHERE a.group_id = p_group_id AND a.pos = p_pos);
@@ -24,10 +20,6 @@ $$;
 CREATE OR REPLACE FUNCTION sluice_tmpl.e_pos(p_group_id int, p_pos bigint,
     OUT done boolean, OUT attempt int, OUT parked boolean, OUT expires timestamptz)
 LANGUAGE plpgsql STABLE
-SET search_path = sluice_tmpl, pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan
-SET enable_seqscan = off
-SET jit = off
 AS $$
 BEGIN
     done := e_done(p_group_id, p_pos);
@@ -42,10 +34,6 @@ $$;
 CREATE OR REPLACE FUNCTION sluice_tmpl.e_key_prev(p_group_id int, p_key bigint, p_pos bigint)
 RETURNS bigint
 LANGUAGE plpgsql STABLE
-SET search_path = sluice_tmpl, pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan
-SET enable_seqscan = off
-SET jit = off
 AS $$
 BEGIN
     RETURN (SELECT k.pos FROM keyed k
@@ -60,10 +48,6 @@ $$;
 CREATE OR REPLACE FUNCTION sluice_tmpl.e_key_head(p_group_id int, p_key bigint, p_pos bigint, p_lwm bigint)
 RETURNS bigint
 LANGUAGE plpgsql STABLE
-SET search_path = sluice_tmpl, pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan
-SET enable_seqscan = off
-SET jit = off
 AS $$
 DECLARE
     v bigint := p_pos;
@@ -83,10 +67,6 @@ $$;
 CREATE OR REPLACE FUNCTION sluice_tmpl.e_key_next(p_group_id int, p_key bigint, p_pos bigint,
     OUT pos bigint, OUT mslot smallint, OUT id bigint, OUT txid xid8)
 LANGUAGE plpgsql STABLE
-SET search_path = sluice_tmpl, pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan
-SET enable_seqscan = off
-SET jit = off
 AS $$
 BEGIN
     SELECT k.pos, k.mslot, k.id, k.txid INTO pos, mslot, id, txid

@@ -19,10 +19,6 @@
 CREATE OR REPLACE FUNCTION sluice_tmpl.e_lane_state(g sluice.consumer_group, p_lane smallint)
 RETURNS sluice.lane_state
 LANGUAGE plpgsql STABLE
-SET search_path = sluice_tmpl, pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan
-SET enable_seqscan = off
-SET jit = off
 AS $$
 DECLARE
     st sluice.lane_state;
@@ -50,10 +46,6 @@ $$;
 CREATE OR REPLACE FUNCTION sluice_tmpl.e_lane_lwm(p_group_id int, p_lane smallint, p_lwm bigint, p_cursor bigint)
 RETURNS bigint
 LANGUAGE plpgsql STABLE
-SET search_path = sluice_tmpl, pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan
-SET enable_seqscan = off
-SET jit = off
 AS $$
 DECLARE
     v bigint;
@@ -87,10 +79,6 @@ $$;
 CREATE OR REPLACE FUNCTION sluice_tmpl.e_group_lwm(g sluice.consumer_group, p_lanes int)
 RETURNS bigint
 LANGUAGE plpgsql STABLE
-SET search_path = sluice_tmpl, pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan
-SET enable_seqscan = off
-SET jit = off
 AS $$
 BEGIN
     RETURN coalesce(
@@ -109,55 +97,29 @@ $$;
 CREATE OR REPLACE FUNCTION sluice_tmpl.e_min_lwm(q sluice.queue)
 RETURNS bigint
 LANGUAGE plpgsql STABLE
-SET search_path = sluice_tmpl, pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan
-SET enable_seqscan = off
-SET jit = off
 AS $$
 BEGIN
     RETURN (SELECT min(e_group_lwm(g, q.lanes)) FROM sluice.consumer_group g WHERE g.queue_id = q.id);
 END
 $$;
 
--- e_lane_candidates: the lanes of a group a receive should try, best first:
--- lanes with a new prioritized message, then the others from p_start on
--- (a random lane, so that concurrent receives spread). A lane is worth
--- trying when it has numbered positions after its cursor, leases that
--- expired since its last scan, blocked keys, messages with a priority below
--- 0 that may be left behind its cursor, a low-water mark due for an update
--- (once a second while messages are in flight), or no state yet.
--- Reads without locks: the receive that takes a lane reads its state again.
---
--- Parameters:
---   p_group_id  group id
---   p_lanes     the queue's number of lanes
---   p_start     the lane to start from
---   p_now       the receive's time
--- Returns: lanes, in the order to try them
-CREATE OR REPLACE FUNCTION sluice_tmpl.e_lane_candidates(p_group_id int, p_lanes int, p_start int, p_now timestamptz)
+-- e_lanes_by_priority: the lanes of a group that hold an unkeyed message
+-- with a priority above 0 after their cursor, highest first: a receive
+-- tries them before the others, so that priorities hold across lanes.
+CREATE OR REPLACE FUNCTION sluice_tmpl.e_lanes_by_priority(p_group_id int, p_lanes int)
 RETURNS SETOF smallint
 LANGUAGE plpgsql STABLE
-SET search_path = sluice_tmpl, pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan
-SET enable_seqscan = off
-SET jit = off
 AS $$
 BEGIN
     RETURN QUERY
     SELECT l.lane::smallint
     FROM generate_series(0, p_lanes - 1) AS l(lane)
-    LEFT JOIN LATERAL (SELECT s.cursor, s.lwm, s.scan_from, s.lwm_at, s.bkeys FROM group_states s
-                       WHERE s.group_id = p_group_id AND s.lane = l.lane ORDER BY s.seq DESC LIMIT 1) s ON true
-    WHERE s.cursor IS NULL
-       OR s.bkeys IS NOT NULL
-       OR (s.lwm <= s.cursor AND s.lwm_at <= p_now - interval '1 second')
-       OR EXISTS (SELECT 1 FROM batches b WHERE b.lane = l.lane AND b.last_pos > s.cursor AND b.last_pos >= b.first_pos)
-       OR EXISTS (SELECT 1 FROM deliveries d WHERE d.group_id = p_group_id AND d.lane = l.lane
-                                              AND d.expires_at >= s.scan_from AND d.expires_at <= p_now)
-       OR EXISTS (SELECT 1 FROM prio p WHERE p.lane = l.lane AND p.priority < 0
-                                        AND p.pos >= s.lwm AND p.pos <= s.cursor)
-    ORDER BY EXISTS (SELECT 1 FROM prio p WHERE p.lane = l.lane AND p.priority > 0
-                                         AND p.pos > coalesce(s.cursor, 0)) DESC,
-             (l.lane - p_start + p_lanes) % p_lanes;
+    CROSS JOIN LATERAL (SELECT max(p.priority) AS top FROM prio p
+                        WHERE p.lane = l.lane AND p.priority > 0
+                          AND p.pos > coalesce((SELECT s.cursor FROM group_states s
+                                                WHERE s.group_id = p_group_id AND s.lane = l.lane
+                                                ORDER BY s.seq DESC LIMIT 1), 0)) t
+    WHERE t.top IS NOT NULL
+    ORDER BY t.top DESC;
 END
 $$;

@@ -14,10 +14,6 @@
 CREATE OR REPLACE FUNCTION sluice_tmpl.e_reclaimable(q sluice.queue, p_slot smallint)
 RETURNS boolean
 LANGUAGE plpgsql
-SET search_path = sluice_tmpl, pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan
-SET enable_seqscan = off
-SET jit = off
 AS $$
 DECLARE
     v_slot constant smallint := p_slot;
@@ -62,10 +58,6 @@ $$;
 CREATE OR REPLACE FUNCTION sluice_tmpl.e_reclaim(q sluice.queue, p_epoch bigint, p_current bigint)
 RETURNS boolean
 LANGUAGE plpgsql
-SET search_path = sluice_tmpl, pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan
-SET enable_seqscan = off
-SET jit = off
 AS $$
 DECLARE
     v_slot constant smallint := p_epoch % 4;
@@ -143,10 +135,6 @@ $$;
 -- Returns: (rotated, reclaimed): whether a new epoch started, how many slots were truncated
 CREATE OR REPLACE FUNCTION sluice_tmpl.e_maintain(p_queue_id int, OUT rotated boolean, OUT reclaimed int)
 LANGUAGE plpgsql
-SET search_path = sluice_tmpl, pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan
-SET enable_seqscan = off
-SET jit = off
 AS $$
 DECLARE
     q sluice.queue;
@@ -175,10 +163,6 @@ $$;
 CREATE OR REPLACE FUNCTION sluice_tmpl.e_purge(q sluice.queue)
 RETURNS bigint
 LANGUAGE plpgsql
-SET search_path = sluice_tmpl, pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan
-SET enable_seqscan = off
-SET jit = off
 AS $$
 DECLARE
     n bigint;
@@ -215,10 +199,6 @@ $$;
 CREATE OR REPLACE FUNCTION sluice_tmpl.e_start_pos(p_queue_id int, p_earliest boolean, p_ts timestamptz)
 RETURNS bigint
 LANGUAGE plpgsql
-SET search_path = sluice_tmpl, pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan
-SET enable_seqscan = off
-SET jit = off
 AS $$
 DECLARE
     v bigint;
@@ -244,10 +224,6 @@ $$;
 CREATE OR REPLACE FUNCTION sluice_tmpl.e_base()
 RETURNS void
 LANGUAGE plpgsql
-SET search_path = sluice_tmpl, pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan
-SET enable_seqscan = off
-SET jit = off
 AS $$
 BEGIN
     INSERT INTO batches (slot, batch_no, first_pos, last_pos, done, cut_at, prev_t, t, prev_snap, snap,

@@ -5,26 +5,25 @@
 -- 1. Number what committed since the last cut (e_cut), unless another
 --    receive of the queue is cutting: never wait for it, what it numbers is
 --    there at the next call.
--- 2. Take from the group's lanes that have work (e_lane_candidates), each
---    under its try-lock: a lane another receive holds is skipped, not
---    waited for. Lanes with prioritized messages come first, then the
---    others from a random lane on, until max_messages are taken.
--- 3. About once a second per session, reclaim and rotate (e_maintain) unless
+-- 2. Take from the group's lanes that have work, each under
+--    its try-lock: a lane another receive holds is skipped, not waited for.
+--    Lanes with prioritized messages come first (e_lanes_by_priority), then
+--    the others from a random lane on, until max_messages are picked.
+-- 3. Lease what was picked.
+-- 4. About once a second per session, reclaim and rotate (e_maintain) unless
 --    another session is doing it.
 CREATE OR REPLACE FUNCTION sluice_tmpl.e_receive(q sluice.queue, g sluice.consumer_group, max_messages int,
                                                  p_lease interval, p_consumer text)
 RETURNS SETOF sluice.message
 LANGUAGE plpgsql
-SET search_path = sluice_tmpl, pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan
-SET enable_seqscan = off
-SET jit = off
 AS $$
 DECLARE
     v_now constant timestamptz := clock_timestamp();
     v_start constant int := floor(random() * q.lanes)::int;
     v_maint constant text := 'sluice.maintained_' || q.id;
-    need int := max_messages;
+    pk sluice.picks := ROW('{}', '{}', '{}', '{}', '{}', '{}', '{}');
+    v_prio boolean;
+    v_tried smallint[] := '{}';
     ln smallint;
     n int;
 BEGIN
@@ -37,13 +36,68 @@ BEGIN
             EXIT WHEN (SELECT b.done FROM batches b ORDER BY b.batch_no DESC LIMIT 1);
         END LOOP;
     END IF;
-    FOR ln IN SELECT * FROM e_lane_candidates(g.id, q.lanes, v_start, v_now) LOOP
+    v_prio := EXISTS (SELECT 1 FROM prio);
+    -- Lanes with a prioritized message first, then every lane from a random one on.
+    FOR ln IN SELECT * FROM e_lanes_by_priority(g.id, q.lanes) WHERE v_prio
+              UNION ALL
+              SELECT ((v_start + i) % q.lanes)::smallint FROM generate_series(0, q.lanes - 1) AS i LOOP
+        CONTINUE WHEN ln = ANY (v_tried);
+        v_tried := v_tried || ln;
+        -- Whether the lane is worth a try: it has numbered positions after
+        -- its cursor, leases that expired since its last scan, blocked keys,
+        -- messages with a priority below 0 that may be left behind its
+        -- cursor, a low-water mark due for an update (once a second while
+        -- messages are in flight), or no state yet. Read without the lock:
+        -- e_take reads the state again once it holds it.
+        CONTINUE WHEN NOT (
+            SELECT s.cursor IS NULL
+                OR s.bkeys IS NOT NULL
+                OR (s.lwm <= s.cursor AND s.lwm_at <= v_now - interval '1 second')
+                OR EXISTS (SELECT 1 FROM batches b
+                           WHERE b.lane = ln AND b.last_pos > s.cursor AND b.last_pos >= b.first_pos)
+                OR EXISTS (SELECT 1 FROM deliveries d
+                           WHERE d.group_id = g.id AND d.lane = ln AND d.expires_at >= s.scan_from
+                             AND d.expires_at <= v_now)
+                OR (v_prio AND EXISTS (SELECT 1 FROM prio p WHERE p.lane = ln AND p.priority < 0
+                                                              AND p.pos >= s.lwm AND p.pos <= s.cursor))
+            FROM (SELECT NULL) AS one
+            LEFT JOIN LATERAL (SELECT s.cursor, s.lwm, s.scan_from, s.lwm_at, s.bkeys FROM group_states s
+                               WHERE s.group_id = g.id AND s.lane = ln ORDER BY s.seq DESC LIMIT 1) s ON true);
         CONTINUE WHEN NOT pg_try_advisory_xact_lock(sluice._lock_ns('lane'), g.id * 256 + ln);
-        RETURN QUERY SELECT * FROM e_take(q, g, ln, need, p_lease, p_consumer, v_now);
-        GET DIAGNOSTICS n = ROW_COUNT;
-        need := need - n;
-        EXIT WHEN need = 0;
+        pk := e_take(q, g, ln, pk, max_messages, v_prio, v_now);
+        EXIT WHEN cardinality(pk.pos) >= max_messages;
     END LOOP;
+    -- Lease what was picked, one delivery row each, and return the messages
+    -- in the order they were picked. Those left over (gone, or out of
+    -- attempts) are e_lease_leftovers' business.
+    IF cardinality(pk.pos) > 0 THEN
+        RETURN QUERY
+        WITH k AS (
+            SELECT k.*, mm.*, 1 + (random() * 999999999999999998)::bigint AS token
+            FROM unnest(pk.pos, pk.id, pk.txid, pk.slot, pk.attempt, pk.key, pk.lane)
+                 WITH ORDINALITY AS k(pos, id, txid, slot, attempt, kh, lane, o)
+            CROSS JOIN LATERAL (
+                SELECT m.attempt_base, coalesce(m.origin_id, m.id) AS public_id, m.body, m.headers, m.key AS mkey,
+                       m.priority, m.sent_at
+                FROM messages m
+                WHERE m.slot = k.slot AND m.txid = k.txid AND m.id = k.id
+                LIMIT 1) mm
+            WHERE mm.attempt_base + k.attempt <= q.max_attempts
+        ), ins AS (
+            INSERT INTO deliveries (slot, group_id, lane, pos, attempt, token, msg_id, txid, expires_at, delivered_at,
+                                    consumer, key_hash)
+            SELECT k.slot, g.id, k.lane, k.pos, k.attempt, k.token, k.id, k.txid, v_now + p_lease, v_now, p_consumer, k.kh
+            FROM k
+        )
+        SELECT k.public_id, k.body, k.headers, k.mkey, k.priority, k.attempt_base + k.attempt, k.sent_at,
+               k.slot || '.' || k.pos || '.' || k.attempt || '.' || k.token, v_now + p_lease, k.pos
+        FROM k
+        ORDER BY k.o;
+        GET DIAGNOSTICS n = ROW_COUNT;
+        IF n < cardinality(pk.pos) THEN
+            PERFORM e_lease_leftovers(q, g, pk, v_now);
+        END IF;
+    END IF;
     IF extract(epoch FROM v_now) >= coalesce(nullif(current_setting(v_maint, true), ''), '0')::float8 + 1 THEN
         PERFORM set_config(v_maint, extract(epoch FROM v_now)::text, false);
         IF pg_try_advisory_xact_lock(sluice._lock_ns('maint'), q.id) THEN
@@ -53,54 +107,89 @@ BEGIN
 END
 $$;
 
--- e_take: what one receive takes from one lane of a group, under the lane's
--- lock: the steps of engine_take.sql, then the leases (e_lease), the lane's
--- low-water mark (e_lane_checkpoint) and its new state row.
+-- e_take: what one receive picks from one lane of a group, under the lane's
+-- lock: the steps of engine_take.sql, then the lane's low-water mark
+-- (e_lane_checkpoint) and its new state row. The caller leases the picks.
 --
 -- Parameters:
---   q, g        the queue and group
---   p_lane      the lane
---   p_need      the most messages to take
---   p_lease     lease duration
---   p_consumer  the caller's name, kept with the leases
---   p_now       the receive's time
--- Returns: the messages leased, as sluice.receive returns them
-CREATE OR REPLACE FUNCTION sluice_tmpl.e_take(q sluice.queue, g sluice.consumer_group, p_lane smallint, p_need int,
-                                              p_lease interval, p_consumer text, p_now timestamptz)
-RETURNS SETOF sluice.message
+--   q, g    the queue and group
+--   p_lane  the lane
+--   pk      what the receive picked so far (from other lanes)
+--   p_need  how many the receive wants in all
+--   p_prio  whether the queue has prioritized messages (else steps 3 and 5 are skipped)
+--   p_now   the receive's time
+-- Returns: pk with this lane's picks added
+CREATE OR REPLACE FUNCTION sluice_tmpl.e_take(q sluice.queue, g sluice.consumer_group, p_lane smallint, pk sluice.picks,
+                                              p_need int, p_prio boolean, p_now timestamptz)
+RETURNS sluice.picks
 LANGUAGE plpgsql
-SET search_path = sluice_tmpl, pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan
-SET enable_seqscan = off
-SET jit = off
 AS $$
 DECLARE
     st sluice.lane_state := e_lane_state(g, p_lane);
-    pk sluice.picks := ROW('{}', '{}', '{}', '{}', '{}', '{}');
     r record;
     v_slot smallint;
 BEGIN
-    SELECT * INTO r FROM e_take_expired(g.id, st, pk, p_need, p_now);
-    st := r.st; pk := r.pk;
+    IF EXISTS (SELECT 1 FROM deliveries d WHERE d.group_id = g.id AND d.lane = p_lane
+                                           AND d.expires_at >= st.scan_from AND d.expires_at <= p_now) THEN
+        SELECT * INTO r FROM e_take_expired(g.id, st, pk, p_need, p_now);
+        st := r.st; pk := r.pk;
+    END IF;
     IF cardinality(st.bkeys) > 0 THEN
         SELECT * INTO r FROM e_take_blocked(g.id, st, pk, p_need, p_now);
         st := r.st; pk := r.pk;
     END IF;
-    SELECT * INTO r FROM e_take_prio(g.id, st, pk, p_need, true);
-    st := r.st; pk := r.pk;
-    SELECT * INTO r FROM e_take_new(g.id, st, pk, p_need);
-    st := r.st; pk := r.pk;
-    SELECT * INTO r FROM e_take_prio(g.id, st, pk, p_need, false);
-    st := r.st; pk := r.pk;
+    IF p_prio THEN
+        SELECT * INTO r FROM e_take_prio(g.id, st, pk, p_need, true);
+        st := r.st; pk := r.pk;
+    END IF;
+    -- Step 4: a batch without keyed or prioritized messages (the common
+    -- case) is taken here in one statement; e_take_new does the others.
+    WHILE cardinality(pk.pos) < p_need LOOP
+        SELECT b.plain, b.first_pos + b.vto - 1 AS upto, t.n, t.last_taken,
+               pk.pos || t.pos AS pos, pk.id || t.id AS id, pk.txid || t.txid AS txid, pk.slot || t.slot AS slot,
+               pk.attempt || array_fill(1, ARRAY[t.n]) AS attempt,
+               pk.key || array_fill(NULL::bigint, ARRAY[t.n]) AS key, pk.lane || array_fill(p_lane, ARRAY[t.n]) AS lane
+        INTO r
+        FROM (SELECT bb.*, bb.keys IS NULL AND bb.prios IS NULL AS plain,
+                     greatest(st.cursor - bb.first_pos + 2, 1) AS vfrom,
+                     least(bb.last_pos - bb.first_pos + 1,
+                           greatest(st.cursor - bb.first_pos + 2, 1) + 2 * (p_need - cardinality(pk.pos)) + 15) AS vto
+              FROM batches bb
+              WHERE bb.lane = p_lane AND bb.last_pos > st.cursor AND bb.last_pos >= bb.first_pos
+              ORDER BY bb.last_pos LIMIT 1) b
+        CROSS JOIN LATERAL (
+            SELECT count(*)::int AS n, max(f.pos) AS last_taken, coalesce(array_agg(f.pos), '{}') AS pos,
+                   coalesce(array_agg(f.id), '{}') AS id, coalesce(array_agg(f.txid), '{}') AS txid,
+                   coalesce(array_agg(f.slot), '{}') AS slot
+            FROM (SELECT b.first_pos + b.vfrom + x.o - 2 AS pos, x.id, x.txid, x.slot
+                  FROM unnest(b.ids[b.vfrom:b.vto], b.txids[b.vfrom:b.vto], b.slots[b.vfrom:b.vto],
+                              b.targets[b.vfrom:b.vto]) WITH ORDINALITY AS x(id, txid, slot, tg, o)
+                  LEFT JOIN LATERAL (SELECT 1 AS hit FROM acks a
+                                     WHERE a.group_id = g.id AND a.pos = b.first_pos + b.vfrom + x.o - 2
+                                       AND a.slot = x.slot LIMIT 1) ak ON true
+                  WHERE b.plain AND (x.tg IS NULL OR x.tg = g.id) AND ak.hit IS NULL
+                  ORDER BY x.o
+                  LIMIT p_need - cardinality(pk.pos)) f) t;
+        EXIT WHEN r.plain IS NULL;   -- no batch after the cursor
+        IF NOT r.plain THEN
+            SELECT * INTO r FROM e_take_new(g.id, st, pk, p_need);
+            st := r.st; pk := r.pk;
+            EXIT;
+        END IF;
+        pk := ROW(r.pos, r.id, r.txid, r.slot, r.attempt, r.key, r.lane)::sluice.picks;
+        st.cursor := CASE WHEN cardinality(pk.pos) < p_need THEN r.upto ELSE r.last_taken END;
+        st.changed := true;
+    END LOOP;
+    IF p_prio THEN
+        SELECT * INTO r FROM e_take_prio(g.id, st, pk, p_need, false);
+        st := r.st; pk := r.pk;
+    END IF;
     -- Forget levels the cursor (above 0) or the low-water mark (below 0) passed.
     IF cardinality(st.lv_prio) > 0 THEN
         SELECT coalesce(array_agg(l.p ORDER BY l.o), '{}'), coalesce(array_agg(l.pos ORDER BY l.o), '{}')
         INTO st.lv_prio, st.lv_pos
         FROM unnest(st.lv_prio, st.lv_pos) WITH ORDINALITY AS l(p, pos, o)
         WHERE (l.p > 0 AND l.pos > st.cursor) OR (l.p < 0 AND l.pos >= st.lwm);
-    END IF;
-    IF cardinality(pk.pos) > 0 THEN
-        RETURN QUERY SELECT * FROM e_lease(q, g, p_lane, pk, p_lease, p_consumer, p_now);
     END IF;
     v_slot := (SELECT e.epoch FROM sluice.epoch e WHERE e.queue_id = q.id ORDER BY e.epoch DESC LIMIT 1) % 4;
     st := e_lane_checkpoint(g.id, st, v_slot, p_now);
@@ -109,85 +198,39 @@ BEGIN
         VALUES (v_slot, g.id, p_lane, st.seq + 1, st.cursor, st.lwm, st.scan_from, st.lwm_at,
                 nullif(st.bkeys, '{}'), nullif(st.bheads, '{}'), nullif(st.lv_prio, '{}'), nullif(st.lv_pos, '{}'));
     END IF;
+    RETURN pk;
 END
 $$;
 
--- e_lease: lease the picked positions (or dead-letter those out of
--- attempts) and return their messages, in the order they were picked.
--- Positions whose message is gone (its slot was reclaimed, or the queue
--- purged, before this group got to them) are completed with nothing to
--- deliver, or the lane's low-water mark would stop there for good.
-CREATE OR REPLACE FUNCTION sluice_tmpl.e_lease(q sluice.queue, g sluice.consumer_group, p_lane smallint, pk sluice.picks,
-                                               p_lease interval, p_consumer text, p_now timestamptz)
-RETURNS SETOF sluice.message
+-- e_lease_leftovers: the picked positions e_receive could not lease: a
+-- message out of attempts goes to the dead letters; a position whose message
+-- is gone (its slot was reclaimed, or the queue purged, before this group got
+-- to it) is completed with nothing to deliver, or its lane's low-water mark
+-- would stop there for good.
+CREATE OR REPLACE FUNCTION sluice_tmpl.e_lease_leftovers(q sluice.queue, g sluice.consumer_group, pk sluice.picks,
+                                                         p_now timestamptz)
+RETURNS void
 LANGUAGE plpgsql
-SET search_path = sluice_tmpl, pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan
-SET enable_seqscan = off
-SET jit = off
 AS $$
 DECLARE
-    v_expires constant timestamptz := p_now + p_lease;
     r record;
-    o sluice.message;
-    v_token bigint;
-    v_fetched int := 0;
-    d_slot smallint[] := '{}';
-    d_pos bigint[] := '{}';
-    d_attempt int[] := '{}';
-    d_token bigint[] := '{}';
-    d_id bigint[] := '{}';
-    d_txid xid8[] := '{}';
-    d_key bigint[] := '{}';
 BEGIN
     FOR r IN
-        SELECT k.pos, k.slot, k.attempt, k.kh, mm.*
-        FROM unnest(pk.pos, pk.id, pk.txid, pk.slot, pk.attempt, pk.key) WITH ORDINALITY AS k(pos, id, txid, slot, attempt, kh, o)
-        CROSS JOIN LATERAL (
-            SELECT m.id AS msg_id, m.txid AS msg_txid, m.attempt_base, coalesce(m.origin_id, m.id) AS public_id,
-                   m.body, m.headers, m.key, m.priority, m.sent_at
-            FROM messages m
-            WHERE m.slot = k.slot AND m.txid = k.txid AND m.id = k.id
-            LIMIT 1) mm
-        ORDER BY k.o
+        SELECT k.pos, k.id, k.txid, k.slot, k.attempt, mm.attempt_base
+        FROM unnest(pk.pos, pk.id, pk.txid, pk.slot, pk.attempt) AS k(pos, id, txid, slot, attempt)
+        LEFT JOIN LATERAL (SELECT m.attempt_base FROM messages m
+                           WHERE m.slot = k.slot AND m.txid = k.txid AND m.id = k.id LIMIT 1) mm ON true
+        WHERE mm.attempt_base IS NULL OR mm.attempt_base + k.attempt > q.max_attempts
     LOOP
-        v_fetched := v_fetched + 1;
-        IF r.attempt_base + r.attempt > q.max_attempts THEN
-            PERFORM e_dead_letter(q.id, g.id, r.slot, r.pos, r.msg_txid, r.msg_id,
-                                  r.attempt_base + r.attempt - 1,
+        IF r.attempt_base IS NULL THEN
+            INSERT INTO acks (slot, group_id, pos, kind, acked_at) VALUES (r.slot, g.id, r.pos, 'x', p_now)
+            ON CONFLICT DO NOTHING;
+        ELSE
+            PERFORM e_dead_letter(q.id, g.id, r.slot, r.pos, r.txid, r.id, r.attempt_base + r.attempt - 1,
                                   format('lease of attempt %s expired; max_attempts (%s) reached',
                                          r.attempt_base + r.attempt - 1, q.max_attempts));
-            CONTINUE;
         END IF;
-        v_token := 1 + (random() * 999999999999999998)::bigint;
-        d_slot := d_slot || r.slot; d_pos := d_pos || r.pos; d_attempt := d_attempt || r.attempt;
-        d_token := d_token || v_token; d_id := d_id || r.msg_id; d_txid := d_txid || r.msg_txid;
-        d_key := d_key || r.kh;
-        o.id := r.public_id;
-        o.body := r.body;
-        o.headers := r.headers;
-        o.key := r.key;
-        o.priority := r.priority;
-        o.attempt := r.attempt_base + r.attempt;
-        o.sent_at := r.sent_at;
-        o.receipt := r.slot || '.' || r.pos || '.' || r.attempt || '.' || v_token;
-        o.lease_expires_at := v_expires;
-        o.pos := r.pos;
-        RETURN NEXT o;
     END LOOP;
-    IF v_fetched < cardinality(pk.pos) THEN
-        INSERT INTO acks (slot, group_id, pos, kind, acked_at)
-        SELECT k.slot, g.id, k.pos, 'x', p_now
-        FROM unnest(pk.pos, pk.id, pk.txid, pk.slot) AS k(pos, id, txid, slot)
-        LEFT JOIN LATERAL (SELECT 1 AS hit FROM messages m
-                           WHERE m.slot = k.slot AND m.txid = k.txid AND m.id = k.id LIMIT 1) mm ON true
-        WHERE mm.hit IS NULL
-        ON CONFLICT DO NOTHING;
-    END IF;
-    INSERT INTO deliveries (slot, group_id, lane, pos, attempt, token, msg_id, txid, expires_at, delivered_at,
-                            consumer, key_hash)
-    SELECT u.slot, g.id, p_lane, u.pos, u.attempt, u.token, u.id, u.txid, v_expires, p_now, p_consumer, u.kh
-    FROM unnest(d_slot, d_pos, d_attempt, d_token, d_id, d_txid, d_key) AS u(slot, pos, attempt, token, id, txid, kh);
 END
 $$;
 
@@ -205,10 +248,6 @@ CREATE OR REPLACE FUNCTION sluice_tmpl.e_lane_checkpoint(p_group_id int, st slui
                                                          p_now timestamptz)
 RETURNS sluice.lane_state
 LANGUAGE plpgsql
-SET search_path = sluice_tmpl, pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan
-SET enable_seqscan = off
-SET jit = off
 AS $$
 DECLARE
     v_ckpt constant bigint := st.lwm;

@@ -12,10 +12,6 @@
 CREATE OR REPLACE FUNCTION sluice_tmpl.e_window(p_group_id int, p_lane smallint, p_lwm bigint, p_cursor bigint)
 RETURNS TABLE (pos bigint, id bigint, txid xid8, slot smallint, attempt int, expires timestamptz)
 LANGUAGE plpgsql STABLE
-SET search_path = sluice_tmpl, pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan
-SET enable_seqscan = off
-SET jit = off
 AS $$
 #variable_conflict use_column
 BEGIN
@@ -41,10 +37,6 @@ $$;
 CREATE OR REPLACE FUNCTION sluice_tmpl.e_status(q sluice.queue)
 RETURNS SETOF sluice.queue_status
 LANGUAGE plpgsql STABLE
-SET search_path = sluice_tmpl, pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan
-SET enable_seqscan = off
-SET jit = off
 AS $$
 DECLARE
     g sluice.consumer_group;

@@ -26,10 +26,6 @@
 CREATE OR REPLACE FUNCTION sluice_tmpl.e_take_expired(p_group_id int, INOUT st sluice.lane_state,
                                                       INOUT pk sluice.picks, p_need int, p_now timestamptz)
 LANGUAGE plpgsql
-SET search_path = sluice_tmpl, pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan
-SET enable_seqscan = off
-SET jit = off
 AS $$
 DECLARE
     r record;
@@ -72,7 +68,7 @@ BEGIN
             EXIT WHEN need = 0;
             pk.pos := pk.pos || r.pos; pk.id := pk.id || r.msg_id; pk.txid := pk.txid || r.txid;
             pk.slot := pk.slot || r.slot; pk.attempt := pk.attempt || (r.attempt + (r.token <> 0)::int);
-            pk.key := pk.key || r.key_hash;
+            pk.key := pk.key || r.key_hash; pk.lane := pk.lane || st.lane;
             need := need - 1;
         END IF;
         st.scan_from := r.expires_at;
@@ -91,10 +87,6 @@ $$;
 CREATE OR REPLACE FUNCTION sluice_tmpl.e_take_blocked(p_group_id int, INOUT st sluice.lane_state,
                                                       INOUT pk sluice.picks, p_need int, p_now timestamptz)
 LANGUAGE plpgsql
-SET search_path = sluice_tmpl, pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan
-SET enable_seqscan = off
-SET jit = off
 AS $$
 DECLARE
     need int := p_need - cardinality(pk.pos);
@@ -153,7 +145,7 @@ BEGIN
             EXIT WHEN need = 0;
             -- Take it, and go on with the next ones (a run).
             pk.pos := pk.pos || nx.pos; pk.id := pk.id || nx.id; pk.txid := pk.txid || nx.txid;
-            pk.slot := pk.slot || nx.mslot; pk.key := pk.key || bk.k;
+            pk.slot := pk.slot || nx.mslot; pk.key := pk.key || bk.k; pk.lane := pk.lane || st.lane;
             pk.attempt := pk.attempt || CASE WHEN nx.attempt IS NULL THEN 1
                                              WHEN nx.parked THEN nx.attempt ELSE nx.attempt + 1 END;
             need := need - 1;
@@ -191,10 +183,6 @@ CREATE OR REPLACE FUNCTION sluice_tmpl.e_prio_take(p_group_id int, p_lane smalli
                                                    p_upto bigint, p_limit int, p_lv_prio int[], p_lv_pos bigint[])
 RETURNS TABLE (priority int, pos bigint, mslot smallint, id bigint, txid xid8)
 LANGUAGE plpgsql STABLE
-SET search_path = sluice_tmpl, pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan
-SET enable_seqscan = off
-SET jit = off
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -236,10 +224,6 @@ $$;
 CREATE OR REPLACE FUNCTION sluice_tmpl.e_take_prio(p_group_id int, INOUT st sluice.lane_state,
                                                    INOUT pk sluice.picks, p_need int, p_above boolean)
 LANGUAGE plpgsql
-SET search_path = sluice_tmpl, pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan
-SET enable_seqscan = off
-SET jit = off
 AS $$
 DECLARE
     r record;
@@ -258,6 +242,7 @@ BEGIN
                                        need, st.lv_prio, st.lv_pos) LOOP
         pk.pos := pk.pos || r.pos; pk.id := pk.id || r.id; pk.txid := pk.txid || r.txid;
         pk.slot := pk.slot || r.mslot; pk.attempt := pk.attempt || 1; pk.key := pk.key || NULL::bigint;
+        pk.lane := pk.lane || st.lane;
         i := array_position(st.lv_prio, r.priority);
         IF i IS NULL THEN
             st.lv_prio := st.lv_prio || r.priority;
@@ -276,10 +261,6 @@ $$;
 CREATE OR REPLACE FUNCTION sluice_tmpl.e_take_new(p_group_id int, INOUT st sluice.lane_state,
                                                   INOUT pk sluice.picks, p_need int)
 LANGUAGE plpgsql
-SET search_path = sluice_tmpl, pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan
-SET enable_seqscan = off
-SET jit = off
 AS $$
 DECLARE
     need int := p_need - cardinality(pk.pos);
@@ -301,6 +282,29 @@ BEGIN
         -- positions are retries meant for other groups or already completed.
         v_from := greatest(st.cursor - b.first_pos + 2, 1);
         v_to := least(b.last_pos - b.first_pos + 1, v_from + 2 * need + 15);
+        IF b.keys IS NULL AND b.prios IS NULL THEN
+            -- No keyed or prioritized message in the batch: take in one statement.
+            SELECT pk.pos || coalesce(array_agg(f.pos ORDER BY f.pos), '{}'), pk.id || coalesce(array_agg(f.id ORDER BY f.pos), '{}'),
+                   pk.txid || coalesce(array_agg(f.txid ORDER BY f.pos), '{}'),
+                   pk.slot || coalesce(array_agg(f.slot ORDER BY f.pos), '{}'),
+                   pk.attempt || coalesce(array_agg(1 ORDER BY f.pos), '{}'),
+                   pk.key || coalesce(array_agg(NULL::bigint ORDER BY f.pos), '{}'),
+                   pk.lane || coalesce(array_agg(st.lane ORDER BY f.pos), '{}'), count(*), max(f.pos)
+            INTO pk.pos, pk.id, pk.txid, pk.slot, pk.attempt, pk.key, pk.lane, i, last_taken
+            FROM (SELECT b.first_pos + v_from + x.o - 2 AS pos, x.id, x.txid, x.slot
+                  FROM unnest(b.ids[v_from:v_to], b.txids[v_from:v_to], b.slots[v_from:v_to], b.targets[v_from:v_to])
+                       WITH ORDINALITY AS x(id, txid, slot, tg, o)
+                  LEFT JOIN LATERAL (SELECT 1 AS hit FROM acks a
+                                     WHERE a.group_id = p_group_id AND a.pos = b.first_pos + v_from + x.o - 2
+                                       AND a.slot = x.slot LIMIT 1) ak ON true
+                  WHERE (x.tg IS NULL OR x.tg = p_group_id) AND ak.hit IS NULL
+                  ORDER BY x.o
+                  LIMIT need) f;
+            need := need - i;
+            st.cursor := CASE WHEN need > 0 THEN b.first_pos + v_to - 1 ELSE last_taken END;
+            st.changed := true;
+            CONTINUE;
+        END IF;
         FOR r IN
             SELECT b.first_pos + v_from + x.o - 2 AS pos, x.id, x.txid, x.slot, x.k, coalesce(x.pr, 0) AS pr,
                    kp.pos AS pv, pd.hit IS NOT NULL AS pv_done
@@ -341,6 +345,7 @@ BEGIN
             END IF;
             pk.pos := pk.pos || r.pos; pk.id := pk.id || r.id; pk.txid := pk.txid || r.txid;
             pk.slot := pk.slot || r.slot; pk.attempt := pk.attempt || 1; pk.key := pk.key || r.k;
+            pk.lane := pk.lane || st.lane;
             need := need - 1;
             last_taken := r.pos;
             EXIT WHEN need = 0;

@@ -13,10 +13,11 @@
 --   SL010 invalid_isolation  receive called outside READ COMMITTED
 
 -- _lock_ns: advisory-lock namespaces (first key of pg_advisory_xact_lock(int, int)).
+-- No SET clause, so that callers inline it into a constant (it names nothing
+-- but its argument).
 CREATE OR REPLACE FUNCTION sluice._lock_ns(kind text)
 RETURNS int
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT CASE kind
         WHEN 'group' THEN 1372454913   -- (before lanes: dispatch within a group)
@@ -115,6 +116,23 @@ AS $$
     SELECT e.epoch FROM sluice.epoch e WHERE e.queue_id = p_queue_id ORDER BY e.epoch DESC LIMIT 1
 $$;
 
+-- _receipt_ok: whether a receipt is of sluice's form,
+-- slot.position.attempt.token, each part digits, at most 9, 18, 9 and 18 of
+-- them (so that they cast to int, bigint, int, bigint). The lengths are
+-- checked apart: a regular expression with bounded repeats costs twice as
+-- much, on every receipt of every ack. No SET clause, so that callers
+-- inline it.
+CREATE OR REPLACE FUNCTION sluice._receipt_ok(p_receipt text)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT p_receipt OPERATOR(pg_catalog.~) '^[0-9]+\.[0-9]+\.[0-9]+\.[0-9]+$'
+       AND pg_catalog.length(pg_catalog.split_part(p_receipt, '.', 1)) OPERATOR(pg_catalog.<=) 9
+       AND pg_catalog.length(pg_catalog.split_part(p_receipt, '.', 2)) OPERATOR(pg_catalog.<=) 18
+       AND pg_catalog.length(pg_catalog.split_part(p_receipt, '.', 3)) OPERATOR(pg_catalog.<=) 9
+       AND pg_catalog.length(pg_catalog.split_part(p_receipt, '.', 4)) OPERATOR(pg_catalog.<=) 18
+$$;
+
 -- _parse_receipts: split receipts into their parts.
 --
 -- Parameters:
@@ -134,7 +152,7 @@ BEGIN
     END IF;
     SELECT coalesce(quote_literal(left(x, 64)), 'NULL') INTO bad
     FROM unnest(p_receipts) AS x
-    WHERE x IS NULL OR x !~ '^[0-9]{1,9}\.[0-9]{1,18}\.[0-9]{1,9}\.[0-9]{1,18}$'
+    WHERE x IS NULL OR NOT sluice._receipt_ok(x)
     LIMIT 1;
     IF FOUND THEN
         RAISE EXCEPTION USING ERRCODE = 'SL008',

@@ -71,7 +71,8 @@ CREATE TYPE sluice.picks AS (
     txid    xid8[],
     slot    smallint[],
     attempt int[],
-    key     bigint[]
+    key     bigint[],
+    lane    smallint[]
 );
 
 -- The engine templates are all reloaded after this migration; drop the old

@@ -1,0 +1,298 @@
+package sqlsrc_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+)
+
+// laneOf maps positions of a queue to their lanes (from its batches, an
+// internal table: the lane is not part of the API).
+func (b *bundle) laneOf(queue string) map[int64]int {
+	b.t.Helper()
+	qid := b.int64("SELECT id FROM sluice.queue WHERE name = $1", queue)
+	rows, err := b.pool.Query(b.ctx, fmt.Sprintf(
+		`SELECT p, lane FROM sluice_q%d.batches, generate_series(first_pos, last_pos) AS p`, qid))
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	defer rows.Close()
+	lanes := map[int64]int{}
+	for rows.Next() {
+		var p int64
+		var l int
+		if err := rows.Scan(&p, &l); err != nil {
+			b.t.Fatal(err)
+		}
+		lanes[p] = l
+	}
+	if err := rows.Err(); err != nil {
+		b.t.Fatal(err)
+	}
+	return lanes
+}
+
+// The cut spreads unkeyed messages over every lane and keeps each key in one
+// lane; every message is delivered once; within a lane positions follow
+// commit order, and receives return each lane's messages in that order.
+func TestLanesSpreadMessagesAndKeepOrderPerLane(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.createQueue("q", `{"lanes": 4}`)
+	tx, err := b.pool.Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 200; i++ {
+		b.send(tx, "q", fmt.Sprintf(`{"n": %d}`, i))
+	}
+	if err := tx.Commit(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	b.exec(`SELECT sluice.send_batch('q', array(SELECT jsonb_build_object('k', g) FROM generate_series(1, 60) g),
+		keys => array(SELECT 'key-' || (g % 5) FROM generate_series(1, 60) g))`)
+
+	var got []msg
+	for len(got) < 260 {
+		ms := b.receive("q", "default", 7, "")
+		if len(ms) == 0 {
+			t.Fatalf("receive returned nothing after %d of 260 messages", len(got))
+		}
+		b.ack("q", "default", receipts(ms)...)
+		got = append(got, ms...)
+	}
+	if extra := b.receive("q", "default", 10, ""); len(extra) != 0 {
+		t.Fatalf("%d messages after all 260", len(extra))
+	}
+	lanes := b.laneOf("q")
+	seen := map[int64]bool{}
+	perLane := map[int][]msg{}
+	keyLane := map[string]int{}
+	for _, m := range got {
+		if seen[m.ID] {
+			t.Fatalf("message %d delivered twice", m.ID)
+		}
+		seen[m.ID] = true
+		l, ok := lanes[m.Pos]
+		if !ok {
+			t.Fatalf("position %d is in no batch", m.Pos)
+		}
+		perLane[l] = append(perLane[l], m)
+		if m.Key != nil {
+			if kl, ok := keyLane[*m.Key]; ok && kl != l {
+				t.Fatalf("key %s in lanes %d and %d", *m.Key, kl, l)
+			}
+			keyLane[*m.Key] = l
+		}
+	}
+	if len(perLane) != 4 {
+		t.Fatalf("messages in %d lanes, want all 4", len(perLane))
+	}
+	for l, ms := range perLane {
+		if len(ms) < 30 {
+			t.Errorf("lane %d got only %d of 260 messages", l, len(ms))
+		}
+		// In delivery order, each lane's positions and ids increase.
+		for i := 1; i < len(ms); i++ {
+			if ms[i].Pos <= ms[i-1].Pos || ms[i].ID <= ms[i-1].ID {
+				t.Fatalf("lane %d delivered position %d (id %d) after %d (id %d)",
+					l, ms[i].Pos, ms[i].ID, ms[i-1].Pos, ms[i-1].ID)
+			}
+		}
+	}
+}
+
+// A consumer whose receive transaction stays open holds only the lanes it
+// took: another consumer of the group drains the other lanes meanwhile, and
+// gets the held lane's messages once the first one ends.
+func TestHeldReceiveBlocksOnlyItsLane(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.createQueue("q", `{"lanes": 4}`)
+	b.exec(`SELECT sluice.send_batch('q', array(SELECT jsonb_build_object('n', g) FROM generate_series(1, 400) g))`)
+	// Number them (a receive in its own transaction does).
+	first := b.receive("q", "default", 1, "")
+	b.ack("q", "default", receipts(first)...)
+
+	held, err := b.pool.Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Rollback(b.ctx) //nolint:errcheck
+	mine, err := receiveOn(b.ctx, held, "q", "default", 5, "1 hour")
+	if err != nil || len(mine) != 5 {
+		t.Fatalf("held receive: %d messages, %v", len(mine), err)
+	}
+	lanes := b.laneOf("q")
+	heldLane := lanes[mine[0].Pos]
+
+	// Each receive gets 5 seconds: one that waited for the held lane fails.
+	var other []msg
+	for {
+		ctx, cancel := context.WithTimeout(b.ctx, 5*time.Second)
+		ms, err := receiveOn(ctx, b.pool, "q", "default", 50, "")
+		cancel()
+		if err != nil {
+			t.Fatalf("receive while another was held open: %v", err)
+		}
+		if len(ms) == 0 {
+			break
+		}
+		b.ack("q", "default", receipts(ms)...)
+		other = append(other, ms...)
+	}
+	for _, m := range other {
+		if lanes[m.Pos] == heldLane {
+			t.Fatalf("got position %d of the held lane %d while its receive was open", m.Pos, heldLane)
+		}
+	}
+	if len(other) < 250 {
+		t.Fatalf("the other consumer got %d messages while one receive was held open, want the other lanes' (>= 250)", len(other))
+	}
+	if err := held.Commit(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	b.ack("q", "default", receipts(mine)...)
+	rest := 0
+	for {
+		ms := b.receive("q", "default", 100, "")
+		if len(ms) == 0 {
+			break
+		}
+		b.ack("q", "default", receipts(ms)...)
+		rest += len(ms)
+	}
+	if total := len(first) + len(other) + len(mine) + rest; total != 400 {
+		t.Fatalf("delivered %d in all (1 + %d + %d + %d), want 400", total, len(other), len(mine), rest)
+	}
+}
+
+// An ack left uncommitted past its lease makes the receive that redelivers
+// the message wait for it, holding that lane: the group's other lanes go on.
+func TestUncommittedAckPastLeaseStallsOnlyItsLane(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.createQueue("q", `{"lanes": 4, "max_attempts": 1}`)
+	b.exec(`SELECT sluice.send_batch('q', array(SELECT jsonb_build_object('n', g) FROM generate_series(1, 200) g))`)
+	stuck := b.receive("q", "default", 1, "300 milliseconds")
+	tx, err := b.pool.Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(b.ctx) //nolint:errcheck
+	var n int
+	if err := tx.QueryRow(b.ctx, "SELECT sluice.ack('q', 'default', $1)", []string{stuck[0].Receipt}).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("ack: %d, %v", n, err)
+	}
+	time.Sleep(500 * time.Millisecond) // the lease expires; the ack is not committed
+
+	// Receives run in goroutines: one may wait on the stuck lane (the
+	// redelivery dead-letters it, and its acks row is uncommitted), the
+	// others must not.
+	type result struct {
+		n   int
+		err error
+	}
+	results := make(chan result, 3)
+	for i := 0; i < 3; i++ {
+		go func() {
+			got := 0
+			for j := 0; j < 20; j++ {
+				ms, err := receiveOn(b.ctx, b.pool, "q", "default", 10, "")
+				if err != nil {
+					results <- result{got, err}
+					return
+				}
+				got += len(ms)
+			}
+			results <- result{got, nil}
+		}()
+	}
+	done := 0
+	total := 0
+	timeout := time.After(20 * time.Second)
+	for done < 2 {
+		select {
+		case r := <-results:
+			if r.err != nil {
+				t.Fatal(r.err)
+			}
+			done++
+			total += r.n
+		case <-timeout:
+			t.Fatalf("only %d of 3 consumers finished while an ack was uncommitted past its lease", done)
+		}
+	}
+	if total < 100 {
+		t.Fatalf("consumers got %d messages while one lane waited, want the other lanes' (>= 100)", total)
+	}
+	if err := tx.Commit(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-results:
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the consumer on the stuck lane did not finish after the ack committed")
+	}
+	if dl := b.int64("SELECT count(*) FROM sluice.dead_letters('q')"); dl != 0 {
+		t.Fatalf("%d dead letters: the committed ack of the stuck message must win", dl)
+	}
+}
+
+// Priorities hold across lanes: a receive serves the lanes holding messages
+// of a higher priority first.
+func TestPriorityAcrossLanes(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.createQueue("q", `{"lanes": 8}`)
+	b.exec(`SELECT sluice.send_batch('q', array(SELECT jsonb_build_object('n', g) FROM generate_series(1, 300) g))`)
+	var ids []int64
+	for p := 1; p <= 3; p++ {
+		var id int64
+		if err := b.pool.QueryRow(b.ctx, "SELECT sluice.send('q', $1::jsonb, priority => $2)", fmt.Sprintf(`{"p": %d}`, p), p).Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	var got []int64
+	for i := 0; i < 3; i++ {
+		ms := b.receive("q", "default", 1, "")
+		if len(ms) != 1 {
+			t.Fatalf("receive %d: %d messages", i, len(ms))
+		}
+		got = append(got, ms[0].ID)
+	}
+	want := []int64{ids[2], ids[1], ids[0]}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("first three receives got %v, want the prioritized ones, highest first: %v", got, want)
+	}
+}
+
+// The lanes option: validated, fixed at creation, listed with the others.
+func TestLanesOption(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for _, bad := range []string{`{"lanes": 0}`, `{"lanes": 257}`, `{"lanes": "4"}`, `{"lanes": 1.5}`} {
+		_, err := b.pool.Exec(b.ctx, "SELECT sluice.create_queue('bad', $1::jsonb)", bad)
+		if sqlstate(err) != "SL007" {
+			t.Errorf("create_queue with %s: %v, want SL007", bad, err)
+		}
+	}
+	b.createQueue("q", `{"lanes": 3}`)
+	if n := b.int64(`SELECT (options->>'lanes')::int FROM sluice.list_queues() WHERE queue = 'q'`); n != 3 {
+		t.Fatalf("list_queues shows lanes %d, want 3", n)
+	}
+	_, err := b.pool.Exec(b.ctx, `SELECT sluice.alter_queue('q', '{"lanes": 4}')`)
+	if sqlstate(err) != "SL007" {
+		t.Fatalf("alter_queue lanes: %v, want SL007", err)
+	}
+	b.exec(`SELECT sluice.alter_queue('q', '{"lanes": 3, "max_attempts": 2}')`) // the same value is fine
+	b.createQueue("d", "")
+	if n := b.int64(`SELECT (options->>'lanes')::int FROM sluice.list_queues() WHERE queue = 'd'`); n != 8 {
+		t.Fatalf("default lanes %d, want 8", n)
+	}
+}
