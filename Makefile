@@ -37,7 +37,7 @@ demo:
 BENCHFLAGS ?=
 bench:
 	$(GO) build -o $(BIN)/sluice ./cmd/sluice
-	$(BIN)/sluice bench send drain keyed latency steady shootout app xmin \
+	$(BIN)/sluice bench send drain keyed latency steady shootout overload app xmin \
 		--xmin-duration 2m --interval 30s --xmin-systems sluice,skiplocked $(BENCHFLAGS)
 
 ## test: vet, staticcheck, then the Go tests

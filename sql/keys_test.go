@@ -191,7 +191,7 @@ func TestKeyedOrderIsPerGroup(t *testing.T) {
 func TestUnkeyedNeverWaitsBehindKeyed(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.createQueue("q", "")
+	b.createQueue("q", `{"lanes": 1}`) // one lane: the key's run and the unkeyed message share it
 	b.exec(`SELECT sluice.send_batch('q', array(SELECT g::text::jsonb FROM generate_series(1, 500) g),
 		keys => array(SELECT 'hot' FROM generate_series(1, 500)))`)
 	u := b.sendKeyed("q", `0`, "", 0)

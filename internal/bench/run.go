@@ -20,7 +20,7 @@ import (
 )
 
 // Scenarios are the scenario names Run accepts, in the order of "all".
-var scenarioNames = []string{"send", "drain", "keyed", "latency", "steady", "shootout", "app", "xmin"}
+var scenarioNames = []string{"send", "drain", "keyed", "latency", "steady", "shootout", "overload", "app", "xmin"}
 
 // Scenarios returns the names of the scenarios.
 func Scenarios() []string { return slices.Clone(scenarioNames) }
@@ -79,7 +79,7 @@ type Options struct {
 
 // MaxConnections is how many connections a run with o may use at once.
 func MaxConnections(o Options) int {
-	return max(slices.Max(append([]int{16}, o.Producers...)), 8) + max(slices.Max(append([]int{8}, o.Consumers...)), 4) + 4
+	return max(slices.Max(append([]int{16}, o.Producers...)), 8) + max(slices.Max(append([]int{8}, o.Consumers...)), overloadConsumers) + 4
 }
 
 func (o *Options) defaults() {
@@ -140,6 +140,8 @@ func Run(ctx context.Context, scenarios []string, o Options) (*Report, error) {
 			res, err = r.xmin(ctx)
 		case "shootout":
 			res, err = r.shootout(ctx)
+		case "overload":
+			res, err = r.overload(ctx)
 		case "app":
 			res, err = r.app(ctx)
 		default:

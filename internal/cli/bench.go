@@ -36,6 +36,9 @@ Scenarios:
             (installed for the run from the pgmq PyPI wheel, if pip can fetch
             it) and River (a Go job queue, built in; its tables installed by
             rivermigrate for the run), with ratios
+  overload  drain with 32 consumers and with a CPU hog on every core, for
+            sluice and SKIP LOCKED: msg/s and the ratio to the same system
+            uncontended
   app       Queen's app-mode workload through the Go library: two fan-out
             groups (--consumers handlers each, default 8), 20 ms handlers,
             5,000 Zipf keys, failures, poison to the DLQ, atomic ack+send into

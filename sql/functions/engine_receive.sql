@@ -8,7 +8,9 @@
 -- 2. Take from the group's lanes that have work, each under
 --    its try-lock: a lane another receive holds is skipped, not waited for.
 --    Lanes with prioritized messages come first (e_lanes_by_priority), then
---    the others from a random lane on, until max_messages are picked.
+--    the others from a random lane on, until max_messages are picked;
+--    then, if it has room, messages with a priority below 0 of the lanes
+--    it holds (a second pass: they go only when nothing else is ready).
 -- 3. Lease what was picked.
 -- 4. About once a second per session, reclaim and rotate (e_maintain) unless
 --    another session is doing it.
@@ -24,6 +26,7 @@ DECLARE
     pk sluice.picks := ROW('{}', '{}', '{}', '{}', '{}', '{}', '{}');
     v_prio boolean;
     v_tried smallint[] := '{}';
+    v_held smallint[] := '{}';
     ln smallint;
     n int;
 BEGIN
@@ -64,9 +67,19 @@ BEGIN
             LEFT JOIN LATERAL (SELECT s.cursor, s.lwm, s.scan_from, s.lwm_at, s.bkeys FROM group_states s
                                WHERE s.group_id = g.id AND s.lane = ln ORDER BY s.seq DESC LIMIT 1) s ON true);
         CONTINUE WHEN NOT pg_try_advisory_xact_lock(sluice._lock_ns('lane'), g.id * 256 + ln);
-        pk := e_take(q, g, ln, pk, max_messages, v_prio, v_now);
+        v_held := v_held || ln;
+        pk := e_take(q, g, ln, pk, max_messages, v_prio, false, v_now);
         EXIT WHEN cardinality(pk.pos) >= max_messages;
     END LOOP;
+    -- Messages with a priority below 0 only once no lane this receive holds
+    -- has anything else: a second pass over those lanes.
+    IF v_prio AND cardinality(pk.pos) < max_messages THEN
+        FOREACH ln IN ARRAY v_held LOOP
+            CONTINUE WHEN NOT EXISTS (SELECT 1 FROM prio p WHERE p.lane = ln AND p.priority < 0);
+            pk := e_take(q, g, ln, pk, max_messages, true, true, v_now);
+            EXIT WHEN cardinality(pk.pos) >= max_messages;
+        END LOOP;
+    END IF;
     -- Lease what was picked, one delivery row each, and return the messages
     -- in the order they were picked. Those left over (gone, or out of
     -- attempts) are e_lease_leftovers' business.
@@ -116,11 +129,12 @@ $$;
 --   p_lane  the lane
 --   pk      what the receive picked so far (from other lanes)
 --   p_need  how many the receive wants in all
---   p_prio  whether the queue has prioritized messages (else steps 3 and 5 are skipped)
+--   p_prio  whether the queue has prioritized messages (else step 3 is skipped)
+--   p_low   whether to take messages with a priority below 0 (step 5)
 --   p_now   the receive's time
 -- Returns: pk with this lane's picks added
 CREATE OR REPLACE FUNCTION sluice_tmpl.e_take(q sluice.queue, g sluice.consumer_group, p_lane smallint, pk sluice.picks,
-                                              p_need int, p_prio boolean, p_now timestamptz)
+                                              p_need int, p_prio boolean, p_low boolean, p_now timestamptz)
 RETURNS sluice.picks
 LANGUAGE plpgsql
 AS $$
@@ -180,7 +194,7 @@ BEGIN
         st.cursor := CASE WHEN cardinality(pk.pos) < p_need THEN r.upto ELSE r.last_taken END;
         st.changed := true;
     END LOOP;
-    IF p_prio THEN
+    IF p_low THEN
         SELECT * INTO r FROM e_take_prio(g.id, st, pk, p_need, false);
         st := r.st; pk := r.pk;
     END IF;
