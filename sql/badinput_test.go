@@ -10,6 +10,11 @@ func TestBadInputRaisesSpecificErrorsAndChangesNothing(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	b.createQueue("q", "")
+	b.createQueue("small", `{"max_payload": 100}`)
+	b.exec(`CREATE TABLE compressed AS SELECT jsonb_build_object('s', repeat('a', 3000000)) AS b`)
+	if n := b.int64(`SELECT pg_column_size(b) FROM compressed`); n > 1048576 {
+		t.Fatalf("the test body is stored in %d bytes, not compressed", n)
+	}
 	b.send(b.pool, "q", `{"pending": true}`)
 	got := b.receive("q", "default", 1, "")
 	receipt := got[0].Receipt
@@ -76,6 +81,16 @@ func TestBadInputRaisesSpecificErrorsAndChangesNothing(t *testing.T) {
 		{"backoff base above max", `SELECT sluice.create_queue('q2', '{"backoff_base": "2 hours"}')`, nil, "SL007"},
 		// size
 		{"oversized payload", `SELECT sluice.send('q', jsonb_build_object('x', repeat('y', 2000000)))`, nil, "SL009"},
+		// a body that arrives compressed counts uncompressed: 3 MB of one letter compresses to ~35 kB
+		{"oversized payload, compressed in a table", `SELECT sluice.send('q', (SELECT b FROM compressed))`, nil, "SL009"},
+		{"oversized payload in a batch, compressed", `SELECT sluice.send_batch('q', ARRAY[(SELECT b FROM compressed)])`, nil, "SL009"},
+		{"payload over max_payload by its key", `SELECT sluice.send('small', '{}', key => repeat('k', 120))`, nil, "SL009"},
+		{"key over 512 bytes", `SELECT sluice.send('q', '{}', key => repeat('k', 513))`, nil, "SL006"},
+		{"dedup key over 512 bytes", `SELECT sluice.send('q', '{}', dedup_key => repeat('k', 2700))`, nil, "SL006"},
+		{"batch key over 512 bytes", `SELECT sluice.send_batch('q', ARRAY['{}']::jsonb[], keys => ARRAY[repeat('k', 513)])`, nil, "SL006"},
+		{"batch dedup key over 512 bytes", `SELECT sluice.send_batch('q', ARRAY['{}']::jsonb[], dedup_keys => ARRAY[repeat('k', 600)])`, nil, "SL006"},
+		{"2-D bodies", `SELECT sluice.send_batch('q', ARRAY[['{}','{}'],['{}','{}']]::jsonb[])`, nil, "SL006"},
+		{"2-D keys", `SELECT sluice.send_batch('q', ARRAY['{}','{}','{}','{}']::jsonb[], keys => ARRAY[['a','b'],['c','d']])`, nil, "SL006"},
 	}
 	before := b.dataFingerprint()
 	for _, c := range cases {

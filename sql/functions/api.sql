@@ -11,19 +11,26 @@
 -- A receipt that is not of sluice's form at all raises SL008.
 
 -- receive: lease up to max_messages ready messages of a queue to the caller,
--- for one consumer group. Messages whose lease expired (or whose keyed retry
--- came due) come first (with attempt + 1), then messages of keys that were
--- waiting, then unkeyed messages with a priority above 0 (highest first), then
--- the rest in commit order; messages with a priority below 0 only when
--- nothing else is ready. A keyed message is returned only when every earlier
--- message of its key is completed in the group, or returned by this same call
--- before it (a run of one key, in order): handle a key's messages in order and
--- stop at the first failure. A message that has used up the queue's
--- max_attempts through expired leases goes to the dead letters instead.
+-- for one consumer group. A queue's messages are split into lanes (the
+-- queue's lanes option): a key's messages all in one lane, unkeyed ones
+-- dealt out in chunks. A receive takes the lanes that have work and that no
+-- other receive of the group holds (it never waits for one), lanes with
+-- prioritized messages first. Within a lane: messages whose lease expired
+-- (or whose keyed retry came due) come first (with attempt + 1), then
+-- messages of keys that were waiting, then unkeyed messages with a priority
+-- above 0 (highest first), then the rest in commit order; messages with a
+-- priority below 0 only when no lane the receive holds has anything else.
+-- Commit order holds per lane (a queue with lanes = 1 keeps it for the whole
+-- queue). A keyed message is returned only when every earlier message of its
+-- key is completed in the group, or returned by this same call before it (a
+-- run of one key, in order): handle a key's messages in order and stop at the
+-- first failure. A message that has used up the queue's max_attempts through
+-- expired leases goes to the dead letters instead.
 --
 -- Call it in its own transaction (autocommit) or at the start of a short one:
--- it holds the group's dispatch lock until the transaction ends, so other
--- consumers of the group wait that long. It sets synchronous_commit to off
+-- it holds the lanes it took until the transaction ends (other consumers of
+-- the group take other lanes meanwhile), and a receive that numbered new
+-- messages holds them back from every group until it commits. It sets synchronous_commit to off
 -- for the rest of its transaction, so that its commit does not wait for the
 -- disk: what it writes (leases, the cursor, new cuts) is safe to lose in a
 -- crash, since whatever durable depends on it commits later and flushes it.

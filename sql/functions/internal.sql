@@ -116,6 +116,22 @@ AS $$
     SELECT e.epoch FROM sluice.epoch e WHERE e.queue_id = p_queue_id ORDER BY e.epoch DESC LIMIT 1
 $$;
 
+-- _payload_size: the size a message counts against its queue's max_payload:
+-- body, headers and key, uncompressed. A value read from a table may come
+-- compressed (pg_column_size would count its compressed size): it is
+-- measured as text then.
+CREATE OR REPLACE FUNCTION sluice._payload_size(p_body jsonb, p_headers jsonb, p_key text)
+RETURNS int
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT CASE WHEN pg_catalog.pg_column_compression(p_body) IS NULL THEN pg_catalog.pg_column_size(p_body)
+                ELSE pg_catalog.octet_length(p_body::pg_catalog.text) END
+         OPERATOR(pg_catalog.+) coalesce(CASE WHEN pg_catalog.pg_column_compression(p_headers) IS NULL
+                                              THEN pg_catalog.pg_column_size(p_headers)
+                                              ELSE pg_catalog.octet_length(p_headers::pg_catalog.text) END, 0)
+         OPERATOR(pg_catalog.+) coalesce(pg_catalog.octet_length(p_key), 0)
+$$;
+
 -- _receipt_ok: whether a receipt is of sluice's form,
 -- slot.position.attempt.token, each part digits, at most 9, 18, 9 and 18 of
 -- them (so that they cast to int, bigint, int, bigint). The lengths are

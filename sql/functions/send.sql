@@ -8,7 +8,7 @@
 --   queue      queue name
 --   body       the message, any JSON value (not NULL)
 --   headers    optional JSON object of metadata
---   key        optional ordering key: within a group, messages of one key are
+--   key        optional ordering key (at most 512 bytes): within a group, messages of one key are
 --              delivered in commit order, none while an earlier one of the
 --              key is unfinished (leased, or nacked and waiting to be retried);
 --              a receive may return a run of one key, in order
@@ -16,7 +16,7 @@
 --   priority   orders unkeyed messages: a receive returns ready messages of
 --              higher priority first, equal ones in commit order; below 0,
 --              after every other ready message (keyed messages ignore it)
---   dedup_key  optional deduplication key: if a message was sent to the queue
+--   dedup_key  optional deduplication key (at most 512 bytes): if a message was sent to the queue
 --              with the same key within its dedup_window, nothing is enqueued
 --              and that message's id is returned (also under concurrent sends
 --              of one key: one is enqueued). Needs READ COMMITTED.
@@ -24,8 +24,9 @@
 -- Notifies: channel 'sluice', payload the queue name, at commit (option notify),
 --          unless a concurrent send to the queue is already due to notify
 -- Errors: SL001 invalid_name, SL002 undefined_queue, SL006 invalid_argument
---         (NULL body, headers not an object, negative delay, NULL priority),
---         SL009 payload_too_large, SL010 invalid_isolation (dedup_key outside
+--         (NULL body, headers not an object, negative delay, NULL priority,
+--         key or dedup_key over 512 bytes), SL009 payload_too_large (body,
+--         headers and key over max_payload, uncompressed), SL010 invalid_isolation (dedup_key outside
 --         READ COMMITTED)
 -- Tables: inserts one row into sluice.messages
 CREATE OR REPLACE FUNCTION sluice.send(queue text, body jsonb, headers jsonb DEFAULT NULL, key text DEFAULT NULL,
@@ -72,7 +73,13 @@ BEGIN
     IF send.priority IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'SL006', MESSAGE = 'priority must not be NULL';
     END IF;
-    v_size := pg_column_size(send.body) + coalesce(pg_column_size(send.headers), 0);
+    IF octet_length(send.key) > 512 OR octet_length(send.dedup_key) > 512 THEN
+        RAISE EXCEPTION USING ERRCODE = 'SL006',
+            MESSAGE = format('%s must be at most 512 bytes, got %s',
+                             CASE WHEN octet_length(send.key) > 512 THEN 'key' ELSE 'dedup_key' END,
+                             greatest(octet_length(send.key), octet_length(send.dedup_key)));
+    END IF;
+    v_size := sluice._payload_size(send.body, send.headers, send.key);
     IF v_size > v_max THEN
         RAISE EXCEPTION USING ERRCODE = 'SL009',
             MESSAGE = format('message of %s bytes exceeds the max_payload of queue %s (%s bytes)',
@@ -150,6 +157,13 @@ BEGIN
     IF send_batch.bodies IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'SL006', MESSAGE = 'bodies must not be NULL';
     END IF;
+    FOR r IN SELECT * FROM (VALUES ('bodies', array_ndims(send_batch.bodies)), ('headers', array_ndims(send_batch.headers)),
+                                   ('keys', array_ndims(send_batch.keys)), ('priorities', array_ndims(send_batch.priorities)),
+                                   ('dedup_keys', array_ndims(send_batch.dedup_keys))) AS a(name, dims)
+             WHERE a.dims > 1 LOOP
+        RAISE EXCEPTION USING ERRCODE = 'SL006',
+            MESSAGE = format('%s must be a one-dimensional array, got %s dimensions', r.name, r.dims);
+    END LOOP;
     IF array_position(send_batch.bodies, NULL) IS NOT NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'SL006',
             MESSAGE = format('bodies[%s] is NULL', array_position(send_batch.bodies, NULL)),
@@ -173,8 +187,12 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'SL006',
             MESSAGE = format('delay must not be negative, got %s', send_batch.delay);
     END IF;
-    SELECT max(pg_column_size(b) + coalesce(pg_column_size(h), 0)) INTO v_size
-    FROM unnest(send_batch.bodies, send_batch.headers) AS u(b, h);
+    IF EXISTS (SELECT 1 FROM unnest(send_batch.keys) AS x WHERE octet_length(x) > 512)
+       OR EXISTS (SELECT 1 FROM unnest(send_batch.dedup_keys) AS x WHERE octet_length(x) > 512) THEN
+        RAISE EXCEPTION USING ERRCODE = 'SL006', MESSAGE = 'every key and dedup_key must be at most 512 bytes';
+    END IF;
+    SELECT max(sluice._payload_size(u.b, u.h, u.k)) INTO v_size
+    FROM unnest(send_batch.bodies, send_batch.headers, send_batch.keys) AS u(b, h, k);
     IF v_size > q.max_payload THEN
         RAISE EXCEPTION USING ERRCODE = 'SL009',
             MESSAGE = format('a message of %s bytes exceeds the max_payload of queue %s (%s bytes)',
