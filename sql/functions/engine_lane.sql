@@ -75,19 +75,25 @@ $$;
 -- Parameters:
 --   g        the group
 --   p_lanes  the queue's number of lanes
+--   p_exact  false: each lane's low-water mark as last stored (at most a
+--            second old while messages are in flight: cheap, and never too
+--            high, which is what reclaim needs); true: walk the lanes'
+--            completions from there (what status shows)
 -- Returns: the low-water mark (the last numbered position + 1 when every lane is done)
-CREATE OR REPLACE FUNCTION sluice_tmpl.e_group_lwm(g sluice.consumer_group, p_lanes int)
+CREATE OR REPLACE FUNCTION sluice_tmpl.e_group_lwm(g sluice.consumer_group, p_lanes int, p_exact boolean DEFAULT false)
 RETURNS bigint
 LANGUAGE plpgsql STABLE
 AS $$
 BEGIN
     RETURN coalesce(
-        (SELECT min(CASE WHEN s.lwm <= s.cursor THEN s.lwm
+        (SELECT min(CASE WHEN w.lwm <= s.cursor THEN w.lwm
                          ELSE (SELECT greatest(b.first_pos, s.cursor + 1) FROM batches b
                                WHERE b.lane = l.lane AND b.last_pos > s.cursor AND b.last_pos >= b.first_pos
                                ORDER BY b.last_pos LIMIT 1) END)
          FROM generate_series(0, p_lanes - 1) AS l(lane)
-         CROSS JOIN LATERAL e_lane_state(g, l.lane::smallint) s),
+         CROSS JOIN LATERAL e_lane_state(g, l.lane::smallint) s
+         CROSS JOIN LATERAL (SELECT CASE WHEN p_exact THEN e_lane_lwm(g.id, l.lane::smallint, s.lwm, s.cursor)
+                                         ELSE s.lwm END AS lwm) w),
         (SELECT b.last_pos + 1 FROM batches b ORDER BY b.batch_no DESC LIMIT 1));
 END
 $$;

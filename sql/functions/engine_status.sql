@@ -1,31 +1,33 @@
 -- Group: engine templates - observability (see engine_cut.sql for what a template is)
 
 -- e_window: the positions of a lane a group has dispatched and not
--- completed, with their newest lease (attempt and expiry; NULL if none
--- survives).
+-- completed, with their newest delivery row (as receipts see it: by attempt,
+-- then time): its attempt, its expiry (NULL if none survives) and whether it
+-- is a parked retry or a released run (token 0: due at expires) rather than
+-- a lease.
 --
 -- Parameters:
 --   p_group_id       group id
 --   p_lane           the lane
 --   p_lwm, p_cursor  the range to look at
--- Returns: (pos, id, txid, slot, attempt, expires) by position
+-- Returns: (pos, id, txid, slot, attempt, expires, parked) by position
 CREATE OR REPLACE FUNCTION sluice_tmpl.e_window(p_group_id int, p_lane smallint, p_lwm bigint, p_cursor bigint)
-RETURNS TABLE (pos bigint, id bigint, txid xid8, slot smallint, attempt int, expires timestamptz)
+RETURNS TABLE (pos bigint, id bigint, txid xid8, slot smallint, attempt int, expires timestamptz, parked boolean)
 LANGUAGE plpgsql STABLE
 AS $$
 #variable_conflict use_column
 BEGIN
     RETURN QUERY
-    SELECT w.pos, w.id, w.txid, w.slot, d.attempt, d.expires
+    SELECT w.pos, w.id, w.txid, w.slot, d.attempt, d.expires_at, d.token = 0
     FROM (SELECT b.first_pos + u.o - 1 AS pos, u.id, u.txid, u.slot, u.tg
           FROM batches b
           CROSS JOIN LATERAL unnest(b.ids, b.txids, b.slots, b.targets) WITH ORDINALITY AS u(id, txid, slot, tg, o)
           WHERE b.lane = p_lane AND b.last_pos >= p_lwm AND b.first_pos <= p_cursor) w
     LEFT JOIN LATERAL (
-        SELECT dd.attempt, max(dd.expires_at) AS expires
+        SELECT dd.attempt, dd.expires_at, dd.token
         FROM deliveries dd
         WHERE dd.slot = w.slot AND dd.group_id = p_group_id AND dd.pos = w.pos
-        GROUP BY dd.attempt ORDER BY dd.attempt DESC LIMIT 1) d ON true
+        ORDER BY dd.attempt DESC, dd.delivered_at DESC, dd.token DESC LIMIT 1) d ON true
     LEFT JOIN LATERAL (SELECT 1 AS hit FROM acks a
                        WHERE a.group_id = p_group_id AND a.pos = w.pos AND a.slot = w.slot LIMIT 1) ak ON true
     WHERE w.pos BETWEEN p_lwm AND p_cursor AND (w.tg IS NULL OR w.tg = p_group_id) AND ak.hit IS NULL
@@ -63,17 +65,19 @@ BEGIN
         -- (leased, or expired and not redelivered yet), and those numbered
         -- after each lane's cursor.
         SELECT max(ls_.cursor) AS cursor, coalesce(sum(w.in_flight), 0) AS in_flight,
-               coalesce(sum(w.expired), 0) AS expired, coalesce(sum(nb.n), 0) AS numbered
+               coalesce(sum(w.expired), 0) AS expired, coalesce(sum(w.parked), 0) AS parked,
+               coalesce(sum(nb.n), 0) AS numbered
         INTO ls
         FROM generate_series(0, q.lanes - 1) AS l(lane)
         CROSS JOIN LATERAL e_lane_state(g, l.lane::smallint) ls_
-        CROSS JOIN LATERAL (SELECT count(*) FILTER (WHERE x.expires > v_now) AS in_flight,
+        CROSS JOIN LATERAL (SELECT count(*) FILTER (WHERE x.expires > v_now AND NOT x.parked) AS in_flight,
+                                   count(*) FILTER (WHERE x.expires > v_now AND x.parked) AS parked,
                                    count(*) FILTER (WHERE x.expires IS NULL OR x.expires <= v_now) AS expired
                             FROM e_window(g.id, l.lane::smallint, ls_.lwm, ls_.cursor) x) w
         CROSS JOIN LATERAL (SELECT sum(b.last_pos - greatest(b.first_pos, ls_.cursor + 1) + 1) AS n
                             FROM batches b
                             WHERE b.lane = l.lane AND b.last_pos > ls_.cursor AND b.last_pos >= b.first_pos) nb;
-        v_lwm := e_group_lwm(g, q.lanes);
+        v_lwm := e_group_lwm(g, q.lanes, true);
         -- Committed messages not numbered yet: due now, and the oldest of them.
         SELECT count(*) FILTER (WHERE m.deliver_at IS NULL OR m.deliver_at <= v_now) AS due,
                min(m.sent_at) AS oldest
@@ -88,11 +92,11 @@ BEGIN
         s.head := head.last_pos;
         s.in_flight := ls.in_flight;
         s.ready := ls.numbered + ls.expired + u.due;
-        SELECT count(*) INTO s.delayed FROM messages m
+        SELECT count(*) + ls.parked INTO s.delayed FROM messages m
         WHERE m.deliver_at > v_now AND (m.target_group IS NULL OR m.target_group = g.id);
         SELECT count(*) INTO s.dead FROM sluice.dead_letter d
         WHERE d.group_id = g.id AND NOT EXISTS (SELECT 1 FROM sluice.redrive r WHERE r.dead_letter_id = d.id);
-        s.lag := ls.numbered + ls.in_flight + ls.expired + u.due;
+        s.lag := ls.numbered + ls.in_flight + ls.expired + ls.parked + u.due;
         s.oldest_pending_age := NULL;
         IF v_lwm <= head.last_pos THEN
             SELECT v_now - m.sent_at INTO s.oldest_pending_age
