@@ -248,8 +248,8 @@ func TestPrivilegeConsumer(t *testing.T) {
 		t.Errorf("consumer status: dead = %d, %v", dead, err)
 	}
 	var body string
-	if err := consumer.QueryRow(b.ctx, "SELECT body::text FROM sluice.dead_letters('q')").Scan(&body); err != nil || body != "2" {
-		t.Errorf("consumer dead_letters: %q, %v", body, err)
+	if err := consumer.QueryRow(b.ctx, "SELECT body::text FROM sluice.dead_letters('q')").Scan(&body); err != nil || body != ms[2].Body {
+		t.Errorf("consumer dead_letters: %q, %v; want the nacked message %q", body, err, ms[2].Body)
 	}
 	b.allowed(consumer, "consumer", "SELECT * FROM sluice.list_queues()")
 	b.allowed(consumer, "consumer", "SELECT * FROM sluice.status()")
