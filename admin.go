@@ -312,7 +312,8 @@ type Status struct {
 	// OldestPendingAge is the age of the oldest message the group has not
 	// completed (0 when none).
 	OldestPendingAge time.Duration
-	// Lag counts messages from the group's low-water mark to the newest.
+	// Lag counts the messages the group has not completed: ready, in flight,
+	// waiting for a retry, and committed but not numbered yet.
 	Lag int64
 	// Cursor, LWM and Head are positions: last dispatched, first not
 	// completed, last numbered.

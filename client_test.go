@@ -57,6 +57,38 @@ func TestSendReceiveAck(t *testing.T) {
 	}
 }
 
+// ReceiveOptions.Ack completes the previous batch with the next receive.
+func TestReceiveAcksPrevious(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.createQueue("loop", nil)
+	for i := 0; i < 5; i++ {
+		b.send("loop", `{"n": `+itoa(i)+`}`)
+	}
+	var prev []string
+	got := 0
+	for range 10 {
+		msgs, err := b.client.Receive(b.ctx, "loop", "default", &sluice.ReceiveOptions{Max: 2, Ack: prev})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got += len(msgs)
+		prev = prev[:0]
+		for _, m := range msgs {
+			prev = append(prev, m.Receipt)
+		}
+	}
+	if got != 5 {
+		t.Fatalf("received %d, want 5", got)
+	}
+	if s := b.status("loop", "default"); s.InFlight != 0 || s.Lag != 0 {
+		t.Fatalf("status after the loop %+v, want nothing in flight", s)
+	}
+	if _, err := b.client.Receive(b.ctx, "loop", "default", &sluice.ReceiveOptions{Ack: []string{"nope"}}); !errors.Is(err, sluice.ErrInvalidReceipt) {
+		t.Fatalf("a malformed receipt in Ack: %v, want ErrInvalidReceipt", err)
+	}
+}
+
 func TestSendDelayAndPlainMessage(t *testing.T) {
 	t.Parallel()
 	b := setup(t)

@@ -10,7 +10,7 @@ const (
 	sqlSendBatch = `SELECT id FROM sluice.send_batch($1, $2::jsonb[], $3::jsonb[], $4::text[], $5::interval, $6::int[], $7::text[]) AS s(id)`
 
 	sqlReceive = `SELECT id, body, headers, key, priority, attempt, sent_at, receipt, lease_expires_at, pos
-FROM sluice.receive($1, $2, $3::int, $4::interval, $5::text)`
+FROM sluice.receive($1, $2, $3::int, $4::interval, $5::text, $6::text[])`
 
 	sqlAck = `SELECT sluice.ack($1, $2, $3::text[])`
 

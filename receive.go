@@ -49,6 +49,12 @@ type ReceiveOptions struct {
 	// Consumer is optional free text naming the caller (at most 200
 	// characters).
 	Consumer string
+	// Ack holds receipts to complete first, in the same call (a consumer
+	// loop's previous batch): one round trip and one transaction for both.
+	// They commit with the receive, asynchronously: after a crash of the
+	// server they may be lost, and their messages delivered again. Stale
+	// receipts are ignored, as by Ack.
+	Ack []string
 }
 
 // Receive leases up to opts.Max ready messages of queue to the caller for
@@ -58,16 +64,17 @@ type ReceiveOptions struct {
 // Nack, or its lease renewed with Extend; when the lease expires it is
 // delivered again. opts may be nil.
 //
-// Receive runs in its own short transaction, as it should: the group's
-// dispatch lock is held until that transaction ends.
+// Receive runs in its own short transaction, as it should: the lanes it
+// takes are held until that transaction ends.
 func (c *Client) Receive(ctx context.Context, queue, group string, opts *ReceiveOptions) ([]Message, error) {
 	return receive(ctx, c.pool, queue, group, opts)
 }
 
 // ReceiveTx is Receive in the caller's transaction, which must be READ
-// COMMITTED (else ErrInvalidIsolation). Other consumers of the group wait
-// until tx ends, so keep it short; the usual pattern is Receive, then AckTx
-// in the transaction that does the work.
+// COMMITTED (else ErrInvalidIsolation). The lanes it takes, and any
+// messages it numbers, are held from other consumers until tx ends, so keep
+// it short; the usual pattern is Receive, then AckTx in the transaction that
+// does the work.
 func (c *Client) ReceiveTx(ctx context.Context, tx pgx.Tx, queue, group string, opts *ReceiveOptions) ([]Message, error) {
 	return receive(ctx, tx, queue, group, opts)
 }
@@ -83,7 +90,11 @@ func receive(ctx context.Context, db dbtx, queue, group string, opts *ReceiveOpt
 	if opts.Lease < 0 {
 		return nil, translate(errNegative("lease", opts.Lease), "receiving from queue %q, group %q", queue, group)
 	}
-	rows, err := db.Query(ctx, sqlReceive, queue, group, max, nullInterval(opts.Lease), nullText(opts.Consumer))
+	var ack []string
+	if len(opts.Ack) > 0 {
+		ack = opts.Ack
+	}
+	rows, err := db.Query(ctx, sqlReceive, queue, group, max, nullInterval(opts.Lease), nullText(opts.Consumer), ack)
 	if err != nil {
 		return nil, translate(err, "receiving from queue %q, group %q", queue, group)
 	}

@@ -296,3 +296,64 @@ func TestLanesOption(t *testing.T) {
 		t.Fatalf("default lanes %d, want 8", n)
 	}
 }
+
+// receive's ack completes a consumer loop's previous batch in the same
+// call; stale receipts in it are ignored, malformed ones raise SL008 and
+// change nothing.
+func TestReceiveAcksThePreviousBatch(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.createQueue("q", "")
+	b.exec(`SELECT sluice.send_batch('q', array(SELECT jsonb_build_object('n', g) FROM generate_series(1, 30) g))`)
+	var prev []string
+	seen := map[int64]bool{}
+	for i := 0; i < 20; i++ {
+		rows, err := b.pool.Query(b.ctx, `SELECT id, receipt FROM sluice.receive('q', 'default', 4, ack => $1::text[])`, prev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		prev = nil
+		for rows.Next() {
+			var id int64
+			var r string
+			if err := rows.Scan(&id, &r); err != nil {
+				t.Fatal(err)
+			}
+			if seen[id] {
+				t.Fatalf("message %d delivered twice", id)
+			}
+			seen[id] = true
+			prev = append(prev, r)
+		}
+		if rows.Err() != nil {
+			t.Fatal(rows.Err())
+		}
+	}
+	if len(seen) != 30 {
+		t.Fatalf("got %d messages, want 30", len(seen))
+	}
+	// The last batch was acked by the last (empty) receive: nothing is left.
+	if s := b.statusRow("q"); s.InFlight != 0 || s.Lag != 0 {
+		t.Fatalf("after the loop: %+v", s)
+	}
+	_, err := b.pool.Exec(b.ctx, `SELECT * FROM sluice.receive('q', 'default', 1, ack => ARRAY['1.2.3'])`)
+	if sqlstate(err) != "SL008" {
+		t.Fatalf("receive with a malformed ack: %v, want SL008", err)
+	}
+	// A stale receipt is ignored; the message it names is not completed twice.
+	b.send(b.pool, "q", `{"last": true}`)
+	got := b.receive("q", "default", 1, "")
+	if len(got) != 1 {
+		t.Fatalf("got %d", len(got))
+	}
+	ms, err := receiveOn(b.ctx, b.pool, "q", "default", 1, "")
+	if err != nil || len(ms) != 0 {
+		t.Fatalf("while leased: %v, %v", ms, err)
+	}
+	if n := b.ack("q", "default", got[0].Receipt); n != 1 {
+		t.Fatalf("ack: %d", n)
+	}
+	if _, err := b.pool.Exec(b.ctx, `SELECT * FROM sluice.receive('q', 'default', 1, ack => ARRAY[$1])`, got[0].Receipt); err != nil {
+		t.Fatalf("receive acking a stale receipt: %v", err)
+	}
+}

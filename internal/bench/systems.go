@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -88,9 +89,12 @@ func send(ctx context.Context, conn *pgxpool.Conn, s system, batch int, pad stri
 }
 
 // sluiceSystem is sluice through its SQL API, queue "bench", group
-// "default": receive and ack in two transactions, as the Go worker does.
+// "default": receive and ack in two transactions, as the Go worker does, or
+// (ackWithReceive) each batch acked by the next receive of its connection.
 type sluiceSystem struct {
-	retention time.Duration // 0: the engine's default
+	ackWithReceive bool
+	pending        sync.Map      // *pgxpool.Conn -> []string, receipts the next receive acks
+	retention      time.Duration // 0: the engine's default
 	// reclaim keeps nothing completed (retention 0) and starts a storage
 	// epoch every 10 s, so that the size of sluice's tables shows what
 	// reclaim leaves (the backlog), not what a retention period keeps.
@@ -110,7 +114,12 @@ func (s *sluiceSystem) keyExpr() string {
 	return fmt.Sprintf(`'k' || floor(random() * %d)::int`, s.keys)
 }
 
-func (*sluiceSystem) name() string    { return "sluice" }
+func (s *sluiceSystem) name() string {
+	if s.ackWithReceive {
+		return "sluice (ack with next receive)"
+	}
+	return "sluice"
+}
 func (*sluiceSystem) schemas() string { return "sluice%" }
 
 func (s *sluiceSystem) setup(ctx context.Context, pool *pgxpool.Pool) error {
@@ -151,7 +160,10 @@ func (s *sluiceSystem) sendSQL(batch int) string {
 	return `SELECT count(*) FROM sluice.send_batch('` + benchQueue + `', ARRAY(SELECT ` + bodyExpr + ` FROM generate_series(1, $2::int)))`
 }
 
-func (*sluiceSystem) consume(ctx context.Context, conn *pgxpool.Conn, batch int) (int, []float64, time.Duration, error) {
+func (s *sluiceSystem) consume(ctx context.Context, conn *pgxpool.Conn, batch int) (int, []float64, time.Duration, error) {
+	if s.ackWithReceive {
+		return s.consumeAckingPrevious(ctx, conn, batch)
+	}
 	start := time.Now()
 	rows, err := conn.Query(ctx, `SELECT receipt, `+e2eExpr("body")+` FROM sluice.receive('`+benchQueue+`', 'default', $1)`, batch)
 	if err != nil {
@@ -183,6 +195,37 @@ func (*sluiceSystem) consume(ctx context.Context, conn *pgxpool.Conn, batch int)
 		return 0, nil, took, fmt.Errorf("sluice: ack completed %d of %d messages", n, len(receipts))
 	}
 	return len(receipts), lat, took, nil
+}
+
+// consumeAckingPrevious receives a batch and acks the connection's previous
+// one in the same call (sluice.receive's ack); the messages of the last
+// batch of a run stay leased.
+func (s *sluiceSystem) consumeAckingPrevious(ctx context.Context, conn *pgxpool.Conn, batch int) (int, []float64, time.Duration, error) {
+	var prev []string
+	if v, ok := s.pending.Load(conn); ok {
+		prev = v.([]string)
+	}
+	start := time.Now()
+	rows, err := conn.Query(ctx, `SELECT receipt, `+e2eExpr("body")+` FROM sluice.receive('`+benchQueue+`', 'default', $1, ack => $2::text[])`, batch, prev)
+	if err != nil {
+		return 0, nil, 0, fmt.Errorf("sluice: receiving: %w", err)
+	}
+	var receipts []string
+	var lat []float64
+	for rows.Next() {
+		var r string
+		var l float64
+		if err := rows.Scan(&r, &l); err != nil {
+			rows.Close()
+			return 0, nil, 0, fmt.Errorf("sluice: receiving: %w", err)
+		}
+		receipts, lat = append(receipts, r), append(lat, l)
+	}
+	if err := rows.Err(); err != nil {
+		return 0, nil, 0, fmt.Errorf("sluice: receiving: %w", err)
+	}
+	s.pending.Store(conn, receipts)
+	return len(receipts), lat, time.Since(start), nil
 }
 
 // tableSystem is a plain table with a bigserial key: "bare" is the

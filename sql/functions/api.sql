@@ -45,6 +45,12 @@
 --   max_messages  1 to 10000 (1)
 --   lease         how long the caller holds the messages (the queue's lease option)
 --   consumer      optional free text naming the caller (at most 200 characters)
+--   ack           optional receipts to complete first, in the same call (a
+--                 consumer loop's previous batch): one round trip and one
+--                 transaction for both. They commit with the receive, that
+--                 is asynchronously: after a crash of the server they may be
+--                 lost, and their messages delivered again (at least once).
+--                 Stale receipts are ignored, as by ack.
 -- Returns: SETOF sluice.message, in the order above:
 --   id                the message id (a retry or a redrive keeps the original id)
 --   body              the JSON body
@@ -57,9 +63,10 @@
 --   lease_expires_at  when the lease ends unless extended
 --   pos               the message's position in the queue's commit order
 -- Errors: SL001, SL002, SL003, SL006 invalid_argument (max_messages, lease,
---         consumer), SL010 invalid_isolation
+--         consumer), SL008 invalid_receipt (ack), SL010 invalid_isolation
 CREATE OR REPLACE FUNCTION sluice.receive(queue text, group_name text DEFAULT 'default', max_messages int DEFAULT 1,
-                                          lease interval DEFAULT NULL, consumer text DEFAULT NULL)
+                                          lease interval DEFAULT NULL, consumer text DEFAULT NULL,
+                                          ack text[] DEFAULT NULL)
 RETURNS SETOF sluice.message
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -90,9 +97,12 @@ BEGIN
     END IF;
     v_lease := coalesce(receive.lease, q.lease);
     PERFORM sluice._check_lease('lease', v_lease);
+    IF EXISTS (SELECT 1 FROM unnest(receive.ack) AS x WHERE x IS NULL OR NOT sluice._receipt_ok(x)) THEN
+        PERFORM sluice._parse_receipts(receive.ack);   -- raises SL008, naming the receipt
+    END IF;
     PERFORM sluice._receive_commit();
-    RETURN QUERY EXECUTE format('SELECT * FROM %I.e_receive($1, $2, $3, $4, $5)', sluice._qschema(q.id))
-        USING q, g, max_messages, v_lease, receive.consumer;
+    RETURN QUERY EXECUTE format('SELECT * FROM %I.e_receive($1, $2, $3, $4, $5, $6)', sluice._qschema(q.id))
+        USING q, g, max_messages, v_lease, receive.consumer, receive.ack;
 END
 $$;
 
@@ -238,7 +248,8 @@ $$;
 --   in_flight           leased and not completed
 --   dead                dead letters not redriven
 --   oldest_pending_age  age of the oldest message the group has not completed
---   lag                 messages from the group's low-water mark to the newest
+--   lag                 messages the group has not completed (ready, in flight,
+--                       waiting for a retry, committed but not numbered yet)
 --   cursor, lwm, head   positions: last dispatched, first not completed, last numbered
 --   live_epochs         storage epochs the queue keeps (1 to 4)
 --   holds_reclaim       true when this group keeps an old epoch from being reclaimed

@@ -2,6 +2,7 @@
 
 -- e_receive: the body of sluice.receive for this queue (see there).
 --
+-- 0. Complete p_ack, if given (e_ack).
 -- 1. Number what committed since the last cut (e_cut), unless another
 --    receive of the queue is cutting: never wait for it, what it numbers is
 --    there at the next call.
@@ -15,7 +16,7 @@
 -- 4. About once a second per session, reclaim and rotate (e_maintain) unless
 --    another session is doing it.
 CREATE OR REPLACE FUNCTION sluice_tmpl.e_receive(q sluice.queue, g sluice.consumer_group, max_messages int,
-                                                 p_lease interval, p_consumer text)
+                                                 p_lease interval, p_consumer text, p_ack text[])
 RETURNS SETOF sluice.message
 LANGUAGE plpgsql
 AS $$
@@ -30,6 +31,9 @@ DECLARE
     ln smallint;
     n int;
 BEGIN
+    IF cardinality(p_ack) > 0 THEN
+        PERFORM e_ack(g.id, p_ack);   -- the previous batch of a consumer loop
+    END IF;
     -- Number what committed since the last cut: at most four cuts (a round
     -- larger than one cut takes several), before taking, so that the runs of
     -- a key numbered by them can be taken together.

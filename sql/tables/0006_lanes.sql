@@ -75,6 +75,10 @@ CREATE TYPE sluice.picks AS (
     lane    smallint[]
 );
 
+-- receive gains ack (receipts to complete in the same call): drop the old
+-- signature so that the new one does not become an ambiguous overload.
+DROP FUNCTION IF EXISTS sluice.receive(text, text, int, interval, text);
+
 -- The engine templates are all reloaded after this migration; drop the old
 -- ones, whose signatures changed or which are gone (e_group_state, e_lwm,
 -- e_min_lwm, e_window), so that no queue gets a stale copy.
