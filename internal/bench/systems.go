@@ -169,19 +169,9 @@ func (s *sluiceSystem) consume(ctx context.Context, conn *pgxpool.Conn, batch in
 	if err != nil {
 		return 0, nil, 0, fmt.Errorf("sluice: receiving: %w", err)
 	}
-	var receipts []string
-	var lat []float64
-	for rows.Next() {
-		var r string
-		var l float64
-		if err := rows.Scan(&r, &l); err != nil {
-			rows.Close()
-			return 0, nil, 0, fmt.Errorf("sluice: receiving: %w", err)
-		}
-		receipts, lat = append(receipts, r), append(lat, l)
-	}
-	if err := rows.Err(); err != nil {
-		return 0, nil, 0, fmt.Errorf("sluice: receiving: %w", err)
+	receipts, lat, err := receiptsAndLatencies(rows)
+	if err != nil {
+		return 0, nil, 0, err
 	}
 	took := time.Since(start)
 	if len(receipts) == 0 {
@@ -210,22 +200,32 @@ func (s *sluiceSystem) consumeAckingPrevious(ctx context.Context, conn *pgxpool.
 	if err != nil {
 		return 0, nil, 0, fmt.Errorf("sluice: receiving: %w", err)
 	}
+	receipts, lat, err := receiptsAndLatencies(rows)
+	if err != nil {
+		return 0, nil, 0, err
+	}
+	s.pending.Store(conn, receipts)
+	return len(receipts), lat, time.Since(start), nil
+}
+
+// receiptsAndLatencies reads the (receipt, end-to-end latency) rows of a
+// sluice receive.
+func receiptsAndLatencies(rows pgx.Rows) ([]string, []float64, error) {
+	defer rows.Close()
 	var receipts []string
 	var lat []float64
 	for rows.Next() {
 		var r string
 		var l float64
 		if err := rows.Scan(&r, &l); err != nil {
-			rows.Close()
-			return 0, nil, 0, fmt.Errorf("sluice: receiving: %w", err)
+			return nil, nil, fmt.Errorf("sluice: receiving: %w", err)
 		}
 		receipts, lat = append(receipts, r), append(lat, l)
 	}
 	if err := rows.Err(); err != nil {
-		return 0, nil, 0, fmt.Errorf("sluice: receiving: %w", err)
+		return nil, nil, fmt.Errorf("sluice: receiving: %w", err)
 	}
-	s.pending.Store(conn, receipts)
-	return len(receipts), lat, time.Since(start), nil
+	return receipts, lat, nil
 }
 
 // tableSystem is a plain table with a bigserial key: "bare" is the

@@ -61,8 +61,7 @@ END
 $$;
 
 -- e_ack: the body of sluice.ack for this queue (see there): one completion
--- per current receipt (as e_current_deliveries, inlined: this is the hot
--- path), duplicates counted once.
+-- per current receipt, duplicates counted once.
 CREATE OR REPLACE FUNCTION sluice_tmpl.e_ack(p_group_id int, p_receipts text[])
 RETURNS int
 LANGUAGE plpgsql
@@ -70,24 +69,9 @@ AS $$
 DECLARE
     n int;
 BEGIN
-    IF EXISTS (SELECT 1 FROM unnest(p_receipts) AS x
-               WHERE x IS NULL OR NOT sluice._receipt_ok(x)) THEN
-        PERFORM sluice._parse_receipts(p_receipts);   -- raises SL008, naming the receipt
-    END IF;
     INSERT INTO acks (slot, group_id, pos, kind, acked_at)
-    SELECT r.part, p_group_id, r.pos, 'a', clock_timestamp()
-    FROM (SELECT split_part(x, '.', 1)::int AS part, split_part(x, '.', 2)::bigint AS pos,
-                 split_part(x, '.', 3)::int AS attempt, split_part(x, '.', 4)::bigint AS token
-          FROM unnest(p_receipts) AS x) r
-    CROSS JOIN LATERAL (
-        SELECT dd.attempt, dd.token, dd.expires_at FROM deliveries dd
-        WHERE dd.slot = r.part AND dd.group_id = p_group_id AND dd.pos = r.pos
-        ORDER BY dd.attempt DESC, dd.delivered_at DESC, dd.token DESC
-        LIMIT 1) d
-    LEFT JOIN LATERAL (SELECT 1 AS hit FROM acks a
-                       WHERE a.group_id = p_group_id AND a.pos = r.pos AND a.slot = r.part LIMIT 1) ak ON true
-    WHERE r.part BETWEEN 0 AND 3 AND d.attempt = r.attempt AND d.token = r.token
-      AND d.expires_at > clock_timestamp() AND ak.hit IS NULL
+    SELECT c.slot, p_group_id, c.pos, 'a', clock_timestamp()
+    FROM e_current_deliveries(p_group_id, p_receipts) c
     ON CONFLICT DO NOTHING;
     GET DIAGNOSTICS n = ROW_COUNT;
     RETURN n;
