@@ -108,24 +108,3 @@ BEGIN
     RETURN (SELECT min(e_group_lwm(g, q.lanes)) FROM sluice.consumer_group g WHERE g.queue_id = q.id);
 END
 $$;
-
--- e_lanes_by_priority: the lanes of a group that hold an unkeyed message
--- with a priority above 0 after their cursor, highest first: a receive
--- tries them before the others, so that priorities hold across lanes.
-CREATE OR REPLACE FUNCTION sluice_tmpl.e_lanes_by_priority(p_group_id int, p_lanes int)
-RETURNS SETOF smallint
-LANGUAGE plpgsql STABLE
-AS $$
-BEGIN
-    RETURN QUERY
-    SELECT l.lane::smallint
-    FROM generate_series(0, p_lanes - 1) AS l(lane)
-    CROSS JOIN LATERAL (SELECT max(p.priority) AS top FROM prio p
-                        WHERE p.lane = l.lane AND p.priority > 0
-                          AND p.pos > coalesce((SELECT s.cursor FROM group_states s
-                                                WHERE s.group_id = p_group_id AND s.lane = l.lane
-                                                ORDER BY s.seq DESC LIMIT 1), 0)) t
-    WHERE t.top IS NOT NULL
-    ORDER BY t.top DESC;
-END
-$$;

@@ -8,7 +8,7 @@
 --    there at the next call.
 -- 2. Take from the group's lanes that have work, each under
 --    its try-lock: a lane another receive holds is skipped, not waited for.
---    Lanes with prioritized messages come first (e_lanes_by_priority), then
+--    Lanes with prioritized messages come first, then
 --    the others from a random lane on, until max_messages are picked;
 --    then, if it has room, messages with a priority below 0 of the lanes
 --    it holds (a second pass: they go only when nothing else is ready).
@@ -26,7 +26,6 @@ DECLARE
     v_maint constant text := 'sluice.maintained_' || q.id;
     pk sluice.picks := ROW('{}', '{}', '{}', '{}', '{}', '{}', '{}');
     v_prio boolean;
-    v_tried smallint[] := '{}';
     v_held smallint[] := '{}';
     ln smallint;
     n int;
@@ -44,32 +43,35 @@ BEGIN
         END LOOP;
     END IF;
     v_prio := EXISTS (SELECT 1 FROM prio);
-    -- Lanes with a prioritized message first, then every lane from a random one on.
-    FOR ln IN SELECT * FROM e_lanes_by_priority(g.id, q.lanes) WHERE v_prio
-              UNION ALL
-              SELECT ((v_start + i) % q.lanes)::smallint FROM generate_series(0, q.lanes - 1) AS i LOOP
-        CONTINUE WHEN ln = ANY (v_tried);
-        v_tried := v_tried || ln;
-        -- Whether the lane is worth a try: it has numbered positions after
-        -- its cursor, leases that expired since its last scan, blocked keys,
-        -- messages with a priority below 0 that may be left behind its
-        -- cursor, a low-water mark due for an update (once a second while
-        -- messages are in flight), or no state yet. Read without the lock:
-        -- e_take reads the state again once it holds it.
-        CONTINUE WHEN NOT (
-            SELECT s.cursor IS NULL
-                OR s.bkeys IS NOT NULL
-                OR (s.lwm <= s.cursor AND s.lwm_at <= v_now - interval '1 second')
-                OR EXISTS (SELECT 1 FROM batches b
-                           WHERE b.lane = ln AND b.last_pos > s.cursor AND b.last_pos >= b.first_pos)
-                OR EXISTS (SELECT 1 FROM deliveries d
-                           WHERE d.group_id = g.id AND d.lane = ln AND d.expires_at >= s.scan_from
-                             AND d.expires_at <= v_now)
-                OR (v_prio AND EXISTS (SELECT 1 FROM prio p WHERE p.lane = ln AND p.priority < 0
-                                                              AND p.pos >= s.lwm AND p.pos <= s.cursor))
-            FROM (SELECT NULL) AS one
-            LEFT JOIN LATERAL (SELECT s.cursor, s.lwm, s.scan_from, s.lwm_at, s.bkeys FROM group_states s
-                               WHERE s.group_id = g.id AND s.lane = ln ORDER BY s.seq DESC LIMIT 1) s ON true);
+    -- The lanes worth a try, in one statement: those with numbered positions
+    -- after their cursor, leases that expired since their last scan, blocked
+    -- keys, messages with a priority below 0 that may be left behind their
+    -- cursor, a low-water mark due for an update (once a second while
+    -- messages are in flight), or no state yet. Lanes with a prioritized
+    -- message after their cursor first, highest first, then every lane from
+    -- a random one on. Read without the locks: e_take reads a lane's state
+    -- again once it holds it.
+    FOR ln IN
+        SELECT c.lane
+        FROM (SELECT l.lane::smallint AS lane, pr.top, (l.lane - v_start + q.lanes) % q.lanes AS turn
+              FROM generate_series(0, q.lanes - 1) AS l(lane)
+              LEFT JOIN LATERAL (SELECT s.cursor, s.lwm, s.scan_from, s.lwm_at, s.bkeys FROM group_states s
+                                 WHERE s.group_id = g.id AND s.lane = l.lane ORDER BY s.seq DESC LIMIT 1) s ON true
+              LEFT JOIN LATERAL (SELECT max(p.priority) AS top FROM prio p
+                                 WHERE v_prio AND p.lane = l.lane AND p.priority > 0
+                                   AND p.pos > coalesce(s.cursor, 0)) pr ON true
+              WHERE s.cursor IS NULL
+                 OR s.bkeys IS NOT NULL
+                 OR (s.lwm <= s.cursor AND s.lwm_at <= v_now - interval '1 second')
+                 OR EXISTS (SELECT 1 FROM batches b
+                            WHERE b.lane = l.lane AND b.last_pos > s.cursor AND b.last_pos >= b.first_pos)
+                 OR EXISTS (SELECT 1 FROM deliveries d
+                            WHERE d.group_id = g.id AND d.lane = l.lane AND d.expires_at >= s.scan_from
+                              AND d.expires_at <= v_now)
+                 OR (v_prio AND EXISTS (SELECT 1 FROM prio p WHERE p.lane = l.lane AND p.priority < 0
+                                                               AND p.pos >= s.lwm AND p.pos <= s.cursor))) c
+        ORDER BY c.top DESC NULLS LAST, c.turn
+    LOOP
         CONTINUE WHEN NOT pg_try_advisory_xact_lock(sluice._lock_ns('lane'), g.id * 256 + ln);
         v_held := v_held || ln;
         pk := e_take(q, g, ln, pk, max_messages, v_prio, false, v_now);
