@@ -31,7 +31,7 @@ demo:
 	$(GO) build -o $(BIN)/sluice ./cmd/sluice
 	$(BIN)/sluice demo $(DEMOFLAGS)
 
-## bench: build sluice and run the default benchmark set (about 13 minutes)
+## bench: build sluice and run the default benchmark set (about 17 minutes)
 ## on the embedded PostgreSQL, or on DATABASE_URL if set; results go to
 ## bench/results/<timestamp>/. BENCHFLAGS adds or overrides flags.
 BENCHFLAGS ?=

@@ -81,8 +81,10 @@ const maxErrorText = 10000
 // It receives in batches, in short transactions of their own; renews the
 // leases of running handlers (heartbeat); acknowledges a message when its
 // handler returns nil (acks are batched: those that complete while an ack is
-// in flight go together in the next one; within a run of one key's messages
-// each is acknowledged before the next is handled) and gives it back with the error
+// in flight go together in the next one, or with the next receive, which
+// commits asynchronously: a crash of the server may lose them, and the
+// messages come again; within a run of one key's messages each is
+// acknowledged before the next is handled) and gives it back with the error
 // text when the handler fails or panics. When the queue is empty it waits
 // for a NOTIFY from a committed send (LISTEN on a dedicated connection taken
 // from the pool) or for the poll interval, whichever comes first.
@@ -242,9 +244,17 @@ func (w *worker) fetch(ctx context.Context, handlers *sync.WaitGroup) error {
 		}
 
 		// bg, not ctx: a receive cut short could lease messages nobody sees
-		// until their lease expires.
+		// until their lease expires. The acks waiting for the acker go with
+		// it: one round trip and one transaction for both.
+		done := w.takeAcks()
 		msgs, err := receive(w.bg, w.client.pool, w.queue, w.group,
-			&ReceiveOptions{Max: min(free, w.o.BatchSize), Lease: w.o.Lease, Consumer: w.o.Consumer})
+			&ReceiveOptions{Max: min(free, w.o.BatchSize), Lease: w.o.Lease, Consumer: w.o.Consumer, Ack: done})
+		if err != nil && len(done) > 0 {
+			if _, aerr := ack(w.bg, w.client.pool, w.queue, w.group, done); aerr != nil {
+				w.o.Logger.Error("sluice: ack failed; the messages are redelivered when their leases expire",
+					"queue", w.queue, "group", w.group, "messages", len(done), "error", aerr)
+			}
+		}
 		if err != nil {
 			var serr *Error
 			if errors.As(err, &serr) {
@@ -422,8 +432,24 @@ func (w *worker) release(msgs []Message) {
 	}
 }
 
+// takeAcks takes the receipts waiting for the acker (at most 1000), so that
+// the next receive acknowledges them.
+func (w *worker) takeAcks() []string {
+	var done []string
+	for len(done) < 1000 {
+		select {
+		case r := <-w.acks:
+			done = append(done, r)
+		default:
+			return done
+		}
+	}
+	return done
+}
+
 // acker acknowledges the receipts it gets, batching those that arrive while
-// an ack is in flight, until w.acks is closed and drained.
+// an ack is in flight, until w.acks is closed and drained. (The fetch loop
+// takes those waiting when it receives: takeAcks.)
 func (w *worker) acker() {
 	const maxBatch = 1000
 	for r := range w.acks {

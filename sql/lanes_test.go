@@ -357,3 +357,46 @@ func TestReceiveAcksThePreviousBatch(t *testing.T) {
 		t.Fatalf("receive acking a stale receipt: %v", err)
 	}
 }
+
+// A lane's messages of priority 0 never go before another lane's higher
+// ones (found in review: the first lane taken used to run all its steps).
+func TestPriorityZeroWaitsForHigherInOtherLanes(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.createQueue("q", `{"lanes": 2}`)
+	tx, err := b.pool.Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, p := range []int{0, 10, 9, 9} {
+		if _, err := tx.Exec(b.ctx, "SELECT sluice.send('q', $1::jsonb, priority => $2)", fmt.Sprint(i), p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tx.Commit(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	var prios []int
+	for _, m := range b.receive("q", "default", 2, "") {
+		prios = append(prios, m.Priority)
+	}
+	if fmt.Sprint(prios) != "[10 9]" {
+		t.Fatalf("a receive of 2 got priorities %v, want [10 9]", prios)
+	}
+}
+
+// Group ids of any size work (the lane lock key is a bigint).
+func TestLaneLockOfALargeGroupID(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.exec("ALTER TABLE sluice.consumer_group ALTER COLUMN id RESTART WITH 2147483000")
+	b.createQueue("q", "")
+	id := b.send(b.pool, "q", `{}`)
+	got := b.receive("q", "default", 1, "")
+	if len(got) != 1 || got[0].ID != id {
+		t.Fatalf("receive: %+v", got)
+	}
+	if !b.nack("q", "default", got[0].Receipt, "0 seconds", "again") {
+		t.Fatal("nack")
+	}
+}

@@ -142,7 +142,7 @@ BEGIN
     -- starts where the last one ended) cannot have passed their due time
     -- already. Then look at the receipt again: that receive may have
     -- redelivered the message.
-    PERFORM pg_advisory_xact_lock_shared(sluice._lock_ns('lane'), g.id * 256 + c.lane);
+    PERFORM pg_advisory_xact_lock_shared(sluice._lane_lock(g.id, c.lane));
     SELECT * INTO c FROM e_current_deliveries(g.id, ARRAY[p_receipt]);
     IF NOT FOUND THEN
         RETURN false;

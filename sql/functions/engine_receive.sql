@@ -27,6 +27,9 @@ DECLARE
     pk sluice.picks := ROW('{}', '{}', '{}', '{}', '{}', '{}', '{}');
     v_prio boolean;
     v_held smallint[] := '{}';
+    v_lanes smallint[];
+    v_tops int[];
+    i int;
     ln smallint;
     n int;
 BEGIN
@@ -51,38 +54,50 @@ BEGIN
     -- message after their cursor first, highest first, then every lane from
     -- a random one on. Read without the locks: e_take reads a lane's state
     -- again once it holds it.
-    FOR ln IN
-        SELECT c.lane
-        FROM (SELECT l.lane::smallint AS lane, pr.top, (l.lane - v_start + q.lanes) % q.lanes AS turn
-              FROM generate_series(0, q.lanes - 1) AS l(lane)
-              LEFT JOIN LATERAL (SELECT s.cursor, s.lwm, s.scan_from, s.lwm_at, s.bkeys FROM group_states s
-                                 WHERE s.group_id = g.id AND s.lane = l.lane ORDER BY s.seq DESC LIMIT 1) s ON true
-              LEFT JOIN LATERAL (SELECT max(p.priority) AS top FROM prio p
-                                 WHERE v_prio AND p.lane = l.lane AND p.priority > 0
-                                   AND p.pos > coalesce(s.cursor, 0)) pr ON true
-              WHERE s.cursor IS NULL
-                 OR s.bkeys IS NOT NULL
-                 OR (s.lwm <= s.cursor AND s.lwm_at <= v_now - interval '1 second')
-                 OR EXISTS (SELECT 1 FROM batches b
-                            WHERE b.lane = l.lane AND b.last_pos > s.cursor AND b.last_pos >= b.first_pos)
-                 OR EXISTS (SELECT 1 FROM deliveries d
-                            WHERE d.group_id = g.id AND d.lane = l.lane AND d.expires_at >= s.scan_from
-                              AND d.expires_at <= v_now)
-                 OR (v_prio AND EXISTS (SELECT 1 FROM prio p WHERE p.lane = l.lane AND p.priority < 0
-                                                               AND p.pos >= s.lwm AND p.pos <= s.cursor))) c
-        ORDER BY c.top DESC NULLS LAST, c.turn
-    LOOP
-        CONTINUE WHEN NOT pg_try_advisory_xact_lock(sluice._lock_ns('lane'), g.id * 256 + ln);
-        v_held := v_held || ln;
-        pk := e_take(q, g, ln, pk, max_messages, v_prio, false, v_now);
+    SELECT coalesce(array_agg(c.lane ORDER BY c.top DESC NULLS LAST, c.turn), '{}'),
+           coalesce(array_agg(c.top ORDER BY c.top DESC NULLS LAST, c.turn), '{}')
+    INTO v_lanes, v_tops
+    FROM (SELECT l.lane::smallint AS lane, pr.top, (l.lane - v_start + q.lanes) % q.lanes AS turn
+          FROM generate_series(0, q.lanes - 1) AS l(lane)
+          LEFT JOIN LATERAL (SELECT s.cursor, s.lwm, s.scan_from, s.lwm_at, s.bkeys FROM group_states s
+                             WHERE s.group_id = g.id AND s.lane = l.lane ORDER BY s.seq DESC LIMIT 1) s ON true
+          LEFT JOIN LATERAL (SELECT max(p.priority) AS top FROM prio p
+                             WHERE v_prio AND p.lane = l.lane AND p.priority > 0
+                               AND p.pos > coalesce(s.cursor, 0)) pr ON true
+          WHERE s.cursor IS NULL
+             OR s.bkeys IS NOT NULL
+             OR (s.lwm <= s.cursor AND s.lwm_at <= v_now - interval '1 second')
+             OR EXISTS (SELECT 1 FROM batches b
+                        WHERE b.lane = l.lane AND b.last_pos > s.cursor AND b.last_pos >= b.first_pos)
+             OR EXISTS (SELECT 1 FROM deliveries d
+                        WHERE d.group_id = g.id AND d.lane = l.lane AND d.expires_at >= s.scan_from
+                          AND d.expires_at <= v_now)
+             OR (v_prio AND EXISTS (SELECT 1 FROM prio p WHERE p.lane = l.lane AND p.priority < 0
+                                                           AND p.pos >= s.lwm AND p.pos <= s.cursor))) c;
+    -- First the prioritized messages of the lanes that have some, highest
+    -- lane first (steps 1 to 3 of e_take), then every lane in turn (all of
+    -- e_take but step 5), so that a lane's messages of priority 0 never go
+    -- before another lane's higher ones.
+    FOR i IN 1..cardinality(v_lanes) LOOP
+        EXIT WHEN v_tops[i] IS NULL OR cardinality(pk.pos) >= max_messages;
+        CONTINUE WHEN NOT pg_try_advisory_xact_lock(sluice._lane_lock(g.id, v_lanes[i]));
+        v_held := v_held || v_lanes[i];
+        pk := e_take(q, g, v_lanes[i], pk, max_messages, true, false, false, v_now);
+    END LOOP;
+    FOREACH ln IN ARRAY v_lanes LOOP
         EXIT WHEN cardinality(pk.pos) >= max_messages;
+        IF NOT ln = ANY (v_held) THEN
+            CONTINUE WHEN NOT pg_try_advisory_xact_lock(sluice._lane_lock(g.id, ln));
+            v_held := v_held || ln;
+        END IF;
+        pk := e_take(q, g, ln, pk, max_messages, v_prio, true, false, v_now);
     END LOOP;
     -- Messages with a priority below 0 only once no lane this receive holds
     -- has anything else: a second pass over those lanes.
     IF v_prio AND cardinality(pk.pos) < max_messages THEN
         FOREACH ln IN ARRAY v_held LOOP
             CONTINUE WHEN NOT EXISTS (SELECT 1 FROM prio p WHERE p.lane = ln AND p.priority < 0);
-            pk := e_take(q, g, ln, pk, max_messages, true, true, v_now);
+            pk := e_take(q, g, ln, pk, max_messages, true, true, true, v_now);
             EXIT WHEN cardinality(pk.pos) >= max_messages;
         END LOOP;
     END IF;
@@ -136,11 +151,13 @@ $$;
 --   pk      what the receive picked so far (from other lanes)
 --   p_need  how many the receive wants in all
 --   p_prio  whether the queue has prioritized messages (else step 3 is skipped)
+--   p_new   whether to take the positions after the cursor (step 4)
 --   p_low   whether to take messages with a priority below 0 (step 5)
 --   p_now   the receive's time
 -- Returns: pk with this lane's picks added
 CREATE OR REPLACE FUNCTION sluice_tmpl.e_take(q sluice.queue, g sluice.consumer_group, p_lane smallint, pk sluice.picks,
-                                              p_need int, p_prio boolean, p_low boolean, p_now timestamptz)
+                                              p_need int, p_prio boolean, p_new boolean, p_low boolean,
+                                              p_now timestamptz)
 RETURNS sluice.picks
 LANGUAGE plpgsql
 AS $$
@@ -164,7 +181,7 @@ BEGIN
     END IF;
     -- Step 4: a batch without keyed or prioritized messages (the common
     -- case) is taken here in one statement; e_take_new does the others.
-    WHILE cardinality(pk.pos) < p_need LOOP
+    WHILE p_new AND cardinality(pk.pos) < p_need LOOP
         SELECT b.plain, b.first_pos + b.vto - 1 AS upto, t.n, t.last_taken,
                pk.pos || t.pos AS pos, pk.id || t.id AS id, pk.txid || t.txid AS txid, pk.slot || t.slot AS slot,
                pk.attempt || array_fill(1, ARRAY[t.n]) AS attempt,

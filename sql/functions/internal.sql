@@ -21,7 +21,6 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE
 AS $$
     SELECT CASE kind
         WHEN 'group' THEN 1372454913   -- (before lanes: dispatch within a group)
-        WHEN 'lane'  THEN 1372454918   -- one receive at a time per (group, lane): key group id * 256 + lane
         WHEN 'cut'   THEN 1372454914   -- serializes batch cutting within a queue
         WHEN 'maint' THEN 1372454915   -- serializes rotation and reclaim within a queue
         WHEN 'notify' THEN 1372454916  -- one NOTIFY per queue among concurrent sends
@@ -117,19 +116,32 @@ AS $$
 $$;
 
 -- _payload_size: the size a message counts against its queue's max_payload:
--- body, headers and key, uncompressed. A value read from a table may come
--- compressed (pg_column_size would count its compressed size): it is
--- measured as text then.
+-- body and headers as uncompressed jsonb, and the key. A value read from a
+-- table may come compressed (pg_column_size would count its compressed
+-- size): it is expanded first (#> '{}' returns the whole document, detoasted).
 CREATE OR REPLACE FUNCTION sluice._payload_size(p_body jsonb, p_headers jsonb, p_key text)
 RETURNS int
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 AS $$
-    SELECT CASE WHEN pg_catalog.pg_column_compression(p_body) IS NULL THEN pg_catalog.pg_column_size(p_body)
-                ELSE pg_catalog.octet_length(p_body::pg_catalog.text) END
-         OPERATOR(pg_catalog.+) coalesce(CASE WHEN pg_catalog.pg_column_compression(p_headers) IS NULL
-                                              THEN pg_catalog.pg_column_size(p_headers)
-                                              ELSE pg_catalog.octet_length(p_headers::pg_catalog.text) END, 0)
+    SELECT pg_catalog.pg_column_size(CASE WHEN pg_catalog.pg_column_compression(p_body) IS NULL THEN p_body
+                                          ELSE p_body OPERATOR(pg_catalog.#>) '{}' END)
+         OPERATOR(pg_catalog.+) coalesce(pg_catalog.pg_column_size(
+             CASE WHEN pg_catalog.pg_column_compression(p_headers) IS NULL THEN p_headers
+                  ELSE p_headers OPERATOR(pg_catalog.#>) '{}' END), 0)
          OPERATOR(pg_catalog.+) coalesce(pg_catalog.octet_length(p_key), 0)
+$$;
+
+-- _lane_lock: the key of the transaction-scoped advisory lock that one
+-- receive at a time holds on a (group, lane): one bigint (the bigint form
+-- has its own key space, apart from the (int, int) locks of _lock_ns), the
+-- top 16 bits marking sluice's lanes, then the group id and the lane.
+CREATE OR REPLACE FUNCTION sluice._lane_lock(p_group_id int, p_lane int)
+RETURNS bigint
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT (x'51ce'::pg_catalog.int8 OPERATOR(pg_catalog.<<) 48)
+           OPERATOR(pg_catalog.|) (p_group_id::pg_catalog.int8 OPERATOR(pg_catalog.<<) 8)
+           OPERATOR(pg_catalog.|) p_lane::pg_catalog.int8
 $$;
 
 -- _receipt_ok: whether a receipt is of sluice's form,
