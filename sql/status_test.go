@@ -77,4 +77,25 @@ func TestStatusIsExactAtEveryStep(t *testing.T) {
 		b.ack("d", "default", receipts(ms)...)
 	}
 	b.wantStatus("drained", "d", statusRow{Lwm: 51, Head: 50})
+
+	// A message taken out of order for its priority counts as in flight,
+	// then completed, not as ready; a retry meant for another group is not
+	// this group's.
+	b.createQueue("p", `{"lanes": 1}`)
+	b.exec("SELECT sluice.create_group('p', 'other')")
+	b.exec(`SELECT sluice.send_batch('p', array(SELECT jsonb_build_object('n', g) FROM generate_series(1, 10) g))`)
+	b.exec(`SELECT sluice.send('p', '"urgent"', priority => 5)`)
+	urgent := b.receive("p", "default", 1, "")
+	if len(urgent) != 1 || urgent[0].Priority != 5 {
+		t.Fatalf("receive: %+v", urgent)
+	}
+	b.wantStatus("the prioritized one leased", "p", statusRow{Ready: 10, InFlight: 1, Lag: 11, Lwm: 1, Head: 11, Pending: true})
+	b.ack("p", "default", urgent[0].Receipt)
+	b.wantStatus("the prioritized one acked", "p", statusRow{Ready: 10, Lag: 10, Lwm: 1, Head: 11, Pending: true})
+	other := b.receive("p", "other", 1, "")
+	if !b.nack("p", "other", other[0].Receipt, "0 seconds", "retry") {
+		t.Fatal("nack")
+	}
+	b.receive("p", "other", 1, "") // numbers the retry copy, meant for 'other' only
+	b.wantStatus("with a retry of another group numbered", "p", statusRow{Ready: 10, Lag: 10, Lwm: 1, Head: 12, Pending: true})
 }

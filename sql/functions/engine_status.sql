@@ -1,7 +1,8 @@
 -- Group: engine templates - observability (see engine_cut.sql for what a template is)
 
 -- e_window: the positions of a lane a group has dispatched and not
--- completed, with their newest delivery row (as receipts see it: by attempt,
+-- completed (from the low-water mark to the cursor, and those after the
+-- cursor taken out of order for their priority), with their newest delivery row (as receipts see it: by attempt,
 -- then time): its attempt, its expiry (NULL if none survives) and whether it
 -- is a parked retry or a released run (token 0: due at expires) rather than
 -- a lease.
@@ -19,10 +20,19 @@ AS $$
 BEGIN
     RETURN QUERY
     SELECT w.pos, w.id, w.txid, w.slot, d.attempt, d.expires_at, d.token = 0
-    FROM (SELECT b.first_pos + u.o - 1 AS pos, u.id, u.txid, u.slot, u.tg
-          FROM batches b
-          CROSS JOIN LATERAL unnest(b.ids, b.txids, b.slots, b.targets) WITH ORDINALITY AS u(id, txid, slot, tg, o)
-          WHERE b.lane = p_lane AND b.last_pos >= p_lwm AND b.first_pos <= p_cursor) w
+    FROM (SELECT v.* FROM (SELECT b.first_pos + u.o - 1 AS pos, u.id, u.txid, u.slot, u.tg
+                           FROM batches b
+                           CROSS JOIN LATERAL unnest(b.ids, b.txids, b.slots, b.targets)
+                                WITH ORDINALITY AS u(id, txid, slot, tg, o)
+                           WHERE b.lane = p_lane AND b.last_pos >= p_lwm AND b.first_pos <= p_cursor) v
+          WHERE v.pos BETWEEN p_lwm AND p_cursor
+          UNION ALL
+          -- prioritized positions after the cursor, taken out of order
+          SELECT p.pos, p.id, p.txid, p.mslot, p.target
+          FROM prio p
+          WHERE p.lane = p_lane AND p.priority > 0 AND p.pos > p_cursor
+            AND EXISTS (SELECT 1 FROM deliveries dd
+                        WHERE dd.slot = p.mslot AND dd.group_id = p_group_id AND dd.pos = p.pos)) w
     LEFT JOIN LATERAL (
         SELECT dd.attempt, dd.expires_at, dd.token
         FROM deliveries dd
@@ -30,7 +40,7 @@ BEGIN
         ORDER BY dd.attempt DESC, dd.delivered_at DESC, dd.token DESC LIMIT 1) d ON true
     LEFT JOIN LATERAL (SELECT 1 AS hit FROM acks a
                        WHERE a.group_id = p_group_id AND a.pos = w.pos AND a.slot = w.slot LIMIT 1) ak ON true
-    WHERE w.pos BETWEEN p_lwm AND p_cursor AND (w.tg IS NULL OR w.tg = p_group_id) AND ak.hit IS NULL
+    WHERE (w.tg IS NULL OR w.tg = p_group_id) AND ak.hit IS NULL
     ORDER BY w.pos;
 END
 $$;
@@ -74,9 +84,22 @@ BEGIN
                                    count(*) FILTER (WHERE x.expires > v_now AND x.parked) AS parked,
                                    count(*) FILTER (WHERE x.expires IS NULL OR x.expires <= v_now) AS expired
                             FROM e_window(g.id, l.lane::smallint, ls_.lwm, ls_.cursor) x) w
-        CROSS JOIN LATERAL (SELECT sum(b.last_pos - greatest(b.first_pos, ls_.cursor + 1) + 1) AS n
-                            FROM batches b
-                            WHERE b.lane = l.lane AND b.last_pos > ls_.cursor AND b.last_pos >= b.first_pos) nb;
+        -- numbered after the cursor: not the ones meant for other groups
+        -- (retries), nor those taken out of order (counted by e_window, or
+        -- completed)
+        CROSS JOIN LATERAL (
+            SELECT coalesce(sum(b.last_pos - greatest(b.first_pos, ls_.cursor + 1) + 1), 0)
+                   - coalesce(sum((SELECT count(*) FROM unnest(b.targets) WITH ORDINALITY AS t(tg, o)
+                                   WHERE t.tg <> g.id AND b.first_pos + t.o - 1 > ls_.cursor)), 0)
+                   - (SELECT count(*) FROM prio p
+                      WHERE p.lane = l.lane AND p.priority > 0 AND p.pos > ls_.cursor
+                        AND (p.target IS NULL OR p.target = g.id)
+                        AND (EXISTS (SELECT 1 FROM deliveries d
+                                     WHERE d.slot = p.mslot AND d.group_id = g.id AND d.pos = p.pos)
+                             OR EXISTS (SELECT 1 FROM acks a
+                                        WHERE a.slot = p.mslot AND a.group_id = g.id AND a.pos = p.pos))) AS n
+            FROM batches b
+            WHERE b.lane = l.lane AND b.last_pos > ls_.cursor AND b.last_pos >= b.first_pos) nb;
         v_lwm := e_group_lwm(g, q.lanes, true);
         -- Committed messages not numbered yet: due now, and the oldest of them.
         SELECT count(*) FILTER (WHERE m.deliver_at IS NULL OR m.deliver_at <= v_now) AS due,
@@ -111,7 +134,8 @@ BEGIN
             s.oldest_pending_age := v_now - u.oldest;
         END IF;
         s.live_epochs := v_cur - v_oldest + 1;
-        s.holds_reclaim := v_oldest < v_cur AND v_lwm = v_min AND v_now >= v_retired_at + q.retention;
+        -- (v_min is made of the stored low-water marks, as reclaim sees them)
+        s.holds_reclaim := v_oldest < v_cur AND e_group_lwm(g, q.lanes) = v_min AND v_now >= v_retired_at + q.retention;
         RETURN NEXT s;
     END LOOP;
     IF NOT any_group THEN
