@@ -31,7 +31,7 @@ BEGIN
     END IF;
     INSERT INTO pgmq.notify_insert_throttle (queue_name, throttle_interval_ms)
     VALUES (v_name, coalesce(throttle_interval_ms, 250))
-    ON CONFLICT (queue_name) DO UPDATE
+    ON CONFLICT ON CONSTRAINT notify_insert_throttle_queue_name_key DO UPDATE
        SET throttle_interval_ms = EXCLUDED.throttle_interval_ms, last_notified_at = to_timestamp(0);
 END
 $$;
