@@ -11,20 +11,23 @@ import (
 	"github.com/sluicemq/sluice/internal/pgtest"
 )
 
-// pgmq113 lists the public functions of PGMQ 1.13 as pg_get_function_arguments
-// and pg_get_function_result show them: names, parameter names, types,
-// defaults and result types are the contract clients rely on.
+// pgmq113 lists the public functions of PGMQ 1.13.0 as pg_get_function_arguments
+// and pg_get_function_result show them for PGMQ's own pgmq.sql (the copy the
+// pgmq package on PyPI ships): names, parameter names, types, defaults and
+// result types are the contract clients rely on.
 var pgmq113 = []string{
 	"create(queue_name text) void",
 	"create_non_partitioned(queue_name text) void",
 	"create_unlogged(queue_name text) void",
-	"create_partitioned(queue_name text, partition_interval text DEFAULT '10000'::text, retention_interval text DEFAULT '100000'::text) void",
+	"create_partitioned(queue_name text, partition_interval text DEFAULT '10000'::text, retention_interval text DEFAULT '100000'::text, premake integer DEFAULT 4) void",
 	"convert_archive_partitioned(table_name text, partition_interval text DEFAULT '10000'::text, retention_interval text DEFAULT '100000'::text, leading_partition integer DEFAULT 10) void",
 	"validate_queue_name(queue_name text) void",
 	"format_table_name(queue_name text, prefix text) text",
 	"create_fifo_index(queue_name text) void",
 	"create_fifo_indexes_all() void",
 	"drop_queue(queue_name text) boolean",
+	"drop_queue(queue_name text, partitioned boolean) boolean",
+	"acquire_queue_lock(queue_name text) void",
 	"purge_queue(queue_name text) bigint",
 	"list_queues() SETOF pgmq.queue_record",
 	"detach_archive(queue_name text) void",
@@ -41,19 +44,13 @@ var pgmq113 = []string{
 	"send_batch(queue_name text, msgs jsonb[], headers jsonb[], delay integer) SETOF bigint",
 	"send_batch(queue_name text, msgs jsonb[], headers jsonb[], delay timestamp with time zone) SETOF bigint",
 	"read(queue_name text, vt integer, qty integer, conditional jsonb DEFAULT '{}'::jsonb) SETOF pgmq.message_record",
-	"read(queue_name text, vt timestamp with time zone, qty integer, conditional jsonb DEFAULT '{}'::jsonb) SETOF pgmq.message_record",
 	"read_with_poll(queue_name text, vt integer, qty integer, max_poll_seconds integer DEFAULT 5, poll_interval_ms integer DEFAULT 100, conditional jsonb DEFAULT '{}'::jsonb) SETOF pgmq.message_record",
-	"read_with_poll(queue_name text, vt timestamp with time zone, qty integer, max_poll_seconds integer DEFAULT 5, poll_interval_ms integer DEFAULT 100, conditional jsonb DEFAULT '{}'::jsonb) SETOF pgmq.message_record",
 	"read_grouped(queue_name text, vt integer, qty integer) SETOF pgmq.message_record",
-	"read_grouped(queue_name text, vt timestamp with time zone, qty integer) SETOF pgmq.message_record",
 	"read_grouped_with_poll(queue_name text, vt integer, qty integer, max_poll_seconds integer DEFAULT 5, poll_interval_ms integer DEFAULT 100) SETOF pgmq.message_record",
-	"read_grouped_with_poll(queue_name text, vt timestamp with time zone, qty integer, max_poll_seconds integer DEFAULT 5, poll_interval_ms integer DEFAULT 100) SETOF pgmq.message_record",
 	"read_grouped_rr(queue_name text, vt integer, qty integer) SETOF pgmq.message_record",
-	"read_grouped_rr(queue_name text, vt timestamp with time zone, qty integer) SETOF pgmq.message_record",
 	"read_grouped_rr_with_poll(queue_name text, vt integer, qty integer, max_poll_seconds integer DEFAULT 5, poll_interval_ms integer DEFAULT 100) SETOF pgmq.message_record",
-	"read_grouped_rr_with_poll(queue_name text, vt timestamp with time zone, qty integer, max_poll_seconds integer DEFAULT 5, poll_interval_ms integer DEFAULT 100) SETOF pgmq.message_record",
 	"read_grouped_head(queue_name text, vt integer, qty integer) SETOF pgmq.message_record",
-	"read_grouped_head(queue_name text, vt timestamp with time zone, qty integer) SETOF pgmq.message_record",
+	"read_grouped_head_with_poll(queue_name text, vt integer, qty integer, max_poll_seconds integer DEFAULT 5, poll_interval_ms integer DEFAULT 100) SETOF pgmq.message_record",
 	"pop(queue_name text, qty integer DEFAULT 1) SETOF pgmq.message_record",
 	"delete(queue_name text, msg_id bigint) boolean",
 	"delete(queue_name text, msg_ids bigint[]) SETOF bigint",
@@ -91,7 +88,7 @@ var pgmq113 = []string{
 var pgmq113Types = map[string]string{
 	"message_record": "msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone, vt timestamp with time zone, message jsonb, headers jsonb",
 	"queue_record":   "queue_name character varying, is_partitioned boolean, is_unlogged boolean, created_at timestamp with time zone",
-	"metrics_result": "queue_name text, queue_length bigint, newest_msg_age_sec integer, oldest_msg_age_sec integer, total_messages bigint, scrape_time timestamp with time zone, queue_visible_length bigint",
+	"metrics_result": "queue_name text, queue_length bigint, newest_msg_age_sec integer, oldest_msg_age_sec integer, total_messages bigint, scrape_time timestamp with time zone, queue_visible_length bigint, default_partition_length bigint",
 }
 
 func TestCatalogMatchesPGMQ113(t *testing.T) {

@@ -129,14 +129,35 @@ AS $$ SELECT pgmq._create(queue_name, false, true) $$;
 --   queue_name          as create
 --   partition_interval  ignored
 --   retention_interval  ignored
+--   premake             at least 1, otherwise ignored
 -- Returns: nothing
--- Errors: as create
+-- Errors: as create; P0001 'premake must be at least 1, got %'
 CREATE OR REPLACE FUNCTION pgmq.create_partitioned(queue_name text, partition_interval text DEFAULT '10000',
-                                                   retention_interval text DEFAULT '100000')
+                                                   retention_interval text DEFAULT '100000', premake integer DEFAULT 4)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF premake < 1 THEN
+        RAISE EXCEPTION 'premake must be at least 1, got %', premake;
+    END IF;
+    PERFORM pgmq._create(queue_name, true, false);
+END
+$$;
+
+-- acquire_queue_lock: the transaction-level advisory lock create and
+-- drop_queue take on a queue name (as PGMQ's).
+--
+-- Parameters:
+--   queue_name  the queue
+-- Returns: nothing
+-- Errors: none
+CREATE OR REPLACE FUNCTION pgmq.acquire_queue_lock(queue_name text)
 RETURNS void
 LANGUAGE sql
 SET search_path = pg_catalog, pg_temp
-AS $$ SELECT pgmq._create(queue_name, true, false) $$;
+AS $$ SELECT pg_advisory_xact_lock(hashtext('pgmq.queue_' || lower(queue_name))) $$;
 
 -- drop_queue: drop a queue, its messages, its archive and side tables.
 --
@@ -166,6 +187,19 @@ BEGIN
     RETURN true;
 END
 $$;
+
+-- drop_queue: PGMQ's deprecated form; partitioned is ignored.
+--
+-- Parameters:
+--   queue_name   the queue
+--   partitioned  ignored
+-- Returns: as drop_queue(queue_name)
+-- Errors: as drop_queue(queue_name)
+CREATE OR REPLACE FUNCTION pgmq.drop_queue(queue_name text, partitioned boolean)
+RETURNS boolean
+LANGUAGE sql
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT pgmq.drop_queue(queue_name) $$;
 
 -- purge_queue: remove every message of a queue (sluice.purge_queue) and
 -- truncate its side tables. The archive is kept.

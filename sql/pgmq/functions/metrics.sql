@@ -5,7 +5,8 @@
 --
 -- Parameters:
 --   queue_name  the queue
--- Returns: one pgmq.metrics_result (total_messages: messages ever sent)
+-- Returns: one pgmq.metrics_result (total_messages: messages ever sent;
+--          default_partition_length: 0, there is no pg_partman)
 -- Errors: 42P01 no such queue
 CREATE OR REPLACE FUNCTION pgmq.metrics(queue_name text)
 RETURNS pgmq.metrics_result
@@ -20,7 +21,7 @@ BEGIN
     EXECUTE format($sql$
         SELECT $1::text, count(*), extract(epoch FROM now() - max(v.enqueued_at))::int,
                extract(epoch FROM now() - min(v.enqueued_at))::int, 0::bigint, now(),
-               count(*) FILTER (WHERE v.vt <= now())
+               count(*) FILTER (WHERE v.vt <= now()), 0::bigint
           FROM pgmq.%I v
         $sql$, pgmq._tbl(q, 'q')) INTO res USING metrics.queue_name;
     SELECT sq.id_seq INTO seq FROM sluice.queue sq WHERE sq.name = q;

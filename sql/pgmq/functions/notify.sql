@@ -57,7 +57,7 @@ $$;
 --   queue_name            the queue (notifications must be on)
 --   throttle_interval_ms  not negative
 -- Returns: nothing
--- Errors: P0001 negative interval, 'Queue "x" does not have notify insert enabled...'
+-- Errors: P0001 negative interval, missing queue, notifications not on (PGMQ's texts)
 CREATE OR REPLACE FUNCTION pgmq.update_notify_insert(queue_name text, throttle_interval_ms integer)
 RETURNS void
 LANGUAGE plpgsql
@@ -65,12 +65,15 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     IF throttle_interval_ms < 0 THEN
-        RAISE EXCEPTION 'throttle_interval_ms must be non-negative';
+        RAISE EXCEPTION 'throttle_interval_ms must be non-negative, got: %', throttle_interval_ms;
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.sluice_queue = lower(update_notify_insert.queue_name)) THEN
+        RAISE EXCEPTION 'Queue "%" does not exist. Create the queue first using pgmq.create()', queue_name;
     END IF;
     UPDATE pgmq.notify_insert_throttle t SET throttle_interval_ms = update_notify_insert.throttle_interval_ms
      WHERE t.queue_name IN (SELECT m.queue_name FROM pgmq.meta m WHERE m.sluice_queue = lower(update_notify_insert.queue_name));
     IF NOT FOUND THEN
-        RAISE EXCEPTION 'Queue "%" does not have notify insert enabled. Enable it first using pgmq.enable_notify_insert()', queue_name;
+        RAISE EXCEPTION 'Queue "%" does not have notify_insert enabled. Enable it first using pgmq.enable_notify_insert()', queue_name;
     END IF;
 END
 $$;

@@ -127,38 +127,11 @@ BEGIN
 END
 $$;
 
--- read: read up to qty messages, invisible to other reads until vt.
---
--- Parameters:
---   queue_name   the queue
---   vt           visibility timeout: until this time
---   qty          how many
---   conditional  a JSON object the message must contain ('{}': any)
--- Returns: pgmq.message_record rows
--- Errors: 42P01 no such queue
-CREATE OR REPLACE FUNCTION pgmq.read(queue_name text, vt timestamptz, qty integer, conditional jsonb DEFAULT '{}')
-RETURNS SETOF pgmq.message_record LANGUAGE sql SET search_path = pg_catalog, pg_temp
-AS $$ SELECT * FROM pgmq._deliver(queue_name, vt, qty, conditional, 'r') $$;
-
 -- read: vt in seconds from now. Parameters: queue_name, vt, qty, conditional.
 -- Returns: pgmq.message_record rows. Errors: as read
 CREATE OR REPLACE FUNCTION pgmq.read(queue_name text, vt integer, qty integer, conditional jsonb DEFAULT '{}')
 RETURNS SETOF pgmq.message_record LANGUAGE sql SET search_path = pg_catalog, pg_temp
 AS $$ SELECT * FROM pgmq._deliver(queue_name, clock_timestamp() + make_interval(secs => vt), qty, conditional, 'r') $$;
-
--- read_with_poll: read, waiting up to max_poll_seconds for messages.
---
--- Parameters:
---   queue_name, vt, qty, conditional  as read
---   max_poll_seconds                  how long to wait (5)
---   poll_interval_ms                  pause between tries (100)
--- Returns: pgmq.message_record rows
--- Errors: as read
-CREATE OR REPLACE FUNCTION pgmq.read_with_poll(queue_name text, vt timestamptz, qty integer,
-                                               max_poll_seconds integer DEFAULT 5, poll_interval_ms integer DEFAULT 100,
-                                               conditional jsonb DEFAULT '{}')
-RETURNS SETOF pgmq.message_record LANGUAGE sql SET search_path = pg_catalog, pg_temp
-AS $$ SELECT * FROM pgmq._poll(queue_name, vt, qty, max_poll_seconds, poll_interval_ms, conditional, 'r') $$;
 
 -- read_with_poll: vt in seconds. Parameters: as read_with_poll.
 -- Returns: pgmq.message_record rows. Errors: as read
@@ -169,25 +142,11 @@ RETURNS SETOF pgmq.message_record LANGUAGE sql SET search_path = pg_catalog, pg_
 AS $$ SELECT * FROM pgmq._poll(queue_name, clock_timestamp() + make_interval(secs => vt), qty, max_poll_seconds,
                                poll_interval_ms, conditional, 'r') $$;
 
--- read_grouped: FIFO read (SQS FIFO style): sluice returns runs of one
--- x-pgmq-group in order. Parameters: queue_name, vt, qty.
--- Returns: pgmq.message_record rows. Errors: as read
-CREATE OR REPLACE FUNCTION pgmq.read_grouped(queue_name text, vt timestamptz, qty integer)
-RETURNS SETOF pgmq.message_record LANGUAGE sql SET search_path = pg_catalog, pg_temp
-AS $$ SELECT * FROM pgmq._deliver(queue_name, vt, qty, '{}', 'r') $$;
-
 -- read_grouped: vt in seconds. Parameters: queue_name, vt, qty.
 -- Returns: pgmq.message_record rows. Errors: as read
 CREATE OR REPLACE FUNCTION pgmq.read_grouped(queue_name text, vt integer, qty integer)
 RETURNS SETOF pgmq.message_record LANGUAGE sql SET search_path = pg_catalog, pg_temp
 AS $$ SELECT * FROM pgmq._deliver(queue_name, clock_timestamp() + make_interval(secs => vt), qty, '{}', 'r') $$;
-
--- read_grouped_with_poll: read_grouped, waiting. Parameters: queue_name, vt,
--- qty, max_poll_seconds, poll_interval_ms. Returns: rows. Errors: as read
-CREATE OR REPLACE FUNCTION pgmq.read_grouped_with_poll(queue_name text, vt timestamptz, qty integer,
-                                                       max_poll_seconds integer DEFAULT 5, poll_interval_ms integer DEFAULT 100)
-RETURNS SETOF pgmq.message_record LANGUAGE sql SET search_path = pg_catalog, pg_temp
-AS $$ SELECT * FROM pgmq._poll(queue_name, vt, qty, max_poll_seconds, poll_interval_ms, '{}', 'r') $$;
 
 -- read_grouped_with_poll: vt in seconds. Parameters: as above.
 -- Returns: rows. Errors: as read
@@ -197,25 +156,11 @@ RETURNS SETOF pgmq.message_record LANGUAGE sql SET search_path = pg_catalog, pg_
 AS $$ SELECT * FROM pgmq._poll(queue_name, clock_timestamp() + make_interval(secs => vt), qty, max_poll_seconds,
                                poll_interval_ms, '{}', 'r') $$;
 
--- read_grouped_rr: FIFO read across groups; sluice interleaves groups by
--- commit order, keeping each group's order. Parameters: queue_name, vt, qty.
--- Returns: rows. Errors: as read
-CREATE OR REPLACE FUNCTION pgmq.read_grouped_rr(queue_name text, vt timestamptz, qty integer)
-RETURNS SETOF pgmq.message_record LANGUAGE sql SET search_path = pg_catalog, pg_temp
-AS $$ SELECT * FROM pgmq._deliver(queue_name, vt, qty, '{}', 'r') $$;
-
 -- read_grouped_rr: vt in seconds. Parameters: queue_name, vt, qty.
 -- Returns: rows. Errors: as read
 CREATE OR REPLACE FUNCTION pgmq.read_grouped_rr(queue_name text, vt integer, qty integer)
 RETURNS SETOF pgmq.message_record LANGUAGE sql SET search_path = pg_catalog, pg_temp
 AS $$ SELECT * FROM pgmq._deliver(queue_name, clock_timestamp() + make_interval(secs => vt), qty, '{}', 'r') $$;
-
--- read_grouped_rr_with_poll: read_grouped_rr, waiting. Parameters: queue_name,
--- vt, qty, max_poll_seconds, poll_interval_ms. Returns: rows. Errors: as read
-CREATE OR REPLACE FUNCTION pgmq.read_grouped_rr_with_poll(queue_name text, vt timestamptz, qty integer,
-                                                          max_poll_seconds integer DEFAULT 5, poll_interval_ms integer DEFAULT 100)
-RETURNS SETOF pgmq.message_record LANGUAGE sql SET search_path = pg_catalog, pg_temp
-AS $$ SELECT * FROM pgmq._poll(queue_name, vt, qty, max_poll_seconds, poll_interval_ms, '{}', 'r') $$;
 
 -- read_grouped_rr_with_poll: vt in seconds. Parameters: as above.
 -- Returns: rows. Errors: as read
@@ -226,16 +171,19 @@ AS $$ SELECT * FROM pgmq._poll(queue_name, clock_timestamp() + make_interval(sec
                                poll_interval_ms, '{}', 'r') $$;
 
 -- read_grouped_head: the head message of up to qty different groups.
--- Parameters: queue_name, vt, qty. Returns: rows. Errors: as read
-CREATE OR REPLACE FUNCTION pgmq.read_grouped_head(queue_name text, vt timestamptz, qty integer)
-RETURNS SETOF pgmq.message_record LANGUAGE sql SET search_path = pg_catalog, pg_temp
-AS $$ SELECT * FROM pgmq._deliver(queue_name, vt, qty, '{}', 'h') $$;
-
--- read_grouped_head: vt in seconds. Parameters: queue_name, vt, qty.
--- Returns: rows. Errors: as read
+-- Parameters: queue_name, vt (seconds), qty. Returns: rows. Errors: as read
 CREATE OR REPLACE FUNCTION pgmq.read_grouped_head(queue_name text, vt integer, qty integer)
 RETURNS SETOF pgmq.message_record LANGUAGE sql SET search_path = pg_catalog, pg_temp
 AS $$ SELECT * FROM pgmq._deliver(queue_name, clock_timestamp() + make_interval(secs => vt), qty, '{}', 'h') $$;
+
+-- read_grouped_head_with_poll: read_grouped_head, waiting. Parameters:
+-- queue_name, vt, qty, max_poll_seconds, poll_interval_ms. Returns: rows.
+-- Errors: as read
+CREATE OR REPLACE FUNCTION pgmq.read_grouped_head_with_poll(queue_name text, vt integer, qty integer,
+                                                            max_poll_seconds integer DEFAULT 5, poll_interval_ms integer DEFAULT 100)
+RETURNS SETOF pgmq.message_record LANGUAGE sql SET search_path = pg_catalog, pg_temp
+AS $$ SELECT * FROM pgmq._poll(queue_name, clock_timestamp() + make_interval(secs => vt), qty, max_poll_seconds,
+                               poll_interval_ms, '{}', 'h') $$;
 
 -- pop: read and delete up to qty messages in one call (at-most-once: the
 -- caller's transaction completes them as it returns them).

@@ -67,5 +67,6 @@ CREATE TYPE pgmq.metrics_result AS (
     oldest_msg_age_sec   integer,
     total_messages       bigint,
     scrape_time          timestamptz,
-    queue_visible_length bigint
+    queue_visible_length bigint,
+    default_partition_length bigint
 );
