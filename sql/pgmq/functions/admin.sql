@@ -33,7 +33,8 @@ BEGIN
     SELECT id INTO STRICT qid FROM sluice.queue WHERE name = q;
 
     EXECUTE format($ddl$
-        CREATE UNLOGGED TABLE pgmq.%1$I (
+        CREATE TABLE pgmq.%1$I (
+            slot         smallint NOT NULL,
             msg_id       bigint NOT NULL,
             at           timestamptz NOT NULL,
             read_at      timestamptz,
@@ -43,13 +44,18 @@ BEGIN
             enqueued_at  timestamptz NOT NULL,
             message      jsonb,
             headers      jsonb
-        );
+        ) PARTITION BY LIST (slot);
+        CREATE UNLOGGED TABLE pgmq.%7$I PARTITION OF pgmq.%1$I FOR VALUES IN (0);
+        CREATE UNLOGGED TABLE pgmq.%8$I PARTITION OF pgmq.%1$I FOR VALUES IN (1);
         CREATE INDEX ON pgmq.%1$I (msg_id, at);
         CREATE TABLE pgmq.%2$I (
+            slot    smallint NOT NULL,
             msg_id  bigint NOT NULL,
             kind    "char" NOT NULL,
             done_at timestamptz NOT NULL
-        );
+        ) PARTITION BY LIST (slot);
+        CREATE TABLE pgmq.%9$I PARTITION OF pgmq.%2$I FOR VALUES IN (0);
+        CREATE TABLE pgmq.%10$I PARTITION OF pgmq.%2$I FOR VALUES IN (1);
         CREATE INDEX ON pgmq.%2$I (msg_id);
         CREATE TABLE pgmq.%3$I (
             msg_id       bigint PRIMARY KEY,
@@ -77,10 +83,12 @@ BEGIN
            AND NOT EXISTS (SELECT 1 FROM pgmq.%2$I d WHERE d.msg_id = m.id);
         COMMENT ON VIEW pgmq.%4$I IS 'sluice: read-only view of the pgmq queue %6$s (writes are not supported)';
         $ddl$,
-        pgmq._tbl(q, 'r'), pgmq._tbl(q, 'd'), pgmq._tbl(q, 'a'), pgmq._tbl(q, 'q'), qid, q);
+        pgmq._tbl(q, 'r'), pgmq._tbl(q, 'd'), pgmq._tbl(q, 'a'), pgmq._tbl(q, 'q'), qid, q,
+        pgmq._tbl(q, 'r') || '_0', pgmq._tbl(q, 'r') || '_1', pgmq._tbl(q, 'd') || '_0', pgmq._tbl(q, 'd') || '_1');
 
     INSERT INTO pgmq.meta (queue_name, is_partitioned, is_unlogged, sluice_queue)
     VALUES (p_name, p_partitioned, p_unlogged, q);
+    INSERT INTO pgmq.side_generation (sluice_queue, gen, started_at) VALUES (q, 0, clock_timestamp());
 END
 $$;
 

@@ -65,8 +65,8 @@ BEGIN
               FROM pgmq.%3$I v WHERE v.msg_id = ANY ($2)
             $sql$, pgmq._tbl(q, 'a'), rt, pgmq._tbl(q, 'q')) USING read_ids, unread, now_ts;
     END IF;
-    EXECUTE format('INSERT INTO pgmq.%I (msg_id, kind, done_at) SELECT i, $2, $3 FROM unnest($1) i', dt)
-      USING read_ids || unread, p_kind, now_ts;
+    EXECUTE format('INSERT INTO pgmq.%I (slot, msg_id, kind, done_at) SELECT $4, i, $2, $3 FROM unnest($1) i', dt)
+      USING read_ids || unread, p_kind, now_ts, (pgmq._side(q)).slot;
     RETURN QUERY SELECT i FROM unnest(read_ids || unread) i ORDER BY i;
 END
 $$;
@@ -129,6 +129,7 @@ DECLARE
     r record;
     ok boolean;
     new_receipt text;
+    v_slot constant smallint := (pgmq._side(q)).slot;
 BEGIN
     FOR r IN EXECUTE format($sql$
         SELECT x.* FROM (SELECT DISTINCT ON (r.msg_id) r.* FROM pgmq.%I r
@@ -147,9 +148,9 @@ BEGIN
         END IF;
         CONTINUE WHEN NOT ok;
         EXECUTE format($sql$
-            INSERT INTO pgmq.%I (msg_id, at, read_at, vt, read_ct, receipt, enqueued_at, message, headers)
-            VALUES ($1, clock_timestamp(), $2, $3, $4, $5, $6, $7, $8)
-            $sql$, rt) USING r.msg_id, r.read_at, v_vt, r.read_ct, new_receipt, r.enqueued_at, r.message, r.headers;
+            INSERT INTO pgmq.%I (slot, msg_id, at, read_at, vt, read_ct, receipt, enqueued_at, message, headers)
+            VALUES ($9, $1, clock_timestamp(), $2, $3, $4, $5, $6, $7, $8)
+            $sql$, rt) USING r.msg_id, r.read_at, v_vt, r.read_ct, new_receipt, r.enqueued_at, r.message, r.headers, v_slot;
         RETURN NEXT (r.msg_id, r.read_ct, r.enqueued_at, r.read_at, v_vt, r.message, r.headers)::pgmq.message_record;
     END LOOP;
 END

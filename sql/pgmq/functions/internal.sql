@@ -96,3 +96,75 @@ AS $$
     SELECT least(greatest(coalesce(p_vt, clock_timestamp()) - clock_timestamp(), interval '1 microsecond'),
                  interval '7 days')
 $$;
+
+-- _side: the slot the side tables of a queue are written in now, and whether
+-- a rotation is due (the generation is older than p_interval).
+--
+-- Parameters:
+--   p_queue     the sluice queue name
+--   p_interval  how long a generation lasts at least
+-- Returns: (slot, due)
+CREATE OR REPLACE FUNCTION pgmq._side(p_queue text, p_interval interval DEFAULT interval '1 minute',
+                                      OUT slot smallint, OUT due boolean)
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT (g.gen % 2)::smallint, g.started_at < clock_timestamp() - p_interval
+      FROM pgmq.side_generation g WHERE g.sluice_queue = p_queue ORDER BY g.gen DESC LIMIT 1
+$$;
+
+-- _rotate: start a new side generation for a queue when the slot it would
+-- write (the older one) holds nothing still needed: no delivery whose vt has
+-- not passed of a message not completed, and no completed message still in
+-- sluice's storage (so q_<name>
+-- would not show it again and a read would not deliver it). Then that slot is
+-- truncated and becomes the current one. Skips (returns false) when another
+-- session holds a lock on the slot, or rotates already.
+--
+-- Parameters:
+--   p_queue  the sluice queue name
+-- Returns: true if a new generation started
+CREATE OR REPLACE FUNCTION pgmq._rotate(p_queue text)
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    g bigint;
+    old smallint;
+    qid int;
+    r_old text;
+    d_old text;
+    busy boolean;
+BEGIN
+    IF NOT pg_try_advisory_xact_lock(hashtext('pgmq.rotate_' || p_queue)) THEN
+        RETURN false;
+    END IF;
+    SELECT s.gen INTO g FROM pgmq.side_generation s WHERE s.sluice_queue = p_queue ORDER BY s.gen DESC LIMIT 1;
+    IF g IS NULL THEN
+        RETURN false;
+    END IF;
+    old := ((g + 1) % 2)::smallint;
+    r_old := pgmq._tbl(p_queue, 'r') || '_' || old;
+    d_old := pgmq._tbl(p_queue, 'd') || '_' || old;
+    SELECT id INTO qid FROM sluice.queue WHERE name = p_queue;
+    EXECUTE format('SELECT EXISTS (SELECT 1 FROM pgmq.%I r WHERE r.vt >= clock_timestamp()
+                                     AND NOT EXISTS (SELECT 1 FROM pgmq.%I d WHERE d.msg_id = r.msg_id))',
+                   r_old, pgmq._tbl(p_queue, 'd')) INTO busy;
+    IF NOT busy THEN
+        EXECUTE format('SELECT EXISTS (SELECT 1 FROM pgmq.%I d JOIN sluice.messages m ON m.queue_id = $1 AND m.id = d.msg_id)',
+                       d_old) INTO busy USING qid;
+    END IF;
+    IF busy THEN
+        RETURN false;
+    END IF;
+    BEGIN
+        EXECUTE format('LOCK TABLE pgmq.%I, pgmq.%I IN ACCESS EXCLUSIVE MODE NOWAIT', r_old, d_old);
+    EXCEPTION WHEN lock_not_available THEN
+        RETURN false;
+    END;
+    EXECUTE format('TRUNCATE pgmq.%I, pgmq.%I', r_old, d_old);
+    INSERT INTO pgmq.side_generation (sluice_queue, gen, started_at) VALUES (p_queue, g + 1, clock_timestamp());
+    RETURN true;
+END
+$$;

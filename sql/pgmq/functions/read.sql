@@ -2,7 +2,8 @@
 --
 -- read is sluice.receive for the group 'pgmq' with lease = vt - now; read_ct
 -- is sluice's attempt, msg_id its message id (the same on every delivery).
--- Each delivery is logged in _sl_r_<queue> (unlogged, append-only) so that
+-- Each delivery is logged in _sl_r_<queue> (unlogged, append-only, rotated
+-- by pgmq._rotate, which read tries at most once a minute) so that
 -- delete, archive and set_vt, which take msg_ids, find its receipt.
 -- Messages sent with an x-pgmq-group header carry it as their ordering key:
 -- every read form delivers them in order, none while an earlier one of the
@@ -36,9 +37,14 @@ DECLARE
     r text;
     now_ts timestamptz;
     tries int := 0;
+    side record;
 BEGIN
     IF p_qty IS NULL OR p_qty < 1 THEN
         RETURN;
+    END IF;
+    side := pgmq._side(q);
+    IF side.due AND pgmq._rotate(q) THEN
+        side := pgmq._side(q);
     END IF;
     LOOP
         tries := tries + 1;
@@ -72,14 +78,14 @@ BEGIN
         IF cardinality(keep) > 0 THEN
             IF p_mode = 'p' THEN
                 PERFORM sluice.ack(q, 'pgmq', ARRAY(SELECT m.receipt FROM unnest(keep) m));
-                EXECUTE format('INSERT INTO pgmq.%I (msg_id, kind, done_at) SELECT m.id, ''p'', $2 FROM unnest($1) m', dt)
-                  USING keep, now_ts;
+                EXECUTE format('INSERT INTO pgmq.%I (slot, msg_id, kind, done_at) SELECT $3, m.id, ''p'', $2 FROM unnest($1) m', dt)
+                  USING keep, now_ts, side.slot;
             ELSE
                 EXECUTE format($sql$
-                    INSERT INTO pgmq.%I (msg_id, at, read_at, vt, read_ct, receipt, enqueued_at, message, headers)
-                    SELECT m.id, $2, $2, m.lease_expires_at, m.attempt, m.receipt, m.sent_at, m.body, m.headers
+                    INSERT INTO pgmq.%I (slot, msg_id, at, read_at, vt, read_ct, receipt, enqueued_at, message, headers)
+                    SELECT $3, m.id, $2, $2, m.lease_expires_at, m.attempt, m.receipt, m.sent_at, m.body, m.headers
                       FROM unnest($1) m
-                    $sql$, rt) USING keep, now_ts;
+                    $sql$, rt) USING keep, now_ts, side.slot;
             END IF;
             RETURN QUERY SELECT u.id, u.attempt, u.sent_at, now_ts, u.lease_expires_at, u.body, u.headers
                            FROM unnest(keep) WITH ORDINALITY u ORDER BY u.ordinality;

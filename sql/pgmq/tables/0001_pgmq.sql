@@ -12,7 +12,12 @@
 --                 (the tombstones that hide it from q_<name>, and that make a
 --                 later read complete and skip a message deleted without a
 --                 current lease).
--- Both are reclaimed by purge_queue (TRUNCATE) and drop_queue (DROP).
+-- Both are partitioned by slot (0, 1), written in the slot of the queue's
+-- current side generation (pgmq.side_generation): pgmq._rotate truncates the
+-- other slot and starts a new generation there once nothing in it is needed
+-- any more (no lease in it can be current, none of its completed messages is
+-- still in sluice's storage). Both are also emptied by purge_queue (TRUNCATE)
+-- and go with drop_queue (DROP).
 
 -- One row per pgmq queue (as PGMQ's pgmq.meta, plus the sluice queue name).
 CREATE TABLE pgmq.meta (
@@ -21,6 +26,15 @@ CREATE TABLE pgmq.meta (
     is_unlogged    boolean NOT NULL,
     created_at     timestamptz NOT NULL DEFAULT now(),
     sluice_queue   text NOT NULL UNIQUE
+);
+
+-- Side generations (append-only): generation g of a queue writes its side
+-- tables' slot g % 2; the current generation is the newest row.
+CREATE TABLE pgmq.side_generation (
+    sluice_queue text NOT NULL REFERENCES pgmq.meta (sluice_queue) ON DELETE CASCADE,
+    gen          bigint NOT NULL,
+    started_at   timestamptz NOT NULL,
+    PRIMARY KEY (sluice_queue, gen)
 );
 
 -- Topic bindings (PGMQ 1.11+): pattern -> queue.
