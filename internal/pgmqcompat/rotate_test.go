@@ -55,4 +55,10 @@ func TestSideTablesRotate(t *testing.T) {
 	if g := scalar[int64](t, db, "SELECT max(gen) FROM pgmq.side_generation WHERE sluice_queue = 'rot'"); g != 2 {
 		t.Fatalf("generation %d, want 2", g)
 	}
+	// a read rotates by itself once the generation is a minute old
+	exec(t, db, "INSERT INTO pgmq.side_generation VALUES ('rot', 3, clock_timestamp() - interval '2 minutes')")
+	msgs(t, db, "pgmq.read('rot', 30, 1)")
+	if g := scalar[int64](t, db, "SELECT max(gen) FROM pgmq.side_generation WHERE sluice_queue = 'rot'"); g != 4 {
+		t.Fatalf("generation %d after a read, want 4", g)
+	}
 }

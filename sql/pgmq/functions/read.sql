@@ -43,9 +43,6 @@ BEGIN
         RETURN;
     END IF;
     side := pgmq._side(q);
-    IF side.due AND pgmq._rotate(q) THEN
-        side := pgmq._side(q);
-    END IF;
     LOOP
         tries := tries + 1;
         IF p_mode = 'h' THEN
@@ -60,7 +57,6 @@ BEGIN
             got := ARRAY(SELECT m FROM sluice.receive(q, 'pgmq', least(p_qty, 10000), v_lease) m);
         END IF;
         EXIT WHEN cardinality(got) = 0;
-
         -- messages deleted or archived while not leased: complete them now
         EXECUTE format('SELECT coalesce(array_agg(DISTINCT d.msg_id), ''{}'') FROM pgmq.%I d WHERE d.msg_id = ANY ($1)', dt)
            INTO gone USING ARRAY(SELECT m.id FROM unnest(got) m);
@@ -89,11 +85,16 @@ BEGIN
             END IF;
             RETURN QUERY SELECT u.id, u.attempt, u.sent_at, now_ts, u.lease_expires_at, u.body, u.headers
                            FROM unnest(keep) WITH ORDINALITY u ORDER BY u.ordinality;
-            RETURN;
+            EXIT;
         END IF;
         -- everything received was already deleted (or did not match): try again, a few times
         EXIT WHEN tries >= 5 OR v_cond IS NOT NULL;
     END LOOP;
+    -- Rotate last: the receives above took the group's dispatch lock, so no
+    -- other reader waits for it while this one holds the old slot's lock.
+    IF side.due THEN
+        PERFORM pgmq._rotate(q);
+    END IF;
 END
 $$;
 
