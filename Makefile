@@ -40,8 +40,8 @@ bench:
 	$(BIN)/sluice bench send drain keyed latency steady shootout overload app xmin \
 		--xmin-duration 2m --interval 30s --xmin-systems sluice,skiplocked $(BENCHFLAGS)
 
-## test: vet, staticcheck, then the Go tests
-test: vet staticcheck test-go
+## test: vet, staticcheck, the Go tests, then the real pgmq clients
+test: vet staticcheck test-go test-pgmq-clients
 
 vet:
 	$(GO) vet ./...
@@ -52,6 +52,30 @@ staticcheck:
 ## test-go: the Go tests only
 test-go:
 	$(GO) test ./... -count=1 -timeout 20m $(GOTESTFLAGS)
+
+## test-pgmq-clients: the pgmq Python client (PyPI) and pgmq-js (npm), pinned
+## and unchanged, against the pgmq compatibility layer, on a fresh database
+## (a private PostgreSQL, or one on DATABASE_URL). The venv and node_modules
+## are made here from tests/pgmqcompat/{python/requirements.txt,js/package-lock.json}.
+PYTHON    ?= python3
+NPM       ?= npm
+PGMQ_PY   := tests/pgmqcompat/python
+PGMQ_JS   := tests/pgmqcompat/js
+PGMQ_VENV := $(PGMQ_PY)/.venv
+
+$(PGMQ_VENV)/.installed: $(PGMQ_PY)/requirements.txt
+	$(PYTHON) -m venv $(PGMQ_VENV)
+	$(PGMQ_VENV)/bin/pip install -q --disable-pip-version-check -r $(PGMQ_PY)/requirements.txt
+	touch $@
+
+$(PGMQ_JS)/node_modules/.installed: $(PGMQ_JS)/package-lock.json
+	cd $(PGMQ_JS) && $(NPM) ci --no-audit --no-fund
+	touch $@
+
+.PHONY: test-pgmq-clients
+test-pgmq-clients: $(PGMQ_VENV)/.installed $(PGMQ_JS)/node_modules/.installed
+	$(GO) build -o $(BIN)/pgmqcompat-run ./internal/pgmqcompat/cmd/pgmqcompat-run
+	$(BIN)/pgmqcompat-run sh -c '$(PGMQ_VENV)/bin/python -m pytest -q -p no:cacheprovider $(PGMQ_PY) && cd $(PGMQ_JS) && node --test'
 
 ## test-pgNN: the Go tests against PostgreSQL NN
 test-pg14 test-pg15 test-pg16 test-pg17 test-pg18: test-pg%:

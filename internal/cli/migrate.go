@@ -5,11 +5,12 @@ import (
 	"flag"
 	"fmt"
 
+	"github.com/sluicemq/sluice/internal/pgmqcompat"
 	"github.com/sluicemq/sluice/migrate"
 	sqlsrc "github.com/sluicemq/sluice/sql"
 )
 
-const migrateUsage = `Usage: sluice migrate [--database-url URL] [--print]
+const migrateUsage = `Usage: sluice migrate [--database-url URL] [--print] [--pgmq]
 
 Installs the sluice schema (PostgreSQL schema "sluice") in a database, or
 upgrades it: applies the migrations the database has not had yet, each in its
@@ -27,11 +28,17 @@ With --print, nothing is connected to: the same work is written to standard
 output as one SQL script for psql or your own migration tool. The script is
 idempotent too, and takes the same lock.
 
+With --pgmq, the PGMQ compatibility layer (schema "pgmq": the PGMQ 1.13 SQL
+API on sluice, see docs/pgmq.md) is installed or upgraded too, after the
+sluice schema; with --print, its script follows sluice's. It refuses a
+database where the pgmq extension is installed.
+
 Examples:
   sluice migrate --database-url postgres://app:secret@db.example.com:5432/app
   DATABASE_URL=postgres://localhost/app sluice migrate
   PGHOST=/var/run/postgresql PGDATABASE=app sluice migrate
   sluice migrate --print > sluice.sql && psql -d app -f sluice.sql
+  sluice migrate --pgmq --database-url postgres://localhost/app
 `
 
 func migrateCommand() command {
@@ -42,22 +49,30 @@ func migrateCommand() command {
 		setup: func(fs *flag.FlagSet, e *env) func(context.Context, []string) error {
 			url := dbFlag(fs)
 			print := fs.Bool("print", false, "write the migration SQL script to standard output instead of connecting")
+			withPGMQ := fs.Bool("pgmq", false, "also install or upgrade the PGMQ compatibility layer (schema pgmq)")
 			return func(ctx context.Context, _ []string) error {
 				if *print {
 					script, err := migrate.Script(sqlsrc.FS)
 					if err != nil {
 						return err
 					}
+					if *withPGMQ {
+						more, err := pgmqcompat.Script()
+						if err != nil {
+							return err
+						}
+						script += "\n" + more
+					}
 					_, err = fmt.Fprint(e.stdout, script)
 					return err
 				}
-				return runMigrate(ctx, e, *url)
+				return runMigrate(ctx, e, *url, *withPGMQ)
 			}
 		},
 	}
 }
 
-func runMigrate(ctx context.Context, e *env, flagURL string) error {
+func runMigrate(ctx context.Context, e *env, flagURL string, withPGMQ bool) error {
 	conn, target, closeConn, err := e.connectOne(ctx, flagURL)
 	if err != nil {
 		return err
@@ -76,5 +91,16 @@ func runMigrate(ctx context.Context, e *env, flagURL string) error {
 		fmt.Fprintf(e.stdout, "schema sluice is at version %d\n", res.Version)
 	}
 	fmt.Fprintf(e.stdout, "reloaded %d function files\n", len(res.Functions))
+	if !withPGMQ {
+		return nil
+	}
+	pres, err := pgmqcompat.Install(ctx, conn)
+	for _, m := range pres.Applied {
+		fmt.Fprintf(e.stdout, "applied sql/pgmq/%s\n", m.Path)
+	}
+	if err != nil {
+		return fmt.Errorf("installing the pgmq layer in %s: %w", target, err)
+	}
+	fmt.Fprintf(e.stdout, "schema pgmq is at version %d; reloaded %d function files\n", pres.Version, len(pres.Functions))
 	return nil
 }

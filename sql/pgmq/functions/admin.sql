@@ -1,0 +1,311 @@
+-- Group: pgmq compatibility, queue administration.
+
+-- _create: create a pgmq queue (shared by the create* functions): a sluice
+-- queue of the lowercased name with the single consumer group 'pgmq', the
+-- view q_<name>, the archive table a_<name> and the two side tables. Does
+-- nothing when the queue exists (PGMQ's create is idempotent).
+--
+-- Parameters:
+--   p_name         the pgmq queue name
+--   p_partitioned  recorded in pgmq.meta (sluice rotates its storage itself)
+--   p_unlogged     recorded in pgmq.meta (sluice's messages are always durable)
+-- Returns: nothing
+-- Errors: P0001 name too long or invalid characters; SL001 a name sluice
+--         cannot take; SL004 a sluice queue of that name exists already
+CREATE OR REPLACE FUNCTION pgmq._create(p_name text, p_partitioned boolean, p_unlogged boolean)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    q constant text := lower(p_name);
+    qid int;
+BEGIN
+    PERFORM pgmq.validate_queue_name(p_name);
+    PERFORM pgmq.format_table_name(p_name, 'q');
+    PERFORM pg_advisory_xact_lock(hashtext('pgmq.queue_' || q));
+    IF EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.sluice_queue = q) THEN
+        RETURN;
+    END IF;
+    -- PGMQ has no attempt limit: take sluice's highest.
+    PERFORM sluice.create_queue(q, '{"default_group": false, "max_attempts": 1000}');
+    PERFORM sluice.create_group(q, 'pgmq');
+    SELECT id INTO STRICT qid FROM sluice.queue WHERE name = q;
+
+    EXECUTE format($ddl$
+        CREATE TABLE pgmq.%1$I (
+            slot         smallint NOT NULL,
+            msg_id       bigint NOT NULL,
+            at           timestamptz NOT NULL,
+            read_at      timestamptz,
+            vt           timestamptz NOT NULL,
+            read_ct      integer NOT NULL,
+            receipt      text,
+            enqueued_at  timestamptz NOT NULL,
+            message      jsonb,
+            headers      jsonb
+        ) PARTITION BY LIST (slot);
+        CREATE UNLOGGED TABLE pgmq.%7$I PARTITION OF pgmq.%1$I FOR VALUES IN (0);
+        CREATE UNLOGGED TABLE pgmq.%8$I PARTITION OF pgmq.%1$I FOR VALUES IN (1);
+        CREATE INDEX ON pgmq.%1$I (msg_id, at);
+        CREATE TABLE pgmq.%2$I (
+            slot    smallint NOT NULL,
+            msg_id  bigint NOT NULL,
+            kind    "char" NOT NULL,
+            done_at timestamptz NOT NULL
+        ) PARTITION BY LIST (slot);
+        CREATE TABLE pgmq.%9$I PARTITION OF pgmq.%2$I FOR VALUES IN (0);
+        CREATE TABLE pgmq.%10$I PARTITION OF pgmq.%2$I FOR VALUES IN (1);
+        CREATE INDEX ON pgmq.%2$I (msg_id);
+        CREATE TABLE pgmq.%3$I (
+            msg_id       bigint PRIMARY KEY,
+            read_ct      integer NOT NULL DEFAULT 0,
+            enqueued_at  timestamptz NOT NULL DEFAULT now(),
+            last_read_at timestamptz,
+            archived_at  timestamptz NOT NULL DEFAULT now(),
+            vt           timestamptz NOT NULL,
+            message      jsonb,
+            headers      jsonb
+        );
+        CREATE INDEX ON pgmq.%3$I (archived_at);
+        CREATE VIEW pgmq.%4$I WITH (security_barrier) AS
+        SELECT m.id AS msg_id,
+               coalesce(r.read_ct, 0) AS read_ct,
+               m.sent_at AS enqueued_at,
+               r.read_at AS last_read_at,
+               coalesce(r.vt, m.deliver_at, m.sent_at) AS vt,
+               m.body AS message,
+               m.headers
+          FROM sluice.messages m
+          LEFT JOIN LATERAL (SELECT x.read_ct, x.read_at, x.vt FROM pgmq.%1$I x
+                              WHERE x.msg_id = m.id ORDER BY x.at DESC LIMIT 1) r ON true
+         WHERE m.queue_id = %5$s AND m.target_group IS NULL
+           AND NOT EXISTS (SELECT 1 FROM pgmq.%2$I d WHERE d.msg_id = m.id);
+        COMMENT ON VIEW pgmq.%4$I IS 'sluice: read-only view of the pgmq queue %6$s (writes are not supported)';
+        $ddl$,
+        pgmq._tbl(q, 'r'), pgmq._tbl(q, 'd'), pgmq._tbl(q, 'a'), pgmq._tbl(q, 'q'), qid, q,
+        pgmq._tbl(q, 'r') || '_0', pgmq._tbl(q, 'r') || '_1', pgmq._tbl(q, 'd') || '_0', pgmq._tbl(q, 'd') || '_1');
+
+    INSERT INTO pgmq.meta (queue_name, is_partitioned, is_unlogged, sluice_queue)
+    VALUES (p_name, p_partitioned, p_unlogged, q);
+    INSERT INTO pgmq.side_generation (sluice_queue, gen, started_at) VALUES (q, 0, clock_timestamp());
+END
+$$;
+
+-- create: create a queue (PGMQ: a non-partitioned queue).
+--
+-- Parameters:
+--   queue_name  at most 47 characters; sluice keeps it lowercased, which must
+--               be a sluice name (ASCII letters, digits, "_", ".", "-")
+-- Returns: nothing
+-- Errors: as pgmq._create
+CREATE OR REPLACE FUNCTION pgmq.create(queue_name text)
+RETURNS void
+LANGUAGE sql
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT pgmq._create(queue_name, false, false) $$;
+
+-- create_non_partitioned: the same as create.
+--
+-- Parameters:
+--   queue_name  as create
+-- Returns: nothing
+-- Errors: as create
+CREATE OR REPLACE FUNCTION pgmq.create_non_partitioned(queue_name text)
+RETURNS void
+LANGUAGE sql
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT pgmq._create(queue_name, false, false) $$;
+
+-- create_unlogged: accepted for compatibility; the queue is durable (sluice
+-- keeps messages in logged tables), list_queues shows is_unlogged true.
+--
+-- Parameters:
+--   queue_name  as create
+-- Returns: nothing
+-- Errors: as create
+CREATE OR REPLACE FUNCTION pgmq.create_unlogged(queue_name text)
+RETURNS void
+LANGUAGE sql
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT pgmq._create(queue_name, false, true) $$;
+
+-- create_partitioned: accepted for compatibility, without pg_partman: sluice
+-- rotates and truncates its own storage. The intervals are ignored.
+--
+-- Parameters:
+--   queue_name          as create
+--   partition_interval  ignored
+--   retention_interval  ignored
+--   premake             at least 1, otherwise ignored
+-- Returns: nothing
+-- Errors: as create; P0001 'premake must be at least 1, got %'
+CREATE OR REPLACE FUNCTION pgmq.create_partitioned(queue_name text, partition_interval text DEFAULT '10000',
+                                                   retention_interval text DEFAULT '100000', premake integer DEFAULT 4)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF premake < 1 THEN
+        RAISE EXCEPTION 'premake must be at least 1, got %', premake;
+    END IF;
+    PERFORM pgmq._create(queue_name, true, false);
+END
+$$;
+
+-- acquire_queue_lock: the transaction-level advisory lock create and
+-- drop_queue take on a queue name (as PGMQ's).
+--
+-- Parameters:
+--   queue_name  the queue
+-- Returns: nothing
+-- Errors: none
+CREATE OR REPLACE FUNCTION pgmq.acquire_queue_lock(queue_name text)
+RETURNS void
+LANGUAGE sql
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT pg_advisory_xact_lock(hashtext('pgmq.queue_' || lower(queue_name))) $$;
+
+-- drop_queue: drop a queue, its messages, its archive and side tables.
+--
+-- Parameters:
+--   queue_name  the queue
+-- Returns: true if it existed; false (and a NOTICE) if not
+-- Errors: P0001 invalid characters
+CREATE OR REPLACE FUNCTION pgmq.drop_queue(queue_name text)
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    q constant text := lower(queue_name);
+BEGIN
+    PERFORM pgmq.format_table_name(queue_name, 'q');
+    PERFORM pg_advisory_xact_lock(hashtext('pgmq.queue_' || q));
+    IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.sluice_queue = q) THEN
+        RAISE NOTICE 'pgmq queue `%` does not exist', queue_name;
+        RETURN false;
+    END IF;
+    EXECUTE format('DROP VIEW IF EXISTS pgmq.%I', pgmq._tbl(q, 'q'));
+    EXECUTE format('DROP TABLE IF EXISTS pgmq.%I, pgmq.%I, pgmq.%I',
+                   pgmq._tbl(q, 'a'), pgmq._tbl(q, 'r'), pgmq._tbl(q, 'd'));
+    PERFORM sluice.drop_queue(q);
+    DELETE FROM pgmq.meta m WHERE m.sluice_queue = q;
+    RETURN true;
+END
+$$;
+
+-- drop_queue: PGMQ's deprecated form; partitioned is ignored.
+--
+-- Parameters:
+--   queue_name   the queue
+--   partitioned  ignored
+-- Returns: as drop_queue(queue_name)
+-- Errors: as drop_queue(queue_name)
+CREATE OR REPLACE FUNCTION pgmq.drop_queue(queue_name text, partitioned boolean)
+RETURNS boolean
+LANGUAGE sql
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT pgmq.drop_queue(queue_name) $$;
+
+-- purge_queue: remove every message of a queue (sluice.purge_queue) and
+-- truncate its side tables. The archive is kept.
+--
+-- Parameters:
+--   queue_name  the queue
+-- Returns: the number of messages that were in the queue (q_<name>)
+-- Errors: 42P01 no such queue
+CREATE OR REPLACE FUNCTION pgmq.purge_queue(queue_name text)
+RETURNS bigint
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    q constant text := pgmq._queue(queue_name);
+    n bigint;
+BEGIN
+    EXECUTE format('SELECT count(*) FROM pgmq.%I', pgmq._tbl(q, 'q')) INTO n;
+    PERFORM sluice.purge_queue(q);
+    EXECUTE format('TRUNCATE pgmq.%I, pgmq.%I', pgmq._tbl(q, 'r'), pgmq._tbl(q, 'd'));
+    RETURN n;
+END
+$$;
+
+-- list_queues: the queues.
+--
+-- Returns: one pgmq.queue_record per queue
+-- Errors: none
+CREATE OR REPLACE FUNCTION pgmq.list_queues()
+RETURNS SETOF pgmq.queue_record
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT m.queue_name, m.is_partitioned, m.is_unlogged, m.created_at FROM pgmq.meta m ORDER BY m.created_at
+$$;
+
+-- create_fifo_index: accepted; sluice orders messages of one x-pgmq-group
+-- (its ordering key) without an index.
+--
+-- Parameters:
+--   queue_name  the queue
+-- Returns: nothing
+-- Errors: 42P01 no such queue
+CREATE OR REPLACE FUNCTION pgmq.create_fifo_index(queue_name text)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM pgmq._queue(queue_name);
+END
+$$;
+
+-- create_fifo_indexes_all: accepted; does nothing (see create_fifo_index).
+--
+-- Returns: nothing
+-- Errors: none
+CREATE OR REPLACE FUNCTION pgmq.create_fifo_indexes_all()
+RETURNS void
+LANGUAGE sql
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT $$;
+
+-- convert_archive_partitioned: accepted; does nothing but a NOTICE (archive
+-- tables are plain tables; there is no pg_partman).
+--
+-- Parameters:
+--   table_name          the queue
+--   partition_interval  ignored
+--   retention_interval  ignored
+--   leading_partition   ignored
+-- Returns: nothing
+-- Errors: 42P01 no such queue
+CREATE OR REPLACE FUNCTION pgmq.convert_archive_partitioned(table_name text, partition_interval text DEFAULT '10000',
+                                                            retention_interval text DEFAULT '100000',
+                                                            leading_partition integer DEFAULT 10)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM pgmq._queue(table_name);
+    RAISE NOTICE 'sluice: archive of % is not partitioned (no pg_partman); nothing to convert', table_name;
+END
+$$;
+
+-- detach_archive: accepted; does nothing (no extension owns the archive).
+--
+-- Parameters:
+--   queue_name  the queue
+-- Returns: nothing
+-- Errors: 42P01 no such queue
+CREATE OR REPLACE FUNCTION pgmq.detach_archive(queue_name text)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM pgmq._queue(queue_name);
+END
+$$;

@@ -1,0 +1,170 @@
+-- Group: pgmq compatibility, name checks and internal helpers.
+--
+-- Errors are raised with PGMQ's texts (SQLSTATE P0001, as PGMQ's RAISE
+-- EXCEPTION gives), so that clients matching on them keep working. A call
+-- naming a queue that does not exist raises what PGMQ's query on the missing
+-- table raises: 'relation "pgmq.q_<name>" does not exist' (42P01).
+
+-- format_table_name: PGMQ's table name of a queue: prefix || '_' || the
+-- lowercased queue name.
+--
+-- Parameters:
+--   queue_name  the queue name
+--   prefix      'q' or 'a'
+-- Returns: the table (or view) name, without schema
+-- Errors: P0001 'queue name contains invalid characters: $, ;, --, or \''
+CREATE OR REPLACE FUNCTION pgmq.format_table_name(queue_name text, prefix text)
+RETURNS text
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF queue_name ~ '\$|;|--|''' THEN
+        RAISE EXCEPTION 'queue name contains invalid characters: $, ;, --, or \''';
+    END IF;
+    RETURN lower(prefix || '_' || queue_name);
+END
+$$;
+
+-- validate_queue_name: PGMQ's length check (its table names must fit in 63
+-- bytes: "q_" and the longest suffix leave 47 characters).
+--
+-- Parameters:
+--   queue_name  the queue name
+-- Returns: nothing
+-- Errors: P0001 'queue name is too long, maximum length is 47 characters'
+CREATE OR REPLACE FUNCTION pgmq.validate_queue_name(queue_name text)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF length(queue_name) > 47 THEN
+        RAISE EXCEPTION 'queue name is too long, maximum length is 47 characters';
+    END IF;
+END
+$$;
+
+-- _queue: the sluice queue behind a pgmq queue.
+--
+-- Parameters:
+--   p_name  the pgmq queue name (any case)
+-- Returns: the sluice queue name (the lowercased pgmq name)
+-- Errors: P0001 invalid characters; 42P01 'relation "pgmq.q_<name>" does not exist'
+CREATE OR REPLACE FUNCTION pgmq._queue(p_name text)
+RETURNS text
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    q text;
+BEGIN
+    SELECT m.sluice_queue INTO q FROM pgmq.meta m WHERE m.sluice_queue = lower(p_name);
+    IF q IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = '42P01',
+            MESSAGE = format('relation "pgmq.%s" does not exist', pgmq.format_table_name(p_name, 'q'));
+    END IF;
+    RETURN q;
+END
+$$;
+
+-- _tbl: the name of a per-queue object of the layer.
+--
+-- Parameters:
+--   p_queue  the sluice queue name (lowercase)
+--   p_kind   'q' (view), 'a' (archive), 'r' (read log), 'd' (done log)
+-- Returns: the object name, without schema
+CREATE OR REPLACE FUNCTION pgmq._tbl(p_queue text, p_kind text)
+RETURNS text
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT CASE WHEN p_kind IN ('q', 'a') THEN p_kind || '_' || p_queue
+                ELSE '_sl_' || p_kind || '_' || p_queue END
+$$;
+
+-- _lease: the sluice lease that makes a message visible again at vt.
+--
+-- Parameters:
+--   p_vt  the visibility timeout, as a time
+-- Returns: vt - now, at least 1 microsecond and at most 7 days (sluice's bounds)
+CREATE OR REPLACE FUNCTION pgmq._lease(p_vt timestamptz)
+RETURNS interval
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT least(greatest(coalesce(p_vt, clock_timestamp()) - clock_timestamp(), interval '1 microsecond'),
+                 interval '7 days')
+$$;
+
+-- _side: the slot the side tables of a queue are written in now, and whether
+-- a rotation is due (the generation is older than p_interval).
+--
+-- Parameters:
+--   p_queue     the sluice queue name
+--   p_interval  how long a generation lasts at least
+-- Returns: (slot, due)
+CREATE OR REPLACE FUNCTION pgmq._side(p_queue text, p_interval interval DEFAULT interval '1 minute',
+                                      OUT slot smallint, OUT due boolean)
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT (g.gen % 2)::smallint, g.started_at < clock_timestamp() - p_interval
+      FROM pgmq.side_generation g WHERE g.sluice_queue = p_queue ORDER BY g.gen DESC LIMIT 1
+$$;
+
+-- _rotate: start a new side generation for a queue when the slot it would
+-- write (the older one) holds nothing still needed: no delivery whose vt has
+-- not passed of a message not completed, and no completed message still in
+-- sluice's storage (so q_<name>
+-- would not show it again and a read would not deliver it). Then that slot is
+-- truncated and becomes the current one. Skips (returns false) when another
+-- session holds a lock on the slot, or rotates already.
+--
+-- Parameters:
+--   p_queue  the sluice queue name
+-- Returns: true if a new generation started
+CREATE OR REPLACE FUNCTION pgmq._rotate(p_queue text)
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    g bigint;
+    old smallint;
+    qid int;
+    r_old text;
+    d_old text;
+    busy boolean;
+BEGIN
+    IF NOT pg_try_advisory_xact_lock(hashtext('pgmq.rotate_' || p_queue)) THEN
+        RETURN false;
+    END IF;
+    SELECT s.gen INTO g FROM pgmq.side_generation s WHERE s.sluice_queue = p_queue ORDER BY s.gen DESC LIMIT 1;
+    IF g IS NULL THEN
+        RETURN false;
+    END IF;
+    old := ((g + 1) % 2)::smallint;
+    r_old := pgmq._tbl(p_queue, 'r') || '_' || old;
+    d_old := pgmq._tbl(p_queue, 'd') || '_' || old;
+    SELECT id INTO qid FROM sluice.queue WHERE name = p_queue;
+    EXECUTE format('SELECT EXISTS (SELECT 1 FROM pgmq.%I r WHERE r.vt >= clock_timestamp()
+                                     AND NOT EXISTS (SELECT 1 FROM pgmq.%I d WHERE d.msg_id = r.msg_id))',
+                   r_old, pgmq._tbl(p_queue, 'd')) INTO busy;
+    IF NOT busy THEN
+        EXECUTE format('SELECT EXISTS (SELECT 1 FROM pgmq.%I d JOIN sluice.messages m ON m.queue_id = $1 AND m.id = d.msg_id)',
+                       d_old) INTO busy USING qid;
+    END IF;
+    IF busy THEN
+        RETURN false;
+    END IF;
+    BEGIN
+        EXECUTE format('LOCK TABLE pgmq.%I, pgmq.%I IN ACCESS EXCLUSIVE MODE NOWAIT', r_old, d_old);
+    EXCEPTION WHEN lock_not_available THEN
+        RETURN false;
+    END;
+    EXECUTE format('TRUNCATE pgmq.%I, pgmq.%I', r_old, d_old);
+    INSERT INTO pgmq.side_generation (sluice_queue, gen, started_at) VALUES (p_queue, g + 1, clock_timestamp());
+    RETURN true;
+END
+$$;
