@@ -28,7 +28,8 @@ BEGIN
         RETURN;
     END IF;
     -- PGMQ has no attempt limit: take sluice's highest.
-    PERFORM sluice.create_queue(q, '{"default_group": false, "max_attempts": 1000}');
+    -- One lane: PGMQ reads in msg_id order (commit order, for sluice).
+    PERFORM sluice.create_queue(q, '{"default_group": false, "max_attempts": 1000, "lanes": 1}');
     PERFORM sluice.create_group(q, 'pgmq');
     SELECT id INTO STRICT qid FROM sluice.queue WHERE name = q;
 

@@ -90,8 +90,9 @@ BEGIN
         -- everything received was already deleted (or did not match): try again, a few times
         EXIT WHEN tries >= 5 OR v_cond IS NOT NULL;
     END LOOP;
-    -- Rotate last: the receives above took the group's dispatch lock, so no
-    -- other reader waits for it while this one holds the old slot's lock.
+    -- Rotate last: the receives above took the queue's one dispatch lane
+    -- (pgmq queues have lanes = 1), so no other reader waits for it while
+    -- this one holds the old slot's lock.
     IF side.due THEN
         PERFORM pgmq._rotate(q);
     END IF;
@@ -99,9 +100,9 @@ END
 $$;
 
 -- _poll: _deliver until it returns messages or max_poll_seconds have passed.
--- Between tries it only reads sluice.status (a receive holds the group's
--- dispatch lock until the end of the transaction, so an empty receive in a
--- polling loop would stall the other readers of the queue).
+-- Between tries it only reads sluice.status (a receive holds the queue's one
+-- dispatch lane until the end of the transaction, so an empty receive in a
+-- polling loop would make the other readers of the queue skip it).
 --
 -- Parameters:
 --   p_name, p_vt, p_qty, p_cond, p_mode  as _deliver
