@@ -699,7 +699,7 @@ func TestConcurrentIdempotentSend(t *testing.T) {
 func TestSendAfterReceiveInOneTransaction(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.createQueue("q", "")
+	b.createQueue("q", `{"lanes": 1}`) // one lane: a receive returns commit order
 	tx, err := b.pool.Begin(b.ctx)
 	if err != nil {
 		t.Fatal(err)

@@ -7,7 +7,8 @@
 --    receive of the queue is cutting: never wait for it, what it numbers is
 --    there at the next call.
 -- 2. Take from the group's lanes that have work, each under
---    its try-lock: a lane another receive holds is skipped, not waited for.
+--    its try-lock: a lane another receive holds is skipped, not waited for
+--    (with lanes = 1, waited for: e_lock_lane).
 --    Lanes with prioritized messages come first, then
 --    the others from a random lane on, until max_messages are picked;
 --    then, if it has room, messages with a priority below 0 of the lanes
@@ -35,6 +36,12 @@ DECLARE
 BEGIN
     IF cardinality(p_ack) > 0 THEN
         PERFORM e_ack(g.id, p_ack);   -- the previous batch of a consumer loop
+    END IF;
+    -- With one lane, receives of a group wait for each other, as before
+    -- lanes: the lane first, so that a receive that finds the cut taken
+    -- waits for what the cutter numbers rather than returning nothing.
+    IF q.lanes = 1 THEN
+        PERFORM e_lock_lane(g.id, 0::smallint, 1);
     END IF;
     -- Number what committed since the last cut: at most four cuts (a round
     -- larger than one cut takes several), before taking, so that the runs of
@@ -80,14 +87,14 @@ BEGIN
     -- before another lane's higher ones.
     FOR i IN 1..cardinality(v_lanes) LOOP
         EXIT WHEN v_tops[i] IS NULL OR cardinality(pk.pos) >= max_messages;
-        CONTINUE WHEN NOT pg_try_advisory_xact_lock(sluice._lane_lock(g.id, v_lanes[i]));
+        CONTINUE WHEN NOT e_lock_lane(g.id, v_lanes[i], q.lanes);
         v_held := v_held || v_lanes[i];
         pk := e_take(q, g, v_lanes[i], pk, max_messages, true, false, false, v_now);
     END LOOP;
     FOREACH ln IN ARRAY v_lanes LOOP
         EXIT WHEN cardinality(pk.pos) >= max_messages;
         IF NOT ln = ANY (v_held) THEN
-            CONTINUE WHEN NOT pg_try_advisory_xact_lock(sluice._lane_lock(g.id, ln));
+            CONTINUE WHEN NOT e_lock_lane(g.id, ln, q.lanes);
             v_held := v_held || ln;
         END IF;
         pk := e_take(q, g, ln, pk, max_messages, v_prio, true, false, v_now);
@@ -138,6 +145,26 @@ BEGIN
             PERFORM e_maintain(q.id);
         END IF;
     END IF;
+END
+$$;
+
+-- e_lock_lane: take the lock of a group's lane for the rest of the
+-- transaction. With several lanes, only if it is free (a receive never
+-- waits: another lane or the next call will do); with one lane, waiting for
+-- it, as receives of a group did before lanes: a queue that keeps strict
+-- commit order has nothing else to offer.
+--
+-- Returns: whether the lock is held
+CREATE OR REPLACE FUNCTION sluice_tmpl.e_lock_lane(p_group_id int, p_lane smallint, p_lanes int)
+RETURNS boolean
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    IF p_lanes = 1 THEN
+        PERFORM pg_advisory_xact_lock(sluice._lane_lock(p_group_id, p_lane));
+        RETURN true;
+    END IF;
+    RETURN pg_try_advisory_xact_lock(sluice._lane_lock(p_group_id, p_lane));
 END
 $$;
 
