@@ -283,7 +283,12 @@ func TestDemo(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("demo: status %d\n%s%s", code, out, errOut)
 	}
-	contains(t, "demo", out, "[1s] sent", "summary after", "billing", "shipping", "dead letters")
+	contains(t, "demo", out, "[1s] billing  sent", "[1s] shipping sent", "backlog", "summary after", "dead letters")
+	for _, line := range strings.Split(out, "\n") {
+		if len(line) > 120 {
+			t.Errorf("demo printed a line of %d characters, more than 120: %q", len(line), line)
+		}
+	}
 	// On a named server an existing demo queue is left alone without --reset.
 	b.fails(1, "--reset", "demo", "--duration", "1s")
 }
