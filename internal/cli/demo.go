@@ -345,6 +345,20 @@ func ms(d time.Duration) string {
 	return fmt.Sprintf("%.1fms", float64(d)/float64(time.Millisecond))
 }
 
+// shortMS renders a latency in at most 6 characters: 3.2ms, 967ms, 1.2s.
+func shortMS(d time.Duration) string {
+	switch {
+	case d == 0:
+		return "-"
+	case d < 10*time.Millisecond:
+		return fmt.Sprintf("%.1fms", float64(d)/float64(time.Millisecond))
+	case d < time.Second:
+		return fmt.Sprintf("%dms", d.Milliseconds())
+	default:
+		return fmt.Sprintf("%.1fs", d.Seconds())
+	}
+}
+
 // report prints one second of progress.
 func (d *demo) report(st []sluice.Status, draining bool) {
 	byGroup := map[string]sluice.Status{}
@@ -382,9 +396,10 @@ func (d *demo) report(st []sluice.Status, draining bool) {
 			fmt.Fprintf(&b, "%-10s %8s %8d %7d %8d %6d %8d %7d %9d %9s %9s\n", g, "", acked, rate, retried, s.Dead, backlog,
 				s.Ready, s.InFlight, ms(percentile(lat, 0.5)), ms(percentile(lat, 0.99)))
 		} else {
-			// One line per group, under 120 columns.
-			fmt.Fprintf(&b, "[%s] %-8s sent %d acked %d (%d/s) backlog %d (ready %d, in flight %d) retried %d dead %d p50 %s p99 %s\n",
-				elapsed, g, sent, acked, rate, backlog, s.Ready, s.InFlight, retried, s.Dead, ms(percentile(lat, 0.5)), ms(percentile(lat, 0.99)))
+			// One line per group, within 120 columns.
+			fmt.Fprintf(&b, "[%s] %-8s sent %d acked %d (%d/s) backlog %d ready %d leased %d retried %d dead %d p50 %s p99 %s\n",
+				elapsed, g, sent, acked, rate, backlog, s.Ready, s.InFlight, retried, s.Dead,
+				shortMS(percentile(lat, 0.5)), shortMS(percentile(lat, 0.99)))
 		}
 	}
 	if d.tty && d.lines > 0 {

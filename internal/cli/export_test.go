@@ -15,3 +15,10 @@ func RunEnv(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 func RunEnvMaxLine(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer, maxLine int) int {
 	return run(ctx, args, &env{stdout: stdout, stderr: stderr, stdin: stdin, getenv: func(string) string { return "" }, maxLine: maxLine})
 }
+
+// FormatDuration, FormatInterval and Age are exported for tests.
+var (
+	FormatDuration = formatDuration
+	FormatInterval = formatInterval
+	Age            = age
+)

@@ -388,3 +388,26 @@ func openPTY(t *testing.T) (master, slave *os.File) {
 	t.Cleanup(func() { slave.Close() })
 	return master, slave
 }
+
+func TestDurationFormats(t *testing.T) {
+	for _, tc := range []struct {
+		got, want string
+	}{
+		{cli.FormatDuration(2 * time.Minute), "2m"},
+		{cli.FormatDuration(90 * time.Minute), "1h30m"},
+		{cli.FormatDuration(36 * time.Hour), "36h"},
+		{cli.FormatDuration(1500 * time.Millisecond), "1.5s"},
+		{cli.FormatDuration(0), "0s"},
+		{cli.FormatInterval("120 seconds"), "2m"},
+		{cli.FormatInterval("00:00:30"), "30s"},
+		{cli.FormatInterval("1 day 02:00:00"), "26h"},
+		{cli.FormatInterval("0.5 seconds"), "500ms"},
+		{cli.FormatInterval("1 mon"), "1 mon"},
+		{cli.Age(125 * time.Second), "2m5s"},
+		{cli.Age(3 * time.Minute), "3m"},
+	} {
+		if tc.got != tc.want {
+			t.Errorf("got %q, want %q", tc.got, tc.want)
+		}
+	}
+}

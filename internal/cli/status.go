@@ -142,7 +142,7 @@ func age(d time.Duration) string {
 	case d < time.Second:
 		return d.Round(time.Millisecond).String()
 	default:
-		return d.Round(time.Second).String()
+		return formatDuration(d.Round(time.Second))
 	}
 }
 
