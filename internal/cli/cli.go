@@ -108,7 +108,7 @@ func run(ctx context.Context, args []string, e *env) int {
 	name, rest := args[0], args[1:]
 	switch name {
 	case "help", "-h", "-help", "--help":
-		if len(rest) == 0 {
+		if len(rest) == 0 || strings.HasPrefix(rest[0], "-") {
 			printGroupUsage(e.stdout, mainUsage, commands())
 			return exitOK
 		}

@@ -77,6 +77,14 @@ func TestGlobalFlagsBeforeCommand(t *testing.T) {
 	if code, _, errOut := run("--database-url"); code != 2 || !strings.Contains(errOut, "needs an argument") {
 		t.Errorf("sluice --database-url: %d %q", code, errOut)
 	}
+	for _, args := range [][]string{{"--database-url", b.url, "--help"}, {"--database-url", b.url, "help"}} {
+		if code, out, _ := run(args...); code != 0 || !strings.Contains(out, "Commands:") {
+			t.Errorf("sluice %s: %d %q", strings.Join(args, " "), code, out)
+		}
+	}
+	if code, out, _ := run("--database-url", b.url, "help", "ack"); code != 0 || !strings.Contains(out, "Usage: sluice ack") {
+		t.Errorf("sluice --database-url URL help ack: %d %q", code, out)
+	}
 	if code, _, errOut := run("--database-url", b.url); code != 2 || !strings.Contains(errOut, "missing command") {
 		t.Errorf("sluice --database-url URL: %d %q", code, errOut)
 	}

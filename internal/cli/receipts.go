@@ -76,7 +76,7 @@ func nackCommand() command {
 				for _, r := range receipts {
 					ok, err := db.client.Nack(ctx, queue, group, r, &sluice.NackOptions{Error: *text, Delay: *delay, Now: *now})
 					if err != nil {
-						return counted("gave back", n, len(receipts), queue, group), err
+						return "", fmt.Errorf("gave back %d of %d messages, then: %w", n, len(receipts), err)
 					}
 					if ok {
 						n++
