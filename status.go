@@ -8,7 +8,8 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// Status and upkeep: sluice.status and sluice.maintain (sql/functions/api.sql).
+// Status and upkeep: sluice.status and sluice.maintain (in
+// sql/functions/api.sql, with receive, ack, nack and extend).
 
 // Status is the depth and progress of one consumer group of a queue.
 type Status struct {
