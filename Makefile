@@ -28,8 +28,10 @@ build:
 ## such as DEMOFLAGS='--duration 20s --rate 1000'.
 DEMOFLAGS ?=
 demo:
-	$(GO) build -o $(BIN)/sluice ./cmd/sluice
-	$(BIN)/sluice demo $(DEMOFLAGS)
+	@echo "make demo: building bin/sluice (the first build compiles every dependency: a minute or two on 2 cores; later ones take seconds)"
+	@$(GO) build -o $(BIN)/sluice ./cmd/sluice
+	@echo "make demo: running bin/sluice demo $(DEMOFLAGS)"
+	@$(BIN)/sluice demo $(DEMOFLAGS)
 
 ## bench: build sluice and run the default benchmark set (about 17 minutes)
 ## on the embedded PostgreSQL, or on DATABASE_URL if set; results go to

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 )
 
@@ -40,11 +41,22 @@ type env struct {
 	stdout, stderr io.Writer
 	stdin          io.Reader
 	getenv         func(string) string
+	// maxLine is the longest line sluice send reads from stdin (0: the
+	// default, 128 MiB).
+	maxLine int
+}
+
+// stdinIsTerminal reports whether standard input is a terminal (where a
+// command that reads it would otherwise seem to hang).
+func (e *env) stdinIsTerminal() bool {
+	f, ok := e.stdin.(*os.File)
+	return ok && isTerminalFile(f)
 }
 
 func commands() []command {
 	return []command{
 		migrateCommand(), queueCommand(), groupCommand(), sendCommand(), receiveCommand(), tailCommand(),
+		ackCommand(), nackCommand(), extendCommand(),
 		statusCommand(), dlqCommand(), demoCommand(), benchCommand(), versionCommand(),
 	}
 }
@@ -84,6 +96,11 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 }
 
 func run(ctx context.Context, args []string, e *env) int {
+	args, err := moveGlobalFlags(args)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "sluice: %v\n%s", err, seeHelp("sluice"))
+		return exitUsage
+	}
 	if len(args) == 0 {
 		printGroupUsage(e.stderr, mainUsage, commands())
 		return exitUsage
@@ -91,17 +108,17 @@ func run(ctx context.Context, args []string, e *env) int {
 	name, rest := args[0], args[1:]
 	switch name {
 	case "help", "-h", "-help", "--help":
-		if len(rest) == 0 {
+		if len(rest) == 0 || strings.HasPrefix(rest[0], "-") {
 			printGroupUsage(e.stdout, mainUsage, commands())
 			return exitOK
 		}
 		return run(ctx, append(rest, "--help"), e)
 	}
-	return dispatch(ctx, "sluice", commands(), mainUsage, name, rest, e)
+	return dispatch(ctx, "sluice", commands(), name, rest, e)
 }
 
 // dispatch finds command name among cmds and runs it.
-func dispatch(ctx context.Context, prefix string, cmds []command, groupUsage, name string, rest []string, e *env) int {
+func dispatch(ctx context.Context, prefix string, cmds []command, name string, rest []string, e *env) int {
 	for _, c := range cmds {
 		if c.name != name {
 			continue
@@ -117,15 +134,14 @@ func dispatch(ctx context.Context, prefix string, cmds []command, groupUsage, na
 		switch rest[0] {
 		case "help", "-h", "-help", "--help":
 			if len(rest) > 1 {
-				return dispatch(ctx, path, c.sub, c.usage, rest[1], []string{"--help"}, e)
+				return dispatch(ctx, path, c.sub, rest[1], []string{"--help"}, e)
 			}
 			printGroupUsage(e.stdout, c.usage, c.sub)
 			return exitOK
 		}
-		return dispatch(ctx, path, c.sub, c.usage, rest[0], rest[1:], e)
+		return dispatch(ctx, path, c.sub, rest[0], rest[1:], e)
 	}
-	fmt.Fprintf(e.stderr, "%s: unknown command %q\n\n", prefix, name)
-	printGroupUsage(e.stderr, groupUsage, cmds)
+	fmt.Fprintf(e.stderr, "%s: unknown command %q\n%s", prefix, name, seeHelp(prefix))
 	return exitUsage
 }
 
@@ -143,11 +159,15 @@ func runCommand(ctx context.Context, path string, c command, args []string, e *e
 	fs := flag.NewFlagSet(path, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	run := c.setup(fs, e)
+	explainDurations(fs)
 	usage := func(w io.Writer) {
 		fmt.Fprint(w, c.usage)
 		var flags strings.Builder
 		fs.VisitAll(func(f *flag.Flag) {
 			arg, text := flag.UnquoteUsage(f)
+			if _, ok := f.Value.(friendlyDuration); ok && arg == "value" {
+				arg = "duration"
+			}
 			def := ""
 			if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" && f.DefValue != "0s" && f.DefValue != "[]" {
 				def = fmt.Sprintf(" (default %s)", f.DefValue)
@@ -164,31 +184,78 @@ func runCommand(ctx context.Context, path string, c command, args []string, e *e
 			usage(e.stdout)
 			return exitOK
 		}
-		fmt.Fprintf(e.stderr, "%s: %v\n\n", path, err)
-		usage(e.stderr)
+		fmt.Fprintf(e.stderr, "%s: %v\n%s", path, err, seeHelp(path))
 		return exitUsage
 	}
 	switch {
 	case len(pos) < c.minArgs:
-		fmt.Fprintf(e.stderr, "%s: missing arguments\n\n", path)
-		usage(e.stderr)
+		fmt.Fprintf(e.stderr, "%s: missing arguments\n%s%s", path, synopsis(c.usage), seeHelp(path))
 		return exitUsage
 	case c.maxArgs >= 0 && len(pos) > c.maxArgs:
-		fmt.Fprintf(e.stderr, "%s: unexpected argument %q\n\n", path, pos[c.maxArgs])
-		usage(e.stderr)
+		fmt.Fprintf(e.stderr, "%s: unexpected argument %q\n%s%s", path, pos[c.maxArgs], synopsis(c.usage), seeHelp(path))
 		return exitUsage
 	}
 	if err := run(ctx, pos); err != nil {
 		var ue usageError
 		if errors.As(err, &ue) {
-			fmt.Fprintf(e.stderr, "%s: %v\n\n", path, err)
-			usage(e.stderr)
+			fmt.Fprintf(e.stderr, "%s: %v\n%s", path, err, seeHelp(path))
 			return exitUsage
 		}
 		fmt.Fprintf(e.stderr, "%s: %v\n", path, explain(err))
 		return exitError
 	}
 	return exitOK
+}
+
+// seeHelp is the line that follows a usage error: where the help is,
+// instead of the help itself (which would push the error off the screen).
+func seeHelp(path string) string {
+	return fmt.Sprintf("Run %q for usage.\n", path+" --help")
+}
+
+// synopsis returns the first line of a command's usage ("Usage: ...").
+func synopsis(usage string) string {
+	line, _, _ := strings.Cut(usage, "\n")
+	return line + "\n"
+}
+
+// globalFlags are the flags that may come before the command as well as
+// after it: "sluice --database-url URL status".
+var globalFlags = []string{"database-url"}
+
+// moveGlobalFlags moves the global flags given before the command (such as
+// --database-url URL or --database-url=URL) to the end of the command's
+// arguments, before any "--", where the command's flag set parses them.
+func moveGlobalFlags(args []string) ([]string, error) {
+	var moved []string
+	for len(args) > 0 && strings.HasPrefix(args[0], "-") {
+		name, value, hasValue := strings.Cut(strings.TrimLeft(args[0], "-"), "=")
+		if !slices.Contains(globalFlags, name) {
+			break
+		}
+		if !hasValue {
+			if len(args) < 2 {
+				return nil, fmt.Errorf("flag needs an argument: --%s", name)
+			}
+			value, args = args[1], args[1:]
+		}
+		moved = append(moved, "--"+name, value)
+		args = args[1:]
+	}
+	if len(moved) == 0 {
+		return args, nil
+	}
+	if len(args) == 0 {
+		return nil, errors.New("missing command after the flags")
+	}
+	out := make([]string, 0, len(args)+len(moved))
+	end := slices.Index(args, "--")
+	if end < 0 {
+		end = len(args)
+	}
+	out = append(out, args[:end]...)
+	out = append(out, moved...)
+	return append(out, args[end:]...), nil
 }
 
 // usageError is a bad flag value or argument found after parsing.

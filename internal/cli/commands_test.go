@@ -79,10 +79,10 @@ func TestQueueAndGroupCommands(t *testing.T) {
 	b := setupCmd(t)
 	contains(t, "create", b.ok("queue", "create", "orders", "--max-attempts", "3", "--lease", "1m", "--no-notify"), "created queue orders")
 	contains(t, "list", b.ok("queue", "list"), "QUEUE", "orders", "default")
-	contains(t, "config", b.ok("queue", "config", "orders"), "max_attempts", "3", "60 seconds", "notify", "false")
+	contains(t, "config", b.ok("queue", "config", "orders"), "max_attempts", "3", "lease            1m\n", "notify", "false")
 	contains(t, "config --set", b.ok("queue", "config", "orders", "--set", "max_attempts=7", "--set", "lease=90s",
-		"--set", "notify=true"), "max_attempts     7", "90 seconds", "notify           true")
-	b.fails(2, "want a duration", "queue", "config", "orders", "--set", "lease=soon")
+		"--set", "notify=true"), "max_attempts     7", "lease            1m30s\n", "notify           true")
+	b.fails(2, "is not a duration", "queue", "config", "orders", "--set", "lease=soon")
 	b.fails(2, "unknown option", "queue", "config", "orders", "--set", "colour=blue")
 	b.fails(1, "from 1 to 1000", "queue", "config", "orders", "--set", "max_attempts=0")
 	contains(t, "config unchanged", b.ok("queue", "config", "orders"), "max_attempts     7")
@@ -283,7 +283,12 @@ func TestDemo(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("demo: status %d\n%s%s", code, out, errOut)
 	}
-	contains(t, "demo", out, "[1s] sent", "summary after", "billing", "shipping", "dead letters")
+	contains(t, "demo", out, "[1s] billing  sent", "[1s] shipping sent", "backlog", "summary after", "dead letters")
+	for _, line := range strings.Split(out, "\n") {
+		if len(line) > 120 {
+			t.Errorf("demo printed a line of %d characters, more than 120: %q", len(line), line)
+		}
+	}
 	// On a named server an existing demo queue is left alone without --reset.
 	b.fails(1, "--reset", "demo", "--duration", "1s")
 }

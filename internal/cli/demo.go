@@ -345,6 +345,20 @@ func ms(d time.Duration) string {
 	return fmt.Sprintf("%.1fms", float64(d)/float64(time.Millisecond))
 }
 
+// shortMS renders a latency in at most 6 characters: 3.2ms, 967ms, 1.2s.
+func shortMS(d time.Duration) string {
+	switch {
+	case d == 0:
+		return "-"
+	case d < 10*time.Millisecond:
+		return fmt.Sprintf("%.1fms", float64(d)/float64(time.Millisecond))
+	case d < time.Second:
+		return fmt.Sprintf("%dms", d.Milliseconds())
+	default:
+		return fmt.Sprintf("%.1fs", d.Seconds())
+	}
+}
+
 // report prints one second of progress.
 func (d *demo) report(st []sluice.Status, draining bool) {
 	byGroup := map[string]sluice.Status{}
@@ -359,11 +373,9 @@ func (d *demo) report(st []sluice.Status, draining bool) {
 	sent := d.sent.Load()
 	var b strings.Builder
 	if d.tty {
-		fmt.Fprintf(&b, "\033[1m%-10s %8s %8s %7s %8s %6s %9s %7s %9s %9s\033[0m  %s\n",
-			"", "sent", "acked", "acks/s", "retried", "dead", "in flight", "ready", "p50", "p99", phase)
+		fmt.Fprintf(&b, "\033[1m%-10s %8s %8s %7s %8s %6s %8s %7s %9s %9s %9s\033[0m  %s\n",
+			"", "sent", "acked", "acks/s", "retried", "dead", "backlog", "ready", "in flight", "p50", "p99", phase)
 		fmt.Fprintf(&b, "%-10s %8d\n", "producers", sent)
-	} else {
-		fmt.Fprintf(&b, "[%s] sent %d", elapsed, sent)
 	}
 	for _, g := range demoGroups {
 		gs := d.groups[g]
@@ -377,16 +389,18 @@ func (d *demo) report(st []sluice.Status, draining bool) {
 		gs.mu.Unlock()
 		slices.Sort(lat)
 		retried := gs.retried.Load()
+		// The backlog is what the group still has to do: sent and not yet
+		// acknowledged or dead. When it grows, the handlers fall behind.
+		backlog := max(sent-acked-s.Dead, 0)
 		if d.tty {
-			fmt.Fprintf(&b, "%-10s %8s %8d %7d %8d %6d %9d %7d %9s %9s\n", g, "", acked, rate, retried, s.Dead, s.InFlight,
-				s.Ready, ms(percentile(lat, 0.5)), ms(percentile(lat, 0.99)))
+			fmt.Fprintf(&b, "%-10s %8s %8d %7d %8d %6d %8d %7d %9d %9s %9s\n", g, "", acked, rate, retried, s.Dead, backlog,
+				s.Ready, s.InFlight, ms(percentile(lat, 0.5)), ms(percentile(lat, 0.99)))
 		} else {
-			fmt.Fprintf(&b, " | %s acked %d (%d/s) retried %d dead %d in flight %d p50 %s p99 %s", g, acked, rate, retried,
-				s.Dead, s.InFlight, ms(percentile(lat, 0.5)), ms(percentile(lat, 0.99)))
+			// One line per group, within 120 columns.
+			fmt.Fprintf(&b, "[%s] %-8s sent %d acked %d (%d/s) backlog %d ready %d leased %d retried %d dead %d p50 %s p99 %s\n",
+				elapsed, g, sent, acked, rate, backlog, s.Ready, s.InFlight, retried, s.Dead,
+				shortMS(percentile(lat, 0.5)), shortMS(percentile(lat, 0.99)))
 		}
-	}
-	if !d.tty {
-		b.WriteString("\n")
 	}
 	if d.tty && d.lines > 0 {
 		fmt.Fprintf(d.e.stdout, "\033[%dA", d.lines)
@@ -427,14 +441,15 @@ func (d *demo) summary(st []sluice.Status, interrupted bool) {
 		if acked+s.Dead != sent || pending > 0 {
 			all = false
 		}
-		fmt.Fprintf(w, "  %-9s acked %d, retried %d, dead letters %d, pending %d; latency send to handler p50 %s, p99 %s, max %s\n",
-			g, acked, gs.retried.Load(), s.Dead, pending, ms(percentile(lat, 0.5)), ms(percentile(lat, 0.99)), ms(percentile(lat, 1)))
+		fmt.Fprintf(w, "  %-9s acked %d, retried %d, dead letters %d, pending %d\n", g, acked, gs.retried.Load(), s.Dead, pending)
+		fmt.Fprintf(w, "  %-9s latency from send to handler: p50 %s, p99 %s, max %s\n", "",
+			ms(percentile(lat, 0.5)), ms(percentile(lat, 0.99)), ms(percentile(lat, 1)))
 	}
 	if all {
 		fmt.Fprintln(w, "every order was acknowledged or dead-lettered once per group: nothing lost")
 	} else {
 		fmt.Fprintln(w, "some orders were still pending when the demo stopped")
 	}
-	fmt.Fprintf(w, "\nlook around (the queue stays): sluice status %s; sluice dlq list %s; sluice dlq redrive %s --group billing\n",
+	fmt.Fprintf(w, "\nlook around (the queue stays):\n  sluice status %s\n  sluice dlq list %s\n  sluice dlq redrive %s --group billing\n",
 		d.cfg.queue, d.cfg.queue, d.cfg.queue)
 }

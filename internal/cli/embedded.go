@@ -119,8 +119,8 @@ func (e *env) startEmbedded(ctx context.Context) (string, func(), error) {
 	_ = os.Remove(portFile) // left by a process that was killed
 	major, _, _ := strings.Cut(string(version), ".")
 	cluster := filepath.Join(base, "pg"+major)
-	fmt.Fprintf(e.stderr, "sluice: no database configured (--database-url, DATABASE_URL, PG* variables): using the embedded PostgreSQL %s in %s, stopped on exit\n",
-		version, cluster)
+	fmt.Fprintf(e.stderr, "sluice: no database configured (--database-url, DATABASE_URL, PG* variables):\n"+
+		"sluice: using the embedded PostgreSQL %s in %s (fetched on first use), stopped on exit\n", version, cluster)
 	srv, err := pgserver.Start(ctx, pgserver.Config{Version: string(version), DataDir: cluster, Password: password})
 	if err != nil {
 		release()

@@ -76,6 +76,11 @@ func queueCreateCommand() command {
 						return usagef("--%s must not be negative", name)
 					}
 				}
+				for name, n := range map[string]int{"max-attempts": o.MaxAttempts, "max-payload": o.MaxPayload, "lanes": o.Lanes} {
+					if n < 0 {
+						return usagef("--%s must be positive, got %d", name, n)
+					}
+				}
 				if name := setToZero(fs, "lease", "rotate-interval", "max-attempts", "max-payload", "lanes"); name != "" {
 					return usagef("--%s must be positive (leave it out for the engine's default)", name)
 				}
@@ -113,10 +118,12 @@ func queueCreateCommand() command {
 
 const queueListUsage = `Usage: sluice queue list [flags]
 
-Lists the queues with their consumer groups.
+Lists the queues with their consumer groups: a table, or JSON lines with
+--json (with every option of each queue).
 
-Example:
+Examples:
   sluice queue list
+  sluice queue list --json
 `
 
 func queueListCommand() command {
@@ -124,11 +131,26 @@ func queueListCommand() command {
 		name: "list", summary: "list the queues and their groups", usage: queueListUsage,
 		setup: func(fs *flag.FlagSet, e *env) func(context.Context, []string) error {
 			url := dbFlag(fs)
+			asJSON := fs.Bool("json", false, "print JSON lines instead of a table")
 			return func(ctx context.Context, _ []string) error {
 				return e.withDB(ctx, *url, func(db *database) error {
 					qs, err := db.client.ListQueues(ctx)
 					if err != nil {
 						return err
+					}
+					if *asJSON {
+						enc := json.NewEncoder(e.stdout)
+						for _, q := range qs {
+							groups := q.Groups
+							if groups == nil {
+								groups = []string{}
+							}
+							if err := enc.Encode(map[string]any{"queue": q.Name, "groups": groups, "created_at": q.CreatedAt,
+								"options": q.Options}); err != nil {
+								return err
+							}
+						}
+						return nil
 					}
 					if len(qs) == 0 {
 						fmt.Fprintln(e.stdout, `no queues (create one with "sluice queue create NAME")`)
@@ -157,13 +179,17 @@ groups. With --set, changes options first; options not named keep their
 values. The changes apply to the calls that start afterwards.
 
 Options: max_attempts, max_payload (integers), notify (true/false), lease,
-backoff_base, backoff_max, retention, rotate_interval (durations such as
-30s, 5m or 1h).
+backoff_base, backoff_max, retention, rotate_interval, dedup_window
+(durations such as 30s, 5m or 1h).
 
 Examples:
   sluice queue config orders
   sluice queue config orders --set max_attempts=10 --set lease=2m
 `
+
+// durationOptions are the queue options that are intervals.
+var durationOptions = map[string]bool{"lease": true, "backoff_base": true, "backoff_max": true, "retention": true,
+	"rotate_interval": true, "dedup_window": true}
 
 // optionFlags collects repeated --set option=value flags as the JSON values
 // of sluice.alter_queue: durations as interval strings, integers, booleans.
@@ -177,10 +203,10 @@ func (o optionFlags) Set(s string) error {
 		return fmt.Errorf("want option=value, got %q", s)
 	}
 	switch k {
-	case "lease", "backoff_base", "backoff_max", "retention", "rotate_interval":
-		d, err := time.ParseDuration(v)
+	case "lease", "backoff_base", "backoff_max", "retention", "rotate_interval", "dedup_window":
+		d, err := parseDuration(v)
 		if err != nil {
-			return fmt.Errorf("option %s: want a duration such as 30s or 5m, got %q", k, v)
+			return fmt.Errorf("option %s: %w", k, err)
 		}
 		o[k] = sluice.IntervalString(d)
 	case "max_attempts", "max_payload":
@@ -232,10 +258,16 @@ func queueConfigCommand() command {
 						fmt.Fprintf(tw, "created\t%s\n", q.CreatedAt.Local().Format(time.RFC3339))
 						fmt.Fprintf(tw, "groups\t%s\n", strings.Join(q.Groups, ", "))
 						for _, k := range []string{"max_attempts", "lease", "backoff_base", "backoff_max", "retention",
-							"rotate_interval", "max_payload", "notify", "default_group"} {
-							if v, ok := opts[k]; ok {
-								fmt.Fprintf(tw, "%s\t%s\n", k, bytes.Trim(v, `"`))
+							"rotate_interval", "dedup_window", "max_payload", "notify", "default_group"} {
+							v, ok := opts[k]
+							if !ok {
+								continue
 							}
+							text := string(bytes.Trim(v, `"`))
+							if durationOptions[k] {
+								text = formatInterval(text)
+							}
+							fmt.Fprintf(tw, "%s\t%s\n", k, text)
 						}
 						return tw.Flush()
 					}
@@ -308,6 +340,13 @@ func queueDropCommand() command {
 			}
 		},
 	}
+}
+
+// flagGiven reports whether flag name was given on the command line.
+func flagGiven(fs *flag.FlagSet, name string) bool {
+	given := false
+	fs.Visit(func(f *flag.Flag) { given = given || f.Name == name })
+	return given
 }
 
 // setToZero returns the first of the named flags that was given on the

@@ -21,12 +21,14 @@ ready it prints nothing. To follow a queue, use "sluice tail".
 
 With --no-ack the messages stay leased and are delivered again when the
 lease expires (counting as a delivery attempt); their receipts are printed
-so that they can be acknowledged with SQL (sluice.ack).
+so that they can be completed with "sluice ack", "sluice nack" or
+"sluice extend" (or with SQL: sluice.ack).
 
 Examples:
   sluice receive orders
   sluice receive orders --group billing --max 100
   sluice receive orders --no-ack --lease 5m
+  sluice receive orders --no-ack | sluice ack orders
 `
 
 func printMessage(enc *json.Encoder, m *sluice.Message, withReceipt bool) error {
@@ -87,7 +89,11 @@ wake-ups and polling as fallback.
 
 With --no-ack it only watches: it reads through a temporary group of its own
 (tail-<pid>, starting from --from, latest by default) that is dropped when
-it exits, so the real groups keep their messages.
+it exits (at --count, Ctrl-C, SIGTERM or SIGHUP), so the real groups keep
+their messages. A tail killed with SIGKILL (kill -9) or by a crash cannot
+drop it: the group stays and holds back the queue's reclaim until you drop
+it with "sluice group drop QUEUE tail-<pid>" ("sluice status" lists it).
+--from without --no-ack is a usage error.
 
 Examples:
   sluice tail orders
@@ -113,6 +119,9 @@ func tailCommand() command {
 				}
 				if *poll <= 0 {
 					return usagef("--poll-interval must be positive")
+				}
+				if !*noAck && flagGiven(fs, "from") {
+					return usagef("--from works only with --no-ack: a real group reads from where it is (move it with \"sluice group seek\")")
 				}
 				return e.withDB(ctx, *url, func(db *database) error {
 					queue, g := args[0], *group

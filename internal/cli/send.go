@@ -4,8 +4,10 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
@@ -57,7 +59,10 @@ func sendCommand() command {
 			fs.Var(headers, "header", "a header as `key=value` (repeatable; values are strings)")
 			return func(ctx context.Context, args []string) error {
 				if *delay < 0 {
-					return usagef("--delay must not be negative, got %s", *delay)
+					return usagef("--delay must not be negative, got %s", formatDuration(*delay))
+				}
+				if *priority < math.MinInt32 || *priority > math.MaxInt32 {
+					return usagef("--priority must be from %d to %d, got %d", math.MinInt32, math.MaxInt32, *priority)
 				}
 				opts := &sluice.SendOptions{Key: *key, Delay: *delay, Priority: *priority, DedupKey: *dedup}
 				if len(headers) > 0 {
@@ -74,29 +79,69 @@ func sendCommand() command {
 						return usagef("BODY %q is not JSON; to send text, quote it as a JSON string: '\"%s\"'", args[1], args[1])
 					}
 				}
+				if body == nil && e.stdinIsTerminal() {
+					fmt.Fprintln(e.stderr, "sluice send: reading messages from standard input, one JSON value per line; "+
+						"end with Ctrl-D (or give BODY as an argument to send one message)")
+				}
 				return e.withDB(ctx, *url, func(db *database) error {
-					if body != nil {
-						id, err := db.client.Send(ctx, args[0], body, opts)
-						if err != nil {
+					if body == nil {
+						return e.sendStdin(ctx, db, args[0], opts)
+					}
+					var id int64
+					var duplicate bool
+					err := db.client.InTx(ctx, func(tx pgx.Tx) error {
+						var err error
+						if id, err = db.client.SendTx(ctx, tx, args[0], body, opts); err != nil {
 							return err
 						}
-						fmt.Fprintln(e.stdout, id)
-						return nil
+						duplicate, err = enqueuedNothing(ctx, tx, opts)
+						return err
+					})
+					if err != nil {
+						return err
 					}
-					return e.sendStdin(ctx, db, args[0], opts)
+					fmt.Fprintln(e.stdout, id)
+					if duplicate {
+						fmt.Fprintf(e.stderr, "sluice send: nothing enqueued: dedup key %q was sent to queue %s within its dedup window; "+
+							"%d is the id of that earlier message\n", opts.DedupKey, args[0], id)
+					}
+					return nil
 				})
 			}
 		},
 	}
 }
 
+// enqueuedNothing reports whether the sends of tx so far, all with
+// opts.DedupKey, were duplicates: a send that enqueues a message writes, and
+// a write gives the transaction an id; a duplicate only reads.
+func enqueuedNothing(ctx context.Context, tx pgx.Tx, opts *sluice.SendOptions) (bool, error) {
+	if opts.DedupKey == "" {
+		return false, nil
+	}
+	var none bool
+	if err := tx.QueryRow(ctx, "SELECT pg_current_xact_id_if_assigned() IS NULL").Scan(&none); err != nil {
+		return false, fmt.Errorf("checking whether the send was a duplicate: %w", err)
+	}
+	return none, nil
+}
+
+// defaultMaxLine is the longest line of standard input that sluice send
+// reads as one message.
+const defaultMaxLine = 128 << 20
+
 // sendStdin sends the NDJSON lines of standard input in batches.
 func (e *env) sendStdin(ctx context.Context, db *database, queue string, opts *sluice.SendOptions) error {
 	const batchSize = 1000
+	maxLine := e.maxLine
+	if maxLine <= 0 {
+		maxLine = defaultMaxLine
+	}
 	sc := bufio.NewScanner(e.stdin)
-	sc.Buffer(make([]byte, 64*1024), 128*1024*1024)
+	sc.Buffer(make([]byte, 0, min(64*1024, maxLine)), maxLine)
 	var batch []json.RawMessage
 	var sent, first, last int64
+	duplicates := 0 // messages a dedup key kept out
 	flush := func() error {
 		if len(batch) == 0 {
 			return nil
@@ -105,6 +150,7 @@ func (e *env) sendStdin(ctx context.Context, db *database, queue string, opts *s
 		var err error
 		if opts.Priority != 0 || opts.DedupKey != "" {
 			// send_batch has no priority or dedup key: send one by one, in one transaction.
+			dups := 0
 			err = db.client.InTx(ctx, func(tx pgx.Tx) error {
 				for _, b := range batch {
 					id, err := db.client.SendTx(ctx, tx, queue, b, opts)
@@ -113,8 +159,21 @@ func (e *env) sendStdin(ctx context.Context, db *database, queue string, opts *s
 					}
 					ids = append(ids, id)
 				}
+				// Every message carries the same dedup key: at most the
+				// first is enqueued, and only if the transaction wrote.
+				none, err := enqueuedNothing(ctx, tx, opts)
+				switch {
+				case err != nil:
+					return err
+				case opts.DedupKey == "":
+				case none:
+					dups = len(batch)
+				default:
+					dups = len(batch) - 1
+				}
 				return nil
 			})
+			duplicates += dups
 		} else {
 			msgs := make([]sluice.BatchMessage, len(batch))
 			for i, b := range batch {
@@ -151,6 +210,10 @@ func (e *env) sendStdin(ctx context.Context, db *database, queue string, opts *s
 		}
 	}
 	if err := sc.Err(); err != nil {
+		if errors.Is(err, bufio.ErrTooLong) {
+			return fmt.Errorf("standard input, line %d: longer than %d bytes, the most one line (one message) may hold; "+
+				"nothing of it was sent (sent %d messages before it)", line+1, maxLine, sent)
+		}
 		return fmt.Errorf("reading standard input (sent %d messages): %w", sent, err)
 	}
 	if err := flush(); err != nil {
@@ -161,6 +224,10 @@ func (e *env) sendStdin(ctx context.Context, db *database, queue string, opts *s
 		return nil
 	}
 	fmt.Fprintf(e.stdout, "sent %d messages to queue %s (ids %d to %d)\n", sent, queue, first, last)
+	if duplicates > 0 {
+		fmt.Fprintf(e.stderr, "sluice send: %d of the %d messages enqueued nothing: dedup key %q was sent to queue %s within its dedup window\n",
+			duplicates, sent, opts.DedupKey, queue)
+	}
 	return nil
 }
 

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -18,11 +19,13 @@ Shows the depth and progress of every consumer group of a queue (of every
 queue without QUEUE): messages ready, delayed (delay or retry backoff), in
 flight (leased), dead, the group's lag (messages from its oldest pending one
 to the newest) and the age of its oldest pending message. With --watch it
-refreshes every --interval until interrupted.
+refreshes every --interval until interrupted. With --json it prints one
+JSON object per group instead of the table (oldest_pending_age in seconds).
 
 Examples:
   sluice status
   sluice status orders --watch
+  sluice status orders --json
 `
 
 func statusCommand() command {
@@ -32,6 +35,7 @@ func statusCommand() command {
 			url := dbFlag(fs)
 			watch := fs.Bool("watch", false, "refresh until interrupted")
 			interval := fs.Duration("interval", time.Second, "refresh interval of --watch")
+			asJSON := fs.Bool("json", false, "print JSON lines instead of a table")
 			return func(ctx context.Context, args []string) error {
 				if *interval <= 0 {
 					return usagef("--interval must be positive")
@@ -50,19 +54,25 @@ func statusCommand() command {
 							}
 							return err
 						}
-						if *watch && tty {
-							fmt.Fprint(e.stdout, "\033[H\033[2J")
-						}
-						if *watch {
-							fmt.Fprintf(e.stdout, "%s  (every %s, Ctrl-C to stop)\n", time.Now().Format(time.TimeOnly), *interval)
-						}
-						if err := printStatus(e.stdout, st); err != nil {
-							return err
+						if *asJSON {
+							if err := printStatusJSON(e.stdout, st); err != nil {
+								return err
+							}
+						} else {
+							if *watch && tty {
+								fmt.Fprint(e.stdout, "\033[H\033[2J")
+							}
+							if *watch {
+								fmt.Fprintf(e.stdout, "%s  (every %s, Ctrl-C to stop)\n", time.Now().Format(time.TimeOnly), formatDuration(*interval))
+							}
+							if err := printStatus(e.stdout, st); err != nil {
+								return err
+							}
 						}
 						if !*watch {
 							return nil
 						}
-						if !tty {
+						if !tty && !*asJSON {
 							fmt.Fprintln(e.stdout)
 						}
 						select {
@@ -95,6 +105,35 @@ func printStatus(w io.Writer, st []sluice.Status) error {
 	return tw.Flush()
 }
 
+// statusJSON is one line of status --json.
+type statusJSON struct {
+	Queue            string  `json:"queue"`
+	Group            *string `json:"group"` // null for a queue without groups
+	Ready            int64   `json:"ready"`
+	Delayed          int64   `json:"delayed"`
+	InFlight         int64   `json:"in_flight"`
+	Dead             int64   `json:"dead"`
+	Lag              int64   `json:"lag"`
+	OldestPendingAge float64 `json:"oldest_pending_age"` // seconds, 0 for none
+	HoldsReclaim     bool    `json:"holds_reclaim"`
+}
+
+// printStatusJSON prints st as JSON lines, one per group.
+func printStatusJSON(w io.Writer, st []sluice.Status) error {
+	enc := json.NewEncoder(w)
+	for _, s := range st {
+		out := statusJSON{Queue: s.Queue, Ready: s.Ready, Delayed: s.Delayed, InFlight: s.InFlight, Dead: s.Dead, Lag: s.Lag,
+			OldestPendingAge: s.OldestPendingAge.Seconds(), HoldsReclaim: s.HoldsReclaim}
+		if s.Group != "" {
+			out.Group = &s.Group
+		}
+		if err := enc.Encode(out); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // age renders a duration for tables: "-" for none, else rounded.
 func age(d time.Duration) string {
 	switch {
@@ -103,7 +142,7 @@ func age(d time.Duration) string {
 	case d < time.Second:
 		return d.Round(time.Millisecond).String()
 	default:
-		return d.Round(time.Second).String()
+		return formatDuration(d.Round(time.Second))
 	}
 }
 

@@ -88,7 +88,7 @@ func (a *api) render() []byte {
 func (a *api) renderFunction(b *strings.Builder, f *function) {
 	p := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
 	p("\n### sluice.%s\n\n", f.name)
-	p("```sql\n%s\n```\n", f.signature())
+	p("```sql signature\n%s\n```\n", f.signature())
 	for i, t := range f.header.purpose {
 		if i == 0 {
 			t = title(t)

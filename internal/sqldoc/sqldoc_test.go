@@ -214,7 +214,7 @@ CREATE OR REPLACE FUNCTION sluice.pairs(VARIADIC xs int[]) RETURNS TABLE (a int,
 	for _, want := range []string{
 		"| `SL002` | `other_thing` | something else |",
 		"## Things\n\nAbout things.\n\n### sluice.get_things\n",
-		"```sql\nsluice.get_things(\n    name text,\n    opts jsonb DEFAULT '{\"a\": [1, 2]}',\n    rows int   DEFAULT 3\n) RETURNS SETOF sluice.thing\n```",
+		"```sql signature\nsluice.get_things(\n    name text,\n    opts jsonb DEFAULT '{\"a\": [1, 2]}',\n    rows int   DEFAULT 3\n) RETURNS SETOF sluice.thing\n```",
 		"Fetch &lt;things&gt;.\n\nSecond paragraph.\n",
 		"- `opts` `jsonb`, default `'{\"a\": [1, 2]}'`: options:\n  - `depth`: how deep (1) and more\n",
 		"- `rows` `int`, default `3`: how many\n",

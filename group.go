@@ -1,0 +1,72 @@
+package sluice
+
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Consumer groups: sql/functions/group.sql.
+
+// Where a new consumer group starts reading (GroupOptions.StartFrom).
+const (
+	// StartEarliest starts at the oldest message the queue retains.
+	StartEarliest = "earliest"
+	// StartLatest starts with the messages that become visible after the
+	// group is created.
+	StartLatest = "latest"
+)
+
+// StartAt returns a GroupOptions.StartFrom value that starts a group at the
+// messages batched at or after t (replay within the queue's retention).
+func StartAt(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
+
+// GroupOptions configure a new consumer group.
+type GroupOptions struct {
+	// StartFrom is StartEarliest (the default), StartLatest, or a time from
+	// StartAt.
+	StartFrom string
+}
+
+// CreateGroup adds consumer group group to queue. Every group receives every
+// message (fan-out); the consumers of one group compete for its messages.
+// It fails with ErrGroupExists when the name is taken. opts may be nil.
+func (c *Client) CreateGroup(ctx context.Context, queue, group string, opts *GroupOptions) error {
+	return createGroup(ctx, c.pool, queue, group, opts)
+}
+
+// CreateGroupTx is CreateGroup in the caller's transaction.
+func (c *Client) CreateGroupTx(ctx context.Context, tx pgx.Tx, queue, group string, opts *GroupOptions) error {
+	return createGroup(ctx, tx, queue, group, opts)
+}
+
+func createGroup(ctx context.Context, db dbtx, queue, group string, opts *GroupOptions) error {
+	start := StartEarliest
+	if opts != nil && opts.StartFrom != "" {
+		start = opts.StartFrom
+	}
+	if _, err := db.Exec(ctx, sqlCreateGroup, queue, group, start); err != nil {
+		return translate(err, "creating group %q of queue %q", group, queue)
+	}
+	return nil
+}
+
+// DropGroup removes a consumer group and its dead letters. It reports
+// whether the group existed.
+func (c *Client) DropGroup(ctx context.Context, queue, group string) (bool, error) {
+	return dropGroup(ctx, c.pool, queue, group)
+}
+
+// DropGroupTx is DropGroup in the caller's transaction.
+func (c *Client) DropGroupTx(ctx context.Context, tx pgx.Tx, queue, group string) (bool, error) {
+	return dropGroup(ctx, tx, queue, group)
+}
+
+func dropGroup(ctx context.Context, db dbtx, queue, group string) (bool, error) {
+	var ok bool
+	if err := db.QueryRow(ctx, sqlDropGroup, queue, group).Scan(&ok); err != nil {
+		return false, translate(err, "dropping group %q of queue %q", group, queue)
+	}
+	return ok, nil
+}

@@ -1,0 +1,120 @@
+package sluice
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Status and upkeep: sluice.status and sluice.maintain (in
+// sql/functions/api.sql, with receive, ack, nack and extend).
+
+// Status is the depth and progress of one consumer group of a queue.
+type Status struct {
+	// Queue is the queue's name.
+	Queue string
+	// Group is the group's name; "" for a queue without groups.
+	Group string
+	// Ready counts messages deliverable now (new, expired leases, retries
+	// due).
+	Ready int64
+	// Delayed counts messages not deliverable before a later time (delay,
+	// retry backoff).
+	Delayed int64
+	// InFlight counts messages leased and not completed.
+	InFlight int64
+	// Dead counts dead letters not redriven.
+	Dead int64
+	// OldestPendingAge is the age of the oldest message the group has not
+	// completed (0 when none).
+	OldestPendingAge time.Duration
+	// Lag counts the messages the group has not completed: ready, in flight,
+	// waiting for a retry, and committed but not numbered yet.
+	Lag int64
+	// Cursor, LWM and Head are positions: last dispatched, first not
+	// completed, last numbered.
+	Cursor, LWM, Head int64
+	// LiveEpochs is how many storage epochs the queue keeps (1 to 4).
+	LiveEpochs int
+	// HoldsReclaim is true when this group keeps an old epoch from being
+	// reclaimed.
+	HoldsReclaim bool
+}
+
+// Status returns one row per consumer group of queue, or of every queue
+// when queue is "".
+func (c *Client) Status(ctx context.Context, queue string) ([]Status, error) {
+	return status(ctx, c.pool, queue)
+}
+
+// StatusTx is Status in the caller's transaction.
+func (c *Client) StatusTx(ctx context.Context, tx pgx.Tx, queue string) ([]Status, error) {
+	return status(ctx, tx, queue)
+}
+
+func status(ctx context.Context, db dbtx, queue string) ([]Status, error) {
+	what := "reading the status of every queue"
+	if queue != "" {
+		what = fmt.Sprintf("reading the status of queue %q", queue)
+	}
+	rows, err := db.Query(ctx, sqlStatus, nullText(queue))
+	if err != nil {
+		return nil, translate(err, "%s", what)
+	}
+	st, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Status, error) {
+		var s Status
+		var group *string
+		var age *time.Duration
+		err := row.Scan(&s.Queue, &group, &s.Ready, &s.Delayed, &s.InFlight, &s.Dead, &age, &s.Lag,
+			&s.Cursor, &s.LWM, &s.Head, &s.LiveEpochs, &s.HoldsReclaim)
+		s.Group = textOrEmpty(group)
+		if age != nil {
+			s.OldestPendingAge = *age
+		}
+		return s, err
+	})
+	if err != nil {
+		return nil, translate(err, "%s", what)
+	}
+	return st, nil
+}
+
+// MaintainResult is what Maintain did to one queue.
+type MaintainResult struct {
+	// Queue is the queue's name.
+	Queue string
+	// Rotated is true when a new storage epoch started.
+	Rotated bool
+	// Reclaimed counts the storage epochs reclaimed.
+	Reclaimed int
+}
+
+// Maintain runs the scheduled upkeep of every queue (rotation and reclaim).
+// It is never needed for correctness; run it every few seconds so that idle
+// queues rotate and reclaim too.
+func (c *Client) Maintain(ctx context.Context) ([]MaintainResult, error) {
+	return maintain(ctx, c.pool)
+}
+
+// MaintainTx is Maintain in the caller's transaction.
+func (c *Client) MaintainTx(ctx context.Context, tx pgx.Tx) ([]MaintainResult, error) {
+	return maintain(ctx, tx)
+}
+
+func maintain(ctx context.Context, db dbtx) ([]MaintainResult, error) {
+	rows, err := db.Query(ctx, sqlMaintain)
+	if err != nil {
+		return nil, translate(err, "maintaining queues")
+	}
+	res, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (MaintainResult, error) {
+		var r MaintainResult
+		err := row.Scan(&r.Queue, &r.Rotated, &r.Reclaimed)
+		return r, err
+	})
+	if err != nil {
+		return nil, translate(err, "maintaining queues")
+	}
+	return res, nil
+}
