@@ -12,7 +12,7 @@ const (
 	sqlReceive = `SELECT id, body, headers, key, priority, attempt, sent_at, receipt, lease_expires_at, pos
 FROM sluice.receive($1, $2, $3::int, $4::interval, $5::text, $6::text[])`
 
-	sqlAck = `SELECT sluice.ack($1, $2, $3::text[])`
+	sqlAck = `SELECT sluice.ack($1, $2, $3::text[], $4::boolean)`
 
 	sqlNack = `SELECT sluice.nack($1, $2, $3, $4::interval, $5::text)`
 

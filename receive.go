@@ -115,23 +115,29 @@ func receive(ctx context.Context, db dbtx, queue, group string, opts *ReceiveOpt
 // Ack completes messages of group by their receipts and returns how many it
 // completed now. A stale receipt (lease expired, message delivered again or
 // already completed) changes nothing and is not counted.
+//
+// Ack is its own transaction, and it commits without waiting for the disk
+// (sluice.ack's durable => false): a server crash right after it may lose the
+// ack, and then the messages are delivered again, as at-least-once delivery
+// allows; nothing is ever lost. Use AckTx to complete messages together with
+// other writes, durably.
 func (c *Client) Ack(ctx context.Context, queue, group string, receipts ...string) (int, error) {
-	return ack(ctx, c.pool, queue, group, receipts)
+	return ack(ctx, c.pool, queue, group, receipts, false)
 }
 
 // AckTx is Ack in the caller's transaction: the message is completed only
 // if tx commits, together with whatever else tx wrote (exactly-once
-// effects).
+// effects), with the transaction's own synchronous_commit.
 func (c *Client) AckTx(ctx context.Context, tx pgx.Tx, queue, group string, receipts ...string) (int, error) {
-	return ack(ctx, tx, queue, group, receipts)
+	return ack(ctx, tx, queue, group, receipts, true)
 }
 
-func ack(ctx context.Context, db dbtx, queue, group string, receipts []string) (int, error) {
+func ack(ctx context.Context, db dbtx, queue, group string, receipts []string, durable bool) (int, error) {
 	if receipts == nil {
 		receipts = []string{}
 	}
 	var n int
-	if err := db.QueryRow(ctx, sqlAck, queue, group, receipts).Scan(&n); err != nil {
+	if err := db.QueryRow(ctx, sqlAck, queue, group, receipts, durable).Scan(&n); err != nil {
 		return 0, translate(err, "acknowledging messages of queue %q, group %q", queue, group)
 	}
 	return n, nil

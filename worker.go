@@ -250,7 +250,7 @@ func (w *worker) fetch(ctx context.Context, handlers *sync.WaitGroup) error {
 		msgs, err := receive(w.bg, w.client.pool, w.queue, w.group,
 			&ReceiveOptions{Max: min(free, w.o.BatchSize), Lease: w.o.Lease, Consumer: w.o.Consumer, Ack: done})
 		if err != nil && len(done) > 0 {
-			if _, aerr := ack(w.bg, w.client.pool, w.queue, w.group, done); aerr != nil {
+			if _, aerr := ack(w.bg, w.client.pool, w.queue, w.group, done, false); aerr != nil {
 				w.o.Logger.Error("sluice: ack failed; the messages are redelivered when their leases expire",
 					"queue", w.queue, "group", w.group, "messages", len(done), "error", aerr)
 			}
@@ -378,7 +378,7 @@ func (w *worker) handle(j *job, ackNow bool) bool {
 	switch released := w.untrack(j); {
 	case released:
 	case err == nil && ackNow:
-		if _, aerr := ack(w.bg, w.client.pool, w.queue, w.group, []string{j.msg.Receipt}); aerr != nil {
+		if _, aerr := ack(w.bg, w.client.pool, w.queue, w.group, []string{j.msg.Receipt}, false); aerr != nil {
 			w.o.Logger.Error("sluice: ack failed; the message and the rest of its key's run are redelivered when their leases expire",
 				"queue", w.queue, "group", w.group, "id", j.msg.ID, "error", aerr)
 			return false
@@ -466,7 +466,7 @@ func (w *worker) acker() {
 				break more
 			}
 		}
-		if _, err := ack(w.bg, w.client.pool, w.queue, w.group, batch); err != nil {
+		if _, err := ack(w.bg, w.client.pool, w.queue, w.group, batch, false); err != nil {
 			w.o.Logger.Error("sluice: ack failed; the messages are redelivered when their leases expire",
 				"queue", w.queue, "group", w.group, "messages", len(batch), "error", err)
 		}

@@ -157,3 +157,89 @@ func TestEngineFunctionsTurnJITOff(t *testing.T) {
 		t.Fatalf("found %d entry points in the queue's schema, want %d", seen, len(entry))
 	}
 }
+
+// TestAckDurableFalseCommitsAsynchronously: ack(durable => false) turns
+// synchronous_commit off for the rest of its transaction (also after a
+// receive in it), the default keeps the caller's value, and a NULL durable
+// is SL006 and completes nothing.
+func TestAckDurableFalseCommitsAsynchronously(t *testing.T) {
+	b := setup(t)
+	b.createQueue("ad", `{"lease": "30 seconds"}`)
+	for range 4 {
+		b.send(b.pool, "ad", `{}`)
+	}
+	conn, err := b.pool.Acquire(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	show := func(db q) string {
+		t.Helper()
+		var v string
+		if err := db.QueryRow(b.ctx, `SHOW synchronous_commit`).Scan(&v); err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	ms, err := receiveOn(b.ctx, conn, "ad", "default", 4, "30 seconds")
+	if err != nil || len(ms) != 4 {
+		t.Fatalf("receive: %v, %d messages", err, len(ms))
+	}
+	for i, c := range []struct {
+		stmt string
+		want string
+	}{
+		{`SELECT sluice.ack('ad', 'default', ARRAY[$1], durable => false)`, "off"},
+		{`SELECT sluice.ack('ad', 'default', ARRAY[$1])`, "on"},
+		{`SELECT sluice.ack('ad', 'default', ARRAY[$1], true)`, "on"},
+	} {
+		tx, err := conn.Begin(b.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var n int
+		if err := tx.QueryRow(b.ctx, c.stmt, ms[i].Receipt).Scan(&n); err != nil || n != 1 {
+			t.Fatalf("%s: %d, %v", c.stmt, n, err)
+		}
+		if v := show(tx); v != c.want {
+			t.Fatalf("%s: synchronous_commit = %s in its transaction, want %s", c.stmt, v, c.want)
+		}
+		if err := tx.Commit(b.ctx); err != nil {
+			t.Fatal(err)
+		}
+		if v := show(conn); v != "on" {
+			t.Fatalf("%s: synchronous_commit = %s after its transaction, want on", c.stmt, v)
+		}
+	}
+	// after a receive in the same transaction, durable => false still wins
+	b.send(b.pool, "ad", `{}`)
+	tx, err := conn.Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	more, err := receiveOn(b.ctx, tx, "ad", "default", 1, "30 seconds")
+	if err != nil || len(more) != 1 {
+		t.Fatalf("receive: %v, %d messages", err, len(more))
+	}
+	if _, err := tx.Exec(b.ctx, `SELECT sluice.ack('ad', 'default', ARRAY[$1], durable => false)`, more[0].Receipt); err != nil {
+		t.Fatal(err)
+	}
+	if v := show(tx); v != "off" {
+		t.Fatalf("receive then ack(durable => false): synchronous_commit = %s, want off", v)
+	}
+	if err := tx.Commit(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	// NULL: SL006, and the message stays leased
+	before := b.dataFingerprint()
+	_, err = b.pool.Exec(b.ctx, `SELECT sluice.ack('ad', 'default', ARRAY[$1], durable => NULL)`, ms[3].Receipt)
+	if code := sqlstate(err); code != "SL006" {
+		t.Fatalf("durable => NULL: %v (SQLSTATE %s), want SL006", err, code)
+	}
+	if after := b.dataFingerprint(); after != before {
+		t.Fatalf("durable => NULL changed data:\n%s\n->\n%s", before, after)
+	}
+	if n := b.ack("ad", "default", ms[3].Receipt); n != 1 {
+		t.Fatalf("ack after the refused one = %d, want 1", n)
+	}
+}

@@ -400,3 +400,74 @@ func TestLaneLockOfALargeGroupID(t *testing.T) {
 		t.Fatal("nack")
 	}
 }
+
+// A receive that finds nothing numbered while another receive of the queue
+// is cutting waits for that cut (up to 100 ms) and takes what it numbered,
+// rather than return nothing; a cutter whose transaction stays open delays
+// it by that bound only.
+func TestReceiveWaitsForACutInProgress(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.createQueue("q", `{"lanes": 4}`)
+	b.exec("SELECT sluice.create_group('q', 'other', 'earliest')")
+	b.exec(`SELECT sluice.send_batch('q', array(SELECT jsonb_build_object('n', g) FROM generate_series(1, 20) g))`)
+
+	// A receive of group other cuts the 20 and keeps its transaction open
+	// for a moment.
+	cutter, err := b.pool.Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cutter.Rollback(b.ctx) //nolint:errcheck
+	if ms, err := receiveOn(b.ctx, cutter, "q", "other", 1, ""); err != nil || len(ms) != 1 {
+		t.Fatalf("cutter's receive: %d messages, %v", len(ms), err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		time.Sleep(10 * time.Millisecond)
+		done <- cutter.Commit(b.ctx)
+	}()
+	ms, err := receiveOn(b.ctx, b.pool, "q", "default", 5, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if len(ms) != 5 {
+		t.Fatalf("receive during a cut got %d messages, want the 5 the cut numbered", len(ms))
+	}
+
+	// A cutter that stays open delays others by the bound, not until it ends.
+	b.exec(`SELECT sluice.send_batch('q', array(SELECT jsonb_build_object('n', g) FROM generate_series(21, 40) g))`)
+	held, err := b.pool.Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Rollback(b.ctx) //nolint:errcheck
+	if _, err := receiveOn(b.ctx, held, "q", "other", 1, ""); err != nil {
+		t.Fatal(err)
+	}
+	// group default still has 15 numbered before; take them first
+	for left := 15; left > 0; {
+		got, err := receiveOn(b.ctx, b.pool, "q", "default", left, "")
+		if err != nil || len(got) == 0 {
+			t.Fatalf("taking the numbered rest: %d messages, %v", len(got), err)
+		}
+		left -= len(got)
+	}
+	start := time.Now()
+	got, err := receiveOn(b.ctx, b.pool, "q", "default", 5, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); len(got) != 0 || took > 2*time.Second {
+		t.Fatalf("receive while a cutter stays open: %d messages after %v, want 0 within the wait bound", len(got), took)
+	}
+	if err := held.Rollback(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := b.receive("q", "default", 20, ""); len(got) != 20 {
+		t.Fatalf("after the open cutter rolled back: %d messages, want 20", len(got))
+	}
+}

@@ -337,7 +337,7 @@ func TestSendBatchKeepsOrder(t *testing.T) {
 func TestGroupStartPositions(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.createQueue("q", "")
+	b.createQueue("q", `{"lanes": 1}`) // the two messages in commit order (lanes deal them to two lanes)
 	old := b.send(b.pool, "q", `{"old": true}`)
 	time.Sleep(50 * time.Millisecond)
 	b.receive("q", "default", 10, "") // numbers the old message

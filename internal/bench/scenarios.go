@@ -709,17 +709,26 @@ func (r *runner) shootout(ctx context.Context) (*Result, error) {
 		drained[b] = rates
 		row(fmt.Sprintf("drain %d preloaded, %d consumers x batch %d", n, dc, b), 0, rates)
 	}
-	// A consumer loop's way: each batch acked by the next receive (one
-	// transaction per batch), against the peers' rows above.
+	// The Go library's ways, against the peers' rows above: receive then an
+	// ack that commits without waiting for the disk (Client.Ack), and each
+	// batch acked by the next receive (one transaction per batch, the
+	// worker's fetch loop).
 	if _, ok := systems[0].(*sluiceSystem); ok {
-		loop := &sluiceSystem{ackWithReceive: true}
-		for _, b := range []int{1, 100} {
-			cs, err := r.drainCell(ctx, loop, dc, b, n, dd)
-			if err != nil {
-				return nil, err
+		for _, v := range []struct {
+			s     *sluiceSystem
+			label string
+		}{
+			{&sluiceSystem{asyncAck: true}, "sluice receive then ack with durable => false"},
+			{&sluiceSystem{ackWithReceive: true}, "sluice acking with the next receive"},
+		} {
+			for _, b := range []int{1, 100} {
+				cs, err := r.drainCell(ctx, v.s, dc, b, n, dd)
+				if err != nil {
+					return nil, err
+				}
+				rates := append([]float64{float64(cs.count) / cs.elapsed.Seconds()}, drained[b][1:]...)
+				row(fmt.Sprintf("drain %d preloaded, %d consumers x batch %d, %s", n, dc, b, v.label), 0, rates)
 			}
-			rates := append([]float64{float64(cs.count) / cs.elapsed.Seconds()}, drained[b][1:]...)
-			row(fmt.Sprintf("drain %d preloaded, %d consumers x batch %d, sluice acking with the next receive", n, dc, b), 0, rates)
 		}
 	}
 	rate := r.o.Rate
@@ -739,7 +748,7 @@ func (r *runner) shootout(ctx context.Context) (*Result, error) {
 	}
 	notes = append(notes,
 		"One server, one system after another, same statements shape (River: its client's statements, see above): bodies built on the server, one transaction per batch, synchronous_commit as stated above.",
-		"sluice consumes with sluice.receive then sluice.ack (two transactions), or, in the rows that say so, with one sluice.receive per batch that acks the previous batch (ack => receipts; one transaction, committed asynchronously); SKIP LOCKED with one DELETE ... WHERE id = ANY(ARRAY(SELECT id ... ORDER BY id LIMIT n FOR UPDATE SKIP LOCKED)) RETURNING; PGMQ with pgmq.read (30 s visibility timeout) then pgmq.delete (two transactions); River with its client's workers (see above).",
+		"sluice consumes with sluice.receive then sluice.ack (two transactions; the ack durable, the receive committed asynchronously), or, in the rows that say so, with an ack that commits asynchronously too (durable => false, as the Go library's Client.Ack), or with one sluice.receive per batch that acks the previous batch (ack => receipts; one transaction, committed asynchronously); a lost asynchronous commit is a redelivery, never a lost message; SKIP LOCKED with one DELETE ... WHERE id = ANY(ARRAY(SELECT id ... ORDER BY id LIMIT n FOR UPDATE SKIP LOCKED)) RETURNING; PGMQ with pgmq.read (30 s visibility timeout) then pgmq.delete (two transactions); River with its client's workers (see above).",
 		"drain msg/s = messages drained / time to drain (or the time limit, then fewer than preloaded were drained: see the drain scenario for counts).")
 	return &Result{
 		Params: map[string]any{"producers": sp, "consumers": dc, "preload": n, "rate": rate, "duration_s": d.Seconds()},

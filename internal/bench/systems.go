@@ -93,6 +93,9 @@ func send(ctx context.Context, conn *pgxpool.Conn, s system, batch int, pad stri
 // (ackWithReceive) each batch acked by the next receive of its connection.
 type sluiceSystem struct {
 	ackWithReceive bool
+	// asyncAck acks with durable => false (as the Go library's Ack does):
+	// the ack's transaction commits without waiting for the disk.
+	asyncAck bool
 	pending        sync.Map      // *pgxpool.Conn -> []string, receipts the next receive acks
 	retention      time.Duration // 0: the engine's default
 	// reclaim keeps nothing completed (retention 0) and starts a storage
@@ -117,6 +120,9 @@ func (s *sluiceSystem) keyExpr() string {
 func (s *sluiceSystem) name() string {
 	if s.ackWithReceive {
 		return "sluice (ack with next receive)"
+	}
+	if s.asyncAck {
+		return "sluice (async ack)"
 	}
 	return "sluice"
 }
@@ -178,7 +184,7 @@ func (s *sluiceSystem) consume(ctx context.Context, conn *pgxpool.Conn, batch in
 		return 0, nil, took, nil
 	}
 	var n int
-	if err := conn.QueryRow(ctx, `SELECT sluice.ack('`+benchQueue+`', 'default', $1::text[])`, receipts).Scan(&n); err != nil {
+	if err := conn.QueryRow(ctx, `SELECT sluice.ack('`+benchQueue+`', 'default', $1::text[], durable => $2)`, receipts, !s.asyncAck).Scan(&n); err != nil {
 		return 0, nil, took, fmt.Errorf("sluice: acknowledging %d: %w", len(receipts), err)
 	}
 	if n != len(receipts) {

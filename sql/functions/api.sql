@@ -108,14 +108,21 @@ $$;
 
 -- ack: complete messages. Joins the caller's transaction, so the ack, the
 -- application's writes and any follow-up sends commit or roll back together.
+-- With durable => false the transaction commits asynchronously
+-- (synchronous_commit off until it ends): for an ack that is its own
+-- transaction, as a consumer loop's usually is, it does not wait for the
+-- disk. A server crash may then lose the ack, and its messages are
+-- delivered again (at-least-once); it never loses a message. Leave it true
+-- (the default) in a transaction whose other writes must be durable.
 --
 -- Parameters:
 --   queue       queue name
 --   group_name  consumer group
 --   receipts    receipts from receive
+--   durable     false: commit this transaction without waiting for the disk
 -- Returns: how many messages were completed now; stale receipts are not counted
--- Errors: SL001, SL002, SL003, SL006 (NULL receipts), SL008 invalid_receipt
-CREATE OR REPLACE FUNCTION sluice.ack(queue text, group_name text, receipts text[])
+-- Errors: SL001, SL002, SL003, SL006 (NULL receipts or durable), SL008 invalid_receipt
+CREATE OR REPLACE FUNCTION sluice.ack(queue text, group_name text, receipts text[], durable boolean DEFAULT true)
 RETURNS int
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -137,6 +144,10 @@ BEGIN
     IF ack.receipts IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'SL006', MESSAGE = 'receipts must not be NULL';
     END IF;
+    IF ack.durable IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'SL006', MESSAGE = 'durable must not be NULL',
+            HINT = 'true (the default) waits for the disk at commit; false does not';
+    END IF;
     IF current_setting('sluice.caller_synchronous_commit', true) <> '' THEN
         PERFORM sluice._durable_commit();   -- after a receive in this transaction
     END IF;
@@ -145,6 +156,9 @@ BEGIN
     END IF;
     -- e_ack parses the receipts first: malformed input raises SL008 before anything changes.
     EXECUTE format('SELECT %I.e_ack($1, $2)', sluice._qschema(q.id)) INTO n USING g.id, ack.receipts;
+    IF NOT ack.durable THEN
+        PERFORM set_config('synchronous_commit', 'off', true);
+    END IF;
     RETURN n;
 END
 $$;

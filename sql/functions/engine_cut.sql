@@ -71,20 +71,18 @@ $$;
 -- e_cut: number the next messages of the queue (at most 1000 per call).
 -- The caller holds the queue's cut lock.
 --
--- The messages of a cut are split into lanes (e_lanes) and numbered lane
--- by lane, in commit order within each lane: one batch row per lane with
--- new positions, each a range of consecutive positions. Every row of a cut
--- carries the cut's snapshots and resume point; the newest row (highest
--- batch_no) is where the next cut starts.
+-- Phase 1 takes the delayed messages that came due since the previous cut,
+-- phase 2 those committed since it; e_cut_store splits them into lanes and
+-- writes the batch rows. Every row of a cut carries the cut's snapshots and
+-- resume point; the newest row (highest batch_no) is where the next cut
+-- starts.
 --
 -- Parameters:
 --   p_queue_id  queue id
 --   p_lanes     the queue's number of lanes
 -- Returns: the last numbered position of the queue after the cut, or NULL
 --          when there was nothing new to number (and nothing was written)
--- Tables: reads messages, sluice.epoch; inserts at most one row per lane into
---         batches, and one row into keyed per keyed message and into prio
---         per unkeyed message with a priority other than 0
+-- Tables: reads messages, sluice.epoch; writes through e_cut_store
 CREATE OR REPLACE FUNCTION sluice_tmpl.e_cut(p_queue_id int, p_lanes int)
 RETURNS bigint
 LANGUAGE plpgsql
@@ -98,42 +96,15 @@ DECLARE
     v_snap pg_snapshot;
     v_t timestamptz;
     v_xip xid8[];
+    v_xmax xid8;
     v_phase smallint;
     v_res_due timestamptz;
     v_res_txid xid8;
     v_res_id bigint;
-    -- phase 1 (delayed messages that came due) and phase 2 (newly committed)
-    b_ids bigint[];
-    b_txids xid8[];
-    b_slots smallint[];
-    b_targets int[];
-    b_keys bigint[];
-    b_prios int[];
-    b_last_due timestamptz;
-    a_ids bigint[];
-    a_txids xid8[];
-    a_slots smallint[];
-    a_targets int[];
-    a_keys bigint[];
-    a_prios int[];
-    v_ids bigint[];
-    v_txids xid8[];
-    v_slots smallint[];
-    v_targets int[];
-    v_keys bigint[];
-    v_prios int[];
-    v_lanes smallint[];
-    v_any_target boolean;
-    v_any_key boolean;
-    v_any_prio boolean;
-    v_slot smallint;
-    v_first bigint;
-    nb int;
-    na int;
-    v_xmax xid8;
     v_lo_txid xid8;
     v_lo_id bigint;
-    n int;
+    c sluice.cut := ROW('{}', '{}', '{}', '{}', '{}', '{}', false, false, false)::sluice.cut;
+    r record;
     v_done boolean;
 BEGIN
     -- A snapshot held for the whole transaction would number from an old
@@ -172,13 +143,15 @@ BEGIN
         v_res_id := last.res_id;
     END IF;
 
+    -- Each phase reads its messages in numbering order in a subquery and
+    -- aggregates them in that order (an ORDER BY per aggregate would sort
+    -- six times), noting whether any is targeted, keyed or prioritized.
     -- Phase 1: committed before the previous cut, due in (prev_t, t].
     IF v_phase = 1 THEN
-        SELECT array_agg(s.id ORDER BY s.deliver_at, s.id), array_agg(s.txid ORDER BY s.deliver_at, s.id),
-               array_agg(s.slot ORDER BY s.deliver_at, s.id), array_agg(s.target_group ORDER BY s.deliver_at, s.id),
-               array_agg(s.k ORDER BY s.deliver_at, s.id), array_agg(s.pr ORDER BY s.deliver_at, s.id),
-               max(s.deliver_at)
-        INTO b_ids, b_txids, b_slots, b_targets, b_keys, b_prios, b_last_due
+        SELECT ROW(array_agg(s.id), array_agg(s.txid), array_agg(s.slot), array_agg(s.target_group), array_agg(s.k),
+                   array_agg(s.pr), bool_or(s.target_group IS NOT NULL), bool_or(s.k IS NOT NULL),
+                   bool_or(s.pr <> 0))::sluice.cut AS c, max(s.deliver_at) AS last_due
+        INTO r
         FROM (SELECT m.id, m.txid, m.slot, m.target_group, m.deliver_at,
                      hashtextextended(m.key, 0) AS k, CASE WHEN m.key IS NULL THEN m.priority ELSE 0 END AS pr
               FROM messages m
@@ -187,18 +160,17 @@ BEGIN
                 AND (v_res_due IS NULL OR (m.deliver_at, m.id) > (v_res_due, v_res_id))
               ORDER BY m.deliver_at, m.id
               LIMIT cap) s;
-        nb := coalesce(cardinality(b_ids), 0);
-        IF nb = cap THEN
+        c := e_cut_add(c, r.c);
+        IF cardinality(c.ids) = cap THEN
             v_done := false;
-            v_res_due := b_last_due;
-            v_res_id := b_ids[nb];
+            v_res_due := r.last_due;
+            v_res_id := c.ids[cap];
         ELSE
             v_phase := 2;
             v_res_txid := NULL;
             v_res_id := NULL;
         END IF;
     END IF;
-    nb := coalesce(cardinality(b_ids), 0);
 
     -- Phase 2: committed between the two snapshots and due by t, in (txid, id)
     -- order: first the transactions that were in progress at the previous cut
@@ -207,10 +179,10 @@ BEGIN
         v_xip := ARRAY(SELECT pg_snapshot_xip(v_prev_snap));
         v_xmax := pg_snapshot_xmax(v_prev_snap);
         IF cardinality(v_xip) > 0 AND (v_res_txid IS NULL OR v_res_txid < v_xmax) THEN
-            SELECT array_agg(s.id ORDER BY s.txid, s.id), array_agg(s.txid ORDER BY s.txid, s.id),
-                   array_agg(s.slot ORDER BY s.txid, s.id), array_agg(s.target_group ORDER BY s.txid, s.id),
-                   array_agg(s.k ORDER BY s.txid, s.id), array_agg(s.pr ORDER BY s.txid, s.id)
-            INTO a_ids, a_txids, a_slots, a_targets, a_keys, a_prios
+            SELECT ROW(array_agg(s.id), array_agg(s.txid), array_agg(s.slot), array_agg(s.target_group), array_agg(s.k),
+                       array_agg(s.pr), bool_or(s.target_group IS NOT NULL), bool_or(s.k IS NOT NULL),
+                       bool_or(s.pr <> 0))::sluice.cut AS c
+            INTO r
             FROM (SELECT x.* FROM (
                       -- OFFSET 0 keeps the planner from walking the whole
                       -- (txid, id) index in order to serve the LIMIT: the
@@ -225,10 +197,10 @@ BEGIN
                         AND (v_res_txid IS NULL OR (m.txid, m.id) > (v_res_txid, v_res_id))
                       OFFSET 0) x
                   ORDER BY x.txid, x.id
-                  LIMIT cap - nb) s;
+                  LIMIT cap - cardinality(c.ids)) s;
+            c := e_cut_add(c, r.c);
         END IF;
-        na := coalesce(cardinality(a_ids), 0);
-        IF nb + na < cap THEN
+        IF cardinality(c.ids) < cap THEN
             IF v_res_txid IS NULL OR v_res_txid < v_xmax THEN
                 v_lo_txid := v_xmax;
                 v_lo_id := -1;
@@ -236,16 +208,10 @@ BEGIN
                 v_lo_txid := v_res_txid;
                 v_lo_id := v_res_id;
             END IF;
-            SELECT coalesce(a_ids, '{}') || coalesce(array_agg(s.id ORDER BY s.txid, s.id), '{}'),
-                   coalesce(a_txids, '{}') || coalesce(array_agg(s.txid ORDER BY s.txid, s.id), '{}'),
-                   coalesce(a_slots, '{}') || coalesce(array_agg(s.slot ORDER BY s.txid, s.id), '{}'),
-                   coalesce(a_targets, array_fill(NULL::int, ARRAY[na]))
-                       || coalesce(array_agg(s.target_group ORDER BY s.txid, s.id), '{}'),
-                   coalesce(a_keys, array_fill(NULL::bigint, ARRAY[na]))
-                       || coalesce(array_agg(s.k ORDER BY s.txid, s.id), '{}'),
-                   coalesce(a_prios, array_fill(NULL::int, ARRAY[na]))
-                       || coalesce(array_agg(s.pr ORDER BY s.txid, s.id), '{}')
-            INTO a_ids, a_txids, a_slots, a_targets, a_keys, a_prios
+            SELECT ROW(array_agg(s.id), array_agg(s.txid), array_agg(s.slot), array_agg(s.target_group), array_agg(s.k),
+                       array_agg(s.pr), bool_or(s.target_group IS NOT NULL), bool_or(s.k IS NOT NULL),
+                       bool_or(s.pr <> 0))::sluice.cut AS c
+            INTO r
             FROM (SELECT m.id, m.txid, m.slot, m.target_group, hashtextextended(m.key, 0) AS k,
                          CASE WHEN m.key IS NULL THEN m.priority ELSE 0 END AS pr
                   FROM messages m
@@ -256,77 +222,172 @@ BEGIN
                     AND pg_visible_in_snapshot(m.txid, v_snap)
                     AND (m.deliver_at IS NULL OR m.deliver_at <= v_t)
                   ORDER BY m.txid, m.id
-                  LIMIT cap - nb - na) s;
+                  LIMIT cap - cardinality(c.ids)) s;
+            c := e_cut_add(c, r.c);
         END IF;
-        n := nb + coalesce(cardinality(a_ids), 0);
-        v_done := n < cap;
+        v_done := cardinality(c.ids) < cap;
         IF NOT v_done THEN
-            v_res_txid := a_txids[cardinality(a_txids)];
-            v_res_id := a_ids[cardinality(a_ids)];
+            v_res_txid := c.txids[cap];
+            v_res_id := c.ids[cap];
         END IF;
     END IF;
 
-    n := nb + coalesce(cardinality(a_ids), 0);
-    IF n = 0 AND new_round THEN
+    IF cardinality(c.ids) = 0 AND new_round THEN
         RETURN NULL;   -- nothing new: write nothing
     END IF;
+    PERFORM e_cut_store(p_queue_id, p_lanes, last.batch_no, last.last_pos, c,
+                        ROW(v_done, CASE WHEN NOT v_done THEN v_phase END,
+                            CASE WHEN NOT v_done AND v_phase = 1 THEN v_res_due END,
+                            CASE WHEN NOT v_done AND v_phase = 2 THEN v_res_txid END,
+                            CASE WHEN NOT v_done THEN v_res_id END,
+                            v_prev_t, v_t, v_prev_snap, v_snap)::sluice.cut_point);
+    RETURN last.last_pos + cardinality(c.ids);
+END
+$$;
+
+-- e_cut_add: append one phase's messages to a cut (p's arrays are NULL
+-- when the phase found none).
+CREATE OR REPLACE FUNCTION sluice_tmpl.e_cut_add(c sluice.cut, p sluice.cut)
+RETURNS sluice.cut
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+BEGIN
+    IF cardinality(p.ids) > 0 THEN
+        c.ids := c.ids || p.ids;
+        c.txids := c.txids || p.txids;
+        c.slots := c.slots || p.slots;
+        c.targets := c.targets || p.targets;
+        c.keys := c.keys || p.keys;
+        c.prios := c.prios || p.prios;
+        c.any_target := c.any_target OR p.any_target;
+        c.any_key := c.any_key OR p.any_key;
+        c.any_prio := c.any_prio OR p.any_prio;
+    END IF;
+    RETURN c;
+END
+$$;
+
+-- e_cut_store: write a cut: split its messages into lanes and number them
+-- lane by lane, in commit order within a lane, one batch row per lane with
+-- new positions (one empty row when a round ends with nothing new, so that
+-- the next cut starts a new round); then the key and priority indexes,
+-- what a receive looks up out of position order. Most cuts have no keyed
+-- message: their lanes are chunks of consecutive messages (as e_lanes
+-- deals them), copied as array slices without a sort.
+--
+-- Parameters:
+--   p_queue_id    queue id
+--   p_lanes       the queue's number of lanes
+--   p_batch_no    the newest batch row's number before this cut
+--   p_last_pos    the last position numbered before this cut
+--   c             the cut's messages, in commit order
+--   pt            where the cut stands: done, resume point, times, snapshots
+-- Tables: inserts one row per lane into batches, and one row into keyed per
+--         keyed message and into prio per unkeyed message with a priority
+--         other than 0
+CREATE OR REPLACE FUNCTION sluice_tmpl.e_cut_store(p_queue_id int, p_lanes int, p_batch_no bigint, p_last_pos bigint,
+                                                   c sluice.cut, pt sluice.cut_point)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    n constant int := cardinality(c.ids);
+    v_first constant bigint := p_last_pos + 1;
+    v_slot smallint;
+    v_lanes smallint[] := '{}';
+    l_lane smallint[] := '{}';
+    l_lo int[] := '{}';
+    l_hi int[] := '{}';
+    o_ids bigint[] := '{}';
+    o_txids xid8[] := '{}';
+    o_slots smallint[] := '{}';
+    o_targets int[] := '{}';
+    o_prios int[] := '{}';
+    v_chunk int;
+    a int;
+    b int;
+    r record;
+BEGIN
     v_slot := (SELECT e.epoch FROM sluice.epoch e WHERE e.queue_id = p_queue_id ORDER BY e.epoch DESC LIMIT 1) % 4;
-    v_first := last.last_pos + 1;
-    v_ids := coalesce(b_ids, '{}') || coalesce(a_ids, '{}');
-    v_txids := coalesce(b_txids, '{}') || coalesce(a_txids, '{}');
-    v_slots := coalesce(b_slots, '{}') || coalesce(a_slots, '{}');
-    v_targets := coalesce(b_targets, array_fill(NULL::int, ARRAY[nb])) || coalesce(a_targets, '{}');
-    v_keys := coalesce(b_keys, array_fill(NULL::bigint, ARRAY[nb])) || coalesce(a_keys, '{}');
-    v_prios := coalesce(b_prios, array_fill(0, ARRAY[nb])) || coalesce(a_prios, '{}');
-    -- One pass: whether any position is targeted, keyed or prioritized (most
-    -- batches have none, and then store and index nothing for them).
-    SELECT coalesce(bool_or(u.tg IS NOT NULL), false), coalesce(bool_or(u.k IS NOT NULL), false),
-           coalesce(bool_or(u.pr <> 0), false)
-    INTO v_any_target, v_any_key, v_any_prio
-    FROM unnest(v_targets, v_keys, v_prios) AS u(tg, k, pr);
+    IF n > 0 AND NOT c.any_key THEN
+        -- Chunk j (from 0) holds messages j*chunk+1 .. (j+1)*chunk and goes
+        -- to lane (p_last_pos + 1 + j) % lanes; a lane's chunks in order.
+        v_chunk := greatest(1, least(64, (n + p_lanes - 1) / p_lanes));
+        FOR r IN SELECT j.j, ((p_last_pos + 1 + j.j) % p_lanes)::smallint AS ln
+                 FROM generate_series(0, (n + v_chunk - 1) / v_chunk - 1) AS j(j) ORDER BY 2, 1 LOOP
+            a := r.j * v_chunk + 1;
+            b := least((r.j + 1) * v_chunk, n);
+            IF cardinality(l_lane) = 0 OR l_lane[cardinality(l_lane)] <> r.ln THEN
+                l_lane := l_lane || r.ln;
+                l_lo := l_lo || (cardinality(o_ids) + 1);
+                l_hi := l_hi || 0;
+            END IF;
+            o_ids := o_ids || c.ids[a:b];
+            o_txids := o_txids || c.txids[a:b];
+            o_slots := o_slots || c.slots[a:b];
+            IF c.any_target THEN
+                o_targets := o_targets || c.targets[a:b];
+            END IF;
+            IF c.any_prio THEN
+                o_prios := o_prios || c.prios[a:b];
+                v_lanes := v_lanes || array_fill(r.ln, ARRAY[b - a + 1]);
+            END IF;
+            l_hi[cardinality(l_hi)] := cardinality(o_ids);
+        END LOOP;
+        INSERT INTO batches (slot, batch_no, first_pos, last_pos, lane, done, res_phase, res_due, res_txid, res_id,
+                             cut_at, prev_t, t, prev_snap, snap, ids, txids, slots, targets, keys, prios)
+        SELECT v_slot, p_batch_no + u.o, v_first + u.lo - 1, v_first + u.hi - 1, u.ln,
+               pt.done, pt.res_phase, pt.res_due, pt.res_txid, pt.res_id,
+               clock_timestamp(), pt.prev_t, pt.t, pt.prev_snap, pt.snap,
+               o_ids[u.lo:u.hi], o_txids[u.lo:u.hi], o_slots[u.lo:u.hi],
+               CASE WHEN c.any_target THEN o_targets[u.lo:u.hi] END, NULL,
+               CASE WHEN c.any_prio THEN o_prios[u.lo:u.hi] END
+        FROM unnest(l_lane, l_lo, l_hi) WITH ORDINALITY AS u(ln, lo, hi, o);
+        IF c.any_prio THEN
+            INSERT INTO prio (slot, priority, pos, target, mslot, id, txid, lane)
+            SELECT v_slot, u.pr, v_first + u.o - 1, u.tg, u.slot, u.id, u.txid, u.ln
+            FROM unnest(o_ids, o_txids, o_slots, CASE WHEN c.any_target THEN o_targets END, o_prios, v_lanes)
+                 WITH ORDINALITY AS u(id, txid, slot, tg, pr, ln, o)
+            WHERE u.pr <> 0;
+        END IF;
+        RETURN;
+    END IF;
     IF p_lanes > 1 AND n > 0 THEN
         SELECT l.ids, l.txids, l.slots, l.targets, l.keys, l.prios, l.lanes
-        INTO v_ids, v_txids, v_slots, v_targets, v_keys, v_prios, v_lanes
-        FROM e_lanes(p_lanes, last.last_pos, v_ids, v_txids, v_slots, v_targets, v_keys, v_prios) l;
+        INTO c.ids, c.txids, c.slots, c.targets, c.keys, c.prios, v_lanes
+        FROM e_lanes(p_lanes, p_last_pos, c.ids, c.txids, c.slots, c.targets, c.keys, c.prios) l;
     ELSE
         v_lanes := array_fill(0::smallint, ARRAY[n]);
     END IF;
-    -- One row per lane (one empty row when a round ends with nothing new, so
-    -- that the next cut starts a new round).
     INSERT INTO batches (slot, batch_no, first_pos, last_pos, lane, done, res_phase, res_due, res_txid, res_id,
                          cut_at, prev_t, t, prev_snap, snap, ids, txids, slots, targets, keys, prios)
-    SELECT v_slot, last.batch_no + row_number() OVER (ORDER BY b.lane), v_first + b.lo - 1, v_first + b.hi - 1, b.lane,
-           v_done, CASE WHEN NOT v_done THEN v_phase END,
-           CASE WHEN NOT v_done AND v_phase = 1 THEN v_res_due END,
-           CASE WHEN NOT v_done AND v_phase = 2 THEN v_res_txid END,
-           CASE WHEN NOT v_done THEN v_res_id END,
-           clock_timestamp(), v_prev_t, v_t, v_prev_snap, v_snap, b.ids, b.txids, b.slots,
-           CASE WHEN v_any_target THEN b.targets END,
-           CASE WHEN v_any_key THEN b.keys END,
-           CASE WHEN v_any_prio THEN b.prios END
+    SELECT v_slot, p_batch_no + row_number() OVER (ORDER BY b.lane), v_first + b.lo - 1, v_first + b.hi - 1, b.lane,
+           pt.done, pt.res_phase, pt.res_due, pt.res_txid, pt.res_id,
+           clock_timestamp(), pt.prev_t, pt.t, pt.prev_snap, pt.snap, b.ids, b.txids, b.slots,
+           CASE WHEN c.any_target THEN b.targets END,
+           CASE WHEN c.any_key THEN b.keys END,
+           CASE WHEN c.any_prio THEN b.prios END
     FROM (SELECT u.ln AS lane, min(u.o) AS lo, max(u.o) AS hi, array_agg(u.id ORDER BY u.o) AS ids,
                  array_agg(u.txid ORDER BY u.o) AS txids, array_agg(u.slot ORDER BY u.o) AS slots,
                  array_agg(u.tg ORDER BY u.o) AS targets, array_agg(u.k ORDER BY u.o) AS keys,
                  array_agg(coalesce(u.pr, 0) ORDER BY u.o) AS prios
-          FROM unnest(v_ids, v_txids, v_slots, v_targets, v_keys, v_prios, v_lanes)
+          FROM unnest(c.ids, c.txids, c.slots, c.targets, c.keys, c.prios, v_lanes)
                WITH ORDINALITY AS u(id, txid, slot, tg, k, pr, ln, o)
           GROUP BY u.ln
           UNION ALL
           SELECT 0, 1, 0, '{}', '{}', '{}', NULL, NULL, NULL WHERE n = 0) b;
-    -- The key and priority indexes: what a receive looks up out of position order.
-    IF v_any_key THEN
+    IF c.any_key THEN
         INSERT INTO keyed (slot, key_hash, pos, target, mslot, id, txid)
         SELECT v_slot, u.k, v_first + u.o - 1, u.tg, u.slot, u.id, u.txid
-        FROM unnest(v_ids, v_txids, v_slots, v_targets, v_keys) WITH ORDINALITY AS u(id, txid, slot, tg, k, o)
+        FROM unnest(c.ids, c.txids, c.slots, c.targets, c.keys) WITH ORDINALITY AS u(id, txid, slot, tg, k, o)
         WHERE u.k IS NOT NULL;
     END IF;
-    IF v_any_prio THEN
+    IF c.any_prio THEN
         INSERT INTO prio (slot, priority, pos, target, mslot, id, txid, lane)
         SELECT v_slot, u.pr, v_first + u.o - 1, u.tg, u.slot, u.id, u.txid, u.ln
-        FROM unnest(v_ids, v_txids, v_slots, v_targets, v_prios, v_lanes) WITH ORDINALITY AS u(id, txid, slot, tg, pr, ln, o)
+        FROM unnest(c.ids, c.txids, c.slots, c.targets, c.prios, v_lanes) WITH ORDINALITY AS u(id, txid, slot, tg, pr, ln, o)
         WHERE u.pr <> 0;
     END IF;
-    RETURN last.last_pos + n;
 END
 $$;
 

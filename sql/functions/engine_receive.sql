@@ -4,8 +4,8 @@
 --
 -- 0. Complete p_ack, if given (e_ack).
 -- 1. Number what committed since the last cut (e_cut), unless another
---    receive of the queue is cutting: never wait for it, what it numbers is
---    there at the next call.
+--    receive of the queue is cutting: then take what is numbered, and only
+--    if that is nothing, wait for the cut (at most 100 ms) and try again once.
 -- 2. Take from the group's lanes that have work, each under
 --    its try-lock: a lane another receive holds is skipped, not waited for
 --    (with lanes = 1, waited for: e_lock_lane).
@@ -25,14 +25,10 @@ DECLARE
     v_now constant timestamptz := clock_timestamp();
     v_start constant int := floor(random() * q.lanes)::int;
     v_maint constant text := 'sluice.maintained_' || q.id;
-    pk sluice.picks := ROW('{}', '{}', '{}', '{}', '{}', '{}', '{}');
-    v_prio boolean;
-    v_held smallint[] := '{}';
-    v_lanes smallint[];
-    v_tops int[];
-    i int;
-    ln smallint;
+    pk sluice.picks;
+    r record;
     n int;
+    v_pass int;
 BEGIN
     IF cardinality(p_ack) > 0 THEN
         PERFORM e_ack(g.id, p_ack);   -- the previous batch of a consumer loop
@@ -43,10 +39,84 @@ BEGIN
     IF q.lanes = 1 THEN
         PERFORM e_lock_lane(g.id, 0::smallint, 1);
     END IF;
+    -- A receive that finds nothing while another one of the queue is
+    -- cutting waits for that cut (at most 100 ms: e_wait_for_cut) and looks
+    -- again, rather than return nothing while messages are being numbered.
+    FOR v_pass IN 1..2 LOOP
+        SELECT * INTO r FROM e_pick(q, g, max_messages, v_now, v_start);
+        pk := r.pk;
+        EXIT WHEN cardinality(pk.pos) > 0 OR NOT r.cut_busy OR v_pass = 2 OR NOT e_wait_for_cut(q.id);
+    END LOOP;
+    -- Lease what was picked, one delivery row each, and return the messages
+    -- in the order they were picked. Those left over (gone, or out of
+    -- attempts) are e_lease_leftovers' business.
+    IF cardinality(pk.pos) > 0 THEN
+        RETURN QUERY
+        WITH k AS (
+            SELECT k.*, mm.*, 1 + (random() * 999999999999999998)::bigint AS token
+            FROM unnest(pk.pos, pk.id, pk.txid, pk.slot, pk.attempt, pk.key, pk.lane)
+                 WITH ORDINALITY AS k(pos, id, txid, slot, attempt, kh, lane, o)
+            CROSS JOIN LATERAL (
+                SELECT m.attempt_base, coalesce(m.origin_id, m.id) AS public_id, m.body, m.headers, m.key AS mkey,
+                       m.priority, m.sent_at
+                FROM messages m
+                WHERE m.slot = k.slot AND m.txid = k.txid AND m.id = k.id
+                LIMIT 1) mm
+            WHERE mm.attempt_base + k.attempt <= q.max_attempts
+        ), ins AS (
+            INSERT INTO deliveries (slot, group_id, lane, pos, attempt, token, msg_id, txid, expires_at, delivered_at,
+                                    consumer, key_hash)
+            SELECT k.slot, g.id, k.lane, k.pos, k.attempt, k.token, k.id, k.txid, v_now + p_lease, v_now, p_consumer, k.kh
+            FROM k
+        )
+        SELECT k.public_id, k.body, k.headers, k.mkey, k.priority, k.attempt_base + k.attempt, k.sent_at,
+               k.slot || '.' || k.pos || '.' || k.attempt || '.' || k.token, v_now + p_lease, k.pos
+        FROM k
+        ORDER BY k.o;
+        GET DIAGNOSTICS n = ROW_COUNT;
+        IF n < cardinality(pk.pos) THEN
+            PERFORM e_lease_leftovers(q, g, pk, v_now);
+        END IF;
+    END IF;
+    IF extract(epoch FROM v_now) >= coalesce(nullif(current_setting(v_maint, true), ''), '0')::float8 + 1 THEN
+        PERFORM set_config(v_maint, extract(epoch FROM v_now)::text, false);
+        IF pg_try_advisory_xact_lock(sluice._lock_ns('maint'), q.id) THEN
+            PERFORM e_maintain(q.id);
+        END IF;
+    END IF;
+END
+$$;
+
+-- e_pick: steps 1 and 2 of e_receive: cut if the cut lock is free, then
+-- pick from the lanes of the group that have work.
+--
+-- Parameters:
+--   q, g          the queue and group
+--   max_messages  how many to pick at most
+--   v_now         the receive's time
+--   v_start       the lane to start from after the prioritized ones
+-- Returns: pk, the picks in the order to return them; cut_busy, whether
+--          another receive held the cut lock (so this one did not cut)
+CREATE OR REPLACE FUNCTION sluice_tmpl.e_pick(q sluice.queue, g sluice.consumer_group, max_messages int,
+                                              v_now timestamptz, v_start int,
+                                              OUT pk sluice.picks, OUT cut_busy boolean)
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_prio boolean;
+    v_held smallint[] := '{}';
+    v_lanes smallint[];
+    v_tops int[];
+    i int;
+    ln smallint;
+    n int;
+BEGIN
+    pk := ROW('{}', '{}', '{}', '{}', '{}', '{}', '{}');
     -- Number what committed since the last cut: at most four cuts (a round
     -- larger than one cut takes several), before taking, so that the runs of
     -- a key numbered by them can be taken together.
-    IF pg_try_advisory_xact_lock(sluice._lock_ns('cut'), q.id) THEN
+    cut_busy := NOT pg_try_advisory_xact_lock(sluice._lock_ns('cut'), q.id);
+    IF NOT cut_busy THEN
         FOR n IN 1..4 LOOP
             EXIT WHEN e_cut(q.id, q.lanes) IS NULL;
             EXIT WHEN (SELECT b.done FROM batches b ORDER BY b.batch_no DESC LIMIT 1);
@@ -108,43 +178,6 @@ BEGIN
             EXIT WHEN cardinality(pk.pos) >= max_messages;
         END LOOP;
     END IF;
-    -- Lease what was picked, one delivery row each, and return the messages
-    -- in the order they were picked. Those left over (gone, or out of
-    -- attempts) are e_lease_leftovers' business.
-    IF cardinality(pk.pos) > 0 THEN
-        RETURN QUERY
-        WITH k AS (
-            SELECT k.*, mm.*, 1 + (random() * 999999999999999998)::bigint AS token
-            FROM unnest(pk.pos, pk.id, pk.txid, pk.slot, pk.attempt, pk.key, pk.lane)
-                 WITH ORDINALITY AS k(pos, id, txid, slot, attempt, kh, lane, o)
-            CROSS JOIN LATERAL (
-                SELECT m.attempt_base, coalesce(m.origin_id, m.id) AS public_id, m.body, m.headers, m.key AS mkey,
-                       m.priority, m.sent_at
-                FROM messages m
-                WHERE m.slot = k.slot AND m.txid = k.txid AND m.id = k.id
-                LIMIT 1) mm
-            WHERE mm.attempt_base + k.attempt <= q.max_attempts
-        ), ins AS (
-            INSERT INTO deliveries (slot, group_id, lane, pos, attempt, token, msg_id, txid, expires_at, delivered_at,
-                                    consumer, key_hash)
-            SELECT k.slot, g.id, k.lane, k.pos, k.attempt, k.token, k.id, k.txid, v_now + p_lease, v_now, p_consumer, k.kh
-            FROM k
-        )
-        SELECT k.public_id, k.body, k.headers, k.mkey, k.priority, k.attempt_base + k.attempt, k.sent_at,
-               k.slot || '.' || k.pos || '.' || k.attempt || '.' || k.token, v_now + p_lease, k.pos
-        FROM k
-        ORDER BY k.o;
-        GET DIAGNOSTICS n = ROW_COUNT;
-        IF n < cardinality(pk.pos) THEN
-            PERFORM e_lease_leftovers(q, g, pk, v_now);
-        END IF;
-    END IF;
-    IF extract(epoch FROM v_now) >= coalesce(nullif(current_setting(v_maint, true), ''), '0')::float8 + 1 THEN
-        PERFORM set_config(v_maint, extract(epoch FROM v_now)::text, false);
-        IF pg_try_advisory_xact_lock(sluice._lock_ns('maint'), q.id) THEN
-            PERFORM e_maintain(q.id);
-        END IF;
-    END IF;
 END
 $$;
 
@@ -165,6 +198,35 @@ BEGIN
         RETURN true;
     END IF;
     RETURN pg_try_advisory_xact_lock(sluice._lane_lock(p_group_id, p_lane));
+END
+$$;
+
+-- e_wait_for_cut: wait until no receive of the queue holds its cut lock
+-- (the cutter has committed, so what it numbered is visible to the next
+-- statement), for at most 100 ms: a cutter whose transaction stays open
+-- delays other receives by that much, it does not stop them. Holds no lock
+-- afterwards.
+--
+-- Parameters:
+--   p_queue_id  queue id
+-- Returns: whether the cut lock was free within the time
+CREATE OR REPLACE FUNCTION sluice_tmpl.e_wait_for_cut(p_queue_id int)
+RETURNS boolean
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_timeout constant text := current_setting('lock_timeout');
+BEGIN
+    PERFORM set_config('lock_timeout', '100ms', true);
+    BEGIN
+        PERFORM pg_advisory_lock_shared(sluice._lock_ns('cut'), p_queue_id);
+        PERFORM pg_advisory_unlock_shared(sluice._lock_ns('cut'), p_queue_id);
+    EXCEPTION WHEN lock_not_available THEN
+        PERFORM set_config('lock_timeout', v_timeout, true);
+        RETURN false;
+    END;
+    PERFORM set_config('lock_timeout', v_timeout, true);
+    RETURN true;
 END
 $$;
 
