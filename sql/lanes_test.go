@@ -464,6 +464,23 @@ func TestReceiveWaitsForACutInProgress(t *testing.T) {
 	if took := time.Since(start); len(got) != 0 || took > 2*time.Second {
 		t.Fatalf("receive while a cutter stays open: %d messages after %v, want 0 within the wait bound", len(got), took)
 	}
+	// A receive cancelled while it waits leaves no lock behind (the bench
+	// once saw a session-level lock outlive a cancelled wait and block
+	// drop_queue).
+	ctx, cancel := context.WithTimeout(b.ctx, 30*time.Millisecond)
+	_, err = receiveOn(ctx, b.pool, "q", "default", 5, "")
+	cancel()
+	if err == nil {
+		t.Log("the receive ended before its cancel (a slow machine?); checking for leftover locks anyway")
+	}
+	var heldPID int
+	if err := held.QueryRow(b.ctx, "SELECT pg_backend_pid()").Scan(&heldPID); err != nil {
+		t.Fatal(err)
+	}
+	if n := b.int64(`SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted AND pid <> $1
+	                    AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`, heldPID); n != 0 {
+		t.Fatalf("%d advisory locks held by sessions other than the open cutter after the waits", n)
+	}
 	if err := held.Rollback(b.ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -204,8 +204,10 @@ $$;
 -- e_wait_for_cut: wait until no receive of the queue holds its cut lock
 -- (the cutter has committed, so what it numbered is visible to the next
 -- statement), for at most 100 ms: a cutter whose transaction stays open
--- delays other receives by that much, it does not stop them. Holds no lock
--- afterwards.
+-- delays other receives by that much, it does not stop them. The lock is
+-- taken in a block that is then rolled back (SL900, caught), which releases
+-- it at once: nothing is held afterwards, whatever interrupts the wait (a
+-- session-level lock would outlive a cancelled statement).
 --
 -- Parameters:
 --   p_queue_id  queue id
@@ -216,17 +218,18 @@ LANGUAGE plpgsql
 AS $$
 DECLARE
     v_timeout constant text := current_setting('lock_timeout');
+    v_free boolean;
 BEGIN
     PERFORM set_config('lock_timeout', '100ms', true);
     BEGIN
-        PERFORM pg_advisory_lock_shared(sluice._lock_ns('cut'), p_queue_id);
-        PERFORM pg_advisory_unlock_shared(sluice._lock_ns('cut'), p_queue_id);
-    EXCEPTION WHEN lock_not_available THEN
-        PERFORM set_config('lock_timeout', v_timeout, true);
-        RETURN false;
+        PERFORM pg_advisory_xact_lock_shared(sluice._lock_ns('cut'), p_queue_id);
+        RAISE EXCEPTION USING ERRCODE = 'SL900', MESSAGE = 'release the cut lock';
+    EXCEPTION
+        WHEN SQLSTATE 'SL900' THEN v_free := true;
+        WHEN lock_not_available THEN v_free := false;
     END;
     PERFORM set_config('lock_timeout', v_timeout, true);
-    RETURN true;
+    RETURN v_free;
 END
 $$;
 
