@@ -27,6 +27,7 @@ from .errors import (
     SluiceError,
 )
 from .types import DeadLetter, MaintainResult, Message, QueueInfo, QueueStatus
+from .worker import Worker
 
 __version__ = "0.1.0"
 
@@ -50,4 +51,5 @@ __all__ = [
     "QueueStatus",
     "SchemaMissing",
     "SluiceError",
+    "Worker",
 ]
