@@ -11,6 +11,7 @@ Thin over sluice's SQL API (docs/sql.md): the engine owns the semantics.
 """
 
 from .aio import AsyncClient
+from .aio_worker import AsyncWorker
 from .client import Client
 from .errors import (
     GroupExists,
@@ -33,6 +34,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AsyncClient",
+    "AsyncWorker",
     "Client",
     "DeadLetter",
     "GroupExists",

@@ -145,7 +145,16 @@ def nack_params(
 
 
 def message(row: Sequence[Any], queue: str, group: str) -> Message:
-    return Message(*row, queue=queue, group=group)
+    id_, body, headers, key, priority, attempt, sent_at, receipt, expires, pos = row
+    return Message(id_, body, headers, key, priority, attempt, sent_at, receipt, expires, pos, queue, group)
+
+
+def listen_params(conninfo: Any, kwargs: Any) -> tuple[str, dict[str, Any]]:
+    """The connection string and arguments of a dedicated LISTEN connection
+    like the pool's (conninfo and kwargs may be callables in psycopg_pool)."""
+    info = conninfo() if callable(conninfo) else conninfo
+    kw = kwargs() if callable(kwargs) else kwargs
+    return info, {k: v for k, v in (kw or {}).items() if k != "autocommit"}
 
 
 def queue_status(row: Sequence[Any]) -> QueueStatus:

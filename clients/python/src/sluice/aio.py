@@ -81,7 +81,7 @@ class AsyncClient:
         self, sql: str, params: Sequence[Any], conn: psycopg.AsyncConnection[Any] | None
     ) -> list[tuple[Any, ...]]:
         async with self._conn(conn) as c:
-            cur = await c.execute(sql, params)  # type: ignore[arg-type]
+            cur = await c.execute(sql, params)
             return await cur.fetchall()
 
     async def _one(self, sql: str, params: Sequence[Any], conn: psycopg.AsyncConnection[Any] | None) -> Any:

@@ -71,7 +71,7 @@ class Client:
 
     def _all(self, sql: str, params: Sequence[Any], conn: psycopg.Connection[Any] | None) -> list[tuple[Any, ...]]:
         with self._conn(conn) as c:
-            return c.execute(sql, params).fetchall()  # type: ignore[arg-type]
+            return c.execute(sql, params).fetchall()
 
     def _one(self, sql: str, params: Sequence[Any], conn: psycopg.Connection[Any] | None) -> Any:
         rows = self._all(sql, params, conn)

@@ -106,7 +106,7 @@ class Worker(Registry[Handler]):
         """Consume until SIGTERM or SIGINT (when called from the main thread and
         ``handle_signals``) or :meth:`stop`, then shut down gracefully. Re-raises
         an error that stopped the worker (a queue or group that does not exist)."""
-        old: dict[int, Any] = {}
+        old: dict[signal.Signals, Any] = {}
         if handle_signals and threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGTERM, signal.SIGINT):
                 old[sig] = signal.signal(sig, lambda *_: self._stop.set())
@@ -133,8 +133,8 @@ class Worker(Registry[Handler]):
         pool = self.client.pool
         while not self._stop.is_set():
             try:
-                kwargs = {k: v for k, v in (pool.kwargs or {}).items() if k != "autocommit"}
-                with psycopg.connect(pool.conninfo, autocommit=True, **kwargs) as conn:
+                info, kwargs = _sql.listen_params(pool.conninfo, pool.kwargs)
+                with psycopg.connect(info, autocommit=True, **kwargs) as conn:
                     conn.execute(_sql.LISTEN)
                     pause = 0.1
                     for c in self._consumers:  # sends may have committed meanwhile
