@@ -158,6 +158,7 @@ class _Consumer:
         self.stopping = False
         self.handlers: set[asyncio.Task[None]] = set()
         self.fetcher: asyncio.Task[None] | None = None
+        self.wakers: set[asyncio.Task[None]] = set()
 
     @classmethod
     async def make(cls, worker: AsyncWorker, route: Route[AsyncHandler]) -> _Consumer:
@@ -172,7 +173,9 @@ class _Consumer:
 
     def kick(self) -> None:
         self.kicked = True
-        asyncio.get_running_loop().create_task(self._notify())
+        t = asyncio.get_running_loop().create_task(self._notify())
+        self.wakers.add(t)  # a reference until it is done
+        t.add_done_callback(self.wakers.discard)
 
     async def _notify(self) -> None:
         async with self.cond:
