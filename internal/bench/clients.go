@@ -49,9 +49,11 @@ func (r *runner) clients(ctx context.Context) (*Result, error) {
 		python = DefaultPython
 	}
 	res := &Result{Params: map[string]any{"messages": n, "python": python}}
-	if _, err := os.Stat(python); err != nil {
-		res.Notes = []string{fmt.Sprintf("skipped: no Python interpreter at %s (make test-python makes clients/python/.venv; --python names another)", python)}
-		return res, nil
+	for _, f := range []string{python, DefaultPythonScript} {
+		if _, err := os.Stat(f); err != nil {
+			res.Notes = []string{fmt.Sprintf("skipped: no %s (run from the repository's root; make test-python makes clients/python/.venv, --python names another interpreter)", f)}
+			return res, nil
+		}
 	}
 	client := sluice.NewClient(r.o.Pool)
 	ops := []clientOp{
