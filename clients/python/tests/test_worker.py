@@ -313,3 +313,40 @@ def test_sigterm_mid_handler_finishes_it_and_exits(dsn: str, client: sluice.Clie
     st = client.status(queue)[0]
     assert (st.lag, st.in_flight) == (0, 0)
     assert client.receive(queue) == []
+
+
+def test_worker_without_listen_polls(client: sluice.Client, queue: str) -> None:
+    client.create_queue(queue)
+    got = threading.Event()
+    worker = sluice.Worker(client, listen=False, poll_interval=0.1)
+
+    @worker.handler(queue)
+    def handle(msg: sluice.Message) -> None:
+        got.set()
+
+    with running(worker):
+        time.sleep(1.2)
+        client.send(queue, "ping")
+        assert got.wait(3)
+
+
+def test_async_worker_transactional_handler(dsn: str, client: sluice.Client, queue: str) -> None:
+    client.create_queue(queue, {"backoff_base": 0.1})
+    table = "effects_" + queue
+    with client.pool.connection() as conn:
+        conn.execute(f"CREATE TABLE {table} (id bigint, attempt int)")
+
+    def setup(w: sluice.AsyncWorker) -> None:
+        @w.handler(queue, transaction=True)
+        async def handle(msg: sluice.Message, conn: Any) -> None:
+            await conn.execute(f"INSERT INTO {table} VALUES (%s, %s)", (msg.id, msg.attempt))
+            if msg.attempt == 1:
+                raise RuntimeError("roll my insert back")
+
+    ids = client.send_batch(queue, [1, 2])
+    with running_async(dsn, setup):
+        wait_until(lambda: idle(client, queue), 10, "all handled")
+    with client.pool.connection() as conn:
+        rows = conn.execute(f"SELECT id, attempt FROM {table} ORDER BY id").fetchall()
+        conn.execute(f"DROP TABLE {table}")
+    assert rows == [(i, 2) for i in ids]
