@@ -142,6 +142,11 @@ def calls(c: Any) -> dict[str, Callable[[dict[str, Any]], Any]]:
 async def run_vector(path: Path, c: Any, is_async: bool) -> None:
     vector = json.loads(path.read_text())
     assert vector["name"] == path.stem
+    # A misspelt key would check nothing.
+    assert set(vector) <= {"name", "description", "steps"}, set(vector)
+    for step in vector["steps"]:
+        assert set(step) <= {"call", "args", "save", "expect", "expect_error"}, step
+        assert set(step.get("expect", {})) <= {"result", "count", "match", "contains"}, step
     r = Runner()
     table = calls(c)
     try:
