@@ -42,8 +42,9 @@ bench:
 	$(BIN)/sluice bench send drain keyed latency steady shootout overload app xmin \
 		--xmin-duration 2m --interval 30s --xmin-systems sluice,skiplocked $(BENCHFLAGS)
 
-## test: vet, staticcheck, the Go tests, then the real pgmq clients
-test: vet staticcheck test-go test-pgmq-clients
+## test: vet, staticcheck, the Go tests, the real pgmq clients, then the
+## Python client (its tests and its package build)
+test: vet staticcheck test-go test-pgmq-clients test-python build-python
 
 vet:
 	$(GO) vet ./...
@@ -78,6 +79,31 @@ $(PGMQ_JS)/node_modules/.installed: $(PGMQ_JS)/package-lock.json
 test-pgmq-clients: $(PGMQ_VENV)/.installed $(PGMQ_JS)/node_modules/.installed
 	$(GO) build -o $(BIN)/pgmqcompat-run ./internal/pgmqcompat/cmd/pgmqcompat-run
 	$(BIN)/pgmqcompat-run sh -c '$(PGMQ_VENV)/bin/python -m pytest -q -p no:cacheprovider $(PGMQ_PY) && cd $(PGMQ_JS) && node --test'
+
+## test-python: the Python client (clients/python): mypy --strict, then its
+## pytest suite (the shared conformance vectors, client and worker tests) on
+## a fresh database (a private PostgreSQL, or one on DATABASE_URL). The venv
+## is made here from clients/python/requirements-dev.txt (pinned), with the
+## package installed editable.
+PY_DIR  := clients/python
+PY_VENV := $(PY_DIR)/.venv
+
+$(PY_VENV)/.installed: $(PY_DIR)/requirements-dev.txt $(PY_DIR)/pyproject.toml
+	$(PYTHON) -m venv $(PY_VENV)
+	$(PY_VENV)/bin/pip install -q --disable-pip-version-check -r $(PY_DIR)/requirements-dev.txt
+	$(PY_VENV)/bin/pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e $(PY_DIR)
+	touch $@
+
+.PHONY: test-python build-python
+test-python: $(PY_VENV)/.installed
+	cd $(PY_DIR) && .venv/bin/mypy
+	$(GO) build -o $(BIN)/pgtest-run ./internal/pgtest/cmd/pgtest-run
+	$(BIN)/pgtest-run $(PY_VENV)/bin/python -m pytest -q -p no:cacheprovider $(PY_DIR)/tests
+
+## build-python: the Python client's sdist and wheel, into clients/python/dist/
+build-python: $(PY_VENV)/.installed
+	rm -rf $(PY_DIR)/dist
+	cd $(PY_DIR) && .venv/bin/python -m build --no-isolation --outdir dist .
 
 ## test-pgNN: the Go tests against PostgreSQL NN
 test-pg14 test-pg15 test-pg16 test-pg17 test-pg18: test-pg%:

@@ -20,7 +20,7 @@ import (
 )
 
 // Scenarios are the scenario names Run accepts, in the order of "all".
-var scenarioNames = []string{"send", "drain", "keyed", "latency", "steady", "shootout", "overload", "app", "xmin"}
+var scenarioNames = []string{"send", "drain", "keyed", "latency", "steady", "shootout", "overload", "app", "xmin", "clients"}
 
 // Scenarios returns the names of the scenarios.
 func Scenarios() []string { return slices.Clone(scenarioNames) }
@@ -75,6 +75,10 @@ type Options struct {
 	// DrainLimit is how long the app scenario waits, after its push, for
 	// the backlog to drain (2m).
 	DrainLimit time.Duration
+	// Python is the Python interpreter of the clients scenario, with the
+	// package sluice installed (DefaultPython: the venv make test-python
+	// makes). The scenario is skipped when it does not exist.
+	Python string
 }
 
 // MaxConnections is how many connections a run with o may use at once.
@@ -144,6 +148,8 @@ func Run(ctx context.Context, scenarios []string, o Options) (*Report, error) {
 			res, err = r.overload(ctx)
 		case "app":
 			res, err = r.app(ctx)
+		case "clients":
+			res, err = r.clients(ctx)
 		default:
 			return rep, fmt.Errorf("unknown scenario %q (known: %s)", name, strings.Join(scenarioNames, ", "))
 		}

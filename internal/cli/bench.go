@@ -48,6 +48,13 @@ Scenarios:
   xmin      steady while another connection holds a transaction with an xid
             (default 10 minutes): consumed/s, dead tuples and table size per
             --interval
+  clients   the Python client (clients/python) beside the Go library, on
+            min(--preload, 20000) messages of queue "bench_clients": send
+            batch 100, drain batch 100 (sync and async), a worker with a no-op
+            handler (Worker and AsyncWorker, concurrency 10): msg/s and the
+            ratio to Go. Needs --python (default clients/python/.venv/bin/python,
+            made by make test-python; skipped without it); run from the
+            repository's root
   all       all of the above
 
 Durations: each cell runs --duration (defaults: send 5s, drain at most 10s,
@@ -91,7 +98,7 @@ func (l *intList) Set(v string) error {
 
 func benchCommand() command {
 	return command{
-		name: "bench", summary: "run benchmark scenarios (send, drain, keyed, latency, steady, shootout, app, xmin)", usage: benchUsage,
+		name: "bench", summary: "run benchmark scenarios (send, drain, keyed, latency, steady, shootout, app, xmin, clients)", usage: benchUsage,
 		minArgs: 1, maxArgs: -1,
 		setup: func(fs *flag.FlagSet, e *env) func(context.Context, []string) error {
 			url := dbFlag(fs)
@@ -116,6 +123,7 @@ func benchCommand() command {
 			fs.StringVar(&o.PGMQWheel, "pgmq-wheel", "", "pgmq wheel `file` to install PGMQ from (default: pip download pgmq --no-deps)")
 			fs.DurationVar(&o.Retention, "retention", 0, "retention option of sluice's benchmark queue (0: the engine's default)")
 			fs.DurationVar(&o.DrainLimit, "drain-limit", 2*time.Minute, "how long the app scenario waits for its backlog to drain after the push")
+			fs.StringVar(&o.Python, "python", bench.DefaultPython, "Python interpreter `file` of the clients scenario, with the package sluice installed (make test-python makes it)")
 			return func(ctx context.Context, args []string) error {
 				var scenarios []string
 				for _, a := range args {

@@ -10,24 +10,19 @@
 // (its user needs CREATEDB), else on a private PostgreSQL that
 // internal/pgtest starts. COMMAND runs with DATABASE_URL set to the new
 // database; afterwards the database is dropped and a private server
-// stopped. The exit status is COMMAND's.
+// stopped. The exit status is COMMAND's. (internal/pgtest/cmd/pgtest-run
+// is the same without the pgmq layer.)
 package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
-	"os/exec"
-	"os/signal"
-	"syscall"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/sluicemq/sluice/internal/pgmqcompat"
 	"github.com/sluicemq/sluice/internal/pgtest"
-	sqlsrc "github.com/sluicemq/sluice/sql"
 )
 
 func main() {
@@ -35,7 +30,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "usage: pgmqcompat-run COMMAND [ARG...]")
 		os.Exit(2)
 	}
-	code, err := run(os.Args[1:])
+	code, err := pgtest.RunCommand(os.Args[1:], install)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "pgmqcompat-run:", err)
 		if code == 0 {
@@ -43,44 +38,6 @@ func main() {
 		}
 	}
 	os.Exit(code)
-}
-
-func run(args []string) (code int, err error) {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-
-	sctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
-	defer cancel()
-	srv, err := pgtest.Start(sctx)
-	if err != nil {
-		return 1, fmt.Errorf("starting PostgreSQL: %w", err)
-	}
-	defer func() { err = errors.Join(err, srv.Close()) }()
-
-	url, drop, err := srv.CreateDatabase(sctx, sqlsrc.FS)
-	if err != nil {
-		return 1, fmt.Errorf("creating a database: %w", err)
-	}
-	defer func() {
-		dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
-		defer dcancel()
-		err = errors.Join(err, drop(dctx))
-	}()
-	if err := install(sctx, url); err != nil {
-		return 1, err
-	}
-
-	cmd := exec.CommandContext(ctx, args[0], args[1:]...)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
-	cmd.Env = append(os.Environ(), "DATABASE_URL="+url)
-	if err := cmd.Run(); err != nil {
-		var exit *exec.ExitError
-		if errors.As(err, &exit) {
-			return exit.ExitCode(), nil
-		}
-		return 1, fmt.Errorf("running %s: %w", args[0], err)
-	}
-	return 0, nil
 }
 
 func install(ctx context.Context, url string) error {

@@ -1,0 +1,57 @@
+"""sluice: the Python client and worker of sluice, the message queue inside PostgreSQL.
+
+Thin over sluice's SQL API (docs/sql.md): the engine owns the semantics.
+
+- :class:`Client` / :class:`AsyncClient`: every call (send, send_batch,
+  receive, ack, nack, extend, queue and group admin, dead letters, redrive,
+  status), each taking ``conn=`` to join the caller's transaction.
+- :class:`Worker` / :class:`AsyncWorker`: consume queues with handlers
+  registered by decorator.
+- :mod:`sluice.errors`: one exception class per SQLSTATE of class SL.
+"""
+
+from .aio import AsyncClient
+from .aio_worker import AsyncWorker
+from .client import Client
+from .errors import (
+    GroupExists,
+    GroupNotFound,
+    InvalidArgument,
+    InvalidIsolation,
+    InvalidName,
+    InvalidOption,
+    InvalidReceipt,
+    PayloadTooLarge,
+    QueueExists,
+    QueueNotFound,
+    SchemaMissing,
+    SluiceError,
+)
+from .types import DeadLetter, MaintainResult, Message, QueueInfo, QueueStatus
+from .worker import Worker
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AsyncClient",
+    "AsyncWorker",
+    "Client",
+    "DeadLetter",
+    "GroupExists",
+    "GroupNotFound",
+    "InvalidArgument",
+    "InvalidIsolation",
+    "InvalidName",
+    "InvalidOption",
+    "InvalidReceipt",
+    "MaintainResult",
+    "Message",
+    "PayloadTooLarge",
+    "QueueExists",
+    "QueueInfo",
+    "QueueNotFound",
+    "QueueStatus",
+    "SchemaMissing",
+    "SluiceError",
+    "Worker",
+]

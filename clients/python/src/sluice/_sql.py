@@ -1,0 +1,173 @@
+"""The SQL the client runs, and the conversions shared by the sync and async clients.
+
+Each statement calls one function of the SQL API (docs/sql.md), whose
+header comment is the contract; the casts pin the parameter types.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import timedelta
+from typing import Any
+
+from psycopg.types.json import Jsonb
+
+from .types import DeadLetter, MaintainResult, Message, QueueInfo, QueueStatus
+
+Duration = timedelta | float | int
+"""A duration: a timedelta, or a number of seconds."""
+
+SEND = "SELECT sluice.send(%s, %s::jsonb, %s::jsonb, %s::text, %s::interval, %s::int, %s::text)"
+SEND_BATCH = (
+    "SELECT id FROM sluice.send_batch(%s, %s::jsonb[], %s::jsonb[], %s::text[], %s::interval,"
+    " %s::int[], %s::text[]) AS s(id)"
+)
+RECEIVE = (
+    "SELECT id, body, headers, key, priority, attempt, sent_at, receipt, lease_expires_at, pos"
+    " FROM sluice.receive(%s, %s, %s::int, %s::interval, %s::text, %s::text[])"
+)
+ACK = "SELECT sluice.ack(%s, %s, %s::text[])"
+NACK = "SELECT sluice.nack(%s, %s, %s, %s::interval, %s::text)"
+EXTEND = "SELECT sluice.extend(%s, %s, %s::text[], %s::interval)"
+CREATE_QUEUE = "SELECT sluice.create_queue(%s, %s::jsonb)"
+DROP_QUEUE = "SELECT sluice.drop_queue(%s)"
+ALTER_QUEUE = "SELECT sluice.alter_queue(%s, %s::jsonb)"
+PURGE_QUEUE = "SELECT sluice.purge_queue(%s)"
+LIST_QUEUES = "SELECT queue, created_at, options, groups FROM sluice.list_queues()"
+CREATE_GROUP = "SELECT sluice.create_group(%s, %s, %s)"
+DROP_GROUP = "SELECT sluice.drop_group(%s, %s)"
+STATUS = (
+    "SELECT queue, group_name, ready, delayed, in_flight, dead, oldest_pending_age, lag,"
+    " cursor, lwm, head, live_epochs, holds_reclaim FROM sluice.status(%s::text)"
+)
+DEAD_LETTERS = (
+    "SELECT id, group_name, body, headers, key, attempts, error, died_at, sent_at, dead_letter_id"
+    " FROM sluice.dead_letters(%s, %s::text, %s::int)"
+)
+REDRIVE = "SELECT sluice.redrive(%s, %s::text, %s::bigint[])"
+MAINTAIN = "SELECT queue, rotated, reclaimed FROM sluice.maintain()"
+VERSION = "SELECT sluice.version()"
+QUEUE_LEASE = (
+    "SELECT (options->>'lease')::interval FROM sluice.list_queues() WHERE queue = %s"
+)
+LISTEN = "LISTEN sluice"
+NOTIFY_CHANNEL = "sluice"
+"""The channel a committed send notifies, with the queue's name as payload."""
+
+# Options of create_queue and alter_queue that are intervals.
+_DURATION_OPTIONS = frozenset(
+    {"lease", "backoff_base", "backoff_max", "retention", "rotate_interval", "dedup_window"}
+)
+
+MAX_ERROR_TEXT = 10000
+"""The longest error text nack accepts."""
+
+
+def interval(d: Duration | None) -> timedelta | None:
+    """A duration as a timedelta (psycopg sends it as an interval); None stays None."""
+    if d is None or isinstance(d, timedelta):
+        return d
+    return timedelta(seconds=d)
+
+
+def interval_text(d: timedelta) -> str:
+    """A timedelta as an interval string exact to the microsecond, e.g. '1500000 microseconds'."""
+    us = (d.days * 86400 + d.seconds) * 1_000_000 + d.microseconds
+    if us % 1_000_000 == 0:
+        return f"{us // 1_000_000} seconds"
+    return f"{us} microseconds"
+
+
+def options(opts: Mapping[str, Any] | None) -> Jsonb:
+    """Queue options as jsonb: durations (timedelta, or seconds for the interval options)
+    become interval strings; other values pass as they are."""
+    out: dict[str, Any] = {}
+    for name, value in (opts or {}).items():
+        if isinstance(value, timedelta):
+            value = interval_text(value)
+        elif name in _DURATION_OPTIONS and isinstance(value, (int, float)) and not isinstance(value, bool):
+            value = interval_text(timedelta(seconds=value))
+        out[name] = value
+    return Jsonb(out)
+
+
+def jsonb_or_none(v: Any) -> Jsonb | None:
+    return None if v is None else Jsonb(v)
+
+
+def send_params(
+    queue: str,
+    body: Any,
+    headers: Mapping[str, Any] | None,
+    key: str | None,
+    delay: Duration | None,
+    priority: int,
+    dedup_key: str | None,
+) -> tuple[Any, ...]:
+    return (queue, Jsonb(body), jsonb_or_none(headers), key, interval(delay), priority, dedup_key)
+
+
+def send_batch_params(
+    queue: str,
+    bodies: Sequence[Any],
+    headers: Sequence[Mapping[str, Any] | None] | None,
+    keys: Sequence[str | None] | None,
+    delay: Duration | None,
+    priorities: Sequence[int] | None,
+    dedup_keys: Sequence[str | None] | None,
+) -> tuple[Any, ...]:
+    return (
+        queue,
+        [Jsonb(b) for b in bodies],
+        None if headers is None else [jsonb_or_none(h) for h in headers],
+        None if keys is None else list(keys),
+        interval(delay),
+        None if priorities is None else list(priorities),
+        None if dedup_keys is None else list(dedup_keys),
+    )
+
+
+def receive_params(
+    queue: str,
+    group: str,
+    max_messages: int,
+    lease: Duration | None,
+    consumer: str | None,
+    ack: Sequence[str] | None,
+) -> tuple[Any, ...]:
+    return (queue, group, max_messages, interval(lease), consumer, None if ack is None else list(ack))
+
+
+def nack_params(
+    queue: str, group: str, receipt: str, delay: Duration | None, error: str | None
+) -> tuple[Any, ...]:
+    return (queue, group, receipt, interval(delay), error)
+
+
+def message(row: Sequence[Any], queue: str, group: str) -> Message:
+    id_, body, headers, key, priority, attempt, sent_at, receipt, expires, pos = row
+    return Message(id_, body, headers, key, priority, attempt, sent_at, receipt, expires, pos, queue, group)
+
+
+def listen_params(conninfo: Any, kwargs: Any) -> tuple[str, dict[str, Any]]:
+    """The connection string and arguments of a dedicated LISTEN connection
+    like the pool's (conninfo and kwargs may be callables in psycopg_pool)."""
+    info = conninfo() if callable(conninfo) else conninfo
+    kw = kwargs() if callable(kwargs) else kwargs
+    return info, {k: v for k, v in (kw or {}).items() if k != "autocommit"}
+
+
+def queue_status(row: Sequence[Any]) -> QueueStatus:
+    return QueueStatus(*row)
+
+
+def dead_letter(row: Sequence[Any]) -> DeadLetter:
+    return DeadLetter(*row)
+
+
+def queue_info(row: Sequence[Any]) -> QueueInfo:
+    return QueueInfo(*row)
+
+
+def maintain_result(row: Sequence[Any]) -> MaintainResult:
+    return MaintainResult(*row)

@@ -1,0 +1,253 @@
+"""The asyncio client: every call of sluice's SQL API, on a psycopg pool.
+
+Every method takes an optional ``conn``: a :class:`psycopg.AsyncConnection` of
+the caller's. The call then runs on it, inside the caller's transaction, so
+that sends, acks and the application's own writes commit or roll back
+together. Without ``conn`` the call takes a connection from the pool and
+commits on its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+import psycopg
+from psycopg_pool import AsyncConnectionPool
+
+from . import _sql
+from ._sql import Duration
+from .errors import translate
+from .types import DeadLetter, MaintainResult, Message, QueueInfo, QueueStatus
+
+__all__ = ["AsyncClient"]
+
+
+class AsyncClient:
+    """Sends, receives and administers sluice queues through a psycopg async pool.
+
+    ``pool`` is a :class:`psycopg_pool.AsyncConnectionPool` (the client never
+    closes it; open it first) or a connection string: then the client makes
+    and owns a pool, opened by :meth:`open` or ``async with`` and closed by
+    :meth:`close`. Safe for use from many tasks.
+    """
+
+    def __init__(self, pool: AsyncConnectionPool | str, *, max_size: int = 10) -> None:
+        if isinstance(pool, str):
+            self.pool = AsyncConnectionPool(pool, min_size=1, max_size=max_size, open=False)
+            self._owned = True
+        else:
+            self.pool = pool
+            self._owned = False
+
+    async def open(self) -> AsyncClient:
+        """Open the pool if the client made it; returns the client."""
+        if self._owned:
+            await self.pool.open()
+        return self
+
+    async def close(self) -> None:
+        """Close the pool if the client made it."""
+        if self._owned:
+            await self.pool.close()
+
+    async def __aenter__(self) -> AsyncClient:
+        return await self.open()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        """A connection of the pool in a transaction, committed when the block
+        ends (rolled back if it raises). Pass it as ``conn=`` to join calls."""
+        async with self.pool.connection() as conn, conn.transaction():
+            yield conn
+
+    # -- plumbing ---------------------------------------------------------
+
+    @asynccontextmanager
+    async def _conn(self, conn: psycopg.AsyncConnection[Any] | None) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        if conn is not None:
+            with translate():
+                yield conn
+            return
+        with translate():
+            async with self.pool.connection() as c:
+                yield c
+
+    async def _all(
+        self, sql: str, params: Sequence[Any], conn: psycopg.AsyncConnection[Any] | None
+    ) -> list[tuple[Any, ...]]:
+        async with self._conn(conn) as c:
+            cur = await c.execute(sql, params)
+            return await cur.fetchall()
+
+    async def _one(self, sql: str, params: Sequence[Any], conn: psycopg.AsyncConnection[Any] | None) -> Any:
+        rows = await self._all(sql, params, conn)
+        return rows[0][0]
+
+    # -- queues -----------------------------------------------------------
+
+    async def create_queue(
+        self, queue: str, options: Mapping[str, Any] | None = None, *, conn: psycopg.AsyncConnection[Any] | None = None
+    ) -> None:
+        """Create a queue. ``options`` are create_queue's (docs/sql.md): durations
+        as timedelta or seconds, e.g. ``{"lease": 30, "max_attempts": 5, "lanes": 1}``."""
+        await self._all(_sql.CREATE_QUEUE, (queue, _sql.options(options)), conn)
+
+    async def drop_queue(self, queue: str, *, conn: psycopg.AsyncConnection[Any] | None = None) -> bool:
+        """Drop a queue with its groups, messages and dead letters; whether it existed."""
+        return bool(await self._one(_sql.DROP_QUEUE, (queue,), conn))
+
+    async def alter_queue(
+        self, queue: str, options: Mapping[str, Any], *, conn: psycopg.AsyncConnection[Any] | None = None
+    ) -> dict[str, Any]:
+        """Change options of a queue; returns all its options afterwards."""
+        result: dict[str, Any] = await self._one(_sql.ALTER_QUEUE, (queue, _sql.options(options)), conn)
+        return result
+
+    async def purge_queue(self, queue: str, *, conn: psycopg.AsyncConnection[Any] | None = None) -> int:
+        """Remove every message of a queue; returns how many."""
+        return int(await self._one(_sql.PURGE_QUEUE, (queue,), conn))
+
+    async def list_queues(self, *, conn: psycopg.AsyncConnection[Any] | None = None) -> list[QueueInfo]:
+        """Every queue, by name."""
+        return [_sql.queue_info(r) for r in await self._all(_sql.LIST_QUEUES, (), conn)]
+
+    async def create_group(
+        self,
+        queue: str,
+        group: str,
+        *,
+        start_from: str = "earliest",
+        conn: psycopg.AsyncConnection[Any] | None = None,
+    ) -> None:
+        """Add a consumer group: start_from 'earliest', 'latest' or a timestamp."""
+        await self._all(_sql.CREATE_GROUP, (queue, group, start_from), conn)
+
+    async def drop_group(self, queue: str, group: str, *, conn: psycopg.AsyncConnection[Any] | None = None) -> bool:
+        """Remove a consumer group and its dead letters; whether it existed."""
+        return bool(await self._one(_sql.DROP_GROUP, (queue, group), conn))
+
+    # -- sending ----------------------------------------------------------
+
+    async def send(
+        self,
+        queue: str,
+        body: Any,
+        *,
+        headers: Mapping[str, Any] | None = None,
+        key: str | None = None,
+        delay: Duration | None = None,
+        priority: int = 0,
+        dedup_key: str | None = None,
+        conn: psycopg.AsyncConnection[Any] | None = None,
+    ) -> int:
+        """Append one message (any JSON-serialisable value) and return its id."""
+        params = _sql.send_params(queue, body, headers, key, delay, priority, dedup_key)
+        return int(await self._one(_sql.SEND, params, conn))
+
+    async def send_batch(
+        self,
+        queue: str,
+        bodies: Sequence[Any],
+        *,
+        headers: Sequence[Mapping[str, Any] | None] | None = None,
+        keys: Sequence[str | None] | None = None,
+        delay: Duration | None = None,
+        priorities: Sequence[int] | None = None,
+        dedup_keys: Sequence[str | None] | None = None,
+        conn: psycopg.AsyncConnection[Any] | None = None,
+    ) -> list[int]:
+        """Append many messages atomically; one id per body, in order. The
+        per-message sequences, when given, have one element per body."""
+        params = _sql.send_batch_params(queue, bodies, headers, keys, delay, priorities, dedup_keys)
+        return [int(r[0]) for r in await self._all(_sql.SEND_BATCH, params, conn)]
+
+    # -- receiving and completing ----------------------------------------
+
+    async def receive(
+        self,
+        queue: str,
+        group: str = "default",
+        *,
+        max_messages: int = 1,
+        lease: Duration | None = None,
+        consumer: str | None = None,
+        ack: Sequence[str] | None = None,
+        conn: psycopg.AsyncConnection[Any] | None = None,
+    ) -> list[Message]:
+        """Lease up to max_messages ready messages (none: an empty list). ``ack``
+        completes receipts of a previous batch in the same call."""
+        params = _sql.receive_params(queue, group, max_messages, lease, consumer, ack)
+        return [_sql.message(r, queue, group) for r in await self._all(_sql.RECEIVE, params, conn)]
+
+    async def ack(
+        self, queue: str, group: str, receipts: Sequence[str], *, conn: psycopg.AsyncConnection[Any] | None = None
+    ) -> int:
+        """Complete messages; returns how many were completed now (stale receipts are not)."""
+        return int(await self._one(_sql.ACK, (queue, group, list(receipts)), conn))
+
+    async def nack(
+        self,
+        queue: str,
+        group: str,
+        receipt: str,
+        *,
+        delay: Duration | None = None,
+        error: str | None = None,
+        conn: psycopg.AsyncConnection[Any] | None = None,
+    ) -> bool:
+        """Give a message back after a failure: retried after ``delay`` (None:
+        the queue's backoff; 0: at once) or dead-lettered. False for a stale receipt."""
+        return bool(await self._one(_sql.NACK, _sql.nack_params(queue, group, receipt, delay, error), conn))
+
+    async def extend(
+        self,
+        queue: str,
+        group: str,
+        receipts: Sequence[str],
+        lease: Duration,
+        *,
+        conn: psycopg.AsyncConnection[Any] | None = None,
+    ) -> int:
+        """Renew leases to now + lease; returns how many were renewed."""
+        return int(await self._one(_sql.EXTEND, (queue, group, list(receipts), _sql.interval(lease)), conn))
+
+    # -- status, dead letters, upkeep ------------------------------------
+
+    async def status(self, queue: str | None = None, *, conn: psycopg.AsyncConnection[Any] | None = None) -> list[QueueStatus]:
+        """One row per group of a queue (or of every queue)."""
+        return [_sql.queue_status(r) for r in await self._all(_sql.STATUS, (queue,), conn)]
+
+    async def dead_letters(
+        self,
+        queue: str,
+        group: str | None = None,
+        *,
+        max_rows: int = 100,
+        conn: psycopg.AsyncConnection[Any] | None = None,
+    ) -> list[DeadLetter]:
+        """Dead letters not redriven, oldest first (of one group, or all)."""
+        return [_sql.dead_letter(r) for r in await self._all(_sql.DEAD_LETTERS, (queue, group, max_rows), conn)]
+
+    async def redrive(
+        self,
+        queue: str,
+        group: str | None = None,
+        ids: Sequence[int] | None = None,
+        *,
+        conn: psycopg.AsyncConnection[Any] | None = None,
+    ) -> int:
+        """Make dead letters deliverable again (of one group or all, these ids or all)."""
+        return int(await self._one(_sql.REDRIVE, (queue, group, None if ids is None else list(ids)), conn))
+
+    async def maintain(self, *, conn: psycopg.AsyncConnection[Any] | None = None) -> list[MaintainResult]:
+        """Scheduled upkeep of every queue (rotation, reclaim)."""
+        return [_sql.maintain_result(r) for r in await self._all(_sql.MAINTAIN, (), conn)]
+
+    async def version(self, *, conn: psycopg.AsyncConnection[Any] | None = None) -> str:
+        """The version of the installed sluice engine."""
+        return str(await self._one(_sql.VERSION, (), conn))

@@ -1,0 +1,242 @@
+"""The synchronous client: every call of sluice's SQL API, on a psycopg pool.
+
+Every method takes an optional ``conn``: a :class:`psycopg.Connection` of
+the caller's. The call then runs on it, inside the caller's transaction, so
+that sends, acks and the application's own writes commit or roll back
+together. Without ``conn`` the call takes a connection from the pool and
+commits on its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+from psycopg_pool import ConnectionPool
+
+from . import _sql
+from ._sql import Duration
+from .errors import translate
+from .types import DeadLetter, MaintainResult, Message, QueueInfo, QueueStatus
+
+__all__ = ["Client"]
+
+
+class Client:
+    """Sends, receives and administers sluice queues through a psycopg pool.
+
+    ``pool`` is a :class:`psycopg_pool.ConnectionPool` (the client never
+    closes it) or a connection string (the client makes and owns a pool,
+    closed by :meth:`close` or ``with``). Safe for use from many threads.
+    """
+
+    def __init__(self, pool: ConnectionPool | str, *, max_size: int = 10) -> None:
+        if isinstance(pool, str):
+            self.pool = ConnectionPool(pool, min_size=1, max_size=max_size, open=True)
+            self._owned = True
+        else:
+            self.pool = pool
+            self._owned = False
+
+    def close(self) -> None:
+        """Close the pool if the client made it."""
+        if self._owned:
+            self.pool.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @contextmanager
+    def transaction(self) -> Iterator[psycopg.Connection[Any]]:
+        """A connection of the pool in a transaction, committed when the block
+        ends (rolled back if it raises). Pass it as ``conn=`` to join calls."""
+        with self.pool.connection() as conn, conn.transaction():
+            yield conn
+
+    # -- plumbing ---------------------------------------------------------
+
+    @contextmanager
+    def _conn(self, conn: psycopg.Connection[Any] | None) -> Iterator[psycopg.Connection[Any]]:
+        if conn is not None:
+            with translate():
+                yield conn
+            return
+        with translate(), self.pool.connection() as c:
+            yield c
+
+    def _all(self, sql: str, params: Sequence[Any], conn: psycopg.Connection[Any] | None) -> list[tuple[Any, ...]]:
+        with self._conn(conn) as c:
+            return c.execute(sql, params).fetchall()
+
+    def _one(self, sql: str, params: Sequence[Any], conn: psycopg.Connection[Any] | None) -> Any:
+        rows = self._all(sql, params, conn)
+        return rows[0][0]
+
+    # -- queues -----------------------------------------------------------
+
+    def create_queue(
+        self, queue: str, options: Mapping[str, Any] | None = None, *, conn: psycopg.Connection[Any] | None = None
+    ) -> None:
+        """Create a queue. ``options`` are create_queue's (docs/sql.md): durations
+        as timedelta or seconds, e.g. ``{"lease": 30, "max_attempts": 5, "lanes": 1}``."""
+        self._all(_sql.CREATE_QUEUE, (queue, _sql.options(options)), conn)
+
+    def drop_queue(self, queue: str, *, conn: psycopg.Connection[Any] | None = None) -> bool:
+        """Drop a queue with its groups, messages and dead letters; whether it existed."""
+        return bool(self._one(_sql.DROP_QUEUE, (queue,), conn))
+
+    def alter_queue(
+        self, queue: str, options: Mapping[str, Any], *, conn: psycopg.Connection[Any] | None = None
+    ) -> dict[str, Any]:
+        """Change options of a queue; returns all its options afterwards."""
+        result: dict[str, Any] = self._one(_sql.ALTER_QUEUE, (queue, _sql.options(options)), conn)
+        return result
+
+    def purge_queue(self, queue: str, *, conn: psycopg.Connection[Any] | None = None) -> int:
+        """Remove every message of a queue; returns how many."""
+        return int(self._one(_sql.PURGE_QUEUE, (queue,), conn))
+
+    def list_queues(self, *, conn: psycopg.Connection[Any] | None = None) -> list[QueueInfo]:
+        """Every queue, by name."""
+        return [_sql.queue_info(r) for r in self._all(_sql.LIST_QUEUES, (), conn)]
+
+    def create_group(
+        self,
+        queue: str,
+        group: str,
+        *,
+        start_from: str = "earliest",
+        conn: psycopg.Connection[Any] | None = None,
+    ) -> None:
+        """Add a consumer group: start_from 'earliest', 'latest' or a timestamp."""
+        self._all(_sql.CREATE_GROUP, (queue, group, start_from), conn)
+
+    def drop_group(self, queue: str, group: str, *, conn: psycopg.Connection[Any] | None = None) -> bool:
+        """Remove a consumer group and its dead letters; whether it existed."""
+        return bool(self._one(_sql.DROP_GROUP, (queue, group), conn))
+
+    # -- sending ----------------------------------------------------------
+
+    def send(
+        self,
+        queue: str,
+        body: Any,
+        *,
+        headers: Mapping[str, Any] | None = None,
+        key: str | None = None,
+        delay: Duration | None = None,
+        priority: int = 0,
+        dedup_key: str | None = None,
+        conn: psycopg.Connection[Any] | None = None,
+    ) -> int:
+        """Append one message (any JSON-serialisable value) and return its id."""
+        params = _sql.send_params(queue, body, headers, key, delay, priority, dedup_key)
+        return int(self._one(_sql.SEND, params, conn))
+
+    def send_batch(
+        self,
+        queue: str,
+        bodies: Sequence[Any],
+        *,
+        headers: Sequence[Mapping[str, Any] | None] | None = None,
+        keys: Sequence[str | None] | None = None,
+        delay: Duration | None = None,
+        priorities: Sequence[int] | None = None,
+        dedup_keys: Sequence[str | None] | None = None,
+        conn: psycopg.Connection[Any] | None = None,
+    ) -> list[int]:
+        """Append many messages atomically; one id per body, in order. The
+        per-message sequences, when given, have one element per body."""
+        params = _sql.send_batch_params(queue, bodies, headers, keys, delay, priorities, dedup_keys)
+        return [int(r[0]) for r in self._all(_sql.SEND_BATCH, params, conn)]
+
+    # -- receiving and completing ----------------------------------------
+
+    def receive(
+        self,
+        queue: str,
+        group: str = "default",
+        *,
+        max_messages: int = 1,
+        lease: Duration | None = None,
+        consumer: str | None = None,
+        ack: Sequence[str] | None = None,
+        conn: psycopg.Connection[Any] | None = None,
+    ) -> list[Message]:
+        """Lease up to max_messages ready messages (none: an empty list). ``ack``
+        completes receipts of a previous batch in the same call."""
+        params = _sql.receive_params(queue, group, max_messages, lease, consumer, ack)
+        return [_sql.message(r, queue, group) for r in self._all(_sql.RECEIVE, params, conn)]
+
+    def ack(
+        self, queue: str, group: str, receipts: Sequence[str], *, conn: psycopg.Connection[Any] | None = None
+    ) -> int:
+        """Complete messages; returns how many were completed now (stale receipts are not)."""
+        return int(self._one(_sql.ACK, (queue, group, list(receipts)), conn))
+
+    def nack(
+        self,
+        queue: str,
+        group: str,
+        receipt: str,
+        *,
+        delay: Duration | None = None,
+        error: str | None = None,
+        conn: psycopg.Connection[Any] | None = None,
+    ) -> bool:
+        """Give a message back after a failure: retried after ``delay`` (None:
+        the queue's backoff; 0: at once) or dead-lettered. False for a stale receipt."""
+        return bool(self._one(_sql.NACK, _sql.nack_params(queue, group, receipt, delay, error), conn))
+
+    def extend(
+        self,
+        queue: str,
+        group: str,
+        receipts: Sequence[str],
+        lease: Duration,
+        *,
+        conn: psycopg.Connection[Any] | None = None,
+    ) -> int:
+        """Renew leases to now + lease; returns how many were renewed."""
+        return int(self._one(_sql.EXTEND, (queue, group, list(receipts), _sql.interval(lease)), conn))
+
+    # -- status, dead letters, upkeep ------------------------------------
+
+    def status(self, queue: str | None = None, *, conn: psycopg.Connection[Any] | None = None) -> list[QueueStatus]:
+        """One row per group of a queue (or of every queue)."""
+        return [_sql.queue_status(r) for r in self._all(_sql.STATUS, (queue,), conn)]
+
+    def dead_letters(
+        self,
+        queue: str,
+        group: str | None = None,
+        *,
+        max_rows: int = 100,
+        conn: psycopg.Connection[Any] | None = None,
+    ) -> list[DeadLetter]:
+        """Dead letters not redriven, oldest first (of one group, or all)."""
+        return [_sql.dead_letter(r) for r in self._all(_sql.DEAD_LETTERS, (queue, group, max_rows), conn)]
+
+    def redrive(
+        self,
+        queue: str,
+        group: str | None = None,
+        ids: Sequence[int] | None = None,
+        *,
+        conn: psycopg.Connection[Any] | None = None,
+    ) -> int:
+        """Make dead letters deliverable again (of one group or all, these ids or all)."""
+        return int(self._one(_sql.REDRIVE, (queue, group, None if ids is None else list(ids)), conn))
+
+    def maintain(self, *, conn: psycopg.Connection[Any] | None = None) -> list[MaintainResult]:
+        """Scheduled upkeep of every queue (rotation, reclaim)."""
+        return [_sql.maintain_result(r) for r in self._all(_sql.MAINTAIN, (), conn)]
+
+    def version(self, *, conn: psycopg.Connection[Any] | None = None) -> str:
+        """The version of the installed sluice engine."""
+        return str(self._one(_sql.VERSION, (), conn))

@@ -1,0 +1,88 @@
+"""The rows the client returns: frozen dataclasses named after sluice's SQL types."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+__all__ = ["Message", "QueueStatus", "DeadLetter", "QueueInfo", "MaintainResult", "JSON"]
+
+JSON = Any
+"""A JSON value as psycopg reads jsonb: dict, list, str, int, float, bool or None."""
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """A message leased by receive (sluice.message).
+
+    ``receipt`` names this delivery: pass it to ack, nack or extend. It is
+    current while the lease lasts and the message is not completed.
+    """
+
+    id: int
+    body: JSON
+    headers: dict[str, Any] | None
+    key: str | None
+    priority: int
+    attempt: int
+    sent_at: datetime
+    receipt: str
+    lease_expires_at: datetime
+    pos: int
+    queue: str = ""
+    group: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStatus:
+    """Depth and progress of one consumer group of a queue (sluice.queue_status)."""
+
+    queue: str
+    group_name: str | None
+    ready: int
+    delayed: int
+    in_flight: int
+    dead: int
+    oldest_pending_age: timedelta | None
+    lag: int
+    cursor: int
+    lwm: int
+    head: int
+    live_epochs: int
+    holds_reclaim: bool
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """A message that used up its attempts in one group (sluice.dead_letter_info)."""
+
+    id: int
+    group_name: str
+    body: JSON
+    headers: dict[str, Any] | None
+    key: str | None
+    attempts: int
+    error: str | None
+    died_at: datetime
+    sent_at: datetime
+    dead_letter_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class QueueInfo:
+    """A queue, its options (defaults filled in) and its groups (sluice.queue_info)."""
+
+    queue: str
+    created_at: datetime
+    options: dict[str, Any]
+    groups: list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class MaintainResult:
+    """What sluice.maintain did to one queue."""
+
+    queue: str
+    rotated: bool
+    reclaimed: int

@@ -1,0 +1,593 @@
+package sluice_test
+
+// The Go library's runner of the shared conformance vectors
+// (test/conformance/*.json, format in test/conformance/README.md): each
+// vector's steps go through the library's public API, one sub-test per file.
+//
+// Calls the library cannot express go through the pool as raw SQL (the
+// format's escape hatch), and are marked "raw SQL" below:
+//   - create_queue with an option QueueOptions lacks (dedup_window) or a
+//     value it cannot carry (0, which its fields read as "the default");
+//   - send_batch with per-message arrays of a length other than bodies'
+//     (BatchMessage pairs them up, so the library cannot send a mismatch).
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/sluicemq/sluice"
+)
+
+// vector is one file of test/conformance.
+type vector struct {
+	Name        string `json:"name"`
+	Description string `json:"description"`
+	Steps       []step `json:"steps"`
+}
+
+type step struct {
+	Call        string         `json:"call"`
+	Args        map[string]any `json:"args"`
+	Save        string         `json:"save"`
+	Expect      *expectation   `json:"expect"`
+	ExpectError string         `json:"expect_error"`
+}
+
+type expectation struct {
+	Result   json.RawMessage `json:"result"` // raw, so that null is told from absent
+	Count    *int            `json:"count"`
+	Match    []any           `json:"match"`
+	Contains any             `json:"contains"`
+}
+
+func TestConformance(t *testing.T) {
+	t.Parallel()
+	files, err := filepath.Glob(filepath.Join("test", "conformance", "*.json"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no vectors in test/conformance: %v", err)
+	}
+	for _, file := range files {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var v vector
+		dec := json.NewDecoder(bytes.NewReader(data))
+		dec.DisallowUnknownFields() // a misspelt key would check nothing
+		if err := dec.Decode(&v); err != nil {
+			t.Fatalf("%s: %v", file, err)
+		}
+		if stem := strings.TrimSuffix(filepath.Base(file), ".json"); v.Name != stem {
+			t.Fatalf("%s: name %q differs from the file's stem", file, v.Name)
+		}
+		t.Run(v.Name, func(t *testing.T) {
+			t.Parallel()
+			r := &runner{b: setup(t), queue: fmt.Sprintf("conf_%d", time.Now().UnixNano()%1e12), saved: map[string]any{}}
+			defer r.dropQueues()
+			for i, s := range v.Steps {
+				if err := r.step(s); err != nil {
+					t.Fatalf("step %d (%s %v): %v", i, s.Call, s.Args, err)
+				}
+			}
+		})
+	}
+}
+
+type runner struct {
+	b       *bundle
+	queue   string
+	saved   map[string]any
+	created []string
+}
+
+func (r *runner) dropQueues() {
+	for _, q := range r.created {
+		_, _ = r.b.client.DropQueue(r.b.ctx, q)
+	}
+}
+
+// step runs one step and checks its expectations.
+func (r *runner) step(s step) error {
+	args, ok := r.subst(s.Args).(map[string]any)
+	if !ok && s.Args != nil {
+		return fmt.Errorf("args is not an object")
+	}
+	if args == nil {
+		args = map[string]any{}
+	}
+	res, err := r.call(s.Call, args)
+	if s.ExpectError != "" {
+		var serr *sluice.Error
+		switch {
+		case err == nil:
+			return fmt.Errorf("succeeded with %v, want error %s", res, s.ExpectError)
+		case !errors.As(err, &serr):
+			return fmt.Errorf("failed with %v, want an *sluice.Error with code %s", err, s.ExpectError)
+		case serr.Code != s.ExpectError:
+			return fmt.Errorf("failed with code %s (%v), want %s", serr.Code, err, s.ExpectError)
+		}
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	// Normalise to JSON values: numbers become float64.
+	data, err := json.Marshal(res)
+	if err != nil {
+		return err
+	}
+	var norm any
+	if err := json.Unmarshal(data, &norm); err != nil {
+		return err
+	}
+	if s.Save != "" {
+		r.saved[s.Save] = norm
+	}
+	if s.Expect != nil {
+		return r.check(*s.Expect, norm)
+	}
+	return nil
+}
+
+// check tests the expectations of a step against its normalised result.
+func (r *runner) check(e expectation, got any) error {
+	if len(e.Result) > 0 {
+		var result any
+		if err := json.Unmarshal(e.Result, &result); err != nil {
+			return err
+		}
+		if want := r.subst(result); !deepEqual(want, got) {
+			return fmt.Errorf("result %s, want %s", js(got), js(want))
+		}
+	}
+	arr, isArr := got.([]any)
+	if e.Count != nil && (!isArr || len(arr) != *e.Count) {
+		return fmt.Errorf("result %s, want %d elements", js(got), *e.Count)
+	}
+	if e.Match != nil {
+		want := r.subst(e.Match).([]any)
+		if !isArr || len(arr) < len(want) {
+			return fmt.Errorf("result %s, want at least %d elements matching %s", js(got), len(want), js(want))
+		}
+		for i := range want {
+			if !partial(want[i], arr[i]) {
+				return fmt.Errorf("element %d is %s, want it to contain %s (result %s)", i, js(arr[i]), js(want[i]), js(got))
+			}
+		}
+	}
+	if e.Contains != nil {
+		want := r.subst(e.Contains)
+		found := partial(want, got)
+		for _, el := range arr {
+			found = found || partial(want, el)
+		}
+		if !found {
+			return fmt.Errorf("result %s does not contain %s", js(got), js(want))
+		}
+	}
+	return nil
+}
+
+// subst replaces "$queue", "$queue_..." and "$name.path" strings anywhere
+// in v.
+func (r *runner) subst(v any) any {
+	switch v := v.(type) {
+	case map[string]any:
+		out := make(map[string]any, len(v))
+		for k, x := range v {
+			out[k] = r.subst(x)
+		}
+		return out
+	case []any:
+		out := make([]any, len(v))
+		for i, x := range v {
+			out[i] = r.subst(x)
+		}
+		return out
+	case string:
+		switch {
+		case v == "$queue":
+			return r.queue
+		case strings.HasPrefix(v, "$queue_"):
+			return r.queue + strings.TrimPrefix(v, "$queue")
+		case strings.HasPrefix(v, "$"):
+			path := strings.Split(v[1:], ".")
+			cur, ok := r.saved[path[0]]
+			if !ok {
+				panic(fmt.Sprintf("no saved result %q", path[0]))
+			}
+			for _, p := range path[1:] {
+				switch c := cur.(type) {
+				case []any:
+					i, err := strconv.Atoi(p)
+					if err != nil || i < 0 || i >= len(c) {
+						panic(fmt.Sprintf("bad index %q in %q", p, v))
+					}
+					cur = c[i]
+				case map[string]any:
+					cur = c[p]
+				default:
+					panic(fmt.Sprintf("cannot follow %q in %q", p, v))
+				}
+			}
+			return cur
+		}
+	}
+	return v
+}
+
+// partial reports whether got matches want: objects partially and
+// recursively, arrays element-wise with equal length, scalars equal.
+func partial(want, got any) bool {
+	switch w := want.(type) {
+	case map[string]any:
+		g, ok := got.(map[string]any)
+		if !ok {
+			return false
+		}
+		for k, x := range w {
+			y, present := g[k]
+			if !present || !partial(x, y) {
+				return false
+			}
+		}
+		return true
+	case []any:
+		g, ok := got.([]any)
+		if !ok || len(g) != len(w) {
+			return false
+		}
+		for i := range w {
+			if !partial(w[i], g[i]) {
+				return false
+			}
+		}
+		return true
+	}
+	return deepEqual(want, got)
+}
+
+func deepEqual(a, b any) bool {
+	fa, aok := a.(float64)
+	fb, bok := b.(float64)
+	if aok && bok {
+		return fa == fb
+	}
+	return reflect.DeepEqual(a, b)
+}
+
+func js(v any) string {
+	data, _ := json.Marshal(v)
+	return string(data)
+}
+
+// Argument readers: JSON numbers are float64.
+
+func str(args map[string]any, name string) string {
+	s, _ := args[name].(string)
+	return s
+}
+
+func num(args map[string]any, name string) (float64, bool) {
+	f, ok := args[name].(float64)
+	return f, ok
+}
+
+func seconds(f float64) time.Duration {
+	return time.Duration(math.Round(f * float64(time.Second)))
+}
+
+func raw(v any) json.RawMessage {
+	data, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return data
+}
+
+func rawOrNil(args map[string]any, name string) json.RawMessage {
+	if v, ok := args[name]; ok && v != nil {
+		return raw(v)
+	}
+	return nil
+}
+
+func strs(args map[string]any, name string) []string {
+	a, _ := args[name].([]any)
+	out := make([]string, len(a))
+	for i, x := range a {
+		out[i], _ = x.(string)
+	}
+	return out
+}
+
+func group(args map[string]any) string {
+	if g, ok := args["group_name"].(string); ok {
+		return g
+	}
+	return "default"
+}
+
+// durationOptions are the options of create_queue and alter_queue that are
+// intervals: seconds in the vectors.
+var durationOptions = map[string]bool{"lease": true, "backoff_base": true, "backoff_max": true,
+	"retention": true, "rotate_interval": true, "dedup_window": true}
+
+// sqlOptions renders options for SQL: durations as interval strings.
+func sqlOptions(opts map[string]any) map[string]any {
+	out := map[string]any{}
+	for k, v := range opts {
+		if f, ok := v.(float64); ok && durationOptions[k] {
+			v = sluice.IntervalString(seconds(f))
+		}
+		out[k] = v
+	}
+	return out
+}
+
+// queueOptions maps create_queue options to QueueOptions; ok is false when
+// one has no field there.
+func queueOptions(opts map[string]any) (o sluice.QueueOptions, ok bool) {
+	for k, v := range opts {
+		f, isNum := v.(float64)
+		b, isBool := v.(bool)
+		switch {
+		case isNum && f == 0: // QueueOptions reads 0 as "the default"
+			return o, false
+		case k == "max_attempts" && isNum:
+			o.MaxAttempts = int(f)
+		case k == "lanes" && isNum:
+			o.Lanes = int(f)
+		case k == "max_payload" && isNum:
+			o.MaxPayload = int(f)
+		case k == "lease" && isNum:
+			o.Lease = seconds(f)
+		case k == "backoff_base" && isNum:
+			o.BackoffBase = seconds(f)
+		case k == "backoff_max" && isNum:
+			o.BackoffMax = seconds(f)
+		case k == "retention" && isNum:
+			o.Retention = seconds(f)
+		case k == "rotate_interval" && isNum:
+			o.RotateInterval = seconds(f)
+		case k == "notify" && isBool && !b:
+			o.DisableNotify = true
+		case k == "default_group" && isBool && !b:
+			o.NoDefaultGroup = true
+		default:
+			return o, false
+		}
+	}
+	return o, true
+}
+
+// call runs one call of the format through the library.
+func (r *runner) call(name string, args map[string]any) (any, error) {
+	c, ctx, q := r.b.client, r.b.ctx, str(args, "queue")
+	switch name {
+	case "sleep":
+		f, _ := num(args, "seconds")
+		time.Sleep(seconds(f))
+		return nil, nil
+	case "create_queue":
+		r.created = append(r.created, q)
+		opts, _ := args["options"].(map[string]any)
+		if o, ok := queueOptions(opts); ok {
+			return nil, c.CreateQueue(ctx, q, &o)
+		}
+		// Raw SQL: an option QueueOptions lacks (dedup_window), or a bad one.
+		return nil, r.rawExec(`SELECT sluice.create_queue($1, $2::jsonb)`, q, raw(sqlOptions(opts)))
+	case "drop_queue":
+		return c.DropQueue(ctx, q)
+	case "purge_queue":
+		return c.PurgeQueue(ctx, q)
+	case "alter_queue":
+		opts, _ := args["options"].(map[string]any)
+		out, err := c.AlterQueue(ctx, q, sqlOptions(opts))
+		if err != nil {
+			return nil, err
+		}
+		var m map[string]any
+		return m, json.Unmarshal(out, &m)
+	case "create_group":
+		return nil, c.CreateGroup(ctx, q, group(args), &sluice.GroupOptions{StartFrom: str(args, "start_from")})
+	case "drop_group":
+		return c.DropGroup(ctx, q, group(args))
+	case "send":
+		return r.send(q, args)
+	case "send_batch":
+		return r.sendBatch(q, args)
+	case "receive":
+		return r.receive(q, args)
+	case "ack":
+		return c.Ack(ctx, q, group(args), strs(args, "receipts")...)
+	case "nack":
+		o := &sluice.NackOptions{Error: str(args, "error")}
+		if d, ok := num(args, "delay"); ok {
+			o.Delay, o.Now = seconds(d), d == 0
+		}
+		return c.Nack(ctx, q, group(args), str(args, "receipt"), o)
+	case "extend":
+		f, _ := num(args, "lease")
+		return c.Extend(ctx, q, group(args), seconds(f), strs(args, "receipts")...)
+	case "status":
+		return r.status(q)
+	case "dead_letters":
+		return r.deadLetters(q, args)
+	case "redrive":
+		var ids []int64
+		list, _ := args["ids"].([]any)
+		for _, x := range list {
+			f, _ := x.(float64)
+			ids = append(ids, int64(f))
+		}
+		return c.Redrive(ctx, q, str(args, "group_name"), ids...)
+	}
+	return nil, fmt.Errorf("unknown call %q", name)
+}
+
+// rawExec runs a statement on the pool (the format's raw-SQL escape hatch)
+// and turns an error of the engine into an *sluice.Error, as the library
+// would.
+func (r *runner) rawExec(sql string, args ...any) error {
+	_, err := r.b.pool.Exec(r.b.ctx, sql, args...)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && strings.HasPrefix(pgErr.Code, "SL") {
+		return &sluice.Error{Code: pgErr.Code, Message: pgErr.Message, Hint: pgErr.Hint}
+	}
+	return err
+}
+
+func (r *runner) send(q string, args map[string]any) (any, error) {
+	o := &sluice.SendOptions{Headers: rawOrNil(args, "headers"), Key: str(args, "key"), DedupKey: str(args, "dedup_key")}
+	if d, ok := num(args, "delay"); ok {
+		o.Delay = seconds(d)
+	}
+	if p, ok := num(args, "priority"); ok {
+		o.Priority = int(p)
+	}
+	return r.b.client.Send(r.b.ctx, q, raw(args["body"]), o)
+}
+
+func (r *runner) sendBatch(q string, args map[string]any) (any, error) {
+	bodies, _ := args["bodies"].([]any)
+	lists := map[string][]any{}
+	for _, name := range []string{"headers", "keys", "priorities", "dedup_keys"} {
+		if l, ok := args[name].([]any); ok {
+			if len(l) != len(bodies) {
+				// Raw SQL: BatchMessage cannot carry arrays of other lengths.
+				return nil, r.rawExec(`SELECT sluice.send_batch($1, $2::jsonb[], $3::jsonb[], $4::text[], NULL, $5::int[], $6::text[])`,
+					q, jsonArray(bodies), jsonArray(args["headers"]), args["keys"], args["priorities"], args["dedup_keys"])
+			}
+			lists[name] = l
+		}
+	}
+	msgs := make([]sluice.BatchMessage, len(bodies))
+	for i, b := range bodies {
+		m := &msgs[i]
+		m.Body = raw(b)
+		if l := lists["headers"]; l != nil && l[i] != nil {
+			m.Headers = raw(l[i])
+		}
+		if l := lists["keys"]; l != nil {
+			m.Key, _ = l[i].(string)
+		}
+		if l := lists["priorities"]; l != nil {
+			f, _ := l[i].(float64)
+			m.Priority = int(f)
+		}
+		if l := lists["dedup_keys"]; l != nil {
+			m.DedupKey, _ = l[i].(string)
+		}
+	}
+	o := &sluice.SendBatchOptions{}
+	if d, ok := num(args, "delay"); ok {
+		o.Delay = seconds(d)
+	}
+	return r.b.client.SendBatch(r.b.ctx, q, msgs, o)
+}
+
+// jsonArray renders a JSON array as a []string of JSON texts (nil elements
+// stay SQL NULL), or nil.
+func jsonArray(v any) []*string {
+	l, ok := v.([]any)
+	if !ok {
+		return nil
+	}
+	out := make([]*string, len(l))
+	for i, x := range l {
+		if x != nil {
+			s := string(raw(x))
+			out[i] = &s
+		}
+	}
+	return out
+}
+
+// nullable maps "" to nil (SQL NULL), and a JSON text to its value.
+func nullable(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
+
+func jsonValue(m json.RawMessage) any {
+	if m == nil {
+		return nil
+	}
+	var v any
+	if err := json.Unmarshal(m, &v); err != nil {
+		panic(err)
+	}
+	return v
+}
+
+func (r *runner) receive(q string, args map[string]any) (any, error) {
+	o := &sluice.ReceiveOptions{Consumer: str(args, "consumer")}
+	if m, ok := num(args, "max_messages"); ok {
+		o.Max = int(m)
+	}
+	if l, ok := num(args, "lease"); ok {
+		o.Lease = seconds(l)
+	}
+	if _, ok := args["ack"]; ok {
+		o.Ack = strs(args, "ack")
+	}
+	msgs, err := r.b.client.Receive(r.b.ctx, q, group(args), o)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]map[string]any, len(msgs))
+	for i, m := range msgs {
+		out[i] = map[string]any{"id": m.ID, "body": jsonValue(m.Body), "headers": jsonValue(m.Headers),
+			"key": nullable(m.Key), "priority": m.Priority, "attempt": m.Attempt, "sent_at": m.SentAt,
+			"receipt": m.Receipt, "lease_expires_at": m.LeaseExpiresAt, "pos": m.Pos}
+	}
+	return out, nil
+}
+
+func (r *runner) status(q string) (any, error) {
+	st, err := r.b.client.Status(r.b.ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]map[string]any, len(st))
+	for i, s := range st {
+		out[i] = map[string]any{"queue": s.Queue, "group_name": nullable(s.Group), "ready": s.Ready,
+			"delayed": s.Delayed, "in_flight": s.InFlight, "dead": s.Dead,
+			"oldest_pending_age": s.OldestPendingAge.Seconds(), "lag": s.Lag, "cursor": s.Cursor,
+			"lwm": s.LWM, "head": s.Head, "live_epochs": s.LiveEpochs, "holds_reclaim": s.HoldsReclaim}
+	}
+	return out, nil
+}
+
+func (r *runner) deadLetters(q string, args map[string]any) (any, error) {
+	o := &sluice.DeadLetterOptions{Group: str(args, "group_name")}
+	if m, ok := num(args, "max_rows"); ok {
+		o.Max = int(m)
+	}
+	dls, err := r.b.client.DeadLetters(r.b.ctx, q, o)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]map[string]any, len(dls))
+	for i, d := range dls {
+		out[i] = map[string]any{"id": d.ID, "group_name": d.Group, "body": jsonValue(d.Body),
+			"headers": jsonValue(d.Headers), "key": nullable(d.Key), "attempts": d.Attempts,
+			"error": nullable(d.Error), "died_at": d.DiedAt, "sent_at": d.SentAt, "dead_letter_id": d.DeadLetterID}
+	}
+	return out, nil
+}
