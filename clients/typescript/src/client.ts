@@ -77,46 +77,43 @@ const numOrNull = (v: unknown): number | null => (v === null || v === undefined 
 const json = (v: JSONValue | undefined | null): string | null => (v === undefined || v === null ? null : JSON.stringify(v));
 const orNull = <T>(v: T | undefined | null): T | null => (v === undefined ? null : v);
 
-function durationText(msValue: number): string {
-  return `${msValue} milliseconds`;
-}
+// The QueueOptions keys and their create_queue option names.
+const plainOptions: Readonly<Record<string, string>> = {
+  maxAttempts: "max_attempts",
+  maxPayload: "max_payload",
+  lanes: "lanes",
+  notify: "notify",
+  defaultGroup: "default_group",
+};
+const durationOptions: Readonly<Record<string, string>> = {
+  lease: "lease",
+  backoffBase: "backoff_base",
+  backoffMax: "backoff_max",
+  retention: "retention",
+  rotateInterval: "rotate_interval",
+  dedupWindow: "dedup_window",
+};
 
 /**
  * queueOptionsJSON renders QueueOptions as the jsonb options of
- * create_queue / alter_queue (snake_case keys, durations as interval text).
+ * create_queue / alter_queue: snake_case keys, durations (ms) as interval
+ * text. Any other key passes unchanged, so that the engine rejects what it
+ * does not know (SL007) rather than the client dropping it.
  */
 export function queueOptionsJSON(o: QueueOptions | undefined | null): Record<string, JSONValue> {
   const out: Record<string, JSONValue> = {};
-  if (!o) {
-    return out;
-  }
-  const plain: [keyof QueueOptions, string][] = [
-    ["maxAttempts", "max_attempts"],
-    ["maxPayload", "max_payload"],
-    ["lanes", "lanes"],
-    ["notify", "notify"],
-    ["defaultGroup", "default_group"],
-  ];
-  for (const [k, name] of plain) {
-    const v = o[k];
-    if (v !== undefined) {
-      out[name] = v;
+  for (const [k, v] of Object.entries(o ?? {})) {
+    if (v === undefined) {
+      continue;
     }
-  }
-  const durations: [keyof QueueOptions, string][] = [
-    ["lease", "lease"],
-    ["backoffBase", "backoff_base"],
-    ["backoffMax", "backoff_max"],
-    ["retention", "retention"],
-    ["rotateInterval", "rotate_interval"],
-    ["dedupWindow", "dedup_window"],
-  ];
-  for (const [k, name] of durations) {
-    const v = o[k];
-    if (typeof v === "number") {
-      out[name] = durationText(v);
-    } else if (v !== undefined) {
-      out[name] = v as JSONValue; // not a number: the engine rejects it (SL007)
+    const duration = durationOptions[k];
+    const plain = plainOptions[k];
+    if (duration !== undefined) {
+      out[duration] = typeof v === "number" ? `${v} milliseconds` : (v as JSONValue);
+    } else if (plain !== undefined) {
+      out[plain] = v as JSONValue;
+    } else {
+      out[k] = v as JSONValue;
     }
   }
   return out;
