@@ -42,8 +42,9 @@ bench:
 	$(BIN)/sluice bench send drain keyed latency steady shootout overload app xmin \
 		--xmin-duration 2m --interval 30s --xmin-systems sluice,skiplocked $(BENCHFLAGS)
 
-## test: vet, staticcheck, the Go tests, then the real pgmq clients
-test: vet staticcheck test-go test-pgmq-clients
+## test: vet, staticcheck, the Go tests, the real pgmq clients, then the
+## TypeScript client (its tests and its npm package)
+test: vet staticcheck test-go test-pgmq-clients test-typescript pack-typescript
 
 vet:
 	$(GO) vet ./...
@@ -78,6 +79,28 @@ $(PGMQ_JS)/node_modules/.installed: $(PGMQ_JS)/package-lock.json
 test-pgmq-clients: $(PGMQ_VENV)/.installed $(PGMQ_JS)/node_modules/.installed
 	$(GO) build -o $(BIN)/pgmqcompat-run ./internal/pgmqcompat/cmd/pgmqcompat-run
 	$(BIN)/pgmqcompat-run sh -c '$(PGMQ_VENV)/bin/python -m pytest -q -p no:cacheprovider $(PGMQ_PY) && cd $(PGMQ_JS) && node --test'
+
+## test-typescript: the TypeScript client (clients/typescript): npm ci from
+## its package-lock.json, compile with tsc (strict), then its tests (node
+## --test: calls, worker, crash, the conformance vectors of
+## test/conformance/) on a fresh database (a private PostgreSQL, or one on
+## DATABASE_URL).
+TS_DIR := clients/typescript
+
+$(TS_DIR)/node_modules/.installed: $(TS_DIR)/package-lock.json
+	cd $(TS_DIR) && $(NPM) ci --no-audit --no-fund
+	touch $@
+
+.PHONY: test-typescript pack-typescript
+test-typescript: $(TS_DIR)/node_modules/.installed
+	cd $(TS_DIR) && $(NPM) run --silent build
+	$(GO) build -o $(BIN)/pgmqcompat-run ./internal/pgmqcompat/cmd/pgmqcompat-run
+	$(BIN)/pgmqcompat-run sh -c 'cd $(TS_DIR) && node --test --test-concurrency=1 build/test/*.test.js'
+
+## pack-typescript: build the npm package of the TypeScript client into bin/
+pack-typescript: $(TS_DIR)/node_modules/.installed
+	mkdir -p $(BIN)
+	cd $(TS_DIR) && $(NPM) pack --silent --pack-destination $(CURDIR)/$(BIN)
 
 ## test-pgNN: the Go tests against PostgreSQL NN
 test-pg14 test-pg15 test-pg16 test-pg17 test-pg18: test-pg%:
