@@ -164,7 +164,13 @@ export class Worker<B = JSONValue> {
     this.#free = this.#o.concurrency;
     const bg = new AbortController(); // ends the listener
     const listener = this.#o.listen ? this.#listen(bg.signal) : Promise.resolve();
-    const heartbeat = setInterval(() => void this.#heartbeat(), this.#heartbeatInterval);
+    const heartbeat = setInterval(() => {
+      if (this.#heartbeating === undefined) {
+        this.#heartbeating = this.#heartbeat().finally(() => {
+          this.#heartbeating = undefined;
+        });
+      }
+    }, this.#heartbeatInterval);
     let failure: unknown;
     try {
       await this.#fetch(signal ?? new AbortController().signal);
@@ -180,6 +186,7 @@ export class Worker<B = JSONValue> {
     }
     await this.#flushAcks();
     clearInterval(heartbeat);
+    await this.#heartbeating;
     bg.abort();
     await listener;
     if (failure !== undefined) {
@@ -404,13 +411,10 @@ export class Worker<B = JSONValue> {
     }
   }
 
-  #heartbeating = false;
+  #heartbeating: Promise<void> | undefined;
 
-  // heartbeat extends the leases of running handlers.
+  // heartbeat extends the leases of running handlers (one at a time).
   async #heartbeat(): Promise<void> {
-    if (this.#heartbeating) {
-      return;
-    }
     const receipts: string[] = [];
     for (const [r, j] of this.#inflight) {
       if (!j.released) {
@@ -420,13 +424,10 @@ export class Worker<B = JSONValue> {
     if (receipts.length === 0) {
       return;
     }
-    this.#heartbeating = true;
     try {
       await this.#sluice.extend(this.#queue, this.#group, receipts, this.#lease);
     } catch (err) {
       this.#o.onError(err, "extend");
-    } finally {
-      this.#heartbeating = false;
     }
   }
 
