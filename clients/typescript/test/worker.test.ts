@@ -135,12 +135,12 @@ describe("worker", { timeout: 60_000 }, () => {
       q,
       async (m) => {
         attempts.push(m.attempt);
-        await sleep(2000); // four leases long
+        await sleep(2500); // two and a half leases long
       },
-      { lease: 500, pollInterval: 50 },
+      { lease: 1000, pollInterval: 50 },
     );
     await eventually(() => attempts.length === 1, 5000, "the handler started");
-    await sleep(1200);
+    await sleep(1500);
     const [st] = await s.status(q);
     assert.equal(st?.inFlight, 1, "still leased");
     assert.equal(st?.ready, 0, "not redelivered");
