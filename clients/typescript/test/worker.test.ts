@@ -166,6 +166,36 @@ describe("worker", { timeout: 60_000 }, () => {
     await s.dropQueue(q);
   });
 
+  test("the LISTEN connection is made again after it is killed", async () => {
+    const q = await newQueue();
+    const got: number[] = [];
+    const w = start<number>(q, (m) => {
+      got.push(Date.now() - m.sentAt.getTime());
+    }, { pollInterval: 30_000 });
+    const listening = async () =>
+      Number(
+        (
+          await s.query(
+            "SELECT count(*) AS n FROM pg_stat_activity WHERE datname = current_database() AND query = 'LISTEN sluice' AND pid <> pg_backend_pid()",
+            [],
+          )
+        )[0]?.n,
+      );
+    await eventually(async () => (await listening()) === 1, 5000, "the worker listening");
+    await s.query(
+      "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND query = 'LISTEN sluice' AND pid <> pg_backend_pid()",
+      [],
+    );
+    await sleep(1500); // a new LISTEN connection, and past the hot period
+    await s.send(q, 1);
+    await eventually(() => got.length === 1, 5000, "the message handled");
+    assert.ok(got[0]! < 2000, `woken after ${got[0]} ms`);
+    assert.ok(w.errors.length >= 1, "the lost connection was reported to onError");
+    w.ac.abort();
+    await w.run;
+    await s.dropQueue(q);
+  });
+
   test("abort mid-handler: a running handler finishes and its message is acked", async () => {
     const q = await newQueue();
     await s.send(q, "x");
