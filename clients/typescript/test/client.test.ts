@@ -236,3 +236,27 @@ describe("transactions", () => {
       assert.equal((await s.status(q))[0]?.lag, 0);
     }));
 });
+
+describe("without a database", () => {
+  test("queue options: camelCase to the engine's names, durations in ms as intervals, unknown keys kept", async () => {
+    const { queueOptionsJSON } = await import("sluice");
+    assert.deepEqual(queueOptionsJSON({ maxAttempts: 3, lease: 1500, dedupWindow: 0.5, notify: false, defaultGroup: false, lanes: 1 }), {
+      max_attempts: 3,
+      lease: "1500 milliseconds",
+      dedup_window: "0.5 milliseconds",
+      notify: false,
+      default_group: false,
+      lanes: 1,
+    });
+    assert.deepEqual(queueOptionsJSON({ bogus: 1 } as never), { bogus: 1 });
+    assert.deepEqual(queueOptionsJSON(undefined), {});
+  });
+
+  test("a handler's error text: the message, cut to what nack accepts", async () => {
+    const { errorText } = await import("sluice");
+    assert.equal(errorText(new Error("boom")), "boom");
+    assert.equal(errorText("plain"), "plain");
+    assert.equal(errorText(new TypeError("")), "TypeError");
+    assert.equal(errorText(new Error("x".repeat(20_000))).length, 10_000);
+  });
+});
