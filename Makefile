@@ -43,8 +43,8 @@ bench:
 		--xmin-duration 2m --interval 30s --xmin-systems sluice,skiplocked $(BENCHFLAGS)
 
 ## test: vet, staticcheck, the Go tests, the real pgmq clients, then the
-## Python client (its tests and its package build)
-test: vet staticcheck test-go test-pgmq-clients test-python build-python
+## Python and TypeScript clients (their tests and package builds)
+test: vet staticcheck test-go test-pgmq-clients test-python build-python test-typescript pack-typescript
 
 vet:
 	$(GO) vet ./...
@@ -104,6 +104,28 @@ test-python: $(PY_VENV)/.installed
 build-python: $(PY_VENV)/.installed
 	rm -rf $(PY_DIR)/dist
 	cd $(PY_DIR) && .venv/bin/python -m build --no-isolation --outdir dist .
+
+## test-typescript: the TypeScript client (clients/typescript): npm ci from
+## its package-lock.json, compile with tsc (strict), then its tests (node
+## --test: calls, worker, crash, the conformance vectors of
+## test/conformance/) on a fresh database (a private PostgreSQL, or one on
+## DATABASE_URL).
+TS_DIR := clients/typescript
+
+$(TS_DIR)/node_modules/.installed: $(TS_DIR)/package-lock.json
+	cd $(TS_DIR) && $(NPM) ci --no-audit --no-fund
+	touch $@
+
+.PHONY: test-typescript pack-typescript
+test-typescript: $(TS_DIR)/node_modules/.installed
+	cd $(TS_DIR) && $(NPM) run --silent build
+	$(GO) build -o $(BIN)/pgmqcompat-run ./internal/pgmqcompat/cmd/pgmqcompat-run
+	$(BIN)/pgmqcompat-run sh -c 'cd $(TS_DIR) && node --test --test-concurrency=1 build/test/*.test.js'
+
+## pack-typescript: build the npm package of the TypeScript client into bin/
+pack-typescript: $(TS_DIR)/node_modules/.installed
+	mkdir -p $(BIN)
+	cd $(TS_DIR) && $(NPM) pack --silent --pack-destination $(CURDIR)/$(BIN)
 
 ## test-pgNN: the Go tests against PostgreSQL NN
 test-pg14 test-pg15 test-pg16 test-pg17 test-pg18: test-pg%:

@@ -1,0 +1,417 @@
+// The client: one method per function of the SQL API (docs/sql.md). Each
+// runs one statement; the engine checks the arguments and owns the
+// semantics.
+
+import pg from "pg";
+
+import { translate } from "./errors.js";
+import { messages, type MessagesOptions } from "./iterate.js";
+import { Worker, type Handler, type WorkerOptions } from "./worker.js";
+import type {
+  BatchMessage,
+  CallOptions,
+  CreateGroupOptions,
+  DeadLetter,
+  DeadLettersOptions,
+  Headers,
+  JSONValue,
+  MaintainResult,
+  Message,
+  NackOptions,
+  Queryable,
+  QueueInfo,
+  QueueOptions,
+  QueueStatus,
+  ReceiveOptions,
+  RedriveOptions,
+  SendBatchOptions,
+  SendOptions,
+} from "./types.js";
+
+// ms is a duration in milliseconds, or NULL, as an interval.
+const ms = (n: number) => `($${n}::float8 * interval '1 millisecond')`;
+
+/** The SQL the client runs: each statement calls one function of the SQL API. */
+export const sql = {
+  send: `SELECT sluice.send($1, $2::jsonb, $3::jsonb, $4::text, ${ms(5)}, $6::int, $7::text) AS id`,
+  sendBatch: `SELECT id FROM sluice.send_batch($1, $2::text[]::jsonb[], $3::text[]::jsonb[], $4::text[], ${ms(5)}, $6::int[], $7::text[]) AS s(id)`,
+  receive: `SELECT id, body, headers, key, priority, attempt, sent_at, receipt, lease_expires_at, pos
+FROM sluice.receive($1, $2, $3::int, ${ms(4)}, $5::text, $6::text[])`,
+  ack: `SELECT sluice.ack($1, $2, $3::text[]) AS n`,
+  nack: `SELECT sluice.nack($1, $2, $3, ${ms(4)}, $5::text) AS ok`,
+  extend: `SELECT sluice.extend($1, $2, $3::text[], ${ms(4)}) AS n`,
+  createQueue: `SELECT sluice.create_queue($1, $2::jsonb)`,
+  alterQueue: `SELECT sluice.alter_queue($1, $2::jsonb) AS options`,
+  dropQueue: `SELECT sluice.drop_queue($1) AS ok`,
+  listQueues: `SELECT queue, created_at, options, groups FROM sluice.list_queues()`,
+  queueLease: `SELECT extract(epoch FROM (options->>'lease')::interval) * 1000 AS lease
+FROM sluice.list_queues() WHERE queue = $1`,
+  purgeQueue: `SELECT sluice.purge_queue($1) AS n`,
+  createGroup: `SELECT sluice.create_group($1, $2, $3::text)`,
+  dropGroup: `SELECT sluice.drop_group($1, $2) AS ok`,
+  status: `SELECT queue, group_name, ready, delayed, in_flight, dead,
+       extract(epoch FROM oldest_pending_age) * 1000 AS oldest_pending_age, lag,
+       cursor, lwm, head, live_epochs, holds_reclaim
+FROM sluice.status($1::text)`,
+  deadLetters: `SELECT id, group_name, body, headers, key, attempts, error, died_at, sent_at, dead_letter_id
+FROM sluice.dead_letters($1, $2::text, $3::int)`,
+  redrive: `SELECT sluice.redrive($1, $2::text, $3::bigint[]) AS n`,
+  maintain: `SELECT queue, rotated, reclaimed FROM sluice.maintain()`,
+  version: `SELECT sluice.version() AS v`,
+} as const;
+
+/** Options of the Sluice constructor. */
+export interface SluiceOptions {
+  /** A pool to use; the caller ends it. */
+  pool?: pg.Pool;
+  /** Or a connection string for a pool of the Sluice's own (ended by end()). */
+  connectionString?: string;
+  /** Size of the Sluice's own pool (default 10). */
+  max?: number;
+}
+
+type Row = Record<string, unknown>;
+
+const num = (v: unknown): number => Number(v);
+const numOrNull = (v: unknown): number | null => (v === null || v === undefined ? null : Number(v));
+const json = (v: JSONValue | undefined | null): string | null => (v === undefined || v === null ? null : JSON.stringify(v));
+const orNull = <T>(v: T | undefined | null): T | null => (v === undefined ? null : v);
+
+// The QueueOptions keys and their create_queue option names.
+const plainOptions: Readonly<Record<string, string>> = {
+  maxAttempts: "max_attempts",
+  maxPayload: "max_payload",
+  lanes: "lanes",
+  notify: "notify",
+  defaultGroup: "default_group",
+};
+const durationOptions: Readonly<Record<string, string>> = {
+  lease: "lease",
+  backoffBase: "backoff_base",
+  backoffMax: "backoff_max",
+  retention: "retention",
+  rotateInterval: "rotate_interval",
+  dedupWindow: "dedup_window",
+};
+
+/**
+ * queueOptionsJSON renders QueueOptions as the jsonb options of
+ * create_queue / alter_queue: snake_case keys, durations (ms) as interval
+ * text. Any other key passes unchanged, so that the engine rejects what it
+ * does not know (SL007) rather than the client dropping it.
+ */
+export function queueOptionsJSON(o: QueueOptions | undefined | null): Record<string, JSONValue> {
+  const out: Record<string, JSONValue> = {};
+  for (const [k, v] of Object.entries(o ?? {})) {
+    if (v === undefined) {
+      continue;
+    }
+    const duration = durationOptions[k];
+    const plain = plainOptions[k];
+    if (duration !== undefined) {
+      out[duration] = typeof v === "number" ? `${v} milliseconds` : (v as JSONValue);
+    } else if (plain !== undefined) {
+      out[plain] = v as JSONValue;
+    } else {
+      out[k] = v as JSONValue;
+    }
+  }
+  return out;
+}
+
+export function toMessage<B = JSONValue>(r: Row): Message<B> {
+  return {
+    id: num(r.id),
+    body: r.body as B,
+    headers: (r.headers ?? null) as Headers | null,
+    key: (r.key ?? null) as string | null,
+    priority: num(r.priority),
+    attempt: num(r.attempt),
+    sentAt: r.sent_at as Date,
+    receipt: r.receipt as string,
+    leaseExpiresAt: r.lease_expires_at as Date,
+    pos: num(r.pos),
+  };
+}
+
+/**
+ * Sluice is a client of one database that has the sluice schema. Every
+ * method calls one function of the SQL API; pass `{ tx }` to run it on a
+ * client in your own transaction. Errors of the engine are thrown as
+ * SluiceError subclasses (see errors.ts); other errors as node-postgres
+ * throws them.
+ */
+export class Sluice {
+  /** The pool the calls run on (without `tx`). */
+  readonly pool: pg.Pool;
+  readonly #ownPool: boolean;
+
+  constructor(options: SluiceOptions = {}) {
+    if (options.pool) {
+      this.pool = options.pool;
+      this.#ownPool = false;
+    } else {
+      const config: pg.PoolConfig = { max: options.max ?? 10 };
+      if (options.connectionString !== undefined) {
+        config.connectionString = options.connectionString;
+      }
+      this.pool = new pg.Pool(config);
+      // An idle client's connection error must not crash the process: the
+      // pool drops the client and the next call connects again.
+      this.pool.on("error", () => {});
+      this.#ownPool = true;
+    }
+  }
+
+  /** Ends the pool if the Sluice made it. */
+  async end(): Promise<void> {
+    if (this.#ownPool) {
+      await this.pool.end();
+    }
+  }
+
+  /** Runs one statement, translating the engine's errors. */
+  async query(text: string, values: unknown[], opts?: CallOptions): Promise<Row[]> {
+    const db: Queryable = opts?.tx ?? this.pool;
+    try {
+      const res = await db.query(text, values);
+      return res.rows as Row[];
+    } catch (err) {
+      throw translate(err);
+    }
+  }
+
+  /**
+   * Runs fn in a transaction on a client of the pool: BEGIN, fn(tx), COMMIT
+   * (ROLLBACK if fn throws). Pass `{ tx }` to the calls inside.
+   */
+  async inTx<T>(fn: (tx: pg.PoolClient) => Promise<T>): Promise<T> {
+    const client = await this.pool.connect();
+    let broken: Error | undefined;
+    try {
+      await client.query("BEGIN");
+      try {
+        const out = await fn(client);
+        await client.query("COMMIT");
+        return out;
+      } catch (err) {
+        try {
+          await client.query("ROLLBACK");
+        } catch (rbErr) {
+          broken = rbErr as Error;
+        }
+        throw translate(err);
+      }
+    } finally {
+      client.release(broken);
+    }
+  }
+
+  // Queue administration.
+
+  /** Creates a queue (with the group "default" unless options.defaultGroup is false). */
+  async createQueue(queue: string, options?: QueueOptions | null, opts?: CallOptions): Promise<void> {
+    await this.query(sql.createQueue, [queue, JSON.stringify(queueOptionsJSON(options))], opts);
+  }
+
+  /** Changes options of a queue; returns its options after the change, as the engine reports them. */
+  async alterQueue(queue: string, changes: QueueOptions, opts?: CallOptions): Promise<Record<string, JSONValue>> {
+    const rows = await this.query(sql.alterQueue, [queue, JSON.stringify(queueOptionsJSON(changes))], opts);
+    return rows[0]?.options as Record<string, JSONValue>;
+  }
+
+  /** Drops a queue; true if it existed. */
+  async dropQueue(queue: string, opts?: CallOptions): Promise<boolean> {
+    const rows = await this.query(sql.dropQueue, [queue], opts);
+    return rows[0]?.ok === true;
+  }
+
+  /** The queues, their options and groups. */
+  async listQueues(opts?: CallOptions): Promise<QueueInfo[]> {
+    const rows = await this.query(sql.listQueues, [], opts);
+    return rows.map((r) => ({
+      queue: r.queue as string,
+      createdAt: r.created_at as Date,
+      options: r.options as Record<string, JSONValue>,
+      groups: (r.groups ?? []) as string[],
+    }));
+  }
+
+  /** Removes every message of a queue; returns how many. */
+  async purgeQueue(queue: string, opts?: CallOptions): Promise<number> {
+    const rows = await this.query(sql.purgeQueue, [queue], opts);
+    return num(rows[0]?.n);
+  }
+
+  // Consumer groups.
+
+  /** Adds a consumer group to a queue. */
+  async createGroup(queue: string, group: string, opts?: CreateGroupOptions): Promise<void> {
+    const start = opts?.startFrom instanceof Date ? opts.startFrom.toISOString() : (opts?.startFrom ?? "earliest");
+    await this.query(sql.createGroup, [queue, group, start], opts);
+  }
+
+  /** Removes a consumer group; true if it existed. */
+  async dropGroup(queue: string, group: string, opts?: CallOptions): Promise<boolean> {
+    const rows = await this.query(sql.dropGroup, [queue, group], opts);
+    return rows[0]?.ok === true;
+  }
+
+  // Sending.
+
+  /** Appends one message; returns its id. A body of null or undefined is rejected (SL006). */
+  async send(queue: string, body: JSONValue | undefined, opts?: SendOptions): Promise<number> {
+    const rows = await this.query(
+      sql.send,
+      [
+        queue,
+        json(body),
+        json(opts?.headers),
+        orNull(opts?.key),
+        orNull(opts?.delay),
+        opts?.priority ?? 0,
+        orNull(opts?.dedupKey),
+      ],
+      opts,
+    );
+    return num(rows[0]?.id);
+  }
+
+  /** Appends many messages in one statement; returns one id per message, in order. */
+  async sendBatch(queue: string, messages: BatchMessage[], opts?: SendBatchOptions): Promise<number[]> {
+    if (messages.length === 0) {
+      return [];
+    }
+    const column = <T>(f: (m: BatchMessage) => T | undefined | null): (T | null)[] | null => {
+      const out = messages.map((m) => orNull(f(m)));
+      return out.every((v) => v === null) ? null : out;
+    };
+    const rows = await this.query(
+      sql.sendBatch,
+      [
+        queue,
+        messages.map((m) => json(m.body)),
+        column((m) => json(m.headers)),
+        column((m) => m.key),
+        orNull(opts?.delay),
+        column((m) => m.priority)?.map((p) => p ?? 0) ?? null,
+        column((m) => m.dedupKey),
+      ],
+      opts,
+    );
+    return rows.map((r) => num(r.id));
+  }
+
+  // Receiving and completing.
+
+  /** Leases up to maxMessages ready messages of a queue for a group. */
+  async receive<B = JSONValue>(queue: string, group = "default", opts?: ReceiveOptions): Promise<Message<B>[]> {
+    const rows = await this.query(
+      sql.receive,
+      [queue, group, opts?.maxMessages ?? 1, orNull(opts?.lease), orNull(opts?.consumer), orNull(opts?.ack)],
+      opts,
+    );
+    return rows.map((r) => toMessage<B>(r));
+  }
+
+  /** Completes messages; returns how many were completed now (stale receipts are not counted). */
+  async ack(queue: string, group: string, receipts: string[], opts?: CallOptions): Promise<number> {
+    const rows = await this.query(sql.ack, [queue, group, receipts], opts);
+    return num(rows[0]?.n);
+  }
+
+  /** Gives a message back after a failure; false for a stale receipt. */
+  async nack(queue: string, group: string, receipt: string, opts?: NackOptions): Promise<boolean> {
+    const rows = await this.query(sql.nack, [queue, group, receipt, orNull(opts?.delay), orNull(opts?.error)], opts);
+    return rows[0]?.ok === true;
+  }
+
+  /** Renews leases to now + lease (ms); returns how many were renewed. */
+  async extend(queue: string, group: string, receipts: string[], lease: number, opts?: CallOptions): Promise<number> {
+    const rows = await this.query(sql.extend, [queue, group, receipts, lease], opts);
+    return num(rows[0]?.n);
+  }
+
+  /** Depth and progress of each group of a queue (or of every queue). */
+  async status(queue?: string | null, opts?: CallOptions): Promise<QueueStatus[]> {
+    const rows = await this.query(sql.status, [orNull(queue)], opts);
+    return rows.map((r) => ({
+      queue: r.queue as string,
+      groupName: (r.group_name ?? null) as string | null,
+      ready: num(r.ready),
+      delayed: num(r.delayed),
+      inFlight: num(r.in_flight),
+      dead: num(r.dead),
+      oldestPendingAge: numOrNull(r.oldest_pending_age),
+      lag: num(r.lag),
+      cursor: numOrNull(r.cursor),
+      lwm: numOrNull(r.lwm),
+      head: numOrNull(r.head),
+      liveEpochs: numOrNull(r.live_epochs),
+      holdsReclaim: (r.holds_reclaim ?? null) as boolean | null,
+    }));
+  }
+
+  /** Scheduled upkeep of every queue (reclaim and rotate). */
+  async maintain(opts?: CallOptions): Promise<MaintainResult[]> {
+    const rows = await this.query(sql.maintain, [], opts);
+    return rows.map((r) => ({ queue: r.queue as string, rotated: r.rotated as boolean, reclaimed: num(r.reclaimed) }));
+  }
+
+  // Dead letters.
+
+  /** Messages that exhausted their attempts and were not redriven, oldest first. */
+  async deadLetters<B = JSONValue>(queue: string, opts?: DeadLettersOptions): Promise<DeadLetter<B>[]> {
+    const rows = await this.query(sql.deadLetters, [queue, orNull(opts?.group), opts?.maxRows ?? 100], opts);
+    return rows.map((r) => ({
+      id: num(r.id),
+      groupName: r.group_name as string,
+      body: r.body as B,
+      headers: (r.headers ?? null) as Headers | null,
+      key: (r.key ?? null) as string | null,
+      attempts: num(r.attempts),
+      error: (r.error ?? null) as string | null,
+      diedAt: r.died_at as Date,
+      sentAt: r.sent_at as Date,
+      deadLetterId: num(r.dead_letter_id),
+    }));
+  }
+
+  /** Makes dead letters deliverable again; returns how many. */
+  async redrive(queue: string, opts?: RedriveOptions): Promise<number> {
+    const rows = await this.query(sql.redrive, [queue, orNull(opts?.group), orNull(opts?.ids)], opts);
+    return num(rows[0]?.n);
+  }
+
+  /** The version of the installed sluice engine. */
+  async version(opts?: CallOptions): Promise<string> {
+    const rows = await this.query(sql.version, [], opts);
+    return rows[0]?.v as string;
+  }
+
+  // Consuming.
+
+  /**
+   * Runs a Worker: handler for each message of queue for group until
+   * opts.signal is aborted (see Worker.run).
+   */
+  consume<B = JSONValue>(
+    queue: string,
+    group: string,
+    handler: Handler<B>,
+    opts: WorkerOptions & { signal?: AbortSignal } = {},
+  ): Promise<void> {
+    return new Worker<B>(this, queue, group, handler, opts).run(opts.signal);
+  }
+
+  /** An async iterator over received messages (see messages in iterate.ts); the caller acks them. */
+  messages<B = JSONValue>(queue: string, group = "default", opts?: MessagesOptions): AsyncGenerator<Message<B>, void, undefined> {
+    return messages<B>(this, queue, group, opts);
+  }
+
+  /** The queue's lease option in ms, or undefined when there is no such queue. */
+  async queueLease(queue: string, opts?: CallOptions): Promise<number | undefined> {
+    const rows = await this.query(sql.queueLease, [queue], opts);
+    return rows.length === 0 ? undefined : num(rows[0]?.lease);
+  }
+}

@@ -1,0 +1,27 @@
+// sluice: a TypeScript client and worker for sluice, the message queue
+// inside PostgreSQL. Thin over the SQL API (docs/sql.md): the engine owns
+// the semantics.
+
+export { Sluice, sql, queueOptionsJSON } from "./client.js";
+export type { SluiceOptions } from "./client.js";
+export {
+  SluiceError,
+  InvalidNameError,
+  QueueNotFoundError,
+  GroupNotFoundError,
+  QueueExistsError,
+  GroupExistsError,
+  InvalidArgumentError,
+  InvalidOptionError,
+  InvalidReceiptError,
+  PayloadTooLargeError,
+  InvalidIsolationError,
+  SchemaMissingError,
+  errorClasses,
+  translate,
+} from "./errors.js";
+export { Worker, errorText, defaults as workerDefaults } from "./worker.js";
+export type { Handler, HandlerContext, WorkerOptions, WorkerOperation } from "./worker.js";
+export { messages } from "./iterate.js";
+export type { MessagesOptions } from "./iterate.js";
+export type * from "./types.js";

@@ -1,0 +1,198 @@
+// Rows and options of the client. Durations are milliseconds (numbers);
+// ids and positions are numbers (exact below 2^53).
+
+import type pg from "pg";
+
+/** A JSON value: what a body or a headers object may hold. */
+export type JSONValue = string | number | boolean | null | JSONValue[] | { [key: string]: JSONValue };
+
+/** Headers of a message: a JSON object. */
+export type Headers = { [key: string]: JSONValue };
+
+/**
+ * Anything that runs a query: a pg Pool, or a pg Client / PoolClient — one
+ * inside a transaction (after BEGIN) makes the call join that transaction.
+ */
+export interface Queryable {
+  query(text: string, values?: unknown[]): Promise<pg.QueryResult>;
+}
+
+/** Options every call takes. */
+export interface CallOptions {
+  /**
+   * Run the call on this client, typically one in the caller's transaction,
+   * so that the call commits or rolls back with the caller's own writes.
+   * Default: the Sluice's pool (autocommit).
+   */
+  tx?: Queryable;
+}
+
+/** A message delivered by receive (the columns of sluice.message). */
+export interface Message<B = JSONValue> {
+  /** The message id (a retry or a redrive keeps it). */
+  id: number;
+  /** The JSON body. */
+  body: B;
+  /** The headers object, or null. */
+  headers: Headers | null;
+  /** The ordering key, or null. */
+  key: string | null;
+  /** The priority given to send. */
+  priority: number;
+  /** 1 on the first delivery, one more per redelivery. */
+  attempt: number;
+  /** When the message was first sent. */
+  sentAt: Date;
+  /** Names this delivery: pass it to ack, nack or extend. */
+  receipt: string;
+  /** When the lease ends unless extended. */
+  leaseExpiresAt: Date;
+  /** The message's position in the queue's commit order. */
+  pos: number;
+}
+
+/** Options of send. */
+export interface SendOptions extends CallOptions {
+  /** Metadata: a JSON object. */
+  headers?: Headers | null;
+  /** Ordering key (at most 512 bytes). */
+  key?: string | null;
+  /** Deliver no earlier than now + delay (ms). */
+  delay?: number | null;
+  /** Orders unkeyed messages (default 0). */
+  priority?: number;
+  /** Deduplication key (at most 512 bytes). */
+  dedupKey?: string | null;
+}
+
+/** One message of sendBatch. */
+export interface BatchMessage {
+  body: JSONValue;
+  headers?: Headers | null;
+  key?: string | null;
+  priority?: number;
+  dedupKey?: string | null;
+}
+
+/** Options of sendBatch. */
+export interface SendBatchOptions extends CallOptions {
+  /** Delay (ms) applied to every message. */
+  delay?: number | null;
+}
+
+/** Options of receive. */
+export interface ReceiveOptions extends CallOptions {
+  /** 1 to 10000 (default 1). */
+  maxMessages?: number;
+  /** How long the messages are held (ms; default: the queue's lease option). */
+  lease?: number | null;
+  /** Free text naming the caller (at most 200 characters). */
+  consumer?: string | null;
+  /** Receipts to acknowledge first, in the same call. */
+  ack?: string[] | null;
+}
+
+/** Options of nack. */
+export interface NackOptions extends CallOptions {
+  /** Retry delay (ms). Default: the queue's exponential backoff; 0: at once. */
+  delay?: number | null;
+  /** Error text kept with a dead letter (at most 10000 characters). */
+  error?: string | null;
+}
+
+/** Options of createQueue and alterQueue (docs/sql.md, create_queue). Durations in ms. */
+export interface QueueOptions {
+  /** Deliveries before a message is dead-lettered (5). */
+  maxAttempts?: number;
+  /** Default lease of receive (30 s). */
+  lease?: number;
+  /** First nack retry delay, doubled per attempt (1 s). */
+  backoffBase?: number;
+  /** Cap of the retry delay (1 h). */
+  backoffMax?: number;
+  /** How long completed messages stay readable (1 h). */
+  retention?: number;
+  /** How often a new storage epoch starts (1 min). */
+  rotateInterval?: number;
+  /** Largest body + headers in bytes (1 MiB). */
+  maxPayload?: number;
+  /** How long a dedup key of send is remembered (1 h). */
+  dedupWindow?: number;
+  /** Dispatch lanes, 1 to 256 (8); fixed at creation. */
+  lanes?: number;
+  /** NOTIFY channel 'sluice' when a send commits (true). */
+  notify?: boolean;
+  /** Create the group 'default' (true); createQueue only. */
+  defaultGroup?: boolean;
+}
+
+/** A queue, as list_queues returns it. */
+export interface QueueInfo {
+  queue: string;
+  createdAt: Date;
+  /** Its options as the engine reports them (snake_case keys, intervals as text). */
+  options: Record<string, JSONValue>;
+  groups: string[];
+}
+
+/** Options of createGroup. */
+export interface CreateGroupOptions extends CallOptions {
+  /** 'earliest' (default), 'latest', or a time to replay from. */
+  startFrom?: "earliest" | "latest" | Date | string;
+}
+
+/** One row of status: depth and progress of a group. */
+export interface QueueStatus {
+  queue: string;
+  /** The group, or null for a queue without groups. */
+  groupName: string | null;
+  ready: number;
+  delayed: number;
+  inFlight: number;
+  dead: number;
+  /** Age of the oldest message the group has not completed (ms), or null. */
+  oldestPendingAge: number | null;
+  lag: number;
+  cursor: number | null;
+  lwm: number | null;
+  head: number | null;
+  liveEpochs: number | null;
+  holdsReclaim: boolean | null;
+}
+
+/** A dead letter (the columns of sluice.dead_letter_info). */
+export interface DeadLetter<B = JSONValue> {
+  id: number;
+  groupName: string;
+  body: B;
+  headers: Headers | null;
+  key: string | null;
+  attempts: number;
+  error: string | null;
+  diedAt: Date;
+  sentAt: Date;
+  deadLetterId: number;
+}
+
+/** Options of deadLetters. */
+export interface DeadLettersOptions extends CallOptions {
+  /** Only this group's dead letters (default: every group's). */
+  group?: string | null;
+  /** 1 to 10000 (100). */
+  maxRows?: number;
+}
+
+/** Options of redrive. */
+export interface RedriveOptions extends CallOptions {
+  /** Only this group's dead letters (default: every group's). */
+  group?: string | null;
+  /** Only these message ids (default: all). */
+  ids?: number[] | null;
+}
+
+/** One row of maintain. */
+export interface MaintainResult {
+  queue: string;
+  rotated: boolean;
+  reclaimed: number;
+}

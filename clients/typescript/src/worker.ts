@@ -1,0 +1,484 @@
+// The worker: receives messages of a queue for a consumer group and runs a
+// handler for each, as the Go library's Consume does (worker.go, listen.go):
+// a concurrency limit, lease heartbeats while handlers run, LISTEN wake-ups
+// with a polling fallback, a key's run handled in order (stop at the first
+// failure), retries through nack with the handler's error, and a graceful
+// shutdown on an AbortSignal.
+
+import type pg from "pg";
+
+import type { Sluice } from "./client.js";
+import { InvalidArgumentError, SluiceError } from "./errors.js";
+import type { JSONValue, Message } from "./types.js";
+import { Wakeup, sleep, within } from "./wait.js";
+
+/** What a handler gets beside the message. */
+export interface HandlerContext {
+  /**
+   * Aborted when the worker stops and the drain timeout has passed: the
+   * message was given back, and the handler should return.
+   */
+  signal: AbortSignal;
+}
+
+/**
+ * Handles one message. Returning (or resolving) acknowledges it; throwing
+ * (or rejecting) gives it back with nack and the error's message, to be
+ * retried after the queue's backoff or dead-lettered after max_attempts.
+ */
+export type Handler<B = JSONValue> = (msg: Message<B>, ctx: HandlerContext) => Promise<void> | void;
+
+/** Where a recovered error of the worker happened. */
+export type WorkerOperation = "receive" | "ack" | "nack" | "extend" | "release" | "listen";
+
+/** Options of a Worker. Durations in milliseconds. */
+export interface WorkerOptions {
+  /** How many handlers run at once (default 10). */
+  concurrency?: number;
+  /** The most messages one receive asks for (default: concurrency). */
+  batchSize?: number;
+  /** How long each received message is held (default: the queue's lease option). */
+  lease?: number;
+  /** How often running handlers' leases are extended (default lease / 3; must be shorter than lease). */
+  heartbeatInterval?: number;
+  /** How long to wait for a wake-up before looking again when the queue looked empty (default 500). */
+  pollInterval?: number;
+  /** LISTEN for wake-ups on a connection of the pool (default true; false behind a transaction-mode pooler). */
+  listen?: boolean;
+  /** How long running handlers may finish once stopped (default 10000); then their messages are given back. */
+  drainTimeout?: number;
+  /** Free text naming this consumer (at most 200 characters). */
+  consumer?: string;
+  /** Called with the errors the worker recovers from (default: console.error). */
+  onError?: (err: unknown, op: WorkerOperation) => void;
+}
+
+/** Defaults of WorkerOptions. */
+export const defaults = Object.freeze({
+  concurrency: 10,
+  pollInterval: 500,
+  drainTimeout: 10_000,
+});
+
+// While messages flow (for hotPeriod after the last ones or the last
+// wake-up), an empty receive is retried after hotPollInterval: the engine
+// sends one wake-up per queue among concurrent sends, so one can be missed.
+const hotPeriod = 1000;
+const hotPollInterval = 25;
+// The longest error text nack accepts.
+const maxErrorText = 10_000;
+// The most receipts one ack carries.
+const maxAckBatch = 1000;
+
+/** A message being handled. */
+interface Job<B> {
+  msg: Message<B>;
+  /** Given back at shutdown: the handler's outcome is ignored. */
+  released: boolean;
+}
+
+/** errorText is the text nack records for a handler's failure. */
+export function errorText(err: unknown): string {
+  let text: string;
+  if (err instanceof Error) {
+    text = err.message !== "" ? err.message : err.name;
+  } else {
+    text = String(err);
+  }
+  return text.length > maxErrorText ? text.slice(0, maxErrorText) : text;
+}
+
+/**
+ * Worker runs handler for the messages of queue, group, until the signal
+ * given to run() is aborted. Make one per run.
+ */
+export class Worker<B = JSONValue> {
+  readonly #sluice: Sluice;
+  readonly #queue: string;
+  readonly #group: string;
+  readonly #handler: Handler<B>;
+  readonly #o: Required<Omit<WorkerOptions, "lease" | "heartbeatInterval" | "consumer">> & {
+    lease?: number;
+    heartbeatInterval?: number;
+    consumer?: string;
+  };
+
+  #lease = 0;
+  #heartbeatInterval = 0;
+  readonly #inflight = new Map<string, Job<B>>();
+  readonly #tasks = new Set<Promise<void>>();
+  readonly #wake = new Wakeup();
+  readonly #freed = new Wakeup();
+  #free = 0;
+  #acks: string[] = [];
+  #acking: Promise<void> | undefined;
+  readonly #handlerAbort = new AbortController();
+  #running = false;
+
+  constructor(sluice: Sluice, queue: string, group: string, handler: Handler<B>, options: WorkerOptions = {}) {
+    this.#sluice = sluice;
+    this.#queue = queue;
+    this.#group = group;
+    this.#handler = handler;
+    const concurrency = options.concurrency !== undefined && options.concurrency > 0 ? options.concurrency : defaults.concurrency;
+    const batch = options.batchSize !== undefined && options.batchSize > 0 ? options.batchSize : concurrency;
+    this.#o = {
+      concurrency,
+      batchSize: Math.min(batch, concurrency, 10_000),
+      pollInterval: options.pollInterval !== undefined && options.pollInterval > 0 ? options.pollInterval : defaults.pollInterval,
+      listen: options.listen ?? true,
+      drainTimeout: options.drainTimeout !== undefined && options.drainTimeout > 0 ? options.drainTimeout : defaults.drainTimeout,
+      onError: options.onError ?? ((err, op) => console.error(`sluice: ${op} failed (queue ${queue}, group ${group}):`, err)),
+    };
+    if (options.lease !== undefined) {
+      this.#o.lease = options.lease;
+    }
+    if (options.heartbeatInterval !== undefined) {
+      this.#o.heartbeatInterval = options.heartbeatInterval;
+    }
+    if (options.consumer !== undefined) {
+      this.#o.consumer = options.consumer;
+    }
+  }
+
+  /** How many messages are being handled now. */
+  get inFlight(): number {
+    return this.#inflight.size;
+  }
+
+  /**
+   * Runs until signal is aborted, then stops receiving, lets running
+   * handlers finish for up to drainTimeout, gives the messages of those
+   * still running back for immediate redelivery, aborts their signals,
+   * waits for them to return and resolves. Rejects early (after the same
+   * shutdown) with a SluiceError when the queue or group does not exist or
+   * the engine rejects an argument; connection errors are reported to
+   * onError and retried.
+   */
+  async run(signal?: AbortSignal): Promise<void> {
+    if (this.#running) {
+      throw new Error("sluice: Worker.run called twice");
+    }
+    this.#running = true;
+    await this.#setup();
+    this.#free = this.#o.concurrency;
+    const bg = new AbortController(); // ends the listener
+    const listener = this.#o.listen ? this.#listen(bg.signal) : Promise.resolve();
+    const heartbeat = setInterval(() => {
+      if (this.#heartbeating === undefined) {
+        this.#heartbeating = this.#heartbeat().finally(() => {
+          this.#heartbeating = undefined;
+        });
+      }
+    }, this.#heartbeatInterval);
+    let failure: unknown;
+    try {
+      await this.#fetch(signal ?? new AbortController().signal);
+    } catch (err) {
+      failure = err;
+    }
+    // Shutdown: let running handlers finish, up to the drain timeout.
+    const drained = Promise.all(this.#tasks);
+    if (!(await within(drained, this.#o.drainTimeout))) {
+      await this.#releaseAll();
+      this.#handlerAbort.abort();
+      await drained;
+    }
+    await this.#flushAcks();
+    clearInterval(heartbeat);
+    await this.#heartbeating;
+    bg.abort();
+    await listener;
+    if (failure !== undefined) {
+      throw failure;
+    }
+  }
+
+  async #setup(): Promise<void> {
+    let lease = this.#o.lease;
+    if (lease === undefined || lease <= 0) {
+      // status raises SL001 / SL002 for a bad or unknown queue name.
+      await this.#sluice.status(this.#queue);
+      lease = await this.#sluice.queueLease(this.#queue);
+      if (lease === undefined) {
+        throw new Error(`sluice: queue ${this.#queue} has no lease option`);
+      }
+    }
+    const hb = this.#o.heartbeatInterval !== undefined && this.#o.heartbeatInterval > 0 ? this.#o.heartbeatInterval : lease / 3;
+    if (hb >= lease) {
+      throw new InvalidArgumentError(
+        "SL006",
+        `consuming queue ${this.#queue}, group ${this.#group}: heartbeat interval ${hb} ms must be shorter than the lease ${lease} ms`,
+      );
+    }
+    this.#lease = lease;
+    this.#heartbeatInterval = hb;
+  }
+
+  // fetch receives messages and starts their handlers until signal is
+  // aborted or an error that retrying cannot fix.
+  async #fetch(signal: AbortSignal): Promise<void> {
+    let active = 0; // when messages or a wake-up last came
+    while (!signal.aborted) {
+      if (this.#free === 0) {
+        await this.#freed.wait(Infinity, signal);
+        continue;
+      }
+      // The receive is not cut short by the signal: it could lease messages
+      // nobody sees until their lease expires. The acks waiting go with it.
+      const done = this.#acks.splice(0, maxAckBatch);
+      let msgs: Message<B>[] = [];
+      try {
+        msgs = await this.#sluice.receive<B>(this.#queue, this.#group, {
+          maxMessages: Math.min(this.#free, this.#o.batchSize),
+          lease: this.#lease,
+          consumer: this.#o.consumer ?? null,
+          ack: done.length > 0 ? done : null,
+        });
+      } catch (err) {
+        if (done.length > 0) {
+          await this.#ackNow(done);
+        }
+        if (err instanceof SluiceError) {
+          throw err;
+        }
+        this.#o.onError(err, "receive");
+      }
+      if (signal.aborted) {
+        await this.#release(msgs);
+        return;
+      }
+      // Unkeyed messages run in parallel; the messages of one key run one
+      // after the other, in order.
+      const runs = new Map<string, Message<B>[]>();
+      for (const m of msgs) {
+        this.#free--;
+        if (m.key === null) {
+          this.#spawn(this.#handle(this.#track(m), false).then(() => undefined));
+          continue;
+        }
+        const run = runs.get(m.key);
+        if (run) {
+          run.push(m);
+        } else {
+          runs.set(m.key, [m]);
+        }
+      }
+      for (const run of runs.values()) {
+        this.#spawn(this.#runKey(run));
+      }
+      if (msgs.length > 0) {
+        active = Date.now();
+        continue; // more may be ready
+      }
+      let wait = this.#o.pollInterval;
+      if (Date.now() - active < hotPeriod) {
+        wait = Math.min(wait, hotPollInterval);
+      }
+      if ((await this.#wake.wait(wait, signal)) === "wake") {
+        active = Date.now();
+      }
+    }
+  }
+
+  #spawn(task: Promise<void>): void {
+    const t = task.finally(() => this.#tasks.delete(t));
+    this.#tasks.add(t);
+  }
+
+  // runKey handles the messages of one key in order. Each but the last is
+  // acknowledged before the next is handled; after a failure the rest are
+  // not handled: the engine's nack released them (or, after a failed ack,
+  // they come back when their leases expire, still in order).
+  async #runKey(msgs: Message<B>[]): Promise<void> {
+    const jobs = msgs.map((m) => this.#track(m));
+    let failed = false;
+    for (const [i, j] of jobs.entries()) {
+      if (failed) {
+        this.#untrack(j);
+        continue;
+      }
+      failed = !(await this.#handle(j, i < jobs.length - 1));
+    }
+  }
+
+  #track(msg: Message<B>): Job<B> {
+    const j: Job<B> = { msg, released: false };
+    this.#inflight.set(msg.receipt, j);
+    return j;
+  }
+
+  // untrack forgets j and frees its slot; it reports whether j was given
+  // back at shutdown meanwhile.
+  #untrack(j: Job<B>): boolean {
+    this.#inflight.delete(j.msg.receipt);
+    this.#free++;
+    this.#freed.notify();
+    return j.released;
+  }
+
+  // handle runs the handler of j, then acks or nacks its message: the ack
+  // is batched, or made at once if ackNow. It reports whether the handler
+  // succeeded (and the ack made at once did too).
+  async #handle(j: Job<B>, ackNow: boolean): Promise<boolean> {
+    let failure: unknown;
+    let ok = true;
+    try {
+      await this.#handler(j.msg, { signal: this.#handlerAbort.signal });
+    } catch (err) {
+      ok = false;
+      failure = err;
+    }
+    if (this.#untrack(j)) {
+      return ok;
+    }
+    if (ok && ackNow) {
+      return this.#ackNow([j.msg.receipt]);
+    }
+    if (ok) {
+      this.#queueAck(j.msg.receipt);
+      return true;
+    }
+    try {
+      await this.#sluice.nack(this.#queue, this.#group, j.msg.receipt, { error: errorText(failure) });
+    } catch (err) {
+      this.#o.onError(err, "nack");
+    }
+    return false;
+  }
+
+  async #ackNow(receipts: string[]): Promise<boolean> {
+    try {
+      await this.#sluice.ack(this.#queue, this.#group, receipts);
+      return true;
+    } catch (err) {
+      this.#o.onError(err, "ack");
+      return false;
+    }
+  }
+
+  // queueAck hands a receipt to the acker: one ack at a time, carrying all
+  // the receipts that came while the previous one was in flight (or the
+  // next receive takes them).
+  #queueAck(receipt: string): void {
+    this.#acks.push(receipt);
+    this.#startAcker();
+  }
+
+  #startAcker(): Promise<void> {
+    if (this.#acking === undefined) {
+      this.#acking = this.#acker().finally(() => {
+        this.#acking = undefined;
+      });
+    }
+    return this.#acking;
+  }
+
+  async #acker(): Promise<void> {
+    await Promise.resolve(); // let the receipts of this tick gather
+    while (this.#acks.length > 0) {
+      await this.#ackNow(this.#acks.splice(0, maxAckBatch));
+    }
+  }
+
+  async #flushAcks(): Promise<void> {
+    while (this.#acking !== undefined || this.#acks.length > 0) {
+      await this.#startAcker();
+    }
+  }
+
+  // releaseAll gives back the messages of the handlers still running.
+  async #releaseAll(): Promise<void> {
+    const msgs: Message<B>[] = [];
+    for (const j of this.#inflight.values()) {
+      j.released = true;
+      msgs.push(j.msg);
+    }
+    await this.#release(msgs);
+  }
+
+  // release gives msgs back for immediate redelivery.
+  async #release(msgs: Message<B>[]): Promise<void> {
+    for (const m of msgs) {
+      try {
+        await this.#sluice.nack(this.#queue, this.#group, m.receipt, {
+          delay: 0,
+          error: "consumer shut down before the handler finished",
+        });
+      } catch (err) {
+        this.#o.onError(err, "release");
+      }
+    }
+  }
+
+  #heartbeating: Promise<void> | undefined;
+
+  // heartbeat extends the leases of running handlers (one at a time).
+  async #heartbeat(): Promise<void> {
+    const receipts: string[] = [];
+    for (const [r, j] of this.#inflight) {
+      if (!j.released) {
+        receipts.push(r);
+      }
+    }
+    if (receipts.length === 0) {
+      return;
+    }
+    try {
+      await this.#sluice.extend(this.#queue, this.#group, receipts, this.#lease);
+    } catch (err) {
+      this.#o.onError(err, "extend");
+    }
+  }
+
+  // listen holds a connection of the pool in LISTEN mode and wakes the
+  // fetch loop when a notification names the queue, until signal is
+  // aborted. When the connection fails it makes a new one after a pause;
+  // polling covers the gap.
+  async #listen(signal: AbortSignal): Promise<void> {
+    let pause = 100;
+    while (!signal.aborted) {
+      try {
+        await this.#listenOnce(signal);
+      } catch (err) {
+        if (signal.aborted) {
+          return;
+        }
+        this.#o.onError(err, "listen");
+      }
+      await sleep(pause, signal);
+      pause = Math.min(2 * pause, 5000);
+    }
+  }
+
+  async #listenOnce(signal: AbortSignal): Promise<void> {
+    const client: pg.PoolClient = await this.#sluice.pool.connect();
+    let failure: Error | undefined;
+    const ended = new Wakeup();
+    const onError = (err: Error) => {
+      failure = err;
+      ended.notify();
+    };
+    const onNotification = (n: pg.Notification) => {
+      if (n.channel === "sluice" && n.payload === this.#queue) {
+        this.#wake.notify();
+      }
+    };
+    client.on("error", onError);
+    client.on("end", () => onError(new Error("LISTEN connection ended")));
+    client.on("notification", onNotification);
+    try {
+      await client.query("LISTEN sluice");
+      // Sends may have committed while no connection listened.
+      this.#wake.notify();
+      await ended.wait(Infinity, signal);
+    } finally {
+      client.off("notification", onNotification);
+      // The connection stays in LISTEN mode: destroy it rather than give it back.
+      client.release(failure ?? true);
+    }
+    if (failure) {
+      throw failure;
+    }
+  }
+}
