@@ -68,6 +68,26 @@ AS $$
           ORDER BY ln, u.o) l
 $$;
 
+-- e_uncut: whether there may be messages to number, in four index probes:
+-- the last cut left its round unfinished, or a message was sent by a
+-- transaction that was in progress at the last cut or began after it, or
+-- one came due since. (A superset of what e_cut would number: visibility is
+-- not checked.) False means a cut would find nothing.
+CREATE OR REPLACE FUNCTION sluice_tmpl.e_uncut()
+RETURNS boolean
+LANGUAGE plpgsql STABLE
+AS $$
+BEGIN
+    RETURN coalesce((SELECT NOT last.done
+                            OR EXISTS (SELECT 1 FROM messages m WHERE m.txid >= pg_snapshot_xmax(last.snap))
+                            OR EXISTS (SELECT 1 FROM messages m
+                                       WHERE m.txid = ANY (ARRAY(SELECT pg_snapshot_xip(last.snap))))
+                            OR EXISTS (SELECT 1 FROM messages m
+                                       WHERE m.deliver_at > last.t AND m.deliver_at <= clock_timestamp())
+                     FROM (SELECT b.done, b.snap, b.t FROM batches b ORDER BY b.batch_no DESC LIMIT 1) last), true);
+END
+$$;
+
 -- e_cut: number the next messages of the queue (at most 1000 per call).
 -- The caller holds the queue's cut lock.
 --
@@ -114,16 +134,8 @@ BEGIN
     END IF;
     SELECT * INTO last FROM batches ORDER BY batch_no DESC LIMIT 1;
     new_round := last.done;
-    -- The common case of a receive that finds nothing new, in three index
-    -- probes: no message sent by a transaction that was in progress at the
-    -- last cut or began after it, and none that came due since. (A superset
-    -- of what the phases below would number: visibility is not checked.)
-    IF new_round
-       AND NOT EXISTS (SELECT 1 FROM messages m WHERE m.txid >= pg_snapshot_xmax(last.snap))
-       AND NOT EXISTS (SELECT 1 FROM messages m
-                       WHERE m.txid = ANY (ARRAY(SELECT pg_snapshot_xip(last.snap))))
-       AND NOT EXISTS (SELECT 1 FROM messages m
-                       WHERE m.deliver_at > last.t AND m.deliver_at <= clock_timestamp()) THEN
+    -- The common case of a receive that finds nothing new (e_uncut).
+    IF new_round AND NOT e_uncut() THEN
         RETURN NULL;
     END IF;
     IF new_round THEN

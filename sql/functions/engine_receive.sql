@@ -29,6 +29,9 @@ DECLARE
     r record;
     n int;
     v_pass int;
+    v_uncut boolean;
+    v_lanes smallint[];
+    v_tops int[];
 BEGIN
     IF cardinality(p_ack) > 0 THEN
         PERFORM e_ack(g.id, p_ack);   -- the previous batch of a consumer loop
@@ -39,13 +42,24 @@ BEGIN
     IF q.lanes = 1 THEN
         PERFORM e_lock_lane(g.id, 0::smallint, 1);
     END IF;
+    -- An idle poll costs two statements: nothing committed to number and
+    -- no lane with work, so nothing to pick.
+    v_uncut := e_uncut();
+    IF NOT v_uncut THEN
+        SELECT w.lanes, w.tops INTO v_lanes, v_tops
+        FROM e_work_lanes(g.id, q.lanes, v_now, v_start, EXISTS (SELECT 1 FROM prio)) w;
+    END IF;
+    pk := ROW('{}', '{}', '{}', '{}', '{}', '{}', '{}');
     -- A receive that finds nothing while another one of the queue is
     -- cutting waits for that cut (at most 100 ms: e_wait_for_cut) and looks
     -- again, rather than return nothing while messages are being numbered.
     FOR v_pass IN 1..2 LOOP
-        SELECT * INTO r FROM e_pick(q, g, max_messages, v_now, v_start);
+        EXIT WHEN NOT v_uncut AND cardinality(v_lanes) = 0;
+        SELECT * INTO r FROM e_pick(q, g, max_messages, v_now, v_start, v_uncut, v_lanes, v_tops);
         pk := r.pk;
         EXIT WHEN cardinality(pk.pos) > 0 OR NOT r.cut_busy OR v_pass = 2 OR NOT e_wait_for_cut(q.id);
+        v_uncut := true;   -- look again from the start
+        v_lanes := NULL;
     END LOOP;
     -- Lease what was picked, one delivery row each, and return the messages
     -- in the order they were picked. Those left over (gone, or out of
@@ -87,6 +101,51 @@ BEGIN
 END
 $$;
 
+-- e_work_lanes: the lanes of a group worth a try, in one statement: those
+-- with numbered positions after their cursor, leases that expired since
+-- their last scan, blocked keys, messages with a priority below 0 that may
+-- be left behind their cursor, a low-water mark due for an update (once a
+-- second while messages are in flight), or no state yet. Lanes with a
+-- prioritized message after their cursor first, highest first, then every
+-- lane from p_start on. Read without the lanes' locks: e_take reads a lane's
+-- state again once it holds it.
+--
+-- Parameters:
+--   p_group_id  group id
+--   p_lanes     the queue's number of lanes
+--   p_now       the receive's time
+--   p_start     the lane to start from after the prioritized ones
+--   p_prio      whether the queue has prioritized messages (else prio is not read)
+-- Returns: lanes, in the order to try them, and tops, the highest priority
+--          above 0 after each one's cursor (NULL: none)
+CREATE OR REPLACE FUNCTION sluice_tmpl.e_work_lanes(p_group_id int, p_lanes int, p_now timestamptz, p_start int,
+                                                    p_prio boolean, OUT lanes smallint[], OUT tops int[])
+LANGUAGE plpgsql STABLE
+AS $$
+BEGIN
+    SELECT coalesce(array_agg(c.lane ORDER BY c.top DESC NULLS LAST, c.turn), '{}'),
+           coalesce(array_agg(c.top ORDER BY c.top DESC NULLS LAST, c.turn), '{}')
+    INTO lanes, tops
+    FROM (SELECT l.lane::smallint AS lane, pr.top, (l.lane - p_start + p_lanes) % p_lanes AS turn
+          FROM generate_series(0, p_lanes - 1) AS l(lane)
+          LEFT JOIN LATERAL (SELECT s.cursor, s.lwm, s.scan_from, s.lwm_at, s.bkeys FROM group_states s
+                             WHERE s.group_id = p_group_id AND s.lane = l.lane ORDER BY s.seq DESC LIMIT 1) s ON true
+          LEFT JOIN LATERAL (SELECT max(p.priority) AS top FROM prio p
+                             WHERE p_prio AND p.lane = l.lane AND p.priority > 0
+                               AND p.pos > coalesce(s.cursor, 0)) pr ON true
+          WHERE s.cursor IS NULL
+             OR s.bkeys IS NOT NULL
+             OR (s.lwm <= s.cursor AND s.lwm_at <= p_now - interval '1 second')
+             OR EXISTS (SELECT 1 FROM batches b
+                        WHERE b.lane = l.lane AND b.last_pos > s.cursor AND b.last_pos >= b.first_pos)
+             OR EXISTS (SELECT 1 FROM deliveries d
+                        WHERE d.group_id = p_group_id AND d.lane = l.lane AND d.expires_at >= s.scan_from
+                          AND d.expires_at <= p_now)
+             OR (p_prio AND EXISTS (SELECT 1 FROM prio p WHERE p.lane = l.lane AND p.priority < 0
+                                                            AND p.pos >= s.lwm AND p.pos <= s.cursor))) c;
+END
+$$;
+
 -- e_pick: steps 1 and 2 of e_receive: cut if the cut lock is free, then
 -- pick from the lanes of the group that have work.
 --
@@ -95,10 +154,14 @@ $$;
 --   max_messages  how many to pick at most
 --   v_now         the receive's time
 --   v_start       the lane to start from after the prioritized ones
+--   p_uncut       whether there may be committed messages to number (e_uncut)
+--   p_lanes, p_tops  the lanes worth a try (e_work_lanes) as the caller
+--                 found them, or NULL: find them here
 -- Returns: pk, the picks in the order to return them; cut_busy, whether
 --          another receive held the cut lock (so this one did not cut)
 CREATE OR REPLACE FUNCTION sluice_tmpl.e_pick(q sluice.queue, g sluice.consumer_group, max_messages int,
-                                              v_now timestamptz, v_start int,
+                                              v_now timestamptz, v_start int, p_uncut boolean,
+                                              p_lanes smallint[], p_tops int[],
                                               OUT pk sluice.picks, OUT cut_busy boolean)
 LANGUAGE plpgsql
 AS $$
@@ -114,43 +177,25 @@ BEGIN
     pk := ROW('{}', '{}', '{}', '{}', '{}', '{}', '{}');
     -- Number what committed since the last cut: at most four cuts (a round
     -- larger than one cut takes several), before taking, so that the runs of
-    -- a key numbered by them can be taken together.
-    cut_busy := NOT pg_try_advisory_xact_lock(sluice._lock_ns('cut'), q.id);
-    IF NOT cut_busy THEN
-        FOR n IN 1..4 LOOP
-            EXIT WHEN e_cut(q.id, q.lanes) IS NULL;
-            EXIT WHEN (SELECT b.done FROM batches b ORDER BY b.batch_no DESC LIMIT 1);
-        END LOOP;
+    -- a key numbered by them can be taken together. A cut changes which
+    -- lanes have work: find them again then.
+    v_lanes := p_lanes;
+    v_tops := p_tops;
+    cut_busy := false;
+    IF p_uncut THEN
+        cut_busy := NOT pg_try_advisory_xact_lock(sluice._lock_ns('cut'), q.id);
+        IF NOT cut_busy THEN
+            FOR n IN 1..4 LOOP
+                EXIT WHEN e_cut(q.id, q.lanes) IS NULL;
+                v_lanes := NULL;
+                EXIT WHEN (SELECT b.done FROM batches b ORDER BY b.batch_no DESC LIMIT 1);
+            END LOOP;
+        END IF;
     END IF;
     v_prio := EXISTS (SELECT 1 FROM prio);
-    -- The lanes worth a try, in one statement: those with numbered positions
-    -- after their cursor, leases that expired since their last scan, blocked
-    -- keys, messages with a priority below 0 that may be left behind their
-    -- cursor, a low-water mark due for an update (once a second while
-    -- messages are in flight), or no state yet. Lanes with a prioritized
-    -- message after their cursor first, highest first, then every lane from
-    -- a random one on. Read without the locks: e_take reads a lane's state
-    -- again once it holds it.
-    SELECT coalesce(array_agg(c.lane ORDER BY c.top DESC NULLS LAST, c.turn), '{}'),
-           coalesce(array_agg(c.top ORDER BY c.top DESC NULLS LAST, c.turn), '{}')
-    INTO v_lanes, v_tops
-    FROM (SELECT l.lane::smallint AS lane, pr.top, (l.lane - v_start + q.lanes) % q.lanes AS turn
-          FROM generate_series(0, q.lanes - 1) AS l(lane)
-          LEFT JOIN LATERAL (SELECT s.cursor, s.lwm, s.scan_from, s.lwm_at, s.bkeys FROM group_states s
-                             WHERE s.group_id = g.id AND s.lane = l.lane ORDER BY s.seq DESC LIMIT 1) s ON true
-          LEFT JOIN LATERAL (SELECT max(p.priority) AS top FROM prio p
-                             WHERE v_prio AND p.lane = l.lane AND p.priority > 0
-                               AND p.pos > coalesce(s.cursor, 0)) pr ON true
-          WHERE s.cursor IS NULL
-             OR s.bkeys IS NOT NULL
-             OR (s.lwm <= s.cursor AND s.lwm_at <= v_now - interval '1 second')
-             OR EXISTS (SELECT 1 FROM batches b
-                        WHERE b.lane = l.lane AND b.last_pos > s.cursor AND b.last_pos >= b.first_pos)
-             OR EXISTS (SELECT 1 FROM deliveries d
-                        WHERE d.group_id = g.id AND d.lane = l.lane AND d.expires_at >= s.scan_from
-                          AND d.expires_at <= v_now)
-             OR (v_prio AND EXISTS (SELECT 1 FROM prio p WHERE p.lane = l.lane AND p.priority < 0
-                                                           AND p.pos >= s.lwm AND p.pos <= s.cursor))) c;
+    IF v_lanes IS NULL THEN
+        SELECT w.lanes, w.tops INTO v_lanes, v_tops FROM e_work_lanes(g.id, q.lanes, v_now, v_start, v_prio) w;
+    END IF;
     -- First the prioritized messages of the lanes that have some, highest
     -- lane first (steps 1 to 3 of e_take), then every lane in turn (all of
     -- e_take but step 5), so that a lane's messages of priority 0 never go
