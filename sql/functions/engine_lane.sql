@@ -41,29 +41,43 @@ END
 $$;
 
 -- e_lane_lwm: the first position of a lane in [p_lwm, p_cursor] the group
--- has not completed (p_cursor + 1 when all are). Stops at the first one, so
--- it is cheap while the front of the lane is in flight.
+-- has not completed (p_cursor + 1 when all are). Batch by batch: a batch
+-- whose positions are all completed is passed with one count of its acks
+-- (a range scan of the acks index, not a probe per position); in the first
+-- one that is not (or one with messages targeted at single groups), the
+-- positions are looked at one by one. Stops at the first one not completed,
+-- so it is cheap while the front of the lane is in flight.
 CREATE OR REPLACE FUNCTION sluice_tmpl.e_lane_lwm(p_group_id int, p_lane smallint, p_lwm bigint, p_cursor bigint)
 RETURNS bigint
 LANGUAGE plpgsql STABLE
 AS $$
 DECLARE
+    b record;
     v bigint;
 BEGIN
     IF p_cursor < p_lwm THEN
         RETURN p_lwm;
     END IF;
-    SELECT w.pos INTO v
-    FROM (SELECT b.first_pos + u.o - 1 AS pos, u.slot, u.tg
-          FROM (SELECT * FROM batches bb
-                WHERE bb.lane = p_lane AND bb.last_pos >= p_lwm AND bb.first_pos <= p_cursor
-                ORDER BY bb.last_pos) b
-          CROSS JOIN LATERAL unnest(b.slots, b.targets) WITH ORDINALITY AS u(slot, tg, o)) w
-    LEFT JOIN LATERAL (SELECT 1 AS hit FROM acks a
-                       WHERE a.group_id = p_group_id AND a.pos = w.pos AND a.slot = w.slot LIMIT 1) ak ON true
-    WHERE w.pos BETWEEN p_lwm AND p_cursor AND (w.tg IS NULL OR w.tg = p_group_id) AND ak.hit IS NULL
-    LIMIT 1;
-    RETURN coalesce(v, p_cursor + 1);
+    FOR b IN SELECT greatest(bb.first_pos, p_lwm) AS lo, least(bb.last_pos, p_cursor) AS hi, bb.first_pos,
+                    bb.slots, bb.targets
+             FROM batches bb
+             WHERE bb.lane = p_lane AND bb.last_pos >= p_lwm AND bb.first_pos <= p_cursor AND bb.last_pos >= bb.first_pos
+             ORDER BY bb.last_pos LOOP
+        CONTINUE WHEN b.targets IS NULL
+                  AND (SELECT count(*) FROM acks a WHERE a.group_id = p_group_id AND a.pos BETWEEN b.lo AND b.hi)
+                      = b.hi - b.lo + 1;
+        SELECT b.first_pos + u.o - 1 INTO v
+        FROM unnest(b.slots, b.targets) WITH ORDINALITY AS u(slot, tg, o)
+        WHERE b.first_pos + u.o - 1 BETWEEN b.lo AND b.hi AND (u.tg IS NULL OR u.tg = p_group_id)
+          AND NOT EXISTS (SELECT 1 FROM acks a
+                          WHERE a.group_id = p_group_id AND a.pos = b.first_pos + u.o - 1 AND a.slot = u.slot)
+        ORDER BY u.o
+        LIMIT 1;
+        IF v IS NOT NULL THEN
+            RETURN v;
+        END IF;
+    END LOOP;
+    RETURN p_cursor + 1;
 END
 $$;
 
