@@ -3,6 +3,7 @@ package sqlsrc_test
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestReceiveCommitsAsynchronously: a receive turns synchronous_commit off
@@ -241,5 +242,52 @@ func TestAckDurableFalseCommitsAsynchronously(t *testing.T) {
 	}
 	if n := b.ack("ad", "default", ms[3].Receipt); n != 1 {
 		t.Fatalf("ack after the refused one = %d, want 1", n)
+	}
+}
+
+// TestConcurrentAcksOfOneReceipt: two transactions ack the same receipts at
+// once; the second waits for the first and, once it commits, completes
+// nothing (0, no unique_violation), and neither loses the other's count.
+func TestConcurrentAcksOfOneReceipt(t *testing.T) {
+	b := setup(t)
+	b.createQueue("ca", `{"lease": "30 seconds"}`)
+	for range 3 {
+		b.send(b.pool, "ca", `{}`)
+	}
+	ms := b.receive("ca", "default", 3, "")
+	if len(ms) != 3 {
+		t.Fatalf("received %d, want 3", len(ms))
+	}
+	first, err := b.pool.Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Rollback(b.ctx) //nolint:errcheck
+	var n1 int
+	if err := first.QueryRow(b.ctx, `SELECT sluice.ack('ca', 'default', $1)`,
+		[]string{ms[0].Receipt, ms[1].Receipt}).Scan(&n1); err != nil || n1 != 2 {
+		t.Fatalf("first ack: %d, %v", n1, err)
+	}
+	type res struct {
+		n   int
+		err error
+	}
+	second := make(chan res, 1)
+	go func() {
+		var n int
+		err := b.pool.QueryRow(b.ctx, `SELECT sluice.ack('ca', 'default', $1)`,
+			[]string{ms[1].Receipt, ms[2].Receipt, ms[0].Receipt}).Scan(&n)
+		second <- res{n, err}
+	}()
+	time.Sleep(200 * time.Millisecond) // the second ack waits on the first's rows
+	if err := first.Commit(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := <-second
+	if r.err != nil || r.n != 1 {
+		t.Fatalf("second ack: %d, %v; want 1 (the message the first did not ack) and no error", r.n, r.err)
+	}
+	if n := b.int64(`SELECT count(*) FROM sluice.receive('ca', 'default', 10)`); n != 0 {
+		t.Fatalf("%d messages delivered after all were acked", n)
 	}
 }
