@@ -60,11 +60,31 @@ func (s *Server) buildMux() http.Handler {
 	for _, rt := range s.routes {
 		mux.Handle(rt.method+" "+rt.path, s.wrap(rt))
 	}
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h, pattern := mux.Handler(r)
+		if pattern != "" {
+			mux.ServeHTTP(w, r) // sets the path values
+			return
+		}
+		// No route: the mux answers 404, or 405 with Allow; say it as a
+		// problem.
+		rec := &headerOnly{header: http.Header{}}
+		h.ServeHTTP(rec, r)
+		if allow := rec.header.Get("Allow"); allow != "" {
+			w.Header().Set("Allow", allow)
+			writeProblem(w, r, problemf(http.StatusMethodNotAllowed, "method_not_allowed", "%s allows %s, not %s", r.URL.Path, allow, r.Method))
+			return
+		}
 		writeProblem(w, r, problemf(http.StatusNotFound, "not_found", "no endpoint %s %s (see /v1/openapi.json)", r.Method, r.URL.Path))
 	})
-	return mux
 }
+
+// headerOnly is a ResponseWriter that keeps the headers and drops the rest.
+type headerOnly struct{ header http.Header }
+
+func (h *headerOnly) Header() http.Header         { return h.header }
+func (h *headerOnly) Write(b []byte) (int, error) { return len(b), nil }
+func (h *headerOnly) WriteHeader(int)             {}
 
 func (s *Server) wrap(rt route) http.Handler {
 	name := rt.method + " " + rt.path
