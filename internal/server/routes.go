@@ -106,8 +106,8 @@ func (s *Server) serve(rt route, w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if rt.admin && p.Role != "" && p.Role != RoleAdmin {
-		return problemf(http.StatusForbidden, "forbidden", "%s needs role %s", rt.path, RoleAdmin)
+	if rt.admin && p.Role != "" && (p.Role != RoleAdmin || len(p.Queues) > 0) {
+		return problemf(http.StatusForbidden, "forbidden", "%s needs role %s for every queue (a token without queue patterns)", rt.path, RoleAdmin)
 	}
 	if !s.limiter.acquire(p.key) {
 		return problemf(http.StatusTooManyRequests, "too_many_requests",
