@@ -166,7 +166,7 @@ type MessageJSON struct {
 }
 
 type receiveRequest struct {
-	Max      int      `json:"max"`
+	Max      *int     `json:"max"`
 	Lease    string   `json:"lease"`
 	Wait     string   `json:"wait"`
 	Consumer string   `json:"consumer"`
@@ -198,13 +198,20 @@ func (s *Server) receive(w http.ResponseWriter, r *http.Request) error {
 	if wait > s.cfg.MaxWait {
 		return fieldProblem("wait", "wait is at most %s, got %s", s.cfg.MaxWait, req.Wait)
 	}
-	if req.Max > s.cfg.MaxBatch {
-		return s.checkBatch("max", req.Max)
+	max := 1
+	if req.Max != nil {
+		max = *req.Max
+	}
+	if max < 1 {
+		return fieldProblem("max", "max must be at least 1, got %d", max)
+	}
+	if err := s.checkBatch("max", max); err != nil {
+		return err
 	}
 	if err := s.checkBatch("ack", len(req.Ack)); err != nil {
 		return err
 	}
-	opts := &sluice.ReceiveOptions{Max: req.Max, Lease: lease, Consumer: req.Consumer, Ack: req.Ack}
+	opts := &sluice.ReceiveOptions{Max: max, Lease: lease, Consumer: req.Consumer, Ack: req.Ack}
 	msgs, err := s.longPoll(r, queue, group, opts, wait)
 	if err != nil {
 		return err
