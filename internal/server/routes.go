@@ -170,3 +170,13 @@ func serveOpenAPI(w http.ResponseWriter, _ *http.Request) error {
 
 // pathParam returns a path parameter ({queue}, {group}).
 func pathParam(r *http.Request, name string) string { return strings.TrimSpace(r.PathValue(name)) }
+
+// Routes returns the endpoints the server registers, as "METHOD /path"
+// (ServeMux patterns).
+func (s *Server) Routes() []string {
+	out := make([]string, len(s.routes))
+	for i, rt := range s.routes {
+		out[i] = rt.method + " " + rt.path
+	}
+	return out
+}
