@@ -2,7 +2,6 @@ package server
 
 import (
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -166,17 +165,4 @@ func serveOpenAPI(w http.ResponseWriter, _ *http.Request) error {
 	w.Header().Set("Content-Type", "application/json")
 	_, err := w.Write(docs.OpenAPI)
 	return err
-}
-
-// pathParam returns a path parameter ({queue}, {group}).
-func pathParam(r *http.Request, name string) string { return strings.TrimSpace(r.PathValue(name)) }
-
-// Routes returns the endpoints the server registers, as "METHOD /path"
-// (ServeMux patterns).
-func (s *Server) Routes() []string {
-	out := make([]string, len(s.routes))
-	for i, rt := range s.routes {
-		out[i] = rt.method + " " + rt.path
-	}
-	return out
 }
