@@ -166,3 +166,13 @@ func serveOpenAPI(w http.ResponseWriter, _ *http.Request) error {
 	_, err := w.Write(docs.OpenAPI)
 	return err
 }
+
+// Routes returns the endpoints the server registers, as "METHOD /path"
+// (ServeMux patterns).
+func (s *Server) Routes() []string {
+	out := make([]string, len(s.routes))
+	for i, rt := range s.routes {
+		out[i] = rt.method + " " + rt.path
+	}
+	return out
+}
