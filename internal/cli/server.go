@@ -62,7 +62,7 @@ func serverCommand() command {
 			maxBatch := fs.Int("max-batch", 1000, "most messages of one batch send, receive or transaction")
 			maxConc := fs.Int("max-concurrent", 64, "most requests in progress per token (more get 429)")
 			maxWait := fs.Duration("max-wait", 30*time.Second, "longest long poll (wait of receive)")
-			poll := fs.Duration("poll-interval", 5*time.Second, "how often a long poll also checks the queue (for delays and retries coming due)")
+			poll := fs.Duration("poll-interval", 5*time.Second, "how often the queues that long polls wait on are checked, for delays and retries coming due")
 			headerTimeout := fs.Duration("read-header-timeout", 10*time.Second, "time allowed to read a request's headers")
 			grace := fs.Duration("shutdown-grace", 30*time.Second, "how long requests in progress may take to end at shutdown")
 			return func(ctx context.Context, _ []string) error {

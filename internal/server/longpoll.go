@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sluicemq/sluice"
@@ -21,24 +22,25 @@ type notifier struct {
 	log  *slog.Logger
 	up   atomic.Bool
 
-	mu      sync.Mutex
-	waiters map[string]map[chan struct{}]struct{}
+	mu sync.Mutex
+	// waiters holds, per queue, each waiting long poll's channel and group.
+	waiters map[string]map[chan struct{}]string
 }
 
 func newNotifier(pool *pgxpool.Pool, log *slog.Logger) *notifier {
-	return &notifier{pool: pool, log: log, waiters: map[string]map[chan struct{}]struct{}{}}
+	return &notifier{pool: pool, log: log, waiters: map[string]map[chan struct{}]string{}}
 }
 
 // subscribe returns a channel that receives a value when a send to queue
-// commits (or when the listener reconnects), and the function that ends the
-// subscription.
-func (n *notifier) subscribe(queue string) (<-chan struct{}, func()) {
+// commits, when the sweep finds messages ready for group, or when the
+// listener reconnects; and the function that ends the subscription.
+func (n *notifier) subscribe(queue, group string) (<-chan struct{}, func()) {
 	ch := make(chan struct{}, 1)
 	n.mu.Lock()
 	if n.waiters[queue] == nil {
-		n.waiters[queue] = map[chan struct{}]struct{}{}
+		n.waiters[queue] = map[chan struct{}]string{}
 	}
-	n.waiters[queue][ch] = struct{}{}
+	n.waiters[queue][ch] = group
 	n.mu.Unlock()
 	return ch, func() {
 		n.mu.Lock()
@@ -50,21 +52,84 @@ func (n *notifier) subscribe(queue string) (<-chan struct{}, func()) {
 	}
 }
 
-// wake signals the waiters of queue, or of every queue when all is set.
-func (n *notifier) wake(queue string, all bool) {
+// wake signals the waiters of queue (only those of the groups in groups,
+// unless it is nil), or of every queue when all is set.
+func (n *notifier) wake(queue string, groups map[string]bool, all bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	for q, set := range n.waiters {
 		if !all && q != queue {
 			continue
 		}
-		for ch := range set {
+		for ch, g := range set {
+			if groups != nil && !groups[g] {
+				continue
+			}
 			select {
 			case ch <- struct{}{}:
 			default:
 			}
 		}
 	}
+}
+
+// queues returns the queues that long polls wait on.
+func (n *notifier) queues() []string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	out := make([]string, 0, len(n.waiters))
+	for q := range n.waiters {
+		out = append(out, q)
+	}
+	return out
+}
+
+// sweep checks, every interval (at most 500ms while the LISTEN connection
+// is down), each queue that long polls wait on with one sluice.status call,
+// and wakes the long polls of the groups that have messages ready: delayed
+// messages and retries that come due send no notification. Its cost does
+// not grow with the number of long polls.
+func (n *notifier) sweep(ctx context.Context, interval time.Duration) {
+	for {
+		d := interval
+		if !n.up.Load() {
+			d = min(d, 500*time.Millisecond)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(d):
+		}
+		for _, q := range n.queues() {
+			ready, err := n.readyGroups(ctx, q)
+			if ctx.Err() != nil {
+				return
+			}
+			if err != nil {
+				// The queue was dropped, say: the long polls find out.
+				n.wake(q, nil, false)
+			} else if len(ready) > 0 {
+				n.wake(q, ready, false)
+			}
+		}
+	}
+}
+
+// readyGroups returns the groups of queue that have messages ready.
+func (n *notifier) readyGroups(ctx context.Context, queue string) (map[string]bool, error) {
+	rows, err := n.pool.Query(ctx, `SELECT group_name FROM sluice.status($1) WHERE ready > 0 AND group_name IS NOT NULL`, queue)
+	if err != nil {
+		return nil, err
+	}
+	groups, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]bool{}
+	for _, g := range groups {
+		out[g] = true
+	}
+	return out, nil
 }
 
 // waiting returns how many long polls wait.
@@ -114,12 +179,12 @@ func (n *notifier) listenOnce(ctx context.Context) error {
 	}
 	n.up.Store(true)
 	// Sends may have committed while nobody listened.
-	n.wake("", true)
+	n.wake("", nil, true)
 	for {
 		msg, err := conn.WaitForNotification(ctx)
 		if err != nil {
 			return err
 		}
-		n.wake(msg.Payload, false)
+		n.wake(msg.Payload, nil, false)
 	}
 }

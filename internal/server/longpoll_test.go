@@ -91,6 +91,18 @@ func TestLongPollFallback(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("polling did not find the message")
 	}
+	// A delayed message that comes due sends no notification either.
+	ts.must(201, "POST", "/v1/queues", tokAdmin, map[string]any{"name": "later"})
+	ts.must(201, "POST", "/v1/queues/later/messages", tokAdmin, map[string]any{"body": 1, "delay": "700ms"})
+	ch = ts.poll("/v1/queues/later/groups/default/receive", map[string]any{"wait": "10s"})
+	select {
+	case res := <-ch:
+		if len(res.r.json(t)["messages"].([]any)) != 1 || res.elapsed < 500*time.Millisecond {
+			t.Fatalf("after %s: %s", res.elapsed, res.r.body)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the sweep did not find the delayed message")
+	}
 }
 
 // Shutdown: long polls return empty at once, a request in progress ends,

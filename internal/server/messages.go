@@ -227,15 +227,16 @@ func (s *Server) receive(w http.ResponseWriter, r *http.Request) error {
 }
 
 // longPoll receives, and while nothing is ready waits up to wait for a
-// notification of a send to the queue (or the poll interval, or the end of
-// the request or of the server) and tries again. The acks of opts go with
+// notification of a send to the queue, or for the notifier's sweep to find
+// messages ready (delays and retries come due), and tries again; it returns
+// nothing at the end of the wait or of the server. The acks of opts go with
 // the first try only.
 func (s *Server) longPoll(r *http.Request, queue, group string, opts *sluice.ReceiveOptions, wait time.Duration) ([]sluice.Message, error) {
 	ctx := r.Context()
 	p := principalOf(ctx)
 	var wake <-chan struct{}
 	if wait > 0 {
-		ch, unsubscribe := s.notify.subscribe(queue)
+		ch, unsubscribe := s.notify.subscribe(queue, group)
 		defer unsubscribe()
 		wake = ch
 	}
@@ -254,11 +255,7 @@ func (s *Server) longPoll(r *http.Request, queue, group string, opts *sluice.Rec
 		if left <= 0 {
 			return nil, nil
 		}
-		poll := s.cfg.PollInterval
-		if !s.notify.up.Load() {
-			poll = min(poll, 500*time.Millisecond)
-		}
-		t := time.NewTimer(min(left, poll))
+		t := time.NewTimer(left)
 		select {
 		case <-wake:
 		case <-t.C:

@@ -35,16 +35,18 @@ type Config struct {
 	Auth AuthConfig
 	// Logger receives the server's log (default: slog.Default()).
 	Logger *slog.Logger
-	// MaxBody is the largest request body in bytes (1 MiB + 64 KiB... default 8 MiB).
+	// MaxBody is the largest request body in bytes (default 8 MiB).
 	MaxBody int64
 	// MaxBatch is the most messages of one send batch or transaction, and
 	// the most a receive may ask for (default 1000).
 	MaxBatch int
 	// MaxWait is the longest long poll (default 30s).
 	MaxWait time.Duration
-	// PollInterval is how often a long poll checks the queue besides the
-	// notifications, for delayed messages and retries that come due
-	// (default 5s; 500ms while the LISTEN connection is down).
+	// PollInterval is how often the queues that long polls wait on are
+	// checked (one sluice.status call per queue, whatever the number of
+	// long polls) besides the notifications, for delayed messages and
+	// retries that come due (default 5s; 500ms while the LISTEN connection
+	// is down).
 	PollInterval time.Duration
 	// MaxConcurrent is how many requests one token may have in progress
 	// (long polls included) before it gets 429 (default 64).
@@ -141,8 +143,9 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, grace time.Duration
 	}
 	lctx, stopListen := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
-	wg.Add(1)
+	wg.Add(2)
 	go func() { defer wg.Done(); s.notify.run(lctx) }()
+	go func() { defer wg.Done(); s.notify.sweep(lctx, s.cfg.PollInterval) }()
 	defer func() { stopListen(); wg.Wait() }()
 
 	errc := make(chan error, 1)
