@@ -48,6 +48,10 @@ Scenarios:
   xmin      steady while another connection holds a transaction with an xid
             (default 10 minutes): consumed/s, dead tuples and table size per
             --interval
+  http      sluice server in this process: 64 HTTP clients sending (batch 1
+            and 100) beside the same over SQL, long-poll receive + ack end
+            to end at 1,000 msg/s, and the database work of 1,000 idle
+            long polls
   all       all of the above
 
 Durations: each cell runs --duration (defaults: send 5s, drain at most 10s,
@@ -91,7 +95,7 @@ func (l *intList) Set(v string) error {
 
 func benchCommand() command {
 	return command{
-		name: "bench", summary: "run benchmark scenarios (send, drain, keyed, latency, steady, shootout, app, xmin)", usage: benchUsage,
+		name: "bench", summary: "run benchmark scenarios (send, drain, keyed, latency, steady, shootout, app, xmin, http)", usage: benchUsage,
 		minArgs: 1, maxArgs: -1,
 		setup: func(fs *flag.FlagSet, e *env) func(context.Context, []string) error {
 			url := dbFlag(fs)

@@ -52,8 +52,11 @@ func (n *notifier) subscribe(queue, group string) (<-chan struct{}, func()) {
 	}
 }
 
-// wake signals the waiters of queue (only those of the groups in groups,
-// unless it is nil), or of every queue when all is set.
+// wake signals, for each group of queue (each group in groups, unless it
+// is nil), one of its waiting long polls: a notification may stand for one
+// message, and every long poll of the group trying to receive it would be
+// a thundering herd. A long poll that receives a full batch wakes the next
+// (wakeOne). With all set, it wakes every long poll of every queue.
 func (n *notifier) wake(queue string, groups map[string]bool, all bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -61,15 +64,34 @@ func (n *notifier) wake(queue string, groups map[string]bool, all bool) {
 		if !all && q != queue {
 			continue
 		}
+		woken := map[string]bool{}
 		for ch, g := range set {
-			if groups != nil && !groups[g] {
+			if (groups != nil && !groups[g]) || (!all && woken[g]) {
 				continue
 			}
 			select {
 			case ch <- struct{}{}:
-			default:
+				woken[g] = true
+			default: // already signalled: it will receive
+				woken[g] = true
 			}
 		}
+	}
+}
+
+// wakeOne signals one waiting long poll of queue and group, but not self.
+func (n *notifier) wakeOne(queue, group string, self <-chan struct{}) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for ch, g := range n.waiters[queue] {
+		if g != group || ch == self {
+			continue
+		}
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+		return
 	}
 }
 

@@ -248,6 +248,10 @@ func (s *Server) longPoll(r *http.Request, queue, group string, opts *sluice.Rec
 			return err
 		})
 		if err != nil || len(msgs) > 0 {
+			if wait > 0 && len(msgs) == max(opts.Max, 1) {
+				// There may be more: pass the wake-up on.
+				s.notify.wakeOne(queue, group, wake)
+			}
 			return msgs, err
 		}
 		opts.Ack = nil

@@ -172,14 +172,12 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, grace time.Duration
 // wait: the start of a graceful shutdown.
 func (s *Server) Drain() { s.drainOnce.Do(func() { close(s.draining) }) }
 
-// tx runs fn in a transaction under the principal's role.
+// tx runs fn in a transaction under the principal's role. BEGIN and SET
+// LOCAL ROLE go to the server together, in one round trip.
 func (s *Server) tx(ctx context.Context, p *Principal, fn func(tx pgx.Tx) error) error {
-	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if p.Role != "" {
-			if _, err := tx.Exec(ctx, "SET LOCAL ROLE "+pgx.Identifier{p.Role}.Sanitize()); err != nil {
-				return fmt.Errorf("taking role %s: %w", p.Role, err)
-			}
-		}
-		return fn(tx)
-	})
+	opts := pgx.TxOptions{}
+	if p.Role != "" {
+		opts.BeginQuery = "BEGIN; SET LOCAL ROLE " + pgx.Identifier{p.Role}.Sanitize()
+	}
+	return pgx.BeginTxFunc(ctx, s.pool, opts, fn)
 }
