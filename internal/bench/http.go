@@ -28,6 +28,8 @@ const (
 	httpIdleQueue = "bench_http_idle"
 	httpIdlePolls = 1000
 	httpE2ERate   = 1000
+	// httpPoolConns is the pool size of the server, and of the SQL side.
+	httpPoolConns = 32
 )
 
 // httpBench holds the server and the clients of the scenario.
@@ -50,7 +52,7 @@ func (r *runner) http(ctx context.Context) (*Result, error) {
 		return nil, err
 	}
 	defer stop()
-	t := Table{Title: fmt.Sprintf("http: %d concurrent clients, %s per cell: HTTP (sluice server) beside SQL (the Go library, %d connections)", httpClients, d, httpClients),
+	t := Table{Title: fmt.Sprintf("http: %d concurrent clients, %s per cell: HTTP (sluice server) beside SQL (the Go library), each on a pool of %d connections", httpClients, d, httpPoolConns),
 		Columns: []string{"work", "HTTP msg/s", "SQL msg/s", "HTTP / SQL"}}
 	var series []Series
 	for _, b := range []int{1, 100} {
@@ -81,7 +83,7 @@ func (r *runner) http(ctx context.Context) (*Result, error) {
 	if len(s) > 0 {
 		lt.Rows = append(lt.Rows, []string{fmtRate(e2e.rate()), fmtMS(Percentile(s, .5)), fmtMS(Percentile(s, .95)), fmtMS(Percentile(s, .99)), fmtMS(s[len(s)-1])})
 	}
-	idle, err := h.idlePolls(ctx, max(d, 10*time.Second))
+	idle, err := h.idlePolls(ctx, max(2*d, 2*time.Second))
 	if err != nil {
 		return nil, err
 	}
@@ -100,7 +102,7 @@ func (r *runner) http(ctx context.Context) (*Result, error) {
 // startHTTP makes the queues and pools and starts the server.
 func (r *runner) startHTTP(ctx context.Context) (*httpBench, func(), error) {
 	cfg := r.o.Pool.Config()
-	cfg.MaxConns = httpClients + 8
+	cfg.MaxConns = httpPoolConns
 	srvPool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, nil, err
