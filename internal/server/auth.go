@@ -10,6 +10,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"path"
@@ -189,7 +190,12 @@ type claims struct {
 // authenticate returns the principal of a request, or a 401 problem.
 func (a *authenticator) authenticate(r *http.Request) (*Principal, error) {
 	if a.cfg.Insecure {
-		return &Principal{Subject: "anonymous", key: "anonymous"}, nil
+		// Without tokens, the concurrency limit applies per client address.
+		host, _, err := net.SplitHostPort(r.RemoteAddr)
+		if err != nil {
+			host = r.RemoteAddr
+		}
+		return &Principal{Subject: "anonymous", key: "anonymous:" + host}, nil
 	}
 	h := r.Header.Get("Authorization")
 	scheme, token, ok := strings.Cut(h, " ")

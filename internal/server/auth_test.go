@@ -2,11 +2,15 @@ package server_test
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/sluicemq/sluice/internal/pgtest"
 	"github.com/sluicemq/sluice/internal/server"
 )
 
@@ -154,4 +158,46 @@ func TestLoadTokensRejectsBadFiles(t *testing.T) {
 			t.Errorf("%s: LoadTokens succeeded", name)
 		}
 	}
+}
+
+// With a login role that is not a superuser: a token's role it is not a
+// member of is a server error that says what to grant; once granted, the
+// database enforces the role.
+func TestNonSuperuserLogin(t *testing.T) {
+	ctx := context.Background()
+	url := pg.NewDatabase(t)
+	admin := pgtest.Connect(t, url)
+	login := fmt.Sprintf("sluice_server_%d", time.Now().UnixNano())
+	if _, err := admin.Exec(ctx, fmt.Sprintf(`CREATE ROLE %s LOGIN PASSWORD 'pw'`, login)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_, _ = admin.Exec(context.Background(), fmt.Sprintf(`DROP OWNED BY %s; DROP ROLE %s`, login, login))
+	})
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.User, cfg.ConnConfig.Password = login, "pw"
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	ts := start(t, func(c *server.Config) { c.Pool = pool })
+	if _, err := admin.Exec(ctx, `SELECT sluice.create_queue('q')`); err != nil {
+		t.Fatal(err)
+	}
+	p := ts.problem(500, "POST", "/v1/queues/q/messages", tokProducer, map[string]any{"body": 1})
+	if !strings.Contains(p["detail"].(string), "GRANT sluice_producer") {
+		t.Fatalf("not a member: %v", p)
+	}
+	if _, err := admin.Exec(ctx, fmt.Sprintf(`GRANT sluice_producer, sluice_consumer TO %s`, login)); err != nil {
+		t.Fatal(err)
+	}
+	ts.must(201, "POST", "/v1/queues/q/messages", tokProducer, map[string]any{"body": 1})
+	ts.must(200, "POST", "/v1/queues/q/groups/default/receive", tokConsumer, map[string]any{})
+	// The consumer role still may not send, nor the producer receive.
+	ts.problem(403, "POST", "/v1/queues/q/messages", tokConsumer, map[string]any{"body": 1})
+	ts.problem(403, "POST", "/v1/queues/q/groups/default/receive", tokProducer, map[string]any{})
 }

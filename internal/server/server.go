@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -179,5 +180,20 @@ func (s *Server) tx(ctx context.Context, p *Principal, fn func(tx pgx.Tx) error)
 	if p.Role != "" {
 		opts.BeginQuery = "BEGIN; SET LOCAL ROLE " + pgx.Identifier{p.Role}.Sanitize()
 	}
-	return pgx.BeginTxFunc(ctx, s.pool, opts, fn)
+	tx, err := s.pool.BeginTx(ctx, opts)
+	if err != nil {
+		var pg *pgconn.PgError
+		if errors.As(err, &pg) && pg.Code == "42501" {
+			// The server is misconfigured, not the client.
+			s.cfg.Logger.Error("sluice server: the database login role may not take a token's role", "role", p.Role, "error", pg.Message)
+			return problemf(http.StatusInternalServerError, "server_role",
+				"the server's database login role may not take role %s (GRANT %s TO the server's login role; see docs/operations.md)", p.Role, p.Role)
+		}
+		return fmt.Errorf("beginning a transaction: %w", err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if err := fn(tx); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
 }
