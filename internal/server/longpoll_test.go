@@ -132,3 +132,46 @@ func TestGracefulShutdown(t *testing.T) {
 		t.Fatal("the server still accepts connections")
 	}
 }
+
+// When the LISTEN connection dies (its backend terminated), long polls
+// still get their messages (the sweep polls every 500ms meanwhile) and the
+// listener comes back.
+func TestListenerReconnects(t *testing.T) {
+	ts := start(t, func(c *server.Config) { c.PollInterval = time.Minute })
+	ts.must(201, "POST", "/v1/queues", tokAdmin, map[string]any{"name": "q"})
+	ts.waitMetric("sluice_listener_up 1")
+	var killed bool
+	if err := ts.pool.QueryRow(context.Background(), `SELECT bool_or(pg_terminate_backend(pid)) FROM pg_stat_activity
+		WHERE datname = current_database() AND query ILIKE 'listen%'`).Scan(&killed); err != nil || !killed {
+		t.Fatalf("terminating the listener: %v %v", killed, err)
+	}
+	ch := ts.poll("/v1/queues/q/groups/default/receive", map[string]any{"wait": "10s"})
+	ts.waitMetric("sluice_long_polls_waiting 1")
+	ts.must(201, "POST", "/v1/queues/q/messages", tokAdmin, map[string]any{"body": "after"})
+	select {
+	case res := <-ch:
+		if len(res.r.json(t)["messages"].([]any)) != 1 {
+			t.Fatalf("%s", res.r.body)
+		}
+	case <-time.After(8 * time.Second):
+		t.Fatal("the long poll did not get the message sent while the listener was down or reconnecting")
+	}
+	ts.waitMetric("sluice_listener_up 1")
+}
+
+// A queue dropped while long polls wait on it: they end with 404.
+func TestLongPollQueueDropped(t *testing.T) {
+	ts := start(t, func(c *server.Config) { c.PollInterval = 200 * time.Millisecond })
+	ts.must(201, "POST", "/v1/queues", tokAdmin, map[string]any{"name": "gone"})
+	ch := ts.poll("/v1/queues/gone/groups/default/receive", map[string]any{"wait": "20s"})
+	ts.waitMetric("sluice_long_polls_waiting 1")
+	ts.must(204, "DELETE", "/v1/queues/gone", tokAdmin, nil)
+	select {
+	case res := <-ch:
+		if res.r.status != 404 {
+			t.Fatalf("%d %s", res.r.status, res.r.body)
+		}
+	case <-time.After(8 * time.Second):
+		t.Fatal("the long poll on a dropped queue did not end")
+	}
+}
