@@ -87,13 +87,18 @@ func (r *runner) http(ctx context.Context) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	scrape, err := h.scrapeCost(ctx, r.o.Preload)
+	if err != nil {
+		return nil, err
+	}
 	return &Result{
-		Params: map[string]any{"clients": httpClients, "duration_s": d.Seconds(), "e2e_rate": httpE2ERate, "idle_polls": httpIdlePolls},
-		Tables: []Table{t, lt, idle},
+		Params: map[string]any{"clients": httpClients, "duration_s": d.Seconds(), "e2e_rate": httpE2ERate, "idle_polls": httpIdlePolls, "scrape_backlog": r.o.Preload},
+		Tables: []Table{t, lt, idle, scrape},
 		Charts: []Chart{{File: "http-send.svg", Title: "http: send throughput over time", XLabel: "seconds", YLabel: "messages/s", Series: series}},
 		Notes: []string{
 			"The server runs in the benchmark's process, without auth (each request is still one transaction), on a pool of its own; HTTP clients use keep-alive connections.",
 			"SQL send batch 1 is Client.Send (sluice.send), batch 100 Client.SendBatch (one sluice.send_batch); the queue is purged between cells.",
+			"/metrics reads sluice.status() once per scrape; its cost grows with the groups and their in-flight windows, not with the backlog (docs/sql.md, status). --preload sets the backlog of the scrape cell (issue 12's target: under 50 ms with 10,000,000).",
 			"Targets (issue 12): HTTP batch-100 send >= 0.8x SQL send_batch; long-poll end-to-end p50 <= 3 ms at 1,000 msg/s; idle long polls cost no database work beyond the listener and one sluice.status per queue and poll interval.",
 		},
 	}, nil
@@ -353,4 +358,41 @@ func (h *httpBench) waiting(ctx context.Context) string {
 	}
 	_ = ctx
 	return "?"
+}
+
+// scrapeCost preloads n messages into the idle queue and times 10 scrapes
+// of /metrics (the server's work: the handler reads sluice.status()).
+func (h *httpBench) scrapeCost(ctx context.Context, n int) (Table, error) {
+	t := Table{Title: fmt.Sprintf("http: GET /metrics with a backlog of %d messages (10 scrapes)", n),
+		Columns: []string{"backlog", "p50 ms", "max ms"}}
+	msgs := make([]sluice.BatchMessage, 1000)
+	for i := range msgs {
+		msgs[i] = sluice.BatchMessage{Body: h.body}
+	}
+	for left := n; left > 0; left -= len(msgs) {
+		if _, err := h.sql.SendBatch(ctx, httpIdleQueue, msgs[:min(left, len(msgs))], nil); err != nil {
+			return t, fmt.Errorf("preloading: %w", err)
+		}
+	}
+	lat := &recorder{}
+	for range 10 {
+		req, err := http.NewRequestWithContext(ctx, "GET", h.url+"/metrics", nil)
+		if err != nil {
+			return t, err
+		}
+		t0 := time.Now()
+		res, err := h.client.Do(req)
+		if err != nil {
+			return t, err
+		}
+		_, _ = io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		if res.StatusCode != http.StatusOK {
+			return t, fmt.Errorf("GET /metrics: %d", res.StatusCode)
+		}
+		lat.add(msSince(t0))
+	}
+	s := lat.sorted()
+	t.Rows = append(t.Rows, []string{fmt.Sprint(n), fmtMS(Percentile(s, .5)), fmtMS(s[len(s)-1])})
+	return t, nil
 }

@@ -139,11 +139,11 @@ func TestHTTPSmoke(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var out bytes.Buffer
-	rep, err := bench.Run(ctx, []string{"http"}, bench.Options{Pool: pool, Out: &out, Duration: time.Second, Command: "test"})
+	rep, err := bench.Run(ctx, []string{"http"}, bench.Options{Pool: pool, Out: &out, Duration: time.Second, Preload: 2000, Command: "test"})
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out.String())
 	}
-	if len(rep.Results) != 1 || len(rep.Results[0].Tables) != 3 {
+	if len(rep.Results) != 1 || len(rep.Results[0].Tables) != 4 {
 		t.Fatalf("results: %+v", rep.Results)
 	}
 	for _, row := range rep.Results[0].Tables[0].Rows {
