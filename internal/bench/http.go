@@ -98,7 +98,7 @@ func (r *runner) http(ctx context.Context) (*Result, error) {
 		Notes: []string{
 			"The server runs in the benchmark's process, without auth (each request is still one transaction), on a pool of its own; HTTP clients use keep-alive connections.",
 			"SQL send batch 1 is Client.Send (sluice.send), batch 100 Client.SendBatch (one sluice.send_batch); the queue is purged between cells.",
-			"/metrics reads sluice.status() once per scrape; its cost grows with the groups and their in-flight windows, not with the backlog (docs/sql.md, status). --preload sets the backlog of the scrape cell (issue 12's target: under 50 ms with 10,000,000).",
+			"/metrics reads sluice.status() once per scrape, whose cost is O(groups x (in-flight window + messages not yet numbered)) (docs/sql.md, status): the preloaded backlog has not been received, so none of it is numbered yet, the worst case. --preload sets it (issue 12's target: under 50 ms with 10,000,000).",
 			"Targets (issue 12): HTTP batch-100 send >= 0.8x SQL send_batch; long-poll end-to-end p50 <= 3 ms at 1,000 msg/s; idle long polls cost no database work beyond the listener and one sluice.status per queue and poll interval.",
 		},
 	}, nil
