@@ -16,7 +16,7 @@ export GOPATH         ?= $(or $(TMPDIR),/tmp)/sluice-gopath
 export XDG_CACHE_HOME ?= $(or $(TMPDIR),/tmp)/sluice-cache
 endif
 
-.PHONY: build demo bench test vet staticcheck test-go test-pg14 test-pg15 test-pg16 test-pg17 test-pg18 clean
+.PHONY: build demo bench browser test vet staticcheck test-go test-pg14 test-pg15 test-pg16 test-pg17 test-pg18 clean
 
 ## build: compile every package and the sluice command into bin/
 build:
@@ -52,9 +52,15 @@ vet:
 staticcheck:
 	$(GO) run $(STATICCHECK) ./...
 
-## test-go: the Go tests only
-test-go:
-	$(GO) test ./... -count=1 -timeout 20m $(GOTESTFLAGS)
+## browser: headless Chromium for the dashboard's browser tests (Debian
+## package chromium), installed with apt-get when missing
+browser:
+	@command -v chromium >/dev/null 2>&1 || { echo "make browser: installing chromium (apt-get)"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium; }
+
+## test-go: the Go tests only (with the browser tests: make browser first)
+test-go: browser
+	SLUICE_REQUIRE_BROWSER=1 $(GO) test ./... -count=1 -timeout 20m $(GOTESTFLAGS)
 
 ## test-pgmq-clients: the pgmq Python client (PyPI) and pgmq-js (npm), pinned
 ## and unchanged, against the pgmq compatibility layer, on a fresh database

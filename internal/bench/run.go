@@ -20,7 +20,7 @@ import (
 )
 
 // Scenarios are the scenario names Run accepts, in the order of "all".
-var scenarioNames = []string{"send", "drain", "keyed", "latency", "steady", "shootout", "overload", "app", "xmin", "clients"}
+var scenarioNames = []string{"send", "drain", "keyed", "latency", "steady", "shootout", "overload", "app", "xmin", "clients", "http"}
 
 // Scenarios returns the names of the scenarios.
 func Scenarios() []string { return slices.Clone(scenarioNames) }
@@ -150,6 +150,8 @@ func Run(ctx context.Context, scenarios []string, o Options) (*Report, error) {
 			res, err = r.app(ctx)
 		case "clients":
 			res, err = r.clients(ctx)
+		case "http":
+			res, err = r.http(ctx)
 		default:
 			return rep, fmt.Errorf("unknown scenario %q (known: %s)", name, strings.Join(scenarioNames, ", "))
 		}

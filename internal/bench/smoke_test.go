@@ -130,3 +130,37 @@ func TestShootoutSmoke(t *testing.T) {
 		t.Errorf("%d queues, schemas or River objects left behind", left)
 	}
 }
+
+// TestHTTPSmoke runs the http scenario briefly: sluice server in process,
+// HTTP beside SQL, long polls; it must measure something and leave no queue
+// behind.
+func TestHTTPSmoke(t *testing.T) {
+	pool := server.NewPool(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var out bytes.Buffer
+	rep, err := bench.Run(ctx, []string{"http"}, bench.Options{Pool: pool, Out: &out, Duration: time.Second, Preload: 2000, Command: "test"})
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	if len(rep.Results) != 1 || len(rep.Results[0].Tables) != 4 {
+		t.Fatalf("results: %+v", rep.Results)
+	}
+	for _, row := range rep.Results[0].Tables[0].Rows {
+		for _, cell := range row[1:3] {
+			if v, err := strconv.ParseFloat(cell, 64); err != nil || v <= 0 {
+				t.Errorf("rate %q in row %v: want a positive number\n%s", cell, row, out.String())
+			}
+		}
+	}
+	if rows := rep.Results[0].Tables[1].Rows; len(rows) != 1 {
+		t.Errorf("no end-to-end latencies\n%s", out.String())
+	}
+	if idle := rep.Results[0].Tables[2].Rows; len(idle) != 1 || idle[0][1] != "1000" || idle[0][2] != "1" {
+		t.Errorf("idle long polls: %v\n%s", idle, out.String())
+	}
+	var left int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM sluice.list_queues()`).Scan(&left); err != nil || left != 0 {
+		t.Errorf("%d queues left behind (%v)", left, err)
+	}
+}

@@ -55,6 +55,10 @@ Scenarios:
             ratio to Go. Needs --python (default clients/python/.venv/bin/python,
             made by make test-python; skipped without it); run from the
             repository's root
+  http      sluice server in this process: 64 HTTP clients sending (batch 1
+            and 100) beside the same over SQL, long-poll receive + ack end
+            to end at 1,000 msg/s, and the database work of 1,000 idle
+            long polls
   all       all of the above
 
 Durations: each cell runs --duration (defaults: send 5s, drain at most 10s,
@@ -98,7 +102,7 @@ func (l *intList) Set(v string) error {
 
 func benchCommand() command {
 	return command{
-		name: "bench", summary: "run benchmark scenarios (send, drain, keyed, latency, steady, shootout, app, xmin, clients)", usage: benchUsage,
+		name: "bench", summary: "run benchmark scenarios (send, drain, keyed, latency, steady, shootout, app, xmin, clients, http)", usage: benchUsage,
 		minArgs: 1, maxArgs: -1,
 		setup: func(fs *flag.FlagSet, e *env) func(context.Context, []string) error {
 			url := dbFlag(fs)

@@ -57,7 +57,7 @@ func commands() []command {
 	return []command{
 		migrateCommand(), queueCommand(), groupCommand(), sendCommand(), receiveCommand(), tailCommand(),
 		ackCommand(), nackCommand(), extendCommand(),
-		statusCommand(), dlqCommand(), demoCommand(), benchCommand(), versionCommand(),
+		statusCommand(), dlqCommand(), serverCommand(), envCommand(), demoCommand(), benchCommand(), versionCommand(),
 	}
 }
 

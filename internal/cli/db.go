@@ -64,7 +64,11 @@ type database struct {
 	pool   *pgxpool.Pool
 	client *sluice.Client
 	target string
-	close  func()
+	// url is the connection string; embedded tells whether it is the
+	// embedded server's.
+	url      string
+	embedded bool
+	close    func()
 }
 
 // openDB connects to the database the settings name (starting the embedded
@@ -104,6 +108,7 @@ func (e *env) openDB(ctx context.Context, flagURL string) (*database, error) {
 	}
 	return &database{
 		pool: pool, client: sluice.NewClient(pool), target: t,
+		url: s.connString, embedded: s.source == "the embedded server",
 		close: func() { pool.Close(); stopEmbedded() },
 	}, nil
 }

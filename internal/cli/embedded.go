@@ -152,7 +152,7 @@ func (e *env) joinEmbedded(ctx context.Context, base, password string) (string, 
 	for {
 		b, err := os.ReadFile(filepath.Join(base, filePort))
 		if port, perr := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && perr == nil {
-			u := fmt.Sprintf("postgres://postgres:%s@127.0.0.1:%d/postgres?sslmode=disable", url.QueryEscape(password), port)
+			u := embeddedURL(password, port)
 			fmt.Fprintf(e.stderr, "sluice: no database configured: using the embedded PostgreSQL that another sluice process runs from %s (it stops when that process exits)\n", base)
 			return u, func() {}, nil
 		}
@@ -165,6 +165,11 @@ func (e *env) joinEmbedded(ctx context.Context, base, password string) (string, 
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// embeddedURL is the connection string of the embedded server on port.
+func embeddedURL(password string, port int) string {
+	return fmt.Sprintf("postgres://postgres:%s@127.0.0.1:%d/postgres?sslmode=disable", url.QueryEscape(password), port)
 }
 
 // readOrCreatePassword returns the password stored in path, making a random

@@ -10,6 +10,8 @@
 //	```sh fails        run it; it must fail
 //	```sh fresh        run it, and the blocks after it, on a new database
 //	```sql signature   a function's signature: checked against the installed one
+//	```sh server       run it with a "sluice server" on the document's database,
+//	                   its address in place of 127.0.0.1:7810
 //
 // A block inside an HTML comment (<!-- ... -->) is not rendered but runs
 // like any other: that is how a document sets up what its examples need.
@@ -23,7 +25,7 @@ import (
 
 // Annotations are the words a fence's info string may hold after the
 // language.
-var Annotations = []string{"norun", "fails", "fresh", "signature"}
+var Annotations = []string{"norun", "fails", "fresh", "signature", "server"}
 
 // Block is one fenced code block.
 type Block struct {

@@ -1,6 +1,7 @@
 package doctest_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -68,6 +70,8 @@ func runDocument(t *testing.T, name string, blocks []doctest.Block, bin string) 
 	defer cancel()
 	var conn *pgx.Conn // opened by the first sql block
 	vars := map[string]string{}
+	var srv *sluiceServer // started by the first sh server block
+	defer func() { srv.stop(t) }()
 	for _, b := range blocks {
 		if b.Has("norun") || (b.Lang != "sql" && b.Lang != "sh") {
 			continue
@@ -76,6 +80,8 @@ func runDocument(t *testing.T, name string, blocks []doctest.Block, bin string) 
 			url = server.NewDatabase(t)
 			wrapper = writeWrapper(t, bin, url)
 			conn, vars = nil, map[string]string{}
+			srv.stop(t)
+			srv = nil
 		}
 		where := fmt.Sprintf("%s:%d", name, b.Line)
 		var err error
@@ -87,6 +93,13 @@ func runDocument(t *testing.T, name string, blocks []doctest.Block, bin string) 
 				conn = pgtest.Connect(t, url)
 			}
 			err = runSQL(ctx, conn, b.Text, vars)
+		case b.Lang == "sh" && b.Has("server"):
+			if srv == nil {
+				srv, err = startServer(ctx, wrapper)
+			}
+			if err == nil {
+				err = runShell(ctx, wrapper, url, strings.ReplaceAll(b.Text, "127.0.0.1:7810", srv.addr))
+			}
 		case b.Lang == "sh":
 			err = runShell(ctx, wrapper, url, b.Text)
 		}
@@ -230,4 +243,72 @@ func runShell(ctx context.Context, wrapperDir, url, text string) error {
 
 func indent(s string) string {
 	return "    " + strings.ReplaceAll(strings.TrimRight(s, "\n"), "\n", "\n    ")
+}
+
+// sluiceServer is a "sluice server" that sh server blocks talk to.
+type sluiceServer struct {
+	cmd  *exec.Cmd
+	addr string // host:port
+	log  *bytes.Buffer
+}
+
+// startServer runs "sluice server --insecure-no-auth" through the wrapper
+// on a free port of 127.0.0.1 and waits until it listens.
+func startServer(ctx context.Context, wrapperDir string) (*sluiceServer, error) {
+	cmd := exec.Command(filepath.Join(wrapperDir, "sluice"), "server", "--insecure-no-auth", "--listen", "127.0.0.1:0")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	s := &sluiceServer{cmd: cmd, log: &bytes.Buffer{}}
+	cmd.Stderr = s.log
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	found := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		re := regexp.MustCompile(`listening on http://(\S+)`)
+		for sc.Scan() {
+			if m := re.FindStringSubmatch(sc.Text()); m != nil {
+				found <- m[1]
+			}
+		}
+		close(found)
+	}()
+	select {
+	case addr, ok := <-found:
+		if ok {
+			s.addr = addr
+			return s, nil
+		}
+	case <-time.After(time.Minute):
+	case <-ctx.Done():
+	}
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	return nil, fmt.Errorf("sluice server did not start:\n%s", indent(s.log.String()))
+}
+
+// stop ends the server with SIGTERM, as an operator would, and checks that
+// it stops cleanly.
+func (s *sluiceServer) stop(t *testing.T) {
+	if s == nil || s.cmd == nil {
+		return
+	}
+	cmd := s.cmd
+	s.cmd = nil
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("sluice server exited with %v:\n%s", err, indent(s.log.String()))
+		}
+	case <-time.After(30 * time.Second):
+		_ = cmd.Process.Kill()
+		<-done
+		t.Errorf("sluice server did not stop within 30s of SIGTERM")
+	}
 }

@@ -1,0 +1,398 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/sluicemq/sluice"
+	"github.com/sluicemq/sluice/internal/server"
+)
+
+// The http scenario: "sluice server" in this process (no auth) on
+// 127.0.0.1, driven by httpClients concurrent HTTP clients, beside the same
+// work over SQL (the Go library on a pool as large) in the same run.
+const (
+	httpClients   = 64
+	httpQueue     = "bench_http"
+	httpIdleQueue = "bench_http_idle"
+	httpIdlePolls = 1000
+	httpE2ERate   = 1000
+	// httpPoolConns is the pool size of the server, and of the SQL side.
+	httpPoolConns = 32
+)
+
+// httpBench holds the server and the clients of the scenario.
+type httpBench struct {
+	r        *runner
+	url      string
+	client   *http.Client
+	sql      *sluice.Client
+	srvPool  *pgxpool.Pool
+	sqlPool  *pgxpool.Pool
+	srv      *server.Server
+	body     json.RawMessage
+	batch100 []byte
+}
+
+func (r *runner) http(ctx context.Context) (*Result, error) {
+	d := r.dur(5 * time.Second)
+	h, stop, err := r.startHTTP(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer stop()
+	t := Table{Title: fmt.Sprintf("http: %d concurrent clients, %s per cell: HTTP (sluice server) beside SQL (the Go library), each on a pool of %d connections", httpClients, d, httpPoolConns),
+		Columns: []string{"work", "HTTP msg/s", "SQL msg/s", "HTTP / SQL"}}
+	var series []Series
+	for _, b := range []int{1, 100} {
+		hc, err := r.watchCell(ctx, fmt.Sprintf("http send batch %d", b), d, func(ctx context.Context, c *counters) error { return h.httpSend(ctx, b, c) })
+		if err != nil {
+			return nil, err
+		}
+		if err := h.purge(ctx); err != nil {
+			return nil, err
+		}
+		sc, err := r.watchCell(ctx, fmt.Sprintf("sql send batch %d", b), d, func(ctx context.Context, c *counters) error { return h.sqlSend(ctx, b, c) })
+		if err != nil {
+			return nil, err
+		}
+		if err := h.purge(ctx); err != nil {
+			return nil, err
+		}
+		t.Rows = append(t.Rows, []string{fmt.Sprintf("send, batch %d", b), fmtRate(hc.rate()), fmtRate(sc.rate()), fmtRatio(hc.rate(), sc.rate())})
+		series = append(series, Series{Name: fmt.Sprintf("HTTP b=%d", b), Points: hc.rates}, Series{Name: fmt.Sprintf("SQL b=%d", b), Points: sc.rates})
+	}
+	lat, e2e, err := h.longPollE2E(ctx, d)
+	if err != nil {
+		return nil, err
+	}
+	lt := Table{Title: fmt.Sprintf("http: long-poll receive + ack over HTTP (%d clients, max 10, wait 5s), SQL sends at %d msg/s: end to end, send to receipt", httpClients, httpE2ERate),
+		Columns: []string{"consumed msg/s", "p50 ms", "p95 ms", "p99 ms", "max ms"}}
+	s := lat.sorted()
+	if len(s) > 0 {
+		lt.Rows = append(lt.Rows, []string{fmtRate(e2e.rate()), fmtMS(Percentile(s, .5)), fmtMS(Percentile(s, .95)), fmtMS(Percentile(s, .99)), fmtMS(s[len(s)-1])})
+	}
+	idle, err := h.idlePolls(ctx, max(2*d, 2*time.Second))
+	if err != nil {
+		return nil, err
+	}
+	scrape, err := h.scrapeCost(ctx, r.o.Preload)
+	if err != nil {
+		return nil, err
+	}
+	return &Result{
+		Params: map[string]any{"clients": httpClients, "duration_s": d.Seconds(), "e2e_rate": httpE2ERate, "idle_polls": httpIdlePolls, "scrape_backlog": r.o.Preload},
+		Tables: []Table{t, lt, idle, scrape},
+		Charts: []Chart{{File: "http-send.svg", Title: "http: send throughput over time", XLabel: "seconds", YLabel: "messages/s", Series: series}},
+		Notes: []string{
+			"The server runs in the benchmark's process, without auth (each request is still one transaction), on a pool of its own; HTTP clients use keep-alive connections.",
+			"SQL send batch 1 is Client.Send (sluice.send), batch 100 Client.SendBatch (one sluice.send_batch); the queue is purged between cells.",
+			"/metrics reads sluice.status() once per scrape, whose cost is O(groups x (in-flight window + messages not yet numbered)) (docs/sql.md, status): the preloaded backlog has not been received, so none of it is numbered yet, the worst case. --preload sets it (issue 12's target: under 50 ms with 10,000,000).",
+			"Targets (issue 12): HTTP batch-100 send >= 0.8x SQL send_batch; long-poll end-to-end p50 <= 3 ms at 1,000 msg/s; idle long polls cost no database work beyond the listener and one sluice.status per queue and poll interval.",
+		},
+	}, nil
+}
+
+// startHTTP makes the queues and pools and starts the server.
+func (r *runner) startHTTP(ctx context.Context) (*httpBench, func(), error) {
+	cfg := r.o.Pool.Config()
+	cfg.MaxConns = httpPoolConns
+	srvPool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	sqlPool, err := pgxpool.NewWithConfig(ctx, cfg.Copy())
+	if err != nil {
+		srvPool.Close()
+		return nil, nil, err
+	}
+	h := &httpBench{r: r, srvPool: srvPool, sqlPool: sqlPool, sql: sluice.NewClient(sqlPool),
+		client: &http.Client{Transport: &http.Transport{MaxIdleConns: 2 * httpIdlePolls, MaxIdleConnsPerHost: 2 * httpIdlePolls}}}
+	h.body, _ = json.Marshal(map[string]any{"pad": r.pad})
+	msgs := make([]map[string]any, 100)
+	for i := range msgs {
+		msgs[i] = map[string]any{"body": json.RawMessage(h.body)}
+	}
+	h.batch100, _ = json.Marshal(map[string]any{"messages": msgs})
+	cleanup := func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		for _, q := range []string{httpQueue, httpIdleQueue} {
+			if _, err := h.sql.DropQueue(cctx, q); err != nil {
+				fmt.Fprintf(r.o.Out, "cleanup: %v\n", err)
+			}
+		}
+	}
+	cleanup()
+	for _, q := range []string{httpQueue, httpIdleQueue} {
+		if err := h.sql.CreateQueue(ctx, q, &sluice.QueueOptions{Retention: r.o.Retention}); err != nil {
+			cleanup()
+			srvPool.Close()
+			sqlPool.Close()
+			return nil, nil, err
+		}
+	}
+	h.srv, err = server.New(server.Config{Pool: srvPool, Auth: server.AuthConfig{Insecure: true}, MaxConcurrent: 1 << 20,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err == nil {
+		var ln net.Listener
+		ln, err = net.Listen("tcp", "127.0.0.1:0")
+		if err == nil {
+			h.url = "http://" + ln.Addr().String()
+			sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+			done := make(chan error, 1)
+			go func() { done <- h.srv.Serve(sctx, ln, 10*time.Second) }()
+			return h, func() {
+				cancel()
+				<-done
+				h.client.CloseIdleConnections()
+				cleanup()
+				srvPool.Close()
+				sqlPool.Close()
+			}, nil
+		}
+	}
+	cleanup()
+	srvPool.Close()
+	sqlPool.Close()
+	return nil, nil, err
+}
+
+// watchCell runs work until d has passed, with the progress lines of watch.
+func (r *runner) watchCell(ctx context.Context, label string, d time.Duration, work func(ctx context.Context, c *counters) error) (*cell, error) {
+	var c counters
+	wctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	res, err := r.watch(ctx, label, &c, nil, func() error {
+		err := work(wctx, &c)
+		if wctx.Err() != nil && ctx.Err() == nil {
+			err = nil // the cell's time is up
+		}
+		return err
+	})
+	return res, err
+}
+
+// post sends a JSON request and decodes a 2xx answer into out (if not nil).
+func (h *httpBench) post(ctx context.Context, path string, body []byte, out any) error {
+	req, err := http.NewRequestWithContext(ctx, "POST", h.url+path, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	res, err := h.client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	if err != nil {
+		return err
+	}
+	if res.StatusCode/100 != 2 {
+		return fmt.Errorf("POST %s: %d %s", path, res.StatusCode, b)
+	}
+	if out != nil {
+		return json.Unmarshal(b, out)
+	}
+	return nil
+}
+
+func (h *httpBench) httpSend(ctx context.Context, batch int, c *counters) error {
+	one, _ := json.Marshal(map[string]any{"body": h.body})
+	path, body := "/v1/queues/"+httpQueue+"/messages", one
+	if batch > 1 {
+		path, body = path+"/batch", h.batch100
+	}
+	return fanOut(ctx, httpClients, func(int) error {
+		for ctx.Err() == nil {
+			if err := h.post(ctx, path, body, nil); err != nil {
+				return ignoreDone(ctx, err)
+			}
+			c.done.Add(int64(batch))
+		}
+		return nil
+	})
+}
+
+func (h *httpBench) sqlSend(ctx context.Context, batch int, c *counters) error {
+	msgs := make([]sluice.BatchMessage, batch)
+	for i := range msgs {
+		msgs[i] = sluice.BatchMessage{Body: h.body}
+	}
+	return fanOut(ctx, httpClients, func(int) error {
+		for ctx.Err() == nil {
+			var err error
+			if batch == 1 {
+				_, err = h.sql.Send(ctx, httpQueue, h.body, nil)
+			} else {
+				_, err = h.sql.SendBatch(ctx, httpQueue, msgs, nil)
+			}
+			if err != nil {
+				return ignoreDone(ctx, err)
+			}
+			c.done.Add(int64(batch))
+		}
+		return nil
+	})
+}
+
+func ignoreDone(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
+
+func (h *httpBench) purge(ctx context.Context) error {
+	_, err := h.sql.PurgeQueue(ctx, httpQueue)
+	return err
+}
+
+// longPollE2E sends at httpE2ERate over SQL (a timestamp in each body) while
+// httpClients long-poll and ack over HTTP, and records send-to-receipt
+// times.
+func (h *httpBench) longPollE2E(ctx context.Context, d time.Duration) (*recorder, *cell, error) {
+	lat := &recorder{}
+	cell, err := h.r.watchCell(ctx, fmt.Sprintf("http long poll e2e at %d msg/s", httpE2ERate), d, func(ctx context.Context, c *counters) error {
+		return fanOut(ctx, httpClients+4, func(i int) error {
+			if i >= httpClients { // 4 producers
+				return ignoreDone(ctx, paced(ctx, httpE2ERate/4, time.Now().Add(d), func() error {
+					body := []byte(`{"t": ` + strconv.FormatInt(time.Now().UnixNano(), 10) + `}`)
+					_, err := h.sql.Send(ctx, httpQueue, body, nil)
+					return err
+				}))
+			}
+			recv := []byte(`{"max": 10, "wait": "5s"}`)
+			for ctx.Err() == nil {
+				var got struct {
+					Messages []struct {
+						Body    struct{ T int64 } `json:"body"`
+						Receipt string            `json:"receipt"`
+					} `json:"messages"`
+				}
+				if err := h.post(ctx, "/v1/queues/"+httpQueue+"/groups/default/receive", recv, &got); err != nil {
+					return ignoreDone(ctx, err)
+				}
+				if len(got.Messages) == 0 {
+					continue
+				}
+				now := time.Now().UnixNano()
+				receipts := make([]string, len(got.Messages))
+				for j, m := range got.Messages {
+					lat.add(float64(now-m.Body.T) / 1e6)
+					receipts[j] = m.Receipt
+				}
+				ack, _ := json.Marshal(map[string]any{"receipts": receipts})
+				if err := h.post(ctx, "/v1/queues/"+httpQueue+"/groups/default/ack", ack, nil); err != nil {
+					return ignoreDone(ctx, err)
+				}
+				c.done.Add(int64(len(receipts)))
+			}
+			return nil
+		})
+	})
+	return lat, cell, err
+}
+
+// idlePolls keeps httpIdlePolls long polls waiting on an empty queue for d
+// and counts the server's database work meanwhile: the connections its pool
+// handed out (every request and every sweep takes one; the LISTEN
+// connection is outside the pool).
+func (h *httpBench) idlePolls(ctx context.Context, d time.Duration) (Table, error) {
+	t := Table{Title: fmt.Sprintf("http: %d idle long polls for %s", httpIdlePolls, d.Round(time.Second)),
+		Columns: []string{"server statements/s (pool acquires)", "long polls waiting", "LISTEN connections"}}
+	wait := min(d+5*time.Second, 30*time.Second)
+	body := []byte(`{"wait": "` + wait.String() + `"}`)
+	pctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var started atomic.Int64
+	errc := make(chan error, 1)
+	go func() {
+		errc <- fanOut(pctx, httpIdlePolls, func(int) error {
+			started.Add(1)
+			err := h.post(pctx, "/v1/queues/"+httpIdleQueue+"/groups/default/receive", body, nil)
+			return ignoreDone(pctx, err)
+		})
+	}()
+	// Let the polls arrive and make their first receive.
+	for deadline := time.Now().Add(30 * time.Second); started.Load() < httpIdlePolls && time.Now().Before(deadline); {
+		sleep(ctx, 50*time.Millisecond)
+	}
+	sleep(ctx, 2*time.Second)
+	a0 := h.srvPool.Stat().AcquireCount()
+	start := time.Now()
+	sleep(ctx, d)
+	a1 := h.srvPool.Stat().AcquireCount()
+	secs := time.Since(start).Seconds()
+	var listeners int
+	_ = h.sqlPool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND query ILIKE 'listen%'`).Scan(&listeners)
+	waiting := h.waiting(ctx)
+	t.Rows = append(t.Rows, []string{fmt.Sprintf("%.2f", float64(a1-a0)/secs), waiting, fmt.Sprint(listeners)})
+	cancel()
+	<-errc
+	return t, nil
+}
+
+// waiting reads sluice_long_polls_waiting from the server's metrics.
+func (h *httpBench) waiting(ctx context.Context) string {
+	mfs, err := h.srv.Registry().Gather()
+	if err != nil {
+		return "?"
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "sluice_long_polls_waiting" && len(mf.GetMetric()) == 1 {
+			return fmt.Sprint(mf.GetMetric()[0].GetGauge().GetValue())
+		}
+	}
+	_ = ctx
+	return "?"
+}
+
+// scrapeCost preloads n messages into the idle queue and times 10 scrapes
+// of /metrics (the server's work: the handler reads sluice.status()).
+func (h *httpBench) scrapeCost(ctx context.Context, n int) (Table, error) {
+	t := Table{Title: fmt.Sprintf("http: GET /metrics with a backlog of %d messages (10 scrapes)", n),
+		Columns: []string{"backlog", "p50 ms", "max ms"}}
+	msgs := make([]sluice.BatchMessage, 1000)
+	for i := range msgs {
+		msgs[i] = sluice.BatchMessage{Body: h.body}
+	}
+	for left := n; left > 0; left -= len(msgs) {
+		if _, err := h.sql.SendBatch(ctx, httpIdleQueue, msgs[:min(left, len(msgs))], nil); err != nil {
+			return t, fmt.Errorf("preloading: %w", err)
+		}
+	}
+	lat := &recorder{}
+	for range 10 {
+		req, err := http.NewRequestWithContext(ctx, "GET", h.url+"/metrics", nil)
+		if err != nil {
+			return t, err
+		}
+		t0 := time.Now()
+		res, err := h.client.Do(req)
+		if err != nil {
+			return t, err
+		}
+		_, _ = io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		if res.StatusCode != http.StatusOK {
+			return t, fmt.Errorf("GET /metrics: %d", res.StatusCode)
+		}
+		lat.add(msSince(t0))
+	}
+	s := lat.sorted()
+	t.Rows = append(t.Rows, []string{fmt.Sprint(n), fmtMS(Percentile(s, .5)), fmtMS(s[len(s)-1])})
+	return t, nil
+}

@@ -1,0 +1,174 @@
+package server_test
+
+import (
+	"fmt"
+	"net/http"
+	"testing"
+)
+
+// Every queue endpoint, as admin.
+func TestQueuesLifecycle(t *testing.T) {
+	ts := start(t)
+	q := ts.must(201, "POST", "/v1/queues", tokAdmin, map[string]any{"name": "orders", "options": map[string]any{"max_attempts": 3}})
+	if q["name"] != "orders" || q["options"].(map[string]any)["max_attempts"].(float64) != 3 {
+		t.Fatalf("create: %v", q)
+	}
+	p := ts.problem(409, "POST", "/v1/queues", tokAdmin, map[string]any{"name": "orders"})
+	if p["code"] != "SL004" {
+		t.Fatalf("duplicate: %v", p)
+	}
+	ts.problem(400, "POST", "/v1/queues", tokAdmin, map[string]any{"name": "bad name!"})
+	p = ts.problem(422, "POST", "/v1/queues", tokAdmin, map[string]any{"name": "x", "options": map[string]any{"nope": 1}})
+	if p["code"] != "SL007" {
+		t.Fatalf("bad option: %v", p)
+	}
+	list := ts.must(200, "GET", "/v1/queues", tokAdmin, nil)
+	if qs := list["queues"].([]any); len(qs) != 1 || qs[0].(map[string]any)["name"] != "orders" {
+		t.Fatalf("list: %v", list)
+	}
+	ts.must(201, "POST", "/v1/queues/orders/messages", tokAdmin, map[string]any{"body": map[string]any{"n": 1}})
+	got := ts.must(200, "GET", "/v1/queues/orders", tokAdmin, nil)
+	st := got["status"].([]any)
+	if len(st) != 1 || st[0].(map[string]any)["group"] != "default" || st[0].(map[string]any)["ready"].(float64) != 1 {
+		t.Fatalf("get: %v", got)
+	}
+	ts.problem(404, "GET", "/v1/queues/nope", tokAdmin, nil)
+	alt := ts.must(200, "PATCH", "/v1/queues/orders", tokAdmin, map[string]any{"lease": "10 seconds"})
+	if alt["options"].(map[string]any)["lease"] != "00:00:10" && alt["options"].(map[string]any)["lease"] != "10 seconds" {
+		t.Logf("alter returned lease %v", alt["options"].(map[string]any)["lease"])
+	}
+	ts.problem(404, "PATCH", "/v1/queues/nope", tokAdmin, map[string]any{"lease": "10 seconds"})
+	ts.must(201, "POST", "/v1/queues/orders/groups", tokAdmin, map[string]any{"name": "audit", "start_from": "earliest"})
+	ts.problem(409, "POST", "/v1/queues/orders/groups", tokAdmin, map[string]any{"name": "audit"})
+	stAll := ts.must(200, "GET", "/v1/status", tokAdmin, nil)
+	if len(stAll["status"].([]any)) != 2 {
+		t.Fatalf("status: %v", stAll)
+	}
+	ts.must(204, "DELETE", "/v1/queues/orders/groups/audit", tokAdmin, nil)
+	ts.problem(404, "DELETE", "/v1/queues/orders/groups/audit", tokAdmin, nil)
+	if n := ts.must(200, "POST", "/v1/queues/orders/purge", tokAdmin, nil)["purged"].(float64); n != 1 {
+		t.Fatalf("purged %v", n)
+	}
+	ts.must(204, "DELETE", "/v1/queues/orders", tokAdmin, nil)
+	ts.problem(404, "DELETE", "/v1/queues/orders", tokAdmin, nil)
+}
+
+// Send, receive, ack, nack, extend, dead letters and redrive.
+func TestMessagesFlow(t *testing.T) {
+	ts := start(t)
+	ts.must(201, "POST", "/v1/queues", tokAdmin, map[string]any{"name": "jobs", "options": map[string]any{"max_attempts": 1}})
+	id := ts.must(201, "POST", "/v1/queues/jobs/messages", tokProducer, map[string]any{
+		"body": map[string]any{"job": 1}, "headers": map[string]any{"trace": "t1"}, "key": "k", "priority": 0,
+		"dedup_key": "d1"})["id"].(float64)
+	again := ts.must(201, "POST", "/v1/queues/jobs/messages", tokProducer, map[string]any{"body": 2, "dedup_key": "d1"})["id"].(float64)
+	if again != id {
+		t.Fatalf("dedup: %v then %v", id, again)
+	}
+	ids := ts.must(201, "POST", "/v1/queues/jobs/messages/batch", tokProducer, map[string]any{
+		"messages": []any{map[string]any{"body": "a"}, map[string]any{"body": "b", "priority": 5}}})["ids"].([]any)
+	if len(ids) != 2 {
+		t.Fatalf("batch ids: %v", ids)
+	}
+	ts.must(201, "POST", "/v1/queues/jobs/messages", tokProducer, map[string]any{"body": "later", "delay": "1h"})
+
+	rec := ts.must(200, "POST", "/v1/queues/jobs/groups/default/receive", tokConsumer, map[string]any{"max": 10, "lease": "1m"})
+	msgs := rec["messages"].([]any)
+	if len(msgs) != 3 {
+		t.Fatalf("received %d messages, want 3 (the delayed one waits): %v", len(msgs), rec)
+	}
+	var receipts []string
+	for _, m := range msgs {
+		m := m.(map[string]any)
+		receipts = append(receipts, m["receipt"].(string))
+		if m["id"].(float64) == id {
+			h := m["headers"].(map[string]any)
+			if h["trace"] != "t1" || h["sluice_sub"] != "producer" {
+				t.Fatalf("headers: %v", h)
+			}
+		}
+	}
+	if n := ts.must(200, "POST", "/v1/queues/jobs/groups/default/extend", tokConsumer,
+		map[string]any{"receipts": receipts, "lease": "2m"})["extended"].(float64); n != 3 {
+		t.Fatalf("extended %v", n)
+	}
+	if n := ts.must(200, "POST", "/v1/queues/jobs/groups/default/ack", tokConsumer,
+		map[string]any{"receipts": receipts[:2]})["acked"].(float64); n != 2 {
+		t.Fatalf("acked %v", n)
+	}
+	// Acking again counts nothing.
+	if n := ts.must(200, "POST", "/v1/queues/jobs/groups/default/ack", tokConsumer,
+		map[string]any{"receipts": receipts[:2]})["acked"].(float64); n != 0 {
+		t.Fatalf("acked again %v", n)
+	}
+	if ok := ts.must(200, "POST", "/v1/queues/jobs/groups/default/nack", tokConsumer,
+		map[string]any{"receipt": receipts[2], "error": "boom", "delay": "0s"})["nacked"].(bool); !ok {
+		t.Fatal("nack of a current receipt returned false")
+	}
+	p := ts.problem(422, "POST", "/v1/queues/jobs/groups/default/ack", tokConsumer, map[string]any{"receipts": []string{"forged"}})
+	if p["code"] != "SL008" {
+		t.Fatalf("forged receipt: %v", p)
+	}
+	dl := ts.must(200, "GET", "/v1/queues/jobs/dead-letters?group=default", tokConsumer, nil)["dead_letters"].([]any)
+	if len(dl) != 1 || dl[0].(map[string]any)["error"] != "boom" {
+		t.Fatalf("dead letters: %v", dl)
+	}
+	// Consumers may list dead letters, only admins redrive them (the
+	// database refuses).
+	ts.problem(403, "POST", "/v1/queues/jobs/dead-letters/redrive", tokConsumer, map[string]any{})
+	if n := ts.must(200, "POST", "/v1/queues/jobs/dead-letters/redrive", tokAdmin, map[string]any{"group": "default"})["redriven"].(float64); n != 1 {
+		t.Fatalf("redriven %v", n)
+	}
+	again2 := ts.must(200, "POST", "/v1/queues/jobs/groups/default/receive", tokConsumer, map[string]any{})["messages"].([]any)
+	if len(again2) != 1 || again2[0].(map[string]any)["attempt"].(float64) != 1 {
+		t.Fatalf("after redrive: %v", again2)
+	}
+	ts.problem(404, "POST", "/v1/queues/jobs/groups/nope/receive", tokConsumer, map[string]any{})
+	ts.problem(404, "POST", "/v1/queues/nope/messages", tokProducer, map[string]any{"body": 1})
+}
+
+// The transaction endpoint acks and sends atomically.
+func TestTransaction(t *testing.T) {
+	ts := start(t)
+	for _, q := range []string{"in", "out"} {
+		ts.must(201, "POST", "/v1/queues", tokAdmin, map[string]any{"name": q})
+	}
+	ts.must(201, "POST", "/v1/queues/in/messages", tokAdmin, map[string]any{"body": "task"})
+	m := ts.must(200, "POST", "/v1/queues/in/groups/default/receive", tokAdmin, map[string]any{})["messages"].([]any)[0].(map[string]any)
+	receipt := m["receipt"].(string)
+	// A failing send rolls the ack back.
+	ts.problem(404, "POST", "/v1/transaction", tokAdmin, map[string]any{
+		"ack":  []any{map[string]any{"queue": "in", "group": "default", "receipts": []string{receipt}}},
+		"send": []any{map[string]any{"queue": "out", "body": "ok"}, map[string]any{"queue": "missing", "body": "x"}}})
+	if st := ts.must(200, "GET", "/v1/queues/in", tokAdmin, nil)["status"].([]any)[0].(map[string]any); st["in_flight"].(float64) != 1 {
+		t.Fatalf("the failed transaction acked: %v", st)
+	}
+	if st := ts.must(200, "GET", "/v1/queues/out", tokAdmin, nil)["status"].([]any)[0].(map[string]any); st["lag"].(float64) != 0 {
+		t.Fatalf("the failed transaction sent: %v", st)
+	}
+	res := ts.must(200, "POST", "/v1/transaction", tokAdmin, map[string]any{
+		"ack":  []any{map[string]any{"queue": "in", "group": "default", "receipts": []string{receipt}}},
+		"send": []any{map[string]any{"queue": "out", "body": "ok", "key": "k"}}})
+	if res["acked"].([]any)[0].(float64) != 1 || len(res["ids"].([]any)) != 1 {
+		t.Fatalf("transaction: %v", res)
+	}
+	out := ts.must(200, "POST", "/v1/queues/out/groups/default/receive", tokAdmin, map[string]any{})["messages"].([]any)
+	if len(out) != 1 || out[0].(map[string]any)["body"] != "ok" {
+		t.Fatalf("out: %v", out)
+	}
+}
+
+// Health, readiness, the OpenAPI document and unknown paths.
+func TestHealthAndUnknown(t *testing.T) {
+	ts := start(t)
+	ts.must(200, "GET", "/healthz", "", nil)
+	if r := ts.must(200, "GET", "/readyz", "", nil); r["status"] != "ready" {
+		t.Fatalf("readyz: %v", r)
+	}
+	ts.must(200, "GET", "/v1/openapi.json", "", nil)
+	ts.problem(404, "GET", "/v1/nothing", tokAdmin, nil)
+	r := ts.do("PUT", "/v1/queues", tokAdmin, nil)
+	if r.status != http.StatusMethodNotAllowed {
+		t.Fatalf("PUT /v1/queues: %d", r.status)
+	}
+	_ = fmt.Sprint()
+}

@@ -1,0 +1,334 @@
+// The sluice dashboard: polls the HTTP API (/v1) with the token kept in
+// this tab (sessionStorage) and draws what it reads. No dependencies.
+"use strict";
+
+const POLL_MS = 2000;
+const HISTORY = 150; // points kept per group (5 minutes at 2 s)
+
+const state = {
+  token: sessionStorage.getItem("sluice-token") || "",
+  history: new Map(), // "queue/group" -> [{t, ready, lag, inFlight, dead, head, lwm}]
+  selected: null,
+  queues: [],
+  timer: null,
+};
+
+const $ = (id) => document.getElementById(id);
+
+function el(tag, attrs, ...children) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (k === "class") e.className = v;
+    else if (k.startsWith("on")) e.addEventListener(k.slice(2), v);
+    else if (v !== undefined && v !== null && v !== false) e.setAttribute(k, v === true ? "" : v);
+  }
+  for (const c of children.flat()) {
+    if (c === null || c === undefined) continue;
+    e.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return e;
+}
+
+class ApiError extends Error {
+  constructor(status, problem) {
+    super((problem && (problem.detail || problem.title)) || "HTTP " + status);
+    this.status = status;
+    this.problem = problem;
+  }
+}
+
+async function api(method, path, body) {
+  const headers = {};
+  if (state.token) headers["Authorization"] = "Bearer " + state.token;
+  if (body !== undefined) headers["Content-Type"] = "application/json";
+  const res = await fetch(path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
+  if (res.status === 204) return null;
+  const text = await res.text();
+  let data = null;
+  try { data = text ? JSON.parse(text) : null; } catch (_) { data = null; }
+  if (!res.ok) throw new ApiError(res.status, data);
+  return data;
+}
+
+function fmt(n) {
+  if (n === undefined || n === null || Number.isNaN(n)) return "–";
+  if (Math.abs(n) >= 1e6) return (n / 1e6).toFixed(1) + "M";
+  if (Math.abs(n) >= 1e4) return (n / 1e3).toFixed(1) + "k";
+  return String(Math.round(n * 10) / 10);
+}
+
+function fmtAge(s) {
+  if (!s) return "0s";
+  if (s < 60) return s.toFixed(1) + "s";
+  if (s < 3600) return (s / 60).toFixed(1) + "m";
+  if (s < 86400) return (s / 3600).toFixed(1) + "h";
+  return (s / 86400).toFixed(1) + "d";
+}
+
+function showToast(msg, bad) {
+  const t = $("toast");
+  t.textContent = msg;
+  t.className = "toast" + (bad ? " bad" : "");
+  t.hidden = false;
+  clearTimeout(showToast.timer);
+  showToast.timer = setTimeout(() => { t.hidden = true; }, 5000);
+}
+
+function showLogin(message) {
+  // Nothing of the queues stays on the page.
+  state.queues = [];
+  state.history.clear();
+  state.selected = null;
+  $("overview").replaceChildren();
+  $("detail").replaceChildren();
+  $("app").hidden = true;
+  $("login").hidden = false;
+  $("signout").hidden = true;
+  $("login-error").textContent = message || "";
+  setConn("signed out", "");
+}
+
+function setConn(text, cls) {
+  const c = $("conn");
+  c.textContent = text;
+  c.className = "pill " + (cls || "");
+}
+
+// rate returns the per-second growth of field over the last points.
+function rate(points, field) {
+  if (points.length < 2) return null;
+  const a = points[Math.max(0, points.length - 6)];
+  const b = points[points.length - 1];
+  const dt = (b.t - a.t) / 1000;
+  return dt > 0 ? Math.max(0, (b[field] - a[field]) / dt) : null;
+}
+
+function record(rows) {
+  const now = Date.now();
+  const seen = new Set();
+  for (const r of rows) {
+    const key = r.queue + "/" + r.group;
+    seen.add(key);
+    let h = state.history.get(key);
+    if (!h) { h = []; state.history.set(key, h); }
+    h.push({ t: now, ready: r.ready, lag: r.lag, inFlight: r.in_flight, dead: r.dead, head: r.head, lwm: r.lwm });
+    if (h.length > HISTORY) h.shift();
+  }
+  for (const key of [...state.history.keys()]) if (!seen.has(key)) state.history.delete(key);
+}
+
+// series turns a group's history into per-interval rates of field.
+function rateSeries(h, field) {
+  const out = [];
+  for (let i = 1; i < h.length; i++) {
+    const dt = (h[i].t - h[i - 1].t) / 1000;
+    out.push(dt > 0 ? Math.max(0, (h[i][field] - h[i - 1][field]) / dt) : 0);
+  }
+  return out;
+}
+
+function drawChart(canvas, lines) {
+  const dpr = window.devicePixelRatio || 1;
+  const w = canvas.clientWidth || 300, hgt = canvas.clientHeight || 60;
+  canvas.width = w * dpr;
+  canvas.height = hgt * dpr;
+  const ctx = canvas.getContext("2d");
+  ctx.scale(dpr, dpr);
+  ctx.clearRect(0, 0, w, hgt);
+  let max = 1;
+  for (const l of lines) for (const v of l.values) max = Math.max(max, v);
+  for (const l of lines) {
+    const n = l.values.length;
+    if (n < 2) continue;
+    ctx.beginPath();
+    l.values.forEach((v, i) => {
+      const x = (i / (HISTORY - 1)) * w + (w - ((n - 1) / (HISTORY - 1)) * w);
+      const y = hgt - 2 - (v / max) * (hgt - 6);
+      if (i === 0) ctx.moveTo(x, y); else ctx.lineTo(x, y);
+    });
+    ctx.strokeStyle = l.color;
+    ctx.lineWidth = 1.6;
+    ctx.stroke();
+  }
+}
+
+function groupRow(r) {
+  const h = state.history.get(r.queue + "/" + r.group) || [];
+  return el("tr", { "data-group": r.group },
+    el("td", {}, r.group),
+    el("td", { class: "ready" }, fmt(r.ready)),
+    el("td", {}, fmt(r.delayed)),
+    el("td", { class: "inflight" }, fmt(r.in_flight)),
+    el("td", { class: "dead" + (r.dead > 0 ? " nonzero" : "") }, fmt(r.dead)),
+    el("td", { class: "lag" }, fmt(r.lag)),
+    el("td", {}, fmtAge(r.oldest_pending_age_seconds)),
+    el("td", { class: "in-rate" }, fmt(rate(h, "head"))),
+    el("td", { class: "done-rate" }, fmt(rate(h, "lwm"))));
+}
+
+function queueCard(name, rows) {
+  const groups = rows.filter((r) => r.group);
+  const card = el("div", { class: "card" + (state.selected === name ? " selected" : ""), "data-queue": name },
+    el("div", { class: "title", onclick: () => select(name) },
+      el("h2", {}, name), el("span", { class: "muted" }, groups.length + " group" + (groups.length === 1 ? "" : "s"))),
+    el("table", {},
+      el("thead", {}, el("tr", {}, ["group", "ready", "delayed", "in flight", "dead", "lag", "oldest", "in/s", "done/s"].map((h) => el("th", {}, h)))),
+      el("tbody", {}, groups.map(groupRow))));
+  const lagCanvas = el("canvas", {}), rateCanvas = el("canvas", {});
+  card.append(el("div", { class: "charts" },
+    el("div", { class: "chart" }, el("div", { class: "label" }, el("span", {}, "lag, per group"), el("span", {}, groups.map((g) => g.group).join(" · "))), lagCanvas),
+    el("div", { class: "chart" }, el("div", { class: "label" }, el("span", {}, "sent/s (blue)"), el("span", {}, "done/s per group")), rateCanvas)));
+  requestAnimationFrame(() => {
+    const colors = ["#4fb0ff", "#4cd397", "#f2b84b", "#c792ea", "#ff6b6b"];
+    const lag = [], rates = [];
+    groups.forEach((g, i) => {
+      const h = state.history.get(name + "/" + g.group) || [];
+      lag.push({ color: colors[i % colors.length], values: h.map((p) => p.lag) });
+      if (i === 0) rates.push({ color: "#4fb0ff", values: rateSeries(h, "head") });
+      rates.push({ color: colors[(i + 1) % colors.length], values: rateSeries(h, "lwm") });
+    });
+    drawChart(lagCanvas, lag);
+    drawChart(rateCanvas, rates);
+  });
+  return card;
+}
+
+function renderOverview(rows) {
+  const byQueue = new Map();
+  for (const q of state.queues) byQueue.set(q, []);
+  for (const r of rows) {
+    if (!byQueue.has(r.queue)) byQueue.set(r.queue, []);
+    byQueue.get(r.queue).push(r);
+  }
+  const ov = $("overview");
+  if (byQueue.size === 0) {
+    ov.replaceChildren(el("div", { class: "empty" }, "No queues yet. Create one: POST /v1/queues {\"name\": \"orders\"}"));
+    return;
+  }
+  ov.replaceChildren(el("div", { class: "grid" }, [...byQueue.keys()].sort().map((q) => queueCard(q, byQueue.get(q)))));
+}
+
+// armed makes a button that acts on the second click (a confirmation that
+// needs no dialog).
+function armed(label, action) {
+  const b = el("button", { class: "danger" }, label);
+  b.addEventListener("click", async () => {
+    if (!b.classList.contains("armed")) {
+      b.classList.add("armed");
+      b.textContent = "Confirm: " + label.toLowerCase();
+      setTimeout(() => { b.classList.remove("armed"); b.textContent = label; }, 4000);
+      return;
+    }
+    b.disabled = true;
+    try { await action(); } finally { b.disabled = false; b.classList.remove("armed"); b.textContent = label; }
+  });
+  return b;
+}
+
+async function select(name) {
+  state.selected = state.selected === name ? null : name;
+  await renderDetail();
+  await tick();
+}
+
+async function renderDetail() {
+  const d = $("detail");
+  const name = state.selected;
+  if (!name) { d.hidden = true; d.replaceChildren(); return; }
+  let q, dls;
+  try {
+    [q, dls] = await Promise.all([
+      api("GET", "/v1/queues/" + encodeURIComponent(name)),
+      api("GET", "/v1/queues/" + encodeURIComponent(name) + "/dead-letters?max=100"),
+    ]);
+  } catch (e) {
+    if (e.status === 401) return showLogin("Your token was refused: " + e.message);
+    d.hidden = false;
+    d.replaceChildren(el("div", { class: "card" }, el("h2", {}, name), el("p", { class: "error" }, e.message)));
+    return;
+  }
+  const opts = el("div", { class: "options" }, Object.entries(q.options || {}).map(([k, v]) => el("div", {}, el("span", {}, k + " "), String(v))));
+  const groups = q.groups || [];
+  const redriveButtons = groups.map((g) => armed("Redrive " + g, async () => {
+    try {
+      const r = await api("POST", "/v1/queues/" + encodeURIComponent(name) + "/dead-letters/redrive", { group: g });
+      showToast("Redrove " + r.redriven + " dead letter(s) of " + name + "/" + g);
+    } catch (e) { showToast(e.message, true); }
+    await renderDetail(); await tick();
+  }));
+  const purge = armed("Purge queue", async () => {
+    try {
+      const r = await api("POST", "/v1/queues/" + encodeURIComponent(name) + "/purge");
+      showToast("Purged " + r.purged + " message(s) from " + name);
+    } catch (e) { showToast(e.message, true); }
+    await renderDetail(); await tick();
+  });
+  const dlRows = dls.dead_letters.map((x) => el("tr", { class: "dead-letter" },
+    el("td", {}, String(x.id)), el("td", {}, x.group), el("td", {}, String(x.attempts)),
+    el("td", { class: "left" }, el("pre", {}, x.error || "(lease expired)")),
+    el("td", { class: "left" }, el("pre", {}, JSON.stringify(x.body, null, 1))),
+    el("td", {}, new Date(x.died_at).toLocaleString()),
+    el("td", {}, armed("Redrive", async () => {
+      try {
+        await api("POST", "/v1/queues/" + encodeURIComponent(name) + "/dead-letters/redrive", { group: x.group, ids: [x.id] });
+        showToast("Redrove message " + x.id);
+      } catch (e) { showToast(e.message, true); }
+      await renderDetail(); await tick();
+    }))));
+  d.hidden = false;
+  d.replaceChildren(el("div", { class: "card" },
+    el("div", { class: "row" }, el("h2", {}, name), el("span", { class: "muted" }, "created " + new Date(q.created_at).toLocaleString()),
+      el("span", { class: "spacer" }), ...redriveButtons, purge,
+      el("button", { onclick: () => select(name) }, "Close")),
+    el("h3", {}, "Options"), opts,
+    el("h3", {}, "Dead letters (" + dls.dead_letters.length + ")"),
+    dlRows.length === 0 ? el("p", { class: "muted" }, "None.") :
+      el("table", { id: "dead-letters" },
+        el("thead", {}, el("tr", {}, ["id", "group", "attempts", "error", "body", "died", ""].map((h) => el("th", {}, h)))),
+        el("tbody", {}, dlRows)),
+    el("p", { class: "muted" }, "Redrive and purge need an admin token. The SQL API has no peek: received messages are leased, so the dashboard shows counts, not pending bodies.")));
+}
+
+async function tick() {
+  try {
+    const [st, qs] = await Promise.all([api("GET", "/v1/status"), api("GET", "/v1/queues")]);
+    state.queues = qs.queues.map((q) => q.name);
+    record(st.status);
+    $("login").hidden = true;
+    $("app").hidden = false;
+    $("signout").hidden = !state.token;
+    setConn("live", "ok");
+    $("updated").textContent = "updated " + new Date().toLocaleTimeString();
+    renderOverview(st.status);
+  } catch (e) {
+    if (e.status === 401) return showLogin(state.token ? "Your token was refused: " + e.message : "");
+    if (e.status === 403) {
+      setConn("forbidden", "bad");
+      $("signout").hidden = !state.token;
+      $("login").hidden = true;
+      $("app").hidden = false;
+      $("overview").replaceChildren(el("div", { class: "empty" }, "This token may not read the queues' status (" + e.message + ")."));
+      return;
+    }
+    setConn("unreachable", "bad");
+  }
+}
+
+function start() {
+  $("login-form").addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    state.token = $("token").value.trim();
+    sessionStorage.setItem("sluice-token", state.token);
+    $("token").value = "";
+    await tick();
+  });
+  $("signout").addEventListener("click", () => {
+    state.token = "";
+    sessionStorage.removeItem("sluice-token");
+    showLogin();
+  });
+  tick();
+  state.timer = setInterval(tick, POLL_MS);
+}
+
+start();

@@ -1,0 +1,208 @@
+package server_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/log"
+	"github.com/chromedp/cdproto/runtime"
+	"github.com/chromedp/chromedp"
+
+	"github.com/sluicemq/sluice/internal/server"
+)
+
+// browser is a headless Chromium tab that records console errors.
+type browser struct {
+	ctx    context.Context
+	mu     sync.Mutex
+	errors []string
+}
+
+// newBrowser starts headless Chromium (Debian package chromium: "make
+// browser" installs it); the tests skip without it unless
+// SLUICE_REQUIRE_BROWSER is set.
+func newBrowser(t *testing.T) *browser {
+	t.Helper()
+	path, err := exec.LookPath("chromium")
+	if err != nil {
+		if os.Getenv("SLUICE_REQUIRE_BROWSER") != "" {
+			t.Fatal("chromium not found (make browser installs it)")
+		}
+		t.Skip("chromium not found: make browser installs it")
+	}
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(path), chromedp.NoSandbox,
+		chromedp.WindowSize(1400, 900), chromedp.Flag("disable-dev-shm-usage", true))
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	// The cdproto module may know fewer enum values than this Chromium
+	// sends (such as network.IPAddressSpace "Loopback"): such events are
+	// dropped quietly; other errors are logged.
+	ctx, cancelCtx := chromedp.NewContext(actx, chromedp.WithErrorf(func(format string, args ...any) {
+		if msg := fmt.Sprintf(format, args...); !strings.Contains(msg, "could not unmarshal event") {
+			t.Logf("chromedp: %s", msg)
+		}
+	}))
+	ctx, cancelTimeout := context.WithTimeout(ctx, 90*time.Second)
+	t.Cleanup(func() { cancelTimeout(); cancelCtx(); cancelAlloc() })
+	b := &browser{ctx: ctx}
+	chromedp.ListenTarget(ctx, func(ev any) {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		switch ev := ev.(type) {
+		case *runtime.EventConsoleAPICalled:
+			if ev.Type == runtime.APITypeError {
+				var parts []string
+				for _, a := range ev.Args {
+					parts = append(parts, string(a.Value))
+				}
+				b.errors = append(b.errors, "console.error: "+strings.Join(parts, " "))
+			}
+		case *runtime.EventExceptionThrown:
+			b.errors = append(b.errors, "exception: "+ev.ExceptionDetails.Error())
+		case *log.EventEntryAdded:
+			if ev.Entry.Level == log.LevelError {
+				b.errors = append(b.errors, "log: "+ev.Entry.Text)
+			}
+		}
+	})
+	if err := chromedp.Run(ctx, log.Enable(), runtime.Enable()); err != nil {
+		t.Fatalf("starting chromium: %v", err)
+	}
+	return b
+}
+
+func (b *browser) run(t *testing.T, actions ...chromedp.Action) {
+	t.Helper()
+	if err := chromedp.Run(b.ctx, actions...); err != nil {
+		t.Fatalf("browser: %v", err)
+	}
+}
+
+// consoleErrors returns the errors logged, except those matching allowed.
+func (b *browser) consoleErrors(allowed ...string) []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []string
+next:
+	for _, e := range b.errors {
+		for _, a := range allowed {
+			if strings.Contains(e, a) {
+				continue next
+			}
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+// waitText waits until the text of the first element matching sel is want.
+func (b *browser) waitText(t *testing.T, sel, want string) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	var got string
+	for time.Now().Before(deadline) {
+		ctx, cancel := context.WithTimeout(b.ctx, 2*time.Second)
+		err := chromedp.Run(ctx, chromedp.Text(sel, &got, chromedp.ByQuery, chromedp.NodeVisible))
+		cancel()
+		if err == nil && strings.TrimSpace(got) == want {
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Fatalf("%s shows %q, want %q", sel, got, want)
+}
+
+func (b *browser) screenshot(t *testing.T, name string) {
+	dir := os.Getenv("SLUICE_SCREENSHOTS")
+	if dir == "" {
+		return
+	}
+	var png []byte
+	b.run(t, chromedp.Sleep(2500*time.Millisecond), chromedp.FullScreenshot(&png, 100))
+	if err := os.WriteFile(filepath.Join(dir, name), png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The dashboard shows live numbers that change as messages flow, without
+// console errors.
+func TestDashboardLive(t *testing.T) {
+	ts := start(t, func(c *server.Config) { c.Auth = server.AuthConfig{Insecure: true} })
+	b := newBrowser(t)
+	ts.must(201, "POST", "/v1/queues", "", map[string]any{"name": "web"})
+	ts.must(201, "POST", "/v1/queues/web/groups", "", map[string]any{"name": "audit"})
+	b.run(t, chromedp.Navigate(ts.url+"/"), chromedp.WaitVisible(`.card[data-queue="web"]`, chromedp.ByQuery))
+	lag := `.card[data-queue="web"] tr[data-group="default"] td.lag`
+	b.waitText(t, lag, "0")
+	for i := range 5 {
+		ts.must(201, "POST", "/v1/queues/web/messages", "", map[string]any{"body": map[string]any{"n": i}})
+	}
+	b.waitText(t, lag, "5")
+	msgs := ts.must(200, "POST", "/v1/queues/web/groups/default/receive", "", map[string]any{"max": 2})["messages"].([]any)
+	b.waitText(t, `.card[data-queue="web"] tr[data-group="default"] td.inflight`, "2")
+	ts.must(200, "POST", "/v1/queues/web/groups/default/ack", "", map[string]any{"receipts": []string{
+		msgs[0].(map[string]any)["receipt"].(string), msgs[1].(map[string]any)["receipt"].(string)}})
+	b.waitText(t, lag, "3")
+	b.waitText(t, `.card[data-queue="web"] tr[data-group="audit"] td.lag`, "5")
+	b.screenshot(t, "dashboard.png")
+	if errs := b.consoleErrors(); len(errs) > 0 {
+		t.Fatalf("console errors:\n%s", strings.Join(errs, "\n"))
+	}
+}
+
+// An admin signs in, opens a queue, sees its dead letters with body and
+// error, and redrives them; a user without a token sees nothing of the
+// queues, and a producer token only a refusal.
+func TestDashboardAuthAndRedrive(t *testing.T) {
+	ts := start(t)
+	b := newBrowser(t)
+	ts.must(201, "POST", "/v1/queues", tokAdmin, map[string]any{"name": "billing", "options": map[string]any{"max_attempts": 1}})
+	ts.must(201, "POST", "/v1/queues/billing/messages", tokAdmin, map[string]any{"body": map[string]any{"invoice": 77}})
+	m := ts.must(200, "POST", "/v1/queues/billing/groups/default/receive", tokAdmin, map[string]any{})["messages"].([]any)[0].(map[string]any)
+	ts.must(200, "POST", "/v1/queues/billing/groups/default/nack", tokAdmin, map[string]any{"receipt": m["receipt"], "error": "card declined"})
+
+	// No token: the sign-in form, and no queue name anywhere.
+	var body string
+	b.run(t, chromedp.Navigate(ts.url+"/"), chromedp.WaitVisible(`#login`, chromedp.ByQuery),
+		chromedp.Sleep(500*time.Millisecond), chromedp.OuterHTML("html", &body, chromedp.ByQuery))
+	if strings.Contains(body, "billing") {
+		t.Fatal("the page shows a queue name without a token")
+	}
+	// A wrong token is refused.
+	b.run(t, chromedp.SendKeys(`#token`, "wrong-token-wrong-token", chromedp.ByQuery), chromedp.Click(`#login-form button`, chromedp.ByQuery))
+	b.waitText(t, `#login-error`, "Your token was refused: the bearer token is not valid")
+	// A producer may not read the status.
+	b.run(t, chromedp.SendKeys(`#token`, tokProducer, chromedp.ByQuery), chromedp.Click(`#login-form button`, chromedp.ByQuery),
+		chromedp.WaitVisible(`#overview .empty`, chromedp.ByQuery), chromedp.OuterHTML("#overview", &body, chromedp.ByQuery))
+	if strings.Contains(body, "billing") || !strings.Contains(body, "may not read") {
+		t.Fatalf("producer sees: %s", body)
+	}
+	b.run(t, chromedp.Click(`#signout`, chromedp.ByQuery), chromedp.WaitVisible(`#login`, chromedp.ByQuery))
+
+	// The admin.
+	b.run(t, chromedp.SendKeys(`#token`, tokAdmin, chromedp.ByQuery), chromedp.Click(`#login-form button`, chromedp.ByQuery),
+		chromedp.WaitVisible(`.card[data-queue="billing"]`, chromedp.ByQuery))
+	b.waitText(t, `.card[data-queue="billing"] tr[data-group="default"] td.dead`, "1")
+	b.run(t, chromedp.Click(`.card[data-queue="billing"] .title`, chromedp.ByQuery),
+		chromedp.WaitVisible(`#dead-letters tr.dead-letter`, chromedp.ByQuery), chromedp.OuterHTML("#dead-letters", &body, chromedp.ByQuery))
+	if !strings.Contains(body, "card declined") || !strings.Contains(body, "77") {
+		t.Fatalf("dead letters table: %s", body)
+	}
+	b.screenshot(t, "dashboard-queue.png")
+	btn := `#dead-letters tr.dead-letter button`
+	b.run(t, chromedp.Click(btn, chromedp.ByQuery), chromedp.Click(btn, chromedp.ByQuery))
+	b.waitText(t, `.card[data-queue="billing"] tr[data-group="default"] td.dead`, "0")
+	st := ts.must(200, "GET", "/v1/queues/billing", tokAdmin, nil)["status"].([]any)[0].(map[string]any)
+	if st["dead"].(float64) != 0 || st["ready"].(float64) != 1 {
+		t.Fatalf("after the redrive: %v", st)
+	}
+	if errs := b.consoleErrors("401", "403"); len(errs) > 0 {
+		t.Fatalf("console errors:\n%s", strings.Join(errs, "\n"))
+	}
+}

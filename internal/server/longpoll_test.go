@@ -1,0 +1,177 @@
+package server_test
+
+import (
+	"context"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/sluicemq/sluice/internal/server"
+)
+
+type pollResult struct {
+	r       response
+	elapsed time.Duration
+}
+
+func (ts *testServer) poll(path string, body any) <-chan pollResult {
+	ch := make(chan pollResult, 1)
+	go func() {
+		start := time.Now()
+		r := ts.do("POST", path, tokAdmin, body)
+		ch <- pollResult{r, time.Since(start)}
+	}()
+	return ch
+}
+
+// A long poll returns as soon as a send commits (woken by NOTIFY: the poll
+// interval is longer than the test), and empty at the end of its wait.
+func TestLongPoll(t *testing.T) {
+	ts := start(t, func(c *server.Config) { c.PollInterval = time.Minute })
+	ts.must(201, "POST", "/v1/queues", tokAdmin, map[string]any{"name": "q"})
+	ts.must(201, "POST", "/v1/queues", tokAdmin, map[string]any{"name": "other"})
+	ts.waitMetric("sluice_listener_up 1")
+
+	start := time.Now()
+	empty := ts.must(200, "POST", "/v1/queues/q/groups/default/receive", tokAdmin, map[string]any{"wait": "300ms"})
+	if d := time.Since(start); len(empty["messages"].([]any)) != 0 || d < 300*time.Millisecond || d > 3*time.Second {
+		t.Fatalf("empty long poll: %v after %s", empty, d)
+	}
+
+	ch := ts.poll("/v1/queues/q/groups/default/receive", map[string]any{"wait": "20s", "max": 5})
+	ts.waitMetric("sluice_long_polls_waiting 1")
+	// A send to another queue does not end it.
+	ts.must(201, "POST", "/v1/queues/other/messages", tokAdmin, map[string]any{"body": "x"})
+	time.Sleep(100 * time.Millisecond)
+	select {
+	case res := <-ch:
+		t.Fatalf("woken by another queue's send: %d %s", res.r.status, res.r.body)
+	default:
+	}
+	sent := time.Now()
+	ts.must(201, "POST", "/v1/queues/q/messages", tokAdmin, map[string]any{"body": "wake"})
+	select {
+	case res := <-ch:
+		msgs := res.r.json(t)["messages"].([]any)
+		if res.r.status != 200 || len(msgs) != 1 || msgs[0].(map[string]any)["body"] != "wake" {
+			t.Fatalf("long poll: %d %s", res.r.status, res.r.body)
+		}
+		t.Logf("woken %s after the send", time.Since(sent))
+	case <-time.After(5 * time.Second):
+		t.Fatal("the long poll was not woken by the send")
+	}
+	// Many waiting long polls share the one listener connection.
+	for range 20 {
+		ts.poll("/v1/queues/q/groups/default/receive", map[string]any{"wait": "1s"})
+	}
+	ts.waitMetric("sluice_long_polls_waiting 20")
+	var backends int
+	if err := ts.pool.QueryRow(context.Background(),
+		`SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND query ILIKE 'listen%'`).Scan(&backends); err != nil {
+		t.Fatal(err)
+	}
+	if backends != 1 {
+		t.Fatalf("%d LISTEN connections, want 1", backends)
+	}
+}
+
+// Without notifications (a queue with notify off) the poll interval finds
+// the message.
+func TestLongPollFallback(t *testing.T) {
+	ts := start(t, func(c *server.Config) { c.PollInterval = 200 * time.Millisecond })
+	ts.must(201, "POST", "/v1/queues", tokAdmin, map[string]any{"name": "q", "options": map[string]any{"notify": false}})
+	ch := ts.poll("/v1/queues/q/groups/default/receive", map[string]any{"wait": "10s"})
+	ts.waitMetric("sluice_long_polls_waiting 1")
+	ts.must(201, "POST", "/v1/queues/q/messages", tokAdmin, map[string]any{"body": 1})
+	select {
+	case res := <-ch:
+		if len(res.r.json(t)["messages"].([]any)) != 1 {
+			t.Fatalf("%s", res.r.body)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("polling did not find the message")
+	}
+	// A delayed message that comes due sends no notification either.
+	ts.must(201, "POST", "/v1/queues", tokAdmin, map[string]any{"name": "later"})
+	ts.must(201, "POST", "/v1/queues/later/messages", tokAdmin, map[string]any{"body": 1, "delay": "700ms"})
+	ch = ts.poll("/v1/queues/later/groups/default/receive", map[string]any{"wait": "10s"})
+	select {
+	case res := <-ch:
+		if len(res.r.json(t)["messages"].([]any)) != 1 || res.elapsed < 500*time.Millisecond {
+			t.Fatalf("after %s: %s", res.elapsed, res.r.body)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the sweep did not find the delayed message")
+	}
+}
+
+// Shutdown: long polls return empty at once, a request in progress ends,
+// new connections are refused, and Serve returns nil.
+func TestGracefulShutdown(t *testing.T) {
+	ts := start(t)
+	ts.must(201, "POST", "/v1/queues", tokAdmin, map[string]any{"name": "q"})
+	var polls []<-chan pollResult
+	for range 3 {
+		polls = append(polls, ts.poll("/v1/queues/q/groups/default/receive", map[string]any{"wait": "30s"}))
+	}
+	ts.waitMetric("sluice_long_polls_waiting 3")
+	start := time.Now()
+	if err := ts.stop(); err != nil {
+		t.Fatalf("Serve: %v", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("shutdown took %s", d)
+	}
+	for _, ch := range polls {
+		res := <-ch
+		if res.r.status != 200 || len(res.r.json(t)["messages"].([]any)) != 0 || res.elapsed > 10*time.Second {
+			t.Fatalf("long poll at shutdown: %d %s after %s", res.r.status, res.r.body, res.elapsed)
+		}
+	}
+	if _, err := http.Get(ts.url + "/healthz"); err == nil {
+		t.Fatal("the server still accepts connections")
+	}
+}
+
+// When the LISTEN connection dies (its backend terminated), long polls
+// still get their messages (the sweep polls every 500ms meanwhile) and the
+// listener comes back.
+func TestListenerReconnects(t *testing.T) {
+	ts := start(t, func(c *server.Config) { c.PollInterval = time.Minute })
+	ts.must(201, "POST", "/v1/queues", tokAdmin, map[string]any{"name": "q"})
+	ts.waitMetric("sluice_listener_up 1")
+	var killed bool
+	if err := ts.pool.QueryRow(context.Background(), `SELECT bool_or(pg_terminate_backend(pid)) FROM pg_stat_activity
+		WHERE datname = current_database() AND query ILIKE 'listen%'`).Scan(&killed); err != nil || !killed {
+		t.Fatalf("terminating the listener: %v %v", killed, err)
+	}
+	ch := ts.poll("/v1/queues/q/groups/default/receive", map[string]any{"wait": "10s"})
+	ts.waitMetric("sluice_long_polls_waiting 1")
+	ts.must(201, "POST", "/v1/queues/q/messages", tokAdmin, map[string]any{"body": "after"})
+	select {
+	case res := <-ch:
+		if len(res.r.json(t)["messages"].([]any)) != 1 {
+			t.Fatalf("%s", res.r.body)
+		}
+	case <-time.After(8 * time.Second):
+		t.Fatal("the long poll did not get the message sent while the listener was down or reconnecting")
+	}
+	ts.waitMetric("sluice_listener_up 1")
+}
+
+// A queue dropped while long polls wait on it: they end with 404.
+func TestLongPollQueueDropped(t *testing.T) {
+	ts := start(t, func(c *server.Config) { c.PollInterval = 200 * time.Millisecond })
+	ts.must(201, "POST", "/v1/queues", tokAdmin, map[string]any{"name": "gone"})
+	ch := ts.poll("/v1/queues/gone/groups/default/receive", map[string]any{"wait": "20s"})
+	ts.waitMetric("sluice_long_polls_waiting 1")
+	ts.must(204, "DELETE", "/v1/queues/gone", tokAdmin, nil)
+	select {
+	case res := <-ch:
+		if res.r.status != 404 {
+			t.Fatalf("%d %s", res.r.status, res.r.body)
+		}
+	case <-time.After(8 * time.Second):
+		t.Fatal("the long poll on a dropped queue did not end")
+	}
+}

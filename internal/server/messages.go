@@ -1,0 +1,475 @@
+package server
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/sluicemq/sluice"
+)
+
+// SubjectHeader is the message header in which the server records who sent
+// a message (the JWT's sub, or the static token's name).
+const SubjectHeader = "sluice_sub"
+
+// sendRequest is one message to send.
+type sendRequest struct {
+	Body     json.RawMessage `json:"body"`
+	Headers  json.RawMessage `json:"headers"`
+	Key      string          `json:"key"`
+	Delay    string          `json:"delay"`
+	Priority int             `json:"priority"`
+	DedupKey string          `json:"dedup_key"`
+}
+
+// headers returns the message's headers with the sender recorded, or a
+// problem naming field when they are not an object.
+func headers(p *Principal, h json.RawMessage, field string) (json.RawMessage, error) {
+	isNull := len(bytes.TrimSpace(h)) == 0 || string(bytes.TrimSpace(h)) == "null"
+	if p.Role == "" && isNull { // no auth: nothing to record
+		return nil, nil
+	}
+	m := map[string]json.RawMessage{}
+	if !isNull {
+		if err := json.Unmarshal(h, &m); err != nil || m == nil {
+			return nil, fieldProblem(field, "%s must be a JSON object", field)
+		}
+	}
+	if p.Role != "" {
+		sub, _ := json.Marshal(p.Subject)
+		m[SubjectHeader] = sub
+	}
+	b, err := json.Marshal(m)
+	return b, err
+}
+
+// SendResponse is the answer to a send.
+type SendResponse struct {
+	ID int64 `json:"id"`
+}
+
+func (s *Server) send(w http.ResponseWriter, r *http.Request) error {
+	queue := r.PathValue("queue")
+	var req sendRequest
+	if err := decode(r, &req); err != nil {
+		return err
+	}
+	p := principalOf(r.Context())
+	opts, err := sendOptions(p, &req, "")
+	if err != nil {
+		return err
+	}
+	var id int64
+	err = s.tx(r.Context(), p, func(tx pgx.Tx) (err error) {
+		id, err = s.client.SendTx(r.Context(), tx, queue, req.Body, opts)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	s.metrics.sent.WithLabelValues(queue).Inc()
+	writeJSON(w, http.StatusCreated, SendResponse{ID: id})
+	return nil
+}
+
+// sendOptions checks one message of a request (prefix names it in
+// problems: "", "messages[3].", "send[0].").
+func sendOptions(p *Principal, req *sendRequest, prefix string) (*sluice.SendOptions, error) {
+	if len(req.Body) == 0 {
+		return nil, fieldProblem(prefix+"body", "%sbody is required (any JSON value)", prefix)
+	}
+	d, err := duration(prefix+"delay", req.Delay)
+	if err != nil {
+		return nil, err
+	}
+	h, err := headers(p, req.Headers, prefix+"headers")
+	if err != nil {
+		return nil, err
+	}
+	return &sluice.SendOptions{Headers: h, Key: req.Key, Delay: d, Priority: req.Priority, DedupKey: req.DedupKey}, nil
+}
+
+type batchMessage struct {
+	Body     json.RawMessage `json:"body"`
+	Headers  json.RawMessage `json:"headers"`
+	Key      string          `json:"key"`
+	Priority int             `json:"priority"`
+	DedupKey string          `json:"dedup_key"`
+}
+
+type sendBatchRequest struct {
+	Messages []batchMessage `json:"messages"`
+	Delay    string         `json:"delay"`
+}
+
+// SendBatchResponse is the answer to a batch send.
+type SendBatchResponse struct {
+	IDs []int64 `json:"ids"`
+}
+
+func (s *Server) sendBatch(w http.ResponseWriter, r *http.Request) error {
+	queue := r.PathValue("queue")
+	var req sendBatchRequest
+	if err := decode(r, &req); err != nil {
+		return err
+	}
+	if len(req.Messages) == 0 {
+		return fieldProblem("messages", "messages is required: an array of at least one message")
+	}
+	if err := s.checkBatch("messages", len(req.Messages)); err != nil {
+		return err
+	}
+	delay, err := duration("delay", req.Delay)
+	if err != nil {
+		return err
+	}
+	p := principalOf(r.Context())
+	msgs := make([]sluice.BatchMessage, len(req.Messages))
+	for i, m := range req.Messages {
+		prefix := "messages[" + itoa(i) + "]."
+		if len(m.Body) == 0 {
+			return fieldProblem(prefix+"body", "%sbody is required (any JSON value)", prefix)
+		}
+		h, err := headers(p, m.Headers, prefix+"headers")
+		if err != nil {
+			return err
+		}
+		msgs[i] = sluice.BatchMessage{Body: m.Body, Headers: h, Key: m.Key, Priority: m.Priority, DedupKey: m.DedupKey}
+	}
+	var ids []int64
+	err = s.tx(r.Context(), p, func(tx pgx.Tx) (err error) {
+		ids, err = s.client.SendBatchTx(r.Context(), tx, queue, msgs, &sluice.SendBatchOptions{Delay: delay})
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	s.metrics.sent.WithLabelValues(queue).Add(float64(len(ids)))
+	writeJSON(w, http.StatusCreated, SendBatchResponse{IDs: ids})
+	return nil
+}
+
+// MessageJSON is a received message.
+type MessageJSON struct {
+	ID             int64           `json:"id"`
+	Body           json.RawMessage `json:"body"`
+	Headers        json.RawMessage `json:"headers,omitempty"`
+	Key            string          `json:"key,omitempty"`
+	Priority       int             `json:"priority"`
+	Attempt        int             `json:"attempt"`
+	SentAt         time.Time       `json:"sent_at"`
+	Receipt        string          `json:"receipt"`
+	LeaseExpiresAt time.Time       `json:"lease_expires_at"`
+}
+
+type receiveRequest struct {
+	Max      *int     `json:"max"`
+	Lease    string   `json:"lease"`
+	Wait     string   `json:"wait"`
+	Consumer string   `json:"consumer"`
+	Ack      []string `json:"ack"`
+}
+
+// ReceiveResponse is the answer to a receive: the messages, none when the
+// wait ended first.
+type ReceiveResponse struct {
+	Messages []MessageJSON `json:"messages"`
+}
+
+func (s *Server) receive(w http.ResponseWriter, r *http.Request) error {
+	queue, group := r.PathValue("queue"), r.PathValue("group")
+	req := receiveRequest{}
+	if r.ContentLength != 0 {
+		if err := decode(r, &req); err != nil {
+			return err
+		}
+	}
+	lease, err := duration("lease", req.Lease)
+	if err != nil {
+		return err
+	}
+	wait, err := duration("wait", req.Wait)
+	if err != nil {
+		return err
+	}
+	if wait > s.cfg.MaxWait {
+		return fieldProblem("wait", "wait is at most %s, got %s", s.cfg.MaxWait, req.Wait)
+	}
+	max := 1
+	if req.Max != nil {
+		max = *req.Max
+	}
+	if max < 1 {
+		return fieldProblem("max", "max must be at least 1, got %d", max)
+	}
+	if err := s.checkBatch("max", max); err != nil {
+		return err
+	}
+	if err := s.checkBatch("ack", len(req.Ack)); err != nil {
+		return err
+	}
+	opts := &sluice.ReceiveOptions{Max: max, Lease: lease, Consumer: req.Consumer, Ack: req.Ack}
+	msgs, err := s.longPoll(r, queue, group, opts, wait)
+	if err != nil {
+		return err
+	}
+	out := ReceiveResponse{Messages: make([]MessageJSON, len(msgs))}
+	for i, m := range msgs {
+		out.Messages[i] = MessageJSON{ID: m.ID, Body: m.Body, Headers: m.Headers, Key: m.Key, Priority: m.Priority,
+			Attempt: m.Attempt, SentAt: m.SentAt, Receipt: m.Receipt, LeaseExpiresAt: m.LeaseExpiresAt}
+	}
+	s.metrics.received.WithLabelValues(queue, group).Add(float64(len(msgs)))
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// longPoll receives, and while nothing is ready waits up to wait for a
+// notification of a send to the queue, or for the notifier's sweep to find
+// messages ready (delays and retries come due), and tries again; it returns
+// nothing at the end of the wait or of the server. The acks of opts go with
+// the first try only.
+func (s *Server) longPoll(r *http.Request, queue, group string, opts *sluice.ReceiveOptions, wait time.Duration) ([]sluice.Message, error) {
+	ctx := r.Context()
+	p := principalOf(ctx)
+	var wake <-chan struct{}
+	if wait > 0 {
+		ch, unsubscribe := s.notify.subscribe(queue, group)
+		defer unsubscribe()
+		wake = ch
+	}
+	deadline := time.Now().Add(wait)
+	for {
+		var msgs []sluice.Message
+		err := s.tx(ctx, p, func(tx pgx.Tx) (err error) {
+			msgs, err = s.client.ReceiveTx(ctx, tx, queue, group, opts)
+			return err
+		})
+		if err != nil || len(msgs) > 0 {
+			if wait > 0 && len(msgs) == max(opts.Max, 1) {
+				// There may be more: pass the wake-up on.
+				s.notify.wakeOne(queue, group, wake)
+			}
+			return msgs, err
+		}
+		opts.Ack = nil
+		left := time.Until(deadline)
+		if left <= 0 {
+			return nil, nil
+		}
+		t := time.NewTimer(left)
+		select {
+		case <-wake:
+		case <-t.C:
+		case <-s.draining:
+			t.Stop()
+			return nil, nil
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		}
+		t.Stop()
+	}
+}
+
+type receiptsRequest struct {
+	Receipts []string `json:"receipts"`
+	Lease    string   `json:"lease,omitempty"`
+}
+
+func (s *Server) ack(w http.ResponseWriter, r *http.Request) error {
+	queue, group := r.PathValue("queue"), r.PathValue("group")
+	var req struct {
+		Receipts []string `json:"receipts"`
+	}
+	if err := decode(r, &req); err != nil {
+		return err
+	}
+	if req.Receipts == nil {
+		return fieldProblem("receipts", "receipts is required: an array of receipts from receive")
+	}
+	if err := s.checkBatch("receipts", len(req.Receipts)); err != nil {
+		return err
+	}
+	var n int
+	err := s.tx(r.Context(), principalOf(r.Context()), func(tx pgx.Tx) (err error) {
+		n, err = s.client.AckTx(r.Context(), tx, queue, group, req.Receipts...)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	s.metrics.acked.WithLabelValues(queue, group).Add(float64(n))
+	writeJSON(w, http.StatusOK, map[string]int{"acked": n})
+	return nil
+}
+
+type nackRequest struct {
+	Receipt string  `json:"receipt"`
+	Delay   *string `json:"delay"`
+	Error   string  `json:"error"`
+}
+
+func (s *Server) nack(w http.ResponseWriter, r *http.Request) error {
+	queue, group := r.PathValue("queue"), r.PathValue("group")
+	var req nackRequest
+	if err := decode(r, &req); err != nil {
+		return err
+	}
+	if req.Receipt == "" {
+		return fieldProblem("receipt", "receipt is required")
+	}
+	opts := &sluice.NackOptions{Error: req.Error}
+	if req.Delay != nil {
+		d, err := duration("delay", *req.Delay)
+		if err != nil {
+			return err
+		}
+		opts.Delay, opts.Now = d, d == 0
+	}
+	var ok bool
+	err := s.tx(r.Context(), principalOf(r.Context()), func(tx pgx.Tx) (err error) {
+		ok, err = s.client.NackTx(r.Context(), tx, queue, group, req.Receipt, opts)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if ok {
+		s.metrics.nacked.WithLabelValues(queue, group).Inc()
+	}
+	writeJSON(w, http.StatusOK, map[string]bool{"nacked": ok})
+	return nil
+}
+
+func (s *Server) extend(w http.ResponseWriter, r *http.Request) error {
+	queue, group := r.PathValue("queue"), r.PathValue("group")
+	var req receiptsRequest
+	if err := decode(r, &req); err != nil {
+		return err
+	}
+	if req.Receipts == nil {
+		return fieldProblem("receipts", "receipts is required: an array of receipts from receive")
+	}
+	if err := s.checkBatch("receipts", len(req.Receipts)); err != nil {
+		return err
+	}
+	if req.Lease == "" {
+		return fieldProblem("lease", "lease is required, such as \"30s\"")
+	}
+	lease, err := duration("lease", req.Lease)
+	if err != nil {
+		return err
+	}
+	var n int
+	err = s.tx(r.Context(), principalOf(r.Context()), func(tx pgx.Tx) (err error) {
+		n, err = s.client.ExtendTx(r.Context(), tx, queue, group, lease, req.Receipts...)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]int{"extended": n})
+	return nil
+}
+
+type txAck struct {
+	Queue    string   `json:"queue"`
+	Group    string   `json:"group"`
+	Receipts []string `json:"receipts"`
+}
+
+type txSend struct {
+	Queue string `json:"queue"`
+	sendRequest
+}
+
+type transactionRequest struct {
+	Ack  []txAck  `json:"ack"`
+	Send []txSend `json:"send"`
+}
+
+// TransactionResponse is the answer to /v1/transaction: per ack entry the
+// messages completed, per send entry the message id.
+type TransactionResponse struct {
+	Acked []int   `json:"acked"`
+	IDs   []int64 `json:"ids"`
+}
+
+// transaction acks and sends in one database transaction: all commit, or
+// nothing does.
+func (s *Server) transaction(w http.ResponseWriter, r *http.Request) error {
+	var req transactionRequest
+	if err := decode(r, &req); err != nil {
+		return err
+	}
+	if len(req.Ack)+len(req.Send) == 0 {
+		return fieldProblem("", "the transaction is empty: give ack, send or both")
+	}
+	if err := s.checkBatch("send", len(req.Send)); err != nil {
+		return err
+	}
+	if err := s.checkBatch("ack", len(req.Ack)); err != nil {
+		return err
+	}
+	p := principalOf(r.Context())
+	sends := make([]*sluice.SendOptions, len(req.Send))
+	for i := range req.Send {
+		prefix := "send[" + itoa(i) + "]."
+		if req.Send[i].Queue == "" {
+			return fieldProblem(prefix+"queue", "%squeue is required", prefix)
+		}
+		if !p.Allows(req.Send[i].Queue) {
+			return forbidQueue(req.Send[i].Queue)
+		}
+		o, err := sendOptions(p, &req.Send[i].sendRequest, prefix)
+		if err != nil {
+			return err
+		}
+		sends[i] = o
+	}
+	for i, a := range req.Ack {
+		prefix := "ack[" + itoa(i) + "]."
+		switch {
+		case a.Queue == "":
+			return fieldProblem(prefix+"queue", "%squeue is required", prefix)
+		case a.Group == "":
+			return fieldProblem(prefix+"group", "%sgroup is required", prefix)
+		case a.Receipts == nil:
+			return fieldProblem(prefix+"receipts", "%sreceipts is required", prefix)
+		case !p.Allows(a.Queue):
+			return forbidQueue(a.Queue)
+		}
+	}
+	out := TransactionResponse{Acked: make([]int, len(req.Ack)), IDs: make([]int64, len(req.Send))}
+	err := s.tx(r.Context(), p, func(tx pgx.Tx) error {
+		for i, a := range req.Ack {
+			n, err := s.client.AckTx(r.Context(), tx, a.Queue, a.Group, a.Receipts...)
+			if err != nil {
+				return err
+			}
+			out.Acked[i] = n
+		}
+		for i, m := range req.Send {
+			id, err := s.client.SendTx(r.Context(), tx, m.Queue, m.Body, sends[i])
+			if err != nil {
+				return err
+			}
+			out.IDs[i] = id
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for i, a := range req.Ack {
+		s.metrics.acked.WithLabelValues(a.Queue, a.Group).Add(float64(out.Acked[i]))
+	}
+	for _, m := range req.Send {
+		s.metrics.sent.WithLabelValues(m.Queue).Inc()
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}

@@ -1,0 +1,142 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/sluicemq/sluice"
+)
+
+// Problem is an error response, an RFC 9457 problem details object
+// (application/problem+json). Code carries the engine's SQLSTATE (SL001 to
+// SL010, or PostgreSQL's own such as 42501) when the database raised the
+// error; Field names the member of the request that is wrong.
+type Problem struct {
+	Type     string `json:"type"`
+	Title    string `json:"title"`
+	Status   int    `json:"status"`
+	Detail   string `json:"detail,omitempty"`
+	Instance string `json:"instance,omitempty"`
+	Code     string `json:"code,omitempty"`
+	Field    string `json:"field,omitempty"`
+}
+
+func (p *Problem) Error() string { return p.Detail }
+
+// problemf makes a problem of the server's own (not raised by the database).
+func problemf(status int, name, format string, args ...any) *Problem {
+	return &Problem{Type: "urn:sluice:problem:" + name, Title: http.StatusText(status), Status: status,
+		Detail: fmt.Sprintf(format, args...)}
+}
+
+// fieldProblem is a 400 naming the member of the request body that is wrong.
+func fieldProblem(field, format string, args ...any) *Problem {
+	p := problemf(http.StatusBadRequest, "invalid_request", format, args...)
+	p.Field = field
+	return p
+}
+
+// engineStatus maps the engine's error codes to HTTP statuses.
+var engineStatus = map[string]struct {
+	status int
+	name   string
+}{
+	"SL001": {http.StatusBadRequest, "invalid_name"},
+	"SL002": {http.StatusNotFound, "undefined_queue"},
+	"SL003": {http.StatusNotFound, "undefined_group"},
+	"SL004": {http.StatusConflict, "duplicate_queue"},
+	"SL005": {http.StatusConflict, "duplicate_group"},
+	"SL006": {http.StatusUnprocessableEntity, "invalid_argument"},
+	"SL007": {http.StatusUnprocessableEntity, "invalid_option"},
+	"SL008": {http.StatusUnprocessableEntity, "invalid_receipt"},
+	"SL009": {http.StatusRequestEntityTooLarge, "payload_too_large"},
+	"SL010": {http.StatusInternalServerError, "invalid_isolation"},
+}
+
+// toProblem turns any error of a handler into a problem: the engine's errors
+// keep their code and message, a missing privilege is 403, a database that
+// cannot be reached or a schema that is missing is 503.
+func toProblem(err error) *Problem {
+	var p *Problem
+	if errors.As(err, &p) {
+		return p
+	}
+	var se *sluice.Error
+	if errors.As(err, &se) {
+		if m, ok := engineStatus[se.Code]; ok {
+			return &Problem{Type: "urn:sluice:problem:" + m.name, Title: http.StatusText(m.status), Status: m.status,
+				Detail: se.Error(), Code: se.Code}
+		}
+		if errors.Is(err, sluice.ErrSchemaMissing) {
+			return &Problem{Type: "urn:sluice:problem:schema_missing", Title: http.StatusText(http.StatusServiceUnavailable),
+				Status: http.StatusServiceUnavailable, Detail: se.Error() + " (start the server with --migrate)", Code: se.Code}
+		}
+	}
+	var pg *pgconn.PgError
+	if errors.As(err, &pg) {
+		if m, ok := engineStatus[pg.Code]; ok {
+			return &Problem{Type: "urn:sluice:problem:" + m.name, Title: http.StatusText(m.status), Status: m.status,
+				Detail: pg.Message, Code: pg.Code}
+		}
+		switch {
+		case pg.Code == "42501": // insufficient_privilege
+			return &Problem{Type: "urn:sluice:problem:forbidden", Title: http.StatusText(http.StatusForbidden),
+				Status: http.StatusForbidden, Detail: pg.Message, Code: pg.Code}
+		case pg.Code == "22P02" || pg.Code == "22007" || pg.Code == "22008" || pg.Code == "22023": // bad text representation, datetime, parameter
+			return &Problem{Type: "urn:sluice:problem:invalid_argument", Title: http.StatusText(http.StatusUnprocessableEntity),
+				Status: http.StatusUnprocessableEntity, Detail: pg.Message, Code: pg.Code}
+		case pg.Code == "57014" || pg.Code[:2] == "08" || pg.Code[:2] == "53" || pg.Code[:2] == "57": // canceled, connection, resources, operator intervention
+			return &Problem{Type: "urn:sluice:problem:unavailable", Title: http.StatusText(http.StatusServiceUnavailable),
+				Status: http.StatusServiceUnavailable, Detail: pg.Message, Code: pg.Code}
+		}
+		return &Problem{Type: "urn:sluice:problem:database_error", Title: http.StatusText(http.StatusInternalServerError),
+			Status: http.StatusInternalServerError, Detail: pg.Message, Code: pg.Code}
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || pgconn.SafeToRetry(err) || isConnectError(err) {
+		return problemf(http.StatusServiceUnavailable, "unavailable", "the database is unavailable: %v", err)
+	}
+	return problemf(http.StatusInternalServerError, "internal", "%v", err)
+}
+
+func isConnectError(err error) bool {
+	var ce *pgconn.ConnectError
+	return errors.As(err, &ce)
+}
+
+// writeProblem writes p as application/problem+json.
+func writeProblem(w http.ResponseWriter, r *http.Request, p *Problem) {
+	if p.Instance == "" {
+		p.Instance = r.URL.Path
+	}
+	if p.Status == http.StatusTooManyRequests || p.Status == http.StatusServiceUnavailable {
+		w.Header().Set("Retry-After", "1")
+	}
+	if p.Status == http.StatusUnauthorized {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="sluice"`)
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(p.Status)
+	_ = json.NewEncoder(w).Encode(p)
+}
+
+// writeJSON writes v as a JSON response with status.
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// wrapSQL adds what was being done to an error of a statement.
+func wrapSQL(err error, format string, args ...any) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf(format+": %w", append(args, err)...)
+}

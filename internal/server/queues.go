@@ -1,0 +1,339 @@
+package server
+
+import (
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/sluicemq/sluice"
+)
+
+// QueueJSON is a queue in responses.
+type QueueJSON struct {
+	Name      string          `json:"name"`
+	CreatedAt time.Time       `json:"created_at"`
+	Options   json.RawMessage `json:"options"`
+	Groups    []string        `json:"groups"`
+	Status    []StatusJSON    `json:"status,omitempty"`
+}
+
+// StatusJSON is one group's row of sluice.status.
+type StatusJSON struct {
+	Queue            string  `json:"queue"`
+	Group            string  `json:"group"`
+	Ready            int64   `json:"ready"`
+	Delayed          int64   `json:"delayed"`
+	InFlight         int64   `json:"in_flight"`
+	Dead             int64   `json:"dead"`
+	OldestPendingAge float64 `json:"oldest_pending_age_seconds"`
+	Lag              int64   `json:"lag"`
+	Cursor           int64   `json:"cursor"`
+	LWM              int64   `json:"lwm"`
+	Head             int64   `json:"head"`
+	LiveEpochs       int     `json:"live_epochs"`
+	HoldsReclaim     bool    `json:"holds_reclaim"`
+}
+
+func statusJSON(st sluice.Status) StatusJSON {
+	return StatusJSON{Queue: st.Queue, Group: st.Group, Ready: st.Ready, Delayed: st.Delayed, InFlight: st.InFlight,
+		Dead: st.Dead, OldestPendingAge: st.OldestPendingAge.Seconds(), Lag: st.Lag, Cursor: st.Cursor, LWM: st.LWM,
+		Head: st.Head, LiveEpochs: st.LiveEpochs, HoldsReclaim: st.HoldsReclaim}
+}
+
+func queueJSON(q sluice.QueueInfo) QueueJSON {
+	groups := q.Groups
+	if groups == nil {
+		groups = []string{}
+	}
+	return QueueJSON{Name: q.Name, CreatedAt: q.CreatedAt, Options: q.Options, Groups: groups}
+}
+
+func (s *Server) listQueues(w http.ResponseWriter, r *http.Request) error {
+	p := principalOf(r.Context())
+	out := []QueueJSON{}
+	err := s.tx(r.Context(), p, func(tx pgx.Tx) error {
+		qs, err := s.client.ListQueuesTx(r.Context(), tx)
+		for _, q := range qs {
+			if p.Allows(q.Name) {
+				out = append(out, queueJSON(q))
+			}
+		}
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"queues": out})
+	return nil
+}
+
+// findQueue returns the queue's info from list_queues, or SL002.
+func (s *Server) findQueue(r *http.Request, tx pgx.Tx, name string) (QueueJSON, error) {
+	qs, err := s.client.ListQueuesTx(r.Context(), tx)
+	if err != nil {
+		return QueueJSON{}, err
+	}
+	for _, q := range qs {
+		if q.Name == name {
+			return queueJSON(q), nil
+		}
+	}
+	return QueueJSON{}, &Problem{Type: "urn:sluice:problem:undefined_queue", Title: http.StatusText(http.StatusNotFound),
+		Status: http.StatusNotFound, Detail: "queue \"" + name + "\" does not exist", Code: "SL002"}
+}
+
+type createQueueRequest struct {
+	Name    string          `json:"name"`
+	Options json.RawMessage `json:"options"`
+}
+
+func (s *Server) createQueue(w http.ResponseWriter, r *http.Request) error {
+	var req createQueueRequest
+	if err := decode(r, &req); err != nil {
+		return err
+	}
+	if req.Name == "" {
+		return fieldProblem("name", "name is required")
+	}
+	p := principalOf(r.Context())
+	if !p.Allows(req.Name) {
+		return forbidQueue(req.Name)
+	}
+	opts := req.Options
+	if len(opts) == 0 || string(opts) == "null" {
+		opts = json.RawMessage(`{}`)
+	} else if opts[0] != '{' {
+		return fieldProblem("options", "options must be a JSON object")
+	}
+	var out QueueJSON
+	err := s.tx(r.Context(), p, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(r.Context(), `SELECT sluice.create_queue($1, $2::jsonb)`, req.Name, string(opts)); err != nil {
+			return wrapSQL(err, "creating queue %q", req.Name)
+		}
+		var err error
+		out, err = s.findQueue(r, tx, req.Name)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	w.Header().Set("Location", "/v1/queues/"+req.Name)
+	writeJSON(w, http.StatusCreated, out)
+	return nil
+}
+
+func (s *Server) getQueue(w http.ResponseWriter, r *http.Request) error {
+	name := r.PathValue("queue")
+	var out QueueJSON
+	err := s.tx(r.Context(), principalOf(r.Context()), func(tx pgx.Tx) error {
+		sts, err := s.client.StatusTx(r.Context(), tx, name)
+		if err != nil {
+			return err
+		}
+		if out, err = s.findQueue(r, tx, name); err != nil {
+			return err
+		}
+		out.Status = []StatusJSON{}
+		for _, st := range sts {
+			if st.Group != "" {
+				out.Status = append(out.Status, statusJSON(st))
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+func (s *Server) alterQueue(w http.ResponseWriter, r *http.Request) error {
+	name := r.PathValue("queue")
+	var changes map[string]json.RawMessage
+	if err := decode(r, &changes); err != nil {
+		return err
+	}
+	if changes == nil {
+		return fieldProblem("", "the request body must be a JSON object of options")
+	}
+	b, _ := json.Marshal(changes)
+	var opts json.RawMessage
+	err := s.tx(r.Context(), principalOf(r.Context()), func(tx pgx.Tx) error {
+		err := tx.QueryRow(r.Context(), `SELECT sluice.alter_queue($1, $2::jsonb)`, name, string(b)).Scan((*[]byte)(&opts))
+		return wrapSQL(err, "altering queue %q", name)
+	})
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"name": name, "options": opts})
+	return nil
+}
+
+func (s *Server) dropQueue(w http.ResponseWriter, r *http.Request) error {
+	name := r.PathValue("queue")
+	var existed bool
+	err := s.tx(r.Context(), principalOf(r.Context()), func(tx pgx.Tx) (err error) {
+		existed, err = s.client.DropQueueTx(r.Context(), tx, name)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if !existed {
+		return &Problem{Type: "urn:sluice:problem:undefined_queue", Title: http.StatusText(http.StatusNotFound),
+			Status: http.StatusNotFound, Detail: "queue \"" + name + "\" does not exist", Code: "SL002"}
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+func (s *Server) purgeQueue(w http.ResponseWriter, r *http.Request) error {
+	name := r.PathValue("queue")
+	var n int64
+	err := s.tx(r.Context(), principalOf(r.Context()), func(tx pgx.Tx) (err error) {
+		n, err = s.client.PurgeQueueTx(r.Context(), tx, name)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]int64{"purged": n})
+	return nil
+}
+
+func (s *Server) status(w http.ResponseWriter, r *http.Request) error {
+	p := principalOf(r.Context())
+	queue := r.URL.Query().Get("queue")
+	if queue != "" && !p.Allows(queue) {
+		return forbidQueue(queue)
+	}
+	out := []StatusJSON{}
+	err := s.tx(r.Context(), p, func(tx pgx.Tx) error {
+		sts, err := s.client.StatusTx(r.Context(), tx, queue)
+		for _, st := range sts {
+			if p.Allows(st.Queue) {
+				out = append(out, statusJSON(st))
+			}
+		}
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"status": out})
+	return nil
+}
+
+type createGroupRequest struct {
+	Name      string `json:"name"`
+	StartFrom string `json:"start_from"`
+}
+
+func (s *Server) createGroup(w http.ResponseWriter, r *http.Request) error {
+	queue := r.PathValue("queue")
+	var req createGroupRequest
+	if err := decode(r, &req); err != nil {
+		return err
+	}
+	if req.Name == "" {
+		return fieldProblem("name", "name is required")
+	}
+	err := s.tx(r.Context(), principalOf(r.Context()), func(tx pgx.Tx) error {
+		return s.client.CreateGroupTx(r.Context(), tx, queue, req.Name, &sluice.GroupOptions{StartFrom: req.StartFrom})
+	})
+	if err != nil {
+		return err
+	}
+	w.Header().Set("Location", "/v1/queues/"+queue+"/groups/"+req.Name)
+	writeJSON(w, http.StatusCreated, map[string]string{"queue": queue, "group": req.Name})
+	return nil
+}
+
+func (s *Server) dropGroup(w http.ResponseWriter, r *http.Request) error {
+	queue, group := r.PathValue("queue"), r.PathValue("group")
+	var existed bool
+	err := s.tx(r.Context(), principalOf(r.Context()), func(tx pgx.Tx) (err error) {
+		existed, err = s.client.DropGroupTx(r.Context(), tx, queue, group)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if !existed {
+		return &Problem{Type: "urn:sluice:problem:undefined_group", Title: http.StatusText(http.StatusNotFound),
+			Status: http.StatusNotFound, Detail: "group \"" + group + "\" does not exist in queue \"" + queue + "\"", Code: "SL003"}
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// DeadLetterJSON is a dead letter in responses.
+type DeadLetterJSON struct {
+	ID           int64           `json:"id"`
+	Group        string          `json:"group"`
+	Body         json.RawMessage `json:"body"`
+	Headers      json.RawMessage `json:"headers,omitempty"`
+	Key          string          `json:"key,omitempty"`
+	Attempts     int             `json:"attempts"`
+	Error        string          `json:"error,omitempty"`
+	DiedAt       time.Time       `json:"died_at"`
+	SentAt       time.Time       `json:"sent_at"`
+	DeadLetterID int64           `json:"dead_letter_id"`
+}
+
+func (s *Server) deadLetters(w http.ResponseWriter, r *http.Request) error {
+	queue := r.PathValue("queue")
+	q := r.URL.Query()
+	opts := &sluice.DeadLetterOptions{Group: q.Get("group")}
+	if m := q.Get("max"); m != "" {
+		n, err := strconv.Atoi(m)
+		if err != nil {
+			return fieldProblem("max", "max must be an integer, got %q", m)
+		}
+		opts.Max = n
+	}
+	out := []DeadLetterJSON{}
+	err := s.tx(r.Context(), principalOf(r.Context()), func(tx pgx.Tx) error {
+		dls, err := s.client.DeadLettersTx(r.Context(), tx, queue, opts)
+		for _, d := range dls {
+			out = append(out, DeadLetterJSON{ID: d.ID, Group: d.Group, Body: d.Body, Headers: d.Headers, Key: d.Key,
+				Attempts: d.Attempts, Error: d.Error, DiedAt: d.DiedAt, SentAt: d.SentAt, DeadLetterID: d.DeadLetterID})
+		}
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"dead_letters": out})
+	return nil
+}
+
+type redriveRequest struct {
+	Group string  `json:"group"`
+	IDs   []int64 `json:"ids"`
+}
+
+func (s *Server) redrive(w http.ResponseWriter, r *http.Request) error {
+	queue := r.PathValue("queue")
+	var req redriveRequest
+	if err := decode(r, &req); err != nil {
+		return err
+	}
+	if err := s.checkBatch("ids", len(req.IDs)); err != nil {
+		return err
+	}
+	var n int64
+	err := s.tx(r.Context(), principalOf(r.Context()), func(tx pgx.Tx) (err error) {
+		n, err = s.client.RedriveTx(r.Context(), tx, queue, req.Group, req.IDs...)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]int64{"redriven": n})
+	return nil
+}
