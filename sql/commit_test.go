@@ -6,6 +6,16 @@ import (
 	"time"
 )
 
+// syncCommit is synchronous_commit as db sees it.
+func (b *bundle) syncCommit(db q) string {
+	b.t.Helper()
+	var v string
+	if err := db.QueryRow(b.ctx, `SHOW synchronous_commit`).Scan(&v); err != nil {
+		b.t.Fatal(err)
+	}
+	return v
+}
+
 // TestReceiveCommitsAsynchronously: a receive turns synchronous_commit off
 // for the rest of its transaction; ack, nack, extend, send and send_batch in
 // that transaction set the caller's value back (whatever it was), and
@@ -22,14 +32,7 @@ func TestReceiveCommitsAsynchronously(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Release()
-	show := func(db q) string {
-		t.Helper()
-		var v string
-		if err := db.QueryRow(b.ctx, `SHOW synchronous_commit`).Scan(&v); err != nil {
-			t.Fatal(err)
-		}
-		return v
-	}
+	show := b.syncCommit
 
 	// completing (or sending) after a receive restores the caller's value,
 	// not just "on"
@@ -174,14 +177,7 @@ func TestAckDurableFalseCommitsAsynchronously(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Release()
-	show := func(db q) string {
-		t.Helper()
-		var v string
-		if err := db.QueryRow(b.ctx, `SHOW synchronous_commit`).Scan(&v); err != nil {
-			t.Fatal(err)
-		}
-		return v
-	}
+	show := b.syncCommit
 	ms, err := receiveOn(b.ctx, conn, "ad", "default", 4, "30 seconds")
 	if err != nil || len(ms) != 4 {
 		t.Fatalf("receive: %v, %d messages", err, len(ms))
