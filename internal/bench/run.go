@@ -268,12 +268,6 @@ func (r *runner) watch(ctx context.Context, label string, c *counters, lat *reco
 	}
 }
 
-// workers runs fn on n goroutines, each with its own connection of the
-// run's pool, and returns their errors.
-func (r *runner) workers(ctx context.Context, n int, fn func(ctx context.Context, i int, conn *pgxpool.Conn) error) error {
-	return workersOn(ctx, r.o.Pool, n, fn)
-}
-
 // workersOn runs fn on n goroutines, each with its own connection of pool,
 // and returns their errors.
 func workersOn(ctx context.Context, pool *pgxpool.Pool, n int, fn func(ctx context.Context, i int, conn *pgxpool.Conn) error) error {
