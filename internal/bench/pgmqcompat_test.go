@@ -3,15 +3,20 @@ package bench_test
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sluicemq/sluice/internal/bench"
+	"github.com/sluicemq/sluice/internal/pgtest"
 )
 
 // TestPGMQCompatSmoke runs a tiny shootout cell and a tiny xmin run of the
@@ -95,5 +100,70 @@ func TestPGMQCompatSmoke(t *testing.T) {
 	}
 	if left != 0 {
 		t.Errorf("the pgmq-compat database or a pgmq schema was left behind")
+	}
+}
+
+// TestPGMQCompatSkippedWithoutCreatedb: a bench user who may not create a
+// database runs the shootout without pgmq-compat, with a note saying why.
+func TestPGMQCompatSkippedWithoutCreatedb(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a shootout takes about 10 seconds")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	role, password := "bench_nocreatedb_"+hex.EncodeToString(b), hex.EncodeToString(b)+"x"
+	admin := pgtest.NewPool(t, server.URL())
+	if _, err := admin.Exec(ctx, fmt.Sprintf("CREATE ROLE %s LOGIN NOSUPERUSER NOCREATEDB PASSWORD '%s'", role, password)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cctx, ccancel := context.WithTimeout(context.Background(), time.Minute)
+		defer ccancel()
+		if _, err := admin.Exec(cctx, "DROP ROLE IF EXISTS "+role); err != nil {
+			t.Errorf("dropping role %s: %v", role, err)
+		}
+	})
+	url := server.NewDatabaseFrom(t, nil) // made after the role: dropped before it
+	super := pgtest.Connect(t, url)
+	var db string
+	if err := super.QueryRow(ctx, "SELECT current_database()").Scan(&db); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := super.Exec(ctx, fmt.Sprintf("ALTER DATABASE %s OWNER TO %s", pgx.Identifier{db}.Sanitize(), role)); err != nil {
+		t.Fatal(err)
+	}
+	o := bench.Options{
+		Out: &bytes.Buffer{}, Command: "test", Duration: time.Second,
+		Producers: []int{2}, Consumers: []int{2}, Batches: []int{10},
+		Preload: 1000, Rate: 200, Systems: []string{"skiplocked", "pgmq-compat"},
+	}
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.User, cfg.ConnConfig.Password = role, password
+	cfg.MaxConns = int32(bench.MaxConnections(o))
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	o.Pool = pool
+	rep, err := bench.Run(ctx, []string{"shootout"}, o)
+	out := o.Out.(*bytes.Buffer).String()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	skipped := false
+	for _, n := range rep.Results[0].Notes {
+		skipped = skipped || strings.Contains(n, "pgmq-compat skipped") && strings.Contains(n, "CREATEDB")
+	}
+	if !skipped {
+		t.Errorf("no note that pgmq-compat was skipped for want of CREATEDB: %q\n%s", rep.Results[0].Notes, out)
+	}
+	if slices.Contains(rep.Results[0].Tables[0].Columns, "pgmq-compat msg/s") {
+		t.Errorf("pgmq-compat measured without a database: %v", rep.Results[0].Tables[0].Columns)
 	}
 }

@@ -688,6 +688,9 @@ func (r *runner) shootout(ctx context.Context) (*Result, error) {
 		}
 		systems = append(systems, s)
 	}
+	if len(systems) == 0 {
+		return nil, fmt.Errorf("no system left to run: %s", strings.Join(notes, "; "))
+	}
 	bare := &tableSystem{table: "bare"}
 	defer r.cleanupAll(ctx, append(systems, bare)...)
 	names := []string{"workload", "bare INSERT"}
