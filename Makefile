@@ -33,14 +33,14 @@ demo:
 	@echo "make demo: running bin/sluice demo $(DEMOFLAGS)"
 	@$(BIN)/sluice demo $(DEMOFLAGS)
 
-## bench: build sluice and run the default benchmark set (about 17 minutes)
+## bench: build sluice and run the default benchmark set (about 22 minutes)
 ## on the embedded PostgreSQL, or on DATABASE_URL if set; results go to
 ## bench/results/<timestamp>/. BENCHFLAGS adds or overrides flags.
 BENCHFLAGS ?=
 bench:
 	$(GO) build -o $(BIN)/sluice ./cmd/sluice
 	$(BIN)/sluice bench send drain keyed latency steady shootout overload app xmin \
-		--xmin-duration 2m --interval 30s --xmin-systems sluice,skiplocked $(BENCHFLAGS)
+		--xmin-duration 2m --interval 30s --xmin-systems sluice,skiplocked,pgmq,pgmq-compat $(BENCHFLAGS)
 
 ## test: vet, staticcheck, the Go tests, the real pgmq clients, then the
 ## Python and TypeScript clients (their tests and package builds)

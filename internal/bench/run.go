@@ -270,11 +270,11 @@ func (r *runner) watch(ctx context.Context, label string, c *counters, lat *reco
 	}
 }
 
-// workers runs fn on n goroutines, each with its own connection, and
-// returns their errors.
-func (r *runner) workers(ctx context.Context, n int, fn func(ctx context.Context, i int, conn *pgxpool.Conn) error) error {
+// workersOn runs fn on n goroutines, each with its own connection of pool,
+// and returns their errors.
+func workersOn(ctx context.Context, pool *pgxpool.Pool, n int, fn func(ctx context.Context, i int, conn *pgxpool.Conn) error) error {
 	return fanOut(ctx, n, func(i int) error {
-		conn, err := r.o.Pool.Acquire(ctx)
+		conn, err := pool.Acquire(ctx)
 		if err != nil {
 			return fmt.Errorf("connecting: %w", err)
 		}
@@ -388,7 +388,7 @@ func (r *runner) consumeLoop(ctx context.Context, conn *pgxpool.Conn, s system, 
 func (r *runner) preload(ctx context.Context, s system, n int) error {
 	var left atomic.Int64
 	left.Store(int64(n))
-	return r.workers(ctx, 2, func(ctx context.Context, _ int, conn *pgxpool.Conn) error {
+	return workersOn(ctx, r.poolOf(s), 2, func(ctx context.Context, _ int, conn *pgxpool.Conn) error {
 		for {
 			b := min(left.Add(-1000)+1000, 1000)
 			if b <= 0 {

@@ -24,10 +24,12 @@ func (r *runner) newSystem(name string) (system, error) {
 		return &tableSystem{table: "bare"}, nil
 	case "pgmq":
 		return pgmqSystem{}, nil
+	case "pgmq-compat":
+		return &pgmqCompatSystem{main: r.o.Pool, out: r.o.Out}, nil
 	case "river":
 		return newRiverSystem(r.o.Pool, r.o.Poll, r.o.Out), nil
 	}
-	return nil, fmt.Errorf("unknown system %q (known: sluice, skiplocked, pgmq, river)", name)
+	return nil, fmt.Errorf("unknown system %q (known: sluice, skiplocked, pgmq, pgmq-compat, river)", name)
 }
 
 // systems returns the systems named by --systems, else def.
@@ -54,8 +56,13 @@ func (r *runner) cleanupAll(ctx context.Context, systems ...system) {
 	defer cancel()
 	peers := false
 	for _, s := range systems {
-		if err := s.cleanup(ctx, r.o.Pool); err != nil {
+		if err := s.cleanup(ctx, r.poolOf(s)); err != nil {
 			fmt.Fprintf(r.o.Out, "cleanup: %v\n", err)
+		}
+		if ps, ok := s.(pooledSystem); ok {
+			if err := ps.close(ctx); err != nil {
+				fmt.Fprintf(r.o.Out, "cleanup: %v\n", err)
+			}
 		}
 		if _, ok := s.(*tableSystem); ok {
 			peers = true
@@ -73,7 +80,7 @@ func (r *runner) cleanupAll(ctx context.Context, systems ...system) {
 // its pool as it sends.
 func (r *runner) producers(ctx context.Context, s system, n int, fn func(ctx context.Context, i int, conn *pgxpool.Conn) error) error {
 	if _, ok := s.(clientSystem); !ok {
-		return r.workers(ctx, n, fn)
+		return workersOn(ctx, r.poolOf(s), n, fn)
 	}
 	return fanOut(ctx, n, func(i int) error { return fn(ctx, i, nil) })
 }
@@ -85,7 +92,7 @@ func (r *runner) consumers(ctx context.Context, s system, n, b int, deadline tim
 	if cs, ok := s.(clientSystem); ok {
 		return cs.runConsumers(ctx, n, b, deadline, enough, c, lat)
 	}
-	return r.workers(ctx, n, func(ctx context.Context, _ int, conn *pgxpool.Conn) error {
+	return workersOn(ctx, r.poolOf(s), n, func(ctx context.Context, _ int, conn *pgxpool.Conn) error {
 		return r.consumeLoop(ctx, conn, s, b, deadline, enough, c, lat)
 	})
 }
@@ -109,7 +116,7 @@ func produceAndConsume(producers, consumers func() error, stopped *atomic.Bool) 
 
 // sendCell measures p producers sending batches of b for d.
 func (r *runner) sendCell(ctx context.Context, s system, p, b int, d time.Duration) (*cell, error) {
-	if err := s.setup(ctx, r.o.Pool); err != nil {
+	if err := s.setup(ctx, r.poolOf(s)); err != nil {
 		return nil, err
 	}
 	c := &counters{}
@@ -124,7 +131,7 @@ func (r *runner) sendCell(ctx context.Context, s system, p, b int, d time.Durati
 // drainCell preloads n messages and measures c consumers receiving
 // batches of b until the queue is empty or d has passed.
 func (r *runner) drainCell(ctx context.Context, s system, consumers, b, n int, d time.Duration) (*cell, error) {
-	if err := s.setup(ctx, r.o.Pool); err != nil {
+	if err := s.setup(ctx, r.poolOf(s)); err != nil {
 		return nil, err
 	}
 	if err := r.preload(ctx, s, n); err != nil {
@@ -143,7 +150,7 @@ func (r *runner) drainCell(ctx context.Context, s system, consumers, b, n int, d
 // consumers go on for up to 2 s after the producers stop, to catch up.
 // sample, if not nil, is called every interval with the counters.
 func (r *runner) steadyCell(ctx context.Context, label string, s system, p, consumers, b, rate int, d time.Duration, sendLat, e2e *recorder) (*cell, *counters, error) {
-	if err := s.setup(ctx, r.o.Pool); err != nil {
+	if err := s.setup(ctx, r.poolOf(s)); err != nil {
 		return nil, nil, err
 	}
 	c := &counters{}
@@ -349,7 +356,7 @@ func (r *runner) latency(ctx context.Context) (*Result, error) {
 // receiveLatency preloads n messages and times receives of b messages
 // (each then completed) until the backlog is gone or d has passed.
 func (r *runner) receiveLatency(ctx context.Context, s system, b, n int, d time.Duration) ([]float64, error) {
-	if err := s.setup(ctx, r.o.Pool); err != nil {
+	if err := s.setup(ctx, r.poolOf(s)); err != nil {
 		return nil, err
 	}
 	if err := r.preload(ctx, s, n); err != nil {
@@ -359,7 +366,7 @@ func (r *runner) receiveLatency(ctx context.Context, s system, b, n int, d time.
 	c := &counters{}
 	deadline := time.Now().Add(d)
 	_, err := r.watch(ctx, fmt.Sprintf("receive %s b=%d over backlog", s.name(), b), c, nil, func() error {
-		return r.workers(ctx, 1, func(ctx context.Context, _ int, conn *pgxpool.Conn) error {
+		return workersOn(ctx, r.poolOf(s), 1, func(ctx context.Context, _ int, conn *pgxpool.Conn) error {
 			for time.Now().Before(deadline) && ctx.Err() == nil {
 				got, _, took, err := s.consume(ctx, conn, b)
 				if err != nil || got == 0 {
@@ -445,16 +452,26 @@ func (r *runner) xmin(ctx context.Context) (*Result, error) {
 	}
 	var notes []string
 	if i := slices.IndexFunc(systems, func(s system) bool { _, ok := s.(pgmqSystem); return ok }); i >= 0 {
+		// As in the shootout, a PGMQ that cannot be installed (no pip, no
+		// network) skips PGMQ, not the scenario.
 		version, remove, err := installPGMQ(ctx, r.o.Pool, r.o.PGMQWheel)
 		if err != nil {
-			return nil, fmt.Errorf("installing PGMQ for the xmin scenario: %w", err)
+			fmt.Fprintf(r.o.Out, "%s skipped: %v\n", systems[i].name(), err)
+			notes = append(notes, fmt.Sprintf("%s skipped: %v", systems[i].name(), err))
+			systems = slices.Delete(systems, i, i+1)
+		} else {
+			defer func() {
+				if err := remove(context.WithoutCancel(ctx)); err != nil {
+					fmt.Fprintf(r.o.Out, "cleanup: %v\n", err)
+				}
+			}()
+			notes = append(notes, fmt.Sprintf("PGMQ %s, installed for the run from the SQL script of the pgmq PyPI wheel and removed afterwards.", version))
 		}
-		defer func() {
-			if err := remove(context.WithoutCancel(ctx)); err != nil {
-				fmt.Fprintf(r.o.Out, "cleanup: %v\n", err)
-			}
-		}()
-		notes = append(notes, fmt.Sprintf("PGMQ %s, installed for the run from the SQL script of the pgmq PyPI wheel and removed afterwards.", version))
+	}
+	systems, more := r.openPooled(ctx, systems)
+	notes = append(notes, more...)
+	if len(systems) == 0 {
+		return nil, errors.New("no system left to run")
 	}
 	defer r.cleanupAll(ctx, systems...)
 	rate := r.o.Rate
@@ -469,29 +486,36 @@ func (r *runner) xmin(ctx context.Context) (*Result, error) {
 	t := Table{Title: fmt.Sprintf("xmin: steady (%d producers, %d msg/s offered, %d consumers, batches of up to %d) while another connection holds a transaction with an xid for the whole %s", p, rate, c, b, d),
 		Columns: []string{"system", "until", "consumed/s", "e2e p50 ms", "e2e p99 ms", "backlog", "dead tuples", "table size MB"}}
 	var series []Series
+	summaries := map[string]xminSummary{}
 	for _, s := range systems {
-		rows, res, note, err := r.xminRun(ctx, s, p, c, b, rate, d, iv)
+		rows, res, sum, err := r.xminRun(ctx, s, p, c, b, rate, d, iv)
 		if err != nil {
 			return nil, err
 		}
 		t.Rows = append(t.Rows, rows...)
-		notes = append(notes, note)
+		notes = append(notes, sum.note)
+		summaries[s.name()] = sum
 		series = append(series, Series{Name: s.name() + " consumed/s", Points: res.rates})
 	}
-	notes = append(notes, "dead tuples: sum of n_dead_tup, size: sum of pg_total_relation_size (indexes and TOAST included) over the tables of the system's schemas (sluice%: metadata and every queue schema).")
+	notes = append(notes, "dead tuples: sum of n_dead_tup, size: sum of pg_total_relation_size (indexes and TOAST included) over the tables of the system's schemas (sluice%: metadata and every queue schema; pgmq-compat: sluice% and pgmq, in its own database, where its xid holder connects too).")
+	tables := []Table{t}
+	if ct, ok := compatXminTable(summaries); ok {
+		tables = append(tables, ct)
+	}
 	return &Result{
 		Params: map[string]any{"rate": rate, "producers": p, "consumers": c, "consumer_batch": b, "duration_s": d.Seconds(), "interval_s": iv.Seconds()},
-		Tables: []Table{t},
+		Tables: tables,
 		Charts: []Chart{{File: "xmin-throughput.svg", Title: "xmin: consumed/s with an xid held", XLabel: "seconds", YLabel: "messages/s", Series: series}},
 		Notes:  notes,
 	}, nil
 }
 
-// tableStats returns the dead tuples and total size of the tables in the
-// schemas matching pattern.
-func (r *runner) tableStats(ctx context.Context, pattern string) (dead, size int64, err error) {
-	err = r.o.Pool.QueryRow(ctx, `SELECT coalesce(sum(n_dead_tup), 0)::bigint, coalesce(sum(pg_total_relation_size(relid)), 0)::bigint
-FROM pg_stat_all_tables WHERE schemaname LIKE $1`, pattern).Scan(&dead, &size)
+// tableStats returns the dead tuples and total size of the tables of s
+// (in the schemas matching one of the patterns of s.schemas(), in the
+// database of s).
+func (r *runner) tableStats(ctx context.Context, s system) (dead, size int64, err error) {
+	err = r.poolOf(s).QueryRow(ctx, `SELECT coalesce(sum(n_dead_tup), 0)::bigint, coalesce(sum(pg_total_relation_size(relid)), 0)::bigint
+FROM pg_stat_all_tables WHERE schemaname LIKE ANY (string_to_array($1, ','))`, s.schemas()).Scan(&dead, &size)
 	if err != nil {
 		return 0, 0, fmt.Errorf("reading table statistics: %w", err)
 	}
@@ -499,27 +523,27 @@ FROM pg_stat_all_tables WHERE schemaname LIKE $1`, pattern).Scan(&dead, &size)
 }
 
 // xminRun runs steady for s with an xid held, sampling every iv.
-func (r *runner) xminRun(ctx context.Context, s system, p, consumers, b, rate int, d, iv time.Duration) ([][]string, *cell, string, error) {
-	holder, err := r.o.Pool.Acquire(ctx)
+func (r *runner) xminRun(ctx context.Context, s system, p, consumers, b, rate int, d, iv time.Duration) ([][]string, *cell, xminSummary, error) {
+	holder, err := r.poolOf(s).Acquire(ctx)
 	if err != nil {
-		return nil, nil, "", fmt.Errorf("connecting the xid holder: %w", err)
+		return nil, nil, xminSummary{}, fmt.Errorf("connecting the xid holder: %w", err)
 	}
 	defer holder.Release()
 	tx, err := holder.Begin(ctx)
 	if err != nil {
-		return nil, nil, "", fmt.Errorf("holding an xid: %w", err)
+		return nil, nil, xminSummary{}, fmt.Errorf("holding an xid: %w", err)
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 	var xid string
 	if err := tx.QueryRow(ctx, `SELECT pg_current_xact_id()::text`).Scan(&xid); err != nil {
-		return nil, nil, "", fmt.Errorf("holding an xid: %w", err)
+		return nil, nil, xminSummary{}, fmt.Errorf("holding an xid: %w", err)
 	}
 	fmt.Fprintf(r.o.Out, "xmin %s: transaction %s holds its xid for %s\n", s.name(), xid, d)
 
 	e2e := &recorder{}
 	var rows [][]string
-	var first, lastRate float64
-	var maxDead int64
+	var first, lastRate, lastP99 float64
+	var maxDead, lastBacklog int64
 	var sizes []int64
 	sampled := make(chan error, 1)
 	stop := make(chan struct{})
@@ -548,7 +572,7 @@ func (r *runner) xminRun(ctx context.Context, s system, p, consumers, b, rate in
 			prev = done
 			var w []float64
 			w, mark = e2e.window(mark)
-			dead, size, err := r.tableStats(ctx, s.schemas())
+			dead, size, err := r.tableStats(ctx, s)
 			if err != nil {
 				sampled <- err
 				return
@@ -556,7 +580,7 @@ func (r *runner) xminRun(ctx context.Context, s system, p, consumers, b, rate in
 			if len(rows) == 0 {
 				first = cur
 			}
-			lastRate = cur
+			lastRate, lastP99, lastBacklog = cur, Percentile(w, 0.99), cs.sent.Load()-done
 			maxDead = max(maxDead, dead)
 			sizes = append(sizes, size)
 			rows = append(rows, []string{s.name(), time.Since(start).Round(time.Second).String(), fmtRate(cur), fmtMS(Percentile(w, 0.5)), fmtMS(Percentile(w, 0.99)),
@@ -570,7 +594,7 @@ func (r *runner) xminRun(ctx context.Context, s system, p, consumers, b, rate in
 		err = serr
 	}
 	if err != nil {
-		return nil, nil, "", err
+		return nil, nil, xminSummary{}, err
 	}
 	size0 := int64(0)
 	if len(sizes) > 0 {
@@ -582,12 +606,22 @@ func (r *runner) xminRun(ctx context.Context, s system, p, consumers, b, rate in
 	}
 	note := fmt.Sprintf("%s: consumed/s in the last interval / the first = %s; at most %d dead tuples; size %.1f MB after the first interval, %.1f MB at the most, %.1f MB at the end",
 		s.name(), fmtRatio(lastRate, first), maxDead, float64(size0)/(1<<20), float64(slices.Max(append(sizes, 0)))/(1<<20), float64(sizeN)/(1<<20))
-	return rows, res, note, nil
+	return rows, res, xminSummary{note: note, first: first, last: lastRate, p99: lastP99, backlog: lastBacklog, maxDead: maxDead, sizeEnd: sizeN}, nil
+}
+
+// xminSummary is what an xmin run of one system ends with.
+type xminSummary struct {
+	note        string
+	first, last float64 // consumed/s in the first and the last interval
+	p99         float64 // e2e p99 ms in the last interval
+	backlog     int64   // at the last sample
+	maxDead     int64
+	sizeEnd     int64 // bytes, at the last sample
 }
 
 // xminSteady is steadyCell that hands its counters to the sampler.
 func (r *runner) xminSteady(ctx context.Context, s system, p, consumers, b, rate int, d time.Duration, e2e *recorder, ready chan<- *counters) (*cell, error) {
-	if err := s.setup(ctx, r.o.Pool); err != nil {
+	if err := s.setup(ctx, r.poolOf(s)); err != nil {
 		ready <- nil
 		return nil, err
 	}
@@ -606,7 +640,7 @@ func (r *runner) xminSteady(ctx context.Context, s system, p, consumers, b, rate
 }
 
 func (r *runner) shootout(ctx context.Context) (*Result, error) {
-	all, err := r.systems("sluice", "skiplocked", "pgmq", "river")
+	all, err := r.systems("sluice", "skiplocked", "pgmq", "pgmq-compat", "river")
 	if err != nil {
 		return nil, err
 	}
@@ -630,10 +664,16 @@ func (r *runner) shootout(ctx context.Context) (*Result, error) {
 				}
 			}()
 			notes = append(notes, fmt.Sprintf("PGMQ %s, installed for the run from the SQL script of the pgmq PyPI wheel and removed afterwards.", version))
+		case pooledSystem:
+			if err := r.openOne(ctx, s); err != nil {
+				skip(s, err)
+				continue
+			}
+			notes = append(notes, compatNote)
 		case *riverSystem:
 			// A trial install, so that a database where River cannot
 			// run (no CREATE on it, ...) skips River, not the run.
-			err := s.setup(ctx, r.o.Pool)
+			err := s.setup(ctx, r.poolOf(s))
 			if cerr := s.cleanup(context.WithoutCancel(ctx), r.o.Pool); err == nil {
 				err = cerr
 			}
@@ -647,6 +687,9 @@ func (r *runner) shootout(ctx context.Context) (*Result, error) {
 				"River's end-to-end latency is by the server clock too, from River's own timestamps, read by the worker: attempted_at (now() of the fetch that hands the job to a worker) minus created_at (now() of the insert transaction, which Insert/InsertMany begins one round trip before its INSERT); the other systems stamp clock_timestamp() in the send statement and subtract it in the receive statement.")
 		}
 		systems = append(systems, s)
+	}
+	if len(systems) == 0 {
+		return nil, fmt.Errorf("no system left to run: %s", strings.Join(notes, "; "))
 	}
 	bare := &tableSystem{table: "bare"}
 	defer r.cleanupAll(ctx, append(systems, bare)...)
@@ -678,6 +721,9 @@ func (r *runner) shootout(ctx context.Context) (*Result, error) {
 		}
 		tp.Rows = append(tp.Rows, cells)
 	}
+	// The send and drain rates of every system, for compatShootoutTable.
+	var workloads []string
+	var measured [][]float64
 	sp, d := last(r.o.Producers, 16), r.dur(5*time.Second)
 	for _, b := range []int{1, 100} {
 		cb, err := r.sendCell(ctx, bare, sp, b, d)
@@ -694,6 +740,7 @@ func (r *runner) shootout(ctx context.Context) (*Result, error) {
 			series = append(series, Series{Name: fmt.Sprintf("send %s b=%d", s.name(), b), Points: cs.rates})
 		}
 		row(fmt.Sprintf("send %d producers x %d msg/txn", sp, b), cb.rate(), rates)
+		workloads, measured = append(workloads, fmt.Sprintf("send %d producers x %d msg/txn", sp, b)), append(measured, rates)
 	}
 	dc, dd, n := last(r.o.Consumers, 8), r.dur(10*time.Second), r.o.Preload
 	drained := map[int][]float64{}
@@ -708,6 +755,7 @@ func (r *runner) shootout(ctx context.Context) (*Result, error) {
 		}
 		drained[b] = rates
 		row(fmt.Sprintf("drain %d preloaded, %d consumers x batch %d", n, dc, b), 0, rates)
+		workloads, measured = append(workloads, fmt.Sprintf("drain %d preloaded, %d consumers x batch %d", n, dc, b)), append(measured, rates)
 	}
 	// The Go library's ways, against the peers' rows above: receive then an
 	// ack that commits without waiting for the disk (Client.Ack), and each
@@ -750,9 +798,14 @@ func (r *runner) shootout(ctx context.Context) (*Result, error) {
 		"One server, one system after another, same statements shape (River: its client's statements, see above): bodies built on the server, one transaction per batch, synchronous_commit as stated above.",
 		"sluice consumes with sluice.receive then sluice.ack (two transactions; the ack durable, the receive committed asynchronously), or, in the rows that say so, with an ack that commits asynchronously too (durable => false, as the Go library's Client.Ack), or with one sluice.receive per batch that acks the previous batch (ack => receipts; one transaction, committed asynchronously); a lost asynchronous commit is a redelivery, never a lost message; SKIP LOCKED with one DELETE ... WHERE id = ANY(ARRAY(SELECT id ... ORDER BY id LIMIT n FOR UPDATE SKIP LOCKED)) RETURNING; PGMQ with pgmq.read (30 s visibility timeout) then pgmq.delete (two transactions); River with its client's workers (see above).",
 		"drain msg/s = messages drained / time to drain (or the time limit, then fewer than preloaded were drained: see the drain scenario for counts).")
+	tables := []Table{tp, ts}
+	if ct, ok := compatShootoutTable(systems, workloads, measured); ok {
+		tables = append(tables, ct)
+		notes = append(notes, compatTargets)
+	}
 	return &Result{
 		Params: map[string]any{"producers": sp, "consumers": dc, "preload": n, "rate": rate, "duration_s": d.Seconds()},
-		Tables: []Table{tp, ts},
+		Tables: tables,
 		Charts: []Chart{
 			{File: "shootout-send-throughput.svg", Title: "shootout: send throughput over time", XLabel: "seconds", YLabel: "messages/s", Series: series},
 			{File: "shootout-steady-latency-cdf.svg", Title: "shootout: steady end-to-end latency CDF", XLabel: "milliseconds (log scale)", YLabel: "fraction of messages", LogX: true, Series: cdf},

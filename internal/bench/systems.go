@@ -39,7 +39,8 @@ func e2eExpr(b string) string {
 type system interface {
 	// name is how tables and charts call it.
 	name() string
-	// schemas is the LIKE pattern of the schemas holding its tables.
+	// schemas are the LIKE patterns, comma-separated, of the schemas
+	// holding its tables.
 	schemas() string
 	// setup makes the benchmark queue afresh.
 	setup(ctx context.Context, pool *pgxpool.Pool) error
@@ -95,9 +96,9 @@ type sluiceSystem struct {
 	ackWithReceive bool
 	// asyncAck acks with durable => false (as the Go library's Ack does):
 	// the ack's transaction commits without waiting for the disk.
-	asyncAck bool
-	pending        sync.Map      // *pgxpool.Conn -> []string, receipts the next receive acks
-	retention      time.Duration // 0: the engine's default
+	asyncAck  bool
+	pending   sync.Map      // *pgxpool.Conn -> []string, receipts the next receive acks
+	retention time.Duration // 0: the engine's default
 	// reclaim keeps nothing completed (retention 0) and starts a storage
 	// epoch every 10 s, so that the size of sluice's tables shows what
 	// reclaim leaves (the backlog), not what a retention period keeps.

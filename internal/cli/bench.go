@@ -34,8 +34,11 @@ Scenarios:
             end-to-end percentiles
   shootout  send, drain and steady for sluice, a DIY SKIP LOCKED table, PGMQ
             (installed for the run from the pgmq PyPI wheel, if pip can fetch
-            it) and River (a Go job queue, built in; its tables installed by
-            rivermigrate for the run), with ratios
+            it), pgmq-compat (PGMQ's statements against sluice's pgmq schema,
+            in a second database <database>_pgmqcompat made for the run and
+            dropped afterwards: needs CREATEDB, else skipped) and River (a Go
+            job queue, built in; its tables installed by rivermigrate for the
+            run), with ratios, and pgmq-compat / PGMQ when both ran
   overload  drain with 32 consumers and with a CPU hog on every core, for
             sluice and SKIP LOCKED: msg/s and the ratio to the same system
             uncontended
@@ -47,7 +50,8 @@ Scenarios:
             no loss, no duplicate, per-key order: push/consume rates, backlog
   xmin      steady while another connection holds a transaction with an xid
             (default 10 minutes): consumed/s, dead tuples and table size per
-            --interval
+            --interval (--xmin-systems; pgmq and pgmq-compat together add a
+            pgmq-compat / PGMQ table)
   clients   the Python client (clients/python) beside the Go library, on
             min(--preload, 20000) messages of queue "bench_clients": send
             batch 100, drain batch 100 (sync and async), a worker with a no-op
@@ -74,6 +78,8 @@ Examples:
   sluice bench send drain latency steady --database-url postgres://localhost/scratch
   sluice bench shootout --duration 10s
   sluice bench xmin --duration 3m --interval 30s
+  sluice bench shootout --systems pgmq,pgmq-compat --duration 5s
+  sluice bench xmin --xmin-systems pgmq,pgmq-compat --xmin-duration 2m --interval 30s
   sluice bench app --rate 800 --consumers 16 --duration 2m --drain-limit 5m
 `
 
@@ -121,7 +127,7 @@ func benchCommand() command {
 			fs.IntVar(&o.Preload, "preload", 50000, "messages preloaded by drain")
 			fs.IntVar(&o.Rate, "rate", 0, "offered messages/s of latency and app (default 500), steady and xmin (default 2000)")
 			fs.DurationVar(&o.Poll, "poll", time.Millisecond, "how long an idle benchmark consumer sleeps before receiving again")
-			fs.StringVar(&systems, "systems", "", "comma-separated systems for shootout (default sluice,skiplocked,pgmq,river), latency, steady and xmin (default sluice)")
+			fs.StringVar(&systems, "systems", "", "comma-separated systems (sluice, skiplocked, pgmq, pgmq-compat, river) for shootout (default sluice,skiplocked,pgmq,pgmq-compat,river), latency, steady and xmin (default sluice)")
 			var xminSystems string
 			fs.StringVar(&xminSystems, "xmin-systems", "", "comma-separated systems for xmin (default --systems, else sluice)")
 			fs.StringVar(&o.PGMQWheel, "pgmq-wheel", "", "pgmq wheel `file` to install PGMQ from (default: pip download pgmq --no-deps)")

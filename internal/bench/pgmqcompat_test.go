@@ -1,0 +1,169 @@
+package bench_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/sluicemq/sluice/internal/bench"
+	"github.com/sluicemq/sluice/internal/pgtest"
+)
+
+// TestPGMQCompatSmoke runs a tiny shootout cell and a tiny xmin run of the
+// pgmq-compat system: it must make its own database (sluice's schema and
+// the pgmq layer), send and consume there with PGMQ's statements, sample
+// its tables under a held xid, and drop the database afterwards.
+func TestPGMQCompatSmoke(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a shootout and an xmin run take about 20 seconds")
+	}
+	o := bench.Options{
+		Out: &bytes.Buffer{}, Command: "test", Duration: time.Second,
+		XminDuration: 3 * time.Second, Interval: time.Second,
+		Producers: []int{2}, Consumers: []int{2}, Batches: []int{10},
+		Preload: 2000, Rate: 200, Systems: []string{"pgmq-compat"}, XminSystems: []string{"pgmq-compat"},
+	}
+	cfg, err := pgxpool.ParseConfig(server.NewDatabase(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = int32(bench.MaxConnections(o))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	o.Pool = pool
+	rep, err := bench.Run(ctx, []string{"shootout", "xmin"}, o)
+	out := o.Out.(*bytes.Buffer).String()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if len(rep.Results) != 2 {
+		t.Fatalf("results: %+v\n%s", rep.Results, out)
+	}
+	for _, res := range rep.Results {
+		for _, n := range res.Notes {
+			if strings.Contains(n, "skipped") {
+				t.Errorf("%s: note %q\n%s", res.Scenario, n, out)
+			}
+		}
+	}
+	tp := rep.Results[0].Tables[0]
+	col := slices.Index(tp.Columns, "pgmq-compat msg/s")
+	if col < 0 {
+		t.Fatalf("no pgmq-compat column in %v\n%s", tp.Columns, out)
+	}
+	if len(tp.Rows) != 4 {
+		t.Fatalf("shootout rows: %v\n%s", tp.Rows, out)
+	}
+	for _, row := range tp.Rows {
+		if v, err := strconv.ParseFloat(row[col], 64); err != nil || v <= 0 {
+			t.Errorf("%s: %q: want a positive rate\n%s", row[0], row[col], out)
+		}
+	}
+	ts := rep.Results[0].Tables[1]
+	if len(ts.Rows) != 1 || ts.Rows[0][4] != "0" || ts.Rows[0][6] == "-" {
+		t.Errorf("steady %v: want backlog at end 0 and an e2e p50\n%s", ts.Rows, out)
+	}
+	// xmin: samples of pgmq-compat's tables, in its own database.
+	tx := rep.Results[1].Tables[0]
+	if len(tx.Rows) == 0 {
+		t.Fatalf("no xmin sample\n%s", out)
+	}
+	for _, row := range tx.Rows {
+		size, err := strconv.ParseFloat(row[7], 64)
+		if row[0] != "pgmq-compat" || err != nil || size <= 0 {
+			t.Errorf("xmin sample %v: want pgmq-compat and a table size above 0\n%s", row, out)
+		}
+	}
+	if !strings.Contains(out, "xmin pgmq-compat: transaction") {
+		t.Errorf("no xid held for pgmq-compat\n%s", out)
+	}
+	var left int
+	err = pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM pg_database WHERE datname = current_database() || '_pgmqcompat')
+		+ (SELECT count(*) FROM pg_namespace WHERE nspname = 'pgmq')`).Scan(&left)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if left != 0 {
+		t.Errorf("the pgmq-compat database or a pgmq schema was left behind")
+	}
+}
+
+// TestPGMQCompatSkippedWithoutCreatedb: a bench user who may not create a
+// database runs the shootout without pgmq-compat, with a note saying why.
+func TestPGMQCompatSkippedWithoutCreatedb(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a shootout takes about 10 seconds")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	role, password := "bench_nocreatedb_"+hex.EncodeToString(b), hex.EncodeToString(b)+"x"
+	admin := pgtest.NewPool(t, server.URL())
+	if _, err := admin.Exec(ctx, fmt.Sprintf("CREATE ROLE %s LOGIN NOSUPERUSER NOCREATEDB PASSWORD '%s'", role, password)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cctx, ccancel := context.WithTimeout(context.Background(), time.Minute)
+		defer ccancel()
+		if _, err := admin.Exec(cctx, "DROP ROLE IF EXISTS "+role); err != nil {
+			t.Errorf("dropping role %s: %v", role, err)
+		}
+	})
+	url := server.NewDatabaseFrom(t, nil) // made after the role: dropped before it
+	super := pgtest.Connect(t, url)
+	var db string
+	if err := super.QueryRow(ctx, "SELECT current_database()").Scan(&db); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := super.Exec(ctx, fmt.Sprintf("ALTER DATABASE %s OWNER TO %s", pgx.Identifier{db}.Sanitize(), role)); err != nil {
+		t.Fatal(err)
+	}
+	o := bench.Options{
+		Out: &bytes.Buffer{}, Command: "test", Duration: time.Second,
+		Producers: []int{2}, Consumers: []int{2}, Batches: []int{10},
+		Preload: 1000, Rate: 200, Systems: []string{"skiplocked", "pgmq-compat"},
+	}
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.User, cfg.ConnConfig.Password = role, password
+	cfg.MaxConns = int32(bench.MaxConnections(o))
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	o.Pool = pool
+	rep, err := bench.Run(ctx, []string{"shootout"}, o)
+	out := o.Out.(*bytes.Buffer).String()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	skipped := false
+	for _, n := range rep.Results[0].Notes {
+		skipped = skipped || strings.Contains(n, "pgmq-compat skipped") && strings.Contains(n, "CREATEDB")
+	}
+	if !skipped {
+		t.Errorf("no note that pgmq-compat was skipped for want of CREATEDB: %q\n%s", rep.Results[0].Notes, out)
+	}
+	if slices.Contains(rep.Results[0].Tables[0].Columns, "pgmq-compat msg/s") {
+		t.Errorf("pgmq-compat measured without a database: %v", rep.Results[0].Tables[0].Columns)
+	}
+}
