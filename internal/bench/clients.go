@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -18,78 +19,122 @@ import (
 const clientsQueue = "bench_clients"
 
 // clientsBody is the body every message of the clients scenario carries
-// (the same as clients/python/bench/bench.py sends).
+// (the same as the Python and TypeScript bench scripts send).
 var clientsBody = json.RawMessage(`{"pad": "` + strings.Repeat("x", 60) + `"}`)
 
 // Defaults of the clients scenario: the Python interpreter (with the
-// package sluice installed, as make test-python does) and the script.
+// package sluice installed, as make test-python does), node, and their
+// bench scripts (the TypeScript one compiled by make test-typescript).
 const (
-	DefaultPython       = "clients/python/.venv/bin/python"
-	DefaultPythonScript = "clients/python/bench/bench.py"
+	DefaultPython           = "clients/python/.venv/bin/python"
+	DefaultPythonScript     = "clients/python/bench/bench.py"
+	DefaultNode             = "node"
+	DefaultTypeScriptScript = "clients/typescript/build/bench/bench.js"
 )
 
 // clientOp is one measurement of the clients scenario.
 type clientOp struct {
 	label   string
-	preload bool // the queue holds n messages first
+	work    string // send, drain or worker: the modes of an external client
+	preload bool   // the queue holds n messages first
 	goRun   func(ctx context.Context, c *sluice.Client, n int) error
-	pyModes []string // bench.py modes measured beside it
 }
 
-// clients measures the Python client (clients/python) beside the Go
-// library on the same work, one after the other on the same server: send
-// batches of 100 (one producer), drain batches of 100 (receive, then ack;
-// one consumer) and a worker with a no-op handler (concurrency 10) draining
-// a preload.
+// externalClient is a client measured by running its bench script as
+// interp script MODE QUEUE N, which prints {"seconds": ...} as JSON.
+type externalClient struct {
+	name, interp, script string
+	modes                map[string][]string // by clientOp.work
+	missing              string              // what to do when interp or script is missing
+}
+
+// available returns "" when the client's interpreter and script exist,
+// else a note saying that it is skipped.
+func (e externalClient) available() string {
+	if _, err := exec.LookPath(e.interp); err != nil {
+		return fmt.Sprintf("%s skipped: no %s (%s)", e.name, e.interp, e.missing)
+	}
+	if _, err := os.Stat(e.script); err != nil {
+		return fmt.Sprintf("%s skipped: no %s (%s)", e.name, e.script, e.missing)
+	}
+	return ""
+}
+
+// clients measures the Python client (clients/python) and the TypeScript
+// client (clients/typescript) beside the Go library on the same work, one
+// after the other on the same server: send batches of 100 (one producer),
+// drain batches of 100 (receive, then ack; one consumer) and a worker with
+// a no-op handler (concurrency 10) draining a preload. A client whose
+// interpreter or script is missing is skipped with a note.
 func (r *runner) clients(ctx context.Context) (*Result, error) {
 	n := min(r.o.Preload, 20000)
 	n -= n % 100
-	python := r.o.Python
-	if python == "" {
-		python = DefaultPython
-	}
-	res := &Result{Params: map[string]any{"messages": n, "python": python}}
-	for _, f := range []string{python, DefaultPythonScript} {
-		if _, err := os.Stat(f); err != nil {
-			res.Notes = []string{fmt.Sprintf("skipped: no %s (run from the repository's root; make test-python makes clients/python/.venv, --python names another interpreter)", f)}
-			return res, nil
+	python, node := cmp.Or(r.o.Python, DefaultPython), cmp.Or(r.o.Node, DefaultNode)
+	res := &Result{Params: map[string]any{"messages": n, "python": python, "node": node}}
+	var ext []externalClient
+	for _, e := range []externalClient{
+		{name: "Python", interp: python, script: DefaultPythonScript,
+			modes:   map[string][]string{"send": {"send"}, "drain": {"drain", "drain-async"}, "worker": {"worker", "worker-async"}},
+			missing: "run from the repository's root; make test-python makes clients/python/.venv, --python names another interpreter"},
+		{name: "TypeScript", interp: node, script: DefaultTypeScriptScript,
+			modes:   map[string][]string{"send": {"send"}, "drain": {"drain"}, "worker": {"worker"}},
+			missing: "run from the repository's root; make test-typescript compiles clients/typescript, --node names another node"},
+	} {
+		if note := e.available(); note != "" {
+			res.Notes = append(res.Notes, note)
+			continue
 		}
+		ext = append(ext, e)
+	}
+	if len(ext) == 0 {
+		return res, nil
+	}
+	names := make([]string, len(ext))
+	for i, e := range ext {
+		names[i] = e.name
 	}
 	client := sluice.NewClient(r.o.Pool)
 	ops := []clientOp{
-		{label: "send, batch 100", goRun: goSend, pyModes: []string{"send"}},
-		{label: "drain, batch 100", preload: true, goRun: goDrain, pyModes: []string{"drain", "drain-async"}},
-		{label: "worker, no-op handler", preload: true, goRun: goWorker, pyModes: []string{"worker", "worker-async"}},
+		{label: "send, batch 100", work: "send", goRun: goSend},
+		{label: "drain, batch 100", work: "drain", preload: true, goRun: goDrain},
+		{label: "worker, no-op handler", work: "worker", preload: true, goRun: goWorker},
 	}
-	t := Table{Title: fmt.Sprintf("clients: %d messages, Go library vs Python client (msg/s)", n),
+	title := fmt.Sprintf("clients: %d messages, Go library vs %s client", n, strings.Join(names, " and "))
+	if len(ext) > 1 {
+		title += "s"
+	}
+	t := Table{Title: title + " (msg/s)",
 		Columns: []string{"work", "client", "msg/s", "vs Go"}}
 	defer func() { _, _ = client.DropQueue(context.WithoutCancel(ctx), clientsQueue) }()
+	dsn := r.o.Pool.Config().ConnString()
 	for _, op := range ops {
 		goRate, err := r.clientCell(ctx, client, op, n, func() error { return op.goRun(ctx, client, n) })
 		if err != nil {
 			return nil, fmt.Errorf("%s, Go: %w", op.label, err)
 		}
 		t.Rows = append(t.Rows, []string{op.label, "Go", fmtRate(goRate), "1.00"})
-		for _, mode := range op.pyModes {
-			var secs float64
-			rate, err := r.clientCell(ctx, client, op, n, func() (err error) {
-				secs, err = runPython(ctx, python, r.o.Pool.Config().ConnString(), mode, n)
-				return err
-			})
-			if err != nil {
-				return nil, fmt.Errorf("%s, Python %s: %w", op.label, mode, err)
+		for _, e := range ext {
+			for _, mode := range e.modes[op.work] {
+				var secs float64
+				rate, err := r.clientCell(ctx, client, op, n, func() (err error) {
+					secs, err = e.run(ctx, dsn, mode, n)
+					return err
+				})
+				if err != nil {
+					return nil, fmt.Errorf("%s, %s %s: %w", op.label, e.name, mode, err)
+				}
+				if secs > 0 {
+					rate = float64(n) / secs // the script's own timing, without the interpreter's start
+				}
+				t.Rows = append(t.Rows, []string{op.label, e.name + " " + mode, fmtRate(rate), fmtRatio(rate, goRate)})
 			}
-			if secs > 0 {
-				rate = float64(n) / secs // the script's own timing, without the interpreter's start
-			}
-			t.Rows = append(t.Rows, []string{op.label, "Python " + mode, fmtRate(rate), fmtRatio(rate, goRate)})
 		}
 	}
 	res.Tables = []Table{t}
-	res.Notes = []string{
-		"Each cell runs alone on a fresh queue (8 lanes, lease 30 s). Go: sluice.Client.SendBatch, Receive + Ack, Consume (Concurrency 10). Python: clients/python/bench/bench.py with Client, AsyncClient, Worker (threads) and AsyncWorker, concurrency 10.",
-		"The Python figures time the work inside the script (not the interpreter's start).",
-	}
+	res.Notes = append(res.Notes,
+		"Each cell runs alone on a fresh queue (8 lanes, lease 30 s). Go: sluice.Client.SendBatch, Receive + Ack, Consume (Concurrency 10). Python: clients/python/bench/bench.py with Client, AsyncClient, Worker (threads) and AsyncWorker, concurrency 10. TypeScript: clients/typescript/bench/bench.ts with Sluice and Worker (concurrency 10), on node.",
+		"The Python and TypeScript figures time the work inside the script (not the interpreter's start).",
+	)
 	return res, nil
 }
 
@@ -167,16 +212,16 @@ func goWorker(ctx context.Context, c *sluice.Client, n int) error {
 	return err
 }
 
-// runPython runs bench.py in mode on n messages and returns the seconds it
-// measured.
-func runPython(ctx context.Context, python, dsn, mode string, n int) (float64, error) {
-	cmd := exec.CommandContext(ctx, python, DefaultPythonScript, mode, clientsQueue, fmt.Sprint(n))
+// run runs the client's bench script in mode on n messages and returns the
+// seconds it measured.
+func (e externalClient) run(ctx context.Context, dsn, mode string, n int) (float64, error) {
+	cmd := exec.CommandContext(ctx, e.interp, e.script, mode, clientsQueue, fmt.Sprint(n))
 	cmd.Env = append(os.Environ(), "DATABASE_URL="+dsn)
 	out, err := cmd.Output()
 	if err != nil {
 		var exit *exec.ExitError
 		if errors.As(err, &exit) {
-			return 0, fmt.Errorf("%s %s: %w\n%s", python, DefaultPythonScript, err, exit.Stderr)
+			return 0, fmt.Errorf("%s %s: %w\n%s", e.interp, e.script, err, exit.Stderr)
 		}
 		return 0, err
 	}
@@ -184,7 +229,7 @@ func runPython(ctx context.Context, python, dsn, mode string, n int) (float64, e
 		Seconds float64 `json:"seconds"`
 	}
 	if err := json.Unmarshal(out, &res); err != nil {
-		return 0, fmt.Errorf("reading the output of bench.py (%q): %w", out, err)
+		return 0, fmt.Errorf("reading the output of %s (%q): %w", e.script, out, err)
 	}
 	return res.Seconds, nil
 }

@@ -77,8 +77,12 @@ type Options struct {
 	DrainLimit time.Duration
 	// Python is the Python interpreter of the clients scenario, with the
 	// package sluice installed (DefaultPython: the venv make test-python
-	// makes). The scenario is skipped when it does not exist.
+	// makes). The Python client is skipped when it does not exist.
 	Python string
+	// Node is the node of the clients scenario (DefaultNode: node on the
+	// PATH), running the TypeScript client's bench script as compiled by
+	// make test-typescript. The TypeScript client is skipped without them.
+	Node string
 }
 
 // MaxConnections is how many connections a run with o may use at once.

@@ -52,13 +52,15 @@ Scenarios:
             (default 10 minutes): consumed/s, dead tuples and table size per
             --interval (--xmin-systems; pgmq and pgmq-compat together add a
             pgmq-compat / PGMQ table)
-  clients   the Python client (clients/python) beside the Go library, on
-            min(--preload, 20000) messages of queue "bench_clients": send
-            batch 100, drain batch 100 (sync and async), a worker with a no-op
-            handler (Worker and AsyncWorker, concurrency 10): msg/s and the
+  clients   the Python (clients/python) and TypeScript (clients/typescript)
+            clients beside the Go library, on min(--preload, 20000) messages
+            of queue "bench_clients": send batch 100, drain batch 100 (Python
+            sync and async), a worker with a no-op handler (Python Worker and
+            AsyncWorker, TypeScript Worker, concurrency 10): msg/s and the
             ratio to Go. Needs --python (default clients/python/.venv/bin/python,
-            made by make test-python; skipped without it); run from the
-            repository's root
+            made by make test-python) and --node (default node on the PATH,
+            with clients/typescript compiled by make test-typescript); a
+            client without them is skipped. Run from the repository's root
   http      sluice server in this process: 64 HTTP clients sending (batch 1
             and 100) beside the same over SQL, long-poll receive + ack end
             to end at 1,000 msg/s, and the database work of 1,000 idle
@@ -134,6 +136,7 @@ func benchCommand() command {
 			fs.DurationVar(&o.Retention, "retention", 0, "retention option of sluice's benchmark queue (0: the engine's default)")
 			fs.DurationVar(&o.DrainLimit, "drain-limit", 2*time.Minute, "how long the app scenario waits for its backlog to drain after the push")
 			fs.StringVar(&o.Python, "python", bench.DefaultPython, "Python interpreter `file` of the clients scenario, with the package sluice installed (make test-python makes it)")
+			fs.StringVar(&o.Node, "node", bench.DefaultNode, "node `command` of the clients scenario, running the TypeScript client compiled by make test-typescript")
 			return func(ctx context.Context, args []string) error {
 				var scenarios []string
 				for _, a := range args {
