@@ -22,7 +22,7 @@ func TestSideTablesRotate(t *testing.T) {
 	msgs(t, db, "pgmq.read('rot', 1, 1)") // a, vt 1 s
 	exec(t, db, "SELECT pgmq.delete('rot', $1::bigint)", a)
 	msgs(t, db, "pgmq.read('rot', 60, 1)") // b, vt 60 s: current lease
-	if !rotate() {                            // generation 0 -> 1: slot 1 was empty
+	if !rotate() {                         // generation 0 -> 1: slot 1 was empty
 		t.Fatal("first rotation refused")
 	}
 	if rotate() {
