@@ -10,9 +10,9 @@ import (
 	"testing"
 	"testing/fstest"
 
-	sqlsrc "github.com/sluicemq/sluice/sql"
 	"github.com/sluicemq/sluice/internal/pgtest"
 	"github.com/sluicemq/sluice/migrate"
+	sqlsrc "github.com/sluicemq/sluice/sql"
 )
 
 // engineFS reads a released engine's sql/tables and sql/functions from a
