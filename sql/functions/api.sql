@@ -163,11 +163,13 @@ $$;
 --   queue       queue name
 --   group_name  consumer group
 --   receipt     receipt from receive
---   delay       retry delay (NULL: exponential backoff; 0: at once)
+--   delay       retry delay (NULL: exponential backoff; 0: at once; at most
+--               the queue's max_delay)
 --   error       optional error text, kept with a dead letter (at most 10000 characters)
 -- Returns: true if the receipt was current (retry scheduled or dead-lettered),
 --          false for a stale receipt
--- Errors: SL001, SL002, SL003, SL006 (negative delay, error too long), SL008 invalid_receipt
+-- Errors: SL001, SL002, SL003, SL006 (delay negative or over max_delay, error
+--         too long), SL008 invalid_receipt
 -- Tables: unkeyed: a completion, and either a retry copy for this group or a
 --         dead letter; keyed: parked delivery rows, or a dead letter
 CREATE OR REPLACE FUNCTION sluice.nack(queue text, group_name text, receipt text, delay interval DEFAULT NULL,
@@ -185,11 +187,8 @@ BEGIN
     IF current_setting('sluice.caller_synchronous_commit', true) <> '' THEN
         PERFORM sluice._durable_commit();   -- after a receive in this transaction
     END IF;
-    IF nack.delay < interval '0' THEN
-        RAISE EXCEPTION USING ERRCODE = 'SL006', MESSAGE = format('delay must not be negative, got %s', nack.delay);
-    END IF;
-    IF nack.delay > interval '365 days' THEN
-        RAISE EXCEPTION USING ERRCODE = 'SL006', MESSAGE = format('delay must be at most 365 days, got %s', nack.delay);
+    IF nack.delay < interval '0' OR nack.delay > q.max_delay THEN
+        PERFORM sluice._delay_error(nack.delay, q.max_delay, q.name);
     END IF;
     IF length(nack.error) > 10000 THEN
         RAISE EXCEPTION USING ERRCODE = 'SL006', MESSAGE = 'error must be at most 10000 characters';

@@ -213,6 +213,32 @@ BEGIN
 END
 $$;
 
+-- _delay_error: raise SL006 for a delay that is negative or longer than the
+-- queue's max_delay. A delay has a bound so that one message cannot be
+-- scheduled centuries ahead (storage keeps it, and status counts it, until
+-- it is delivered).
+--
+-- Parameters:
+--   p_delay  the delay given
+--   p_max    the queue's max_delay
+--   p_queue  the queue name, for the message
+-- Errors: SL006 invalid_argument, always
+CREATE OR REPLACE FUNCTION sluice._delay_error(p_delay interval, p_max interval, p_queue text)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF p_delay < interval '0' THEN
+        RAISE EXCEPTION USING ERRCODE = 'SL006', MESSAGE = format('delay must not be negative, got %s', p_delay);
+    END IF;
+    RAISE EXCEPTION USING ERRCODE = 'SL006',
+        MESSAGE = format('delay must be at most %s (the max_delay of queue %s), got %s',
+                         p_max, quote_literal(p_queue), p_delay),
+        HINT = 'Raise the queue''s max_delay with sluice.alter_queue() (at most 365 days), or schedule the message later.';
+END
+$$;
+
 -- _isolation_error: raise SL010 for an operation that needs READ COMMITTED
 -- (every statement must see the latest commits) in a transaction that is not.
 --

@@ -22,6 +22,7 @@ DECLARE
         'max_payload', 1048576,
         'notify', true,
         'dedup_window', '1 hour',
+        'max_delay', '365 days',
         'lanes', 8,
         'default_group', true);
     o jsonb := coalesce(p_options, '{}');
@@ -98,6 +99,8 @@ $$;
 --              rotate_interval  how often a new storage epoch starts ("1 minute")
 --              max_payload      largest body + headers in bytes (1048576)
 --              dedup_window     how long a dedup_key of send is remembered ("1 hour")
+--              max_delay        longest delay of send and send_batch, and of an
+--                               explicit nack delay ("365 days", at most 365 days)
 --              lanes            dispatch lanes, 1 to 256 (8): consumers of a group take
 --                               lanes side by side; order is kept per key and per lane,
 --                               and 1 keeps strict commit order for the whole queue.
@@ -125,11 +128,13 @@ BEGIN
             MESSAGE = format('queue %s already exists', quote_literal(create_queue.queue));
     END IF;
     INSERT INTO sluice.queue AS q (name, max_attempts, lease, backoff_base, backoff_max, retention,
-                                   rotate_interval, max_payload, notify, dedup_window, id_seq, options, lanes)
+                                   rotate_interval, max_payload, notify, dedup_window, id_seq, options, lanes,
+                                   max_delay)
     VALUES (create_queue.queue, (o->>'max_attempts')::int, (o->>'lease')::interval,
             (o->>'backoff_base')::interval, (o->>'backoff_max')::interval, (o->>'retention')::interval,
             (o->>'rotate_interval')::interval, (o->>'max_payload')::int, (o->>'notify')::boolean,
-            (o->>'dedup_window')::interval, 'sluice.queue'::regclass, o, (o->>'lanes')::int)
+            (o->>'dedup_window')::interval, 'sluice.queue'::regclass, o, (o->>'lanes')::int,
+            (o->>'max_delay')::interval)
     ON CONFLICT (name) DO NOTHING
     RETURNING q.id INTO qid;
     IF qid IS NULL THEN
@@ -217,7 +222,7 @@ BEGIN
         backoff_base = (o->>'backoff_base')::interval, backoff_max = (o->>'backoff_max')::interval,
         retention = (o->>'retention')::interval, rotate_interval = (o->>'rotate_interval')::interval,
         max_payload = (o->>'max_payload')::int, notify = (o->>'notify')::boolean,
-        dedup_window = (o->>'dedup_window')::interval, options = o
+        dedup_window = (o->>'dedup_window')::interval, max_delay = (o->>'max_delay')::interval, options = o
     WHERE id = q.id;
     RETURN o;
 END
