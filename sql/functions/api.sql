@@ -95,6 +95,9 @@ BEGIN
     IF NOT FOUND THEN
         g := sluice._get_group(q.id, q.name, receive.group_name);
     END IF;
+    IF g.ttl IS NOT NULL AND g.used_at < clock_timestamp() - g.ttl / 10 THEN
+        PERFORM sluice._touch_group(g.id);   -- a temporary group in use (create_group's ttl)
+    END IF;
     v_lease := coalesce(receive.lease, q.lease);
     PERFORM sluice._check_lease('lease', v_lease);
     IF EXISTS (SELECT 1 FROM unnest(receive.ack) AS x WHERE x IS NULL OR NOT sluice._receipt_ok(x)) THEN

@@ -144,8 +144,8 @@ BEGIN
 END
 $$;
 
--- e_maintain: reclaim what can be reclaimed, then rotate if due.
--- The caller holds the queue's maint lock.
+-- e_maintain: drop the queue's groups whose ttl ran out, reclaim what can
+-- be reclaimed, then rotate if due. The caller holds the queue's maint lock.
 --
 -- Returns: (rotated, reclaimed): whether a new epoch started, how many slots were truncated
 CREATE OR REPLACE FUNCTION sluice_tmpl.e_maintain(p_queue_id int, OUT rotated boolean, OUT reclaimed int)
@@ -159,6 +159,9 @@ BEGIN
     rotated := false;
     reclaimed := 0;
     SELECT * INTO q FROM sluice.queue qq WHERE qq.id = p_queue_id;
+    IF EXISTS (SELECT 1 FROM sluice.consumer_group cg WHERE cg.queue_id = p_queue_id AND cg.ttl IS NOT NULL) THEN
+        PERFORM sluice._expire_groups(p_queue_id);   -- before reclaim: what they held back goes now
+    END IF;
     SELECT e.epoch, e.started_at INTO cur FROM sluice.epoch e
     WHERE e.queue_id = p_queue_id ORDER BY e.epoch DESC LIMIT 1;
     oldest := coalesce((SELECT max(r.epoch) FROM sluice.reclaim r WHERE r.queue_id = p_queue_id) + 1, 0);
