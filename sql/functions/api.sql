@@ -86,7 +86,9 @@ BEGIN
     IF current_setting('transaction_isolation') <> 'read committed' THEN
         PERFORM sluice._isolation_error('receive', 'Receive in its own transaction; acks may run at any isolation level.');
     END IF;
-    -- (the lookups inline: _get_queue and _get_group raise when there is no row)
+    -- (the lookups inline: _get_queue and _get_group raise when there is no
+    -- row; the queue's shared lock first, as sluice._use_queue takes it)
+    PERFORM pg_advisory_xact_lock_shared(sluice._lock_ns('queue'), hashtext(receive.queue));
     SELECT * INTO q FROM sluice.queue qq WHERE qq.name = receive.queue;
     IF NOT FOUND THEN
         q := sluice._get_queue(receive.queue);
@@ -128,7 +130,9 @@ DECLARE
     g sluice.consumer_group;
     n int;
 BEGIN
-    -- (the lookups inline: _get_queue and _get_group raise when there is no row)
+    -- (the lookups inline: _get_queue and _get_group raise when there is no
+    -- row; the queue's shared lock first, as sluice._use_queue takes it)
+    PERFORM pg_advisory_xact_lock_shared(sluice._lock_ns('queue'), hashtext(ack.queue));
     SELECT * INTO q FROM sluice.queue qq WHERE qq.name = ack.queue;
     IF NOT FOUND THEN
         q := sluice._get_queue(ack.queue);
@@ -182,7 +186,7 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    q sluice.queue := sluice._get_queue(nack.queue);
+    q sluice.queue := sluice._use_queue(nack.queue);
     g sluice.consumer_group := sluice._get_group(q.id, q.name, nack.group_name);
     ok boolean;
 BEGIN
@@ -218,7 +222,7 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    q sluice.queue := sluice._get_queue(extend.queue);
+    q sluice.queue := sluice._use_queue(extend.queue);
     g sluice.consumer_group := sluice._get_group(q.id, q.name, extend.group_name);
     n int;
 BEGIN
@@ -258,16 +262,22 @@ $$;
 -- Errors: SL001, SL002
 CREATE OR REPLACE FUNCTION sluice.status(queue text DEFAULT NULL)
 RETURNS SETOF sluice.queue_status
-LANGUAGE plpgsql STABLE
+LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     q sluice.queue;
 BEGIN
     IF status.queue IS NOT NULL THEN
-        PERFORM sluice._get_queue(status.queue);
+        q := sluice._use_queue(status.queue);
+        RETURN QUERY EXECUTE format('SELECT * FROM %I.e_status($1)', sluice._qschema(q.id)) USING q;
+        RETURN;
     END IF;
-    FOR q IN SELECT * FROM sluice.queue qq WHERE status.queue IS NULL OR qq.name = status.queue ORDER BY qq.name LOOP
+    FOR q IN SELECT * FROM sluice.queue qq ORDER BY qq.name LOOP
+        -- (waits for a drop of the queue in progress, then skips it)
+        PERFORM pg_advisory_xact_lock_shared(sluice._lock_ns('queue'), hashtext(q.name));
+        CONTINUE WHEN to_regnamespace(sluice._qschema(q.id)) IS NULL
+                   OR NOT EXISTS (SELECT 1 FROM sluice.queue qq WHERE qq.id = q.id);
         RETURN QUERY EXECUTE format('SELECT * FROM %I.e_status($1)', sluice._qschema(q.id)) USING q;
     END LOOP;
 END
@@ -293,8 +303,12 @@ DECLARE
     q sluice.queue;
     r record;
 BEGIN
+    PERFORM sluice._drop_leftovers();
     FOR q IN SELECT * FROM sluice.queue qq ORDER BY qq.id LOOP
-        IF pg_try_advisory_xact_lock(sluice._lock_ns('maint'), q.id) THEN
+        -- Skip a queue being dropped (its lock is exclusive) or gone since.
+        IF pg_try_advisory_xact_lock_shared(sluice._lock_ns('queue'), hashtext(q.name))
+           AND to_regnamespace(sluice._qschema(q.id)) IS NOT NULL
+           AND pg_try_advisory_xact_lock(sluice._lock_ns('maint'), q.id) THEN
             EXECUTE format('SELECT * FROM %I.e_maintain($1)', sluice._qschema(q.id)) INTO r USING q.id;
             queue := q.name;
             rotated := r.rotated;

@@ -26,7 +26,7 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    q sluice.queue := sluice._get_queue(create_group.queue);
+    q sluice.queue := sluice._use_queue(create_group.queue);
     ts timestamptz;
     v_start bigint;
     v_gid int;
@@ -128,7 +128,7 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    q sluice.queue := sluice._get_queue(drop_group.queue);
+    q sluice.queue := sluice._use_queue(drop_group.queue);
 BEGIN
     PERFORM sluice._check_name('group', drop_group.group_name);
     DELETE FROM sluice.consumer_group g WHERE g.queue_id = q.id AND g.name = drop_group.group_name;

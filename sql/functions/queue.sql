@@ -145,6 +145,7 @@ BEGIN
     EXECUTE format('CREATE SEQUENCE %s AS bigint', seq);
     UPDATE sluice.queue SET id_seq = seq::regclass WHERE id = qid;
     PERFORM sluice._create_storage(qid);
+    PERFORM sluice._drop_leftovers();
     INSERT INTO sluice.epoch (queue_id, epoch, started_at) VALUES (qid, 0, clock_timestamp());
     EXECUTE format('SELECT %I.e_base()', sluice._qschema(qid));
     IF (o->>'default_group')::boolean THEN
@@ -154,6 +155,15 @@ END
 $$;
 
 -- drop_queue: drop a queue, its groups, messages and dead letters.
+--
+-- Waits for the transactions that are using the queue (a send, receive,
+-- ack... of the queue takes its lock in shared mode until it ends, see
+-- sluice._use_queue); calls on the queue that come meanwhile wait for the
+-- drop, then fail with SL002. Having the queue to itself first, the drop
+-- cannot deadlock with its clients. Other queues are not held up: the
+-- queue's messages table is detached from the shared sluice.messages only
+-- if that can be done at once; otherwise it is emptied now and dropped later
+-- (by maintain, create_queue or drop_queue).
 --
 -- Parameters:
 --   queue  name
@@ -168,15 +178,17 @@ DECLARE
     q sluice.queue;
 BEGIN
     PERFORM sluice._check_name('queue', drop_queue.queue);
+    PERFORM pg_advisory_xact_lock(sluice._lock_ns('queue'), hashtext(drop_queue.queue));
     SELECT * INTO q FROM sluice.queue WHERE name = drop_queue.queue FOR UPDATE;
     IF NOT FOUND THEN
         RETURN false;
     END IF;
     PERFORM pg_advisory_xact_lock(sluice._lock_ns('maint'), q.id);
     PERFORM pg_advisory_xact_lock(sluice._lock_ns('cut'), q.id);
-    EXECUTE format('DROP SCHEMA %I CASCADE', sluice._qschema(q.id));
     DELETE FROM sluice.queue WHERE id = q.id;
     EXECUTE format('DROP SEQUENCE %s', q.id_seq);
+    PERFORM sluice._drop_storage(q.id);
+    PERFORM sluice._drop_leftovers();
     RETURN true;
 END
 $$;
@@ -198,7 +210,7 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    q sluice.queue := sluice._get_queue(alter_queue.queue);
+    q sluice.queue := sluice._use_queue(alter_queue.queue);
     o jsonb;
 BEGIN
     IF alter_queue.options IS NULL OR jsonb_typeof(alter_queue.options) <> 'object' THEN
@@ -262,7 +274,7 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    q sluice.queue := sluice._get_queue(purge_queue.queue);
+    q sluice.queue := sluice._use_queue(purge_queue.queue);
     n bigint;
 BEGIN
     EXECUTE format('SELECT %I.e_purge($1)', sluice._qschema(q.id)) INTO n USING q;

@@ -53,6 +53,9 @@ BEGIN
     IF current_setting('sluice.caller_synchronous_commit', true) <> '' THEN
         PERFORM sluice._durable_commit();   -- after a receive in this transaction
     END IF;
+    -- Shared with every call on the queue, exclusive for drop_queue (see
+    -- sluice._use_queue): taken before the lookup, which then sees a drop.
+    PERFORM pg_advisory_xact_lock_shared(sluice._lock_ns('queue'), hashtext(send.queue));
     -- The hot path: one lookup for everything send needs, then one INSERT.
     SELECT q.id, (SELECT e.epoch FROM sluice.epoch e WHERE e.queue_id = q.id ORDER BY e.epoch DESC LIMIT 1) % 4,
            q.id_seq, q.max_payload, q.notify, q.dedup_window, q.max_delay
@@ -138,7 +141,7 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    q sluice.queue := sluice._get_queue(send_batch.queue);
+    q sluice.queue := sluice._use_queue(send_batch.queue);
     n int := cardinality(send_batch.bodies);
     v_now timestamptz := clock_timestamp();
     v_slot smallint;
