@@ -241,7 +241,8 @@ END
 $$;
 
 -- status: depth and progress of each group of a queue (or of every queue).
--- Reads only; costs O(groups x (in-flight window + messages not yet batched)).
+-- Reads only; costs O(groups x (in-flight window + messages not yet batched
+-- + keyed messages not yet dispatched)), exact at the time of the call.
 --
 -- Parameters:
 --   queue  queue name (NULL: every queue)
@@ -249,7 +250,11 @@ $$;
 --   groups gives one row with group_name NULL):
 --   queue               the queue
 --   group_name          the group
---   ready               deliverable now (new, expired leases, retries due)
+--   ready               deliverable now (new, expired leases, retries due), not
+--                       counting waiting
+--   waiting             (the last column) keyed messages that would be ready
+--                       but wait for an earlier message of their key to be
+--                       completed
 --   delayed             not deliverable before a later time (delay, retry backoff)
 --   in_flight           leased and not completed
 --   dead                dead letters not redriven

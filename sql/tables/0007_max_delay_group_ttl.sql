@@ -1,4 +1,5 @@
--- Bounded delays and expiring groups (issue 15, items 4 and 9).
+-- Bounded delays, expiring groups and an exact status (issue 15, items 4, 9
+-- and 7).
 --
 -- * queue.max_delay: the longest delay send and send_batch accept, and the
 --   longest explicit retry delay of nack (option max_delay, 365 days by
@@ -16,3 +17,9 @@ CREATE INDEX consumer_group_ttl_idx ON sluice.consumer_group (queue_id) WHERE tt
 -- create_group gains ttl: drop the old signature so that the new one does
 -- not become an ambiguous overload.
 DROP FUNCTION IF EXISTS sluice.create_group(text, text, text);
+
+-- status gains waiting: keyed messages that wait for an earlier message of
+-- their key (they were counted as ready). e_window returns their key hash:
+-- drop its old template (the queues' copies are dropped by _instantiate).
+ALTER TYPE sluice.queue_status ADD ATTRIBUTE waiting bigint;
+DROP FUNCTION IF EXISTS sluice_tmpl.e_window(int, smallint, bigint, bigint);
