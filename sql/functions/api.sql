@@ -134,8 +134,9 @@ BEGIN
     -- row; the queue's shared lock first, as sluice._use_queue takes it)
     PERFORM pg_advisory_xact_lock_shared(sluice._lock_ns('queue'), hashtext(ack.queue));
     SELECT * INTO q FROM sluice.queue qq WHERE qq.name = ack.queue;
-    IF NOT FOUND THEN
-        q := sluice._get_queue(ack.queue);
+    -- (no schema: dropped after the snapshot of a REPEATABLE READ transaction)
+    IF NOT FOUND OR to_regnamespace(sluice._qschema(q.id)) IS NULL THEN
+        q := sluice._use_queue(ack.queue);
     END IF;
     SELECT * INTO g FROM sluice.consumer_group gg WHERE gg.queue_id = q.id AND gg.name = ack.group_name;
     IF NOT FOUND THEN

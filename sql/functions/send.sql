@@ -61,8 +61,9 @@ BEGIN
            q.id_seq, q.max_payload, q.notify, q.dedup_window, q.max_delay
     INTO v_qid, v_slot, v_seq, v_max, v_notify, v_window, v_max_delay
     FROM sluice.queue q WHERE q.name = send.queue;
-    IF v_qid IS NULL THEN
-        PERFORM sluice._get_queue(send.queue);   -- raises SL001 or SL002
+    -- (no schema: dropped after the snapshot of a REPEATABLE READ transaction)
+    IF v_qid IS NULL OR to_regnamespace(sluice._qschema(v_qid)) IS NULL THEN
+        PERFORM sluice._use_queue(send.queue);   -- raises SL001 or SL002
     END IF;
     IF send.body IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'SL006', MESSAGE = 'body must not be NULL',

@@ -172,7 +172,9 @@ $$;
 
 -- _drop_storage: drop the schema of a dropped queue (its row is gone), or,
 -- if its messages table cannot be detached from sluice.messages at once,
--- empty it and leave the rest to sluice._drop_leftovers. Detaching takes
+-- empty its tables, rename the schema sluice_dropped_q<id> (so that a call
+-- whose snapshot still shows the queue finds its schema gone, see
+-- _use_queue) and leave it to sluice._drop_leftovers. Detaching takes
 -- ACCESS EXCLUSIVE on the parent, which conflicts with every send and
 -- receive of every queue: it is tried with a short lock_timeout, so that
 -- traffic on the other queues waits at most that long for it (and never
@@ -191,7 +193,7 @@ DECLARE
     sch constant text := sluice._qschema(p_queue_id);
     t record;
 BEGIN
-    IF sluice._detach(p_queue_id) THEN
+    IF sluice._detach(sch) THEN
         EXECUTE format('DROP SCHEMA %I CASCADE', sch);
         RETURN true;
     END IF;
@@ -200,23 +202,24 @@ BEGIN
     FOR t IN SELECT * FROM sluice._slot_tables() LOOP
         EXECUTE format('TRUNCATE %s', sluice._table(p_queue_id, t.name));
     END LOOP;
+    EXECUTE format('ALTER SCHEMA %I RENAME TO %I', sch, 'sluice_dropped_q' || p_queue_id);
     RETURN false;
 END
 $$;
 
--- _detach: detach the messages table of queue p_queue_id from
+-- _detach: detach table messages of schema p_schema (a queue's) from
 -- sluice.messages if that can be done at once (lock_timeout 20 ms: others
 -- wait at most that long behind it; see _drop_storage). An already
 -- detached table counts as done.
 --
 -- Returns: whether the table is detached
-CREATE OR REPLACE FUNCTION sluice._detach(p_queue_id int)
+CREATE OR REPLACE FUNCTION sluice._detach(p_schema text)
 RETURNS boolean
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    sch constant text := sluice._qschema(p_queue_id);
+    sch constant text := p_schema;
     v_lock_timeout constant text := current_setting('lock_timeout');
     v_rel regclass := to_regclass(format('%I.messages', sch));
 BEGIN
@@ -236,10 +239,10 @@ BEGIN
 END
 $$;
 
--- _drop_leftovers: drop the schemas that dropped queues left behind
--- (_drop_storage could not detach their messages table at once), each if
--- its table can be detached now. Called by maintain, create_queue and
--- drop_queue.
+-- _drop_leftovers: drop the schemas sluice_dropped_q<id> that dropped
+-- queues left behind (_drop_storage could not detach their messages table
+-- at once), each if its table can be detached now. Called by maintain,
+-- create_queue and drop_queue.
 --
 -- Returns: how many schemas were dropped
 CREATE OR REPLACE FUNCTION sluice._drop_leftovers()
@@ -248,19 +251,13 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_id int;
+    sch text;
     n int := 0;
 BEGIN
-    FOR v_id IN SELECT substr(ns.nspname, length('sluice_q') + 1)::int
-                FROM pg_namespace ns
-                WHERE ns.nspname ~ '^sluice_q[0-9]{1,9}$'
-                  AND NOT EXISTS (SELECT 1 FROM sluice.queue q
-                                  WHERE q.id = substr(ns.nspname, length('sluice_q') + 1)::int)
-                ORDER BY 1 LOOP
-        -- (a queue being created has no committed row yet: its schema is
-        -- not visible to us either, until that commit)
-        IF sluice._detach(v_id) THEN
-            EXECUTE format('DROP SCHEMA %I CASCADE', sluice._qschema(v_id));
+    FOR sch IN SELECT ns.nspname FROM pg_namespace ns
+               WHERE ns.nspname ~ '^sluice_dropped_q[0-9]+$' ORDER BY 1 LOOP
+        IF sluice._detach(sch) THEN
+            EXECUTE format('DROP SCHEMA %I CASCADE', sch);
             n := n + 1;
         END IF;
     END LOOP;
