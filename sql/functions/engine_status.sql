@@ -56,8 +56,8 @@ $$;
 -- takes a keyed position ahead of the cursor), and the committed messages
 -- not numbered yet (due now; after every numbered one, in any order).
 -- Costs O(window + keyed messages after the cursors + messages not
--- numbered), in array operations; a queue without keys pays one probe per
--- batch after the cursor.
+-- numbered), in array operations; a queue without keyed messages in its
+-- live epochs pays two probes.
 --
 -- Parameters:
 --   p_group_id          group id
@@ -71,6 +71,13 @@ RETURNS bigint
 LANGUAGE plpgsql STABLE
 AS $$
 BEGIN
+    -- A queue without keyed messages (numbered or not) skips the walk.
+    IF NOT EXISTS (SELECT 1 FROM keyed)
+       AND NOT EXISTS (SELECT 1 FROM messages m
+                       WHERE m.key IS NOT NULL
+                         AND (m.txid >= p_xmax OR m.txid = ANY (p_xip) OR m.deliver_at > p_t)) THEN
+        RETURN 0;
+    END IF;
     RETURN (
         SELECT coalesce(sum(k.n_ready - CASE WHEN k.head_ready THEN 1 ELSE 0 END), 0)
         FROM (SELECT x.key, count(*) FILTER (WHERE x.ready) AS n_ready, (array_agg(x.ready ORDER BY x.pos))[1] AS head_ready
