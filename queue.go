@@ -146,7 +146,9 @@ func alterQueue(ctx context.Context, db dbtx, queue string, changes map[string]a
 }
 
 // DropQueue drops a queue with its groups, messages and dead letters. It
-// reports whether the queue existed.
+// reports whether the queue existed. It waits for the transactions that are
+// using the queue; calls on the queue made meanwhile wait for it, then fail
+// with ErrQueueNotFound. Other queues are not held up.
 func (c *Client) DropQueue(ctx context.Context, queue string) (bool, error) {
 	return dropQueue(ctx, c.pool, queue)
 }
