@@ -262,7 +262,10 @@ $$;
 
 -- purge_queue: remove every message of a queue, pending or not, at once.
 -- Groups keep existing and continue with the messages sent afterwards.
--- Waits for transactions that are sending to the queue.
+-- Like drop_queue, it takes the queue's lock exclusively first: it waits for
+-- the transactions that are using the queue, and calls on the queue made
+-- meanwhile wait for it (without it, purge and the clients locked the
+-- queue's tables in different orders and deadlocked).
 --
 -- Parameters:
 --   queue  name
@@ -274,9 +277,12 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    q sluice.queue := sluice._use_queue(purge_queue.queue);
+    q sluice.queue;
     n bigint;
 BEGIN
+    PERFORM sluice._check_name('queue', purge_queue.queue);
+    PERFORM pg_advisory_xact_lock(sluice._lock_ns('queue'), hashtext(purge_queue.queue));
+    q := sluice._use_queue(purge_queue.queue);
     EXECUTE format('SELECT %I.e_purge($1)', sluice._qschema(q.id)) INTO n USING q;
     RETURN n;
 END
