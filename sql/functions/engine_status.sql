@@ -61,18 +61,22 @@ $$;
 --
 -- Parameters:
 --   p_group_id          group id
---   p_lwms, p_cursors   each lane's low-water mark and cursor, by lane
+--   p_cursors           each lane's cursor, by lane
+--   p_wkeys, p_wpos,    the keyed positions of the lanes' windows (e_window):
+--   p_wready            key hash, position, and whether it is neither leased
+--                       nor parked
 --   p_xmax, p_xip, p_t  the newest cut's snapshot (xmax, in progress) and time
 --   p_now               the time status is computed for
 -- Returns: the number of waiting messages
-CREATE OR REPLACE FUNCTION sluice_tmpl.e_key_waiting(p_group_id int, p_lwms bigint[], p_cursors bigint[],
+CREATE OR REPLACE FUNCTION sluice_tmpl.e_key_waiting(p_group_id int, p_cursors bigint[],
+                                                     p_wkeys bigint[], p_wpos bigint[], p_wready boolean[],
                                                      p_xmax xid8, p_xip xid8[], p_t timestamptz, p_now timestamptz)
 RETURNS bigint
 LANGUAGE plpgsql STABLE
 AS $$
 BEGIN
     -- A queue without keyed messages (numbered or not) skips the walk.
-    IF NOT EXISTS (SELECT 1 FROM keyed)
+    IF p_wkeys IS NULL AND NOT EXISTS (SELECT 1 FROM keyed)
        AND NOT EXISTS (SELECT 1 FROM messages m
                        WHERE m.key IS NOT NULL
                          AND (m.txid >= p_xmax OR m.txid = ANY (p_xip) OR m.deliver_at > p_t)) THEN
@@ -82,14 +86,12 @@ BEGIN
         SELECT coalesce(sum(k.n_ready - CASE WHEN k.head_ready THEN 1 ELSE 0 END), 0)
         FROM (SELECT x.key, count(*) FILTER (WHERE x.ready) AS n_ready, (array_agg(x.ready ORDER BY x.pos))[1] AS head_ready
               FROM (-- dispatched and not completed
-                    SELECT w.key, w.pos, NOT coalesce(w.expires > p_now, false) AS ready
-                    FROM generate_series(1, cardinality(p_lwms)) AS l(i)
-                    CROSS JOIN LATERAL e_window(p_group_id, (l.i - 1)::smallint, p_lwms[l.i], p_cursors[l.i]) w
-                    WHERE w.key IS NOT NULL
+                    SELECT w.key, w.pos, w.ready
+                    FROM unnest(p_wkeys, p_wpos, p_wready) AS w(key, pos, ready)
                     UNION ALL
                     -- numbered after the cursor
                     SELECT u.k, b.first_pos + u.o - 1, true
-                    FROM generate_series(1, cardinality(p_lwms)) AS l(i)
+                    FROM generate_series(1, cardinality(p_cursors)) AS l(i)
                     JOIN batches b ON b.lane = l.i - 1 AND b.last_pos > p_cursors[l.i] AND b.keys IS NOT NULL
                     CROSS JOIN LATERAL unnest(b.keys, b.targets) WITH ORDINALITY AS u(k, tg, o)
                     WHERE u.k IS NOT NULL AND b.first_pos + u.o - 1 > p_cursors[l.i]
@@ -138,33 +140,41 @@ BEGIN
         -- after each lane's cursor. The keyed ones of the window and after
         -- the cursor, and the keyed messages not numbered yet, go to
         -- e_key_waiting.
-        SELECT max(ls_.cursor) AS cursor, coalesce(sum(w.in_flight), 0) AS in_flight,
-               coalesce(sum(w.expired), 0) AS expired, coalesce(sum(w.parked), 0) AS parked,
-               coalesce(sum(nb.n), 0) AS numbered,
-               array_agg(ls_.lwm ORDER BY l.lane) AS lwms, array_agg(ls_.cursor ORDER BY l.lane) AS cursors
-        INTO ls
-        FROM generate_series(0, q.lanes - 1) AS l(lane)
-        CROSS JOIN LATERAL e_lane_state(g, l.lane::smallint) ls_
-        CROSS JOIN LATERAL (SELECT count(*) FILTER (WHERE x.expires > v_now AND NOT x.parked) AS in_flight,
-                                   count(*) FILTER (WHERE x.expires > v_now AND x.parked) AS parked,
-                                   count(*) FILTER (WHERE x.expires IS NULL OR x.expires <= v_now) AS expired
-                            FROM e_window(g.id, l.lane::smallint, ls_.lwm, ls_.cursor) x) w
-        -- numbered after the cursor: not the ones meant for other groups
-        -- (retries), nor those taken out of order (counted by e_window, or
-        -- completed)
-        CROSS JOIN LATERAL (
-            SELECT coalesce(sum(b.last_pos - greatest(b.first_pos, ls_.cursor + 1) + 1), 0)
-                   - coalesce(sum((SELECT count(*) FROM unnest(b.targets) WITH ORDINALITY AS t(tg, o)
-                                   WHERE t.tg <> g.id AND b.first_pos + t.o - 1 > ls_.cursor)), 0)
-                   - (SELECT count(*) FROM prio p
-                      WHERE p.lane = l.lane AND p.priority > 0 AND p.pos > ls_.cursor
-                        AND (p.target IS NULL OR p.target = g.id)
-                        AND (EXISTS (SELECT 1 FROM deliveries d
-                                     WHERE d.slot = p.mslot AND d.group_id = g.id AND d.pos = p.pos)
-                             OR EXISTS (SELECT 1 FROM acks a
-                                        WHERE a.slot = p.mslot AND a.group_id = g.id AND a.pos = p.pos))) AS n
-            FROM batches b
-            WHERE b.lane = l.lane AND b.last_pos > ls_.cursor AND b.last_pos >= b.first_pos) nb;
+        -- (the window is walked once: its counts and its keyed positions)
+        WITH st AS MATERIALIZED (
+            SELECT l.lane::smallint AS lane, s_.lwm, s_.cursor
+            FROM generate_series(0, q.lanes - 1) AS l(lane)
+            CROSS JOIN LATERAL e_lane_state(g, l.lane::smallint) s_
+        ), win AS MATERIALIZED (
+            SELECT x.pos, x.key, x.expires, x.parked
+            FROM st CROSS JOIN LATERAL e_window(g.id, st.lane, st.lwm, st.cursor) x
+        )
+        SELECT (SELECT max(st.cursor) FROM st) AS cursor,
+               (SELECT count(*) FROM win WHERE win.expires > v_now AND NOT win.parked) AS in_flight,
+               (SELECT count(*) FROM win WHERE win.expires > v_now AND win.parked) AS parked,
+               (SELECT count(*) FROM win WHERE win.expires IS NULL OR win.expires <= v_now) AS expired,
+               (SELECT array_agg(st.cursor ORDER BY st.lane) FROM st) AS cursors,
+               (SELECT array_agg(win.key ORDER BY win.pos) FROM win WHERE win.key IS NOT NULL) AS wkeys,
+               (SELECT array_agg(win.pos ORDER BY win.pos) FROM win WHERE win.key IS NOT NULL) AS wpos,
+               (SELECT array_agg(NOT coalesce(win.expires > v_now, false) ORDER BY win.pos)
+                FROM win WHERE win.key IS NOT NULL) AS wready,
+               -- numbered after the cursor: not the ones meant for other
+               -- groups (retries), nor those taken out of order (counted by
+               -- e_window, or completed)
+               (SELECT coalesce(sum(nb.n), 0) FROM st CROSS JOIN LATERAL (
+                    SELECT coalesce(sum(b.last_pos - greatest(b.first_pos, st.cursor + 1) + 1), 0)
+                           - coalesce(sum((SELECT count(*) FROM unnest(b.targets) WITH ORDINALITY AS t(tg, o)
+                                           WHERE t.tg <> g.id AND b.first_pos + t.o - 1 > st.cursor)), 0)
+                           - (SELECT count(*) FROM prio p
+                              WHERE p.lane = st.lane AND p.priority > 0 AND p.pos > st.cursor
+                                AND (p.target IS NULL OR p.target = g.id)
+                                AND (EXISTS (SELECT 1 FROM deliveries d
+                                             WHERE d.slot = p.mslot AND d.group_id = g.id AND d.pos = p.pos)
+                                     OR EXISTS (SELECT 1 FROM acks a
+                                                WHERE a.slot = p.mslot AND a.group_id = g.id AND a.pos = p.pos))) AS n
+                    FROM batches b
+                    WHERE b.lane = st.lane AND b.last_pos > st.cursor AND b.last_pos >= b.first_pos) nb) AS numbered
+        INTO ls;
         v_lwm := e_group_lwm(g, q.lanes, true);
         -- Committed messages not numbered yet: due now, and the oldest of them.
         SELECT count(*) FILTER (WHERE m.deliver_at IS NULL OR m.deliver_at <= v_now) AS due,
@@ -179,7 +189,8 @@ BEGIN
         s.lwm := v_lwm;
         s.head := head.last_pos;
         s.in_flight := ls.in_flight;
-        v_waiting := e_key_waiting(g.id, ls.lwms, ls.cursors, pg_snapshot_xmax(head.snap), v_xip, head.t, v_now);
+        v_waiting := e_key_waiting(g.id, ls.cursors, ls.wkeys, ls.wpos, ls.wready,
+                                   pg_snapshot_xmax(head.snap), v_xip, head.t, v_now);
         s.waiting := v_waiting;
         s.ready := ls.numbered + ls.expired + u.due - v_waiting;
         SELECT count(*) + ls.parked INTO s.delayed FROM messages m
