@@ -254,6 +254,11 @@ DECLARE
     sch text;
     n int := 0;
 BEGIN
+    -- One at a time (another one is at it: leave it the work); a later one
+    -- sees what an earlier one dropped (the catalog is read fresh).
+    IF NOT pg_try_advisory_xact_lock(sluice._lock_ns('leftovers'), 0) THEN
+        RETURN 0;
+    END IF;
     FOR sch IN SELECT ns.nspname FROM pg_namespace ns
                WHERE ns.nspname ~ '^sluice_dropped_q[0-9]+$' ORDER BY 1 LOOP
         IF sluice._detach(sch) THEN
