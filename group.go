@@ -27,6 +27,11 @@ type GroupOptions struct {
 	// StartFrom is StartEarliest (the default), StartLatest, or a time from
 	// StartAt.
 	StartFrom string
+	// TTL, when not zero (1s to 365 days), makes a temporary group:
+	// maintenance drops it once no receive has used it for that long, so a
+	// watcher that dies without dropping it does not hold back the queue's
+	// reclaim for ever. Zero: the group lasts until DropGroup.
+	TTL time.Duration
 }
 
 // CreateGroup adds consumer group group to queue. Every group receives every
@@ -43,10 +48,14 @@ func (c *Client) CreateGroupTx(ctx context.Context, tx pgx.Tx, queue, group stri
 
 func createGroup(ctx context.Context, db dbtx, queue, group string, opts *GroupOptions) error {
 	start := StartEarliest
+	var ttl any
 	if opts != nil && opts.StartFrom != "" {
 		start = opts.StartFrom
 	}
-	if _, err := db.Exec(ctx, sqlCreateGroup, queue, group, start); err != nil {
+	if opts != nil && opts.TTL != 0 {
+		ttl = IntervalString(opts.TTL)
+	}
+	if _, err := db.Exec(ctx, sqlCreateGroup, queue, group, start, ttl); err != nil {
 		return translate(err, "creating group %q of queue %q", group, queue)
 	}
 	return nil

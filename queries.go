@@ -33,12 +33,12 @@ FROM sluice.list_queues() WHERE queue = $1`
 
 	sqlPurgeQueue = `SELECT sluice.purge_queue($1)`
 
-	sqlCreateGroup = `SELECT sluice.create_group($1, $2, $3)`
+	sqlCreateGroup = `SELECT sluice.create_group($1, $2, $3, $4::interval)`
 
 	sqlDropGroup = `SELECT sluice.drop_group($1, $2)`
 
 	sqlStatus = `SELECT queue, group_name, ready, delayed, in_flight, dead, oldest_pending_age, lag,
-       cursor, lwm, head, live_epochs, holds_reclaim
+       cursor, lwm, head, live_epochs, holds_reclaim, coalesce(waiting, 0)
 FROM sluice.status($1::text)`
 
 	sqlDeadLetters = `SELECT id, group_name, body, headers, key, attempts, error, died_at, sent_at, dead_letter_id

@@ -36,6 +36,9 @@ type QueueOptions struct {
 	DisableNotify bool
 	// NoDefaultGroup skips creating the consumer group "default".
 	NoDefaultGroup bool
+	// MaxDelay is the longest delay Send and SendBatch accept, and the
+	// longest explicit Nack delay (365 days, which is also its upper bound).
+	MaxDelay time.Duration
 	// Lanes is the number of dispatch lanes (8), fixed at creation.
 	// Consumers of a group take lanes side by side; order is kept per key
 	// and per lane. 1 keeps strict commit order for the whole queue.
@@ -59,7 +62,7 @@ func (o *QueueOptions) options() (json.RawMessage, error) {
 	}
 	for name, d := range map[string]time.Duration{
 		"lease": o.Lease, "backoff_base": o.BackoffBase, "backoff_max": o.BackoffMax,
-		"retention": o.Retention, "rotate_interval": o.RotateInterval,
+		"retention": o.Retention, "rotate_interval": o.RotateInterval, "max_delay": o.MaxDelay,
 	} {
 		if d != 0 {
 			m[name] = IntervalString(d)
@@ -143,7 +146,9 @@ func alterQueue(ctx context.Context, db dbtx, queue string, changes map[string]a
 }
 
 // DropQueue drops a queue with its groups, messages and dead letters. It
-// reports whether the queue existed.
+// reports whether the queue existed. It waits for the transactions that are
+// using the queue; calls on the queue made meanwhile wait for it, then fail
+// with ErrQueueNotFound. Other queues are not held up.
 func (c *Client) DropQueue(ctx context.Context, queue string) (bool, error) {
 	return dropQueue(ctx, c.pool, queue)
 }

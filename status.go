@@ -18,8 +18,11 @@ type Status struct {
 	// Group is the group's name; "" for a queue without groups.
 	Group string
 	// Ready counts messages deliverable now (new, expired leases, retries
-	// due).
+	// due), keyed messages waiting for an earlier one of their key excepted.
 	Ready int64
+	// Waiting counts keyed messages that would be ready but wait for an
+	// earlier message of their key to be completed.
+	Waiting int64
 	// Delayed counts messages not deliverable before a later time (delay,
 	// retry backoff).
 	Delayed int64
@@ -30,8 +33,8 @@ type Status struct {
 	// OldestPendingAge is the age of the oldest message the group has not
 	// completed (0 when none).
 	OldestPendingAge time.Duration
-	// Lag counts the messages the group has not completed: ready, in flight,
-	// waiting for a retry, and committed but not numbered yet.
+	// Lag counts the messages the group has not completed: ready, waiting,
+	// in flight, waiting for a retry, and committed but not numbered yet.
 	Lag int64
 	// Cursor, LWM and Head are positions: last dispatched, first not
 	// completed, last numbered.
@@ -68,7 +71,7 @@ func status(ctx context.Context, db dbtx, queue string) ([]Status, error) {
 		var group *string
 		var age *time.Duration
 		err := row.Scan(&s.Queue, &group, &s.Ready, &s.Delayed, &s.InFlight, &s.Dead, &age, &s.Lag,
-			&s.Cursor, &s.LWM, &s.Head, &s.LiveEpochs, &s.HoldsReclaim)
+			&s.Cursor, &s.LWM, &s.Head, &s.LiveEpochs, &s.HoldsReclaim, &s.Waiting)
 		s.Group = textOrEmpty(group)
 		if age != nil {
 			s.OldestPendingAge = *age

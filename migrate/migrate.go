@@ -60,6 +60,12 @@ type Result struct {
 	// Version is the highest migration version recorded in the database
 	// after the call (0 when the schema has no migrations).
 	Version int
+	// SuperuserOwner is the superuser that owns the SECURITY DEFINER
+	// functions of schema sluice, or "" when their owner is not a superuser.
+	// Those functions run as their owner: with a superuser owner every call
+	// of the API runs with superuser rights (docs/operations.md, "Who runs
+	// the migration"). Callers should warn.
+	SuperuserOwner string
 }
 
 // Apply brings the database conn is connected to up to date with the schema
@@ -121,7 +127,27 @@ func Apply(ctx context.Context, conn *pgx.Conn, fsys fs.FS) (res Result, err err
 	}
 	res.Functions = src.functions
 	res.Version = src.latest()
+	if res.SuperuserOwner, err = superuserOwner(ctx, conn); err != nil {
+		return res, err
+	}
 	return res, nil
+}
+
+// superuserOwner returns a superuser owning a SECURITY DEFINER function of
+// schema sluice, or "".
+func superuserOwner(ctx context.Context, conn *pgx.Conn) (string, error) {
+	var owner string
+	err := conn.QueryRow(ctx, `SELECT r.rolname FROM pg_catalog.pg_proc p
+		JOIN pg_catalog.pg_roles r ON r.oid = p.proowner
+		WHERE p.pronamespace = 'sluice'::regnamespace AND p.prosecdef AND r.rolsuper
+		ORDER BY 1 LIMIT 1`).Scan(&owner)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("checking the owner of the sluice functions: %w", err)
+	}
+	return owner, nil
 }
 
 // appliedVersions reads sluice.schema_migration.

@@ -43,6 +43,7 @@ Examples:
   sluice group create orders billing
   sluice group create orders analytics --start-from latest
   sluice group create orders replay --start-from "2026-11-21 10:00:00+00"
+  sluice group create orders scratch --ttl 1h
 `
 
 func groupCreateCommand() command {
@@ -51,9 +52,13 @@ func groupCreateCommand() command {
 		setup: func(fs *flag.FlagSet, e *env) func(context.Context, []string) error {
 			url := dbFlag(fs)
 			from := fs.String("start-from", sluice.StartEarliest, startFromHelp)
+			ttl := fs.Duration("ttl", 0, "a temporary group: dropped by maintenance once unused by any receive for this long (1s to 365 days)")
 			return func(ctx context.Context, args []string) error {
+				if *ttl < 0 {
+					return usagef("--ttl must not be negative")
+				}
 				return e.withDB(ctx, *url, func(db *database) error {
-					if err := db.client.CreateGroup(ctx, args[0], args[1], &sluice.GroupOptions{StartFrom: *from}); err != nil {
+					if err := db.client.CreateGroup(ctx, args[0], args[1], &sluice.GroupOptions{StartFrom: *from, TTL: *ttl}); err != nil {
 						return err
 					}
 					fmt.Fprintf(e.stdout, "created group %s of queue %s, starting from %s\n", args[1], args[0], *from)

@@ -419,3 +419,50 @@ func TestDurationFormats(t *testing.T) {
 		}
 	}
 }
+
+// tail --no-ack killed with SIGKILL cannot drop its temporary group: the
+// group has a time to live and maintenance drops it once unused for that
+// long (issue 15, item 9).
+func TestTailNoAckGroupExpiresAfterKill(t *testing.T) {
+	t.Parallel()
+	b := setupCmd(t)
+	b.ok("queue", "create", "events")
+	b.fails(2, "--ttl works only with --no-ack", "tail", "events", "--ttl", "1s")
+	bin := buildSluice(t)
+	cmd := exec.Command(bin, "tail", "events", "--no-ack", "--ttl", "2s", "--poll-interval", "50ms", "--database-url", b.url)
+	var errOut bytes.Buffer
+	cmd.Stderr = &errOut
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	group := fmt.Sprintf("tail-%d", cmd.Process.Pid)
+	if !waitFor(func() bool { return hasGroup(t, b, group) }) {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		t.Fatalf("the temporary group %s never appeared: %s", group, errOut.String())
+	}
+	// Alive, it keeps its group past the TTL.
+	time.Sleep(3 * time.Second)
+	if _, err := b.pool.Exec(context.Background(), "SELECT * FROM sluice.maintain()"); err != nil {
+		t.Fatal(err)
+	}
+	if !hasGroup(t, b, group) {
+		t.Errorf("the group of a live tail expired (stderr %q)", errOut.String())
+	}
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	if !hasGroup(t, b, group) {
+		t.Fatalf("the group is gone at once after SIGKILL: the test does not test the TTL")
+	}
+	expired := waitFor(func() bool {
+		if _, err := b.pool.Exec(context.Background(), "SELECT * FROM sluice.maintain()"); err != nil {
+			t.Fatal(err)
+		}
+		return !hasGroup(t, b, group)
+	})
+	if !expired {
+		t.Errorf("the temporary group %s of a tail killed with SIGKILL is still there after 30 s", group)
+	}
+}

@@ -15,7 +15,9 @@ const migrateUsage = `Usage: sluice migrate [--database-url URL] [--print] [--pg
 Installs the sluice schema (PostgreSQL schema "sluice") in a database, or
 upgrades it: applies the migrations the database has not had yet, each in its
 own transaction, then reloads all functions. Running it again changes nothing;
-concurrent runs wait for each other.
+concurrent runs wait for each other. Run it as a dedicated owner role, not
+as a superuser: the API's functions run as their owner (it warns when that
+owner is a superuser; see docs/operations.md).
 
 The database is the one --database-url names, else $DATABASE_URL, else the
 one the libpq environment variables (PGHOST, PGPORT, PGDATABASE, PGUSER,
@@ -91,6 +93,12 @@ func runMigrate(ctx context.Context, e *env, flagURL string, withPGMQ bool) erro
 		fmt.Fprintf(e.stdout, "schema sluice is at version %d\n", res.Version)
 	}
 	fmt.Fprintf(e.stdout, "reloaded %d function files\n", len(res.Functions))
+	if res.SuperuserOwner != "" {
+		fmt.Fprintf(e.stderr, "warning: the sluice functions are owned by superuser %q: the SECURITY DEFINER ones (every\n"+
+			"  function of the API) run as superuser for whoever may call them. Migrate as a dedicated owner\n"+
+			"  role without SUPERUSER or CREATEROLE instead (docs/operations.md, \"Who runs the migration\").\n",
+			res.SuperuserOwner)
+	}
 	if !withPGMQ {
 		return nil
 	}

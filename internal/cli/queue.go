@@ -65,13 +65,15 @@ func queueCreateCommand() command {
 			fs.DurationVar(&o.BackoffMax, "backoff-max", 0, "longest retry delay (engine default 1h)")
 			fs.DurationVar(&o.Retention, "retention", 0, "how long completed messages stay readable (engine default 1h)")
 			fs.DurationVar(&o.RotateInterval, "rotate-interval", 0, "how often a new storage epoch starts (engine default 1m)")
+			fs.DurationVar(&o.MaxDelay, "max-delay", 0, "longest delay of a send or an explicit nack (engine default and upper bound 365 days)")
 			fs.IntVar(&o.MaxPayload, "max-payload", 0, "largest body + headers in `bytes` (engine default 1048576)")
 			fs.BoolVar(&o.DisableNotify, "no-notify", false, "do not NOTIFY waiting consumers when a send commits (they poll)")
 			fs.BoolVar(&o.NoDefaultGroup, "no-default-group", false, `do not create the consumer group "default"`)
 			fs.IntVar(&o.Lanes, "lanes", 0, "dispatch lanes, fixed at creation; 1 keeps strict commit order (engine default 8)")
 			return func(ctx context.Context, args []string) error {
 				for name, d := range map[string]time.Duration{"lease": o.Lease, "backoff-base": o.BackoffBase,
-					"backoff-max": o.BackoffMax, "retention": o.Retention, "rotate-interval": o.RotateInterval} {
+					"backoff-max": o.BackoffMax, "retention": o.Retention, "rotate-interval": o.RotateInterval,
+					"max-delay": o.MaxDelay} {
 					if d < 0 {
 						return usagef("--%s must not be negative", name)
 					}
@@ -89,7 +91,7 @@ func queueCreateCommand() command {
 				// transaction.
 				zeros := map[string]any{}
 				for flagName, option := range map[string]string{"retention": "retention",
-					"backoff-base": "backoff_base", "backoff-max": "backoff_max"} {
+					"backoff-base": "backoff_base", "backoff-max": "backoff_max", "max-delay": "max_delay"} {
 					if setToZero(fs, flagName) != "" {
 						zeros[option] = "0 seconds"
 					}
@@ -179,8 +181,8 @@ groups. With --set, changes options first; options not named keep their
 values. The changes apply to the calls that start afterwards.
 
 Options: max_attempts, max_payload (integers), notify (true/false), lease,
-backoff_base, backoff_max, retention, rotate_interval, dedup_window
-(durations such as 30s, 5m or 1h).
+backoff_base, backoff_max, retention, rotate_interval, dedup_window,
+max_delay (durations such as 30s, 5m or 1h).
 
 Examples:
   sluice queue config orders
@@ -189,7 +191,7 @@ Examples:
 
 // durationOptions are the queue options that are intervals.
 var durationOptions = map[string]bool{"lease": true, "backoff_base": true, "backoff_max": true, "retention": true,
-	"rotate_interval": true, "dedup_window": true}
+	"rotate_interval": true, "dedup_window": true, "max_delay": true}
 
 // optionFlags collects repeated --set option=value flags as the JSON values
 // of sluice.alter_queue: durations as interval strings, integers, booleans.
@@ -203,7 +205,7 @@ func (o optionFlags) Set(s string) error {
 		return fmt.Errorf("want option=value, got %q", s)
 	}
 	switch k {
-	case "lease", "backoff_base", "backoff_max", "retention", "rotate_interval", "dedup_window":
+	case "lease", "backoff_base", "backoff_max", "retention", "rotate_interval", "dedup_window", "max_delay":
 		d, err := parseDuration(v)
 		if err != nil {
 			return fmt.Errorf("option %s: %w", k, err)
@@ -258,7 +260,7 @@ func queueConfigCommand() command {
 						fmt.Fprintf(tw, "created\t%s\n", q.CreatedAt.Local().Format(time.RFC3339))
 						fmt.Fprintf(tw, "groups\t%s\n", strings.Join(q.Groups, ", "))
 						for _, k := range []string{"max_attempts", "lease", "backoff_base", "backoff_max", "retention",
-							"rotate_interval", "dedup_window", "max_payload", "notify", "default_group"} {
+							"rotate_interval", "dedup_window", "max_delay", "max_payload", "notify", "default_group"} {
 							v, ok := opts[k]
 							if !ok {
 								continue

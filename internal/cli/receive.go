@@ -90,10 +90,11 @@ wake-ups and polling as fallback.
 With --no-ack it only watches: it reads through a temporary group of its own
 (tail-<pid>, starting from --from, latest by default) that is dropped when
 it exits (at --count, Ctrl-C, SIGTERM or SIGHUP), so the real groups keep
-their messages. A tail killed with SIGKILL (kill -9) or by a crash cannot
-drop it: the group stays and holds back the queue's reclaim until you drop
-it with "sluice group drop QUEUE tail-<pid>" ("sluice status" lists it).
---from without --no-ack is a usage error.
+their messages. The group is made with a time to live (--ttl, 10m by
+default, and at least 20 poll intervals): a tail killed with SIGKILL
+(kill -9) or by a crash cannot drop it, and maintenance (sluice.maintain, or
+the upkeep of receives on the queue) drops it once it has not been read
+for that long. --from and --ttl without --no-ack are usage errors.
 
 Examples:
   sluice tail orders
@@ -101,6 +102,10 @@ Examples:
   sluice tail orders --no-ack
   sluice tail orders --no-ack --from earliest --count 10
 `
+
+// tailGroupTTL is the default time to live of the temporary group of
+// "sluice tail --no-ack".
+const tailGroupTTL = 10 * time.Minute
 
 func tailCommand() command {
 	return command{
@@ -113,6 +118,7 @@ func tailCommand() command {
 			count := fs.Int("count", 0, "exit after this many messages (0: follow until interrupted)")
 			poll := fs.Duration("poll-interval", sluice.DefaultPollInterval, "how often to look for messages when no wake-up comes")
 			noListen := fs.Bool("no-listen", false, "poll only, without LISTEN (behind a transaction-mode pooler)")
+			ttl := fs.Duration("ttl", tailGroupTTL, "with --no-ack, how long the temporary group outlives a tail killed without dropping it")
 			return func(ctx context.Context, args []string) error {
 				if *count < 0 {
 					return usagef("--count must not be negative")
@@ -123,11 +129,20 @@ func tailCommand() command {
 				if !*noAck && flagGiven(fs, "from") {
 					return usagef("--from works only with --no-ack: a real group reads from where it is (move it with \"sluice group seek\")")
 				}
+				if !*noAck && flagGiven(fs, "ttl") {
+					return usagef("--ttl works only with --no-ack (it is the temporary group's)")
+				}
+				if *ttl < time.Second {
+					return usagef("--ttl must be at least 1s")
+				}
 				return e.withDB(ctx, *url, func(db *database) error {
 					queue, g := args[0], *group
 					if *noAck {
 						g = fmt.Sprintf("tail-%d", os.Getpid())
-						if err := db.client.CreateGroup(ctx, queue, g, &sluice.GroupOptions{StartFrom: *from}); err != nil {
+						// The group outlives a tail killed with SIGKILL by its TTL only; it
+						// must not expire under a live one between two polls.
+						gttl := max(*ttl, 20**poll)
+						if err := db.client.CreateGroup(ctx, queue, g, &sluice.GroupOptions{StartFrom: *from, TTL: gttl}); err != nil {
 							return err
 						}
 						defer func() {

@@ -16,8 +16,9 @@ import (
 const statusUsage = `Usage: sluice status [QUEUE] [flags]
 
 Shows the depth and progress of every consumer group of a queue (of every
-queue without QUEUE): messages ready, delayed (delay or retry backoff), in
-flight (leased), dead, the group's lag (messages from its oldest pending one
+queue without QUEUE): messages ready, waiting (keyed messages behind an
+earlier one of their key), delayed (delay or retry backoff), in flight
+(leased), dead, the group's lag (messages from its oldest pending one
 to the newest) and the age of its oldest pending message. With --watch it
 refreshes every --interval until interrupted. With --json it prints one
 JSON object per group instead of the table (oldest_pending_age in seconds).
@@ -93,13 +94,13 @@ func printStatus(w io.Writer, st []sluice.Status) error {
 		return err
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "QUEUE\tGROUP\tREADY\tDELAYED\tIN FLIGHT\tDEAD\tLAG\tOLDEST PENDING\t")
+	fmt.Fprintln(tw, "QUEUE\tGROUP\tREADY\tWAITING\tDELAYED\tIN FLIGHT\tDEAD\tLAG\tOLDEST PENDING\t")
 	for _, s := range st {
 		group := s.Group
 		if group == "" {
 			group = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\t\n", s.Queue, group, s.Ready, s.Delayed, s.InFlight, s.Dead, s.Lag,
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t\n", s.Queue, group, s.Ready, s.Waiting, s.Delayed, s.InFlight, s.Dead, s.Lag,
 			age(s.OldestPendingAge))
 	}
 	return tw.Flush()
@@ -110,6 +111,7 @@ type statusJSON struct {
 	Queue            string  `json:"queue"`
 	Group            *string `json:"group"` // null for a queue without groups
 	Ready            int64   `json:"ready"`
+	Waiting          int64   `json:"waiting"`
 	Delayed          int64   `json:"delayed"`
 	InFlight         int64   `json:"in_flight"`
 	Dead             int64   `json:"dead"`
@@ -122,7 +124,7 @@ type statusJSON struct {
 func printStatusJSON(w io.Writer, st []sluice.Status) error {
 	enc := json.NewEncoder(w)
 	for _, s := range st {
-		out := statusJSON{Queue: s.Queue, Ready: s.Ready, Delayed: s.Delayed, InFlight: s.InFlight, Dead: s.Dead, Lag: s.Lag,
+		out := statusJSON{Queue: s.Queue, Ready: s.Ready, Waiting: s.Waiting, Delayed: s.Delayed, InFlight: s.InFlight, Dead: s.Dead, Lag: s.Lag,
 			OldestPendingAge: s.OldestPendingAge.Seconds(), HoldsReclaim: s.HoldsReclaim}
 		if s.Group != "" {
 			out.Group = &s.Group

@@ -75,7 +75,9 @@ var (
 	entryRE      = regexp.MustCompile(`^([a-z_][a-z0-9_]*(?:, [a-z_][a-z0-9_]*)*)\s{2,}(\S.*)$`)
 	errorRowRE   = regexp.MustCompile(`^(SL[0-9]{3})\s+([a-z_]+)\s+(\S.*)$`)
 	createTypeRE = regexp.MustCompile(`(?is)CREATE\s+TYPE\s+([a-z_][a-z0-9_.]*)\s+AS\s*\(`)
-	alterTypeRE  = regexp.MustCompile(`(?i)ALTER\s+TYPE\s+([a-z_][a-z0-9_.]*)`)
+	alterTypeRE  = regexp.MustCompile(`(?is)ALTER\s+TYPE\s+([a-z_][a-z0-9_.]*)[^;]*;`)
+	// addAttributeRE reads one ALTER TYPE statement that adds one attribute.
+	addAttributeRE = regexp.MustCompile(`(?is)^ALTER\s+TYPE\s+[a-z_][a-z0-9_.]*\s+ADD\s+ATTRIBUTE\s+([a-z_][a-z0-9_]*)\s+([^;,]+);$`)
 )
 
 // parse reads the SQL sources: tables/*.sql for the composite types and the
@@ -137,9 +139,6 @@ func (a *api) parseTypes(fsys fs.FS) error {
 			return err
 		}
 		text := stripLineComments(string(src))
-		if m := alterTypeRE.FindStringSubmatch(text); m != nil {
-			return fmt.Errorf("%s: ALTER TYPE %s: sqldoc reads only CREATE TYPE; teach it ALTER TYPE", file, m[1])
-		}
 		for _, loc := range createTypeRE.FindAllStringSubmatchIndex(text, -1) {
 			name := text[loc[2]:loc[3]]
 			body, _, ok := balanced(text[loc[1]-1:])
@@ -155,6 +154,17 @@ func (a *api) parseTypes(fsys fs.FS) error {
 				cols = append(cols, column{name: f[0], typ: strings.Join(f[1:], " ")})
 			}
 			a.types[name] = cols
+		}
+		// ALTER TYPE ... ADD ATTRIBUTE appends a column; other forms are not read.
+		for _, m := range alterTypeRE.FindAllStringSubmatch(text, -1) {
+			add := addAttributeRE.FindStringSubmatch(m[0])
+			if add == nil {
+				return fmt.Errorf("%s: ALTER TYPE %s: sqldoc reads only CREATE TYPE and ALTER TYPE ... ADD ATTRIBUTE", file, m[1])
+			}
+			if _, ok := a.types[m[1]]; !ok {
+				return fmt.Errorf("%s: ALTER TYPE %s: no CREATE TYPE before it", file, m[1])
+			}
+			a.types[m[1]] = append(a.types[m[1]], column{name: add[1], typ: strings.TrimSpace(add[2])})
 		}
 	}
 	return nil

@@ -244,6 +244,19 @@ CREATE OR REPLACE FUNCTION sluice.pairs(VARIADIC xs int[]) RETURNS TABLE (a int,
 		t.Errorf("gaps = %q, want %q", got, wantGaps)
 	}
 
+	// ALTER TYPE ... ADD ATTRIBUTE in a later migration adds a column; other
+	// ALTER TYPE forms are refused.
+	fsys["tables/0002_more.sql"] = &fstest.MapFile{Data: []byte("ALTER TYPE sluice.thing ADD ATTRIBUTE extra bigint;\n")}
+	doc, err = Generate(fsys)
+	if err != nil || !strings.Contains(string(doc), "`extra`") {
+		t.Errorf("ALTER TYPE ADD ATTRIBUTE: err %v, column extra not documented", err)
+	}
+	fsys["tables/0002_more.sql"] = &fstest.MapFile{Data: []byte("ALTER TYPE sluice.thing RENAME ATTRIBUTE id TO ident;\n")}
+	if _, err := Generate(fsys); err == nil || !strings.Contains(err.Error(), "ADD ATTRIBUTE") {
+		t.Errorf("ALTER TYPE RENAME ATTRIBUTE: err = %v, want it refused", err)
+	}
+	delete(fsys, "tables/0002_more.sql")
+
 	// A public function needs a header.
 	fsys["functions/things.sql"] = &fstest.MapFile{Data: []byte("-- Group: x\n\nCREATE OR REPLACE FUNCTION sluice.f() RETURNS int LANGUAGE sql AS $$ SELECT 1 $$;\n")}
 	if _, err := Generate(fsys); err == nil || !strings.Contains(err.Error(), "no header") {

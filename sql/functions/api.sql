@@ -86,7 +86,9 @@ BEGIN
     IF current_setting('transaction_isolation') <> 'read committed' THEN
         PERFORM sluice._isolation_error('receive', 'Receive in its own transaction; acks may run at any isolation level.');
     END IF;
-    -- (the lookups inline: _get_queue and _get_group raise when there is no row)
+    -- (the lookups inline: _get_queue and _get_group raise when there is no
+    -- row; the queue's shared lock first, as sluice._use_queue takes it)
+    PERFORM pg_advisory_xact_lock_shared(sluice._lock_ns('queue'), hashtext(receive.queue));
     SELECT * INTO q FROM sluice.queue qq WHERE qq.name = receive.queue;
     IF NOT FOUND THEN
         q := sluice._get_queue(receive.queue);
@@ -94,6 +96,9 @@ BEGIN
     SELECT * INTO g FROM sluice.consumer_group gg WHERE gg.queue_id = q.id AND gg.name = receive.group_name;
     IF NOT FOUND THEN
         g := sluice._get_group(q.id, q.name, receive.group_name);
+    END IF;
+    IF g.ttl IS NOT NULL AND g.used_at < clock_timestamp() - g.ttl / 10 THEN
+        PERFORM sluice._touch_group(g.id);   -- a temporary group in use (create_group's ttl)
     END IF;
     v_lease := coalesce(receive.lease, q.lease);
     PERFORM sluice._check_lease('lease', v_lease);
@@ -132,10 +137,13 @@ DECLARE
     g sluice.consumer_group;
     n int;
 BEGIN
-    -- (the lookups inline: _get_queue and _get_group raise when there is no row)
+    -- (the lookups inline: _get_queue and _get_group raise when there is no
+    -- row; the queue's shared lock first, as sluice._use_queue takes it)
+    PERFORM pg_advisory_xact_lock_shared(sluice._lock_ns('queue'), hashtext(ack.queue));
     SELECT * INTO q FROM sluice.queue qq WHERE qq.name = ack.queue;
-    IF NOT FOUND THEN
-        q := sluice._get_queue(ack.queue);
+    -- (no schema: dropped after the snapshot of a REPEATABLE READ transaction)
+    IF NOT FOUND OR to_regnamespace(sluice._qschema(q.id)) IS NULL THEN
+        q := sluice._use_queue(ack.queue);
     END IF;
     SELECT * INTO g FROM sluice.consumer_group gg WHERE gg.queue_id = q.id AND gg.name = ack.group_name;
     IF NOT FOUND THEN
@@ -177,11 +185,13 @@ $$;
 --   queue       queue name
 --   group_name  consumer group
 --   receipt     receipt from receive
---   delay       retry delay (NULL: exponential backoff; 0: at once)
+--   delay       retry delay (NULL: exponential backoff; 0: at once; at most
+--               the queue's max_delay)
 --   error       optional error text, kept with a dead letter (at most 10000 characters)
 -- Returns: true if the receipt was current (retry scheduled or dead-lettered),
 --          false for a stale receipt
--- Errors: SL001, SL002, SL003, SL006 (negative delay, error too long), SL008 invalid_receipt
+-- Errors: SL001, SL002, SL003, SL006 (delay negative or over max_delay, error
+--         too long), SL008 invalid_receipt
 -- Tables: unkeyed: a completion, and either a retry copy for this group or a
 --         dead letter; keyed: parked delivery rows, or a dead letter
 CREATE OR REPLACE FUNCTION sluice.nack(queue text, group_name text, receipt text, delay interval DEFAULT NULL,
@@ -191,7 +201,7 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    q sluice.queue := sluice._get_queue(nack.queue);
+    q sluice.queue := sluice._use_queue(nack.queue);
     g sluice.consumer_group := sluice._get_group(q.id, q.name, nack.group_name);
     ok boolean;
 BEGIN
@@ -199,11 +209,8 @@ BEGIN
     IF current_setting('sluice.caller_synchronous_commit', true) <> '' THEN
         PERFORM sluice._durable_commit();   -- after a receive in this transaction
     END IF;
-    IF nack.delay < interval '0' THEN
-        RAISE EXCEPTION USING ERRCODE = 'SL006', MESSAGE = format('delay must not be negative, got %s', nack.delay);
-    END IF;
-    IF nack.delay > interval '365 days' THEN
-        RAISE EXCEPTION USING ERRCODE = 'SL006', MESSAGE = format('delay must be at most 365 days, got %s', nack.delay);
+    IF nack.delay < interval '0' OR nack.delay > q.max_delay THEN
+        PERFORM sluice._delay_error(nack.delay, q.max_delay, q.name);
     END IF;
     IF length(nack.error) > 10000 THEN
         RAISE EXCEPTION USING ERRCODE = 'SL006', MESSAGE = 'error must be at most 10000 characters';
@@ -230,7 +237,7 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    q sluice.queue := sluice._get_queue(extend.queue);
+    q sluice.queue := sluice._use_queue(extend.queue);
     g sluice.consumer_group := sluice._get_group(q.id, q.name, extend.group_name);
     n int;
 BEGIN
@@ -249,7 +256,8 @@ END
 $$;
 
 -- status: depth and progress of each group of a queue (or of every queue).
--- Reads only; costs O(groups x (in-flight window + messages not yet batched)).
+-- Reads only; costs O(groups x (in-flight window + messages not yet batched
+-- + keyed messages not yet dispatched)), exact at the time of the call.
 --
 -- Parameters:
 --   queue  queue name (NULL: every queue)
@@ -257,7 +265,11 @@ $$;
 --   groups gives one row with group_name NULL):
 --   queue               the queue
 --   group_name          the group
---   ready               deliverable now (new, expired leases, retries due)
+--   ready               deliverable now (new, expired leases, retries due), not
+--                       counting waiting
+--   waiting             (the last column) keyed messages that would be ready
+--                       but wait for an earlier message of their key to be
+--                       completed
 --   delayed             not deliverable before a later time (delay, retry backoff)
 --   in_flight           leased and not completed
 --   dead                dead letters not redriven
@@ -270,16 +282,22 @@ $$;
 -- Errors: SL001, SL002
 CREATE OR REPLACE FUNCTION sluice.status(queue text DEFAULT NULL)
 RETURNS SETOF sluice.queue_status
-LANGUAGE plpgsql STABLE
+LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     q sluice.queue;
 BEGIN
     IF status.queue IS NOT NULL THEN
-        PERFORM sluice._get_queue(status.queue);
+        q := sluice._use_queue(status.queue);
+        RETURN QUERY EXECUTE format('SELECT * FROM %I.e_status($1)', sluice._qschema(q.id)) USING q;
+        RETURN;
     END IF;
-    FOR q IN SELECT * FROM sluice.queue qq WHERE status.queue IS NULL OR qq.name = status.queue ORDER BY qq.name LOOP
+    FOR q IN SELECT * FROM sluice.queue qq ORDER BY qq.name LOOP
+        -- (waits for a drop of the queue in progress, then skips it)
+        PERFORM pg_advisory_xact_lock_shared(sluice._lock_ns('queue'), hashtext(q.name));
+        CONTINUE WHEN to_regnamespace(sluice._qschema(q.id)) IS NULL
+                   OR NOT EXISTS (SELECT 1 FROM sluice.queue qq WHERE qq.id = q.id);
         RETURN QUERY EXECUTE format('SELECT * FROM %I.e_status($1)', sluice._qschema(q.id)) USING q;
     END LOOP;
 END
@@ -305,8 +323,12 @@ DECLARE
     q sluice.queue;
     r record;
 BEGIN
+    PERFORM sluice._drop_leftovers();
     FOR q IN SELECT * FROM sluice.queue qq ORDER BY qq.id LOOP
-        IF pg_try_advisory_xact_lock(sluice._lock_ns('maint'), q.id) THEN
+        -- Skip a queue being dropped (its lock is exclusive) or gone since.
+        IF pg_try_advisory_xact_lock_shared(sluice._lock_ns('queue'), hashtext(q.name))
+           AND to_regnamespace(sluice._qschema(q.id)) IS NOT NULL
+           AND pg_try_advisory_xact_lock(sluice._lock_ns('maint'), q.id) THEN
             EXECUTE format('SELECT * FROM %I.e_maintain($1)', sluice._qschema(q.id)) INTO r USING q.id;
             queue := q.name;
             rotated := r.rotated;

@@ -20,11 +20,11 @@
 -- Errors: SL001, SL002, SL003, SL006 (max_rows)
 CREATE OR REPLACE FUNCTION sluice.dead_letters(queue text, group_name text DEFAULT NULL, max_rows int DEFAULT 100)
 RETURNS SETOF sluice.dead_letter_info
-LANGUAGE plpgsql STABLE
+LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    q sluice.queue := sluice._get_queue(dead_letters.queue);
+    q sluice.queue := sluice._use_queue(dead_letters.queue);
     v_gid int;
 BEGIN
     IF max_rows IS NULL OR max_rows < 1 OR max_rows > 10000 THEN
@@ -62,7 +62,7 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    q sluice.queue := sluice._get_queue(redrive.queue);
+    q sluice.queue := sluice._use_queue(redrive.queue);
     v_gid int;
     v_slot smallint;
     n bigint;

@@ -8,7 +8,8 @@
 -- once a second while messages are in flight, and in sluice.maintain().
 
 -- e_reclaimable: whether nothing in slot p_slot is needed any more: every
--- committed message in it is numbered, every group has completed every
+-- committed message in it is numbered or delayed past the newest cut (reclaim
+-- moves those into the current slot), every group has completed every
 -- position numbered from it, and the newest batch lives elsewhere. Reclaim
 -- checks it before taking the slot's locks and again once it holds them.
 CREATE OR REPLACE FUNCTION sluice_tmpl.e_reclaimable(q sluice.queue, p_slot smallint)
@@ -27,12 +28,14 @@ BEGIN
         RETURN false;   -- the newest batch lives in this slot, or delayed messages are half numbered
     END IF;
     -- Committed messages in the slot that are not numbered yet: committed
-    -- after the newest cut, still delayed, or left in a half-cut round.
+    -- after the newest cut, or left in a half-cut round. (Those still
+    -- delayed at the newest cut were committed before it: e_reclaim moves
+    -- them into the current slot, so that a message due in months does not
+    -- keep its slot, and all the storage after it, from being reclaimed.)
     v_xip := ARRAY(SELECT pg_snapshot_xip(head.snap));
     v_prev_xip := ARRAY(SELECT pg_snapshot_xip(head.prev_snap));
     IF EXISTS (SELECT 1 FROM messages m WHERE m.slot = v_slot AND m.txid >= pg_snapshot_xmax(head.snap))
        OR EXISTS (SELECT 1 FROM messages m WHERE m.slot = v_slot AND m.txid = ANY (v_xip))
-       OR EXISTS (SELECT 1 FROM messages m WHERE m.slot = v_slot AND m.deliver_at > head.t)
        OR (NOT head.done AND EXISTS (
               SELECT 1 FROM messages m
               WHERE m.slot = v_slot AND (m.txid, m.id) > (head.res_txid, head.res_id)
@@ -114,6 +117,18 @@ BEGIN
         IF NOT e_reclaimable(q, v_slot) THEN
             RAISE EXCEPTION USING ERRCODE = 'SL000', MESSAGE = 'slot no longer reclaimable';
         END IF;
+        -- Messages delayed past the newest cut are not numbered yet: move
+        -- them into the current slot, as they are (id, txid and due time
+        -- kept), so that the cut numbers them there when they come due. Both
+        -- copies are never visible at once: this transaction holds the
+        -- slot's locks until it commits, and the slot is truncated with it.
+        INSERT INTO messages (queue_id, slot, id, txid, sent_at, deliver_at, priority, attempt_base, target_group,
+                              origin_id, key, dedup_key, headers, body)
+        SELECT m.queue_id, v_cur_slot, m.id, m.txid, m.sent_at, m.deliver_at, m.priority, m.attempt_base,
+               m.target_group, m.origin_id, m.key, m.dedup_key, m.headers, m.body
+        FROM messages m
+        WHERE m.slot = v_slot
+          AND m.deliver_at > (SELECT b.t FROM batches b ORDER BY b.batch_no DESC LIMIT 1);
         FOR t IN SELECT * FROM sluice._slot_tables() LOOP
             EXECUTE format('TRUNCATE %s', sluice._table(q.id, t.name, v_slot));
         END LOOP;
@@ -129,8 +144,8 @@ BEGIN
 END
 $$;
 
--- e_maintain: reclaim what can be reclaimed, then rotate if due.
--- The caller holds the queue's maint lock.
+-- e_maintain: drop the queue's groups whose ttl ran out, reclaim what can
+-- be reclaimed, then rotate if due. The caller holds the queue's maint lock.
 --
 -- Returns: (rotated, reclaimed): whether a new epoch started, how many slots were truncated
 CREATE OR REPLACE FUNCTION sluice_tmpl.e_maintain(p_queue_id int, OUT rotated boolean, OUT reclaimed int)
@@ -144,6 +159,9 @@ BEGIN
     rotated := false;
     reclaimed := 0;
     SELECT * INTO q FROM sluice.queue qq WHERE qq.id = p_queue_id;
+    IF EXISTS (SELECT 1 FROM sluice.consumer_group cg WHERE cg.queue_id = p_queue_id AND cg.ttl IS NOT NULL) THEN
+        PERFORM sluice._expire_groups(p_queue_id);   -- before reclaim: what they held back goes now
+    END IF;
     SELECT e.epoch, e.started_at INTO cur FROM sluice.epoch e
     WHERE e.queue_id = p_queue_id ORDER BY e.epoch DESC LIMIT 1;
     oldest := coalesce((SELECT max(r.epoch) FROM sluice.reclaim r WHERE r.queue_id = p_queue_id) + 1, 0);
@@ -151,8 +169,16 @@ BEGIN
         oldest := oldest + 1;
         reclaimed := reclaimed + 1;
     END LOOP;
+    -- Rotate when the current slot has traffic: batches that number
+    -- messages, or messages sent since the newest cut. (Not for messages
+    -- that reclaim moved here because they are due later: a queue that only
+    -- holds those would rotate, and copy them, every rotate_interval.)
     IF clock_timestamp() >= cur.started_at + q.rotate_interval AND cur.epoch - oldest < 3
-       AND EXISTS (SELECT 1 FROM messages m WHERE m.slot = cur.epoch % 4) THEN
+       AND (EXISTS (SELECT 1 FROM batches b WHERE b.slot = cur.epoch % 4 AND b.last_pos >= b.first_pos)
+            OR EXISTS (SELECT 1 FROM messages m
+                       WHERE m.slot = cur.epoch % 4
+                         AND m.txid >= (SELECT pg_snapshot_xmax(b.snap) FROM batches b
+                                        ORDER BY b.batch_no DESC LIMIT 1))) THEN
         INSERT INTO sluice.epoch (queue_id, epoch, started_at) VALUES (p_queue_id, cur.epoch + 1, clock_timestamp());
         rotated := true;
     END IF;

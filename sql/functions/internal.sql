@@ -25,6 +25,8 @@ AS $$
         WHEN 'maint' THEN 1372454915   -- serializes rotation and reclaim within a queue
         WHEN 'notify' THEN 1372454916  -- one NOTIFY per queue among concurrent sends
         WHEN 'dedup' THEN 1372454917   -- one send per (queue, dedup key) at a time
+        WHEN 'queue' THEN 1372454918   -- (queue name hash): shared by every call on a queue, exclusive by drop_queue
+        WHEN 'leftovers' THEN 1372454919  -- one _drop_leftovers at a time
     END
 $$;
 
@@ -74,6 +76,40 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'SL002',
             MESSAGE = format('queue %s does not exist', quote_literal(p_name)),
             HINT = 'Create it with sluice.create_queue(); sluice.list_queues() shows the existing ones.';
+    END IF;
+    RETURN q;
+END
+$$;
+
+-- _use_queue: the catalog row of a queue, for a call that works on it: first
+-- takes the queue's lock in shared mode until the transaction ends, so that
+-- drop_queue (which takes it exclusively) waits for the call's transaction,
+-- and the call, if it comes while a drop is in progress, waits for the drop
+-- and then finds no queue (SL002) instead of meeting its tables as they are
+-- dropped. The lock is on the hash of the name: it is taken before the
+-- lookup, whose statement then sees the drop's commit. The hot paths (send,
+-- receive, ack) inline the same two steps.
+--
+-- Parameters:
+--   p_name  queue name
+-- Returns: the sluice.queue row
+-- Errors: SL001 invalid_name, SL002 undefined_queue
+CREATE OR REPLACE FUNCTION sluice._use_queue(p_name text)
+RETURNS sluice.queue
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    q sluice.queue;
+BEGIN
+    PERFORM pg_advisory_xact_lock_shared(sluice._lock_ns('queue'), hashtext(p_name));
+    q := sluice._get_queue(p_name);
+    -- A snapshot older than the drop (REPEATABLE READ) still sees the row:
+    -- the catalog does not.
+    IF to_regnamespace(sluice._qschema(q.id)) IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'SL002',
+            MESSAGE = format('queue %s does not exist', quote_literal(p_name)),
+            HINT = 'It was dropped.';
     END IF;
     RETURN q;
 END
@@ -210,6 +246,32 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'SL006',
             MESSAGE = format('%s must be at most 7 days, got %s', what, v);
     END IF;
+END
+$$;
+
+-- _delay_error: raise SL006 for a delay that is negative or longer than the
+-- queue's max_delay. A delay has a bound so that one message cannot be
+-- scheduled centuries ahead (storage keeps it, and status counts it, until
+-- it is delivered).
+--
+-- Parameters:
+--   p_delay  the delay given
+--   p_max    the queue's max_delay
+--   p_queue  the queue name, for the message
+-- Errors: SL006 invalid_argument, always
+CREATE OR REPLACE FUNCTION sluice._delay_error(p_delay interval, p_max interval, p_queue text)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF p_delay < interval '0' THEN
+        RAISE EXCEPTION USING ERRCODE = 'SL006', MESSAGE = format('delay must not be negative, got %s', p_delay);
+    END IF;
+    RAISE EXCEPTION USING ERRCODE = 'SL006',
+        MESSAGE = format('delay must be at most %s (the max_delay of queue %s), got %s',
+                         p_max, quote_literal(p_queue), p_delay),
+        HINT = 'Raise the queue''s max_delay with sluice.alter_queue() (at most 365 days), or schedule the message later.';
 END
 $$;
 

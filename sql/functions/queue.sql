@@ -22,6 +22,7 @@ DECLARE
         'max_payload', 1048576,
         'notify', true,
         'dedup_window', '1 hour',
+        'max_delay', '365 days',
         'lanes', 8,
         'default_group', true);
     o jsonb := coalesce(p_options, '{}');
@@ -98,6 +99,8 @@ $$;
 --              rotate_interval  how often a new storage epoch starts ("1 minute")
 --              max_payload      largest body + headers in bytes (1048576)
 --              dedup_window     how long a dedup_key of send is remembered ("1 hour")
+--              max_delay        longest delay of send and send_batch, and of an
+--                               explicit nack delay ("365 days", at most 365 days)
 --              lanes            dispatch lanes, 1 to 256 (8): consumers of a group take
 --                               lanes side by side; order is kept per key and per lane,
 --                               and 1 keeps strict commit order for the whole queue.
@@ -125,11 +128,13 @@ BEGIN
             MESSAGE = format('queue %s already exists', quote_literal(create_queue.queue));
     END IF;
     INSERT INTO sluice.queue AS q (name, max_attempts, lease, backoff_base, backoff_max, retention,
-                                   rotate_interval, max_payload, notify, dedup_window, id_seq, options, lanes)
+                                   rotate_interval, max_payload, notify, dedup_window, id_seq, options, lanes,
+                                   max_delay)
     VALUES (create_queue.queue, (o->>'max_attempts')::int, (o->>'lease')::interval,
             (o->>'backoff_base')::interval, (o->>'backoff_max')::interval, (o->>'retention')::interval,
             (o->>'rotate_interval')::interval, (o->>'max_payload')::int, (o->>'notify')::boolean,
-            (o->>'dedup_window')::interval, 'sluice.queue'::regclass, o, (o->>'lanes')::int)
+            (o->>'dedup_window')::interval, 'sluice.queue'::regclass, o, (o->>'lanes')::int,
+            (o->>'max_delay')::interval)
     ON CONFLICT (name) DO NOTHING
     RETURNING q.id INTO qid;
     IF qid IS NULL THEN
@@ -140,6 +145,7 @@ BEGIN
     EXECUTE format('CREATE SEQUENCE %s AS bigint', seq);
     UPDATE sluice.queue SET id_seq = seq::regclass WHERE id = qid;
     PERFORM sluice._create_storage(qid);
+    PERFORM sluice._drop_leftovers();
     INSERT INTO sluice.epoch (queue_id, epoch, started_at) VALUES (qid, 0, clock_timestamp());
     EXECUTE format('SELECT %I.e_base()', sluice._qschema(qid));
     IF (o->>'default_group')::boolean THEN
@@ -149,6 +155,15 @@ END
 $$;
 
 -- drop_queue: drop a queue, its groups, messages and dead letters.
+--
+-- Waits for the transactions that are using the queue (a send, receive,
+-- ack... of the queue takes its lock in shared mode until it ends, see
+-- sluice._use_queue); calls on the queue that come meanwhile wait for the
+-- drop, then fail with SL002. Having the queue to itself first, the drop
+-- cannot deadlock with its clients. Other queues are not held up: the
+-- queue's messages table is detached from the shared sluice.messages only
+-- if that can be done at once; otherwise it is emptied now and dropped later
+-- (by maintain, create_queue or drop_queue).
 --
 -- Parameters:
 --   queue  name
@@ -163,15 +178,17 @@ DECLARE
     q sluice.queue;
 BEGIN
     PERFORM sluice._check_name('queue', drop_queue.queue);
+    PERFORM pg_advisory_xact_lock(sluice._lock_ns('queue'), hashtext(drop_queue.queue));
     SELECT * INTO q FROM sluice.queue WHERE name = drop_queue.queue FOR UPDATE;
     IF NOT FOUND THEN
         RETURN false;
     END IF;
     PERFORM pg_advisory_xact_lock(sluice._lock_ns('maint'), q.id);
     PERFORM pg_advisory_xact_lock(sluice._lock_ns('cut'), q.id);
-    EXECUTE format('DROP SCHEMA %I CASCADE', sluice._qschema(q.id));
     DELETE FROM sluice.queue WHERE id = q.id;
     EXECUTE format('DROP SEQUENCE %s', q.id_seq);
+    PERFORM sluice._drop_storage(q.id);
+    PERFORM sluice._drop_leftovers();
     RETURN true;
 END
 $$;
@@ -193,7 +210,7 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    q sluice.queue := sluice._get_queue(alter_queue.queue);
+    q sluice.queue := sluice._use_queue(alter_queue.queue);
     o jsonb;
 BEGIN
     IF alter_queue.options IS NULL OR jsonb_typeof(alter_queue.options) <> 'object' THEN
@@ -217,7 +234,7 @@ BEGIN
         backoff_base = (o->>'backoff_base')::interval, backoff_max = (o->>'backoff_max')::interval,
         retention = (o->>'retention')::interval, rotate_interval = (o->>'rotate_interval')::interval,
         max_payload = (o->>'max_payload')::int, notify = (o->>'notify')::boolean,
-        dedup_window = (o->>'dedup_window')::interval, options = o
+        dedup_window = (o->>'dedup_window')::interval, max_delay = (o->>'max_delay')::interval, options = o
     WHERE id = q.id;
     RETURN o;
 END
@@ -245,7 +262,10 @@ $$;
 
 -- purge_queue: remove every message of a queue, pending or not, at once.
 -- Groups keep existing and continue with the messages sent afterwards.
--- Waits for transactions that are sending to the queue.
+-- Like drop_queue, it takes the queue's lock exclusively first: it waits for
+-- the transactions that are using the queue, and calls on the queue made
+-- meanwhile wait for it (without it, purge and the clients locked the
+-- queue's tables in different orders and deadlocked).
 --
 -- Parameters:
 --   queue  name
@@ -257,9 +277,12 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    q sluice.queue := sluice._get_queue(purge_queue.queue);
+    q sluice.queue;
     n bigint;
 BEGIN
+    PERFORM sluice._check_name('queue', purge_queue.queue);
+    PERFORM pg_advisory_xact_lock(sluice._lock_ns('queue'), hashtext(purge_queue.queue));
+    q := sluice._use_queue(purge_queue.queue);
     EXECUTE format('SELECT %I.e_purge($1)', sluice._qschema(q.id)) INTO n USING q;
     RETURN n;
 END

@@ -12,7 +12,8 @@
 --              delivered in commit order, none while an earlier one of the
 --              key is unfinished (leased, or nacked and waiting to be retried);
 --              a receive may return a run of one key, in order
---   delay      deliver no earlier than now + delay (NULL or 0: at once)
+--   delay      deliver no earlier than now + delay (NULL or 0: at once); at
+--              most the queue's max_delay (365 days unless set)
 --   priority   orders unkeyed messages: a receive returns ready messages of
 --              higher priority first, equal ones in commit order; below 0,
 --              after every other ready message (keyed messages ignore it)
@@ -24,7 +25,8 @@
 -- Notifies: channel 'sluice', payload the queue name, at commit (option notify),
 --          unless a concurrent send to the queue is already due to notify
 -- Errors: SL001 invalid_name, SL002 undefined_queue, SL006 invalid_argument
---         (NULL body, headers not an object, negative delay, NULL priority,
+--         (NULL body, headers not an object, negative delay or one over the
+--         queue's max_delay, NULL priority,
 --         key or dedup_key over 512 bytes), SL009 payload_too_large (body,
 --         headers and key over max_payload, uncompressed), SL010 invalid_isolation (dedup_key outside
 --         READ COMMITTED)
@@ -43,6 +45,7 @@ DECLARE
     v_max int;
     v_notify boolean;
     v_window interval;
+    v_max_delay interval;
     v_size int;
     v_id bigint;
     v_now timestamptz;
@@ -50,13 +53,17 @@ BEGIN
     IF current_setting('sluice.caller_synchronous_commit', true) <> '' THEN
         PERFORM sluice._durable_commit();   -- after a receive in this transaction
     END IF;
+    -- Shared with every call on the queue, exclusive for drop_queue (see
+    -- sluice._use_queue): taken before the lookup, which then sees a drop.
+    PERFORM pg_advisory_xact_lock_shared(sluice._lock_ns('queue'), hashtext(send.queue));
     -- The hot path: one lookup for everything send needs, then one INSERT.
     SELECT q.id, (SELECT e.epoch FROM sluice.epoch e WHERE e.queue_id = q.id ORDER BY e.epoch DESC LIMIT 1) % 4,
-           q.id_seq, q.max_payload, q.notify, q.dedup_window
-    INTO v_qid, v_slot, v_seq, v_max, v_notify, v_window
+           q.id_seq, q.max_payload, q.notify, q.dedup_window, q.max_delay
+    INTO v_qid, v_slot, v_seq, v_max, v_notify, v_window, v_max_delay
     FROM sluice.queue q WHERE q.name = send.queue;
-    IF v_qid IS NULL THEN
-        PERFORM sluice._get_queue(send.queue);   -- raises SL001 or SL002
+    -- (no schema: dropped after the snapshot of a REPEATABLE READ transaction)
+    IF v_qid IS NULL OR to_regnamespace(sluice._qschema(v_qid)) IS NULL THEN
+        PERFORM sluice._use_queue(send.queue);   -- raises SL001 or SL002
     END IF;
     IF send.body IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'SL006', MESSAGE = 'body must not be NULL',
@@ -66,9 +73,8 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'SL006',
             MESSAGE = format('headers must be a JSON object, got %s', jsonb_typeof(send.headers));
     END IF;
-    IF send.delay < interval '0' THEN
-        RAISE EXCEPTION USING ERRCODE = 'SL006',
-            MESSAGE = format('delay must not be negative, got %s', send.delay);
+    IF send.delay < interval '0' OR send.delay > v_max_delay THEN
+        PERFORM sluice._delay_error(send.delay, v_max_delay, send.queue);
     END IF;
     IF send.priority IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'SL006', MESSAGE = 'priority must not be NULL';
@@ -136,7 +142,7 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    q sluice.queue := sluice._get_queue(send_batch.queue);
+    q sluice.queue := sluice._use_queue(send_batch.queue);
     n int := cardinality(send_batch.bodies);
     v_now timestamptz := clock_timestamp();
     v_slot smallint;
@@ -183,9 +189,8 @@ BEGIN
     IF EXISTS (SELECT 1 FROM unnest(send_batch.headers) h WHERE h IS NOT NULL AND jsonb_typeof(h) <> 'object') THEN
         RAISE EXCEPTION USING ERRCODE = 'SL006', MESSAGE = 'every headers element must be a JSON object or NULL';
     END IF;
-    IF send_batch.delay < interval '0' THEN
-        RAISE EXCEPTION USING ERRCODE = 'SL006',
-            MESSAGE = format('delay must not be negative, got %s', send_batch.delay);
+    IF send_batch.delay < interval '0' OR send_batch.delay > q.max_delay THEN
+        PERFORM sluice._delay_error(send_batch.delay, q.max_delay, q.name);
     END IF;
     IF EXISTS (SELECT 1 FROM unnest(send_batch.keys) AS x WHERE octet_length(x) > 512)
        OR EXISTS (SELECT 1 FROM unnest(send_batch.dedup_keys) AS x WHERE octet_length(x) > 512) THEN

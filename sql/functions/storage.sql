@@ -30,6 +30,12 @@ $$;
 
 -- _create_storage: create the schema, tables and functions of a queue.
 --
+-- The queue's messages table is made on its own, then attached to
+-- sluice.messages: ATTACH PARTITION takes SHARE UPDATE EXCLUSIVE on the
+-- parent, which lets sends and receives of every other queue go on (CREATE
+-- TABLE ... PARTITION OF would take ACCESS EXCLUSIVE, and wait for every
+-- open transaction that sent to any queue while they all queued behind it).
+--
 -- Parameters:
 --   p_queue_id  queue id
 -- Tables: creates schema sluice_q<id>: messages (a partition of
@@ -46,8 +52,8 @@ DECLARE
     s int;
 BEGIN
     EXECUTE format('CREATE SCHEMA %I', sch);
-    EXECUTE format('CREATE TABLE %I.messages PARTITION OF sluice.messages FOR VALUES IN (%s) PARTITION BY LIST (slot)',
-                   sch, p_queue_id);
+    EXECUTE format('CREATE TABLE %I.messages (LIKE sluice.messages INCLUDING DEFAULTS) PARTITION BY LIST (slot)', sch);
+    EXECUTE format('ALTER TABLE %I.messages ADD CHECK (queue_id = %s)', sch, p_queue_id);   -- attach without a scan
     EXECUTE format($ddl$
         CREATE TABLE %1$I.batches (
             slot      smallint NOT NULL,
@@ -159,7 +165,108 @@ BEGIN
                            sch, t.name || '_' || s, sch, t.name, s);
         END LOOP;
     END LOOP;
+    EXECUTE format('ALTER TABLE sluice.messages ATTACH PARTITION %I.messages FOR VALUES IN (%s)', sch, p_queue_id);
     PERFORM sluice._instantiate(p_queue_id);
+END
+$$;
+
+-- _drop_storage: drop the schema of a dropped queue (its row is gone), or,
+-- if its messages table cannot be detached from sluice.messages at once,
+-- empty its tables, rename the schema sluice_dropped_q<id> (so that a call
+-- whose snapshot still shows the queue finds its schema gone, see
+-- _use_queue) and leave it to sluice._drop_leftovers. Detaching takes
+-- ACCESS EXCLUSIVE on the parent, which conflicts with every send and
+-- receive of every queue: it is tried with a short lock_timeout, so that
+-- traffic on the other queues waits at most that long for it (and never
+-- behind an open transaction that it would wait for). Nothing else of the
+-- queue's storage needs a lock on a shared table.
+--
+-- Parameters:
+--   p_queue_id  queue id
+-- Returns: true if the schema is gone, false if it is left (empty) for later
+CREATE OR REPLACE FUNCTION sluice._drop_storage(p_queue_id int)
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    sch constant text := sluice._qschema(p_queue_id);
+    t record;
+BEGIN
+    IF sluice._detach(sch) THEN
+        EXECUTE format('DROP SCHEMA %I CASCADE', sch);
+        RETURN true;
+    END IF;
+    -- Empty everything now (these locks are the queue's own), drop the rest
+    -- with the schema later.
+    FOR t IN SELECT * FROM sluice._slot_tables() LOOP
+        EXECUTE format('TRUNCATE %s', sluice._table(p_queue_id, t.name));
+    END LOOP;
+    EXECUTE format('ALTER SCHEMA %I RENAME TO %I', sch, 'sluice_dropped_q' || p_queue_id);
+    RETURN false;
+END
+$$;
+
+-- _detach: detach table messages of schema p_schema (a queue's) from
+-- sluice.messages if that can be done at once (lock_timeout 20 ms: others
+-- wait at most that long behind it; see _drop_storage). An already
+-- detached table counts as done.
+--
+-- Returns: whether the table is detached
+CREATE OR REPLACE FUNCTION sluice._detach(p_schema text)
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    sch constant text := p_schema;
+    v_lock_timeout constant text := current_setting('lock_timeout');
+    v_rel regclass := to_regclass(format('%I.messages', sch));
+BEGIN
+    IF v_rel IS NULL OR NOT EXISTS (SELECT 1 FROM pg_inherits i
+                                    WHERE i.inhrelid = v_rel AND i.inhparent = 'sluice.messages'::regclass) THEN
+        RETURN true;
+    END IF;
+    BEGIN
+        PERFORM set_config('lock_timeout', '20ms', true);
+        EXECUTE format('ALTER TABLE sluice.messages DETACH PARTITION %I.messages', sch);
+        PERFORM set_config('lock_timeout', v_lock_timeout, true);
+    EXCEPTION WHEN lock_not_available THEN
+        PERFORM set_config('lock_timeout', v_lock_timeout, true);
+        RETURN false;
+    END;
+    RETURN true;
+END
+$$;
+
+-- _drop_leftovers: drop the schemas sluice_dropped_q<id> that dropped
+-- queues left behind (_drop_storage could not detach their messages table
+-- at once), each if its table can be detached now. Called by maintain,
+-- create_queue and drop_queue.
+--
+-- Returns: how many schemas were dropped
+CREATE OR REPLACE FUNCTION sluice._drop_leftovers()
+RETURNS int
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    sch text;
+    n int := 0;
+BEGIN
+    -- One at a time (another one is at it: leave it the work); a later one
+    -- sees what an earlier one dropped (the catalog is read fresh).
+    IF NOT pg_try_advisory_xact_lock(sluice._lock_ns('leftovers'), 0) THEN
+        RETURN 0;
+    END IF;
+    FOR sch IN SELECT ns.nspname FROM pg_namespace ns
+               WHERE ns.nspname ~ '^sluice_dropped_q[0-9]+$' ORDER BY 1 LOOP
+        IF sluice._detach(sch) THEN
+            EXECUTE format('DROP SCHEMA %I CASCADE', sch);
+            n := n + 1;
+        END IF;
+    END LOOP;
+    RETURN n;
 END
 $$;
 
