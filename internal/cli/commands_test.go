@@ -203,7 +203,9 @@ func TestStatusAndDLQCommands(t *testing.T) {
 	t.Parallel()
 	b := setupCmd(t)
 	ctx := context.Background()
-	b.ok("queue", "create", "jobs", "--max-attempts", "1")
+	// one lane: the receive below takes the first message sent (with lanes,
+	// either one could come first)
+	b.ok("queue", "create", "jobs", "--max-attempts", "1", "--lanes", "1")
 	b.ok("send", "jobs", `{"job": "poison"}`)
 	b.ok("send", "jobs", `{"job": "fine"}`)
 	msgs, err := b.client.Receive(ctx, "jobs", "default", nil)
