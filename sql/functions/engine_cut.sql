@@ -39,9 +39,8 @@ $$;
 -- order they are numbered: lane by lane, commit order within a lane. A keyed
 -- message goes to the lane of its key's hash, so all of a key's messages
 -- share a lane. Unkeyed ones are dealt out in chunks of consecutive
--- messages, as many per lane as spread the cut over every lane (at most 64),
--- from the lane after the queue's last position on, so that small cuts
--- take turns.
+-- messages (sluice._lane_chunk), from the lane of the cut's first position
+-- on, so that small cuts take turns.
 --
 -- Parameters:
 --   p_lanes     the queue's number of lanes (2 or more)
@@ -59,7 +58,7 @@ AS $$
            array_agg(l.ln)
     FROM (SELECT u.*,
                  (CASE WHEN u.k IS NOT NULL THEN ((u.k % p_lanes) + p_lanes) % p_lanes
-                       ELSE (p_last_pos + 1 + (u.nth - 1) / greatest(1, least(64, (u.nun + p_lanes - 1) / p_lanes)))
+                       ELSE (p_last_pos + 1 + (u.nth - 1) / sluice._lane_chunk(u.nun::int, p_lanes))
                             % p_lanes END)::smallint AS ln
           FROM (SELECT x.*, count(*) FILTER (WHERE x.k IS NULL) OVER (ORDER BY x.o) AS nth,
                        count(*) FILTER (WHERE x.k IS NULL) OVER () AS nun
@@ -323,8 +322,9 @@ BEGIN
     v_slot := (SELECT e.epoch FROM sluice.epoch e WHERE e.queue_id = p_queue_id ORDER BY e.epoch DESC LIMIT 1) % 4;
     IF n > 0 AND NOT c.any_key THEN
         -- Chunk j (from 0) holds messages j*chunk+1 .. (j+1)*chunk and goes
-        -- to lane (p_last_pos + 1 + j) % lanes; a lane's chunks in order.
-        v_chunk := greatest(1, least(64, (n + p_lanes - 1) / p_lanes));
+        -- to lane (p_last_pos + 1 + j) % lanes (as e_lanes deals them); a
+        -- lane's chunks in order.
+        v_chunk := sluice._lane_chunk(n, p_lanes);
         FOR r IN SELECT j.j, ((p_last_pos + 1 + j.j) % p_lanes)::smallint AS ln
                  FROM generate_series(0, (n + v_chunk - 1) / v_chunk - 1) AS j(j) ORDER BY 2, 1 LOOP
             a := r.j * v_chunk + 1;
