@@ -3,20 +3,15 @@ package bench_test
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"fmt"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sluicemq/sluice/internal/bench"
-	"github.com/sluicemq/sluice/internal/pgtest"
 )
 
 // TestPGMQCompatSmoke runs a tiny shootout cell and a tiny xmin run of the
@@ -111,29 +106,7 @@ func TestPGMQCompatSkippedWithoutCreatedb(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	b := make([]byte, 6)
-	_, _ = rand.Read(b)
-	role, password := "bench_nocreatedb_"+hex.EncodeToString(b), hex.EncodeToString(b)+"x"
-	admin := pgtest.NewPool(t, server.URL())
-	if _, err := admin.Exec(ctx, fmt.Sprintf("CREATE ROLE %s LOGIN NOSUPERUSER NOCREATEDB PASSWORD '%s'", role, password)); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cctx, ccancel := context.WithTimeout(context.Background(), time.Minute)
-		defer ccancel()
-		if _, err := admin.Exec(cctx, "DROP ROLE IF EXISTS "+role); err != nil {
-			t.Errorf("dropping role %s: %v", role, err)
-		}
-	})
-	url := server.NewDatabaseFrom(t, nil) // made after the role: dropped before it
-	super := pgtest.Connect(t, url)
-	var db string
-	if err := super.QueryRow(ctx, "SELECT current_database()").Scan(&db); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := super.Exec(ctx, fmt.Sprintf("ALTER DATABASE %s OWNER TO %s", pgx.Identifier{db}.Sanitize(), role)); err != nil {
-		t.Fatal(err)
-	}
+	url := server.NewOwnedDatabase(t, "bench_nocreatedb_", "NOSUPERUSER NOCREATEDB")
 	o := bench.Options{
 		Out: &bytes.Buffer{}, Command: "test", Duration: time.Second,
 		Producers: []int{2}, Consumers: []int{2}, Batches: []int{10},
@@ -143,7 +116,6 @@ func TestPGMQCompatSkippedWithoutCreatedb(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.ConnConfig.User, cfg.ConnConfig.Password = role, password
 	cfg.MaxConns = int32(bench.MaxConnections(o))
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {

@@ -2,15 +2,11 @@ package pgmqcompat
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"fmt"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/sluicemq/sluice/internal/pgtest"
 	"github.com/sluicemq/sluice/migrate"
 	sqlsrc "github.com/sluicemq/sluice/sql"
 )
@@ -24,35 +20,8 @@ func TestInstallAsDatabaseOwner(t *testing.T) {
 	// sluice's three cluster roles exist once a database has been migrated
 	// by the (superuser) test user: the owner needs them but cannot make them.
 	_ = server.NewDatabase(t)
-	b := make([]byte, 6)
-	_, _ = rand.Read(b)
-	role, password := "pgmq_owner_"+hex.EncodeToString(b), hex.EncodeToString(b)+"x"
-	admin := pgtest.NewPool(t, server.URL())
-	if _, err := admin.Exec(ctx, fmt.Sprintf("CREATE ROLE %s LOGIN NOSUPERUSER NOCREATEROLE PASSWORD '%s'", role, password)); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cctx, ccancel := context.WithTimeout(context.Background(), time.Minute)
-		defer ccancel()
-		if _, err := admin.Exec(cctx, "DROP ROLE IF EXISTS "+role); err != nil {
-			t.Errorf("dropping role %s: %v", role, err)
-		}
-	})
-	url := server.NewDatabaseFrom(t, nil) // made after the role: dropped before it
-	super := pgtest.Connect(t, url)
-	var db string
-	if err := super.QueryRow(ctx, "SELECT current_database()").Scan(&db); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := super.Exec(ctx, fmt.Sprintf("ALTER DATABASE %s OWNER TO %s", pgx.Identifier{db}.Sanitize(), role)); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := pgx.ParseConfig(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.User, cfg.Password = role, password
-	conn, err := pgx.ConnectConfig(ctx, cfg)
+	url := server.NewOwnedDatabase(t, "pgmq_owner_", "NOSUPERUSER NOCREATEROLE")
+	conn, err := pgx.Connect(ctx, url)
 	if err != nil {
 		t.Fatal(err)
 	}

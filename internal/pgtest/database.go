@@ -50,6 +50,42 @@ func (s *Server) NewDatabaseFrom(t testing.TB, schema fs.FS) string {
 	return connString
 }
 
+// NewOwnedDatabase creates a login role named prefix plus a random suffix,
+// with the role attributes attrs (such as "NOSUPERUSER NOCREATEDB"), and an
+// empty database owned by it, and returns the database's connection string
+// as that role. The database is dropped when the test ends, then the role.
+func (s *Server) NewOwnedDatabase(t testing.TB, prefix, attrs string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	suffix := randomHex(6)
+	role, password := prefix+suffix, suffix+"x"
+	if _, err := s.admin.Exec(ctx, fmt.Sprintf("CREATE ROLE %s LOGIN %s PASSWORD '%s'", role, attrs, password)); err != nil {
+		t.Fatalf("pgtest: creating role %s: %v", role, err)
+	}
+	t.Cleanup(func() {
+		cctx, ccancel := context.WithTimeout(context.Background(), time.Minute)
+		defer ccancel()
+		if _, err := s.admin.Exec(cctx, "DROP ROLE IF EXISTS "+role); err != nil {
+			t.Errorf("pgtest: dropping role %s: %v", role, err)
+		}
+	})
+	connString := s.NewDatabaseFrom(t, nil) // made after the role: dropped before it
+	cfg, err := pgx.ParseConfig(connString)
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	db := cfg.Database
+	if _, err := s.admin.Exec(ctx, fmt.Sprintf("ALTER DATABASE %s OWNER TO %s", pgx.Identifier{db}.Sanitize(), role)); err != nil {
+		t.Fatalf("pgtest: giving database %s to %s: %v", db, role, err)
+	}
+	asRole, err := withUser(connString, role, password)
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	return asRole
+}
+
 // CreateDatabase is NewDatabaseFrom for code that has no testing.TB, such
 // as TestMain preparing a database for runnable examples: it returns the
 // database's connection string and a function that drops it.

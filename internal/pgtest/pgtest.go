@@ -226,6 +226,26 @@ func withDatabase(connString, db string) (string, error) {
 	return strings.TrimSpace(connString) + " dbname=" + db, nil
 }
 
+// withUser returns connString connecting as user with password instead,
+// for URLs and keyword/value strings alike.
+func withUser(connString, user, password string) (string, error) {
+	if strings.HasPrefix(connString, "postgres://") || strings.HasPrefix(connString, "postgresql://") {
+		u, err := url.Parse(connString)
+		if err != nil {
+			return "", fmt.Errorf("parsing the database URL: %w", err)
+		}
+		u.User = url.UserPassword(user, password)
+		q := u.Query()
+		if q.Has("user") || q.Has("password") {
+			q.Del("user")
+			q.Del("password")
+			u.RawQuery = q.Encode()
+		}
+		return u.String(), nil
+	}
+	return fmt.Sprintf("%s user=%s password=%s", strings.TrimSpace(connString), user, password), nil
+}
+
 // redact hides the password of a connection string in messages.
 func redact(connString string) string {
 	if u, err := url.Parse(connString); err == nil && u.User != nil {
