@@ -29,39 +29,75 @@ END
 $$;
 
 -- e_current_deliveries: the current deliveries named by receipts: one row per
--- distinct receipt whose lease is the newest delivery row of its message in
--- the group (by attempt, then time: extends write newer rows with the same
--- token; nack and release write parked rows with token 0), has not expired,
--- and whose message is not completed.
+-- distinct receipt whose lease is the newest delivery of its message in the
+-- group (e_newest), has not expired, and whose message is not completed.
+-- The receipts of a run are checked together: when nothing of the run has
+-- a row of its own (an extend, a redelivery) or is completed, each one is
+-- current if it is in the run; else position by position.
 --
 -- Parameters:
 --   p_group_id  group id
 --   p_receipts  receipts (already checked to be well-formed)
--- Returns: (slot, pos, attempt, token, msg_id, txid, lane)
+-- Returns: (slot, pos, attempt, token, msg_id, txid, lane, run, run_last):
+--          msg_id and txid are NULL for a message leased in a run
+--          (e_run_message finds them); run and run_last are the run's first
+--          and last positions (NULL for a single delivery)
 CREATE OR REPLACE FUNCTION sluice_tmpl.e_current_deliveries(p_group_id int, p_receipts text[])
-RETURNS TABLE (slot smallint, pos bigint, attempt int, token bigint, msg_id bigint, txid xid8, lane smallint)
+RETURNS TABLE (slot smallint, pos bigint, attempt int, token bigint, msg_id bigint, txid xid8, lane smallint,
+               run bigint, run_last bigint)
 LANGUAGE plpgsql STABLE
 AS $$
 #variable_conflict use_column
 BEGIN
     RETURN QUERY
-    SELECT DISTINCT ON (r.part, r.pos) r.part::smallint, r.pos, r.attempt, r.token, d.msg_id, d.txid, d.lane
-    FROM sluice._parse_receipts(p_receipts) r
+    WITH r AS MATERIALIZED (
+        SELECT r.part::smallint AS part, r.pos, r.attempt, r.token, r.run
+        FROM sluice._parse_receipts(p_receipts) r
+        WHERE r.part BETWEEN 0 AND 3
+    ), runs AS (
+        -- each run named; clean: its lease is current, and nothing in it
+        -- has a row of its own or is completed
+        SELECT x.part, x.run, x.token, d.last_pos, d.lane,
+               d.expires_at > clock_timestamp()
+               AND NOT EXISTS (SELECT 1 FROM deliveries o
+                           WHERE o.slot = x.part AND o.group_id = p_group_id
+                             AND o.pos BETWEEN x.run AND d.last_pos AND o.last_pos IS NULL)
+               AND NOT e_any_completed(p_group_id, x.run, d.last_pos) AS clean
+        FROM (SELECT DISTINCT r.part, r.run, r.token FROM r WHERE r.run IS NOT NULL AND r.attempt = 1) x
+        CROSS JOIN LATERAL (
+            SELECT d.last_pos, d.lane, d.expires_at FROM deliveries d
+            WHERE d.slot = x.part AND d.group_id = p_group_id AND d.pos = x.run AND d.last_pos IS NOT NULL
+              AND d.token = x.token
+            LIMIT 1) d
+    )
+    SELECT DISTINCT ON (x.part, x.pos) x.*
+    FROM (
+    SELECT r.part, r.pos, r.attempt, r.token, d.msg_id, d.txid, d.lane, NULL::bigint AS run, NULL::bigint AS run_last
+    FROM r
     CROSS JOIN LATERAL (
         SELECT dd.attempt, dd.token, dd.expires_at, dd.msg_id, dd.txid, dd.lane FROM deliveries dd
-        WHERE dd.slot = r.part AND dd.group_id = p_group_id AND dd.pos = r.pos
+        WHERE dd.slot = r.part AND dd.group_id = p_group_id AND dd.pos = r.pos AND dd.last_pos IS NULL
         ORDER BY dd.attempt DESC, dd.delivered_at DESC, dd.token DESC
         LIMIT 1) d
-    LEFT JOIN LATERAL (SELECT 1 AS hit FROM acks a
-                       WHERE a.group_id = p_group_id AND a.pos = r.pos AND a.slot = r.part LIMIT 1) ak ON true
-    WHERE r.part BETWEEN 0 AND 3 AND d.attempt = r.attempt AND d.token = r.token
-      AND d.expires_at > clock_timestamp() AND ak.hit IS NULL
-    ORDER BY r.part, r.pos;
+    WHERE r.run IS NULL AND d.attempt = r.attempt AND d.token = r.token
+      AND d.expires_at > clock_timestamp() AND NOT e_completed(p_group_id, r.part, r.pos)
+    UNION ALL
+    SELECT r.part, r.pos, r.attempt, r.token, NULL, NULL, u.lane, u.run, u.last_pos
+    FROM r
+    JOIN runs u ON u.part = r.part AND u.run = r.run AND u.token = r.token
+    WHERE r.pos BETWEEN u.run AND u.last_pos AND r.attempt = 1
+      AND (u.clean
+           OR (NOT e_completed(p_group_id, r.part, r.pos)
+               AND EXISTS (SELECT 1 FROM e_newest(p_group_id, r.part, r.pos) n
+                           WHERE n.attempt = 1 AND n.token = r.token AND n.expires_at > clock_timestamp())))
+    ) x
+    ORDER BY x.part, x.pos;
 END
 $$;
 
 -- e_ack: the body of sluice.ack for this queue (see there): one completion
--- per current receipt, duplicates counted once. (ON CONFLICT rather than a
+-- per current receipt, duplicates counted once, a whole run in one row
+-- (engine_runs.sql). (ON CONFLICT rather than a
 -- plain INSERT in an exception block, which would be ~35% cheaper per row:
 -- a block that writes gets a subtransaction id, and a transaction that acks
 -- more than 64 times would overflow its subtransaction cache, making every
@@ -73,12 +109,37 @@ LANGUAGE plpgsql
 AS $$
 DECLARE
     n int;
+    v_missed int;
+    v_more int;
 BEGIN
-    INSERT INTO acks (slot, group_id, pos, kind, acked_at)
-    SELECT c.slot, p_group_id, c.pos, 'a', clock_timestamp()
-    FROM e_current_deliveries(p_group_id, p_receipts) c
-    ON CONFLICT DO NOTHING;
-    GET DIAGNOSTICS n = ROW_COUNT;
+    -- A run whose every position is current here is completed with one row
+    -- (pos..last_pos); the other positions with a row each.
+    WITH c AS MATERIALIZED (
+        SELECT c.*, count(*) OVER (PARTITION BY c.slot, c.run) AS in_run
+        FROM e_current_deliveries(p_group_id, p_receipts) c
+    ), w AS MATERIALIZED (
+        SELECT c.slot, c.pos, CASE WHEN c.run IS NOT NULL AND c.in_run = c.run_last - c.run + 1 THEN c.run_last END AS last_pos
+        FROM c
+        WHERE c.run IS NULL OR c.in_run < c.run_last - c.run + 1 OR c.pos = c.run
+    ), ins AS (
+        INSERT INTO acks (slot, group_id, pos, kind, acked_at, last_pos)
+        SELECT w.slot, p_group_id, w.pos, 'a', clock_timestamp(), w.last_pos FROM w
+        ON CONFLICT DO NOTHING
+        RETURNING coalesce(last_pos - pos + 1, 1) AS n
+    )
+    SELECT coalesce(sum(ins.n), 0), (SELECT count(*) FROM w) - count(*) INTO n, v_missed FROM ins;
+    IF v_missed > 0 THEN
+        -- Some row was there already: a concurrent ack of the same
+        -- messages, or of part of a run (then the run's row was not written
+        -- and its other positions are not completed yet): complete what is
+        -- still current, a row each.
+        INSERT INTO acks (slot, group_id, pos, kind, acked_at)
+        SELECT c.slot, p_group_id, c.pos, 'a', clock_timestamp()
+        FROM e_current_deliveries(p_group_id, p_receipts) c
+        ON CONFLICT DO NOTHING;
+        GET DIAGNOSTICS v_more = ROW_COUNT;
+        n := n + v_more;
+    END IF;
     RETURN n;
 END
 $$;
@@ -152,6 +213,9 @@ BEGIN
     IF NOT FOUND THEN
         RETURN false;
     END IF;
+    IF c.run IS NOT NULL THEN
+        SELECT rm.id, rm.txid INTO c.msg_id, c.txid FROM e_run_message(c.lane, c.pos) rm;
+    END IF;
     SELECT * INTO m FROM messages mm WHERE mm.slot = c.slot AND mm.txid = c.txid AND mm.id = c.msg_id;
     v_attempts := m.attempt_base + c.attempt;
     IF v_attempts >= q.max_attempts THEN
@@ -201,9 +265,12 @@ DECLARE
     v_now timestamptz := clock_timestamp();
     n int;
 BEGIN
+    -- (a row of its own for each message, also for those leased in a run)
     INSERT INTO deliveries (slot, group_id, lane, pos, attempt, token, msg_id, txid, expires_at, delivered_at)
-    SELECT c.slot, p_group_id, c.lane, c.pos, c.attempt, c.token, c.msg_id, c.txid, v_now + p_lease, v_now
-    FROM e_current_deliveries(p_group_id, p_receipts) c;
+    SELECT c.slot, p_group_id, c.lane, c.pos, c.attempt, c.token, coalesce(c.msg_id, rm.id), coalesce(c.txid, rm.txid),
+           v_now + p_lease, v_now
+    FROM e_current_deliveries(p_group_id, p_receipts) c
+    LEFT JOIN LATERAL e_run_message(c.lane, c.pos) rm ON c.run IS NOT NULL;
     GET DIAGNOSTICS n = ROW_COUNT;
     RETURN n;
 END

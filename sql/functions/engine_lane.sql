@@ -63,14 +63,11 @@ BEGIN
              FROM batches bb
              WHERE bb.lane = p_lane AND bb.last_pos >= p_lwm AND bb.first_pos <= p_cursor AND bb.last_pos >= bb.first_pos
              ORDER BY bb.last_pos LOOP
-        CONTINUE WHEN b.targets IS NULL
-                  AND (SELECT count(*) FROM acks a WHERE a.group_id = p_group_id AND a.pos BETWEEN b.lo AND b.hi)
-                      = b.hi - b.lo + 1;
+        CONTINUE WHEN b.targets IS NULL AND e_completed_count(p_group_id, b.lo, b.hi) = b.hi - b.lo + 1;
         SELECT b.first_pos + u.o - 1 INTO v
         FROM unnest(b.slots, b.targets) WITH ORDINALITY AS u(slot, tg, o)
         WHERE b.first_pos + u.o - 1 BETWEEN b.lo AND b.hi AND (u.tg IS NULL OR u.tg = p_group_id)
-          AND NOT EXISTS (SELECT 1 FROM acks a
-                          WHERE a.group_id = p_group_id AND a.pos = b.first_pos + u.o - 1 AND a.slot = u.slot)
+          AND NOT e_completed(p_group_id, u.slot, b.first_pos + u.o - 1)
         ORDER BY u.o
         LIMIT 1;
         IF v IS NOT NULL THEN

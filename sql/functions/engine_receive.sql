@@ -61,13 +61,20 @@ BEGIN
         v_uncut := true;   -- look again from the start
         v_lanes := NULL;
     END LOOP;
-    -- Lease what was picked, one delivery row each, and return the messages
-    -- in the order they were picked. Those left over (gone, or out of
-    -- attempts) are e_lease_leftovers' business.
+    -- Lease what was picked and return the messages in the order they were
+    -- picked: the unkeyed first deliveries that follow each other in a lane
+    -- and slot as runs (one delivery row each, engine_runs.sql), the others
+    -- with a row each. Those left over (gone, or out of attempts) are
+    -- e_lease_leftovers' business.
     IF cardinality(pk.pos) > 0 THEN
         RETURN QUERY
         WITH k AS (
-            SELECT k.*, mm.*, 1 + (random() * 999999999999999998)::bigint AS token
+            SELECT k.*, mm.*,
+                   -- a run: the same value for consecutive run positions
+                   CASE WHEN k.attempt = 1 AND k.kh IS NULL
+                        THEN k.pos - row_number() OVER (PARTITION BY k.lane, k.slot, k.attempt = 1 AND k.kh IS NULL
+                                                        ORDER BY k.pos)
+                        ELSE -k.o END AS grp
             FROM unnest(pk.pos, pk.id, pk.txid, pk.slot, pk.attempt, pk.key, pk.lane)
                  WITH ORDINALITY AS k(pos, id, txid, slot, attempt, kh, lane, o)
             CROSS JOIN LATERAL (
@@ -77,15 +84,23 @@ BEGIN
                 WHERE m.slot = k.slot AND m.txid = k.txid AND m.id = k.id
                 LIMIT 1) mm
             WHERE mm.attempt_base + k.attempt <= q.max_attempts
+        ), runs AS MATERIALIZED (
+            SELECT k.lane, k.slot, k.grp, min(k.pos) AS first_pos, max(k.pos) AS last_pos,
+                   1 + (random() * 999999999999999998)::bigint AS token
+            FROM k
+            GROUP BY k.lane, k.slot, k.grp
         ), ins AS (
             INSERT INTO deliveries (slot, group_id, lane, pos, attempt, token, msg_id, txid, expires_at, delivered_at,
-                                    consumer, key_hash)
-            SELECT k.slot, g.id, k.lane, k.pos, k.attempt, k.token, k.id, k.txid, v_now + p_lease, v_now, p_consumer, k.kh
-            FROM k
+                                    consumer, key_hash, last_pos)
+            SELECT k.slot, g.id, k.lane, k.pos, k.attempt, ru.token, k.id, k.txid, v_now + p_lease, v_now, p_consumer, k.kh,
+                   nullif(ru.last_pos, ru.first_pos)
+            FROM k JOIN runs ru ON ru.lane = k.lane AND ru.slot = k.slot AND ru.grp = k.grp AND ru.first_pos = k.pos
         )
         SELECT k.public_id, k.body, k.headers, k.mkey, k.priority, k.attempt_base + k.attempt, k.sent_at,
-               k.slot || '.' || k.pos || '.' || k.attempt || '.' || k.token, v_now + p_lease, k.pos
-        FROM k
+               k.slot || '.' || k.pos || '.' || k.attempt || '.' || ru.token
+               || CASE WHEN ru.last_pos > ru.first_pos THEN '.' || ru.first_pos ELSE '' END,
+               v_now + p_lease, k.pos
+        FROM k JOIN runs ru ON ru.lane = k.lane AND ru.slot = k.slot AND ru.grp = k.grp
         ORDER BY k.o;
         GET DIAGNOSTICS n = ROW_COUNT;
         IF n < cardinality(pk.pos) THEN
@@ -331,6 +346,8 @@ BEGIN
               FROM batches bb
               WHERE bb.lane = p_lane AND bb.last_pos > st.cursor AND bb.last_pos >= bb.first_pos
               ORDER BY bb.last_pos LIMIT 1) b
+        -- (completed ahead of the cursor: only after a crash, see e_lane_state)
+        CROSS JOIN LATERAL (SELECT e_any_completed(g.id, b.first_pos + b.vfrom - 1, b.first_pos + b.vto - 1) AS hit) pre
         CROSS JOIN LATERAL (
             SELECT count(*)::int AS n, max(f.pos) AS last_taken, coalesce(array_agg(f.pos), '{}') AS pos,
                    coalesce(array_agg(f.id), '{}') AS id, coalesce(array_agg(f.txid), '{}') AS txid,
@@ -338,10 +355,8 @@ BEGIN
             FROM (SELECT b.first_pos + b.vfrom + x.o - 2 AS pos, x.id, x.txid, x.slot
                   FROM unnest(b.ids[b.vfrom:b.vto], b.txids[b.vfrom:b.vto], b.slots[b.vfrom:b.vto],
                               b.targets[b.vfrom:b.vto]) WITH ORDINALITY AS x(id, txid, slot, tg, o)
-                  LEFT JOIN LATERAL (SELECT 1 AS hit FROM acks a
-                                     WHERE a.group_id = g.id AND a.pos = b.first_pos + b.vfrom + x.o - 2
-                                       AND a.slot = x.slot LIMIT 1) ak ON true
-                  WHERE b.plain AND (x.tg IS NULL OR x.tg = g.id) AND ak.hit IS NULL
+                  WHERE b.plain AND (x.tg IS NULL OR x.tg = g.id)
+                    AND NOT (pre.hit AND e_completed(g.id, x.slot, b.first_pos + b.vfrom + x.o - 2))
                   ORDER BY x.o
                   LIMIT p_need - cardinality(pk.pos)) f) t;
         EXIT WHEN r.plain IS NULL;   -- no batch after the cursor

@@ -3,10 +3,10 @@
 -- e_window: the positions of a lane a group has dispatched and not
 -- completed (from the low-water mark to the cursor, and those after the
 -- cursor taken out of order for their priority), with their key hash (NULL
--- if unkeyed) and their newest delivery row (as receipts see it: by attempt,
--- then time): its attempt, its expiry (NULL if none survives) and whether it
--- is a parked retry or a released run (token 0: due at expires) rather than
--- a lease.
+-- if unkeyed) and their newest delivery (e_newest, as receipts see it):
+-- its attempt, its expiry (NULL if none survives) and whether it is a
+-- parked retry or a released run of a key (token 0: due at expires) rather
+-- than a lease.
 --
 -- Parameters:
 --   p_group_id       group id
@@ -33,16 +33,9 @@ BEGIN
           SELECT p.pos, p.id, p.txid, p.mslot, p.target, NULL::bigint
           FROM prio p
           WHERE p.lane = p_lane AND p.priority > 0 AND p.pos > p_cursor
-            AND EXISTS (SELECT 1 FROM deliveries dd
-                        WHERE dd.slot = p.mslot AND dd.group_id = p_group_id AND dd.pos = p.pos)) w
-    LEFT JOIN LATERAL (
-        SELECT dd.attempt, dd.expires_at, dd.token
-        FROM deliveries dd
-        WHERE dd.slot = w.slot AND dd.group_id = p_group_id AND dd.pos = w.pos
-        ORDER BY dd.attempt DESC, dd.delivered_at DESC, dd.token DESC LIMIT 1) d ON true
-    LEFT JOIN LATERAL (SELECT 1 AS hit FROM acks a
-                       WHERE a.group_id = p_group_id AND a.pos = w.pos AND a.slot = w.slot LIMIT 1) ak ON true
-    WHERE (w.tg IS NULL OR w.tg = p_group_id) AND ak.hit IS NULL
+            AND EXISTS (SELECT 1 FROM e_newest(p_group_id, p.mslot, p.pos))) w
+    LEFT JOIN LATERAL e_newest(p_group_id, w.slot, w.pos) d ON true
+    WHERE (w.tg IS NULL OR w.tg = p_group_id) AND NOT e_completed(p_group_id, w.slot, w.pos)
     ORDER BY w.pos;
 END
 $$;
@@ -168,10 +161,8 @@ BEGIN
                            - (SELECT count(*) FROM prio p
                               WHERE p.lane = st.lane AND p.priority > 0 AND p.pos > st.cursor
                                 AND (p.target IS NULL OR p.target = g.id)
-                                AND (EXISTS (SELECT 1 FROM deliveries d
-                                             WHERE d.slot = p.mslot AND d.group_id = g.id AND d.pos = p.pos)
-                                     OR EXISTS (SELECT 1 FROM acks a
-                                                WHERE a.slot = p.mslot AND a.group_id = g.id AND a.pos = p.pos))) AS n
+                                AND (EXISTS (SELECT 1 FROM e_newest(g.id, p.mslot, p.pos))
+                                     OR e_completed(g.id, p.mslot, p.pos))) AS n
                     FROM batches b
                     WHERE b.lane = st.lane AND b.last_pos > st.cursor AND b.last_pos >= b.first_pos) nb) AS numbered
         INTO ls;

@@ -18,7 +18,8 @@
 -- may get a run of one key).
 
 -- e_take_expired: step 1. Leases of the lane that expired since the last
--- look, oldest expiry first. A lease is redelivered if it is still the
+-- look, oldest expiry first (a run's lease: each of its positions, read
+-- from the lane's batches). A lease is redelivered if it is still the
 -- message's newest delivery row (by attempt, then time: an extend writes a
 -- newer row) and the message is not completed. Each lease's expiry is looked
 -- at about once, whatever the number in flight. A parked retry (token 0)
@@ -36,19 +37,28 @@ BEGIN
         -- Every lease that expired since scan_from is returned, so that
         -- scan_from moves past it; only those at or above the low-water mark
         -- (below it everything is completed) are probed.
-        SELECT d.pos, d.attempt, d.token, d.msg_id, d.txid, d.slot, d.expires_at, d.key_hash,
-               d.pos >= st.lwm AND newer.hit IS NULL AND ak.hit IS NULL AS expired
+        SELECT e.pos, d.attempt, d.token, e.id AS msg_id, e.txid, d.slot, d.expires_at, d.key_hash,
+               e.pos >= st.lwm AND newer.hit IS NULL AND NOT e_completed(p_group_id, d.slot, e.pos) AS expired
         FROM deliveries d
+        -- a single delivery's position, or each position of a run (engine_runs.sql)
+        CROSS JOIN LATERAL (
+            SELECT d.pos, d.msg_id AS id, d.txid WHERE d.last_pos IS NULL
+            UNION ALL
+            SELECT b.first_pos + w.lo + u.o - 2, u.id, u.txid
+            FROM batches b
+            CROSS JOIN LATERAL (SELECT greatest(d.pos, b.first_pos) - b.first_pos + 1 AS lo,
+                                       least(d.last_pos, b.last_pos) - b.first_pos + 1 AS hi) w
+            CROSS JOIN LATERAL unnest(b.ids[w.lo:w.hi], b.txids[w.lo:w.hi]) WITH ORDINALITY AS u(id, txid, o)
+            WHERE d.last_pos IS NOT NULL AND b.lane = d.lane AND b.last_pos >= d.pos AND b.first_pos <= d.last_pos
+              AND b.last_pos >= b.first_pos) e
         LEFT JOIN LATERAL (SELECT 1 AS hit FROM deliveries d2
-                           WHERE d.pos >= st.lwm
-                             AND d2.group_id = p_group_id AND d2.pos = d.pos AND d2.slot = d.slot
+                           WHERE e.pos >= st.lwm
+                             AND d2.group_id = p_group_id AND d2.pos = e.pos AND d2.slot = d.slot
+                             AND d2.last_pos IS NULL
                              AND (d2.attempt, d2.delivered_at, d2.token) > (d.attempt, d.delivered_at, d.token)
                            LIMIT 1) newer ON true
-        LEFT JOIN LATERAL (SELECT 1 AS hit FROM acks a
-                           WHERE d.pos >= st.lwm
-                             AND a.group_id = p_group_id AND a.pos = d.pos AND a.slot = d.slot LIMIT 1) ak ON true
         WHERE d.group_id = p_group_id AND d.lane = st.lane AND d.expires_at >= st.scan_from AND d.expires_at <= p_now
-        ORDER BY d.expires_at, d.pos
+        ORDER BY d.expires_at, e.pos
     LOOP
         IF r.expired AND NOT r.pos = ANY (pk.pos) THEN
             IF r.key_hash IS NOT NULL THEN
@@ -202,12 +212,10 @@ BEGIN
         RETURN QUERY
         SELECT p.priority, p.pos, p.mslot, p.id, p.txid
         FROM prio p
-        LEFT JOIN LATERAL (SELECT 1 AS hit FROM acks a
-                           WHERE a.group_id = p_group_id AND a.pos = p.pos AND a.slot = p.mslot LIMIT 1) ak ON true
         WHERE p.lane = p_lane AND p.priority = lvl
           AND p.pos > greatest(p_after, p_lv_pos[array_position(p_lv_prio, lvl)])
           AND (p_upto IS NULL OR p.pos <= p_upto)
-          AND (p.target IS NULL OR p.target = p_group_id) AND ak.hit IS NULL
+          AND (p.target IS NULL OR p.target = p_group_id) AND NOT e_completed(p_group_id, p.mslot, p.pos)
         ORDER BY p.pos
         LIMIT left_;
         GET DIAGNOSTICS n = ROW_COUNT;
@@ -294,10 +302,8 @@ BEGIN
             FROM (SELECT b.first_pos + v_from + x.o - 2 AS pos, x.id, x.txid, x.slot
                   FROM unnest(b.ids[v_from:v_to], b.txids[v_from:v_to], b.slots[v_from:v_to], b.targets[v_from:v_to])
                        WITH ORDINALITY AS x(id, txid, slot, tg, o)
-                  LEFT JOIN LATERAL (SELECT 1 AS hit FROM acks a
-                                     WHERE a.group_id = p_group_id AND a.pos = b.first_pos + v_from + x.o - 2
-                                       AND a.slot = x.slot LIMIT 1) ak ON true
-                  WHERE (x.tg IS NULL OR x.tg = p_group_id) AND ak.hit IS NULL
+                  WHERE (x.tg IS NULL OR x.tg = p_group_id)
+                    AND NOT e_completed(p_group_id, x.slot, b.first_pos + v_from + x.o - 2)
                   ORDER BY x.o
                   LIMIT need) f;
             need := need - i;
@@ -311,9 +317,6 @@ BEGIN
             FROM unnest(b.ids[v_from:v_to], b.txids[v_from:v_to], b.slots[v_from:v_to], b.targets[v_from:v_to],
                         b.keys[v_from:v_to], b.prios[v_from:v_to])
                  WITH ORDINALITY AS x(id, txid, slot, tg, k, pr, o)
-            LEFT JOIN LATERAL (SELECT 1 AS hit FROM acks a
-                               WHERE a.group_id = p_group_id AND a.pos = b.first_pos + v_from + x.o - 2
-                                 AND a.slot = x.slot LIMIT 1) ak ON true
             -- for a keyed message: the key's previous position, and whether it is completed
             LEFT JOIN LATERAL (SELECT kk.pos, kk.mslot FROM keyed kk
                                WHERE x.k IS NOT NULL AND kk.key_hash = x.k AND kk.pos < b.first_pos + v_from + x.o - 2
@@ -322,7 +325,8 @@ BEGIN
             LEFT JOIN LATERAL (SELECT 1 AS hit FROM acks a
                                WHERE kp.pos IS NOT NULL AND a.group_id = p_group_id AND a.pos = kp.pos
                                  AND a.slot = kp.mslot LIMIT 1) pd ON true
-            WHERE (x.tg IS NULL OR x.tg = p_group_id) AND ak.hit IS NULL
+            WHERE (x.tg IS NULL OR x.tg = p_group_id)
+              AND NOT e_completed(p_group_id, x.slot, b.first_pos + v_from + x.o - 2)
         LOOP
             IF r.k IS NOT NULL THEN
                 -- A blocked key waits for step 2, unless this receive picked

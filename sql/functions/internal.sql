@@ -203,30 +203,33 @@ AS $$
 $$;
 
 -- _receipt_ok: whether a receipt is of sluice's form,
--- slot.position.attempt.token, each part digits, at most 9, 18, 9 and 18 of
--- them (so that they cast to int, bigint, int, bigint). The lengths are
--- checked apart: a regular expression with bounded repeats costs twice as
--- much, on every receipt of every ack. No SET clause, so that callers
--- inline it.
+-- slot.position.attempt.token, or slot.position.attempt.token.run for a
+-- message leased as part of a run (run: the run's first position), each
+-- part digits, at most 9, 18, 9, 18 and 18 of them (so that they cast to
+-- int, bigint, int, bigint, bigint). The lengths are checked apart: a
+-- regular expression with bounded repeats costs twice as much, on every
+-- receipt of every ack. No SET clause, so that callers inline it.
 CREATE OR REPLACE FUNCTION sluice._receipt_ok(p_receipt text)
 RETURNS boolean
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 AS $$
-    SELECT p_receipt OPERATOR(pg_catalog.~) '^[0-9]+\.[0-9]+\.[0-9]+\.[0-9]+$'
+    SELECT p_receipt OPERATOR(pg_catalog.~) '^[0-9]+\.[0-9]+\.[0-9]+\.[0-9]+(\.[0-9]+)?$'
        AND pg_catalog.length(pg_catalog.split_part(p_receipt, '.', 1)) OPERATOR(pg_catalog.<=) 9
        AND pg_catalog.length(pg_catalog.split_part(p_receipt, '.', 2)) OPERATOR(pg_catalog.<=) 18
        AND pg_catalog.length(pg_catalog.split_part(p_receipt, '.', 3)) OPERATOR(pg_catalog.<=) 9
        AND pg_catalog.length(pg_catalog.split_part(p_receipt, '.', 4)) OPERATOR(pg_catalog.<=) 18
+       AND pg_catalog.length(pg_catalog.split_part(p_receipt, '.', 5)) OPERATOR(pg_catalog.<=) 18
 $$;
 
 -- _parse_receipts: split receipts into their parts.
 --
 -- Parameters:
 --   p_receipts  receipts as returned by receive
--- Returns: one row per receipt (part, pos, attempt, token), in input order
+-- Returns: one row per receipt (part, pos, attempt, token, run: NULL
+--          unless the message was leased as part of a run), in input order
 -- Errors: SL006 invalid_argument (NULL array), SL008 invalid_receipt
 CREATE OR REPLACE FUNCTION sluice._parse_receipts(p_receipts text[])
-RETURNS TABLE (part int, pos bigint, attempt int, token bigint)
+RETURNS TABLE (part int, pos bigint, attempt int, token bigint, run bigint)
 LANGUAGE plpgsql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -247,7 +250,7 @@ BEGIN
     END IF;
     RETURN QUERY
         SELECT split_part(x, '.', 1)::int, split_part(x, '.', 2)::bigint,
-               split_part(x, '.', 3)::int, split_part(x, '.', 4)::bigint
+               split_part(x, '.', 3)::int, split_part(x, '.', 4)::bigint, nullif(split_part(x, '.', 5), '')::bigint
         FROM unnest(p_receipts) WITH ORDINALITY AS u(x, ord)
         ORDER BY u.ord;
 END

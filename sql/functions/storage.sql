@@ -93,18 +93,22 @@ BEGIN
             delivered_at timestamptz NOT NULL,
             consumer     text,
             key_hash     bigint,     -- token 0: a parked retry due at expires_at
-            lane         smallint NOT NULL DEFAULT 0
+            lane         smallint NOT NULL DEFAULT 0,
+            last_pos     bigint      -- a run: the lane's positions pos..last_pos (engine_runs.sql)
         ) PARTITION BY LIST (slot);
         CREATE INDEX ON %1$I.deliveries (group_id, pos, attempt);
         CREATE INDEX ON %1$I.deliveries (group_id, lane, expires_at);
+        CREATE INDEX ON %1$I.deliveries (group_id, pos) WHERE last_pos IS NOT NULL;
         CREATE TABLE %1$I.acks (
             slot     smallint NOT NULL,
             group_id int NOT NULL,
             pos      bigint NOT NULL,
             kind     "char" NOT NULL,   -- a acked, n nacked, d dead letter, x message gone (reclaimed, purged)
             acked_at timestamptz NOT NULL,
+            last_pos bigint,            -- a whole run completed: positions pos..last_pos
             UNIQUE (group_id, pos, slot)
         ) PARTITION BY LIST (slot);
+        CREATE INDEX ON %1$I.acks (group_id, pos) WHERE last_pos IS NOT NULL;
         CREATE TABLE %1$I.group_states (
             slot      smallint NOT NULL,
             group_id  int NOT NULL,
@@ -290,6 +294,7 @@ CREATE OR REPLACE FUNCTION sluice._instantiate(p_queue_id int)
 RETURNS void
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
+SET check_function_bodies = off   -- (engine_runs.sql: SQL templates name the queue's tables)
 AS $$
 DECLARE
     sch constant text := sluice._qschema(p_queue_id);

@@ -1,0 +1,125 @@
+-- Group: engine templates - runs (see engine_cut.sql for what a template is)
+--
+-- A receive leases the unkeyed first deliveries it takes as runs: the
+-- consecutive positions of one lane and slot that it picks in one call get
+-- one deliveries row (pos = the run's first position, last_pos its last,
+-- attempt 1, msg_id and txid of the first), and each message a receipt
+-- slot.pos.1.token.run that names the run. An ack that completes all of a
+-- run's positions at once (the common case: a consumer acks the batch it
+-- received) writes one acks row for it (pos..last_pos); any other
+-- completion (part of a run, a nack, a dead letter, a message that is gone)
+-- writes one row per position, as before runs. A run of one position is an
+-- ordinary single row.
+--
+-- Runs of a group never overlap: a run is made only of positions taken for
+-- the first time (after the lane's cursor), and after a crash, which
+-- empties the deliveries, the positions taken again are the ones not
+-- completed. So the acks rows of whole runs never overlap either, and the
+-- run covering a position is the nearest run at or before it. A position
+-- may be both in an acked run and in a row of its own (a nack or a dead
+-- letter racing an ack of the run): it is completed either way, and
+-- counts of completed positions count it once (e_lane_lwm).
+--
+-- These are SQL functions without SET clauses, so that the planner inlines
+-- them into the statements that call them; their table names are resolved
+-- when they are inlined, in the queue's schema (the entry points' search
+-- path), so their bodies are not checked when they are created.
+SET check_function_bodies = off;
+
+-- e_completed: whether a group has completed a position, by a row of its
+-- own or by the acks row of its whole run.
+--
+-- Parameters:
+--   p_group_id  group id
+--   p_slot      the position's slot (its message's)
+--   p_pos       the position
+CREATE OR REPLACE FUNCTION sluice_tmpl.e_completed(p_group_id int, p_slot smallint, p_pos bigint)
+RETURNS boolean
+LANGUAGE sql STABLE
+AS $$
+    SELECT EXISTS (SELECT 1 FROM acks a WHERE a.group_id = p_group_id AND a.pos = p_pos AND a.slot = p_slot)
+        OR coalesce((SELECT a.last_pos >= p_pos FROM acks a
+                     WHERE a.group_id = p_group_id AND a.slot = p_slot AND a.last_pos IS NOT NULL AND a.pos < p_pos
+                     ORDER BY a.pos DESC LIMIT 1), false)
+$$;
+
+-- e_any_completed: whether a group has completed any position from p_lo to
+-- p_hi (of any slot): lets a receive skip e_completed for each position of
+-- a range that nobody has completed yet (the usual case after the cursor).
+CREATE OR REPLACE FUNCTION sluice_tmpl.e_any_completed(p_group_id int, p_lo bigint, p_hi bigint)
+RETURNS boolean
+LANGUAGE sql STABLE
+AS $$
+    SELECT EXISTS (SELECT 1 FROM acks a WHERE a.group_id = p_group_id AND a.pos BETWEEN p_lo AND p_hi)
+        OR coalesce((SELECT a.last_pos >= p_lo FROM acks a
+                     WHERE a.group_id = p_group_id AND a.last_pos IS NOT NULL AND a.pos < p_lo
+                     ORDER BY a.pos DESC LIMIT 1), false)
+$$;
+
+-- e_completed_count: how many positions from p_lo to p_hi a group has
+-- completed (of any slot), each counted once: its own rows, and the part
+-- of the acked runs inside the range (the run reaching in from below
+-- included).
+CREATE OR REPLACE FUNCTION sluice_tmpl.e_completed_count(p_group_id int, p_lo bigint, p_hi bigint)
+RETURNS bigint
+LANGUAGE sql STABLE
+AS $$
+    SELECT count(*) FROM (
+        SELECT a.pos FROM acks a
+        WHERE a.group_id = p_group_id AND a.pos BETWEEN p_lo AND p_hi AND a.last_pos IS NULL
+        UNION
+        SELECT generate_series(a.pos, least(a.last_pos, p_hi)) FROM acks a
+        WHERE a.group_id = p_group_id AND a.last_pos IS NOT NULL AND a.pos BETWEEN p_lo AND p_hi
+        UNION
+        SELECT generate_series(p_lo, least(s.last_pos, p_hi))
+        FROM (SELECT a.last_pos FROM acks a
+              WHERE a.group_id = p_group_id AND a.last_pos IS NOT NULL AND a.pos < p_lo
+              ORDER BY a.pos DESC LIMIT 1) s
+        WHERE s.last_pos >= p_lo) u
+$$;
+
+-- e_newest: a group's newest delivery row of a position (by attempt, then
+-- time, then token: extends write newer rows with the same token; nack and
+-- release write parked rows with token 0): its own rows, or else the run
+-- that covers it. No row: the position was never delivered (or its rows
+-- were lost in a crash).
+--
+-- Parameters:
+--   p_group_id  group id
+--   p_slot      the position's slot
+--   p_pos       the position
+-- Returns: at most one row (attempt, token, expires_at, delivered_at, run:
+--          the run's first position, NULL for a row of its own)
+CREATE OR REPLACE FUNCTION sluice_tmpl.e_newest(p_group_id int, p_slot smallint, p_pos bigint)
+RETURNS TABLE (attempt int, token bigint, expires_at timestamptz, delivered_at timestamptz, run bigint)
+LANGUAGE sql STABLE
+AS $$
+    SELECT x.attempt, x.token, x.expires_at, x.delivered_at, x.run
+    FROM (SELECT d.attempt, d.token, d.expires_at, d.delivered_at, NULL::bigint AS run, 1 AS o
+          FROM deliveries d
+          WHERE d.slot = p_slot AND d.group_id = p_group_id AND d.pos = p_pos AND d.last_pos IS NULL
+          UNION ALL
+          SELECT r.attempt, r.token, r.expires_at, r.delivered_at, r.pos, 2
+          FROM (SELECT d.attempt, d.token, d.expires_at, d.delivered_at, d.pos, d.last_pos FROM deliveries d
+                WHERE d.slot = p_slot AND d.group_id = p_group_id AND d.last_pos IS NOT NULL AND d.pos <= p_pos
+                ORDER BY d.pos DESC LIMIT 1) r
+          WHERE r.last_pos >= p_pos) x
+    ORDER BY x.o, x.attempt DESC, x.delivered_at DESC, x.token DESC
+    LIMIT 1
+$$;
+
+-- e_run_message: the message at a position of a lane (its id and txid),
+-- read from the lane's batches: the deliveries row of a run names only its
+-- first message.
+CREATE OR REPLACE FUNCTION sluice_tmpl.e_run_message(p_lane smallint, p_pos bigint)
+RETURNS TABLE (id bigint, txid xid8)
+LANGUAGE sql STABLE
+AS $$
+    SELECT b.ids[p_pos - b.first_pos + 1], b.txids[p_pos - b.first_pos + 1]
+    FROM batches b
+    WHERE b.lane = p_lane AND b.last_pos >= p_pos AND b.first_pos <= p_pos
+    ORDER BY b.last_pos
+    LIMIT 1
+$$;
+
+RESET check_function_bodies;
