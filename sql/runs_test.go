@@ -8,14 +8,17 @@ import (
 	"time"
 )
 
-// runRows is what a queue's deliveries and acks tables hold for a group:
-// rows, and the positions they cover (a run's row covers pos..last_pos).
+// runRows is what a queue holds of leases ("deliveries": deliveries and
+// runs) or of completions ("acks": acks and run_acks): rows, and the
+// positions they cover (a run's row covers pos..last_pos).
 func (b *bundle) runRows(queue, table string) (rows, positions int64) {
 	b.t.Helper()
 	schema := fmt.Sprintf("sluice_q%d", b.int64("SELECT id FROM sluice.queue WHERE name = $1", queue))
+	runs := map[string]string{"deliveries": "runs", "acks": "run_acks"}[table]
 	if err := b.pool.QueryRow(b.ctx, fmt.Sprintf(
-		`SELECT count(*), coalesce(sum(coalesce(last_pos - pos + 1, 1)), 0) FROM %s.%s`, schema, table)).
-		Scan(&rows, &positions); err != nil {
+		`SELECT (SELECT count(*) FROM %[1]s.%[2]s) + (SELECT count(*) FROM %[1]s.%[3]s),
+		        (SELECT count(*) FROM %[1]s.%[2]s) + (SELECT coalesce(sum(last_pos - pos + 1), 0) FROM %[1]s.%[3]s)`,
+		schema, table, runs)).Scan(&rows, &positions); err != nil {
 		b.t.Fatal(err)
 	}
 	return rows, positions
@@ -200,11 +203,11 @@ func TestCompletedCountCountsOverlapOnce(t *testing.T) {
 		t.Fatalf("ack = %d", n)
 	}
 	schema := fmt.Sprintf("sluice_q%d", b.int64("SELECT id FROM sluice.queue WHERE name = 'q'"))
-	// A run of the first 5 completed as one row, overlapping the singles.
+	// The first 5 completed as one run too, overlapping their acks rows.
 	first := got[0].Pos
 	b.exec(fmt.Sprintf(`DELETE FROM %s.acks WHERE pos = %d`, schema, first))
-	b.exec(fmt.Sprintf(`INSERT INTO %s.acks (slot, group_id, pos, kind, acked_at, last_pos)
-		SELECT slot, group_id, %d, 'a', now(), %d FROM %s.acks LIMIT 1`, schema, first, first+4, schema))
+	b.exec(fmt.Sprintf(`INSERT INTO %s.run_acks (slot, group_id, pos, last_pos, acked_at)
+		SELECT slot, group_id, %d, %d, now() FROM %s.acks LIMIT 1`, schema, first, first+4, schema))
 	// (the function names the queue's tables: it runs with the queue's
 	// schema on the search path, as inside the engine)
 	tx, err := b.pool.Begin(b.ctx)

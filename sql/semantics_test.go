@@ -572,8 +572,9 @@ func TestExpiryScanMovesPastCompletedLeases(t *testing.T) {
 	var behind int64
 	// (a run's row leases all of its positions)
 	if err := b.pool.QueryRow(b.ctx, fmt.Sprintf(`
-		SELECT sum(coalesce(d.last_pos - d.pos + 1, 1)) FROM %[1]s.deliveries d
-		WHERE d.expires_at <= (SELECT scan_from FROM %[1]s.group_states ORDER BY seq DESC LIMIT 1)`, schema)).
+		SELECT (SELECT count(*) FROM %[1]s.deliveries d WHERE d.expires_at <= h.t)
+		     + (SELECT coalesce(sum(r.last_pos - r.pos + 1), 0) FROM %[1]s.runs r WHERE r.expires_at <= h.t)
+		FROM (SELECT scan_from AS t FROM %[1]s.group_states ORDER BY seq DESC LIMIT 1) h`, schema)).
 		Scan(&behind); err != nil {
 		t.Fatal(err)
 	}

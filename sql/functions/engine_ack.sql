@@ -54,20 +54,18 @@ BEGIN
         SELECT r.part::smallint AS part, r.pos, r.attempt, r.token, r.run
         FROM sluice._parse_receipts(p_receipts) r
         WHERE r.part BETWEEN 0 AND 3
-    ), runs AS (
+    ), named AS (
         -- each run named; clean: its lease is current, and nothing in it
         -- has a row of its own or is completed
         SELECT x.part, x.run, x.token, d.last_pos, d.lane,
                d.expires_at > clock_timestamp()
                AND NOT EXISTS (SELECT 1 FROM deliveries o
-                           WHERE o.slot = x.part AND o.group_id = p_group_id
-                             AND o.pos BETWEEN x.run AND d.last_pos AND o.last_pos IS NULL)
-               AND NOT e_any_completed(p_group_id, x.run, d.last_pos) AS clean
+                               WHERE o.slot = x.part AND o.group_id = p_group_id AND o.pos BETWEEN x.run AND d.last_pos)
+               AND NOT EXISTS (SELECT FROM e_any_completed(p_group_id, x.run, d.last_pos)) AS clean
         FROM (SELECT DISTINCT r.part, r.run, r.token FROM r WHERE r.run IS NOT NULL AND r.attempt = 1) x
         CROSS JOIN LATERAL (
-            SELECT d.last_pos, d.lane, d.expires_at FROM deliveries d
-            WHERE d.slot = x.part AND d.group_id = p_group_id AND d.pos = x.run AND d.last_pos IS NOT NULL
-              AND d.token = x.token
+            SELECT d.last_pos, d.lane, d.expires_at FROM runs d
+            WHERE d.slot = x.part AND d.group_id = p_group_id AND d.pos = x.run AND d.token = x.token
             LIMIT 1) d
     )
     SELECT DISTINCT ON (x.part, x.pos) x.*
@@ -76,18 +74,18 @@ BEGIN
     FROM r
     CROSS JOIN LATERAL (
         SELECT dd.attempt, dd.token, dd.expires_at, dd.msg_id, dd.txid, dd.lane FROM deliveries dd
-        WHERE dd.slot = r.part AND dd.group_id = p_group_id AND dd.pos = r.pos AND dd.last_pos IS NULL
+        WHERE dd.slot = r.part AND dd.group_id = p_group_id AND dd.pos = r.pos
         ORDER BY dd.attempt DESC, dd.delivered_at DESC, dd.token DESC
         LIMIT 1) d
     WHERE r.run IS NULL AND d.attempt = r.attempt AND d.token = r.token
-      AND d.expires_at > clock_timestamp() AND NOT e_completed(p_group_id, r.part, r.pos)
+      AND d.expires_at > clock_timestamp() AND NOT EXISTS (SELECT FROM e_completed(p_group_id, r.part, r.pos))
     UNION ALL
     SELECT r.part, r.pos, r.attempt, r.token, NULL, NULL, u.lane, u.run, u.last_pos
     FROM r
-    JOIN runs u ON u.part = r.part AND u.run = r.run AND u.token = r.token
+    JOIN named u ON u.part = r.part AND u.run = r.run AND u.token = r.token
     WHERE r.pos BETWEEN u.run AND u.last_pos AND r.attempt = 1
       AND (u.clean
-           OR (NOT e_completed(p_group_id, r.part, r.pos)
+           OR (NOT EXISTS (SELECT FROM e_completed(p_group_id, r.part, r.pos))
                AND EXISTS (SELECT 1 FROM e_newest(p_group_id, r.part, r.pos) n
                            WHERE n.attempt = 1 AND n.token = r.token AND n.expires_at > clock_timestamp())))
     ) x
@@ -97,7 +95,8 @@ $$;
 
 -- e_ack: the body of sluice.ack for this queue (see there): one completion
 -- per current receipt, duplicates counted once, a whole run in one row
--- (engine_runs.sql). (ON CONFLICT rather than a
+-- (engine_runs.sql; a message acked at once by two calls, one as part of a
+-- whole run and one not, is counted by both). (ON CONFLICT rather than a
 -- plain INSERT in an exception block, which would be ~35% cheaper per row:
 -- a block that writes gets a subtransaction id, and a transaction that acks
 -- more than 64 times would overflow its subtransaction cache, making every
@@ -109,37 +108,24 @@ LANGUAGE plpgsql
 AS $$
 DECLARE
     n int;
-    v_missed int;
-    v_more int;
 BEGIN
-    -- A run whose every position is current here is completed with one row
-    -- (pos..last_pos); the other positions with a row each.
+    -- A run whose every position is current here is completed with one
+    -- run_acks row; the other positions with an acks row each.
     WITH c AS MATERIALIZED (
-        SELECT c.*, count(*) OVER (PARTITION BY c.slot, c.run) AS in_run
+        SELECT c.*, c.run IS NOT NULL AND count(*) OVER (PARTITION BY c.slot, c.run) = c.run_last - c.run + 1 AS whole
         FROM e_current_deliveries(p_group_id, p_receipts) c
-    ), w AS MATERIALIZED (
-        SELECT c.slot, c.pos, CASE WHEN c.run IS NOT NULL AND c.in_run = c.run_last - c.run + 1 THEN c.run_last END AS last_pos
-        FROM c
-        WHERE c.run IS NULL OR c.in_run < c.run_last - c.run + 1 OR c.pos = c.run
     ), ins AS (
-        INSERT INTO acks (slot, group_id, pos, kind, acked_at, last_pos)
-        SELECT w.slot, p_group_id, w.pos, 'a', clock_timestamp(), w.last_pos FROM w
-        ON CONFLICT DO NOTHING
-        RETURNING coalesce(last_pos - pos + 1, 1) AS n
-    )
-    SELECT coalesce(sum(ins.n), 0), (SELECT count(*) FROM w) - count(*) INTO n, v_missed FROM ins;
-    IF v_missed > 0 THEN
-        -- Some row was there already: a concurrent ack of the same
-        -- messages, or of part of a run (then the run's row was not written
-        -- and its other positions are not completed yet): complete what is
-        -- still current, a row each.
         INSERT INTO acks (slot, group_id, pos, kind, acked_at)
-        SELECT c.slot, p_group_id, c.pos, 'a', clock_timestamp()
-        FROM e_current_deliveries(p_group_id, p_receipts) c
-        ON CONFLICT DO NOTHING;
-        GET DIAGNOSTICS v_more = ROW_COUNT;
-        n := n + v_more;
-    END IF;
+        SELECT c.slot, p_group_id, c.pos, 'a', clock_timestamp() FROM c WHERE NOT c.whole
+        ON CONFLICT DO NOTHING
+        RETURNING 1
+    ), ins_runs AS (
+        INSERT INTO run_acks (slot, group_id, pos, last_pos, acked_at)
+        SELECT c.slot, p_group_id, c.run, c.run_last, clock_timestamp() FROM c WHERE c.whole AND c.pos = c.run
+        ON CONFLICT DO NOTHING   -- (the same run acked whole at the same time)
+        RETURNING last_pos - pos + 1 AS n
+    )
+    SELECT (SELECT count(*) FROM ins) + (SELECT coalesce(sum(ins_runs.n), 0) FROM ins_runs) INTO n;
     RETURN n;
 END
 $$;

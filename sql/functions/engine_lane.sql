@@ -67,7 +67,7 @@ BEGIN
         SELECT b.first_pos + u.o - 1 INTO v
         FROM unnest(b.slots, b.targets) WITH ORDINALITY AS u(slot, tg, o)
         WHERE b.first_pos + u.o - 1 BETWEEN b.lo AND b.hi AND (u.tg IS NULL OR u.tg = p_group_id)
-          AND NOT e_completed(p_group_id, u.slot, b.first_pos + u.o - 1)
+          AND NOT EXISTS (SELECT FROM e_completed(p_group_id, u.slot, b.first_pos + u.o - 1))
         ORDER BY u.o
         LIMIT 1;
         IF v IS NOT NULL THEN

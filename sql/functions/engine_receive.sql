@@ -63,8 +63,8 @@ BEGIN
     END LOOP;
     -- Lease what was picked and return the messages in the order they were
     -- picked: the unkeyed first deliveries that follow each other in a lane
-    -- and slot as runs (one delivery row each, engine_runs.sql), the others
-    -- with a row each. Those left over (gone, or out of attempts) are
+    -- and slot as runs (a runs row each, engine_runs.sql), the others with a
+    -- deliveries row each. Those left over (gone, or out of attempts) are
     -- e_lease_leftovers' business.
     IF cardinality(pk.pos) > 0 THEN
         RETURN QUERY
@@ -84,23 +84,28 @@ BEGIN
                 WHERE m.slot = k.slot AND m.txid = k.txid AND m.id = k.id
                 LIMIT 1) mm
             WHERE mm.attempt_base + k.attempt <= q.max_attempts
-        ), runs AS MATERIALIZED (
+        ), rn AS MATERIALIZED (
             SELECT k.lane, k.slot, k.grp, min(k.pos) AS first_pos, max(k.pos) AS last_pos,
                    1 + (random() * 999999999999999998)::bigint AS token
             FROM k
             GROUP BY k.lane, k.slot, k.grp
         ), ins AS (
             INSERT INTO deliveries (slot, group_id, lane, pos, attempt, token, msg_id, txid, expires_at, delivered_at,
-                                    consumer, key_hash, last_pos)
-            SELECT k.slot, g.id, k.lane, k.pos, k.attempt, ru.token, k.id, k.txid, v_now + p_lease, v_now, p_consumer, k.kh,
-                   nullif(ru.last_pos, ru.first_pos)
-            FROM k JOIN runs ru ON ru.lane = k.lane AND ru.slot = k.slot AND ru.grp = k.grp AND ru.first_pos = k.pos
+                                    consumer, key_hash)
+            SELECT k.slot, g.id, k.lane, k.pos, k.attempt, ru.token, k.id, k.txid, v_now + p_lease, v_now, p_consumer, k.kh
+            FROM k JOIN rn ru ON ru.lane = k.lane AND ru.slot = k.slot AND ru.grp = k.grp AND ru.first_pos = k.pos
+            WHERE ru.last_pos = ru.first_pos
+        ), ins_runs AS (
+            INSERT INTO runs (slot, group_id, lane, pos, last_pos, token, expires_at, delivered_at, consumer)
+            SELECT ru.slot, g.id, ru.lane, ru.first_pos, ru.last_pos, ru.token, v_now + p_lease, v_now, p_consumer
+            FROM rn ru
+            WHERE ru.last_pos > ru.first_pos
         )
         SELECT k.public_id, k.body, k.headers, k.mkey, k.priority, k.attempt_base + k.attempt, k.sent_at,
                k.slot || '.' || k.pos || '.' || k.attempt || '.' || ru.token
                || CASE WHEN ru.last_pos > ru.first_pos THEN '.' || ru.first_pos ELSE '' END,
                v_now + p_lease, k.pos
-        FROM k JOIN runs ru ON ru.lane = k.lane AND ru.slot = k.slot AND ru.grp = k.grp
+        FROM k JOIN rn ru ON ru.lane = k.lane AND ru.slot = k.slot AND ru.grp = k.grp
         ORDER BY k.o;
         GET DIAGNOSTICS n = ROW_COUNT;
         IF n < cardinality(pk.pos) THEN
@@ -156,6 +161,9 @@ BEGIN
              OR EXISTS (SELECT 1 FROM deliveries d
                         WHERE d.group_id = p_group_id AND d.lane = l.lane AND d.expires_at >= s.scan_from
                           AND d.expires_at <= p_now)
+             OR EXISTS (SELECT 1 FROM runs ru
+                        WHERE ru.group_id = p_group_id AND ru.lane = l.lane AND ru.expires_at >= s.scan_from
+                          AND ru.expires_at <= p_now)
              OR (p_prio AND EXISTS (SELECT 1 FROM prio p WHERE p.lane = l.lane AND p.priority < 0
                                                             AND p.pos >= s.lwm AND p.pos <= s.cursor))) c;
 END
@@ -319,7 +327,9 @@ DECLARE
     v_slot smallint;
 BEGIN
     IF EXISTS (SELECT 1 FROM deliveries d WHERE d.group_id = g.id AND d.lane = p_lane
-                                           AND d.expires_at >= st.scan_from AND d.expires_at <= p_now) THEN
+                                           AND d.expires_at >= st.scan_from AND d.expires_at <= p_now)
+       OR EXISTS (SELECT 1 FROM runs ru WHERE ru.group_id = g.id AND ru.lane = p_lane
+                                         AND ru.expires_at >= st.scan_from AND ru.expires_at <= p_now) THEN
         SELECT * INTO r FROM e_take_expired(g.id, st, pk, p_need, p_now);
         st := r.st; pk := r.pk;
     END IF;
@@ -347,7 +357,8 @@ BEGIN
               WHERE bb.lane = p_lane AND bb.last_pos > st.cursor AND bb.last_pos >= bb.first_pos
               ORDER BY bb.last_pos LIMIT 1) b
         -- (completed ahead of the cursor: only after a crash, see e_lane_state)
-        CROSS JOIN LATERAL (SELECT e_any_completed(g.id, b.first_pos + b.vfrom - 1, b.first_pos + b.vto - 1) AS hit) pre
+        CROSS JOIN LATERAL (SELECT EXISTS (SELECT FROM e_any_completed(g.id, b.first_pos + b.vfrom - 1, b.first_pos + b.vto - 1))
+                                AS hit OFFSET 0) pre
         CROSS JOIN LATERAL (
             SELECT count(*)::int AS n, max(f.pos) AS last_taken, coalesce(array_agg(f.pos), '{}') AS pos,
                    coalesce(array_agg(f.id), '{}') AS id, coalesce(array_agg(f.txid), '{}') AS txid,
@@ -356,7 +367,7 @@ BEGIN
                   FROM unnest(b.ids[b.vfrom:b.vto], b.txids[b.vfrom:b.vto], b.slots[b.vfrom:b.vto],
                               b.targets[b.vfrom:b.vto]) WITH ORDINALITY AS x(id, txid, slot, tg, o)
                   WHERE b.plain AND (x.tg IS NULL OR x.tg = g.id)
-                    AND NOT (pre.hit AND e_completed(g.id, x.slot, b.first_pos + b.vfrom + x.o - 2))
+                    AND NOT (pre.hit AND EXISTS (SELECT FROM e_completed(g.id, x.slot, b.first_pos + b.vfrom + x.o - 2)))
                   ORDER BY x.o
                   LIMIT p_need - cardinality(pk.pos)) f) t;
         EXIT WHEN r.plain IS NULL;   -- no batch after the cursor

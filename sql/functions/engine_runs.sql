@@ -2,23 +2,24 @@
 --
 -- A receive leases the unkeyed first deliveries it takes as runs: the
 -- consecutive positions of one lane and slot that it picks in one call get
--- one deliveries row (pos = the run's first position, last_pos its last,
--- attempt 1, msg_id and txid of the first), and each message a receipt
--- slot.pos.1.token.run that names the run. An ack that completes all of a
--- run's positions at once (the common case: a consumer acks the batch it
--- received) writes one acks row for it (pos..last_pos); any other
--- completion (part of a run, a nack, a dead letter, a message that is gone)
--- writes one row per position, as before runs. A run of one position is an
--- ordinary single row.
+-- one row of table runs (pos = the run's first position, last_pos its last,
+-- attempt 1, one token), and each message a receipt slot.pos.1.token.run
+-- that names the run; a run of one position is an ordinary deliveries row.
+-- An ack that completes all of a run's positions at once (the common case:
+-- a consumer acks the batch it received) writes one row of run_acks for it;
+-- any other completion (part of a run, a nack, a dead letter, a message
+-- that is gone) writes an acks row per position, as before runs. An extend
+-- or a redelivery of a message of a run writes a deliveries row of its own,
+-- which is newer than the run.
 --
 -- Runs of a group never overlap: a run is made only of positions taken for
 -- the first time (after the lane's cursor), and after a crash, which
--- empties the deliveries, the positions taken again are the ones not
--- completed. So the acks rows of whole runs never overlap either, and the
--- run covering a position is the nearest run at or before it. A position
--- may be both in an acked run and in a row of its own (a nack or a dead
--- letter racing an ack of the run): it is completed either way, and
--- counts of completed positions count it once (e_lane_lwm).
+-- empties runs and deliveries, the positions taken again are the ones not
+-- completed. So run_acks rows never overlap either, and the run covering a
+-- position is the nearest one at or before it. A position may be both in
+-- an acked run and in an acks row (a nack or a dead letter racing an ack of
+-- the run): it is completed either way, and counts of completed positions
+-- count it once (e_completed_count).
 --
 -- These are SQL functions without SET clauses, so that the planner inlines
 -- them into the statements that call them; their table names are resolved
@@ -26,34 +27,46 @@
 -- path), so their bodies are not checked when they are created.
 SET check_function_bodies = off;
 
--- e_completed: whether a group has completed a position, by a row of its
--- own or by the acks row of its whole run.
+-- e_completed: the rows by which a group has completed a position (its
+-- acks row, or the run_acks row of its whole run): none if it has not. Asked
+-- as EXISTS (SELECT FROM e_completed(...)). (Set-returning, because the
+-- planner inlines such a function with its subqueries into the caller's
+-- query; a scalar one with a subquery it would call row by row.)
 --
 -- Parameters:
 --   p_group_id  group id
 --   p_slot      the position's slot (its message's)
 --   p_pos       the position
 CREATE OR REPLACE FUNCTION sluice_tmpl.e_completed(p_group_id int, p_slot smallint, p_pos bigint)
-RETURNS boolean
+RETURNS TABLE (pos bigint)
 LANGUAGE sql STABLE
 AS $$
-    SELECT EXISTS (SELECT 1 FROM acks a WHERE a.group_id = p_group_id AND a.pos = p_pos AND a.slot = p_slot)
-        OR coalesce((SELECT a.last_pos >= p_pos FROM acks a
-                     WHERE a.group_id = p_group_id AND a.slot = p_slot AND a.last_pos IS NOT NULL AND a.pos < p_pos
-                     ORDER BY a.pos DESC LIMIT 1), false)
+    SELECT a.pos FROM acks a WHERE a.group_id = p_group_id AND a.pos = p_pos AND a.slot = p_slot
+    UNION ALL
+    SELECT r.pos
+    FROM (SELECT a.pos, a.last_pos FROM run_acks a
+          WHERE a.group_id = p_group_id AND a.slot = p_slot AND a.pos <= p_pos
+          ORDER BY a.pos DESC LIMIT 1) r
+    WHERE r.last_pos >= p_pos
 $$;
 
--- e_any_completed: whether a group has completed any position from p_lo to
--- p_hi (of any slot): lets a receive skip e_completed for each position of
--- a range that nobody has completed yet (the usual case after the cursor).
+-- e_any_completed: the rows by which a group has completed positions
+-- from p_lo to p_hi (of any slot), a few at most: asked as EXISTS, it lets
+-- a receive skip e_completed for each position of a range that nobody has
+-- completed yet (the usual case after the cursor).
 CREATE OR REPLACE FUNCTION sluice_tmpl.e_any_completed(p_group_id int, p_lo bigint, p_hi bigint)
-RETURNS boolean
+RETURNS TABLE (pos bigint)
 LANGUAGE sql STABLE
 AS $$
-    SELECT EXISTS (SELECT 1 FROM acks a WHERE a.group_id = p_group_id AND a.pos BETWEEN p_lo AND p_hi)
-        OR coalesce((SELECT a.last_pos >= p_lo FROM acks a
-                     WHERE a.group_id = p_group_id AND a.last_pos IS NOT NULL AND a.pos < p_lo
-                     ORDER BY a.pos DESC LIMIT 1), false)
+    SELECT a.pos FROM acks a WHERE a.group_id = p_group_id AND a.pos BETWEEN p_lo AND p_hi
+    UNION ALL
+    SELECT a.pos FROM run_acks a WHERE a.group_id = p_group_id AND a.pos BETWEEN p_lo AND p_hi
+    UNION ALL
+    SELECT r.pos
+    FROM (SELECT a.pos, a.last_pos FROM run_acks a
+          WHERE a.group_id = p_group_id AND a.pos < p_lo
+          ORDER BY a.pos DESC LIMIT 1) r
+    WHERE r.last_pos >= p_lo
 $$;
 
 -- e_completed_count: how many positions from p_lo to p_hi a group has
@@ -66,22 +79,22 @@ LANGUAGE sql STABLE
 AS $$
     SELECT count(*) FROM (
         SELECT a.pos FROM acks a
-        WHERE a.group_id = p_group_id AND a.pos BETWEEN p_lo AND p_hi AND a.last_pos IS NULL
+        WHERE a.group_id = p_group_id AND a.pos BETWEEN p_lo AND p_hi
         UNION
-        SELECT generate_series(a.pos, least(a.last_pos, p_hi)) FROM acks a
-        WHERE a.group_id = p_group_id AND a.last_pos IS NOT NULL AND a.pos BETWEEN p_lo AND p_hi
+        SELECT generate_series(a.pos, least(a.last_pos, p_hi)) FROM run_acks a
+        WHERE a.group_id = p_group_id AND a.pos BETWEEN p_lo AND p_hi
         UNION
         SELECT generate_series(p_lo, least(s.last_pos, p_hi))
-        FROM (SELECT a.last_pos FROM acks a
-              WHERE a.group_id = p_group_id AND a.last_pos IS NOT NULL AND a.pos < p_lo
+        FROM (SELECT a.last_pos FROM run_acks a
+              WHERE a.group_id = p_group_id AND a.pos < p_lo
               ORDER BY a.pos DESC LIMIT 1) s
         WHERE s.last_pos >= p_lo) u
 $$;
 
--- e_newest: a group's newest delivery row of a position (by attempt, then
--- time, then token: extends write newer rows with the same token; nack and
--- release write parked rows with token 0): its own rows, or else the run
--- that covers it. No row: the position was never delivered (or its rows
+-- e_newest: a group's newest delivery of a position: its newest deliveries
+-- row (by attempt, then time, then token: extends write newer rows with the
+-- same token; nack and release write parked rows with token 0), or else the
+-- run that covers it. No row: the position was never delivered (or its rows
 -- were lost in a crash).
 --
 -- Parameters:
@@ -97,20 +110,19 @@ AS $$
     SELECT x.attempt, x.token, x.expires_at, x.delivered_at, x.run
     FROM (SELECT d.attempt, d.token, d.expires_at, d.delivered_at, NULL::bigint AS run, 1 AS o
           FROM deliveries d
-          WHERE d.slot = p_slot AND d.group_id = p_group_id AND d.pos = p_pos AND d.last_pos IS NULL
+          WHERE d.slot = p_slot AND d.group_id = p_group_id AND d.pos = p_pos
           UNION ALL
-          SELECT r.attempt, r.token, r.expires_at, r.delivered_at, r.pos, 2
-          FROM (SELECT d.attempt, d.token, d.expires_at, d.delivered_at, d.pos, d.last_pos FROM deliveries d
-                WHERE d.slot = p_slot AND d.group_id = p_group_id AND d.last_pos IS NOT NULL AND d.pos <= p_pos
-                ORDER BY d.pos DESC LIMIT 1) r
+          SELECT 1, r.token, r.expires_at, r.delivered_at, r.pos, 2
+          FROM (SELECT r.token, r.expires_at, r.delivered_at, r.pos, r.last_pos FROM runs r
+                WHERE r.slot = p_slot AND r.group_id = p_group_id AND r.pos <= p_pos
+                ORDER BY r.pos DESC LIMIT 1) r
           WHERE r.last_pos >= p_pos) x
     ORDER BY x.o, x.attempt DESC, x.delivered_at DESC, x.token DESC
     LIMIT 1
 $$;
 
 -- e_run_message: the message at a position of a lane (its id and txid),
--- read from the lane's batches: the deliveries row of a run names only its
--- first message.
+-- read from the lane's batches (a run's row names no message).
 CREATE OR REPLACE FUNCTION sluice_tmpl.e_run_message(p_lane smallint, p_pos bigint)
 RETURNS TABLE (id bigint, txid xid8)
 LANGUAGE sql STABLE

@@ -35,7 +35,7 @@ BEGIN
           WHERE p.lane = p_lane AND p.priority > 0 AND p.pos > p_cursor
             AND EXISTS (SELECT 1 FROM e_newest(p_group_id, p.mslot, p.pos))) w
     LEFT JOIN LATERAL e_newest(p_group_id, w.slot, w.pos) d ON true
-    WHERE (w.tg IS NULL OR w.tg = p_group_id) AND NOT e_completed(p_group_id, w.slot, w.pos)
+    WHERE (w.tg IS NULL OR w.tg = p_group_id) AND NOT EXISTS (SELECT FROM e_completed(p_group_id, w.slot, w.pos))
     ORDER BY w.pos;
 END
 $$;
@@ -162,7 +162,7 @@ BEGIN
                               WHERE p.lane = st.lane AND p.priority > 0 AND p.pos > st.cursor
                                 AND (p.target IS NULL OR p.target = g.id)
                                 AND (EXISTS (SELECT 1 FROM e_newest(g.id, p.mslot, p.pos))
-                                     OR e_completed(g.id, p.mslot, p.pos))) AS n
+                                     OR EXISTS (SELECT FROM e_completed(g.id, p.mslot, p.pos)))) AS n
                     FROM batches b
                     WHERE b.lane = st.lane AND b.last_pos > st.cursor AND b.last_pos >= b.first_pos) nb) AS numbered
         INTO ls;

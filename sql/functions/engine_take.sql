@@ -38,8 +38,17 @@ BEGIN
         -- scan_from moves past it; only those at or above the low-water mark
         -- (below it everything is completed) are probed.
         SELECT e.pos, d.attempt, d.token, e.id AS msg_id, e.txid, d.slot, d.expires_at, d.key_hash,
-               e.pos >= st.lwm AND newer.hit IS NULL AND NOT e_completed(p_group_id, d.slot, e.pos) AS expired
-        FROM deliveries d
+               e.pos >= st.lwm AND newer.hit IS NULL AND NOT EXISTS (SELECT FROM e_completed(p_group_id, d.slot, e.pos)) AS expired
+        FROM (SELECT dd.pos, NULL::bigint AS last_pos, dd.attempt, dd.token, dd.msg_id, dd.txid, dd.slot, dd.lane,
+                     dd.expires_at, dd.delivered_at, dd.key_hash
+              FROM deliveries dd
+              WHERE dd.group_id = p_group_id AND dd.lane = st.lane
+                AND dd.expires_at >= st.scan_from AND dd.expires_at <= p_now
+              UNION ALL
+              SELECT ru.pos, ru.last_pos, 1, ru.token, NULL, NULL, ru.slot, ru.lane, ru.expires_at, ru.delivered_at, NULL
+              FROM runs ru
+              WHERE ru.group_id = p_group_id AND ru.lane = st.lane
+                AND ru.expires_at >= st.scan_from AND ru.expires_at <= p_now) d
         -- a single delivery's position, or each position of a run (engine_runs.sql)
         CROSS JOIN LATERAL (
             SELECT d.pos, d.msg_id AS id, d.txid WHERE d.last_pos IS NULL
@@ -54,10 +63,8 @@ BEGIN
         LEFT JOIN LATERAL (SELECT 1 AS hit FROM deliveries d2
                            WHERE e.pos >= st.lwm
                              AND d2.group_id = p_group_id AND d2.pos = e.pos AND d2.slot = d.slot
-                             AND d2.last_pos IS NULL
                              AND (d2.attempt, d2.delivered_at, d2.token) > (d.attempt, d.delivered_at, d.token)
                            LIMIT 1) newer ON true
-        WHERE d.group_id = p_group_id AND d.lane = st.lane AND d.expires_at >= st.scan_from AND d.expires_at <= p_now
         ORDER BY d.expires_at, e.pos
     LOOP
         IF r.expired AND NOT r.pos = ANY (pk.pos) THEN
@@ -215,7 +222,7 @@ BEGIN
         WHERE p.lane = p_lane AND p.priority = lvl
           AND p.pos > greatest(p_after, p_lv_pos[array_position(p_lv_prio, lvl)])
           AND (p_upto IS NULL OR p.pos <= p_upto)
-          AND (p.target IS NULL OR p.target = p_group_id) AND NOT e_completed(p_group_id, p.mslot, p.pos)
+          AND (p.target IS NULL OR p.target = p_group_id) AND NOT EXISTS (SELECT FROM e_completed(p_group_id, p.mslot, p.pos))
         ORDER BY p.pos
         LIMIT left_;
         GET DIAGNOSTICS n = ROW_COUNT;
@@ -303,7 +310,7 @@ BEGIN
                   FROM unnest(b.ids[v_from:v_to], b.txids[v_from:v_to], b.slots[v_from:v_to], b.targets[v_from:v_to])
                        WITH ORDINALITY AS x(id, txid, slot, tg, o)
                   WHERE (x.tg IS NULL OR x.tg = p_group_id)
-                    AND NOT e_completed(p_group_id, x.slot, b.first_pos + v_from + x.o - 2)
+                    AND NOT EXISTS (SELECT FROM e_completed(p_group_id, x.slot, b.first_pos + v_from + x.o - 2))
                   ORDER BY x.o
                   LIMIT need) f;
             need := need - i;
@@ -326,7 +333,7 @@ BEGIN
                                WHERE kp.pos IS NOT NULL AND a.group_id = p_group_id AND a.pos = kp.pos
                                  AND a.slot = kp.mslot LIMIT 1) pd ON true
             WHERE (x.tg IS NULL OR x.tg = p_group_id)
-              AND NOT e_completed(p_group_id, x.slot, b.first_pos + v_from + x.o - 2)
+              AND NOT EXISTS (SELECT FROM e_completed(p_group_id, x.slot, b.first_pos + v_from + x.o - 2))
         LOOP
             IF r.k IS NOT NULL THEN
                 -- A blocked key waits for step 2, unless this receive picked

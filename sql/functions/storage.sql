@@ -25,7 +25,44 @@ SET search_path = pg_catalog, pg_temp
 AS $$
     VALUES ('messages', false), ('batches', false), ('deliveries', true),
            ('acks', false), ('group_states', true), ('checkpoints', false), ('dedup', false),
-           ('keyed', false), ('prio', false)
+           ('keyed', false), ('prio', false), ('runs', true), ('run_acks', false)
+$$;
+
+-- _runs_ddl: the statements that create a queue's runs and run_acks
+-- tables (engine_runs.sql), without their slot partitions: for new queues
+-- (_create_storage) and for those made before runs (migration 0010).
+--
+-- * runs (UNLOGGED, like deliveries): one row per run a receive leased:
+--   the lane's positions pos..last_pos, attempt 1, under one token;
+-- * run_acks: one row per run an ack completed whole.
+CREATE OR REPLACE FUNCTION sluice._runs_ddl(p_schema text)
+RETURNS text
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT format($ddl$
+        CREATE TABLE %1$I.runs (
+            slot         smallint NOT NULL,
+            group_id     int NOT NULL,
+            lane         smallint NOT NULL,
+            pos          bigint NOT NULL,
+            last_pos     bigint NOT NULL,
+            token        bigint NOT NULL,
+            expires_at   timestamptz NOT NULL,
+            delivered_at timestamptz NOT NULL,
+            consumer     text
+        ) PARTITION BY LIST (slot);
+        CREATE INDEX ON %1$I.runs (group_id, pos);
+        CREATE INDEX ON %1$I.runs (group_id, lane, expires_at);
+        CREATE TABLE %1$I.run_acks (
+            slot     smallint NOT NULL,
+            group_id int NOT NULL,
+            pos      bigint NOT NULL,
+            last_pos bigint NOT NULL,
+            acked_at timestamptz NOT NULL,
+            PRIMARY KEY (group_id, pos, slot)
+        ) PARTITION BY LIST (slot);
+    $ddl$, p_schema)
 $$;
 
 -- _create_storage: create the schema, tables and functions of a queue.
@@ -40,7 +77,7 @@ $$;
 --   p_queue_id  queue id
 -- Tables: creates schema sluice_q<id>: messages (a partition of
 --   sluice.messages), batches, deliveries, acks, group_states, checkpoints,
---   dedup, keyed, prio, each with 4 slot partitions
+--   dedup, keyed, prio, runs, run_acks, each with 4 slot partitions
 CREATE OR REPLACE FUNCTION sluice._create_storage(p_queue_id int)
 RETURNS void
 LANGUAGE plpgsql
@@ -93,22 +130,18 @@ BEGIN
             delivered_at timestamptz NOT NULL,
             consumer     text,
             key_hash     bigint,     -- token 0: a parked retry due at expires_at
-            lane         smallint NOT NULL DEFAULT 0,
-            last_pos     bigint      -- a run: the lane's positions pos..last_pos (engine_runs.sql)
+            lane         smallint NOT NULL DEFAULT 0
         ) PARTITION BY LIST (slot);
         CREATE INDEX ON %1$I.deliveries (group_id, pos, attempt);
         CREATE INDEX ON %1$I.deliveries (group_id, lane, expires_at);
-        CREATE INDEX ON %1$I.deliveries (group_id, pos) WHERE last_pos IS NOT NULL;
         CREATE TABLE %1$I.acks (
             slot     smallint NOT NULL,
             group_id int NOT NULL,
             pos      bigint NOT NULL,
             kind     "char" NOT NULL,   -- a acked, n nacked, d dead letter, x message gone (reclaimed, purged)
             acked_at timestamptz NOT NULL,
-            last_pos bigint,            -- a whole run completed: positions pos..last_pos
             UNIQUE (group_id, pos, slot)
         ) PARTITION BY LIST (slot);
-        CREATE INDEX ON %1$I.acks (group_id, pos) WHERE last_pos IS NOT NULL;
         CREATE TABLE %1$I.group_states (
             slot      smallint NOT NULL,
             group_id  int NOT NULL,
@@ -152,6 +185,7 @@ BEGIN
             at        timestamptz NOT NULL
         ) PARTITION BY LIST (slot);
         CREATE INDEX ON %1$I.dedup (dedup_key, at);
+        %2$s
         CREATE TABLE %1$I.checkpoints (
             slot     smallint NOT NULL,
             group_id int NOT NULL,
@@ -161,7 +195,7 @@ BEGIN
             lane     smallint NOT NULL DEFAULT 0,
             PRIMARY KEY (group_id, lane, seq, slot)
         ) PARTITION BY LIST (slot);
-    $ddl$, sch);
+    $ddl$, sch, sluice._runs_ddl(sch));
     FOR s IN 0..3 LOOP
         FOR t IN SELECT * FROM sluice._slot_tables() LOOP
             EXECUTE format('CREATE %s TABLE %I.%I PARTITION OF %I.%I FOR VALUES IN (%s)',
@@ -301,7 +335,16 @@ DECLARE
     entry_points constant text[] := ARRAY['e_receive', 'e_ack', 'e_nack', 'e_extend', 'e_status', 'e_maintain',
                                           'e_purge', 'e_start_pos', 'e_base', 'e_dedup_lookup', 'e_dedup_record'];
     f record;
+    s int;
 BEGIN
+    -- A queue made before runs (migration 0010) gets their tables.
+    IF to_regclass(format('%I.runs', sch)) IS NULL THEN
+        EXECUTE sluice._runs_ddl(sch);
+        FOR s IN 0..3 LOOP
+            EXECUTE format('CREATE UNLOGGED TABLE %I.%I PARTITION OF %I.runs FOR VALUES IN (%s)', sch, 'runs_' || s, sch, s);
+            EXECUTE format('CREATE TABLE %I.%I PARTITION OF %I.run_acks FOR VALUES IN (%s)', sch, 'run_acks_' || s, sch, s);
+        END LOOP;
+    END IF;
     -- Drop the old copies first: a template whose result type changed could
     -- not replace its copy.
     FOR f IN SELECT p.oid FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
