@@ -95,8 +95,10 @@ $$;
 
 -- e_ack: the body of sluice.ack for this queue (see there): one completion
 -- per current receipt, duplicates counted once, a whole run in one row
--- (engine_runs.sql; a message acked at once by two calls, one as part of a
--- whole run and one not, is counted by both). (ON CONFLICT rather than a
+-- (engine_runs.sql). Acks that name a run take its lock first, until they
+-- commit: one that completes the run whole and one that completes part of
+-- it write different tables, so without it a message acked by both at
+-- once would be counted by both. (ON CONFLICT rather than a
 -- plain INSERT in an exception block, which would be ~35% cheaper per row:
 -- a block that writes gets a subtransaction id, and a transaction that acks
 -- more than 64 times would overflow its subtransaction cache, making every
@@ -109,6 +111,13 @@ AS $$
 DECLARE
     n int;
 BEGIN
+    -- (a statement of its own: the next one, which reads what is current,
+    -- then sees what a concurrent ack of the same run committed)
+    PERFORM pg_advisory_xact_lock(sluice._lock_ns('run'), hashtext(p_group_id || '.' || x.run))
+    FROM (SELECT DISTINCT split_part(u.x, '.', 1) || '.' || split_part(u.x, '.', 5) AS run
+          FROM unnest(p_receipts) AS u(x)
+          WHERE split_part(u.x, '.', 5) <> ''
+          ORDER BY 1) x;
     -- A run whose every position is current here is completed with one
     -- run_acks row; the other positions with an acks row each.
     WITH c AS MATERIALIZED (

@@ -27,6 +27,7 @@ AS $$
         WHEN 'dedup' THEN 1372454917   -- one send per (queue, dedup key) at a time
         WHEN 'queue' THEN 1372454918   -- (queue name hash): shared by every call on a queue, exclusive by drop_queue
         WHEN 'leftovers' THEN 1372454919  -- one _drop_leftovers at a time
+        WHEN 'run' THEN 1372454920       -- (group, slot, run hash): acks of one run, one after another
     END
 $$;
 
