@@ -49,6 +49,23 @@ LANGUAGE plpgsql STABLE
 AS $$
 #variable_conflict use_column
 BEGIN
+    IF NOT array_to_string(p_receipts, ' ') ~ '[0-9]+\.[0-9]+\.[0-9]+\.[0-9]+\.[0-9]+' THEN
+        -- no run named (see e_ack): single deliveries only, a simpler statement
+        RETURN QUERY
+        SELECT DISTINCT ON (r.part, r.pos) r.part::smallint, r.pos, r.attempt, r.token, d.msg_id, d.txid, d.lane,
+               NULL::bigint, NULL::bigint
+        FROM sluice._parse_receipts(p_receipts) r
+        CROSS JOIN LATERAL (
+            SELECT dd.attempt, dd.token, dd.expires_at, dd.msg_id, dd.txid, dd.lane FROM deliveries dd
+            WHERE dd.slot = r.part AND dd.group_id = p_group_id AND dd.pos = r.pos
+            ORDER BY dd.attempt DESC, dd.delivered_at DESC, dd.token DESC
+            LIMIT 1) d
+        WHERE r.part BETWEEN 0 AND 3 AND d.attempt = r.attempt AND d.token = r.token
+          AND d.expires_at > clock_timestamp()
+          AND NOT EXISTS (SELECT FROM e_completed(p_group_id, r.part::smallint, r.pos))
+        ORDER BY r.part, r.pos;
+        RETURN;
+    END IF;
     RETURN QUERY
     WITH r AS MATERIALIZED (
         SELECT r.part::smallint AS part, r.pos, r.attempt, r.token, r.run
@@ -111,17 +128,25 @@ AS $$
 DECLARE
     n int;
 BEGIN
-    -- (a statement of its own: the next one, which reads what is current,
-    -- then sees what a concurrent ack of the same run committed)
-    -- (a receipt of five parts names a run: tested as an expression, which
-    -- costs less than a statement, so that acks of single deliveries skip it)
-    IF array_to_string(p_receipts, ' ') ~ '[0-9]+\.[0-9]+\.[0-9]+\.[0-9]+\.[0-9]+' THEN
-        PERFORM pg_advisory_xact_lock(sluice._lock_ns('run'), hashtext(p_group_id || '.' || x.run))
-        FROM (SELECT DISTINCT split_part(u.x, '.', 1) || '.' || split_part(u.x, '.', 5) AS run
-              FROM unnest(p_receipts) AS u(x)
-              WHERE split_part(u.x, '.', 5) <> ''
-              ORDER BY 1) x;
+    -- A receipt of five parts names a run (tested as an expression, which
+    -- costs less than a statement).
+    IF NOT array_to_string(p_receipts, ' ') ~ '[0-9]+\.[0-9]+\.[0-9]+\.[0-9]+\.[0-9]+' THEN
+        -- no run named: an acks row each, in a statement that costs less
+        INSERT INTO acks (slot, group_id, pos, kind, acked_at)
+        SELECT c.slot, p_group_id, c.pos, 'a', clock_timestamp()
+        FROM e_current_deliveries(p_group_id, p_receipts) c
+        ON CONFLICT DO NOTHING;
+        GET DIAGNOSTICS n = ROW_COUNT;
+        RETURN n;
     END IF;
+    -- The lock of each run named, in a statement of its own: the next one,
+    -- which reads what is current, then sees what a concurrent ack of the
+    -- same run committed.
+    PERFORM pg_advisory_xact_lock(sluice._lock_ns('run'), hashtext(p_group_id || '.' || x.run))
+    FROM (SELECT DISTINCT split_part(u.x, '.', 1) || '.' || split_part(u.x, '.', 5) AS run
+          FROM unnest(p_receipts) AS u(x)
+          WHERE split_part(u.x, '.', 5) <> ''
+          ORDER BY 1) x;
     -- A run whose every position is current here is completed with one
     -- run_acks row; the other positions with an acks row each.
     WITH c AS MATERIALIZED (

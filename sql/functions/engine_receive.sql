@@ -66,7 +66,30 @@ BEGIN
     -- and slot as runs (a runs row each, engine_runs.sql), the others with a
     -- deliveries row each. Those left over (gone, or out of attempts) are
     -- e_lease_leftovers' business.
-    IF cardinality(pk.pos) > 0 THEN
+    IF cardinality(pk.pos) = 1 THEN
+        -- (one message: a deliveries row, in a statement that costs less)
+        RETURN QUERY
+        WITH k AS (
+            SELECT k.*, mm.*, 1 + (random() * 999999999999999998)::bigint AS token
+            FROM unnest(pk.pos, pk.id, pk.txid, pk.slot, pk.attempt, pk.key, pk.lane)
+                 AS k(pos, id, txid, slot, attempt, kh, lane)
+            CROSS JOIN LATERAL (
+                SELECT m.attempt_base, coalesce(m.origin_id, m.id) AS public_id, m.body, m.headers, m.key AS mkey,
+                       m.priority, m.sent_at
+                FROM messages m
+                WHERE m.slot = k.slot AND m.txid = k.txid AND m.id = k.id
+                LIMIT 1) mm
+            WHERE mm.attempt_base + k.attempt <= q.max_attempts
+        ), ins AS (
+            INSERT INTO deliveries (slot, group_id, lane, pos, attempt, token, msg_id, txid, expires_at, delivered_at,
+                                    consumer, key_hash)
+            SELECT k.slot, g.id, k.lane, k.pos, k.attempt, k.token, k.id, k.txid, v_now + p_lease, v_now, p_consumer, k.kh
+            FROM k
+        )
+        SELECT k.public_id, k.body, k.headers, k.mkey, k.priority, k.attempt_base + k.attempt, k.sent_at,
+               k.slot || '.' || k.pos || '.' || k.attempt || '.' || k.token, v_now + p_lease, k.pos
+        FROM k;
+    ELSIF cardinality(pk.pos) > 1 THEN
         RETURN QUERY
         WITH k AS (
             SELECT k.*, mm.*,
@@ -107,10 +130,10 @@ BEGIN
                v_now + p_lease, k.pos
         FROM k JOIN rn ru ON ru.lane = k.lane AND ru.slot = k.slot AND ru.grp = k.grp
         ORDER BY k.o;
-        GET DIAGNOSTICS n = ROW_COUNT;
-        IF n < cardinality(pk.pos) THEN
-            PERFORM e_lease_leftovers(q, g, pk, v_now);
-        END IF;
+    END IF;
+    GET DIAGNOSTICS n = ROW_COUNT;
+    IF n < cardinality(pk.pos) THEN
+        PERFORM e_lease_leftovers(q, g, pk, v_now);
     END IF;
     IF extract(epoch FROM v_now) >= coalesce(nullif(current_setting(v_maint, true), ''), '0')::float8 + 1 THEN
         PERFORM set_config(v_maint, extract(epoch FROM v_now)::text, false);
