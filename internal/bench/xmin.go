@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -63,8 +64,12 @@ func (r *runner) xmin(ctx context.Context) (*Result, error) {
 	}
 	p, c, b, iv := last(r.o.Producers, 4), last(r.o.Consumers, 4), last(r.o.Batches, 10), r.o.Interval
 	t := Table{Title: fmt.Sprintf("xmin: steady (%d producers, %d msg/s offered, %d consumers, batches of up to %d) while another connection holds a transaction with an xid for the whole %s", p, rate, c, b, d),
-		Columns: []string{"system", "until", "consumed/s", "e2e p50 ms", "e2e p99 ms", "backlog", "dead tuples", "table size MB"}}
-	var series []Series
+		Columns: []string{"system", "until", "consumed/s", "/ first", "e2e p50 ms", "e2e p99 ms", "backlog", "dead tuples", "table size MB"}}
+	worst := Table{Title: fmt.Sprintf("xmin: each system's worst %s interval against its first (consumed/s: the lowest; end-to-end latency: the highest)", iv),
+		Columns: []string{"system", "consumed/s first", "lowest", "until", "lowest / first", "last / first",
+			"e2e p50 ms first", "highest", "until", "highest / first", "e2e p99 ms first", "highest", "until", "highest / first"}}
+	var series, latency []Series
+	var lows, highs []string
 	summaries := map[string]xminSummary{}
 	for _, s := range systems {
 		rows, res, sum, err := r.xminRun(ctx, s, p, c, b, rate, d, iv)
@@ -72,20 +77,32 @@ func (r *runner) xmin(ctx context.Context) (*Result, error) {
 			return nil, err
 		}
 		t.Rows = append(t.Rows, rows...)
+		worst.Rows = append(worst.Rows, sum.worstRow(s.name()))
 		notes = append(notes, sum.note)
 		summaries[s.name()] = sum
 		series = append(series, Series{Name: s.name() + " consumed/s", Points: res.rates})
+		lows = append(lows, s.name()+" "+fmtRatio(sum.low.rate, sum.first))
+		highs = append(highs, s.name()+" "+fmtRatio(sum.highP50.p50, sum.firstP50))
+		p50, p99 := sum.latencySeries()
+		latency = append(latency, Series{Name: s.name() + " p50", Points: p50}, Series{Name: s.name() + " p99", Points: p99})
 	}
-	notes = append(notes, "dead tuples: sum of n_dead_tup, size: sum of pg_total_relation_size (indexes and TOAST included) over the tables of the system's schemas (sluice%: metadata and every queue schema; pgmq-compat: sluice% and pgmq, in its own database, where its xid holder connects too).")
-	tables := []Table{t}
+	notes = append(notes, "/ first: the interval's consumed/s over the first interval's. e2e p50/p99: of the messages consumed in the interval, by the server clock.",
+		"dead tuples: sum of n_dead_tup, size: sum of pg_total_relation_size (indexes and TOAST included) over the tables of the system's schemas (sluice%: metadata and every queue schema; pgmq-compat: sluice% and pgmq, in its own database, where its xid holder connects too).")
+	tables := []Table{t, worst}
 	if ct, ok := compatXminTable(summaries); ok {
 		tables = append(tables, ct)
 	}
 	return &Result{
 		Params: map[string]any{"rate": rate, "producers": p, "consumers": c, "consumer_batch": b, "duration_s": d.Seconds(), "interval_s": iv.Seconds()},
 		Tables: tables,
-		Charts: []Chart{{File: "xmin-throughput.svg", Title: "xmin: consumed/s with an xid held", XLabel: "seconds", YLabel: "messages/s", Series: series}},
-		Notes:  notes,
+		Charts: []Chart{
+			{File: "xmin-throughput.svg", Title: "xmin: consumed/s with an xid held", XLabel: "seconds", YLabel: "messages/s", Series: series,
+				Subtitle: fmt.Sprintf("consumed/s of the lowest %s interval / the first: %s", iv, strings.Join(lows, ", "))},
+			{File: "xmin-latency.svg", Title: fmt.Sprintf("xmin: end-to-end latency per %s interval", iv), XLabel: "seconds (end of the interval)",
+				YLabel: "milliseconds (log scale)", LogY: true, Series: latency,
+				Subtitle: "e2e p50 of the highest interval / the first: " + strings.Join(highs, ", ")},
+		},
+		Notes: notes,
 	}, nil
 }
 
@@ -121,7 +138,7 @@ func (r *runner) xminRun(ctx context.Context, s system, p, consumers, b, rate in
 
 	e2e := &recorder{}
 	var rows [][]string
-	var first, lastRate, lastP99 float64
+	var ivs []xminInterval
 	var maxDead, lastBacklog int64
 	var sizes []int64
 	sampled := make(chan error, 1)
@@ -156,14 +173,13 @@ func (r *runner) xminRun(ctx context.Context, s system, p, consumers, b, rate in
 				sampled <- err
 				return
 			}
-			if len(rows) == 0 {
-				first = cur
-			}
-			lastRate, lastP99, lastBacklog = cur, Percentile(w, 0.99), cs.sent.Load()-done
+			iv := xminInterval{until: time.Since(start).Round(time.Second), rate: cur, p50: Percentile(w, 0.5), p99: Percentile(w, 0.99)}
+			ivs = append(ivs, iv)
+			lastBacklog = cs.sent.Load() - done
 			maxDead = max(maxDead, dead)
 			sizes = append(sizes, size)
-			rows = append(rows, []string{s.name(), time.Since(start).Round(time.Second).String(), fmtRate(cur), fmtMS(Percentile(w, 0.5)), fmtMS(Percentile(w, 0.99)),
-				fmt.Sprint(cs.sent.Load() - done), fmt.Sprint(dead), fmt.Sprintf("%.1f", float64(size)/(1<<20))})
+			rows = append(rows, []string{s.name(), iv.until.String(), fmtRate(cur), fmtRatio(cur, ivs[0].rate), fmtMS(iv.p50), fmtMS(iv.p99),
+				fmt.Sprint(lastBacklog), fmt.Sprint(dead), fmt.Sprintf("%.1f", float64(size)/(1<<20))})
 			fmt.Fprintf(r.o.Out, "xmin %s sample: %s\n", s.name(), strings.Join(rows[len(rows)-1][1:], "  "))
 		}
 	}()
@@ -183,19 +199,89 @@ func (r *runner) xminRun(ctx context.Context, s system, p, consumers, b, rate in
 	if len(sizes) > 0 {
 		sizeN = sizes[len(sizes)-1]
 	}
-	note := fmt.Sprintf("%s: consumed/s in the last interval / the first = %s; at most %d dead tuples; size %.1f MB after the first interval, %.1f MB at the most, %.1f MB at the end",
-		s.name(), fmtRatio(lastRate, first), maxDead, float64(size0)/(1<<20), float64(slices.Max(append(sizes, 0)))/(1<<20), float64(sizeN)/(1<<20))
-	return rows, res, xminSummary{note: note, first: first, last: lastRate, p99: lastP99, backlog: lastBacklog, maxDead: maxDead, sizeEnd: sizeN}, nil
+	sum := summarizeXmin(ivs)
+	sum.backlog, sum.maxDead, sum.sizeEnd = lastBacklog, maxDead, sizeN
+	sum.note = fmt.Sprintf("%s: consumed/s in the last interval / the first = %s, in the lowest (until %s) / the first = %s; e2e p50 at the highest (until %s) / the first = %s; at most %d dead tuples; size %.1f MB after the first interval, %.1f MB at the most, %.1f MB at the end",
+		s.name(), fmtRatio(sum.last, sum.first), sum.low.until, fmtRatio(sum.low.rate, sum.first), sum.highP50.until, fmtRatio(sum.highP50.p50, sum.firstP50),
+		maxDead, float64(size0)/(1<<20), float64(slices.Max(append(sizes, 0)))/(1<<20), float64(sizeN)/(1<<20))
+	return rows, res, sum, nil
+}
+
+// xminInterval is one sampling interval of an xmin run.
+type xminInterval struct {
+	until    time.Duration // since the start of the run
+	rate     float64       // consumed/s
+	p50, p99 float64       // e2e ms of the messages consumed in the interval (NaN: none)
 }
 
 // xminSummary is what an xmin run of one system ends with.
 type xminSummary struct {
 	note        string
+	intervals   []xminInterval
 	first, last float64 // consumed/s in the first and the last interval
 	p99         float64 // e2e p99 ms in the last interval
-	backlog     int64   // at the last sample
-	maxDead     int64
-	sizeEnd     int64 // bytes, at the last sample
+	// firstP50 and firstP99 are the first interval's e2e percentiles; low is
+	// the interval with the lowest consumed/s, highP50 and highP99 those
+	// with the highest e2e percentiles (the first of equals).
+	firstP50, firstP99    float64
+	low, highP50, highP99 xminInterval
+	backlog               int64 // at the last sample
+	maxDead               int64
+	sizeEnd               int64 // bytes, at the last sample
+}
+
+// summarizeXmin finds the first, last, lowest and highest intervals of ivs.
+func summarizeXmin(ivs []xminInterval) xminSummary {
+	nan := math.NaN()
+	sum := xminSummary{intervals: ivs, first: nan, last: nan, p99: nan, firstP50: nan, firstP99: nan,
+		low: xminInterval{rate: nan, p50: nan, p99: nan}}
+	sum.highP50, sum.highP99 = sum.low, sum.low
+	if len(ivs) == 0 {
+		return sum
+	}
+	f, l := ivs[0], ivs[len(ivs)-1]
+	sum.first, sum.last, sum.p99, sum.firstP50, sum.firstP99 = f.rate, l.rate, l.p99, f.p50, f.p99
+	sum.low, sum.highP50, sum.highP99 = f, f, f
+	for _, iv := range ivs[1:] {
+		if iv.rate < sum.low.rate {
+			sum.low = iv
+		}
+		if iv.p50 > sum.highP50.p50 || math.IsNaN(sum.highP50.p50) {
+			sum.highP50 = iv
+		}
+		if iv.p99 > sum.highP99.p99 || math.IsNaN(sum.highP99.p99) {
+			sum.highP99 = iv
+		}
+	}
+	return sum
+}
+
+// worstRow is the system's row of the worst-interval table.
+func (s xminSummary) worstRow(name string) []string {
+	until := func(iv xminInterval) string {
+		if len(s.intervals) == 0 {
+			return "-"
+		}
+		return iv.until.String()
+	}
+	return []string{name, fmtRate(s.first), fmtRate(s.low.rate), until(s.low), fmtRatio(s.low.rate, s.first), fmtRatio(s.last, s.first),
+		fmtMS(s.firstP50), fmtMS(s.highP50.p50), until(s.highP50), fmtRatio(s.highP50.p50, s.firstP50),
+		fmtMS(s.firstP99), fmtMS(s.highP99.p99), until(s.highP99), fmtRatio(s.highP99.p99, s.firstP99)}
+}
+
+// latencySeries returns the e2e p50 and p99 of each interval, at the
+// interval's end in seconds (intervals with no message left out).
+func (s xminSummary) latencySeries() (p50, p99 []Point) {
+	for _, iv := range s.intervals {
+		x := iv.until.Seconds()
+		if !math.IsNaN(iv.p50) {
+			p50 = append(p50, Point{X: x, Y: iv.p50})
+		}
+		if !math.IsNaN(iv.p99) {
+			p99 = append(p99, Point{X: x, Y: iv.p99})
+		}
+	}
+	return p50, p99
 }
 
 // xminSteady is steadyCell that hands its counters to the sampler.
