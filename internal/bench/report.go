@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -220,7 +221,7 @@ func fmtMS(v float64) string {
 
 // fmtRatio formats a ratio a/b.
 func fmtRatio(a, b float64) string {
-	if b <= 0 {
+	if !(b > 0) || math.IsNaN(a) {
 		return "-"
 	}
 	return fmt.Sprintf("%.2f", a/b)

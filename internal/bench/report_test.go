@@ -46,6 +46,8 @@ func TestChartSVG(t *testing.T) {
 		{Title: "cdf", LogX: true, Series: []Series{{Name: "e2e", Points: CDFPoints([]float64{0.2, 0.5, 3, 40, 900}, 10)}}},
 		{Title: "empty"},
 		{Title: "flat", Series: []Series{{Name: "zero", Points: []Point{{0, 0}, {0, 0}}}}},
+		{Title: "latency", LogY: true, Series: []Series{{Name: "p50", Points: []Point{{15, 2.5}, {30, 28000}, {45, 0}, {60, math.NaN()}}}}},
+		{Title: "latency, none above 0", LogY: true, Series: []Series{{Name: "p50", Points: []Point{{15, 0}}}}},
 	}
 	for _, c := range charts {
 		var b bytes.Buffer
@@ -94,5 +96,32 @@ func TestReportRoundTripAndSave(t *testing.T) {
 	md, _ := os.ReadFile(filepath.Join(dir, "results.md"))
 	if !strings.Contains(string(md), "| a | b |") || !strings.Contains(string(md), "sluice bench send --duration 1s") {
 		t.Errorf("results.md:\n%s", md)
+	}
+}
+
+func TestSummarizeXmin(t *testing.T) {
+	nan := math.NaN()
+	ivs := []xminInterval{
+		{until: 15 * time.Second, rate: 2900, p50: 4, p99: 20},
+		{until: 30 * time.Second, rate: 2800, p50: 5, p99: 90},
+		{until: 45 * time.Second, rate: 600, p50: 28000, p99: 40000},
+		{until: 60 * time.Second, rate: 0, p50: nan, p99: nan},
+		{until: 75 * time.Second, rate: 3400, p50: 9000, p99: 30000},
+	}
+	s := summarizeXmin(ivs)
+	if s.first != 2900 || s.last != 3400 || s.low.until != 60*time.Second || s.highP50.until != 45*time.Second || s.highP99.until != 45*time.Second {
+		t.Errorf("summary %+v: want first 2900, last 3400, lowest at 1m0s, highest p50 and p99 at 45s", s)
+	}
+	row := s.worstRow("sluice")
+	want := []string{"sluice", "2900", "0.00", "1m0s", "0.00", "1.17", "4.00", "28000", "45s", "7000.00", "20.0", "40000", "45s", "2000.00"}
+	if !reflect.DeepEqual(row, want) {
+		t.Errorf("worst row %q, want %q", row, want)
+	}
+	p50, p99 := s.latencySeries()
+	if len(p50) != 4 || len(p99) != 4 || p50[2].X != 45 || p50[2].Y != 28000 {
+		t.Errorf("latency series %v %v: want 4 points each, NaN left out", p50, p99)
+	}
+	if row := summarizeXmin(nil).worstRow("none"); row[3] != "-" || row[4] != "-" || row[9] != "-" {
+		t.Errorf("no interval: row %q, want dashes", row)
 	}
 }

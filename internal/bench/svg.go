@@ -21,14 +21,19 @@ type Series struct {
 	Points []Point `json:"points"`
 }
 
-// Chart is a line chart: throughput over time, or a latency CDF (LogX).
+// Chart is a line chart: throughput over time, a latency CDF (LogX), or
+// latencies over time (LogY).
 type Chart struct {
-	File   string   `json:"file"` // file name in the results directory
-	Title  string   `json:"title"`
-	XLabel string   `json:"x_label"`
-	YLabel string   `json:"y_label"`
-	LogX   bool     `json:"log_x,omitempty"`
-	Series []Series `json:"series"`
+	File  string `json:"file"` // file name in the results directory
+	Title string `json:"title"`
+	// Subtitle, if set, is a line under the title (a ratio worth reading
+	// off the chart).
+	Subtitle string   `json:"subtitle,omitempty"`
+	XLabel   string   `json:"x_label"`
+	YLabel   string   `json:"y_label"`
+	LogX     bool     `json:"log_x,omitempty"`
+	LogY     bool     `json:"log_y,omitempty"` // Y values at or below 0 are left out
+	Series   []Series `json:"series"`
 }
 
 // palette colours the series in turn.
@@ -87,15 +92,26 @@ func (c *Chart) WriteSVG(w io.Writer) error {
 		}
 		return x
 	}
+	skip := func(p Point) bool { return math.IsNaN(p.X) || math.IsNaN(p.Y) || (c.LogY && p.Y <= 0) }
 	xmin, xmax, ymax := math.Inf(1), math.Inf(-1), 0.0
+	ylo, yhi := math.Inf(1), math.Inf(-1) // decades of a LogY chart
 	for _, s := range c.Series {
 		for _, p := range s.Points {
-			if math.IsNaN(p.X) || math.IsNaN(p.Y) {
+			if skip(p) {
 				continue
 			}
 			xmin, xmax = math.Min(xmin, tx(p.X)), math.Max(xmax, tx(p.X))
 			ymax = math.Max(ymax, p.Y)
+			if c.LogY {
+				ylo, yhi = math.Min(ylo, math.Floor(math.Log10(p.Y))), math.Max(yhi, math.Ceil(math.Log10(p.Y)))
+			}
 		}
+	}
+	if math.IsInf(ylo, 0) {
+		ylo, yhi = 0, 1
+	}
+	if yhi <= ylo {
+		yhi = ylo + 1
 	}
 	if math.IsInf(xmin, 0) {
 		xmin, xmax = 0, 1
@@ -114,14 +130,25 @@ func (c *Chart) WriteSVG(w io.Writer) error {
 	ymax *= 1.05
 	px := func(x float64) float64 { return left + (tx(x)-xmin)/(xmax-xmin)*pw }
 	py := func(y float64) float64 { return top + ph - y/ymax*ph }
+	yticks := niceTicks(0, ymax, 5)
+	if c.LogY {
+		py = func(y float64) float64 { return top + ph - (math.Log10(y)-ylo)/(yhi-ylo)*ph }
+		yticks = nil
+		for e := ylo; e <= yhi; e++ {
+			yticks = append(yticks, math.Pow(10, e))
+		}
+	}
 
 	b := bufio.NewWriter(w)
 	fmt.Fprintf(b, `<?xml version="1.0" encoding="UTF-8"?>`+"\n")
 	fmt.Fprintf(b, `<svg xmlns="http://www.w3.org/2000/svg" width="%g" height="%g" viewBox="0 0 %g %g" font-family="sans-serif" font-size="12">`+"\n", width, height, width, height)
 	fmt.Fprintf(b, `<rect x="0" y="0" width="%g" height="%g" fill="white"/>`+"\n", width, height)
 	fmt.Fprintf(b, `<text x="%g" y="22" font-size="15" text-anchor="middle">%s</text>`+"\n", left+pw/2, esc(c.Title))
+	if c.Subtitle != "" {
+		fmt.Fprintf(b, `<text x="%g" y="35" font-size="11" text-anchor="middle">%s</text>`+"\n", left+pw/2, esc(c.Subtitle))
+	}
 	// Grid and axes.
-	for _, v := range niceTicks(0, ymax, 5) {
+	for _, v := range yticks {
 		y := py(v)
 		fmt.Fprintf(b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#ddd"/>`+"\n", left, y, left+pw, y)
 		fmt.Fprintf(b, `<text x="%.1f" y="%.1f" text-anchor="end">%s</text>`+"\n", left-6, y+4, esc(fmtTick(v)))
@@ -147,7 +174,7 @@ func (c *Chart) WriteSVG(w io.Writer) error {
 		colour := palette[i%len(palette)]
 		var pts strings.Builder
 		for _, p := range s.Points {
-			if math.IsNaN(p.X) || math.IsNaN(p.Y) {
+			if skip(p) {
 				continue
 			}
 			fmt.Fprintf(&pts, "%.1f,%.1f ", px(p.X), py(p.Y))

@@ -1,0 +1,174 @@
+package sqlsrc_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// indexEntriesRead is how many index entries the transaction so far read
+// from the indexes of the queue's storage (its schema).
+func indexEntriesRead(b *bundle, c *pgxpool.Conn, qid int64) int64 {
+	b.t.Helper()
+	var n int64
+	if err := c.QueryRow(b.ctx, `SELECT coalesce(sum(pg_stat_get_xact_tuples_returned(c.oid)), 0)::bigint
+		FROM pg_class c WHERE c.relnamespace = $1::regnamespace AND c.relkind = 'i'`, fmt.Sprintf("sluice_q%d", qid)).Scan(&n); err != nil {
+		b.t.Fatal(err)
+	}
+	return n
+}
+
+// A slot partition whose statistics say "empty" (reltuples = 0) while it
+// fills makes sessions plan its probes for an empty table: the low-water
+// mark's walk (completions probed one position at a time) read every
+// completion of the group in the slot at each probe, each with a heap fetch
+// while an xid is held (vacuum cannot mark pages all-visible). Two ways to
+// get there: ANALYZE (autovacuum, or a database-wide one) of the waiting
+// slots, empty since the TRUNCATE of reclaim; or an ANALYZE of the new slot
+// that finds only rows of transactions still in progress. Maintenance
+// analyzes such partitions once they have rows, which makes the sessions plan
+// again with their real size. (Issue 16: consumed/s fell to a quarter for a
+// minute under a held xid.)
+func TestSlotStatisticsOfAnEmptyTableAreRedoneOnceFilled(t *testing.T) {
+	t.Parallel()
+	t.Run("analyzed while empty", func(t *testing.T) {
+		t.Parallel()
+		slotStatsCase(t, false)
+	})
+	t.Run("analyzed while its rows were uncommitted", func(t *testing.T) {
+		t.Parallel()
+		slotStatsCase(t, true)
+	})
+}
+
+func slotStatsCase(t *testing.T, uncommitted bool) {
+	b := setup(t)
+	// One lane, and a retention that keeps the first slot (a reclaim would
+	// TRUNCATE, which resets the statistics and makes every session plan again).
+	b.createQueue("q", `{"lanes": 1, "rotate_interval": "1 second", "lease": "5 minutes"}`)
+	qid := b.int64("SELECT id FROM sluice.queue WHERE name = 'q'")
+	analyze := func(tables ...string) {
+		t.Helper()
+		for _, tb := range tables {
+			b.exec(fmt.Sprintf("ANALYZE sluice_q%d.%s", qid, tb))
+		}
+	}
+
+	holder, err := b.pool.Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Rollback(b.ctx) //nolint:errcheck
+	if _, err := holder.Exec(b.ctx, "SELECT pg_current_xact_id()"); err != nil {
+		t.Fatal(err)
+	}
+
+	// The consumer's session keeps its cached plans unless something makes
+	// it plan again.
+	c, err := b.pool.Acquire(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Release()
+	recv := func(n int) []msg {
+		t.Helper()
+		ms, err := receiveOn(b.ctx, c, "q", "default", n, "")
+		if err != nil {
+			t.Fatalf("receive: %v", err)
+		}
+		return ms
+	}
+	ack := func(db q, ms []msg) {
+		t.Helper()
+		var n int
+		if err := db.QueryRow(b.ctx, "SELECT sluice.ack('q', 'default', $1)", receipts(ms)).Scan(&n); err != nil || n != len(ms) {
+			t.Fatalf("ack of %d: %d, %v", len(ms), n, err)
+		}
+	}
+
+	// The first slot's traffic, with the low-water mark's walk planned while
+	// slot 1 is empty (and, in the first case, analyzed so).
+	if !uncommitted {
+		analyze("messages", "batches", "deliveries", "acks", "group_states")
+	}
+	b.exec(`SELECT sluice.send_batch('q', array(SELECT jsonb_build_object('n', g) FROM generate_series(1, 20) g))`)
+	first := recv(10)
+	ack(c, first[:5])
+	time.Sleep(1100 * time.Millisecond)
+	rest := recv(10)
+	ack(c, append(first[5:], rest...))
+
+	// The next epoch, in slot 1, fills.
+	time.Sleep(1100 * time.Millisecond)
+	b.exec("SELECT sluice.maintain()")
+	if e := b.int64("SELECT max(epoch) FROM sluice.epoch WHERE queue_id = $1", qid); e != 1 {
+		t.Fatalf("epoch %d after maintain, want 1", e)
+	}
+	b.exec(`SELECT sluice.send_batch('q', array(SELECT jsonb_build_object('n', g) FROM generate_series(1, 600) g))`)
+	ms := recv(300)
+	if len(ms) != 300 {
+		t.Fatalf("received %d, want 300", len(ms))
+	}
+	if uncommitted {
+		// Another session acks, and slot 1's completions are analyzed
+		// before it commits: 0 rows in a table that has pages.
+		tx, err := b.pool.Begin(b.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ack(tx, ms[:299])
+		analyze("acks_1")
+		if err := tx.Commit(b.ctx); err != nil {
+			t.Fatal(err)
+		}
+	} else {
+		ack(c, ms[:299])
+	}
+	b.exec("SELECT sluice.maintain()")
+
+	// No partition of the queue says "empty" once it has rows.
+	var stale []string
+	rows, err := b.pool.Query(b.ctx, `SELECT c.relname FROM pg_class c
+		WHERE c.relnamespace = $1::regnamespace AND c.relkind = 'r' AND c.reltuples = 0
+		  AND pg_relation_size(c.oid) > 0 ORDER BY 1`, fmt.Sprintf("sluice_q%d", qid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		stale = append(stale, s)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if len(stale) > 0 {
+		t.Errorf("partitions with rows but the statistics of an empty table after maintain: %v", stale)
+	}
+
+	// The walk over the 299 completed positions probes each one: one index
+	// entry a probe, every completion of the group in the slot with a plan
+	// made for an empty slot (about 45,000 here).
+	time.Sleep(1100 * time.Millisecond)
+	tx, err := c.Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(b.ctx) //nolint:errcheck
+	before := indexEntriesRead(b, c, qid)
+	if _, err := receiveOn(b.ctx, tx, "q", "default", 1, ""); err != nil {
+		t.Fatalf("receive: %v", err)
+	}
+	used := indexEntriesRead(b, c, qid) - before
+	if err := tx.Commit(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("a receive walking 299 completed positions read %d index entries of the queue's storage", used)
+	if used > 10000 {
+		t.Errorf("a receive walking 299 completed positions read %d index entries of the queue's storage, want under 10,000 (a few per position)", used)
+	}
+}
