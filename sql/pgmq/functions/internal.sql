@@ -113,30 +113,26 @@ AS $$
       FROM pgmq.side_generation g WHERE g.sluice_queue = p_queue ORDER BY g.gen DESC LIMIT 1
 $$;
 
--- _meta: what a call on a queue needs, in one statement: the sluice queue,
--- the side slot of the current generation, whether a rotation is due (the
--- generation is a minute old) and the insert notification channel (NULL
--- when notifications are off).
+-- _meta: what a read, delete, archive or set_vt needs, in one statement:
+-- the sluice queue, the side slot of the current generation and whether a
+-- rotation is due (the generation is a minute old).
 --
 -- Hot path, called by the public functions (which pin search_path), so
 -- without a SET clause of its own: one costs a GUC save and restore per call.
 --
 -- Parameters:
 --   p_name  the pgmq queue name (any case)
--- Returns: (q, slot, due, channel)
+-- Returns: (q, slot, due)
 -- Errors: P0001 invalid characters; 42P01 'relation "pgmq.q_<name>" does not exist'
-CREATE OR REPLACE FUNCTION pgmq._meta(p_name text, OUT q text, OUT slot smallint, OUT due boolean,
-                                      OUT channel text)
+CREATE OR REPLACE FUNCTION pgmq._meta(p_name text, OUT q text, OUT slot smallint, OUT due boolean)
 LANGUAGE plpgsql STABLE
 AS $$
 BEGIN
-    SELECT m.sluice_queue, (g.gen % 2)::smallint, g.started_at < clock_timestamp() - interval '1 minute',
-           CASE WHEN t.queue_name IS NOT NULL THEN 'pgmq.q_' || m.queue_name || '.INSERT' END
-      INTO q, slot, due, channel
+    SELECT m.sluice_queue, (g.gen % 2)::smallint, g.started_at < clock_timestamp() - interval '1 minute'
+      INTO q, slot, due
       FROM pgmq.meta m
       LEFT JOIN LATERAL (SELECT s.gen, s.started_at FROM pgmq.side_generation s
                           WHERE s.sluice_queue = m.sluice_queue ORDER BY s.gen DESC LIMIT 1) g ON true
-      LEFT JOIN pgmq.notify_insert_throttle t ON t.queue_name = m.queue_name
      WHERE m.sluice_queue = lower(p_name);
     IF q IS NULL THEN
         PERFORM pgmq._queue(p_name);   -- raises

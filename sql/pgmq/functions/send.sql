@@ -4,11 +4,12 @@
 -- messages of one group are delivered in order, one at a time (PGMQ's FIFO).
 -- The delay becomes sluice's delay; a NULL msg is sent as JSON null.
 
--- (gone: _target, whose lookup is _meta's now)
+-- (gone: _target, whose lookup is _send's and _send_batch's now)
 DROP FUNCTION IF EXISTS pgmq._target(text);
 
--- _send: send one message (the body of every send). Called by the send
--- functions, which pin search_path.
+-- _send: send one message (the body of every send): one lookup of the
+-- queue and of its insert notifications, one sluice.send. Called by the
+-- send functions, which pin search_path.
 --
 -- Parameters:
 --   p_name     the queue
@@ -23,13 +24,21 @@ RETURNS bigint
 LANGUAGE plpgsql
 AS $$
 DECLARE
-    m record := pgmq._meta(p_name);
+    q text;
+    channel text;
     id bigint;
 BEGIN
-    id := sluice.send(m.q, coalesce(p_msg, 'null'), p_headers, p_headers ->> 'x-pgmq-group',
+    SELECT m.sluice_queue, CASE WHEN t.queue_name IS NOT NULL THEN 'pgmq.q_' || m.queue_name || '.INSERT' END
+      INTO q, channel
+      FROM pgmq.meta m LEFT JOIN pgmq.notify_insert_throttle t ON t.queue_name = m.queue_name
+     WHERE m.sluice_queue = lower(p_name);
+    IF q IS NULL THEN
+        PERFORM pgmq._queue(p_name);   -- raises
+    END IF;
+    id := sluice.send(q, coalesce(p_msg, 'null'), p_headers, p_headers ->> 'x-pgmq-group',
                       CASE WHEN p_delay > interval '0' THEN p_delay END);
-    IF m.channel IS NOT NULL THEN
-        PERFORM pg_notify(m.channel, '');
+    IF channel IS NOT NULL THEN
+        PERFORM pg_notify(channel, '');
     END IF;
     RETURN id;
 END
@@ -118,19 +127,26 @@ RETURNS SETOF bigint
 LANGUAGE plpgsql
 AS $$
 DECLARE
-    m record;
+    q text;
+    channel text;
 BEGIN
     PERFORM pgmq._validate_batch_params(p_msgs, p_headers);
-    m := pgmq._meta(p_name);
+    SELECT m.sluice_queue, CASE WHEN t.queue_name IS NOT NULL THEN 'pgmq.q_' || m.queue_name || '.INSERT' END
+      INTO q, channel
+      FROM pgmq.meta m LEFT JOIN pgmq.notify_insert_throttle t ON t.queue_name = m.queue_name
+     WHERE m.sluice_queue = lower(p_name);
+    IF q IS NULL THEN
+        PERFORM pgmq._queue(p_name);   -- raises
+    END IF;
     RETURN QUERY SELECT * FROM sluice.send_batch(
-        m.q,
+        q,
         ARRAY(SELECT coalesce(b, 'null') FROM unnest(p_msgs) WITH ORDINALITY u(b, i) ORDER BY i),
         p_headers,
         CASE WHEN p_headers IS NOT NULL
              THEN ARRAY(SELECT h ->> 'x-pgmq-group' FROM unnest(p_headers) WITH ORDINALITY u(h, i) ORDER BY i) END,
         CASE WHEN p_delay > interval '0' THEN p_delay END);
-    IF m.channel IS NOT NULL THEN
-        PERFORM pg_notify(m.channel, '');
+    IF channel IS NOT NULL THEN
+        PERFORM pg_notify(channel, '');
     END IF;
 END
 $$;
