@@ -3,7 +3,7 @@
 -- read is sluice.receive for the group 'pgmq' with lease = vt - now; read_ct
 -- is sluice's attempt, msg_id its message id (the same on every delivery).
 -- Each delivery is logged in _sl_r_<queue> (unlogged, append-only, rotated
--- by pgmq._rotate, which read tries at most once a minute) so that
+-- by pgmq._rotate, which a session's reads try at most once a minute) so that
 -- delete, archive and set_vt, which take msg_ids, find its receipt.
 -- Messages sent with an x-pgmq-group header carry it as their ordering key:
 -- every read form delivers them in order, none while an earlier one of the
@@ -95,8 +95,9 @@ END
 $$;
 
 -- _deliver: receive up to qty messages and log their deliveries (the queue's
--- copy of _t_deliver), then rotate the side tables if due. Called by the
--- public read functions, which pin search_path.
+-- copy of _t_deliver), then rotate the side tables if due (the generation is
+-- a minute old, and this session has not tried in the last minute). Called
+-- by the public read functions, which pin search_path.
 --
 -- Parameters:
 --   p_name  the queue
@@ -124,8 +125,13 @@ BEGIN
                               interval '7 days') END,
               least(p_qty, 10000), nullif(coalesce(p_cond, '{}'), '{}'), p_mode;
     -- Rotate last: a read holds the lanes it took until it commits, and the
-    -- other readers take other lanes meanwhile.
-    IF m.due THEN
+    -- other readers take other lanes meanwhile. A rotation that is refused
+    -- (the old slot is still needed, possibly for as long as sluice keeps
+    -- the completed messages) is tried again by this session a minute
+    -- later, not by every read.
+    IF m.due AND extract(epoch FROM clock_timestamp()) >=
+                 coalesce(nullif(current_setting('sluice.pgmq_rotated_' || to_hex(hashtext(m.q)), true), ''), '0')::float8 + 60 THEN
+        PERFORM set_config('sluice.pgmq_rotated_' || to_hex(hashtext(m.q)), extract(epoch FROM clock_timestamp())::text, false);
         PERFORM pgmq._rotate(m.q);
     END IF;
 END
