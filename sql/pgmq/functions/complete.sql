@@ -11,6 +11,13 @@
 -- _instantiate as pgmq._sl_done_<queue>, see _t_deliver): delete or archive
 -- messages.
 --
+-- The usual case, messages read and deleted before their vt, takes one
+-- lookup per message: their newest receipts, which sluice.ack completes. A
+-- message with a current receipt was not deleted, archived or popped
+-- before (those ack theirs), so when every receipt acks, the tombstones are
+-- not looked at. Otherwise they are: what has one is not in the queue any
+-- more, and what was never read is looked for in the view.
+--
 -- Parameters:
 --   p_q     the sluice queue
 --   p_slot  the side slot to write
@@ -26,15 +33,15 @@ SET enable_seqscan = off
 SET jit = off
 AS $$
 DECLARE
-    ids bigint[];
+    ids bigint[] := ARRAY(SELECT DISTINCT i FROM unnest(p_ids) i WHERE i IS NOT NULL);
     read_ids bigint[];
     receipts text[];
     unread bigint[] := '{}';
+    done bigint[];
+    acked boolean := false;
+    all_current boolean := false;
     now_ts constant timestamptz := clock_timestamp();
 BEGIN
-    -- the ids not deleted, archived or popped already
-    ids := ARRAY(SELECT DISTINCT i FROM unnest(p_ids) i
-                  WHERE i IS NOT NULL AND NOT EXISTS (SELECT 1 FROM pgmq._t_dlog d WHERE d.msg_id = i));
     IF cardinality(ids) = 0 THEN
         RETURN;
     END IF;
@@ -43,13 +50,25 @@ BEGIN
       INTO read_ids, receipts
       FROM unnest(ids) i
      CROSS JOIN LATERAL (SELECT x.receipt FROM pgmq._t_rlog x WHERE x.msg_id = i ORDER BY x.at DESC LIMIT 1) r;
-    IF cardinality(read_ids) < cardinality(ids) THEN
-        -- never read: is it in the queue at all? (reads the view: a scan)
-        unread := ARRAY(SELECT v.msg_id FROM pgmq._t_view v
-                         WHERE v.msg_id = ANY (ARRAY(SELECT i FROM unnest(ids) i WHERE NOT i = ANY (read_ids))));
+    IF cardinality(receipts) = cardinality(ids) THEN
+        acked := true;
+        all_current := sluice.ack(p_q, 'pgmq', receipts) = cardinality(ids);
     END IF;
-    IF cardinality(receipts) > 0 THEN
-        PERFORM sluice.ack(p_q, 'pgmq', receipts);
+    IF NOT all_current THEN
+        -- not every one read and leased: leave out those deleted, archived or popped already
+        done := ARRAY(SELECT DISTINCT d.msg_id FROM pgmq._t_dlog d WHERE d.msg_id = ANY (ids));
+        IF cardinality(done) > 0 THEN
+            ids := ARRAY(SELECT i FROM unnest(ids) i WHERE NOT i = ANY (done));
+            read_ids := ARRAY(SELECT i FROM unnest(read_ids) i WHERE NOT i = ANY (done));
+        END IF;
+        IF cardinality(read_ids) < cardinality(ids) THEN
+            -- never read: is it in the queue at all? (reads the view: a scan)
+            unread := ARRAY(SELECT v.msg_id FROM pgmq._t_view v
+                             WHERE v.msg_id = ANY (ARRAY(SELECT i FROM unnest(ids) i WHERE NOT i = ANY (read_ids))));
+        END IF;
+        IF NOT acked AND cardinality(receipts) > 0 THEN
+            PERFORM sluice.ack(p_q, 'pgmq', receipts);
+        END IF;
     END IF;
     IF p_kind = 'a' THEN
         INSERT INTO pgmq._t_arch (msg_id, read_ct, enqueued_at, last_read_at, archived_at, vt, message, headers)
