@@ -99,8 +99,12 @@ RETURNS SETOF bigint
 LANGUAGE plpgsql
 AS $$
 DECLARE
-    m record := pgmq._meta(p_name);
+    m record;
 BEGIN
+    SELECT * INTO m FROM pgmq._lookup(p_name);
+    IF NOT FOUND THEN
+        PERFORM pgmq._queue(p_name);   -- raises
+    END IF;
     RETURN QUERY EXECUTE format('SELECT * FROM pgmq.%I($1, $2, $3, $4)', pgmq._fn(m.q, 'complete'))
         USING m.q, m.slot, p_ids, p_kind;
 END
@@ -203,8 +207,12 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    m record := pgmq._meta(queue_name);
+    m record;
 BEGIN
+    SELECT * INTO m FROM pgmq._lookup(queue_name);
+    IF NOT FOUND THEN
+        PERFORM pgmq._queue(queue_name);   -- raises
+    END IF;
     RETURN QUERY EXECUTE format('SELECT * FROM pgmq.%I($1, $2, $3, $4)', pgmq._fn(m.q, 'set_vt'))
         USING m.q, m.slot, msg_ids, coalesce(set_vt.vt, clock_timestamp());
 END

@@ -113,31 +113,26 @@ AS $$
       FROM pgmq.side_generation g WHERE g.sluice_queue = p_queue ORDER BY g.gen DESC LIMIT 1
 $$;
 
--- _meta: what a read, delete, archive or set_vt needs, in one statement:
+-- _lookup: what a read, delete, archive or set_vt needs, in one statement:
 -- the sluice queue, the side slot of the current generation and whether a
--- rotation is due (the generation is a minute old).
+-- rotation is due (the generation is a minute old). No row: no such queue.
 --
--- Hot path, called by the public functions (which pin search_path), so
--- without a SET clause of its own: one costs a GUC save and restore per call.
+-- Hot path: a set-returning SQL function without SET clause, so that the
+-- planner inlines it into the caller's (cached) statement. Called by the
+-- public functions, which pin search_path.
 --
 -- Parameters:
 --   p_name  the pgmq queue name (any case)
--- Returns: (q, slot, due)
--- Errors: P0001 invalid characters; 42P01 'relation "pgmq.q_<name>" does not exist'
-CREATE OR REPLACE FUNCTION pgmq._meta(p_name text, OUT q text, OUT slot smallint, OUT due boolean)
-LANGUAGE plpgsql STABLE
+-- Returns: (q, slot, due), one row or none
+CREATE OR REPLACE FUNCTION pgmq._lookup(p_name text)
+RETURNS TABLE (q text, slot smallint, due boolean)
+LANGUAGE sql STABLE
 AS $$
-BEGIN
-    SELECT m.sluice_queue, (g.gen % 2)::smallint, g.started_at < clock_timestamp() - interval '1 minute'
-      INTO q, slot, due
+    SELECT m.sluice_queue, (g.gen % 2)::smallint, g.started_at < now() - interval '1 minute'
       FROM pgmq.meta m
       LEFT JOIN LATERAL (SELECT s.gen, s.started_at FROM pgmq.side_generation s
                           WHERE s.sluice_queue = m.sluice_queue ORDER BY s.gen DESC LIMIT 1) g ON true
-     WHERE m.sluice_queue = lower(p_name);
-    IF q IS NULL THEN
-        PERFORM pgmq._queue(p_name);   -- raises
-    END IF;
-END
+     WHERE m.sluice_queue = lower(p_name)
 $$;
 
 -- _fn: the name of a queue's copy of a template function (see _instantiate).

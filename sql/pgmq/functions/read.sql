@@ -113,8 +113,12 @@ RETURNS SETOF pgmq.message_record
 LANGUAGE plpgsql
 AS $$
 DECLARE
-    m record := pgmq._meta(p_name);
+    m record;
 BEGIN
+    SELECT * INTO m FROM pgmq._lookup(p_name);
+    IF NOT FOUND THEN
+        PERFORM pgmq._queue(p_name);   -- raises
+    END IF;
     IF p_qty IS NULL OR p_qty < 1 THEN
         RETURN;
     END IF;
@@ -154,7 +158,7 @@ RETURNS SETOF pgmq.message_record
 LANGUAGE plpgsql
 AS $$
 DECLARE
-    q constant text := (pgmq._meta(p_name)).q;
+    q constant text := coalesce((SELECT m.q FROM pgmq._lookup(p_name) m), pgmq._queue(p_name));
     stop_at constant timestamptz := clock_timestamp() + make_interval(secs => coalesce(p_max_poll_seconds, 5));
     vt_left constant interval := coalesce(p_vt, clock_timestamp()) - clock_timestamp();
 BEGIN
