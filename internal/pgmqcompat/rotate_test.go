@@ -55,10 +55,33 @@ func TestSideTablesRotate(t *testing.T) {
 	if g := scalar[int64](t, db, "SELECT max(gen) FROM pgmq.side_generation WHERE sluice_queue = 'rot'"); g != 2 {
 		t.Fatalf("generation %d, want 2", g)
 	}
-	// a read rotates by itself once the generation is a minute old
+	// a read rotates by itself once the generation is a minute old; the
+	// same session tries again only a minute later, another session at once
+	conn, err := db.Acquire(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	gen := func() int64 {
+		return scalar[int64](t, db, "SELECT max(gen) FROM pgmq.side_generation WHERE sluice_queue = 'rot'")
+	}
+	read := func() {
+		if _, err := conn.Exec(ctxT(t), "SELECT * FROM pgmq.read('rot', 30, 1)"); err != nil {
+			t.Fatal(err)
+		}
+	}
 	exec(t, db, "INSERT INTO pgmq.side_generation VALUES ('rot', 3, clock_timestamp() - interval '2 minutes')")
-	msgs(t, db, "pgmq.read('rot', 30, 1)")
-	if g := scalar[int64](t, db, "SELECT max(gen) FROM pgmq.side_generation WHERE sluice_queue = 'rot'"); g != 4 {
+	read()
+	if g := gen(); g != 4 {
 		t.Fatalf("generation %d after a read, want 4", g)
+	}
+	exec(t, db, "INSERT INTO pgmq.side_generation VALUES ('rot', 5, clock_timestamp() - interval '2 minutes')")
+	read()
+	if g := gen(); g != 5 {
+		t.Fatalf("generation %d after a second read of the session within the minute, want 5 (not tried)", g)
+	}
+	msgs(t, db, "pgmq.read('rot', 30, 1)") // another session
+	if g := gen(); g != 6 {
+		t.Fatalf("generation %d after another session's read, want 6", g)
 	}
 }

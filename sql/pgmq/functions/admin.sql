@@ -2,8 +2,12 @@
 
 -- _create: create a pgmq queue (shared by the create* functions): a sluice
 -- queue of the lowercased name with the single consumer group 'pgmq', the
--- view q_<name>, the archive table a_<name> and the two side tables. Does
--- nothing when the queue exists (PGMQ's create is idempotent).
+-- view q_<name>, the archive table a_<name>, the two side tables and the
+-- queue's copies of the template functions (_instantiate). Does nothing when
+-- the queue exists (PGMQ's create is idempotent). The sluice queue has
+-- sluice's default number of lanes, or the setting sluice.pgmq_lanes when it
+-- is set (SET sluice.pgmq_lanes = 1, or ALTER DATABASE ... SET: one lane
+-- delivers a queue in msg_id order).
 --
 -- Parameters:
 --   p_name         the pgmq queue name
@@ -11,7 +15,8 @@
 --   p_unlogged     recorded in pgmq.meta (sluice's messages are always durable)
 -- Returns: nothing
 -- Errors: P0001 name too long or invalid characters; SL001 a name sluice
---         cannot take; SL004 a sluice queue of that name exists already
+--         cannot take; SL004 a sluice queue of that name exists already;
+--         SL007 sluice.pgmq_lanes is not an integer from 1 to 256
 CREATE OR REPLACE FUNCTION pgmq._create(p_name text, p_partitioned boolean, p_unlogged boolean)
 RETURNS void
 LANGUAGE plpgsql
@@ -20,16 +25,24 @@ AS $$
 DECLARE
     q constant text := lower(p_name);
     qid int;
+    lanes constant text := nullif(current_setting('sluice.pgmq_lanes', true), '');
 BEGIN
     PERFORM pgmq.validate_queue_name(p_name);
     PERFORM pgmq.format_table_name(p_name, 'q');
+    IF lanes !~ '^[0-9]{1,9}$' THEN
+        RAISE EXCEPTION USING ERRCODE = 'SL007',
+            MESSAGE = format('setting sluice.pgmq_lanes must be an integer from 1 to 256, got %s', quote_literal(lanes));
+    END IF;
     PERFORM pg_advisory_xact_lock(hashtext('pgmq.queue_' || q));
     IF EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.sluice_queue = q) THEN
         RETURN;
     END IF;
-    -- PGMQ has no attempt limit: take sluice's highest.
-    -- One lane: PGMQ reads in msg_id order (commit order, for sluice).
-    PERFORM sluice.create_queue(q, '{"default_group": false, "max_attempts": 1000, "lanes": 1}');
+    -- PGMQ has no attempt limit: take sluice's highest. Lanes: sluice's
+    -- default, so that readers take messages side by side (PGMQ's read
+    -- skips locked rows, so concurrent readers do not read in msg_id order
+    -- either), unless sluice.pgmq_lanes says otherwise (1: msg_id order).
+    PERFORM sluice.create_queue(q, '{"default_group": false, "max_attempts": 1000}'::jsonb
+                                   || CASE WHEN lanes IS NOT NULL THEN jsonb_build_object('lanes', lanes::int) ELSE '{}' END);
     PERFORM sluice.create_group(q, 'pgmq');
     SELECT id INTO STRICT qid FROM sluice.queue WHERE name = q;
 
@@ -87,6 +100,7 @@ BEGIN
         pgmq._tbl(q, 'r'), pgmq._tbl(q, 'd'), pgmq._tbl(q, 'a'), pgmq._tbl(q, 'q'), qid, q,
         pgmq._tbl(q, 'r') || '_0', pgmq._tbl(q, 'r') || '_1', pgmq._tbl(q, 'd') || '_0', pgmq._tbl(q, 'd') || '_1');
 
+    PERFORM pgmq._instantiate(q);
     INSERT INTO pgmq.meta (queue_name, is_partitioned, is_unlogged, sluice_queue)
     VALUES (p_name, p_partitioned, p_unlogged, q);
     INSERT INTO pgmq.side_generation (sluice_queue, gen, started_at) VALUES (q, 0, clock_timestamp());
@@ -188,6 +202,8 @@ BEGIN
         RAISE NOTICE 'pgmq queue `%` does not exist', queue_name;
         RETURN false;
     END IF;
+    EXECUTE format('DROP FUNCTION IF EXISTS pgmq.%I, pgmq.%I, pgmq.%I', pgmq._fn(q, 'deliver'), pgmq._fn(q, 'complete'),
+                   pgmq._fn(q, 'set_vt'));
     EXECUTE format('DROP VIEW IF EXISTS pgmq.%I', pgmq._tbl(q, 'q'));
     EXECUTE format('DROP TABLE IF EXISTS pgmq.%I, pgmq.%I, pgmq.%I',
                    pgmq._tbl(q, 'a'), pgmq._tbl(q, 'r'), pgmq._tbl(q, 'd'));

@@ -113,6 +113,83 @@ AS $$
       FROM pgmq.side_generation g WHERE g.sluice_queue = p_queue ORDER BY g.gen DESC LIMIT 1
 $$;
 
+-- _lookup: what a read, delete, archive or set_vt needs, in one statement:
+-- the sluice queue, the side slot of the current generation and whether a
+-- rotation is due (the generation is a minute old). No row: no such queue.
+--
+-- Hot path: a set-returning SQL function without SET clause, so that the
+-- planner inlines it into the caller's (cached) statement. Called by the
+-- public functions, which pin search_path.
+--
+-- Parameters:
+--   p_name  the pgmq queue name (any case)
+-- Returns: (q, slot, due), one row or none
+CREATE OR REPLACE FUNCTION pgmq._lookup(p_name text)
+RETURNS TABLE (q text, slot smallint, due boolean)
+LANGUAGE sql STABLE
+AS $$
+    SELECT m.sluice_queue, (g.gen % 2)::smallint, g.started_at < now() - interval '1 minute'
+      FROM pgmq.meta m
+      LEFT JOIN LATERAL (SELECT s.gen, s.started_at FROM pgmq.side_generation s
+                          WHERE s.sluice_queue = m.sluice_queue ORDER BY s.gen DESC LIMIT 1) g ON true
+     WHERE m.sluice_queue = lower(p_name)
+$$;
+
+-- _fn: the name of a queue's copy of a template function (see _instantiate).
+--
+-- Parameters:
+--   p_queue  the sluice queue name
+--   p_kind   'deliver', 'complete' or 'set_vt'
+-- Returns: the function name, without schema (at most 10 + 47 characters)
+-- (No SET clause, so that it is inlined into the calling statement.)
+CREATE OR REPLACE FUNCTION pgmq._fn(p_queue text, p_kind text)
+RETURNS text
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT '_sl_' || CASE p_kind WHEN 'deliver' THEN 'read' WHEN 'complete' THEN 'done' ELSE 'setvt' END
+           || '_' || p_queue
+$$;
+
+-- _instantiate: (re)create a queue's copies of the template functions
+-- (pgmq._t_deliver, _t_complete, _t_set_vt), whose statements name the
+-- queue's side tables, archive and view statically: PL/pgSQL caches their
+-- plans, where dynamic SQL would plan every statement on every call. A
+-- template names placeholders (pgmq._t_rlog, _t_dlog, _t_arch, _t_view);
+-- a copy names the queue's objects instead. Run by _create and, for every
+-- queue, on every install (refresh.sql), so that an upgrade reaches every
+-- queue.
+--
+-- Parameters:
+--   p_queue  the sluice queue name
+-- Returns: nothing
+CREATE OR REPLACE FUNCTION pgmq._instantiate(p_queue text)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    f record;
+    src text;
+BEGIN
+    FOR f IN SELECT p.oid, substr(p.proname, 4) AS kind FROM pg_proc p
+              WHERE p.pronamespace = 'pgmq'::regnamespace AND p.proname IN ('_t_deliver', '_t_complete', '_t_set_vt')
+              ORDER BY p.proname LOOP
+        src := pg_get_functiondef(f.oid);
+        src := replace(src, 'pgmq._t_' || f.kind || '(', format('pgmq.%I(', pgmq._fn(p_queue, f.kind)));
+        src := replace(src, 'pgmq._t_rlog', format('pgmq.%I', pgmq._tbl(p_queue, 'r')));
+        src := replace(src, 'pgmq._t_dlog', format('pgmq.%I', pgmq._tbl(p_queue, 'd')));
+        src := replace(src, 'pgmq._t_arch', format('pgmq.%I', pgmq._tbl(p_queue, 'a')));
+        src := replace(src, 'pgmq._t_view', format('pgmq.%I', pgmq._tbl(p_queue, 'q')));
+        -- a template whose signature changed could not replace its old copy
+        IF EXISTS (SELECT 1 FROM pg_proc p WHERE p.pronamespace = 'pgmq'::regnamespace
+                                             AND p.proname = pgmq._fn(p_queue, f.kind)) THEN
+            EXECUTE format('DROP FUNCTION pgmq.%I', pgmq._fn(p_queue, f.kind));
+        END IF;
+        EXECUTE src;
+    END LOOP;
+END
+$$;
+
 -- _rotate: start a new side generation for a queue when the slot it would
 -- write (the older one) holds nothing still needed: no delivery whose vt has
 -- not passed of a message not completed, and no completed message still in

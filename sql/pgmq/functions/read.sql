@@ -3,13 +3,101 @@
 -- read is sluice.receive for the group 'pgmq' with lease = vt - now; read_ct
 -- is sluice's attempt, msg_id its message id (the same on every delivery).
 -- Each delivery is logged in _sl_r_<queue> (unlogged, append-only, rotated
--- by pgmq._rotate, which read tries at most once a minute) so that
+-- by pgmq._rotate, which a session's reads try at most once a minute) so that
 -- delete, archive and set_vt, which take msg_ids, find its receipt.
 -- Messages sent with an x-pgmq-group header carry it as their ordering key:
 -- every read form delivers them in order, none while an earlier one of the
 -- group is read and not deleted, archived or visible again.
 
--- _deliver: receive up to qty messages and log their deliveries.
+-- _t_deliver: the template of each queue's delivery function (copied by
+-- _instantiate as pgmq._sl_read_<queue>, naming the queue's side tables
+-- instead of pgmq._t_rlog and _t_dlog): receive up to p_qty messages and log
+-- their deliveries. The SET clauses plan its statements once per session
+-- (generic plans) and keep them index probes whatever the statistics of a
+-- side table that was just truncated say.
+--
+-- Parameters:
+--   p_q     the sluice queue
+--   p_slot  the side slot to write
+--   p_lease the lease (vt - now, within sluice's bounds)
+--   p_qty   how many, 1 to 10000
+--   p_cond  NULL or a JSON object the message must contain (@>); a message
+--           that does not is made visible again at once (it counts as a read)
+--   p_mode  'r' read, 'p' pop (delete what is returned), 'h' one per group
+-- Returns: the messages, as pgmq.message_record
+-- Errors: SL010 outside READ COMMITTED
+CREATE OR REPLACE FUNCTION pgmq._t_deliver(p_q text, p_slot smallint, p_lease interval, p_qty integer, p_cond jsonb,
+                                           p_mode "char")
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+SET jit = off
+AS $$
+DECLARE
+    got sluice.message[];
+    keep sluice.message[];
+    gone bigint[];
+    r text;
+    now_ts timestamptz;
+    tries int := 0;
+BEGIN
+    LOOP
+        tries := tries + 1;
+        IF p_mode = 'h' THEN
+            -- one receive per message: a receive never returns two messages of one key then
+            got := '{}';
+            FOR i IN 1 .. p_qty LOOP
+                keep := ARRAY(SELECT m FROM sluice.receive(p_q, 'pgmq', 1, p_lease) m);
+                EXIT WHEN cardinality(keep) = 0;
+                got := got || keep;
+            END LOOP;
+        ELSE
+            got := ARRAY(SELECT m FROM sluice.receive(p_q, 'pgmq', p_qty, p_lease) m);
+        END IF;
+        EXIT WHEN cardinality(got) = 0;
+        -- messages deleted or archived while not leased: complete them now
+        gone := ARRAY(SELECT DISTINCT d.msg_id FROM pgmq._t_dlog d
+                       WHERE d.msg_id = ANY (ARRAY(SELECT m.id FROM unnest(got) m)));
+        IF cardinality(gone) > 0 THEN
+            PERFORM sluice.ack(p_q, 'pgmq', ARRAY(SELECT m.receipt FROM unnest(got) m WHERE m.id = ANY (gone)));
+            got := ARRAY(SELECT got[i] FROM generate_subscripts(got, 1) i WHERE NOT (got[i]).id = ANY (gone) ORDER BY i);
+        END IF;
+        IF p_cond IS NOT NULL THEN
+            FOR r IN SELECT m.receipt FROM unnest(got) m WHERE NOT m.body @> p_cond LOOP
+                PERFORM sluice.nack(p_q, 'pgmq', r, interval '0');
+            END LOOP;
+            keep := ARRAY(SELECT got[i] FROM generate_subscripts(got, 1) i WHERE (got[i]).body @> p_cond ORDER BY i);
+        ELSE
+            keep := got;
+        END IF;
+
+        now_ts := clock_timestamp();
+        IF cardinality(keep) > 0 THEN
+            IF p_mode = 'p' THEN
+                PERFORM sluice.ack(p_q, 'pgmq', ARRAY(SELECT m.receipt FROM unnest(keep) m));
+                INSERT INTO pgmq._t_dlog (slot, msg_id, kind, done_at)
+                SELECT p_slot, m.id, 'p', now_ts FROM unnest(keep) m;
+            ELSE
+                INSERT INTO pgmq._t_rlog (slot, msg_id, at, read_at, vt, read_ct, receipt, enqueued_at, message, headers)
+                SELECT p_slot, m.id, now_ts, now_ts, m.lease_expires_at, m.attempt, m.receipt, m.sent_at, m.body, m.headers
+                  FROM unnest(keep) m;
+            END IF;
+            RETURN QUERY SELECT u.id, u.attempt, u.sent_at, now_ts, u.lease_expires_at, u.body, u.headers
+                           FROM unnest(keep) WITH ORDINALITY u ORDER BY u.ordinality;
+            RETURN;
+        END IF;
+        -- everything received was already deleted (or did not match): try again, a few times
+        EXIT WHEN tries >= 5 OR p_cond IS NOT NULL;
+    END LOOP;
+END
+$$;
+
+-- _deliver: receive up to qty messages and log their deliveries (the queue's
+-- copy of _t_deliver), then rotate the side tables if due (the generation is
+-- a minute old, and this session has not tried in the last minute). Called
+-- by the public read functions, which pin search_path.
 --
 -- Parameters:
 --   p_name  the queue
@@ -23,86 +111,40 @@
 CREATE OR REPLACE FUNCTION pgmq._deliver(p_name text, p_vt timestamptz, p_qty integer, p_cond jsonb, p_mode "char")
 RETURNS SETOF pgmq.message_record
 LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    q constant text := pgmq._queue(p_name);
-    rt constant text := pgmq._tbl(q, 'r');
-    dt constant text := pgmq._tbl(q, 'd');
-    v_lease constant interval := CASE p_mode WHEN 'p' THEN interval '30 seconds' ELSE pgmq._lease(p_vt) END;
-    v_cond constant jsonb := nullif(coalesce(p_cond, '{}'), '{}');
-    got sluice.message[];
-    keep sluice.message[];
-    gone bigint[];
-    r text;
-    now_ts timestamptz;
-    tries int := 0;
-    side record;
+    m record;
 BEGIN
+    SELECT * INTO m FROM pgmq._lookup(p_name);
+    IF NOT FOUND THEN
+        PERFORM pgmq._queue(p_name);   -- raises
+    END IF;
     IF p_qty IS NULL OR p_qty < 1 THEN
         RETURN;
     END IF;
-    side := pgmq._side(q);
-    LOOP
-        tries := tries + 1;
-        IF p_mode = 'h' THEN
-            -- one receive per message: a receive never returns two messages of one key then
-            got := '{}';
-            FOR i IN 1 .. least(p_qty, 10000) LOOP
-                keep := ARRAY(SELECT m FROM sluice.receive(q, 'pgmq', 1, v_lease) m);
-                EXIT WHEN cardinality(keep) = 0;
-                got := got || keep;
-            END LOOP;
-        ELSE
-            got := ARRAY(SELECT m FROM sluice.receive(q, 'pgmq', least(p_qty, 10000), v_lease) m);
-        END IF;
-        EXIT WHEN cardinality(got) = 0;
-        -- messages deleted or archived while not leased: complete them now
-        EXECUTE format('SELECT coalesce(array_agg(DISTINCT d.msg_id), ''{}'') FROM pgmq.%I d WHERE d.msg_id = ANY ($1)', dt)
-           INTO gone USING ARRAY(SELECT m.id FROM unnest(got) m);
-        IF cardinality(gone) > 0 THEN
-            PERFORM sluice.ack(q, 'pgmq', ARRAY(SELECT m.receipt FROM unnest(got) m WHERE m.id = ANY (gone)));
-        END IF;
-        keep := ARRAY(SELECT m FROM unnest(got) m WHERE NOT m.id = ANY (gone) AND (v_cond IS NULL OR m.body @> v_cond));
-        IF v_cond IS NOT NULL THEN
-            FOR r IN SELECT m.receipt FROM unnest(got) m WHERE NOT m.id = ANY (gone) AND NOT m.body @> v_cond LOOP
-                PERFORM sluice.nack(q, 'pgmq', r, interval '0');
-            END LOOP;
-        END IF;
-
-        now_ts := clock_timestamp();
-        IF cardinality(keep) > 0 THEN
-            IF p_mode = 'p' THEN
-                PERFORM sluice.ack(q, 'pgmq', ARRAY(SELECT m.receipt FROM unnest(keep) m));
-                EXECUTE format('INSERT INTO pgmq.%I (slot, msg_id, kind, done_at) SELECT $3, m.id, ''p'', $2 FROM unnest($1) m', dt)
-                  USING keep, now_ts, side.slot;
-            ELSE
-                EXECUTE format($sql$
-                    INSERT INTO pgmq.%I (slot, msg_id, at, read_at, vt, read_ct, receipt, enqueued_at, message, headers)
-                    SELECT $3, m.id, $2, $2, m.lease_expires_at, m.attempt, m.receipt, m.sent_at, m.body, m.headers
-                      FROM unnest($1) m
-                    $sql$, rt) USING keep, now_ts, side.slot;
-            END IF;
-            RETURN QUERY SELECT u.id, u.attempt, u.sent_at, now_ts, u.lease_expires_at, u.body, u.headers
-                           FROM unnest(keep) WITH ORDINALITY u ORDER BY u.ordinality;
-            EXIT;
-        END IF;
-        -- everything received was already deleted (or did not match): try again, a few times
-        EXIT WHEN tries >= 5 OR v_cond IS NOT NULL;
-    END LOOP;
-    -- Rotate last: the receives above took the queue's one dispatch lane
-    -- (pgmq queues have lanes = 1), so no other reader waits for it while
-    -- this one holds the old slot's lock.
-    IF side.due THEN
-        PERFORM pgmq._rotate(q);
+    RETURN QUERY EXECUTE format('SELECT * FROM pgmq.%I($1, $2, $3, $4, $5, $6)', pgmq._fn(m.q, 'deliver'))
+        USING m.q, m.slot,
+              CASE p_mode WHEN 'p' THEN interval '30 seconds'
+                   ELSE least(greatest(coalesce(p_vt, clock_timestamp()) - clock_timestamp(), interval '1 microsecond'),
+                              interval '7 days') END,
+              least(p_qty, 10000), nullif(coalesce(p_cond, '{}'), '{}'), p_mode;
+    -- Rotate last: a read holds the lanes it took until it commits, and the
+    -- other readers take other lanes meanwhile. A rotation that is refused
+    -- (the old slot is still needed, possibly for as long as sluice keeps
+    -- the completed messages) is tried again by this session a minute
+    -- later, not by every read.
+    IF m.due AND extract(epoch FROM clock_timestamp()) >=
+                 coalesce(nullif(current_setting('sluice.pgmq_rotated_' || to_hex(hashtext(m.q)), true), ''), '0')::float8 + 60 THEN
+        PERFORM set_config('sluice.pgmq_rotated_' || to_hex(hashtext(m.q)), extract(epoch FROM clock_timestamp())::text, false);
+        PERFORM pgmq._rotate(m.q);
     END IF;
 END
 $$;
 
 -- _poll: _deliver until it returns messages or max_poll_seconds have passed.
--- Between tries it only reads sluice.status (a receive holds the queue's one
--- dispatch lane until the end of the transaction, so an empty receive in a
--- polling loop would make the other readers of the queue skip it).
+-- Between tries it only reads sluice.status: a receive holds the lanes it
+-- took until the end of the transaction, so an empty receive in a polling
+-- loop could make the other readers of the queue skip those lanes.
 --
 -- Parameters:
 --   p_name, p_vt, p_qty, p_cond, p_mode  as _deliver
@@ -114,10 +156,9 @@ CREATE OR REPLACE FUNCTION pgmq._poll(p_name text, p_vt timestamptz, p_qty integ
                                       p_poll_interval_ms integer, p_cond jsonb, p_mode "char")
 RETURNS SETOF pgmq.message_record
 LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    q constant text := pgmq._queue(p_name);
+    q constant text := coalesce((SELECT m.q FROM pgmq._lookup(p_name) m), pgmq._queue(p_name));
     stop_at constant timestamptz := clock_timestamp() + make_interval(secs => coalesce(p_max_poll_seconds, 5));
     vt_left constant interval := coalesce(p_vt, clock_timestamp()) - clock_timestamp();
 BEGIN
@@ -138,60 +179,60 @@ $$;
 -- read: vt in seconds from now. Parameters: queue_name, vt, qty, conditional.
 -- Returns: pgmq.message_record rows. Errors: as read
 CREATE OR REPLACE FUNCTION pgmq.read(queue_name text, vt integer, qty integer, conditional jsonb DEFAULT '{}')
-RETURNS SETOF pgmq.message_record LANGUAGE sql SET search_path = pg_catalog, pg_temp
-AS $$ SELECT * FROM pgmq._deliver(queue_name, clock_timestamp() + make_interval(secs => vt), qty, conditional, 'r') $$;
+RETURNS SETOF pgmq.message_record LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp
+AS $$ BEGIN RETURN QUERY SELECT * FROM pgmq._deliver(queue_name, clock_timestamp() + make_interval(secs => vt), qty, conditional, 'r'); END $$;
 
 -- read_with_poll: vt in seconds. Parameters: as read_with_poll.
 -- Returns: pgmq.message_record rows. Errors: as read
 CREATE OR REPLACE FUNCTION pgmq.read_with_poll(queue_name text, vt integer, qty integer,
                                                max_poll_seconds integer DEFAULT 5, poll_interval_ms integer DEFAULT 100,
                                                conditional jsonb DEFAULT '{}')
-RETURNS SETOF pgmq.message_record LANGUAGE sql SET search_path = pg_catalog, pg_temp
-AS $$ SELECT * FROM pgmq._poll(queue_name, clock_timestamp() + make_interval(secs => vt), qty, max_poll_seconds,
-                               poll_interval_ms, conditional, 'r') $$;
+RETURNS SETOF pgmq.message_record LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp
+AS $$ BEGIN RETURN QUERY SELECT * FROM pgmq._poll(queue_name, clock_timestamp() + make_interval(secs => vt), qty, max_poll_seconds,
+                                            poll_interval_ms, conditional, 'r'); END $$;
 
 -- read_grouped: vt in seconds. Parameters: queue_name, vt, qty.
 -- Returns: pgmq.message_record rows. Errors: as read
 CREATE OR REPLACE FUNCTION pgmq.read_grouped(queue_name text, vt integer, qty integer)
-RETURNS SETOF pgmq.message_record LANGUAGE sql SET search_path = pg_catalog, pg_temp
-AS $$ SELECT * FROM pgmq._deliver(queue_name, clock_timestamp() + make_interval(secs => vt), qty, '{}', 'r') $$;
+RETURNS SETOF pgmq.message_record LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp
+AS $$ BEGIN RETURN QUERY SELECT * FROM pgmq._deliver(queue_name, clock_timestamp() + make_interval(secs => vt), qty, '{}', 'r'); END $$;
 
 -- read_grouped_with_poll: vt in seconds. Parameters: as above.
 -- Returns: rows. Errors: as read
 CREATE OR REPLACE FUNCTION pgmq.read_grouped_with_poll(queue_name text, vt integer, qty integer,
                                                        max_poll_seconds integer DEFAULT 5, poll_interval_ms integer DEFAULT 100)
-RETURNS SETOF pgmq.message_record LANGUAGE sql SET search_path = pg_catalog, pg_temp
-AS $$ SELECT * FROM pgmq._poll(queue_name, clock_timestamp() + make_interval(secs => vt), qty, max_poll_seconds,
-                               poll_interval_ms, '{}', 'r') $$;
+RETURNS SETOF pgmq.message_record LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp
+AS $$ BEGIN RETURN QUERY SELECT * FROM pgmq._poll(queue_name, clock_timestamp() + make_interval(secs => vt), qty, max_poll_seconds,
+                                            poll_interval_ms, '{}', 'r'); END $$;
 
 -- read_grouped_rr: vt in seconds. Parameters: queue_name, vt, qty.
 -- Returns: rows. Errors: as read
 CREATE OR REPLACE FUNCTION pgmq.read_grouped_rr(queue_name text, vt integer, qty integer)
-RETURNS SETOF pgmq.message_record LANGUAGE sql SET search_path = pg_catalog, pg_temp
-AS $$ SELECT * FROM pgmq._deliver(queue_name, clock_timestamp() + make_interval(secs => vt), qty, '{}', 'r') $$;
+RETURNS SETOF pgmq.message_record LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp
+AS $$ BEGIN RETURN QUERY SELECT * FROM pgmq._deliver(queue_name, clock_timestamp() + make_interval(secs => vt), qty, '{}', 'r'); END $$;
 
 -- read_grouped_rr_with_poll: vt in seconds. Parameters: as above.
 -- Returns: rows. Errors: as read
 CREATE OR REPLACE FUNCTION pgmq.read_grouped_rr_with_poll(queue_name text, vt integer, qty integer,
                                                           max_poll_seconds integer DEFAULT 5, poll_interval_ms integer DEFAULT 100)
-RETURNS SETOF pgmq.message_record LANGUAGE sql SET search_path = pg_catalog, pg_temp
-AS $$ SELECT * FROM pgmq._poll(queue_name, clock_timestamp() + make_interval(secs => vt), qty, max_poll_seconds,
-                               poll_interval_ms, '{}', 'r') $$;
+RETURNS SETOF pgmq.message_record LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp
+AS $$ BEGIN RETURN QUERY SELECT * FROM pgmq._poll(queue_name, clock_timestamp() + make_interval(secs => vt), qty, max_poll_seconds,
+                                            poll_interval_ms, '{}', 'r'); END $$;
 
 -- read_grouped_head: the head message of up to qty different groups.
 -- Parameters: queue_name, vt (seconds), qty. Returns: rows. Errors: as read
 CREATE OR REPLACE FUNCTION pgmq.read_grouped_head(queue_name text, vt integer, qty integer)
-RETURNS SETOF pgmq.message_record LANGUAGE sql SET search_path = pg_catalog, pg_temp
-AS $$ SELECT * FROM pgmq._deliver(queue_name, clock_timestamp() + make_interval(secs => vt), qty, '{}', 'h') $$;
+RETURNS SETOF pgmq.message_record LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp
+AS $$ BEGIN RETURN QUERY SELECT * FROM pgmq._deliver(queue_name, clock_timestamp() + make_interval(secs => vt), qty, '{}', 'h'); END $$;
 
 -- read_grouped_head_with_poll: read_grouped_head, waiting. Parameters:
 -- queue_name, vt, qty, max_poll_seconds, poll_interval_ms. Returns: rows.
 -- Errors: as read
 CREATE OR REPLACE FUNCTION pgmq.read_grouped_head_with_poll(queue_name text, vt integer, qty integer,
                                                             max_poll_seconds integer DEFAULT 5, poll_interval_ms integer DEFAULT 100)
-RETURNS SETOF pgmq.message_record LANGUAGE sql SET search_path = pg_catalog, pg_temp
-AS $$ SELECT * FROM pgmq._poll(queue_name, clock_timestamp() + make_interval(secs => vt), qty, max_poll_seconds,
-                               poll_interval_ms, '{}', 'h') $$;
+RETURNS SETOF pgmq.message_record LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp
+AS $$ BEGIN RETURN QUERY SELECT * FROM pgmq._poll(queue_name, clock_timestamp() + make_interval(secs => vt), qty, max_poll_seconds,
+                                            poll_interval_ms, '{}', 'h'); END $$;
 
 -- pop: read and delete up to qty messages in one call (at-most-once: the
 -- caller's transaction completes them as it returns them).
@@ -202,5 +243,5 @@ AS $$ SELECT * FROM pgmq._poll(queue_name, clock_timestamp() + make_interval(sec
 -- Returns: pgmq.message_record rows
 -- Errors: as read
 CREATE OR REPLACE FUNCTION pgmq.pop(queue_name text, qty integer DEFAULT 1)
-RETURNS SETOF pgmq.message_record LANGUAGE sql SET search_path = pg_catalog, pg_temp
-AS $$ SELECT * FROM pgmq._deliver(queue_name, NULL, qty, '{}', 'p') $$;
+RETURNS SETOF pgmq.message_record LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp
+AS $$ BEGIN RETURN QUERY SELECT * FROM pgmq._deliver(queue_name, NULL, qty, '{}', 'p'); END $$;

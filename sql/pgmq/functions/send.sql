@@ -4,29 +4,47 @@
 -- messages of one group are delivered in order, one at a time (PGMQ's FIFO).
 -- The delay becomes sluice's delay; a NULL msg is sent as JSON null.
 
--- _target: the sluice queue of a pgmq queue and whether insert
--- notifications are on for it.
+-- (gone: _target, whose lookup is _send's and _send_batch's now)
+DROP FUNCTION IF EXISTS pgmq._target(text);
+
+-- _send: send one message (the body of every send): one lookup of the
+-- queue and of its insert notifications, one sluice.send. Called by the
+-- send functions, which pin search_path.
 --
 -- Parameters:
---   p_name  the pgmq queue name
--- Returns: (sluice queue, notify channel or NULL)
--- Errors: 42P01 no such queue
-CREATE OR REPLACE FUNCTION pgmq._target(p_name text, OUT q text, OUT channel text)
-LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, pg_temp
+--   p_name     the queue
+--   p_msg      the message (NULL: JSON null)
+--   p_headers  a JSON object or NULL; x-pgmq-group orders
+--   p_delay    visible after this long (NULL, zero or negative: at once)
+-- Returns: the msg_id
+-- Errors: 42P01 no such queue; SL006 headers not an object; SL009 too large
+-- Notifies: 'pgmq.q_<queue_name>.INSERT' when enable_notify_insert is on
+CREATE OR REPLACE FUNCTION pgmq._send(p_name text, p_msg jsonb, p_headers jsonb, p_delay interval)
+RETURNS bigint
+LANGUAGE plpgsql
 AS $$
+DECLARE
+    q text;
+    channel text;
+    id bigint;
 BEGIN
     SELECT m.sluice_queue, CASE WHEN t.queue_name IS NOT NULL THEN 'pgmq.q_' || m.queue_name || '.INSERT' END
       INTO q, channel
       FROM pgmq.meta m LEFT JOIN pgmq.notify_insert_throttle t ON t.queue_name = m.queue_name
      WHERE m.sluice_queue = lower(p_name);
     IF q IS NULL THEN
-        q := pgmq._queue(p_name);  -- raises
+        PERFORM pgmq._queue(p_name);   -- raises
     END IF;
+    id := sluice.send(q, coalesce(p_msg, 'null'), p_headers, p_headers ->> 'x-pgmq-group',
+                      CASE WHEN p_delay > interval '0' THEN p_delay END);
+    IF channel IS NOT NULL THEN
+        PERFORM pg_notify(channel, '');
+    END IF;
+    RETURN id;
 END
 $$;
 
--- send: send one message (the form every other send calls).
+-- send: send one message.
 --
 -- Parameters:
 --   queue_name  the queue
@@ -37,51 +55,38 @@ $$;
 -- Errors: 42P01 no such queue; SL006 headers not an object; SL009 too large
 -- Notifies: 'pgmq.q_<queue_name>.INSERT' when enable_notify_insert is on
 CREATE OR REPLACE FUNCTION pgmq.send(queue_name text, msg jsonb, headers jsonb, delay timestamptz)
-RETURNS SETOF bigint
-LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    t record;
-BEGIN
-    t := pgmq._target(queue_name);
-    RETURN NEXT sluice.send(t.q, coalesce(msg, 'null'), headers, headers ->> 'x-pgmq-group',
-                            greatest(coalesce(delay, clock_timestamp()) - clock_timestamp(), interval '0'));
-    IF t.channel IS NOT NULL THEN
-        PERFORM pg_notify(t.channel, '');
-    END IF;
-END
-$$;
+RETURNS SETOF bigint LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp
+AS $$ BEGIN RETURN NEXT pgmq._send(queue_name, msg, headers, delay - clock_timestamp()); END $$;
 
 -- send: two arguments. Parameters: queue_name, msg. Returns: the msg_id.
 -- Errors: as send
 CREATE OR REPLACE FUNCTION pgmq.send(queue_name text, msg jsonb)
-RETURNS SETOF bigint LANGUAGE sql SET search_path = pg_catalog, pg_temp
-AS $$ SELECT * FROM pgmq.send(queue_name, msg, NULL::jsonb, clock_timestamp()) $$;
+RETURNS SETOF bigint LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp
+AS $$ BEGIN RETURN NEXT pgmq._send(queue_name, msg, NULL, NULL); END $$;
 
 -- send: with headers. Parameters: queue_name, msg, headers. Returns: the msg_id.
 -- Errors: as send
 CREATE OR REPLACE FUNCTION pgmq.send(queue_name text, msg jsonb, headers jsonb)
-RETURNS SETOF bigint LANGUAGE sql SET search_path = pg_catalog, pg_temp
-AS $$ SELECT * FROM pgmq.send(queue_name, msg, headers, clock_timestamp()) $$;
+RETURNS SETOF bigint LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp
+AS $$ BEGIN RETURN NEXT pgmq._send(queue_name, msg, headers, NULL); END $$;
 
 -- send: with a delay in seconds. Parameters: queue_name, msg, delay.
 -- Returns: the msg_id. Errors: as send
 CREATE OR REPLACE FUNCTION pgmq.send(queue_name text, msg jsonb, delay integer)
-RETURNS SETOF bigint LANGUAGE sql SET search_path = pg_catalog, pg_temp
-AS $$ SELECT * FROM pgmq.send(queue_name, msg, NULL::jsonb, clock_timestamp() + make_interval(secs => delay)) $$;
+RETURNS SETOF bigint LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp
+AS $$ BEGIN RETURN NEXT pgmq._send(queue_name, msg, NULL, make_interval(secs => delay)); END $$;
 
 -- send: with a visibility time. Parameters: queue_name, msg, delay.
 -- Returns: the msg_id. Errors: as send
 CREATE OR REPLACE FUNCTION pgmq.send(queue_name text, msg jsonb, delay timestamptz)
-RETURNS SETOF bigint LANGUAGE sql SET search_path = pg_catalog, pg_temp
-AS $$ SELECT * FROM pgmq.send(queue_name, msg, NULL::jsonb, delay) $$;
+RETURNS SETOF bigint LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp
+AS $$ BEGIN RETURN NEXT pgmq._send(queue_name, msg, NULL, delay - clock_timestamp()); END $$;
 
 -- send: with headers and a delay in seconds. Parameters: queue_name, msg,
 -- headers, delay. Returns: the msg_id. Errors: as send
 CREATE OR REPLACE FUNCTION pgmq.send(queue_name text, msg jsonb, headers jsonb, delay integer)
-RETURNS SETOF bigint LANGUAGE sql SET search_path = pg_catalog, pg_temp
-AS $$ SELECT * FROM pgmq.send(queue_name, msg, headers, clock_timestamp() + make_interval(secs => delay)) $$;
+RETURNS SETOF bigint LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp
+AS $$ BEGIN RETURN NEXT pgmq._send(queue_name, msg, headers, make_interval(secs => delay)); END $$;
 
 -- _validate_batch_params: PGMQ's checks of a batch.
 --
@@ -106,8 +111,47 @@ BEGIN
 END
 $$;
 
--- send_batch: send many messages in one statement (the form every other
--- send_batch calls).
+-- _send_batch: send many messages in one statement (the body of every
+-- send_batch). Called by the send_batch functions, which pin search_path.
+--
+-- Parameters:
+--   p_name     the queue
+--   p_msgs     the messages (not empty)
+--   p_headers  NULL or one object (or NULL) per message
+--   p_delay    visible after this long (NULL, zero or negative: at once)
+-- Returns: one msg_id per message, in order
+-- Errors: as _send; P0001 empty msgs or headers of another length
+-- Notifies: as _send
+CREATE OR REPLACE FUNCTION pgmq._send_batch(p_name text, p_msgs jsonb[], p_headers jsonb[], p_delay interval)
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    q text;
+    channel text;
+BEGIN
+    PERFORM pgmq._validate_batch_params(p_msgs, p_headers);
+    SELECT m.sluice_queue, CASE WHEN t.queue_name IS NOT NULL THEN 'pgmq.q_' || m.queue_name || '.INSERT' END
+      INTO q, channel
+      FROM pgmq.meta m LEFT JOIN pgmq.notify_insert_throttle t ON t.queue_name = m.queue_name
+     WHERE m.sluice_queue = lower(p_name);
+    IF q IS NULL THEN
+        PERFORM pgmq._queue(p_name);   -- raises
+    END IF;
+    RETURN QUERY SELECT * FROM sluice.send_batch(
+        q,
+        ARRAY(SELECT coalesce(b, 'null') FROM unnest(p_msgs) WITH ORDINALITY u(b, i) ORDER BY i),
+        p_headers,
+        CASE WHEN p_headers IS NOT NULL
+             THEN ARRAY(SELECT h ->> 'x-pgmq-group' FROM unnest(p_headers) WITH ORDINALITY u(h, i) ORDER BY i) END,
+        CASE WHEN p_delay > interval '0' THEN p_delay END);
+    IF channel IS NOT NULL THEN
+        PERFORM pg_notify(channel, '');
+    END IF;
+END
+$$;
+
+-- send_batch: send many messages in one statement.
 --
 -- Parameters:
 --   queue_name  the queue
@@ -118,54 +162,35 @@ $$;
 -- Errors: as send; P0001 empty msgs or headers of another length
 -- Notifies: as send
 CREATE OR REPLACE FUNCTION pgmq.send_batch(queue_name text, msgs jsonb[], headers jsonb[], delay timestamptz)
-RETURNS SETOF bigint
-LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    t record;
-BEGIN
-    PERFORM pgmq._validate_batch_params(msgs, headers);
-    t := pgmq._target(queue_name);
-    RETURN QUERY SELECT * FROM sluice.send_batch(
-        t.q,
-        ARRAY(SELECT coalesce(b, 'null') FROM unnest(msgs) WITH ORDINALITY u(b, i) ORDER BY i),
-        headers,
-        CASE WHEN headers IS NOT NULL
-             THEN ARRAY(SELECT h ->> 'x-pgmq-group' FROM unnest(headers) WITH ORDINALITY u(h, i) ORDER BY i) END,
-        greatest(coalesce(delay, clock_timestamp()) - clock_timestamp(), interval '0'));
-    IF t.channel IS NOT NULL THEN
-        PERFORM pg_notify(t.channel, '');
-    END IF;
-END
-$$;
+RETURNS SETOF bigint LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp
+AS $$ BEGIN RETURN QUERY SELECT * FROM pgmq._send_batch(queue_name, msgs, headers, delay - clock_timestamp()); END $$;
 
 -- send_batch: two arguments. Parameters: queue_name, msgs.
 -- Returns: the msg_ids. Errors: as send_batch
 CREATE OR REPLACE FUNCTION pgmq.send_batch(queue_name text, msgs jsonb[])
-RETURNS SETOF bigint LANGUAGE sql SET search_path = pg_catalog, pg_temp
-AS $$ SELECT * FROM pgmq.send_batch(queue_name, msgs, NULL::jsonb[], clock_timestamp()) $$;
+RETURNS SETOF bigint LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp
+AS $$ BEGIN RETURN QUERY SELECT * FROM pgmq._send_batch(queue_name, msgs, NULL, NULL); END $$;
 
 -- send_batch: with headers. Parameters: queue_name, msgs, headers.
 -- Returns: the msg_ids. Errors: as send_batch
 CREATE OR REPLACE FUNCTION pgmq.send_batch(queue_name text, msgs jsonb[], headers jsonb[])
-RETURNS SETOF bigint LANGUAGE sql SET search_path = pg_catalog, pg_temp
-AS $$ SELECT * FROM pgmq.send_batch(queue_name, msgs, headers, clock_timestamp()) $$;
+RETURNS SETOF bigint LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp
+AS $$ BEGIN RETURN QUERY SELECT * FROM pgmq._send_batch(queue_name, msgs, headers, NULL); END $$;
 
 -- send_batch: with a delay in seconds. Parameters: queue_name, msgs, delay.
 -- Returns: the msg_ids. Errors: as send_batch
 CREATE OR REPLACE FUNCTION pgmq.send_batch(queue_name text, msgs jsonb[], delay integer)
-RETURNS SETOF bigint LANGUAGE sql SET search_path = pg_catalog, pg_temp
-AS $$ SELECT * FROM pgmq.send_batch(queue_name, msgs, NULL::jsonb[], clock_timestamp() + make_interval(secs => delay)) $$;
+RETURNS SETOF bigint LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp
+AS $$ BEGIN RETURN QUERY SELECT * FROM pgmq._send_batch(queue_name, msgs, NULL, make_interval(secs => delay)); END $$;
 
 -- send_batch: with a visibility time. Parameters: queue_name, msgs, delay.
 -- Returns: the msg_ids. Errors: as send_batch
 CREATE OR REPLACE FUNCTION pgmq.send_batch(queue_name text, msgs jsonb[], delay timestamptz)
-RETURNS SETOF bigint LANGUAGE sql SET search_path = pg_catalog, pg_temp
-AS $$ SELECT * FROM pgmq.send_batch(queue_name, msgs, NULL::jsonb[], delay) $$;
+RETURNS SETOF bigint LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp
+AS $$ BEGIN RETURN QUERY SELECT * FROM pgmq._send_batch(queue_name, msgs, NULL, delay - clock_timestamp()); END $$;
 
 -- send_batch: with headers and a delay in seconds. Parameters: queue_name,
 -- msgs, headers, delay. Returns: the msg_ids. Errors: as send_batch
 CREATE OR REPLACE FUNCTION pgmq.send_batch(queue_name text, msgs jsonb[], headers jsonb[], delay integer)
-RETURNS SETOF bigint LANGUAGE sql SET search_path = pg_catalog, pg_temp
-AS $$ SELECT * FROM pgmq.send_batch(queue_name, msgs, headers, clock_timestamp() + make_interval(secs => delay)) $$;
+RETURNS SETOF bigint LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp
+AS $$ BEGIN RETURN QUERY SELECT * FROM pgmq._send_batch(queue_name, msgs, headers, make_interval(secs => delay)); END $$;

@@ -1,0 +1,129 @@
+package pgmqcompat
+
+import (
+	"archive/tar"
+	"compress/gzip"
+	"context"
+	"io"
+	"os"
+	"strings"
+	"testing"
+	"testing/fstest"
+	"time"
+
+	"github.com/sluicemq/sluice/internal/pgtest"
+)
+
+// layerFS reads a released layer's sql/pgmq/tables and sql/pgmq/functions
+// from a tarball in testdata (made with git archive of that commit).
+func layerFS(t *testing.T, path string) fstest.MapFS {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	gz, err := gzip.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fsys := fstest.MapFS{}
+	tr := tar.NewReader(gz)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h.Typeflag != tar.TypeReg {
+			continue
+		}
+		data, err := io.ReadAll(tr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fsys[strings.TrimPrefix(h.Name, "sql/pgmq/")] = &fstest.MapFile{Data: data}
+	}
+	return fsys
+}
+
+// TestUpgradeInPlace installs the layer as it was before its queues had
+// per-queue functions and lanes (testdata/pgmq-layer-d41f738.tar.gz), with
+// messages read, deleted and waiting, then installs this one over it: the
+// queue gets its functions, keeps its one lane (fixed at creation), a
+// delivery made before the upgrade is deleted by msg_id after it, nothing
+// is lost or read twice, and a queue created afterwards has lanes.
+func TestUpgradeInPlace(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	url := server.NewDatabase(t)
+	conn := pgtest.Connect(t, url)
+	if _, err := installFS(ctx, conn, layerFS(t, "testdata/pgmq-layer-d41f738.tar.gz")); err != nil {
+		t.Fatalf("installing the old layer: %v", err)
+	}
+	db := pgtest.NewPool(t, url)
+	exec(t, db, "SELECT pgmq.create('old')")
+	var sent []int64
+	for i := 0; i < 4; i++ {
+		sent = append(sent, scalar[int64](t, db, "SELECT * FROM pgmq.send('old', jsonb_build_object('i', $1::int))", i))
+	}
+	g1 := scalar[int64](t, db, `SELECT * FROM pgmq.send('old', '{"g": 1}', '{"x-pgmq-group": "g"}'::jsonb)`)
+	g2 := scalar[int64](t, db, `SELECT * FROM pgmq.send('old', '{"g": 2}', '{"x-pgmq-group": "g"}'::jsonb)`)
+	if got := ids(msgs(t, db, "pgmq.read('old', 60, 2)")); len(got) != 2 || got[0] != sent[0] || got[1] != sent[1] {
+		t.Fatalf("old layer read %v, want %v", got, sent[:2])
+	}
+	exec(t, db, "SELECT pgmq.delete('old', $1::bigint)", sent[0])
+	exec(t, db, "SELECT pgmq.archive('old', $1::bigint)", sent[2]) // never read
+
+	res, err := Install(ctx, conn)
+	if err != nil {
+		t.Fatalf("upgrade: %v", err)
+	}
+	if len(res.Applied) != 0 {
+		t.Fatalf("upgrade applied migrations %+v: the layer has no new one", res.Applied)
+	}
+	if n := scalar[int64](t, db, "SELECT count(*) FROM pg_proc WHERE pronamespace = 'pgmq'::regnamespace AND proname LIKE '\\_sl\\_%\\_old'"); n != 3 {
+		t.Fatalf("the old queue has %d per-queue functions after the upgrade, want 3", n)
+	}
+	if n := scalar[int64](t, db, "SELECT count(*) FROM pg_proc WHERE pronamespace = 'pgmq'::regnamespace AND proname = '_target'"); n != 0 {
+		t.Fatal("the upgrade left pgmq._target")
+	}
+	if n := lanes(t, db, "old"); n != 1 {
+		t.Fatalf("the old queue has %d lanes after the upgrade, want its 1", n)
+	}
+	// sent[1] was read before the upgrade, with a 60 s vt: still invisible, and deleted by msg_id now
+	if !scalar[bool](t, db, "SELECT pgmq.delete('old', $1::bigint)", sent[1]) {
+		t.Fatal("deleting a message read before the upgrade returned false")
+	}
+	// (a read returns a run of one group, in order)
+	got := ids(msgs(t, db, "pgmq.read('old', 60, 10)"))
+	if len(got) != 3 || got[0] != sent[3] || got[1] != g1 || got[2] != g2 {
+		t.Fatalf("read after the upgrade: %v, want [%d %d %d] (not the deleted or the archived)", got, sent[3], g1, g2)
+	}
+	exec(t, db, "SELECT * FROM pgmq.delete('old', $1::bigint[])", got[:2])
+	if got := ids(msgs(t, db, "pgmq.read('old', 60, 10)")); len(got) != 0 {
+		t.Fatalf("read while the rest is invisible: %v", got)
+	}
+	exec(t, db, "SELECT pgmq.archive('old', $1::bigint)", g2)
+	if n := scalar[int64](t, db, "SELECT count(*) FROM pgmq.q_old"); n != 0 {
+		t.Fatalf("q_old shows %d messages", n)
+	}
+	if n := scalar[int64](t, db, "SELECT count(*) FROM pgmq.a_old"); n != 2 {
+		t.Fatalf("a_old has %d rows, want 2", n)
+	}
+	exec(t, db, "SELECT pgmq.create('new')")
+	if n := lanes(t, db, "new"); n < 2 {
+		t.Fatalf("a queue created after the upgrade has %d lane(s), want several", n)
+	}
+	again, err := Install(ctx, conn)
+	if err != nil || len(again.Applied) != 0 {
+		t.Fatalf("a second install: %+v, %v", again, err)
+	}
+	exec(t, db, "SELECT * FROM pgmq.send('new', '{}')")
+	if got := msgs(t, db, "pgmq.pop('new')"); len(got) != 1 {
+		t.Fatalf("pop after a second install: %v", ids(got))
+	}
+}

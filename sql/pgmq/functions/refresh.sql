@@ -1,0 +1,6 @@
+-- Group: pgmq compatibility, install hook
+--
+-- Loaded last by every install: (re)creates each queue's copies of the
+-- template functions just loaded (pgmq._instantiate), so that an upgrade
+-- reaches every queue, including those created by an older sluice.
+SELECT pgmq._instantiate(m.sluice_queue) FROM pgmq.meta m ORDER BY m.sluice_queue;
