@@ -63,7 +63,7 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	var id int64
-	err = s.tx(r.Context(), p, func(tx pgx.Tx) (err error) {
+	err = s.one(r.Context(), p, func(tx pgx.Tx) (err error) {
 		id, err = s.client.SendTx(r.Context(), tx, queue, req.Body, opts)
 		return err
 	})
@@ -140,7 +140,7 @@ func (s *Server) sendBatch(w http.ResponseWriter, r *http.Request) error {
 		msgs[i] = sluice.BatchMessage{Body: m.Body, Headers: h, Key: m.Key, Priority: m.Priority, DedupKey: m.DedupKey}
 	}
 	var ids []int64
-	err = s.tx(r.Context(), p, func(tx pgx.Tx) (err error) {
+	err = s.one(r.Context(), p, func(tx pgx.Tx) (err error) {
 		ids, err = s.client.SendBatchTx(r.Context(), tx, queue, msgs, &sluice.SendBatchOptions{Delay: delay})
 		return err
 	})
@@ -243,7 +243,7 @@ func (s *Server) longPoll(r *http.Request, queue, group string, opts *sluice.Rec
 	deadline := time.Now().Add(wait)
 	for {
 		var msgs []sluice.Message
-		err := s.tx(ctx, p, func(tx pgx.Tx) (err error) {
+		err := s.one(ctx, p, func(tx pgx.Tx) (err error) {
 			msgs, err = s.client.ReceiveTx(ctx, tx, queue, group, opts)
 			return err
 		})
@@ -294,7 +294,7 @@ func (s *Server) ack(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	var n int
-	err := s.tx(r.Context(), principalOf(r.Context()), func(tx pgx.Tx) (err error) {
+	err := s.one(r.Context(), principalOf(r.Context()), func(tx pgx.Tx) (err error) {
 		n, err = s.client.AckTx(r.Context(), tx, queue, group, req.Receipts...)
 		return err
 	})
@@ -330,7 +330,7 @@ func (s *Server) nack(w http.ResponseWriter, r *http.Request) error {
 		opts.Delay, opts.Now = d, d == 0
 	}
 	var ok bool
-	err := s.tx(r.Context(), principalOf(r.Context()), func(tx pgx.Tx) (err error) {
+	err := s.one(r.Context(), principalOf(r.Context()), func(tx pgx.Tx) (err error) {
 		ok, err = s.client.NackTx(r.Context(), tx, queue, group, req.Receipt, opts)
 		return err
 	})
@@ -364,7 +364,7 @@ func (s *Server) extend(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	var n int
-	err = s.tx(r.Context(), principalOf(r.Context()), func(tx pgx.Tx) (err error) {
+	err = s.one(r.Context(), principalOf(r.Context()), func(tx pgx.Tx) (err error) {
 		n, err = s.client.ExtendTx(r.Context(), tx, queue, group, lease, req.Receipts...)
 		return err
 	})

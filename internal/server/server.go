@@ -174,7 +174,9 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, grace time.Duration
 func (s *Server) Drain() { s.drainOnce.Do(func() { close(s.draining) }) }
 
 // tx runs fn in a transaction under the principal's role. BEGIN and SET
-// LOCAL ROLE go to the server together, in one round trip.
+// LOCAL ROLE go to the server together, in one round trip; then fn's
+// statements, then COMMIT. Handlers of one statement use s.one, one round
+// trip in all.
 func (s *Server) tx(ctx context.Context, p *Principal, fn func(tx pgx.Tx) error) error {
 	opts := pgx.TxOptions{}
 	if p.Role != "" {
@@ -184,10 +186,7 @@ func (s *Server) tx(ctx context.Context, p *Principal, fn func(tx pgx.Tx) error)
 	if err != nil {
 		var pg *pgconn.PgError
 		if errors.As(err, &pg) && pg.Code == "42501" {
-			// The server is misconfigured, not the client.
-			s.cfg.Logger.Error("sluice server: the database login role may not take a token's role", "role", p.Role, "error", pg.Message)
-			return problemf(http.StatusInternalServerError, "server_role",
-				"the server's database login role may not take role %s (GRANT %s TO the server's login role; see docs/operations.md)", p.Role, p.Role)
+			return s.roleProblem(p.Role, err)
 		}
 		return fmt.Errorf("beginning a transaction: %w", err)
 	}
