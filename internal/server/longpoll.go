@@ -1,6 +1,7 @@
 package server
 
 import (
+	"container/list"
 	"context"
 	"log/slog"
 	"sync"
@@ -17,81 +18,158 @@ import (
 // sluice.NotifyChannel, payload the queue name) and wakes the long polls
 // waiting on a queue when a send to it commits. Long polls never hold a
 // connection while they wait.
+//
+// Per queue and group, a wake-up goes to the long poll that has waited
+// longest, and at most maxTries woken long polls receive at once: a
+// notification may stand for one message, and every long poll of the group
+// receiving for it would be a thundering herd whose receives contend in the
+// engine and mostly come back empty. A wake-up that arrives while that many
+// receive is kept (again) and given to the next waiting long poll as soon
+// as one of them is done, since their receives may have read the queue
+// before that send committed; so is a receive that came back full (there
+// may be more).
 type notifier struct {
 	pool *pgxpool.Pool
 	log  *slog.Logger
 	up   atomic.Bool
+	// maxTries is how many woken long polls of one group may receive at
+	// once.
+	maxTries int
 
 	mu sync.Mutex
-	// waiters holds, per queue, each waiting long poll's channel and group.
-	waiters map[string]map[chan struct{}]string
+	// groups holds, per queue and group, its waiting long polls.
+	groups map[string]map[string]*pollGroup
+}
+
+// pollGroup is the long polls waiting on one group of a queue.
+type pollGroup struct {
+	queue, group string
+	// idle are the waiters not woken, the longest waiting first.
+	idle list.List
+	// waiters counts every waiter of the group, woken or not.
+	waiters int
+	// woken counts the waiters woken and not done with their receive.
+	woken int
+	// again records a wake-up that found maxTries waiters woken, or none
+	// idle: the next waiter done gives it on.
+	again bool
+}
+
+// waiter is one long poll's subscription.
+type waiter struct {
+	// C receives a value when the long poll should receive again.
+	C    chan struct{}
+	pg   *pollGroup
+	elem *list.Element // in pg.idle, or nil while woken
+	// woken: a value was sent on C and the receive it asked for is not
+	// done (tried) yet.
+	woken bool
 }
 
 func newNotifier(pool *pgxpool.Pool, log *slog.Logger) *notifier {
-	return &notifier{pool: pool, log: log, waiters: map[string]map[chan struct{}]string{}}
+	return &notifier{pool: pool, log: log, maxTries: 1, groups: map[string]map[string]*pollGroup{}}
 }
 
-// subscribe returns a channel that receives a value when a send to queue
-// commits, when the sweep finds messages ready for group, or when the
-// listener reconnects; and the function that ends the subscription.
-func (n *notifier) subscribe(queue, group string) (<-chan struct{}, func()) {
-	ch := make(chan struct{}, 1)
+// subscribe registers a long poll on queue and group, before its first
+// receive (so that no send committing meanwhile goes unnoticed). Its C
+// receives a value when a send to the queue commits, when the sweep finds
+// messages ready for group, or when the listener reconnects. The long poll
+// reports each receive with tried and ends with unsubscribe.
+func (n *notifier) subscribe(queue, group string) *waiter {
 	n.mu.Lock()
-	if n.waiters[queue] == nil {
-		n.waiters[queue] = map[chan struct{}]string{}
+	defer n.mu.Unlock()
+	gs := n.groups[queue]
+	if gs == nil {
+		gs = map[string]*pollGroup{}
+		n.groups[queue] = gs
 	}
-	n.waiters[queue][ch] = group
-	n.mu.Unlock()
-	return ch, func() {
-		n.mu.Lock()
-		delete(n.waiters[queue], ch)
-		if len(n.waiters[queue]) == 0 {
-			delete(n.waiters, queue)
+	pg := gs[group]
+	if pg == nil {
+		pg = &pollGroup{queue: queue, group: group}
+		gs[group] = pg
+	}
+	w := &waiter{C: make(chan struct{}, 1), pg: pg}
+	w.elem = pg.idle.PushBack(w)
+	pg.waiters++
+	return w
+}
+
+// unsubscribe ends a long poll's subscription. A wake-up it was given and
+// did not use goes to the next waiter.
+func (n *notifier) unsubscribe(w *waiter) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	pg := w.pg
+	if w.elem != nil {
+		pg.idle.Remove(w.elem)
+		w.elem = nil
+	}
+	pg.waiters--
+	if w.woken {
+		w.woken = false
+		pg.woken--
+		n.wakeGroup(pg)
+	}
+	if pg.waiters == 0 {
+		delete(n.groups[pg.queue], pg.group)
+		if len(n.groups[pg.queue]) == 0 {
+			delete(n.groups, pg.queue)
 		}
-		n.mu.Unlock()
 	}
 }
 
-// wake signals, for each group of queue (each group in groups, unless it
-// is nil), one of its waiting long polls: a notification may stand for one
-// message, and every long poll of the group trying to receive it would be
-// a thundering herd. A long poll that receives a full batch wakes the next
-// (wakeOne). With all set, it wakes every long poll of every queue.
+// tried reports that the long poll's receive is done: it got messages
+// (and leaves) or not (and waits again, at the back), and full if it got
+// as many as it asked for. A wake-up that came during the receive stays
+// pending on C: that receive may have read the queue before the send.
+func (n *notifier) tried(w *waiter, got, full bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	pg := w.pg
+	if w.woken && len(w.C) == 0 {
+		w.woken = false
+		pg.woken--
+	}
+	if !got && !w.woken && w.elem == nil {
+		w.elem = pg.idle.PushBack(w)
+	}
+	if full || pg.again {
+		pg.again = false
+		n.wakeGroup(pg)
+	}
+}
+
+// wakeGroup gives a wake-up to the longest waiting idle long poll of pg, or
+// keeps it (again) when maxTries are woken or none is idle. n.mu is held.
+func (n *notifier) wakeGroup(pg *pollGroup) {
+	if pg.woken >= n.maxTries || pg.idle.Len() == 0 {
+		pg.again = true
+		return
+	}
+	w := pg.idle.Remove(pg.idle.Front()).(*waiter)
+	w.elem = nil
+	w.woken = true
+	pg.woken++
+	select {
+	case w.C <- struct{}{}:
+	default: // cannot happen: C is empty while not woken
+	}
+}
+
+// wake gives a wake-up to each group of queue (each group in groups, unless
+// it is nil); with all set, to every group of every queue.
 func (n *notifier) wake(queue string, groups map[string]bool, all bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	for q, set := range n.waiters {
+	for q, gs := range n.groups {
 		if !all && q != queue {
 			continue
 		}
-		woken := map[string]bool{}
-		for ch, g := range set {
-			if (groups != nil && !groups[g]) || (!all && woken[g]) {
-				continue
-			}
-			select {
-			case ch <- struct{}{}:
-				woken[g] = true
-			default: // already signalled: it will receive
-				woken[g] = true
+		for g, pg := range gs {
+			if groups == nil || groups[g] {
+				n.wakeGroup(pg)
 			}
 		}
-	}
-}
-
-// wakeOne signals one waiting long poll of queue and group, but not self.
-func (n *notifier) wakeOne(queue, group string, self <-chan struct{}) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	for ch, g := range n.waiters[queue] {
-		if g != group || ch == self {
-			continue
-		}
-		select {
-		case ch <- struct{}{}:
-		default:
-		}
-		return
 	}
 }
 
@@ -99,8 +177,8 @@ func (n *notifier) wakeOne(queue, group string, self <-chan struct{}) {
 func (n *notifier) queues() []string {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	out := make([]string, 0, len(n.waiters))
-	for q := range n.waiters {
+	out := make([]string, 0, len(n.groups))
+	for q := range n.groups {
 		out = append(out, q)
 	}
 	return out
@@ -159,8 +237,10 @@ func (n *notifier) waiting() int {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	c := 0
-	for _, set := range n.waiters {
-		c += len(set)
+	for _, gs := range n.groups {
+		for _, pg := range gs {
+			c += pg.waiters
+		}
 	}
 	return c
 }

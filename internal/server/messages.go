@@ -227,18 +227,19 @@ func (s *Server) receive(w http.ResponseWriter, r *http.Request) error {
 }
 
 // longPoll receives, and while nothing is ready waits up to wait for a
-// notification of a send to the queue, or for the notifier's sweep to find
-// messages ready (delays and retries come due), and tries again; it returns
-// nothing at the end of the wait or of the server. The acks of opts go with
-// the first try only.
+// wake-up from the notifier (a send to the queue committed, or its sweep
+// found messages ready as delays and retries come due), and tries again; it
+// returns nothing at the end of the wait or of the server. The acks of opts
+// go with the first try only.
 func (s *Server) longPoll(r *http.Request, queue, group string, opts *sluice.ReceiveOptions, wait time.Duration) ([]sluice.Message, error) {
 	ctx := r.Context()
 	p := principalOf(ctx)
+	var w *waiter
 	var wake <-chan struct{}
 	if wait > 0 {
-		ch, unsubscribe := s.notify.subscribe(queue, group)
-		defer unsubscribe()
-		wake = ch
+		w = s.notify.subscribe(queue, group)
+		defer s.notify.unsubscribe(w)
+		wake = w.C
 	}
 	deadline := time.Now().Add(wait)
 	for {
@@ -247,11 +248,10 @@ func (s *Server) longPoll(r *http.Request, queue, group string, opts *sluice.Rec
 			msgs, err = s.client.ReceiveTx(ctx, tx, queue, group, opts)
 			return err
 		})
+		if w != nil {
+			s.notify.tried(w, err != nil || len(msgs) > 0, err != nil || len(msgs) == max(opts.Max, 1))
+		}
 		if err != nil || len(msgs) > 0 {
-			if wait > 0 && len(msgs) == max(opts.Max, 1) {
-				// There may be more: pass the wake-up on.
-				s.notify.wakeOne(queue, group, wake)
-			}
 			return msgs, err
 		}
 		opts.Ack = nil
