@@ -39,7 +39,23 @@ type notifier struct {
 	mu sync.Mutex
 	// groups holds, per queue and group, its waiting long polls.
 	groups map[string]map[string]*pollGroup
+	// hot holds, per queue notified within hotPeriod, when it was
+	// notified and when hotWake last woke it.
+	hot map[string]*hotQueue
 }
+
+// While sends to a queue flow (for hotPeriod after its last notification),
+// its long polls are woken every hotInterval besides the notifications: the
+// engine sends one notification among concurrent sends (the first to
+// commit's), so a send that commits after it notifies nobody (docs/design.md;
+// the Go worker polls the same way).
+const (
+	hotPeriod   = time.Second
+	hotInterval = 25 * time.Millisecond
+)
+
+// hotQueue is when a queue was last notified, and last woken by hotWake.
+type hotQueue struct{ notified, woken time.Time }
 
 // pollGroup is the long polls waiting on one group of a queue.
 type pollGroup struct {
@@ -67,7 +83,7 @@ type waiter struct {
 }
 
 func newNotifier(pool *pgxpool.Pool, log *slog.Logger) *notifier {
-	return &notifier{pool: pool, log: log, maxTries: 1, groups: map[string]map[string]*pollGroup{}}
+	return &notifier{pool: pool, log: log, maxTries: 1, groups: map[string]map[string]*pollGroup{}, hot: map[string]*hotQueue{}}
 }
 
 // subscribe registers a long poll on queue and group, before its first
@@ -287,6 +303,55 @@ func (n *notifier) listenOnce(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		n.wake(msg.Payload, nil, false)
+		n.notified(msg.Payload, time.Now())
+	}
+}
+
+// notified wakes the long polls of a queue a send to which committed, and
+// keeps it hot.
+func (n *notifier) notified(queue string, now time.Time) {
+	n.mu.Lock()
+	h := n.hot[queue]
+	if h == nil {
+		h = &hotQueue{}
+		n.hot[queue] = h
+	}
+	h.notified = now
+	n.mu.Unlock()
+	n.wake(queue, nil, false)
+}
+
+// hotWake wakes, every hotInterval, the groups of the queues notified
+// within hotPeriod that were neither notified nor woken by it for
+// hotInterval: one receive per group and interval at most, while sends
+// flow and long polls wait.
+func (n *notifier) hotWake(ctx context.Context) {
+	t := time.NewTicker(hotInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			n.hotTick(now)
+		}
+	}
+}
+
+func (n *notifier) hotTick(now time.Time) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for q, h := range n.hot {
+		if now.Sub(h.notified) > hotPeriod {
+			delete(n.hot, q)
+			continue
+		}
+		if now.Sub(h.notified) < hotInterval || now.Sub(h.woken) < hotInterval {
+			continue
+		}
+		h.woken = now
+		for _, pg := range n.groups[q] {
+			n.wakeGroup(pg)
+		}
 	}
 }

@@ -298,3 +298,57 @@ func TestLongPollsUnderConcurrentSends(t *testing.T) {
 		}
 	}
 }
+
+// The engine notifies once among concurrent sends (the first to take its
+// gate): a send that commits after that notification notifies nobody. The
+// long polls of a queue notified within the last second are woken often
+// meanwhile, so such a message does not wait for the poll interval.
+func TestLongPollAfterSkippedNotification(t *testing.T) {
+	ts := start(t, func(c *server.Config) { c.PollInterval = time.Minute })
+	ts.must(201, "POST", "/v1/queues", tokAdmin, map[string]any{"name": "q"})
+	ts.waitMetric("sluice_listener_up 1")
+	// The sweep's first round comes after 500ms (the listener was not up
+	// when it started); the next after a minute.
+	time.Sleep(600 * time.Millisecond)
+	ctx := context.Background()
+	a, err := ts.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Rollback(ctx)
+	b, err := ts.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Rollback(ctx)
+	if _, err := a.Exec(ctx, `SELECT sluice.send('q', '"a"')`); err != nil { // takes the gate: notifies at commit
+		t.Fatal(err)
+	}
+	if _, err := b.Exec(ctx, `SELECT sluice.send('q', '"b"')`); err != nil { // leaves it to a
+		t.Fatal(err)
+	}
+	ch := ts.poll("/v1/queues/q/groups/default/receive", map[string]any{"wait": "20s"})
+	ts.waitMetric("sluice_long_polls_waiting 1")
+	if err := a.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if res := <-ch; len(res.r.json(t)["messages"].([]any)) != 1 {
+		t.Fatalf("first long poll: %s", res.r.body)
+	}
+	ch = ts.poll("/v1/queues/q/groups/default/receive", map[string]any{"wait": "20s"})
+	ts.waitMetric("sluice_long_polls_waiting 1")
+	committed := time.Now()
+	if err := b.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case res := <-ch:
+		msgs := res.r.json(t)["messages"].([]any)
+		if len(msgs) != 1 || msgs[0].(map[string]any)["body"] != "b" {
+			t.Fatalf("second long poll: %s", res.r.body)
+		}
+		t.Logf("the unnotified message came %s after its commit", time.Since(committed))
+	case <-time.After(5 * time.Second):
+		t.Fatal("a message whose send did not notify waited for the poll interval")
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"io"
 	"log/slog"
 	"testing"
+	"time"
 )
 
 // pending reports whether w has a wake-up to take.
@@ -88,5 +89,39 @@ func TestNotifierWakesOneAtATime(t *testing.T) {
 	}
 	if got := n.waiting(); got != 0 || len(n.groups) != 0 {
 		t.Fatalf("waiting %d, %d queues left after every long poll left", got, len(n.groups))
+	}
+}
+
+// After a notification, a queue's groups are woken every hotInterval for
+// hotPeriod (a later send may have committed without notifying), and no
+// more afterwards.
+func TestNotifierHotQueue(t *testing.T) {
+	n := newNotifier(nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	w := n.subscribe("q", "g")
+	idle := n.subscribe("r", "g")
+	t0 := time.Now()
+	n.notified("q", t0)
+	take(t, w)
+	n.tried(w, false, false)
+	n.hotTick(t0.Add(hotInterval / 2))
+	if pending(w) {
+		t.Fatal("woken again right after the notification")
+	}
+	n.hotTick(t0.Add(hotInterval + time.Millisecond))
+	take(t, w)
+	n.tried(w, false, false)
+	n.hotTick(t0.Add(hotInterval + 2*time.Millisecond))
+	if pending(w) {
+		t.Fatal("woken twice within hotInterval")
+	}
+	n.hotTick(t0.Add(2*hotInterval + 2*time.Millisecond))
+	take(t, w)
+	n.tried(w, false, false)
+	n.hotTick(t0.Add(hotPeriod + time.Second))
+	if pending(w) || len(n.hot) != 0 {
+		t.Fatal("still hot after hotPeriod")
+	}
+	if pending(idle) {
+		t.Fatal("a queue never notified was woken")
 	}
 }

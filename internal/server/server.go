@@ -144,8 +144,9 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, grace time.Duration
 	}
 	lctx, stopListen := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
-	wg.Add(2)
+	wg.Add(3)
 	go func() { defer wg.Done(); s.notify.run(lctx) }()
+	go func() { defer wg.Done(); s.notify.hotWake(lctx) }()
 	go func() { defer wg.Done(); s.notify.sweep(lctx, s.cfg.PollInterval) }()
 	defer func() { stopListen(); wg.Wait() }()
 
