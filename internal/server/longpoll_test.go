@@ -189,7 +189,9 @@ func TestLongPollsShareWakeUps(t *testing.T) {
 	const polls = 20
 	results := make(chan pollResult, polls)
 	for range polls {
-		go func() { results <- <-ts.poll("/v1/queues/q/groups/default/receive", map[string]any{"wait": "20s", "max": 1}) }()
+		go func() {
+			results <- <-ts.poll("/v1/queues/q/groups/default/receive", map[string]any{"wait": "20s", "max": 1})
+		}()
 	}
 	ts.waitMetric(fmt.Sprintf("sluice_long_polls_waiting %d", polls))
 	seen := map[float64]bool{}

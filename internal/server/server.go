@@ -54,6 +54,10 @@ type Config struct {
 	MaxConcurrent int
 	// ReadHeaderTimeout bounds reading a request's headers (default 10s).
 	ReadHeaderTimeout time.Duration
+	// EventsInterval is how often GET /v1/events sends the status: one
+	// sluice.status call per interval and role, shared by the streams of
+	// that role (default 1s).
+	EventsInterval time.Duration
 }
 
 func (c *Config) defaults() {
@@ -78,6 +82,9 @@ func (c *Config) defaults() {
 	if c.ReadHeaderTimeout <= 0 {
 		c.ReadHeaderTimeout = 10 * time.Second
 	}
+	if c.EventsInterval <= 0 {
+		c.EventsInterval = time.Second
+	}
 }
 
 // Server is the HTTP server. Make it with New, run it with Serve.
@@ -89,6 +96,7 @@ type Server struct {
 	notify  *notifier
 	limiter *limiter
 	metrics *metrics
+	hub     *eventHub
 	handler http.Handler
 	routes  []route
 
@@ -117,6 +125,7 @@ func New(cfg Config) (*Server, error) {
 		draining: make(chan struct{}),
 	}
 	s.metrics = newMetrics(s)
+	s.hub = newEventHub(s)
 	s.routes = s.routeTable()
 	s.handler = s.buildMux()
 	return s, nil
