@@ -66,8 +66,13 @@ type pollGroup struct {
 	waiters int
 	// woken counts the waiters woken and not done with their receive.
 	woken int
+	// receiving counts the receives of the group's long polls in progress,
+	// woken or not.
+	receiving int
 	// again records a wake-up that found maxTries waiters woken, or none
-	// idle: the next waiter done gives it on.
+	// idle, or that a woken receive found nothing while other receives of
+	// the group were in progress (they may hold the lanes with the message):
+	// the next receive done gives it on.
 	again bool
 }
 
@@ -134,20 +139,36 @@ func (n *notifier) unsubscribe(w *waiter) {
 	}
 }
 
+// begin reports that the long poll starts a receive.
+func (n *notifier) begin(w *waiter) {
+	n.mu.Lock()
+	w.pg.receiving++
+	n.mu.Unlock()
+}
+
 // tried reports that the long poll's receive is done: it got messages
 // (and leaves) or not (and waits again, at the back), and full if it got
-// as many as it asked for. A wake-up that came during the receive stays
-// pending on C: that receive may have read the queue before the send.
+// as many as it asked for (or failed: the others find out). A wake-up that
+// came during the receive stays pending on C: that receive may have read
+// the queue before the send.
 func (n *notifier) tried(w *waiter, got, full bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	pg := w.pg
-	if w.woken && len(w.C) == 0 {
+	pg.receiving--
+	wasWoken := w.woken && len(w.C) == 0
+	if wasWoken {
 		w.woken = false
 		pg.woken--
 	}
 	if !got && !w.woken && w.elem == nil {
 		w.elem = pg.idle.PushBack(w)
+	}
+	if wasWoken && !got && pg.receiving > 0 {
+		// The message may be in a lane another receive holds: try again
+		// when it is done.
+		pg.again = true
+		return
 	}
 	if full || pg.again {
 		pg.again = false

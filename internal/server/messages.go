@@ -244,6 +244,9 @@ func (s *Server) longPoll(r *http.Request, queue, group string, opts *sluice.Rec
 	deadline := time.Now().Add(wait)
 	for {
 		var msgs []sluice.Message
+		if w != nil {
+			s.notify.begin(w)
+		}
 		err := s.one(ctx, p, func(tx pgx.Tx) (err error) {
 			msgs, err = s.client.ReceiveTx(ctx, tx, queue, group, opts)
 			return err

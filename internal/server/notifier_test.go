@@ -20,6 +20,12 @@ func take(t *testing.T, w *waiter) {
 	}
 }
 
+// try is one receive of w's long poll, with what it got.
+func try(n *notifier, w *waiter, got, full bool) {
+	n.begin(w)
+	n.tried(w, got, full)
+}
+
 // The notifier's hand-off of wake-ups within a group: the longest waiting
 // long poll first, one receive at a time, a wake-up during a receive kept for
 // the next, a full receive or a long poll leaving with its wake-up passing
@@ -49,13 +55,13 @@ func TestNotifierWakesOneAtATime(t *testing.T) {
 	}
 	// a got nothing: it waits again, at the back, and b gets the kept
 	// wake-up.
-	n.tried(a, false, false)
+	try(n, a, false, false)
 	if !pending(b) || pending(a) || pending(c) {
 		t.Fatal("the kept wake-up did not go to b when a was done")
 	}
 	take(t, b)
 	// b got a full batch and leaves: c is woken (there may be more).
-	n.tried(b, true, true)
+	try(n, b, true, true)
 	n.unsubscribe(b)
 	if !pending(c) {
 		t.Fatal("a full receive did not wake the next waiter")
@@ -69,11 +75,11 @@ func TestNotifierWakesOneAtATime(t *testing.T) {
 	// A wake-up that arrives during a's receive stays pending on a: that
 	// receive may have read the queue before the send.
 	take(t, a)
-	n.tried(a, false, false) // done, nothing kept: a waits
+	try(n, a, false, false) // done, nothing kept: a waits
 	n.wake("q", map[string]bool{"g": true}, false)
 	take(t, a)
 	n.wake("q", map[string]bool{"g": true}, false) // during a's receive
-	n.tried(a, false, false)
+	try(n, a, false, false)
 	if !pending(a) {
 		t.Fatal("a wake-up during the receive was dropped")
 	}
@@ -102,26 +108,45 @@ func TestNotifierHotQueue(t *testing.T) {
 	t0 := time.Now()
 	n.notified("q", t0)
 	take(t, w)
-	n.tried(w, false, false)
+	try(n, w, false, false)
 	n.hotTick(t0.Add(hotInterval / 2))
 	if pending(w) {
 		t.Fatal("woken again right after the notification")
 	}
 	n.hotTick(t0.Add(hotInterval + time.Millisecond))
 	take(t, w)
-	n.tried(w, false, false)
+	try(n, w, false, false)
 	n.hotTick(t0.Add(hotInterval + 2*time.Millisecond))
 	if pending(w) {
 		t.Fatal("woken twice within hotInterval")
 	}
 	n.hotTick(t0.Add(2*hotInterval + 2*time.Millisecond))
 	take(t, w)
-	n.tried(w, false, false)
+	try(n, w, false, false)
 	n.hotTick(t0.Add(hotPeriod + time.Second))
 	if pending(w) || len(n.hot) != 0 {
 		t.Fatal("still hot after hotPeriod")
 	}
 	if pending(idle) {
 		t.Fatal("a queue never notified was woken")
+	}
+}
+
+// A woken receive that finds nothing while another receive of the group is
+// in progress (which may hold the lane with the message) passes the
+// wake-up on when that one ends, not at once.
+func TestNotifierEmptyWhileOthersReceive(t *testing.T) {
+	n := newNotifier(nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	a, b, c := n.subscribe("q", "g"), n.subscribe("q", "g"), n.subscribe("q", "g")
+	n.begin(c) // c's first receive, in progress
+	n.wake("q", nil, false)
+	take(t, a)
+	try(n, a, false, false)
+	if pending(a) || pending(b) {
+		t.Fatal("woken again while c still receives")
+	}
+	n.tried(c, false, false) // c is done: the wake-up goes on
+	if !pending(b) {
+		t.Fatal("the wake-up was not passed on when c was done")
 	}
 }
