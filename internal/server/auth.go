@@ -46,6 +46,9 @@ type Principal struct {
 	key string
 	// expires is when the token expires (a JWT's exp), zero for none.
 	expires time.Time
+	// subHeaders are the headers of a message sent without any: the
+	// sender alone (made by headers, once per request).
+	subHeaders []byte
 }
 
 // Allows reports whether the principal may use queue.

@@ -32,11 +32,16 @@ func headers(p *Principal, h json.RawMessage, field string) (json.RawMessage, er
 	if p.Role == "" && isNull { // no auth: nothing to record
 		return nil, nil
 	}
-	m := map[string]json.RawMessage{}
-	if !isNull {
-		if err := json.Unmarshal(h, &m); err != nil || m == nil {
-			return nil, fieldProblem(field, "%s must be a JSON object", field)
+	if isNull {
+		// Only the sender: the same for every message of the request.
+		if p.subHeaders == nil {
+			p.subHeaders, _ = json.Marshal(map[string]string{SubjectHeader: p.Subject})
 		}
+		return p.subHeaders, nil
+	}
+	m := map[string]json.RawMessage{}
+	if err := json.Unmarshal(h, &m); err != nil || m == nil {
+		return nil, fieldProblem(field, "%s must be a JSON object", field)
 	}
 	if p.Role != "" {
 		sub, _ := json.Marshal(p.Subject)
