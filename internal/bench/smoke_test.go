@@ -147,7 +147,7 @@ func TestHTTPSmoke(t *testing.T) {
 		t.Fatalf("results: %+v", rep.Results)
 	}
 	for _, row := range rep.Results[0].Tables[0].Rows {
-		for _, cell := range row[1:3] {
+		for _, cell := range row[1:4] { // HTTP, HTTP with a token, SQL
 			if v, err := strconv.ParseFloat(cell, 64); err != nil || v <= 0 {
 				t.Errorf("rate %q in row %v: want a positive number\n%s", cell, row, out.String())
 			}
