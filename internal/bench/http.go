@@ -104,15 +104,22 @@ func (r *runner) http(ctx context.Context) (*Result, error) {
 		series = append(series, Series{Name: fmt.Sprintf("HTTP b=%d", b), Points: hc.rates}, Series{Name: fmt.Sprintf("SQL b=%d", b), Points: sc.rates})
 	}
 	h.stopAuth()
-	lat, e2e, err := h.longPollE2E(ctx, d)
-	if err != nil {
-		return nil, err
-	}
-	lt := Table{Title: fmt.Sprintf("http: long-poll receive + ack over HTTP (%d clients, max 10, wait 5s), SQL sends at %d msg/s: end to end, send to receipt", httpClients, httpE2ERate),
-		Columns: []string{"consumed msg/s", "p50 ms", "p95 ms", "p99 ms", "max ms"}}
-	s := lat.sorted()
-	if len(s) > 0 {
-		lt.Rows = append(lt.Rows, []string{fmtRate(e2e.rate()), fmtMS(Percentile(s, .5)), fmtMS(Percentile(s, .95)), fmtMS(Percentile(s, .99)), fmtMS(s[len(s)-1])})
+	lt := Table{Title: fmt.Sprintf("http: end to end, send to receipt, while 4 SQL producers send %d msg/s: long-poll receive + ack over HTTP (%d clients, max 10, wait 5s), beside the Go worker over SQL (Client.Consume, %d handlers)", httpE2ERate, httpClients, httpClients),
+		Columns: []string{"consumer", "consumed msg/s", "p50 ms", "p95 ms", "p99 ms", "max ms"}}
+	for _, side := range []struct {
+		name    string
+		consume func(ctx context.Context, lat *recorder, c *counters) error
+	}{{"HTTP long polls", h.longPollConsumers}, {"SQL (Go worker)", h.workerConsumer}} {
+		lat, e2e, err := h.e2e(ctx, side.name, d, side.consume)
+		if err != nil {
+			return nil, err
+		}
+		if s := lat.sorted(); len(s) > 0 {
+			lt.Rows = append(lt.Rows, []string{side.name, fmtRate(e2e.rate()), fmtMS(Percentile(s, .5)), fmtMS(Percentile(s, .95)), fmtMS(Percentile(s, .99)), fmtMS(s[len(s)-1])})
+		}
+		if err := h.purge(ctx); err != nil {
+			return nil, err
+		}
 	}
 	idle, err := h.idlePolls(ctx, max(2*d, 2*time.Second))
 	if err != nil {
@@ -131,6 +138,7 @@ func (r *runner) http(ctx context.Context) (*Result, error) {
 			"HTTP with a token: a second server on the same pool, with auth on and a static token of role sluice_producer: each request takes the role (set_config in the statement's pipeline) and each message records its sender (header sluice_sub). Not run when the login role may not take sluice_producer.",
 			"SQL send batch 1 is Client.Send (sluice.send), batch 100 Client.SendBatch (one sluice.send_batch); the queue is purged between cells.",
 			"/metrics reads sluice.status() once per scrape, whose cost is O(groups x (in-flight window + messages not yet numbered)) (docs/sql.md, status): the preloaded backlog has not been received, so none of it is numbered yet, the worst case. --preload sets it (issue 12's target: under 50 ms with 10,000,000).",
+			"The end-to-end table's SQL row is the Go worker (LISTEN wake-ups, polling every 25 ms while messages flow, acks riding on the next receive) on the SQL side's pool: what a Go consumer gets from the same engine in the same run.",
 			"Targets (issue 12): HTTP batch-100 send >= 0.8x SQL send_batch; long-poll end-to-end p50 <= 3 ms at 1,000 msg/s; idle long polls cost no database work beyond the listener and one sluice.status per queue and poll interval.",
 		},
 	}, nil
@@ -337,50 +345,76 @@ func (h *httpBench) purge(ctx context.Context) error {
 	return err
 }
 
-// longPollE2E sends at httpE2ERate over SQL (a timestamp in each body) while
-// httpClients long-poll and ack over HTTP, and records send-to-receipt
-// times.
-func (h *httpBench) longPollE2E(ctx context.Context, d time.Duration) (*recorder, *cell, error) {
+// e2e sends at httpE2ERate over SQL (a timestamp in each body) while
+// consume receives, and records send-to-receipt times.
+func (h *httpBench) e2e(ctx context.Context, name string, d time.Duration, consume func(ctx context.Context, lat *recorder, c *counters) error) (*recorder, *cell, error) {
 	lat := &recorder{}
-	cell, err := h.r.watchCell(ctx, fmt.Sprintf("http long poll e2e at %d msg/s", httpE2ERate), d, func(ctx context.Context, c *counters) error {
-		return fanOut(ctx, httpClients+4, func(i int) error {
-			if i >= httpClients { // 4 producers
-				return ignoreDone(ctx, paced(ctx, httpE2ERate/4, time.Now().Add(d), func() error {
-					body := []byte(`{"t": ` + strconv.FormatInt(time.Now().UnixNano(), 10) + `}`)
-					_, err := h.sql.Send(ctx, httpQueue, body, nil)
-					return err
-				}))
+	cell, err := h.r.watchCell(ctx, fmt.Sprintf("e2e at %d msg/s, %s", httpE2ERate, name), d, func(ctx context.Context, c *counters) error {
+		return fanOut(ctx, 5, func(i int) error {
+			if i == 4 {
+				return consume(ctx, lat, c)
 			}
-			recv := []byte(`{"max": 10, "wait": "5s"}`)
-			for ctx.Err() == nil {
-				var got struct {
-					Messages []struct {
-						Body    struct{ T int64 } `json:"body"`
-						Receipt string            `json:"receipt"`
-					} `json:"messages"`
-				}
-				if err := h.post(ctx, "/v1/queues/"+httpQueue+"/groups/default/receive", recv, &got); err != nil {
-					return ignoreDone(ctx, err)
-				}
-				if len(got.Messages) == 0 {
-					continue
-				}
-				now := time.Now().UnixNano()
-				receipts := make([]string, len(got.Messages))
-				for j, m := range got.Messages {
-					lat.add(float64(now-m.Body.T) / 1e6)
-					receipts[j] = m.Receipt
-				}
-				ack, _ := json.Marshal(map[string]any{"receipts": receipts})
-				if err := h.post(ctx, "/v1/queues/"+httpQueue+"/groups/default/ack", ack, nil); err != nil {
-					return ignoreDone(ctx, err)
-				}
-				c.done.Add(int64(len(receipts)))
-			}
-			return nil
+			return ignoreDone(ctx, paced(ctx, httpE2ERate/4, time.Now().Add(d), func() error {
+				body := []byte(`{"t": ` + strconv.FormatInt(time.Now().UnixNano(), 10) + `}`)
+				_, err := h.sql.Send(ctx, httpQueue, body, nil)
+				return err
+			}))
 		})
 	})
 	return lat, cell, err
+}
+
+// sentAt is the body of the e2e cell's messages.
+type sentAt struct {
+	T int64 `json:"t"`
+}
+
+// longPollConsumers are httpClients clients that long-poll and ack over
+// HTTP.
+func (h *httpBench) longPollConsumers(ctx context.Context, lat *recorder, c *counters) error {
+	recv := []byte(`{"max": 10, "wait": "5s"}`)
+	return fanOut(ctx, httpClients, func(int) error {
+		for ctx.Err() == nil {
+			var got struct {
+				Messages []struct {
+					Body    sentAt `json:"body"`
+					Receipt string `json:"receipt"`
+				} `json:"messages"`
+			}
+			if err := h.post(ctx, "/v1/queues/"+httpQueue+"/groups/default/receive", recv, &got); err != nil {
+				return ignoreDone(ctx, err)
+			}
+			if len(got.Messages) == 0 {
+				continue
+			}
+			now := time.Now().UnixNano()
+			receipts := make([]string, len(got.Messages))
+			for j, m := range got.Messages {
+				lat.add(float64(now-m.Body.T) / 1e6)
+				receipts[j] = m.Receipt
+			}
+			ack, _ := json.Marshal(map[string]any{"receipts": receipts})
+			if err := h.post(ctx, "/v1/queues/"+httpQueue+"/groups/default/ack", ack, nil); err != nil {
+				return ignoreDone(ctx, err)
+			}
+			c.done.Add(int64(len(receipts)))
+		}
+		return nil
+	})
+}
+
+// workerConsumer is the Go library's worker on the SQL side's pool, with
+// httpClients handlers that record the time and return (which acks).
+func (h *httpBench) workerConsumer(ctx context.Context, lat *recorder, c *counters) error {
+	err := h.sql.Consume(ctx, httpQueue, "default", func(_ context.Context, m *sluice.Message) error {
+		var b sentAt
+		if err := json.Unmarshal(m.Body, &b); err == nil {
+			lat.add(float64(time.Now().UnixNano()-b.T) / 1e6)
+		}
+		c.done.Add(1)
+		return nil
+	}, &sluice.ConsumeOptions{Concurrency: httpClients, DrainTimeout: time.Second, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	return ignoreDone(ctx, err)
 }
 
 // idlePolls keeps httpIdlePolls long polls waiting on an empty queue for d
