@@ -62,7 +62,8 @@ func (s *Server) roleProblem(role string, err error) error {
 var errOneStatement = errors.New("sluice server: internal error: a second statement in a one-statement transaction")
 
 // pipeTx is the pgx.Tx of s.one: its first statement goes in a pipeline
-// behind the role's set_config; it refuses a second one. Commit and Rollback
+// behind the role's set_config (or alone, with no role to take); it refuses
+// a second one. Commit and Rollback
 // do nothing: the pipeline's implicit transaction commits, or rolls back on
 // an error, when it ends (close).
 type pipeTx struct {
@@ -111,7 +112,26 @@ func (t *pipeTx) close() error {
 	return err
 }
 
+// direct reports whether the statement goes alone, without a pipeline:
+// with no role to take (authentication off), it is its own transaction.
+func (t *pipeTx) direct() (bool, error) {
+	if t.role != "" {
+		return false, nil
+	}
+	if t.used {
+		return true, errOneStatement
+	}
+	t.used = true
+	return true, nil
+}
+
 func (t *pipeTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	if ok, err := t.direct(); ok {
+		if err != nil {
+			return pgconn.CommandTag{}, err
+		}
+		return t.conn.Exec(ctx, sql, args...)
+	}
 	var b pgx.Batch
 	b.Queue(sql, args...)
 	if err := t.send(ctx, &b); err != nil {
@@ -121,6 +141,12 @@ func (t *pipeTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.Comm
 }
 
 func (t *pipeTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	if ok, err := t.direct(); ok {
+		if err != nil {
+			return nil, err
+		}
+		return t.conn.Query(ctx, sql, args...)
+	}
 	var b pgx.Batch
 	b.Queue(sql, args...)
 	if err := t.send(ctx, &b); err != nil {
@@ -130,6 +156,12 @@ func (t *pipeTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, 
 }
 
 func (t *pipeTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	if ok, err := t.direct(); ok {
+		if err != nil {
+			return errRow{err}
+		}
+		return t.conn.QueryRow(ctx, sql, args...)
+	}
 	var b pgx.Batch
 	b.Queue(sql, args...)
 	if err := t.send(ctx, &b); err != nil {
@@ -141,6 +173,12 @@ func (t *pipeTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row 
 // SendBatch sends b's queries behind the role's set_config; the results
 // returned are b's own (Close runs b's callbacks, and ends the pipeline).
 func (t *pipeTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	if ok, err := t.direct(); ok {
+		if err != nil {
+			return errBatch{err}
+		}
+		return t.conn.SendBatch(ctx, b)
+	}
 	if err := t.send(ctx, b); err != nil {
 		return errBatch{err}
 	}

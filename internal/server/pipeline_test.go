@@ -37,7 +37,7 @@ func (c *roundTrips) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEnd
 func (c *roundTrips) reset() { c.queries.Store(0); c.batches.Store(0); c.batchQueries.Store(0) }
 
 // tracedServer starts a server whose pool counts its round trips.
-func tracedServer(t *testing.T) (*testServer, *roundTrips) {
+func tracedServer(t *testing.T, opts ...option) (*testServer, *roundTrips) {
 	t.Helper()
 	cfg, err := pgxpool.ParseConfig(pg.NewDatabase(t))
 	if err != nil {
@@ -50,41 +50,57 @@ func tracedServer(t *testing.T) (*testServer, *roundTrips) {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	return start(t, func(c *server.Config) { c.Pool = pool }), rt
+	return start(t, append([]option{func(c *server.Config) { c.Pool = pool }}, opts...)...), rt
 }
 
 // Each request of the message endpoints is one round trip to the database:
 // the role's set_config and the statement in one pipeline, no BEGIN, no
-// COMMIT.
+// COMMIT; without auth, the statement alone.
 func TestOneRoundTripPerRequest(t *testing.T) {
-	ts, rt := tracedServer(t)
-	ts.must(201, "POST", "/v1/queues", tokAdmin, map[string]any{"name": "rt"})
-	steps := []struct {
-		name, path, token string
-		body              func() any
-	}{
-		{"send", "/v1/queues/rt/messages", tokProducer, func() any { return map[string]any{"body": 1} }},
-		{"send batch", "/v1/queues/rt/messages/batch", tokProducer, func() any {
-			return map[string]any{"messages": []any{map[string]any{"body": 1}, map[string]any{"body": 2}}}
-		}},
-		{"receive", "/v1/queues/rt/groups/default/receive", tokConsumer, func() any { return map[string]any{"max": 1} }},
-		{"ack", "/v1/queues/rt/groups/default/ack", tokConsumer, func() any { return map[string]any{"receipts": []string{"1:1:1"}} }},
-		{"extend", "/v1/queues/rt/groups/default/extend", tokConsumer, func() any {
-			return map[string]any{"receipts": []string{"1:1:1"}, "lease": "1m"}
-		}},
-	}
-	for round := range 2 { // the first round prepares the statements
-		for _, s := range steps {
-			rt.reset()
-			r := ts.do("POST", s.path, s.token, s.body())
-			if r.status/100 != 2 && r.status != 422 {
-				t.Fatalf("%s: %d %s", s.name, r.status, r.body)
-			}
-			if round == 0 {
-				continue
-			}
-			if q, b, bq := rt.queries.Load(), rt.batches.Load(), rt.batchQueries.Load(); q != 0 || b != 1 || bq != 2 {
-				t.Errorf("%s: %d statements and %d pipelines of %d statements, want one pipeline of 2 (role, statement)", s.name, q, b, bq)
+	for _, auth := range []bool{true, false} {
+		var opts []option
+		producer, consumer, admin, statements := tokProducer, tokConsumer, tokAdmin, int64(2)
+		if !auth {
+			opts = append(opts, func(c *server.Config) { c.Auth = server.AuthConfig{Insecure: true} })
+			producer, consumer, admin, statements = "", "", "", 1
+		}
+		ts, rt := tracedServer(t, opts...)
+		ts.must(201, "POST", "/v1/queues", admin, map[string]any{"name": "rt"})
+		steps := []struct {
+			name, path, token string
+			body              func() any
+		}{
+			{"send", "/v1/queues/rt/messages", producer, func() any { return map[string]any{"body": 1} }},
+			{"send batch", "/v1/queues/rt/messages/batch", producer, func() any {
+				return map[string]any{"messages": []any{map[string]any{"body": 1}, map[string]any{"body": 2}}}
+			}},
+			{"receive", "/v1/queues/rt/groups/default/receive", consumer, func() any { return map[string]any{"max": 1} }},
+			{"ack", "/v1/queues/rt/groups/default/ack", consumer, func() any { return map[string]any{"receipts": []string{"1:1:1"}} }},
+			{"extend", "/v1/queues/rt/groups/default/extend", consumer, func() any {
+				return map[string]any{"receipts": []string{"1:1:1"}, "lease": "1m"}
+			}},
+			{"status", "/v1/status", consumer, nil},
+		}
+		for round := range 2 { // the first round prepares the statements
+			for _, s := range steps {
+				rt.reset()
+				method, body := "POST", any(nil)
+				if s.body == nil {
+					method = "GET"
+				} else {
+					body = s.body()
+				}
+				r := ts.do(method, s.path, s.token, body)
+				if r.status/100 != 2 && r.status != 422 {
+					t.Fatalf("%s: %d %s", s.name, r.status, r.body)
+				}
+				if round == 0 {
+					continue
+				}
+				q, b, bq := rt.queries.Load(), rt.batches.Load(), rt.batchQueries.Load()
+				if q+b != 1 || q+bq != statements {
+					t.Errorf("auth %v, %s: %d statements alone and %d pipelines of %d statements, want one round trip of %d", auth, s.name, q, b, bq, statements)
+				}
 			}
 		}
 	}
