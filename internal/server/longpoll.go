@@ -20,20 +20,22 @@ import (
 // connection while they wait.
 //
 // Per queue and group, a wake-up goes to the long poll that has waited
-// longest, and at most maxTries woken long polls receive at once: a
-// notification may stand for one message, and every long poll of the group
-// receiving for it would be a thundering herd whose receives contend in the
-// engine and mostly come back empty. A wake-up that arrives while that many
-// receive is kept (again) and given to the next waiting long poll as soon
-// as one of them is done, since their receives may have read the queue
-// before that send committed; so is a receive that came back full (there
-// may be more).
+// longest, and one woken long poll receives at a time: a notification may
+// stand for one message, and every long poll of the group receiving for it
+// would be a thundering herd whose receives contend in the engine and
+// mostly come back empty. A wake-up that arrives meanwhile is kept (again)
+// and given to the next waiting long poll as soon as that receive is done,
+// since it may have read the queue before that send committed. A receive
+// that comes back full says that messages wait: it doubles how many woken
+// long polls may receive at once (up to maxTries, so that a backlog drains
+// through several lanes), and one that does not fill up sets it back to
+// one.
 type notifier struct {
 	pool *pgxpool.Pool
 	log  *slog.Logger
 	up   atomic.Bool
 	// maxTries is how many woken long polls of one group may receive at
-	// once.
+	// once while their receives come back full.
 	maxTries int
 
 	mu sync.Mutex
@@ -54,6 +56,11 @@ const (
 	hotInterval = 25 * time.Millisecond
 )
 
+// defaultMaxTries bounds the woken long polls of a group receiving at once
+// while a backlog drains: the engine's default number of lanes (more
+// receives than lanes find none free).
+const defaultMaxTries = 8
+
 // hotQueue is when a queue was last notified, and last woken by hotWake.
 type hotQueue struct{ notified, woken time.Time }
 
@@ -66,6 +73,9 @@ type pollGroup struct {
 	waiters int
 	// woken counts the waiters woken and not done with their receive.
 	woken int
+	// tries is how many woken waiters may receive at once: 1, more while
+	// receives come back full.
+	tries int
 	// receiving counts the receives of the group's long polls in progress,
 	// woken or not.
 	receiving int
@@ -88,7 +98,7 @@ type waiter struct {
 }
 
 func newNotifier(pool *pgxpool.Pool, log *slog.Logger) *notifier {
-	return &notifier{pool: pool, log: log, maxTries: 1, groups: map[string]map[string]*pollGroup{}, hot: map[string]*hotQueue{}}
+	return &notifier{pool: pool, log: log, maxTries: defaultMaxTries, groups: map[string]map[string]*pollGroup{}, hot: map[string]*hotQueue{}}
 }
 
 // subscribe registers a long poll on queue and group, before its first
@@ -106,7 +116,7 @@ func (n *notifier) subscribe(queue, group string) *waiter {
 	}
 	pg := gs[group]
 	if pg == nil {
-		pg = &pollGroup{queue: queue, group: group}
+		pg = &pollGroup{queue: queue, group: group, tries: 1}
 		gs[group] = pg
 	}
 	w := &waiter{C: make(chan struct{}, 1), pg: pg}
@@ -146,12 +156,21 @@ func (n *notifier) begin(w *waiter) {
 	n.mu.Unlock()
 }
 
-// tried reports that the long poll's receive is done: it got messages
-// (and leaves) or not (and waits again, at the back), and full if it got
-// as many as it asked for (or failed: the others find out). A wake-up that
+// tryResult is what a long poll's receive got.
+type tryResult int
+
+const (
+	tryEmpty   tryResult = iota // no message
+	tryPartial                  // fewer messages than it asked for
+	tryFull                     // as many as it asked for: more may wait
+	tryFailed                   // an error (the queue was dropped, say)
+)
+
+// tried reports that the long poll's receive is done. After tryEmpty it
+// waits again (at the back); after the others it leaves. A wake-up that
 // came during the receive stays pending on C: that receive may have read
 // the queue before the send.
-func (n *notifier) tried(w *waiter, got, full bool) {
+func (n *notifier) tried(w *waiter, res tryResult) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	pg := w.pg
@@ -161,25 +180,44 @@ func (n *notifier) tried(w *waiter, got, full bool) {
 		w.woken = false
 		pg.woken--
 	}
-	if !got && !w.woken && w.elem == nil {
+	if res == tryEmpty && !w.woken && w.elem == nil {
 		w.elem = pg.idle.PushBack(w)
 	}
-	if wasWoken && !got && pg.receiving > 0 {
-		// The message may be in a lane another receive holds: try again
-		// when it is done.
-		pg.again = true
+	switch res {
+	case tryFull:
+		// Messages wait: more receives at once, each to its own lanes.
+		pg.tries = min(2*pg.tries, n.maxTries)
+		pg.again = false
+		for pg.woken < pg.tries && pg.idle.Len() > 0 {
+			n.wakeGroup(pg)
+		}
 		return
+	case tryFailed:
+		// The others find out (and leave) one after the other.
+		pg.again = true
+	case tryPartial:
+		pg.tries = 1
+	case tryEmpty:
+		if wasWoken {
+			pg.tries = 1
+			if pg.receiving > 0 {
+				// The message may be in a lane another receive holds:
+				// try again when that one is done.
+				pg.again = true
+				return
+			}
+		}
 	}
-	if full || pg.again {
+	if pg.again {
 		pg.again = false
 		n.wakeGroup(pg)
 	}
 }
 
 // wakeGroup gives a wake-up to the longest waiting idle long poll of pg, or
-// keeps it (again) when maxTries are woken or none is idle. n.mu is held.
+// keeps it (again) when pg.tries are woken or none is idle. n.mu is held.
 func (n *notifier) wakeGroup(pg *pollGroup) {
-	if pg.woken >= n.maxTries || pg.idle.Len() == 0 {
+	if pg.woken >= pg.tries || pg.idle.Len() == 0 {
 		pg.again = true
 		return
 	}

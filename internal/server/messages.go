@@ -257,7 +257,16 @@ func (s *Server) longPoll(r *http.Request, queue, group string, opts *sluice.Rec
 			return err
 		})
 		if w != nil {
-			s.notify.tried(w, err != nil || len(msgs) > 0, err != nil || len(msgs) == max(opts.Max, 1))
+			res := tryEmpty
+			switch {
+			case err != nil:
+				res = tryFailed
+			case len(msgs) == max(opts.Max, 1):
+				res = tryFull
+			case len(msgs) > 0:
+				res = tryPartial
+			}
+			s.notify.tried(w, res)
 		}
 		if err != nil || len(msgs) > 0 {
 			return msgs, err

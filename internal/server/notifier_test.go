@@ -21,15 +21,15 @@ func take(t *testing.T, w *waiter) {
 }
 
 // try is one receive of w's long poll, with what it got.
-func try(n *notifier, w *waiter, got, full bool) {
+func try(n *notifier, w *waiter, res tryResult) {
 	n.begin(w)
-	n.tried(w, got, full)
+	n.tried(w, res)
 }
 
 // The notifier's hand-off of wake-ups within a group: the longest waiting
 // long poll first, one receive at a time, a wake-up during a receive kept for
-// the next, a full receive or a long poll leaving with its wake-up passing
-// it on; other groups and queues untouched.
+// the next, a long poll leaving with its wake-up passing it on; other groups
+// and queues untouched.
 func TestNotifierWakesOneAtATime(t *testing.T) {
 	n := newNotifier(nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	a, b, c := n.subscribe("q", "g"), n.subscribe("q", "g"), n.subscribe("q", "g")
@@ -55,46 +55,107 @@ func TestNotifierWakesOneAtATime(t *testing.T) {
 	}
 	// a got nothing: it waits again, at the back, and b gets the kept
 	// wake-up.
-	try(n, a, false, false)
+	try(n, a, tryEmpty)
 	if !pending(b) || pending(a) || pending(c) {
 		t.Fatal("the kept wake-up did not go to b when a was done")
 	}
-	take(t, b)
-	// b got a full batch and leaves: c is woken (there may be more).
-	try(n, b, true, true)
+	// b leaves without receiving (timeout, client gone): its wake-up goes
+	// to c.
 	n.unsubscribe(b)
 	if !pending(c) {
-		t.Fatal("a full receive did not wake the next waiter")
-	}
-	// c leaves without receiving (timeout, client gone): its wake-up goes
-	// to a.
-	n.unsubscribe(c)
-	if !pending(a) {
 		t.Fatal("the wake-up of a waiter that left was lost")
 	}
-	// A wake-up that arrives during a's receive stays pending on a: that
-	// receive may have read the queue before the send.
-	take(t, a)
-	try(n, a, false, false) // done, nothing kept: a waits
+	// A wake-up that arrives during c's receive is kept for the next
+	// receive, after it: that receive may have read the queue before the
+	// send.
+	take(t, c)
+	n.begin(c)
 	n.wake("q", map[string]bool{"g": true}, false)
-	take(t, a)
-	n.wake("q", map[string]bool{"g": true}, false) // during a's receive
-	try(n, a, false, false)
-	if !pending(a) {
-		t.Fatal("a wake-up during the receive was dropped")
+	if pending(a) {
+		t.Fatal("a second receive started during c's")
 	}
-	if got := n.waiting(); got != 3 {
-		t.Fatalf("waiting %d, want 3 (a, other, elsewhere)", got)
+	n.tried(c, tryEmpty)
+	if !pending(a) || pending(c) {
+		t.Fatal("the wake-up during c's receive was not given on when it was done")
+	}
+	take(t, a)
+	try(n, a, tryEmpty)
+	if got := n.waiting(); got != 4 {
+		t.Fatalf("waiting %d, want 4 (a, c, other, elsewhere)", got)
 	}
 	n.wake("", nil, true) // the listener reconnected: every group
-	if !pending(elsewhere) {
-		t.Fatal("wake all missed a queue")
+	if !pending(elsewhere) || !pending(c) {
+		t.Fatal("wake all missed a group")
 	}
-	for _, w := range []*waiter{a, other, elsewhere} {
+	for _, w := range []*waiter{a, c, other, elsewhere} {
 		n.unsubscribe(w)
 	}
 	if got := n.waiting(); got != 0 || len(n.groups) != 0 {
 		t.Fatalf("waiting %d, %d queues left after every long poll left", got, len(n.groups))
+	}
+}
+
+// Full receives say messages wait: more woken long polls receive at once,
+// doubling up to maxTries; a receive that does not fill up sets it back to
+// one. A failed receive passes its wake-up on.
+func TestNotifierBacklog(t *testing.T) {
+	n := newNotifier(nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	n.maxTries = 4
+	var ws []*waiter
+	for range 10 {
+		ws = append(ws, n.subscribe("q", "g"))
+	}
+	woken := func() (out []*waiter) {
+		for _, w := range ws {
+			if pending(w) {
+				out = append(out, w)
+			}
+		}
+		return out
+	}
+	n.wake("q", nil, false)
+	first := woken()
+	if len(first) != 1 {
+		t.Fatalf("%d woken by one notification", len(first))
+	}
+	take(t, first[0])
+	try(n, first[0], tryFull) // it leaves with its messages
+	n.unsubscribe(first[0])
+	ws = ws[1:]
+	if got := len(woken()); got != 2 {
+		t.Fatalf("%d woken after a full receive, want 2", got)
+	}
+	for _, w := range woken() {
+		take(t, w)
+		try(n, w, tryFull)
+		n.unsubscribe(w)
+	}
+	ws = ws[2:]
+	if got := len(woken()); got != 4 {
+		t.Fatalf("%d woken after two full receives, want 4 (maxTries)", got)
+	}
+	// Caught up: a partial receive sets it back to one at a time.
+	now := woken()
+	for _, w := range now {
+		take(t, w)
+		n.begin(w)
+	}
+	n.tried(now[0], tryPartial)
+	n.unsubscribe(now[0])
+	for _, w := range now[1:] {
+		n.tried(w, tryEmpty)
+	}
+	n.wake("q", nil, false)
+	if got := len(woken()); got != 1 {
+		t.Fatalf("%d woken by a notification after a partial receive, want 1", got)
+	}
+	// A failed receive (the queue was dropped) passes the wake-up on.
+	w := woken()[0]
+	take(t, w)
+	try(n, w, tryFailed)
+	n.unsubscribe(w)
+	if got := len(woken()); got != 1 {
+		t.Fatalf("%d woken after a failed receive, want 1", got)
 	}
 }
 
@@ -108,21 +169,21 @@ func TestNotifierHotQueue(t *testing.T) {
 	t0 := time.Now()
 	n.notified("q", t0)
 	take(t, w)
-	try(n, w, false, false)
+	try(n, w, tryEmpty)
 	n.hotTick(t0.Add(hotInterval / 2))
 	if pending(w) {
 		t.Fatal("woken again right after the notification")
 	}
 	n.hotTick(t0.Add(hotInterval + time.Millisecond))
 	take(t, w)
-	try(n, w, false, false)
+	try(n, w, tryEmpty)
 	n.hotTick(t0.Add(hotInterval + 2*time.Millisecond))
 	if pending(w) {
 		t.Fatal("woken twice within hotInterval")
 	}
 	n.hotTick(t0.Add(2*hotInterval + 2*time.Millisecond))
 	take(t, w)
-	try(n, w, false, false)
+	try(n, w, tryEmpty)
 	n.hotTick(t0.Add(hotPeriod + time.Second))
 	if pending(w) || len(n.hot) != 0 {
 		t.Fatal("still hot after hotPeriod")
@@ -141,11 +202,11 @@ func TestNotifierEmptyWhileOthersReceive(t *testing.T) {
 	n.begin(c) // c's first receive, in progress
 	n.wake("q", nil, false)
 	take(t, a)
-	try(n, a, false, false)
+	try(n, a, tryEmpty)
 	if pending(a) || pending(b) {
 		t.Fatal("woken again while c still receives")
 	}
-	n.tried(c, false, false) // c is done: the wake-up goes on
+	n.tried(c, tryEmpty) // c is done: the wake-up goes on
 	if !pending(b) {
 		t.Fatal("the wake-up was not passed on when c was done")
 	}
