@@ -104,12 +104,20 @@ func (r *runner) http(ctx context.Context) (*Result, error) {
 		series = append(series, Series{Name: fmt.Sprintf("HTTP b=%d", b), Points: hc.rates}, Series{Name: fmt.Sprintf("SQL b=%d", b), Points: sc.rates})
 	}
 	h.stopAuth()
-	lt := Table{Title: fmt.Sprintf("http: end to end, send to receipt, while 4 SQL producers send %d msg/s: long-poll receive + ack over HTTP (%d clients, max 10, wait 5s), beside the Go worker over SQL (Client.Consume, %d handlers)", httpE2ERate, httpClients, httpClients),
+	lt := Table{Title: fmt.Sprintf("http: end to end, send to receipt, while 4 SQL producers send %d msg/s: long-poll receive + ack over HTTP (%d clients, max 10, wait 5s; acked messages per second), beside the Go worker over SQL (Client.Consume, %d handlers)", httpE2ERate, httpClients, httpClients),
 		Columns: []string{"consumer", "consumed msg/s", "p50 ms", "p95 ms", "p99 ms", "max ms"}}
 	for _, side := range []struct {
 		name    string
 		consume func(ctx context.Context, lat *recorder, c *counters) error
-	}{{"HTTP long polls", h.longPollConsumers}, {"SQL (Go worker)", h.workerConsumer}} {
+	}{
+		{"HTTP long polls, ack per batch", func(ctx context.Context, lat *recorder, c *counters) error {
+			return h.longPollConsumers(ctx, lat, c, false)
+		}},
+		{"HTTP long polls, acks with the next receive", func(ctx context.Context, lat *recorder, c *counters) error {
+			return h.longPollConsumers(ctx, lat, c, true)
+		}},
+		{"SQL (Go worker)", h.workerConsumer},
+	} {
 		lat, e2e, err := h.e2e(ctx, side.name, d, side.consume)
 		if err != nil {
 			return nil, err
@@ -369,21 +377,26 @@ type sentAt struct {
 	T int64 `json:"t"`
 }
 
-// longPollConsumers are httpClients clients that long-poll and ack over
-// HTTP.
-func (h *httpBench) longPollConsumers(ctx context.Context, lat *recorder, c *counters) error {
-	recv := []byte(`{"max": 10, "wait": "5s"}`)
+// longPollConsumers are httpClients clients that long-poll over HTTP and
+// ack each batch: by an ack request, or (ride) with their next receive, in
+// the receive's "ack" (one request and one transaction for both).
+func (h *httpBench) longPollConsumers(ctx context.Context, lat *recorder, c *counters, ride bool) error {
+	path := "/v1/queues/" + httpQueue + "/groups/default/"
 	return fanOut(ctx, httpClients, func(int) error {
+		var pending []string // receipts to ack with the next receive
 		for ctx.Err() == nil {
+			recv, _ := json.Marshal(map[string]any{"max": 10, "wait": "5s", "ack": pending})
 			var got struct {
 				Messages []struct {
 					Body    sentAt `json:"body"`
 					Receipt string `json:"receipt"`
 				} `json:"messages"`
 			}
-			if err := h.post(ctx, "/v1/queues/"+httpQueue+"/groups/default/receive", recv, &got); err != nil {
+			if err := h.post(ctx, path+"receive", recv, &got); err != nil {
 				return ignoreDone(ctx, err)
 			}
+			c.done.Add(int64(len(pending)))
+			pending = nil
 			if len(got.Messages) == 0 {
 				continue
 			}
@@ -393,8 +406,12 @@ func (h *httpBench) longPollConsumers(ctx context.Context, lat *recorder, c *cou
 				lat.add(float64(now-m.Body.T) / 1e6)
 				receipts[j] = m.Receipt
 			}
+			if ride {
+				pending = receipts
+				continue
+			}
 			ack, _ := json.Marshal(map[string]any{"receipts": receipts})
-			if err := h.post(ctx, "/v1/queues/"+httpQueue+"/groups/default/ack", ack, nil); err != nil {
+			if err := h.post(ctx, path+"ack", ack, nil); err != nil {
 				return ignoreDone(ctx, err)
 			}
 			c.done.Add(int64(len(receipts)))

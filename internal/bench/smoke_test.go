@@ -153,8 +153,8 @@ func TestHTTPSmoke(t *testing.T) {
 			}
 		}
 	}
-	if rows := rep.Results[0].Tables[1].Rows; len(rows) != 2 {
-		t.Errorf("end-to-end latencies: %v, want rows for HTTP and SQL\n%s", rows, out.String())
+	if rows := rep.Results[0].Tables[1].Rows; len(rows) != 3 {
+		t.Errorf("end-to-end latencies: %v, want rows for HTTP (two) and SQL\n%s", rows, out.String())
 	}
 	if idle := rep.Results[0].Tables[2].Rows; len(idle) != 1 || idle[0][1] != "1000" || idle[0][2] != "1" {
 		t.Errorf("idle long polls: %v\n%s", idle, out.String())

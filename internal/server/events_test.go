@@ -161,7 +161,7 @@ func TestEventsShareOneRead(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	calls := &statusCalls{}
+	calls := &statementCalls{match: "sluice.status("}
 	cfg.ConnConfig.Tracer = calls
 	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
@@ -195,25 +195,35 @@ func TestEventsShareOneRead(t *testing.T) {
 	}
 }
 
-// statusCalls counts the sluice.status calls a pool runs.
-type statusCalls struct{ n atomic.Int64 }
+// statementCalls counts the statements of a pool that contain match, as
+// they end.
+type statementCalls struct {
+	match string
+	n     atomic.Int64
+}
 
-func (c *statusCalls) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
-	if strings.Contains(d.SQL, "sluice.status(") {
-		c.n.Add(1)
+type matchedKey struct{}
+
+func (c *statementCalls) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	if strings.Contains(d.SQL, c.match) {
+		return context.WithValue(ctx, matchedKey{}, true)
 	}
 	return ctx
 }
-func (c *statusCalls) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
-func (c *statusCalls) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
-	return ctx
-}
-func (c *statusCalls) TraceBatchQuery(_ context.Context, _ *pgx.Conn, d pgx.TraceBatchQueryData) {
-	if strings.Contains(d.SQL, "sluice.status(") {
+func (c *statementCalls) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryEndData) {
+	if ctx.Value(matchedKey{}) != nil {
 		c.n.Add(1)
 	}
 }
-func (c *statusCalls) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
+func (c *statementCalls) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	return ctx
+}
+func (c *statementCalls) TraceBatchQuery(_ context.Context, _ *pgx.Conn, d pgx.TraceBatchQueryData) {
+	if strings.Contains(d.SQL, c.match) {
+		c.n.Add(1)
+	}
+}
+func (c *statementCalls) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
 
 // A stream ends when its JWT expires; opening it again is refused.
 func TestEventsEndAtTokenExpiry(t *testing.T) {

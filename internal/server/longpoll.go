@@ -79,6 +79,9 @@ type pollGroup struct {
 	// receiving counts the receives of the group's long polls in progress,
 	// woken or not.
 	receiving int
+	// caughtUp counts the idle waiters that found the group empty (or
+	// joined behind one that did) and were not woken since.
+	caughtUp int
 	// again records a wake-up that found maxTries waiters woken, or none
 	// idle, or that a woken receive found nothing while other receives of
 	// the group were in progress (they may hold the lanes with the message):
@@ -95,6 +98,8 @@ type waiter struct {
 	// woken: a value was sent on C and the receive it asked for is not
 	// done (tried) yet.
 	woken bool
+	// caughtUp: counted in pg.caughtUp.
+	caughtUp bool
 }
 
 func newNotifier(pool *pgxpool.Pool, log *slog.Logger) *notifier {
@@ -136,6 +141,7 @@ func (n *notifier) unsubscribe(w *waiter) {
 		w.elem = nil
 	}
 	pg.waiters--
+	pg.setCaughtUp(w, false)
 	if w.woken {
 		w.woken = false
 		pg.woken--
@@ -147,6 +153,36 @@ func (n *notifier) unsubscribe(w *waiter) {
 			delete(n.groups, pg.queue)
 		}
 	}
+}
+
+// setCaughtUp marks w as an idle waiter that found the group empty, or
+// not. n.mu is held.
+func (pg *pollGroup) setCaughtUp(w *waiter, v bool) {
+	if w.caughtUp != v {
+		w.caughtUp = v
+		if v {
+			pg.caughtUp++
+		} else {
+			pg.caughtUp--
+		}
+	}
+}
+
+// joinBehind reports whether a new long poll (w, which has not received
+// yet) may skip its first receive and wait behind the idle long polls of
+// its group: they found it empty, nothing woke them since, and the next
+// wake-up goes to them first, so that receive would only contend with
+// theirs and come back empty. Messages that come ready without a
+// notification (delays and retries coming due) are found by the sweep.
+func (n *notifier) joinBehind(w *waiter) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	pg := w.pg
+	if pg.caughtUp == 0 || pg.again || w.woken {
+		return false
+	}
+	pg.setCaughtUp(w, true)
+	return true
 }
 
 // begin reports that the long poll starts a receive.
@@ -183,6 +219,7 @@ func (n *notifier) tried(w *waiter, res tryResult) {
 	if res == tryEmpty && !w.woken && w.elem == nil {
 		w.elem = pg.idle.PushBack(w)
 	}
+	pg.setCaughtUp(w, res == tryEmpty && !w.woken)
 	switch res {
 	case tryFull:
 		// Messages wait: more receives at once, each to its own lanes.
@@ -223,6 +260,7 @@ func (n *notifier) wakeGroup(pg *pollGroup) {
 	}
 	w := pg.idle.Remove(pg.idle.Front()).(*waiter)
 	w.elem = nil
+	pg.setCaughtUp(w, false)
 	w.woken = true
 	pg.woken++
 	select {
@@ -410,7 +448,12 @@ func (n *notifier) hotTick(now time.Time) {
 		}
 		h.woken = now
 		for _, pg := range n.groups[q] {
-			n.wakeGroup(pg)
+			// A receive in progress started within about hotInterval:
+			// the next tick looks after it, and keeping the wake-up
+			// (again) would chain receives back to back.
+			if pg.woken == 0 {
+				n.wakeGroup(pg)
+			}
 		}
 	}
 }

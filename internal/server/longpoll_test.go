@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/sluicemq/sluice/internal/server"
 )
 
@@ -352,5 +354,83 @@ func TestLongPollAfterSkippedNotification(t *testing.T) {
 		t.Logf("the unnotified message came %s after its commit", time.Since(committed))
 	case <-time.After(5 * time.Second):
 		t.Fatal("a message whose send did not notify waited for the poll interval")
+	}
+}
+
+// Long polls that arrive while others of their group wait idle join them
+// without a receive of their own (it would find nothing); the next send
+// still reaches the one that waited longest.
+func TestLongPollsJoinBehind(t *testing.T) {
+	cfg, err := pgxpool.ParseConfig(pg.NewDatabase(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	receives := &statementCalls{match: "sluice.receive("}
+	cfg.ConnConfig.Tracer = receives
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	ts := start(t, func(c *server.Config) { c.Pool = pool; c.PollInterval = time.Minute })
+	ts.must(201, "POST", "/v1/queues", tokAdmin, map[string]any{"name": "q"})
+	ts.waitMetric("sluice_listener_up 1")
+	ts.must(201, "POST", "/v1/queues/q/messages", tokAdmin, map[string]any{"body": "leased"})
+	leased := ts.must(200, "POST", "/v1/queues/q/groups/default/receive", tokAdmin, map[string]any{})["messages"].([]any)
+	receipt := leased[0].(map[string]any)["receipt"]
+	first := ts.poll("/v1/queues/q/groups/default/receive", map[string]any{"wait": "20s"})
+	// Until the first long poll has received and waits (the notification
+	// of the send above may wake it once more).
+	quiet := func() int64 {
+		last, same := receives.n.Load(), 0
+		for deadline := time.Now().Add(10 * time.Second); same < 5 && time.Now().Before(deadline); {
+			time.Sleep(100 * time.Millisecond)
+			if n := receives.n.Load(); n != last || n < 2 {
+				last, same = n, 0
+			} else {
+				same++
+			}
+		}
+		return last
+	}
+	before := quiet()
+	var later []<-chan pollResult
+	for range 10 {
+		later = append(later, ts.poll("/v1/queues/q/groups/default/receive", map[string]any{"wait": "20s"}))
+	}
+	ts.waitMetric("sluice_long_polls_waiting 11")
+	if n := receives.n.Load() - before; n != 0 {
+		t.Fatalf("%d receives by long polls that arrived behind an idle one", n)
+	}
+	// A long poll that brings acks receives at once.
+	ts.must(200, "POST", "/v1/queues/q/groups/default/receive", tokAdmin, map[string]any{"wait": "100ms", "ack": []any{receipt}})
+	if n := receives.n.Load() - before; n < 1 {
+		t.Fatal("a long poll with acks did not receive")
+	}
+	// Two sends, one after the other: each reaches a waiting long poll.
+	polls := append(later, first)
+	for _, body := range []string{"x", "y"} {
+		ts.must(201, "POST", "/v1/queues/q/messages", tokAdmin, map[string]any{"body": body})
+		deadline := time.After(5 * time.Second)
+	wait:
+		for {
+			for i, ch := range polls {
+				select {
+				case res := <-ch:
+					msgs := res.r.json(t)["messages"].([]any)
+					if len(msgs) != 1 || msgs[0].(map[string]any)["body"] != body {
+						t.Fatalf("a long poll returned %s, want %q", res.r.body, body)
+					}
+					polls = append(polls[:i], polls[i+1:]...)
+					break wait
+				default:
+				}
+			}
+			select {
+			case <-deadline:
+				t.Fatalf("no waiting long poll got %q", body)
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
 	}
 }

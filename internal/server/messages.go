@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"net/http"
 	"time"
@@ -247,7 +248,16 @@ func (s *Server) longPoll(r *http.Request, queue, group string, opts *sluice.Rec
 		wake = w.C
 	}
 	deadline := time.Now().Add(wait)
+	// With acks to make, the first receive carries them; without, it may
+	// wait behind the idle long polls of its group.
+	skip := w != nil && len(opts.Ack) == 0 && s.notify.joinBehind(w)
 	for {
+		if skip {
+			skip = false
+			if done, err := s.waitWake(ctx, wake, deadline); done {
+				return nil, err
+			}
+		}
 		var msgs []sluice.Message
 		if w != nil {
 			s.notify.begin(w)
@@ -272,22 +282,31 @@ func (s *Server) longPoll(r *http.Request, queue, group string, opts *sluice.Rec
 			return msgs, err
 		}
 		opts.Ack = nil
-		left := time.Until(deadline)
-		if left <= 0 {
-			return nil, nil
+		if done, err := s.waitWake(ctx, wake, deadline); done {
+			return nil, err
 		}
-		t := time.NewTimer(left)
-		select {
-		case <-wake:
-		case <-t.C:
-		case <-s.draining:
-			t.Stop()
-			return nil, nil
-		case <-ctx.Done():
-			t.Stop()
-			return nil, ctx.Err()
-		}
-		t.Stop()
+	}
+}
+
+// waitWake waits for a wake-up until deadline; done says that the long
+// poll ends empty instead (at its deadline, at the server's shutdown, or
+// with err when the client went).
+func (s *Server) waitWake(ctx context.Context, wake <-chan struct{}, deadline time.Time) (done bool, err error) {
+	left := time.Until(deadline)
+	if left <= 0 {
+		return true, nil
+	}
+	t := time.NewTimer(left)
+	defer t.Stop()
+	select {
+	case <-wake:
+		return false, nil
+	case <-t.C:
+		return true, nil
+	case <-s.draining:
+		return true, nil
+	case <-ctx.Done():
+		return true, ctx.Err()
 	}
 }
 

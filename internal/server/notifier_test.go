@@ -211,3 +211,47 @@ func TestNotifierEmptyWhileOthersReceive(t *testing.T) {
 		t.Fatal("the wake-up was not passed on when c was done")
 	}
 }
+
+// A new long poll waits behind idle ones that found the group empty,
+// without a receive of its own, unless a wake-up is pending; it is woken
+// after them.
+func TestNotifierJoinBehind(t *testing.T) {
+	n := newNotifier(nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	a := n.subscribe("q", "g")
+	if n.joinBehind(a) {
+		t.Fatal("the first long poll skipped its receive")
+	}
+	try(n, a, tryEmpty)
+	b := n.subscribe("q", "g")
+	if !n.joinBehind(b) {
+		t.Fatal("a long poll behind one that found the group empty received")
+	}
+	other := n.subscribe("q", "h")
+	if n.joinBehind(other) {
+		t.Fatal("a long poll of another group skipped its receive")
+	}
+	n.wake("q", map[string]bool{"g": true}, false)
+	take(t, a)
+	// a receives: a wake-up meanwhile is pending, and the new long poll
+	// then receives for itself.
+	n.begin(a)
+	n.wake("q", map[string]bool{"g": true}, false)
+	c := n.subscribe("q", "g")
+	if n.joinBehind(c) {
+		t.Fatal("a long poll skipped its receive while a wake-up was pending")
+	}
+	n.tried(a, tryPartial)
+	n.unsubscribe(a)
+	if !pending(b) {
+		t.Fatal("the long poll that joined behind was not woken next")
+	}
+	take(t, b)
+	try(n, b, tryEmpty)
+	try(n, c, tryEmpty)
+	for _, w := range []*waiter{b, c, other} {
+		n.unsubscribe(w)
+	}
+	if len(n.groups) != 0 {
+		t.Fatal("groups left")
+	}
+}
