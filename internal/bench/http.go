@@ -9,7 +9,10 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -32,10 +35,19 @@ const (
 	httpPoolConns = 32
 )
 
+// httpToken is the producer token of the scenario's second server, which
+// has auth on.
+const httpToken = "bench-producer-token-0123456789"
+
 // httpBench holds the server and the clients of the scenario.
 type httpBench struct {
-	r        *runner
-	url      string
+	r   *runner
+	url string
+	// authURL is the server with auth on ("" when the login role may not
+	// take sluice_producer), stopAuth stops it (after the send cells, so
+	// that one LISTEN connection is left for the idle long polls).
+	authURL  string
+	stopAuth func()
 	client   *http.Client
 	sql      *sluice.Client
 	srvPool  *pgxpool.Pool
@@ -53,15 +65,27 @@ func (r *runner) http(ctx context.Context) (*Result, error) {
 	}
 	defer stop()
 	t := Table{Title: fmt.Sprintf("http: %d concurrent clients, %s per cell: HTTP (sluice server) beside SQL (the Go library), each on a pool of %d connections", httpClients, d, httpPoolConns),
-		Columns: []string{"work", "HTTP msg/s", "SQL msg/s", "HTTP / SQL"}}
+		Columns: []string{"work", "HTTP msg/s", "HTTP with a token msg/s", "SQL msg/s", "HTTP / SQL", "HTTP with a token / SQL"}}
 	var series []Series
 	for _, b := range []int{1, 100} {
-		hc, err := r.watchCell(ctx, fmt.Sprintf("http send batch %d", b), d, func(ctx context.Context, c *counters) error { return h.httpSend(ctx, b, c) })
+		hc, err := r.watchCell(ctx, fmt.Sprintf("http send batch %d", b), d, func(ctx context.Context, c *counters) error { return h.httpSend(ctx, h.url, "", b, c) })
 		if err != nil {
 			return nil, err
 		}
 		if err := h.purge(ctx); err != nil {
 			return nil, err
+		}
+		var tc *cell
+		if h.authURL != "" {
+			tc, err = r.watchCell(ctx, fmt.Sprintf("http send batch %d with a token", b), d, func(ctx context.Context, c *counters) error {
+				return h.httpSend(ctx, h.authURL, httpToken, b, c)
+			})
+			if err != nil {
+				return nil, err
+			}
+			if err := h.purge(ctx); err != nil {
+				return nil, err
+			}
 		}
 		sc, err := r.watchCell(ctx, fmt.Sprintf("sql send batch %d", b), d, func(ctx context.Context, c *counters) error { return h.sqlSend(ctx, b, c) })
 		if err != nil {
@@ -70,18 +94,40 @@ func (r *runner) http(ctx context.Context) (*Result, error) {
 		if err := h.purge(ctx); err != nil {
 			return nil, err
 		}
-		t.Rows = append(t.Rows, []string{fmt.Sprintf("send, batch %d", b), fmtRate(hc.rate()), fmtRate(sc.rate()), fmtRatio(hc.rate(), sc.rate())})
+		tokenRate, tokenRatio := "–", "–"
+		if tc != nil {
+			tokenRate, tokenRatio = fmtRate(tc.rate()), fmtRatio(tc.rate(), sc.rate())
+			series = append(series, Series{Name: fmt.Sprintf("HTTP+token b=%d", b), Points: tc.rates})
+		}
+		t.Rows = append(t.Rows, []string{fmt.Sprintf("send, batch %d", b), fmtRate(hc.rate()), tokenRate, fmtRate(sc.rate()),
+			fmtRatio(hc.rate(), sc.rate()), tokenRatio})
 		series = append(series, Series{Name: fmt.Sprintf("HTTP b=%d", b), Points: hc.rates}, Series{Name: fmt.Sprintf("SQL b=%d", b), Points: sc.rates})
 	}
-	lat, e2e, err := h.longPollE2E(ctx, d)
-	if err != nil {
-		return nil, err
-	}
-	lt := Table{Title: fmt.Sprintf("http: long-poll receive + ack over HTTP (%d clients, max 10, wait 5s), SQL sends at %d msg/s: end to end, send to receipt", httpClients, httpE2ERate),
-		Columns: []string{"consumed msg/s", "p50 ms", "p95 ms", "p99 ms", "max ms"}}
-	s := lat.sorted()
-	if len(s) > 0 {
-		lt.Rows = append(lt.Rows, []string{fmtRate(e2e.rate()), fmtMS(Percentile(s, .5)), fmtMS(Percentile(s, .95)), fmtMS(Percentile(s, .99)), fmtMS(s[len(s)-1])})
+	h.stopAuth()
+	lt := Table{Title: fmt.Sprintf("http: end to end, send to receipt, while 4 SQL producers send %d msg/s: long-poll receive + ack over HTTP (%d clients, max 10, wait 5s; acked messages per second), beside the Go worker over SQL (Client.Consume, %d handlers)", httpE2ERate, httpClients, httpClients),
+		Columns: []string{"consumer", "consumed msg/s", "p50 ms", "p95 ms", "p99 ms", "max ms"}}
+	for _, side := range []struct {
+		name    string
+		consume func(ctx context.Context, lat *recorder, c *counters) error
+	}{
+		{"HTTP long polls, ack per batch", func(ctx context.Context, lat *recorder, c *counters) error {
+			return h.longPollConsumers(ctx, lat, c, false)
+		}},
+		{"HTTP long polls, acks with the next receive", func(ctx context.Context, lat *recorder, c *counters) error {
+			return h.longPollConsumers(ctx, lat, c, true)
+		}},
+		{"SQL (Go worker)", h.workerConsumer},
+	} {
+		lat, e2e, err := h.e2e(ctx, side.name, d, side.consume)
+		if err != nil {
+			return nil, err
+		}
+		if s := lat.sorted(); len(s) > 0 {
+			lt.Rows = append(lt.Rows, []string{side.name, fmtRate(e2e.rate()), fmtMS(Percentile(s, .5)), fmtMS(Percentile(s, .95)), fmtMS(Percentile(s, .99)), fmtMS(s[len(s)-1])})
+		}
+		if err := h.purge(ctx); err != nil {
+			return nil, err
+		}
 	}
 	idle, err := h.idlePolls(ctx, max(2*d, 2*time.Second))
 	if err != nil {
@@ -97,8 +143,10 @@ func (r *runner) http(ctx context.Context) (*Result, error) {
 		Charts: []Chart{{File: "http-send.svg", Title: "http: send throughput over time", XLabel: "seconds", YLabel: "messages/s", Series: series}},
 		Notes: []string{
 			"The server runs in the benchmark's process, without auth (each request is still one transaction), on a pool of its own; HTTP clients use keep-alive connections.",
+			"HTTP with a token: a second server on the same pool, with auth on and a static token of role sluice_producer: each request takes the role (set_config in the statement's pipeline) and each message records its sender (header sluice_sub). Not run when the login role may not take sluice_producer.",
 			"SQL send batch 1 is Client.Send (sluice.send), batch 100 Client.SendBatch (one sluice.send_batch); the queue is purged between cells.",
 			"/metrics reads sluice.status() once per scrape, whose cost is O(groups x (in-flight window + messages not yet numbered)) (docs/sql.md, status): the preloaded backlog has not been received, so none of it is numbered yet, the worst case. --preload sets it (issue 12's target: under 50 ms with 10,000,000).",
+			"The end-to-end table's SQL row is the Go worker (LISTEN wake-ups, polling every 25 ms while messages flow, acks riding on the next receive) on the SQL side's pool: what a Go consumer gets from the same engine in the same run.",
 			"Targets (issue 12): HTTP batch-100 send >= 0.8x SQL send_batch; long-poll end-to-end p50 <= 3 ms at 1,000 msg/s; idle long polls cost no database work beyond the listener and one sluice.status per queue and poll interval.",
 		},
 	}, nil
@@ -143,30 +191,66 @@ func (r *runner) startHTTP(ctx context.Context) (*httpBench, func(), error) {
 			return nil, nil, err
 		}
 	}
-	h.srv, err = server.New(server.Config{Pool: srvPool, Auth: server.AuthConfig{Insecure: true}, MaxConcurrent: 1 << 20,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err == nil {
-		var ln net.Listener
-		ln, err = net.Listen("tcp", "127.0.0.1:0")
-		if err == nil {
-			h.url = "http://" + ln.Addr().String()
-			sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-			done := make(chan error, 1)
-			go func() { done <- h.srv.Serve(sctx, ln, 10*time.Second) }()
-			return h, func() {
-				cancel()
-				<-done
-				h.client.CloseIdleConnections()
-				cleanup()
-				srvPool.Close()
-				sqlPool.Close()
-			}, nil
+	var stops []func()
+	stopAll := func() {
+		for _, stop := range stops {
+			stop()
 		}
+		h.client.CloseIdleConnections()
+		cleanup()
+		srvPool.Close()
+		sqlPool.Close()
 	}
-	cleanup()
-	srvPool.Close()
-	sqlPool.Close()
-	return nil, nil, err
+	var url string
+	h.stopAuth = func() {}
+	h.srv, url, err = serveHTTP(ctx, server.Config{Pool: srvPool, Auth: server.AuthConfig{Insecure: true}}, &stops)
+	if err != nil {
+		stopAll()
+		return nil, nil, err
+	}
+	h.url = url
+	var member bool
+	if err := srvPool.QueryRow(ctx, `SELECT pg_has_role('sluice_producer', 'MEMBER')`).Scan(&member); err == nil && member {
+		dir, err := os.MkdirTemp("", "sluice-bench-http")
+		if err != nil {
+			stopAll()
+			return nil, nil, err
+		}
+		stops = append(stops, func() { _ = os.RemoveAll(dir) })
+		tokens := filepath.Join(dir, "tokens.json")
+		b, _ := json.Marshal(map[string]any{"tokens": []map[string]any{{"name": "bench", "token": httpToken, "role": "sluice_producer"}}})
+		if err := os.WriteFile(tokens, b, 0o600); err != nil {
+			stopAll()
+			return nil, nil, err
+		}
+		if _, h.authURL, err = serveHTTP(ctx, server.Config{Pool: srvPool, Auth: server.AuthConfig{TokensFile: tokens}}, &stops); err != nil {
+			stopAll()
+			return nil, nil, err
+		}
+		h.stopAuth = sync.OnceFunc(stops[0])
+		stops[0] = h.stopAuth
+	}
+	return h, stopAll, nil
+}
+
+// serveHTTP starts a sluice server on 127.0.0.1 (no request limit, no
+// log) and adds its stop to stops.
+func serveHTTP(ctx context.Context, cfg server.Config, stops *[]func()) (*server.Server, string, error) {
+	cfg.MaxConcurrent = 1 << 20
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	srv, err := server.New(cfg)
+	if err != nil {
+		return nil, "", err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, "", err
+	}
+	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(sctx, ln, 10*time.Second) }()
+	*stops = append([]func(){func() { cancel(); <-done }}, *stops...)
+	return srv, "http://" + ln.Addr().String(), nil
 }
 
 // watchCell runs work until d has passed, with the progress lines of watch.
@@ -184,13 +268,22 @@ func (r *runner) watchCell(ctx context.Context, label string, d time.Duration, w
 	return res, err
 }
 
-// post sends a JSON request and decodes a 2xx answer into out (if not nil).
+// post sends a JSON request to the server without auth and decodes a 2xx
+// answer into out (if not nil).
 func (h *httpBench) post(ctx context.Context, path string, body []byte, out any) error {
-	req, err := http.NewRequestWithContext(ctx, "POST", h.url+path, bytes.NewReader(body))
+	return h.postTo(ctx, h.url, "", path, body, out)
+}
+
+// postTo is post to the server at url, with token if not "".
+func (h *httpBench) postTo(ctx context.Context, url, token, path string, body []byte, out any) error {
+	req, err := http.NewRequestWithContext(ctx, "POST", url+path, bytes.NewReader(body))
 	if err != nil {
 		return err
 	}
 	req.Header.Set("Content-Type", "application/json")
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
 	res, err := h.client.Do(req)
 	if err != nil {
 		return err
@@ -209,7 +302,7 @@ func (h *httpBench) post(ctx context.Context, path string, body []byte, out any)
 	return nil
 }
 
-func (h *httpBench) httpSend(ctx context.Context, batch int, c *counters) error {
+func (h *httpBench) httpSend(ctx context.Context, url, token string, batch int, c *counters) error {
 	one, _ := json.Marshal(map[string]any{"body": h.body})
 	path, body := "/v1/queues/"+httpQueue+"/messages", one
 	if batch > 1 {
@@ -217,7 +310,7 @@ func (h *httpBench) httpSend(ctx context.Context, batch int, c *counters) error 
 	}
 	return fanOut(ctx, httpClients, func(int) error {
 		for ctx.Err() == nil {
-			if err := h.post(ctx, path, body, nil); err != nil {
+			if err := h.postTo(ctx, url, token, path, body, nil); err != nil {
 				return ignoreDone(ctx, err)
 			}
 			c.done.Add(int64(batch))
@@ -260,50 +353,85 @@ func (h *httpBench) purge(ctx context.Context) error {
 	return err
 }
 
-// longPollE2E sends at httpE2ERate over SQL (a timestamp in each body) while
-// httpClients long-poll and ack over HTTP, and records send-to-receipt
-// times.
-func (h *httpBench) longPollE2E(ctx context.Context, d time.Duration) (*recorder, *cell, error) {
+// e2e sends at httpE2ERate over SQL (a timestamp in each body) while
+// consume receives, and records send-to-receipt times.
+func (h *httpBench) e2e(ctx context.Context, name string, d time.Duration, consume func(ctx context.Context, lat *recorder, c *counters) error) (*recorder, *cell, error) {
 	lat := &recorder{}
-	cell, err := h.r.watchCell(ctx, fmt.Sprintf("http long poll e2e at %d msg/s", httpE2ERate), d, func(ctx context.Context, c *counters) error {
-		return fanOut(ctx, httpClients+4, func(i int) error {
-			if i >= httpClients { // 4 producers
-				return ignoreDone(ctx, paced(ctx, httpE2ERate/4, time.Now().Add(d), func() error {
-					body := []byte(`{"t": ` + strconv.FormatInt(time.Now().UnixNano(), 10) + `}`)
-					_, err := h.sql.Send(ctx, httpQueue, body, nil)
-					return err
-				}))
+	cell, err := h.r.watchCell(ctx, fmt.Sprintf("e2e at %d msg/s, %s", httpE2ERate, name), d, func(ctx context.Context, c *counters) error {
+		return fanOut(ctx, 5, func(i int) error {
+			if i == 4 {
+				return consume(ctx, lat, c)
 			}
-			recv := []byte(`{"max": 10, "wait": "5s"}`)
-			for ctx.Err() == nil {
-				var got struct {
-					Messages []struct {
-						Body    struct{ T int64 } `json:"body"`
-						Receipt string            `json:"receipt"`
-					} `json:"messages"`
-				}
-				if err := h.post(ctx, "/v1/queues/"+httpQueue+"/groups/default/receive", recv, &got); err != nil {
-					return ignoreDone(ctx, err)
-				}
-				if len(got.Messages) == 0 {
-					continue
-				}
-				now := time.Now().UnixNano()
-				receipts := make([]string, len(got.Messages))
-				for j, m := range got.Messages {
-					lat.add(float64(now-m.Body.T) / 1e6)
-					receipts[j] = m.Receipt
-				}
-				ack, _ := json.Marshal(map[string]any{"receipts": receipts})
-				if err := h.post(ctx, "/v1/queues/"+httpQueue+"/groups/default/ack", ack, nil); err != nil {
-					return ignoreDone(ctx, err)
-				}
-				c.done.Add(int64(len(receipts)))
-			}
-			return nil
+			return ignoreDone(ctx, paced(ctx, httpE2ERate/4, time.Now().Add(d), func() error {
+				body := []byte(`{"t": ` + strconv.FormatInt(time.Now().UnixNano(), 10) + `}`)
+				_, err := h.sql.Send(ctx, httpQueue, body, nil)
+				return err
+			}))
 		})
 	})
 	return lat, cell, err
+}
+
+// sentAt is the body of the e2e cell's messages.
+type sentAt struct {
+	T int64 `json:"t"`
+}
+
+// longPollConsumers are httpClients clients that long-poll over HTTP and
+// ack each batch: by an ack request, or (ride) with their next receive, in
+// the receive's "ack" (one request and one transaction for both).
+func (h *httpBench) longPollConsumers(ctx context.Context, lat *recorder, c *counters, ride bool) error {
+	path := "/v1/queues/" + httpQueue + "/groups/default/"
+	return fanOut(ctx, httpClients, func(int) error {
+		var pending []string // receipts to ack with the next receive
+		for ctx.Err() == nil {
+			recv, _ := json.Marshal(map[string]any{"max": 10, "wait": "5s", "ack": pending})
+			var got struct {
+				Messages []struct {
+					Body    sentAt `json:"body"`
+					Receipt string `json:"receipt"`
+				} `json:"messages"`
+			}
+			if err := h.post(ctx, path+"receive", recv, &got); err != nil {
+				return ignoreDone(ctx, err)
+			}
+			c.done.Add(int64(len(pending)))
+			pending = nil
+			if len(got.Messages) == 0 {
+				continue
+			}
+			now := time.Now().UnixNano()
+			receipts := make([]string, len(got.Messages))
+			for j, m := range got.Messages {
+				lat.add(float64(now-m.Body.T) / 1e6)
+				receipts[j] = m.Receipt
+			}
+			if ride {
+				pending = receipts
+				continue
+			}
+			ack, _ := json.Marshal(map[string]any{"receipts": receipts})
+			if err := h.post(ctx, path+"ack", ack, nil); err != nil {
+				return ignoreDone(ctx, err)
+			}
+			c.done.Add(int64(len(receipts)))
+		}
+		return nil
+	})
+}
+
+// workerConsumer is the Go library's worker on the SQL side's pool, with
+// httpClients handlers that record the time and return (which acks).
+func (h *httpBench) workerConsumer(ctx context.Context, lat *recorder, c *counters) error {
+	err := h.sql.Consume(ctx, httpQueue, "default", func(_ context.Context, m *sluice.Message) error {
+		var b sentAt
+		if err := json.Unmarshal(m.Body, &b); err == nil {
+			lat.add(float64(time.Now().UnixNano()-b.T) / 1e6)
+		}
+		c.done.Add(1)
+		return nil
+	}, &sluice.ConsumeOptions{Concurrency: httpClients, DrainTimeout: time.Second, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	return ignoreDone(ctx, err)
 }
 
 // idlePolls keeps httpIdlePolls long polls waiting on an empty queue for d

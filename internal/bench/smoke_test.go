@@ -147,14 +147,14 @@ func TestHTTPSmoke(t *testing.T) {
 		t.Fatalf("results: %+v", rep.Results)
 	}
 	for _, row := range rep.Results[0].Tables[0].Rows {
-		for _, cell := range row[1:3] {
+		for _, cell := range row[1:4] { // HTTP, HTTP with a token, SQL
 			if v, err := strconv.ParseFloat(cell, 64); err != nil || v <= 0 {
 				t.Errorf("rate %q in row %v: want a positive number\n%s", cell, row, out.String())
 			}
 		}
 	}
-	if rows := rep.Results[0].Tables[1].Rows; len(rows) != 1 {
-		t.Errorf("no end-to-end latencies\n%s", out.String())
+	if rows := rep.Results[0].Tables[1].Rows; len(rows) != 3 {
+		t.Errorf("end-to-end latencies: %v, want rows for HTTP (two) and SQL\n%s", rows, out.String())
 	}
 	if idle := rep.Results[0].Tables[2].Rows; len(idle) != 1 || idle[0][1] != "1000" || idle[0][2] != "1" {
 		t.Errorf("idle long polls: %v\n%s", idle, out.String())

@@ -65,6 +65,7 @@ func serverCommand() command {
 			poll := fs.Duration("poll-interval", 5*time.Second, "how often the queues that long polls wait on are checked, for delays and retries coming due")
 			headerTimeout := fs.Duration("read-header-timeout", 10*time.Second, "time allowed to read a request's headers")
 			grace := fs.Duration("shutdown-grace", 30*time.Second, "how long requests in progress may take to end at shutdown")
+			events := fs.Duration("events-interval", time.Second, "how often /v1/events (the dashboard's stream) sends the status: one sluice.status per interval and role")
 			return func(ctx context.Context, _ []string) error {
 				auth := server.AuthConfig{Insecure: *insecure, TokensFile: *tokens, Audience: *audience}
 				if *hsFile != "" {
@@ -119,7 +120,7 @@ func serverCommand() command {
 					}
 					srv, err := server.New(server.Config{
 						Pool: db.pool, Auth: auth, MaxBody: *maxBody, MaxBatch: *maxBatch, MaxConcurrent: *maxConc,
-						MaxWait: *maxWait, PollInterval: *poll, ReadHeaderTimeout: *headerTimeout,
+						MaxWait: *maxWait, PollInterval: *poll, ReadHeaderTimeout: *headerTimeout, EventsInterval: *events,
 						Logger: slog.New(slog.NewTextHandler(e.stderr, nil)),
 					})
 					if err != nil {

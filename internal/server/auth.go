@@ -16,6 +16,7 @@ import (
 	"path"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/golang-jwt/jwt/v5"
 )
@@ -43,6 +44,11 @@ type Principal struct {
 	Queues []string
 	// key identifies the token for the concurrency limit.
 	key string
+	// expires is when the token expires (a JWT's exp), zero for none.
+	expires time.Time
+	// subHeaders are the headers of a message sent without any: the
+	// sender alone (made by headers, once per request).
+	subHeaders []byte
 }
 
 // Allows reports whether the principal may use queue.
@@ -241,7 +247,11 @@ func (a *authenticator) authenticate(r *http.Request) (*Principal, error) {
 	if err := checkPatterns(c.Queues); err != nil {
 		return nil, problemf(http.StatusForbidden, "forbidden", "the token's queues claim: %v", err)
 	}
-	return &Principal{Subject: c.Subject, Role: c.Role, Queues: c.Queues, key: "jwt:" + c.Subject}, nil
+	pr := &Principal{Subject: c.Subject, Role: c.Role, Queues: c.Queues, key: "jwt:" + c.Subject}
+	if c.ExpiresAt != nil {
+		pr.expires = c.ExpiresAt.Time
+	}
+	return pr, nil
 }
 
 type principalKey struct{}

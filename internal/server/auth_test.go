@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -200,4 +201,27 @@ func TestNonSuperuserLogin(t *testing.T) {
 	// The consumer role still may not send, nor the producer receive.
 	ts.problem(403, "POST", "/v1/queues/q/messages", tokConsumer, map[string]any{"body": 1})
 	ts.problem(403, "POST", "/v1/queues/q/groups/default/receive", tokProducer, map[string]any{})
+}
+
+// Every message of a batch records its sender, whatever headers it has.
+func TestBatchRecordsSender(t *testing.T) {
+	ts := start(t)
+	ts.must(201, "POST", "/v1/queues", tokAdmin, map[string]any{"name": "q"})
+	ts.must(201, "POST", "/v1/queues/q/messages/batch", tokProducer, map[string]any{"messages": []any{
+		map[string]any{"body": 1},
+		map[string]any{"body": 2, "headers": map[string]any{"a": 1}},
+		map[string]any{"body": 3, "headers": map[string]any{"sluice_sub": "spoofed"}},
+		map[string]any{"body": 4, "headers": nil},
+	}})
+	msgs := ts.must(200, "POST", "/v1/queues/q/groups/default/receive", tokConsumer, map[string]any{"max": 10})["messages"].([]any)
+	want := []string{`{"sluice_sub":"producer"}`, `{"a":1,"sluice_sub":"producer"}`, `{"sluice_sub":"producer"}`, `{"sluice_sub":"producer"}`}
+	if len(msgs) != len(want) {
+		t.Fatalf("received %d messages", len(msgs))
+	}
+	for i, m := range msgs {
+		b, _ := json.Marshal(m.(map[string]any)["headers"])
+		if string(b) != want[i] {
+			t.Errorf("message %d: headers %s, want %s", i+1, b, want[i])
+		}
+	}
 }

@@ -3,11 +3,14 @@ package server_test
 import (
 	"context"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -118,6 +121,15 @@ func (b *browser) waitText(t *testing.T, sel, want string) {
 	t.Fatalf("%s shows %q, want %q", sel, got, want)
 }
 
+// transport returns how the page follows the status: "stream" or
+// "polling".
+func (b *browser) transport(t *testing.T) string {
+	t.Helper()
+	var tr string
+	b.run(t, chromedp.Evaluate(`document.body.dataset.transport || ""`, &tr))
+	return tr
+}
+
 func (b *browser) screenshot(t *testing.T, name string) {
 	dir := os.Getenv("SLUICE_SCREENSHOTS")
 	if dir == "" {
@@ -150,6 +162,10 @@ func TestDashboardLive(t *testing.T) {
 		msgs[0].(map[string]any)["receipt"].(string), msgs[1].(map[string]any)["receipt"].(string)}})
 	b.waitText(t, lag, "3")
 	b.waitText(t, `.card[data-queue="web"] tr[data-group="audit"] td.lag`, "5")
+	b.waitText(t, `#conn`, "live")
+	if tr := b.transport(t); tr != "stream" {
+		t.Fatalf("the page follows the status by %q, want the event stream", tr)
+	}
 	b.screenshot(t, "dashboard.png")
 	if errs := b.consoleErrors(); len(errs) > 0 {
 		t.Fatalf("console errors:\n%s", strings.Join(errs, "\n"))
@@ -194,15 +210,68 @@ func TestDashboardAuthAndRedrive(t *testing.T) {
 	if !strings.Contains(body, "card declined") || !strings.Contains(body, "77") {
 		t.Fatalf("dead letters table: %s", body)
 	}
+	// A message that dies while the queue is open shows without a click.
+	ts.must(201, "POST", "/v1/queues/billing/messages", tokAdmin, map[string]any{"body": map[string]any{"invoice": 78}})
+	m = ts.must(200, "POST", "/v1/queues/billing/groups/default/receive", tokAdmin, map[string]any{})["messages"].([]any)[0].(map[string]any)
+	ts.must(200, "POST", "/v1/queues/billing/groups/default/nack", tokAdmin, map[string]any{"receipt": m["receipt"], "error": "expired card"})
+	b.waitText(t, `#detail h3:nth-of-type(2)`, "DEAD LETTERS (2)") // upper case by the style
 	b.screenshot(t, "dashboard-queue.png")
-	btn := `#dead-letters tr.dead-letter button`
+	btn := `#dead-letters tr.dead-letter:last-child button`
 	b.run(t, chromedp.Click(btn, chromedp.ByQuery), chromedp.Click(btn, chromedp.ByQuery))
-	b.waitText(t, `.card[data-queue="billing"] tr[data-group="default"] td.dead`, "0")
+	b.waitText(t, `.card[data-queue="billing"] tr[data-group="default"] td.dead`, "1")
 	st := ts.must(200, "GET", "/v1/queues/billing", tokAdmin, nil)["status"].([]any)[0].(map[string]any)
-	if st["dead"].(float64) != 0 || st["ready"].(float64) != 1 {
+	if st["dead"].(float64) != 1 || st["ready"].(float64) != 1 {
 		t.Fatalf("after the redrive: %v", st)
 	}
-	if errs := b.consoleErrors("401", "403"); len(errs) > 0 {
+
+	// Replay: a new group from the earliest message sees both messages.
+	b.run(t, chromedp.SendKeys(`form.replay input[name="group"]`, "replay", chromedp.ByQuery),
+		chromedp.Click(`form.replay button`, chromedp.ByQuery))
+	b.waitText(t, `.card[data-queue="billing"] tr[data-group="replay"] td.lag`, "2")
+	// A bad group name is refused with the engine's message, and nothing
+	// is made.
+	var toast string
+	b.run(t, chromedp.SendKeys(`form.replay input[name="group"]`, "bad name!", chromedp.ByQuery),
+		chromedp.Click(`form.replay button`, chromedp.ByQuery),
+		chromedp.WaitVisible(`#toast.bad`, chromedp.ByQuery), chromedp.Text(`#toast`, &toast, chromedp.ByQuery))
+	if !strings.Contains(toast, "bad name!") {
+		t.Fatalf("toast after a bad group name: %q", toast)
+	}
+	groups := ts.must(200, "GET", "/v1/queues/billing", tokAdmin, nil)["groups"].([]any)
+	if len(groups) != 2 {
+		t.Fatalf("groups after the replay: %v", groups)
+	}
+	if errs := b.consoleErrors("401", "403", "400"); len(errs) > 0 { // the refusals the test provokes
+		t.Fatalf("console errors:\n%s", strings.Join(errs, "\n"))
+	}
+}
+
+// Where the event stream cannot be had (a proxy that refuses or buffers
+// it), the page polls /v1/status and stays live.
+func TestDashboardFallsBackToPolling(t *testing.T) {
+	ts := start(t, func(c *server.Config) { c.Auth = server.AuthConfig{Insecure: true} })
+	var refused atomic.Int64
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/events" {
+			refused.Add(1)
+			http.Error(w, "no streams here", http.StatusBadGateway)
+			return
+		}
+		ts.srv.Handler().ServeHTTP(w, r)
+	}))
+	t.Cleanup(proxy.Close)
+	b := newBrowser(t)
+	ts.must(201, "POST", "/v1/queues", "", map[string]any{"name": "web"})
+	b.run(t, chromedp.Navigate(proxy.URL+"/"), chromedp.WaitVisible(`.card[data-queue="web"]`, chromedp.ByQuery))
+	lag := `.card[data-queue="web"] tr[data-group="default"] td.lag`
+	b.waitText(t, lag, "0")
+	ts.must(201, "POST", "/v1/queues/web/messages", "", map[string]any{"body": 1})
+	b.waitText(t, lag, "1")
+	b.waitText(t, `#conn`, "live (polling)")
+	if tr := b.transport(t); tr != "polling" || refused.Load() == 0 {
+		t.Fatalf("transport %q after %d refused streams", tr, refused.Load())
+	}
+	if errs := b.consoleErrors("502"); len(errs) > 0 {
 		t.Fatalf("console errors:\n%s", strings.Join(errs, "\n"))
 	}
 }

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"container/list"
 	"context"
 	"log/slog"
 	"sync"
@@ -17,81 +18,271 @@ import (
 // sluice.NotifyChannel, payload the queue name) and wakes the long polls
 // waiting on a queue when a send to it commits. Long polls never hold a
 // connection while they wait.
+//
+// Per queue and group, a wake-up goes to the long poll that has waited
+// longest, and one woken long poll receives at a time: a notification may
+// stand for one message, and every long poll of the group receiving for it
+// would be a thundering herd whose receives contend in the engine and
+// mostly come back empty. A wake-up that arrives meanwhile is kept (again)
+// and given to the next waiting long poll as soon as that receive is done,
+// since it may have read the queue before that send committed. A receive
+// that comes back full says that messages wait: it doubles how many woken
+// long polls may receive at once (up to maxTries, so that a backlog drains
+// through several lanes), and one that does not fill up sets it back to
+// one.
 type notifier struct {
 	pool *pgxpool.Pool
 	log  *slog.Logger
 	up   atomic.Bool
+	// maxTries is how many woken long polls of one group may receive at
+	// once while their receives come back full.
+	maxTries int
 
 	mu sync.Mutex
-	// waiters holds, per queue, each waiting long poll's channel and group.
-	waiters map[string]map[chan struct{}]string
+	// groups holds, per queue and group, its waiting long polls.
+	groups map[string]map[string]*pollGroup
+	// hot holds, per queue notified within hotPeriod, when it was
+	// notified and when hotWake last woke it.
+	hot map[string]*hotQueue
+}
+
+// While sends to a queue flow (for hotPeriod after its last notification),
+// its long polls are woken every hotInterval besides the notifications: the
+// engine sends one notification among concurrent sends (the first to
+// commit's), so a send that commits after it notifies nobody (docs/design.md;
+// the Go worker polls the same way).
+const (
+	hotPeriod   = time.Second
+	hotInterval = 25 * time.Millisecond
+)
+
+// defaultMaxTries bounds the woken long polls of a group receiving at once
+// while a backlog drains: the engine's default number of lanes (more
+// receives than lanes find none free).
+const defaultMaxTries = 8
+
+// hotQueue is when a queue was last notified, and last woken by hotWake.
+type hotQueue struct{ notified, woken time.Time }
+
+// pollGroup is the long polls waiting on one group of a queue.
+type pollGroup struct {
+	queue, group string
+	// idle are the waiters not woken, the longest waiting first.
+	idle list.List
+	// waiters counts every waiter of the group, woken or not.
+	waiters int
+	// woken counts the waiters woken and not done with their receive.
+	woken int
+	// tries is how many woken waiters may receive at once: 1, more while
+	// receives come back full.
+	tries int
+	// receiving counts the receives of the group's long polls in progress,
+	// woken or not.
+	receiving int
+	// caughtUp counts the idle waiters that found the group empty (or
+	// joined behind one that did) and were not woken since.
+	caughtUp int
+	// again records a wake-up that found maxTries waiters woken, or none
+	// idle, or that a woken receive found nothing while other receives of
+	// the group were in progress (they may hold the lanes with the message):
+	// the next receive done gives it on.
+	again bool
+}
+
+// waiter is one long poll's subscription.
+type waiter struct {
+	// C receives a value when the long poll should receive again.
+	C    chan struct{}
+	pg   *pollGroup
+	elem *list.Element // in pg.idle, or nil while woken
+	// woken: a value was sent on C and the receive it asked for is not
+	// done (tried) yet.
+	woken bool
+	// caughtUp: counted in pg.caughtUp.
+	caughtUp bool
 }
 
 func newNotifier(pool *pgxpool.Pool, log *slog.Logger) *notifier {
-	return &notifier{pool: pool, log: log, waiters: map[string]map[chan struct{}]string{}}
+	return &notifier{pool: pool, log: log, maxTries: defaultMaxTries, groups: map[string]map[string]*pollGroup{}, hot: map[string]*hotQueue{}}
 }
 
-// subscribe returns a channel that receives a value when a send to queue
-// commits, when the sweep finds messages ready for group, or when the
-// listener reconnects; and the function that ends the subscription.
-func (n *notifier) subscribe(queue, group string) (<-chan struct{}, func()) {
-	ch := make(chan struct{}, 1)
+// subscribe registers a long poll on queue and group, before its first
+// receive (so that no send committing meanwhile goes unnoticed). Its C
+// receives a value when a send to the queue commits, when the sweep finds
+// messages ready for group, or when the listener reconnects. The long poll
+// reports each receive with tried and ends with unsubscribe.
+func (n *notifier) subscribe(queue, group string) *waiter {
 	n.mu.Lock()
-	if n.waiters[queue] == nil {
-		n.waiters[queue] = map[chan struct{}]string{}
+	defer n.mu.Unlock()
+	gs := n.groups[queue]
+	if gs == nil {
+		gs = map[string]*pollGroup{}
+		n.groups[queue] = gs
 	}
-	n.waiters[queue][ch] = group
-	n.mu.Unlock()
-	return ch, func() {
-		n.mu.Lock()
-		delete(n.waiters[queue], ch)
-		if len(n.waiters[queue]) == 0 {
-			delete(n.waiters, queue)
+	pg := gs[group]
+	if pg == nil {
+		pg = &pollGroup{queue: queue, group: group, tries: 1}
+		gs[group] = pg
+	}
+	w := &waiter{C: make(chan struct{}, 1), pg: pg}
+	w.elem = pg.idle.PushBack(w)
+	pg.waiters++
+	return w
+}
+
+// unsubscribe ends a long poll's subscription. A wake-up it was given and
+// did not use goes to the next waiter.
+func (n *notifier) unsubscribe(w *waiter) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	pg := w.pg
+	if w.elem != nil {
+		pg.idle.Remove(w.elem)
+		w.elem = nil
+	}
+	pg.waiters--
+	pg.setCaughtUp(w, false)
+	if w.woken {
+		w.woken = false
+		pg.woken--
+		n.wakeGroup(pg)
+	}
+	if pg.waiters == 0 {
+		delete(n.groups[pg.queue], pg.group)
+		if len(n.groups[pg.queue]) == 0 {
+			delete(n.groups, pg.queue)
 		}
-		n.mu.Unlock()
 	}
 }
 
-// wake signals, for each group of queue (each group in groups, unless it
-// is nil), one of its waiting long polls: a notification may stand for one
-// message, and every long poll of the group trying to receive it would be
-// a thundering herd. A long poll that receives a full batch wakes the next
-// (wakeOne). With all set, it wakes every long poll of every queue.
+// setCaughtUp marks w as an idle waiter that found the group empty, or
+// not. n.mu is held.
+func (pg *pollGroup) setCaughtUp(w *waiter, v bool) {
+	if w.caughtUp != v {
+		w.caughtUp = v
+		if v {
+			pg.caughtUp++
+		} else {
+			pg.caughtUp--
+		}
+	}
+}
+
+// joinBehind reports whether a new long poll (w, which has not received
+// yet) may skip its first receive and wait behind the idle long polls of
+// its group: they found it empty, nothing woke them since, and the next
+// wake-up goes to them first, so that receive would only contend with
+// theirs and come back empty. Messages that come ready without a
+// notification (delays and retries coming due) are found by the sweep.
+func (n *notifier) joinBehind(w *waiter) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	pg := w.pg
+	if pg.caughtUp == 0 || pg.again || w.woken {
+		return false
+	}
+	pg.setCaughtUp(w, true)
+	return true
+}
+
+// begin reports that the long poll starts a receive.
+func (n *notifier) begin(w *waiter) {
+	n.mu.Lock()
+	w.pg.receiving++
+	n.mu.Unlock()
+}
+
+// tryResult is what a long poll's receive got.
+type tryResult int
+
+const (
+	tryEmpty   tryResult = iota // no message
+	tryPartial                  // fewer messages than it asked for
+	tryFull                     // as many as it asked for: more may wait
+	tryFailed                   // an error (the queue was dropped, say)
+)
+
+// tried reports that the long poll's receive is done. After tryEmpty it
+// waits again (at the back); after the others it leaves. A wake-up that
+// came during the receive stays pending on C: that receive may have read
+// the queue before the send.
+func (n *notifier) tried(w *waiter, res tryResult) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	pg := w.pg
+	pg.receiving--
+	wasWoken := w.woken && len(w.C) == 0
+	if wasWoken {
+		w.woken = false
+		pg.woken--
+	}
+	if res == tryEmpty && !w.woken && w.elem == nil {
+		w.elem = pg.idle.PushBack(w)
+	}
+	pg.setCaughtUp(w, res == tryEmpty && !w.woken)
+	switch res {
+	case tryFull:
+		// Messages wait: more receives at once, each to its own lanes.
+		pg.tries = min(2*pg.tries, n.maxTries)
+		pg.again = false
+		for pg.woken < pg.tries && pg.idle.Len() > 0 {
+			n.wakeGroup(pg)
+		}
+		return
+	case tryFailed:
+		// The others find out (and leave) one after the other.
+		pg.again = true
+	case tryPartial:
+		pg.tries = 1
+	case tryEmpty:
+		if wasWoken {
+			pg.tries = 1
+			if pg.receiving > 0 {
+				// The message may be in a lane another receive holds:
+				// try again when that one is done.
+				pg.again = true
+				return
+			}
+		}
+	}
+	if pg.again {
+		pg.again = false
+		n.wakeGroup(pg)
+	}
+}
+
+// wakeGroup gives a wake-up to the longest waiting idle long poll of pg, or
+// keeps it (again) when pg.tries are woken or none is idle. n.mu is held.
+func (n *notifier) wakeGroup(pg *pollGroup) {
+	if pg.woken >= pg.tries || pg.idle.Len() == 0 {
+		pg.again = true
+		return
+	}
+	w := pg.idle.Remove(pg.idle.Front()).(*waiter)
+	w.elem = nil
+	pg.setCaughtUp(w, false)
+	w.woken = true
+	pg.woken++
+	select {
+	case w.C <- struct{}{}:
+	default: // cannot happen: C is empty while not woken
+	}
+}
+
+// wake gives a wake-up to each group of queue (each group in groups, unless
+// it is nil); with all set, to every group of every queue.
 func (n *notifier) wake(queue string, groups map[string]bool, all bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	for q, set := range n.waiters {
+	for q, gs := range n.groups {
 		if !all && q != queue {
 			continue
 		}
-		woken := map[string]bool{}
-		for ch, g := range set {
-			if (groups != nil && !groups[g]) || (!all && woken[g]) {
-				continue
-			}
-			select {
-			case ch <- struct{}{}:
-				woken[g] = true
-			default: // already signalled: it will receive
-				woken[g] = true
+		for g, pg := range gs {
+			if groups == nil || groups[g] {
+				n.wakeGroup(pg)
 			}
 		}
-	}
-}
-
-// wakeOne signals one waiting long poll of queue and group, but not self.
-func (n *notifier) wakeOne(queue, group string, self <-chan struct{}) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	for ch, g := range n.waiters[queue] {
-		if g != group || ch == self {
-			continue
-		}
-		select {
-		case ch <- struct{}{}:
-		default:
-		}
-		return
 	}
 }
 
@@ -99,8 +290,8 @@ func (n *notifier) wakeOne(queue, group string, self <-chan struct{}) {
 func (n *notifier) queues() []string {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	out := make([]string, 0, len(n.waiters))
-	for q := range n.waiters {
+	out := make([]string, 0, len(n.groups))
+	for q := range n.groups {
 		out = append(out, q)
 	}
 	return out
@@ -159,8 +350,10 @@ func (n *notifier) waiting() int {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	c := 0
-	for _, set := range n.waiters {
-		c += len(set)
+	for _, gs := range n.groups {
+		for _, pg := range gs {
+			c += pg.waiters
+		}
 	}
 	return c
 }
@@ -207,6 +400,60 @@ func (n *notifier) listenOnce(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		n.wake(msg.Payload, nil, false)
+		n.notified(msg.Payload, time.Now())
+	}
+}
+
+// notified wakes the long polls of a queue a send to which committed, and
+// keeps it hot.
+func (n *notifier) notified(queue string, now time.Time) {
+	n.mu.Lock()
+	h := n.hot[queue]
+	if h == nil {
+		h = &hotQueue{}
+		n.hot[queue] = h
+	}
+	h.notified = now
+	n.mu.Unlock()
+	n.wake(queue, nil, false)
+}
+
+// hotWake wakes, every hotInterval, the groups of the queues notified
+// within hotPeriod that were neither notified nor woken by it for
+// hotInterval: one receive per group and interval at most, while sends
+// flow and long polls wait.
+func (n *notifier) hotWake(ctx context.Context) {
+	t := time.NewTicker(hotInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			n.hotTick(now)
+		}
+	}
+}
+
+func (n *notifier) hotTick(now time.Time) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for q, h := range n.hot {
+		if now.Sub(h.notified) > hotPeriod {
+			delete(n.hot, q)
+			continue
+		}
+		if now.Sub(h.notified) < hotInterval || now.Sub(h.woken) < hotInterval {
+			continue
+		}
+		h.woken = now
+		for _, pg := range n.groups[q] {
+			// A receive in progress started within about hotInterval:
+			// the next tick looks after it, and keeping the wake-up
+			// (again) would chain receives back to back.
+			if pg.woken == 0 {
+				n.wakeGroup(pg)
+			}
+		}
 	}
 }

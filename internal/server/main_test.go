@@ -83,7 +83,7 @@ func start(t *testing.T, opts ...option) *testServer {
 	go func() { done <- srv.Serve(ctx, ln, 10*time.Second) }()
 	stopped := false
 	var serveErr error
-	ts := &testServer{t: t, url: "http://" + ln.Addr().String(), pool: pool, srv: srv, edPriv: priv}
+	ts := &testServer{t: t, url: "http://" + ln.Addr().String(), pool: cfg.Pool, srv: srv, edPriv: priv}
 	ts.stop = func() error {
 		if !stopped {
 			stopped = true

@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"net/http"
 	"time"
@@ -32,11 +33,16 @@ func headers(p *Principal, h json.RawMessage, field string) (json.RawMessage, er
 	if p.Role == "" && isNull { // no auth: nothing to record
 		return nil, nil
 	}
-	m := map[string]json.RawMessage{}
-	if !isNull {
-		if err := json.Unmarshal(h, &m); err != nil || m == nil {
-			return nil, fieldProblem(field, "%s must be a JSON object", field)
+	if isNull {
+		// Only the sender: the same for every message of the request.
+		if p.subHeaders == nil {
+			p.subHeaders, _ = json.Marshal(map[string]string{SubjectHeader: p.Subject})
 		}
+		return p.subHeaders, nil
+	}
+	m := map[string]json.RawMessage{}
+	if err := json.Unmarshal(h, &m); err != nil || m == nil {
+		return nil, fieldProblem(field, "%s must be a JSON object", field)
 	}
 	if p.Role != "" {
 		sub, _ := json.Marshal(p.Subject)
@@ -63,7 +69,7 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	var id int64
-	err = s.tx(r.Context(), p, func(tx pgx.Tx) (err error) {
+	err = s.one(r.Context(), p, func(tx pgx.Tx) (err error) {
 		id, err = s.client.SendTx(r.Context(), tx, queue, req.Body, opts)
 		return err
 	})
@@ -140,7 +146,7 @@ func (s *Server) sendBatch(w http.ResponseWriter, r *http.Request) error {
 		msgs[i] = sluice.BatchMessage{Body: m.Body, Headers: h, Key: m.Key, Priority: m.Priority, DedupKey: m.DedupKey}
 	}
 	var ids []int64
-	err = s.tx(r.Context(), p, func(tx pgx.Tx) (err error) {
+	err = s.one(r.Context(), p, func(tx pgx.Tx) (err error) {
 		ids, err = s.client.SendBatchTx(r.Context(), tx, queue, msgs, &sluice.SendBatchOptions{Delay: delay})
 		return err
 	})
@@ -227,50 +233,80 @@ func (s *Server) receive(w http.ResponseWriter, r *http.Request) error {
 }
 
 // longPoll receives, and while nothing is ready waits up to wait for a
-// notification of a send to the queue, or for the notifier's sweep to find
-// messages ready (delays and retries come due), and tries again; it returns
-// nothing at the end of the wait or of the server. The acks of opts go with
-// the first try only.
+// wake-up from the notifier (a send to the queue committed, or its sweep
+// found messages ready as delays and retries come due), and tries again; it
+// returns nothing at the end of the wait or of the server. The acks of opts
+// go with the first try only.
 func (s *Server) longPoll(r *http.Request, queue, group string, opts *sluice.ReceiveOptions, wait time.Duration) ([]sluice.Message, error) {
 	ctx := r.Context()
 	p := principalOf(ctx)
+	var w *waiter
 	var wake <-chan struct{}
 	if wait > 0 {
-		ch, unsubscribe := s.notify.subscribe(queue, group)
-		defer unsubscribe()
-		wake = ch
+		w = s.notify.subscribe(queue, group)
+		defer s.notify.unsubscribe(w)
+		wake = w.C
 	}
 	deadline := time.Now().Add(wait)
+	// With acks to make, the first receive carries them; without, it may
+	// wait behind the idle long polls of its group.
+	skip := w != nil && len(opts.Ack) == 0 && s.notify.joinBehind(w)
 	for {
+		if skip {
+			skip = false
+			if done, err := s.waitWake(ctx, wake, deadline); done {
+				return nil, err
+			}
+		}
 		var msgs []sluice.Message
-		err := s.tx(ctx, p, func(tx pgx.Tx) (err error) {
+		if w != nil {
+			s.notify.begin(w)
+		}
+		err := s.one(ctx, p, func(tx pgx.Tx) (err error) {
 			msgs, err = s.client.ReceiveTx(ctx, tx, queue, group, opts)
 			return err
 		})
-		if err != nil || len(msgs) > 0 {
-			if wait > 0 && len(msgs) == max(opts.Max, 1) {
-				// There may be more: pass the wake-up on.
-				s.notify.wakeOne(queue, group, wake)
+		if w != nil {
+			res := tryEmpty
+			switch {
+			case err != nil:
+				res = tryFailed
+			case len(msgs) == max(opts.Max, 1):
+				res = tryFull
+			case len(msgs) > 0:
+				res = tryPartial
 			}
+			s.notify.tried(w, res)
+		}
+		if err != nil || len(msgs) > 0 {
 			return msgs, err
 		}
 		opts.Ack = nil
-		left := time.Until(deadline)
-		if left <= 0 {
-			return nil, nil
+		if done, err := s.waitWake(ctx, wake, deadline); done {
+			return nil, err
 		}
-		t := time.NewTimer(left)
-		select {
-		case <-wake:
-		case <-t.C:
-		case <-s.draining:
-			t.Stop()
-			return nil, nil
-		case <-ctx.Done():
-			t.Stop()
-			return nil, ctx.Err()
-		}
-		t.Stop()
+	}
+}
+
+// waitWake waits for a wake-up until deadline; done says that the long
+// poll ends empty instead (at its deadline, at the server's shutdown, or
+// with err when the client went).
+func (s *Server) waitWake(ctx context.Context, wake <-chan struct{}, deadline time.Time) (done bool, err error) {
+	left := time.Until(deadline)
+	if left <= 0 {
+		return true, nil
+	}
+	t := time.NewTimer(left)
+	defer t.Stop()
+	select {
+	case <-wake:
+		return false, nil
+	case <-t.C:
+		return true, nil
+	case <-s.draining:
+		return true, nil
+	case <-ctx.Done():
+		return true, ctx.Err()
 	}
 }
 
@@ -294,7 +330,7 @@ func (s *Server) ack(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	var n int
-	err := s.tx(r.Context(), principalOf(r.Context()), func(tx pgx.Tx) (err error) {
+	err := s.one(r.Context(), principalOf(r.Context()), func(tx pgx.Tx) (err error) {
 		n, err = s.client.AckTx(r.Context(), tx, queue, group, req.Receipts...)
 		return err
 	})
@@ -330,7 +366,7 @@ func (s *Server) nack(w http.ResponseWriter, r *http.Request) error {
 		opts.Delay, opts.Now = d, d == 0
 	}
 	var ok bool
-	err := s.tx(r.Context(), principalOf(r.Context()), func(tx pgx.Tx) (err error) {
+	err := s.one(r.Context(), principalOf(r.Context()), func(tx pgx.Tx) (err error) {
 		ok, err = s.client.NackTx(r.Context(), tx, queue, group, req.Receipt, opts)
 		return err
 	})
@@ -364,7 +400,7 @@ func (s *Server) extend(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	var n int
-	err = s.tx(r.Context(), principalOf(r.Context()), func(tx pgx.Tx) (err error) {
+	err = s.one(r.Context(), principalOf(r.Context()), func(tx pgx.Tx) (err error) {
 		n, err = s.client.ExtendTx(r.Context(), tx, queue, group, lease, req.Receipts...)
 		return err
 	})

@@ -211,20 +211,15 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) error {
 	if queue != "" && !p.Allows(queue) {
 		return forbidQueue(queue)
 	}
-	out := []StatusJSON{}
-	err := s.tx(r.Context(), p, func(tx pgx.Tx) error {
-		sts, err := s.client.StatusTx(r.Context(), tx, queue)
-		for _, st := range sts {
-			if p.Allows(st.Queue) {
-				out = append(out, statusJSON(st))
-			}
-		}
+	var rows []sluice.Status
+	err := s.one(r.Context(), p, func(tx pgx.Tx) (err error) {
+		rows, err = s.client.StatusTx(r.Context(), tx, queue)
 		return err
 	})
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"status": out})
+	writeJSON(w, http.StatusOK, statusBody(p, rows))
 	return nil
 }
 

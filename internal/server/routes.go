@@ -35,6 +35,7 @@ func (s *Server) routeTable() []route {
 		{method: "DELETE", path: "/v1/queues/{queue}", handle: s.dropQueue},
 		{method: "POST", path: "/v1/queues/{queue}/purge", handle: s.purgeQueue},
 		{method: "GET", path: "/v1/status", handle: s.status},
+		{method: "GET", path: "/v1/events", handle: s.serveEvents},
 
 		{method: "POST", path: "/v1/queues/{queue}/groups", handle: s.createGroup},
 		{method: "DELETE", path: "/v1/queues/{queue}/groups/{group}", handle: s.dropGroup},

@@ -54,6 +54,10 @@ type Config struct {
 	MaxConcurrent int
 	// ReadHeaderTimeout bounds reading a request's headers (default 10s).
 	ReadHeaderTimeout time.Duration
+	// EventsInterval is how often GET /v1/events sends the status: one
+	// sluice.status call per interval and role, shared by the streams of
+	// that role (default 1s).
+	EventsInterval time.Duration
 }
 
 func (c *Config) defaults() {
@@ -78,6 +82,9 @@ func (c *Config) defaults() {
 	if c.ReadHeaderTimeout <= 0 {
 		c.ReadHeaderTimeout = 10 * time.Second
 	}
+	if c.EventsInterval <= 0 {
+		c.EventsInterval = time.Second
+	}
 }
 
 // Server is the HTTP server. Make it with New, run it with Serve.
@@ -89,6 +96,7 @@ type Server struct {
 	notify  *notifier
 	limiter *limiter
 	metrics *metrics
+	hub     *eventHub
 	handler http.Handler
 	routes  []route
 
@@ -117,6 +125,7 @@ func New(cfg Config) (*Server, error) {
 		draining: make(chan struct{}),
 	}
 	s.metrics = newMetrics(s)
+	s.hub = newEventHub(s)
 	s.routes = s.routeTable()
 	s.handler = s.buildMux()
 	return s, nil
@@ -144,8 +153,9 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, grace time.Duration
 	}
 	lctx, stopListen := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
-	wg.Add(2)
+	wg.Add(3)
 	go func() { defer wg.Done(); s.notify.run(lctx) }()
+	go func() { defer wg.Done(); s.notify.hotWake(lctx) }()
 	go func() { defer wg.Done(); s.notify.sweep(lctx, s.cfg.PollInterval) }()
 	defer func() { stopListen(); wg.Wait() }()
 
@@ -174,7 +184,9 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, grace time.Duration
 func (s *Server) Drain() { s.drainOnce.Do(func() { close(s.draining) }) }
 
 // tx runs fn in a transaction under the principal's role. BEGIN and SET
-// LOCAL ROLE go to the server together, in one round trip.
+// LOCAL ROLE go to the server together, in one round trip; then fn's
+// statements, then COMMIT. Handlers of one statement use s.one, one round
+// trip in all.
 func (s *Server) tx(ctx context.Context, p *Principal, fn func(tx pgx.Tx) error) error {
 	opts := pgx.TxOptions{}
 	if p.Role != "" {
@@ -184,10 +196,7 @@ func (s *Server) tx(ctx context.Context, p *Principal, fn func(tx pgx.Tx) error)
 	if err != nil {
 		var pg *pgconn.PgError
 		if errors.As(err, &pg) && pg.Code == "42501" {
-			// The server is misconfigured, not the client.
-			s.cfg.Logger.Error("sluice server: the database login role may not take a token's role", "role", p.Role, "error", pg.Message)
-			return problemf(http.StatusInternalServerError, "server_role",
-				"the server's database login role may not take role %s (GRANT %s TO the server's login role; see docs/operations.md)", p.Role, p.Role)
+			return s.roleProblem(p.Role, err)
 		}
 		return fmt.Errorf("beginning a transaction: %w", err)
 	}

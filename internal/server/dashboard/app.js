@@ -1,16 +1,27 @@
-// The sluice dashboard: polls the HTTP API (/v1) with the token kept in
-// this tab (sessionStorage) and draws what it reads. No dependencies.
+// The sluice dashboard: follows the HTTP API's event stream (GET
+// /v1/events, Server-Sent Events read with fetch, since EventSource cannot
+// send the bearer token), or polls /v1/status when the stream cannot be had,
+// with the token kept in this tab (sessionStorage), and draws what it reads.
+// No dependencies.
 "use strict";
 
-const POLL_MS = 2000;
-const HISTORY = 150; // points kept per group (5 minutes at 2 s)
+const POLL_MS = 2000;         // polling, when the stream is not available
+const RETRY_MS = [1000, 2000, 5000, 10000, 30000]; // before reopening the stream
+const STALL_MS = 15000;       // a stream silent for this long is reopened
+const HISTORY = 300;          // points kept per group (5 minutes at 1 s)
 
 const state = {
   token: sessionStorage.getItem("sluice-token") || "",
   history: new Map(), // "queue/group" -> [{t, ready, lag, inFlight, dead, head, lwm}]
   selected: null,
+  selectedDead: null, // the selected queue's dead letters at the last render
   queues: [],
-  timer: null,
+  transport: "",   // "stream" or "polling"
+  stream: null,    // the AbortController of the open stream
+  failures: 0,     // stream failures in a row
+  pollTimer: null,
+  retryTimer: null,
+  session: 0,      // incremented at each sign-in and sign-out
 };
 
 const $ = (id) => document.getElementById(id);
@@ -75,6 +86,7 @@ function showToast(msg, bad) {
 }
 
 function showLogin(message) {
+  stopFeeds();
   // Nothing of the queues stays on the page.
   state.queues = [];
   state.history.clear();
@@ -103,6 +115,8 @@ function rate(points, field) {
   return dt > 0 ? Math.max(0, (b[field] - a[field]) / dt) : null;
 }
 
+// record adds a point per group; the queues are those of the rows (a queue
+// without groups has one row without a group).
 function record(rows) {
   const now = Date.now();
   const seen = new Set();
@@ -234,7 +248,7 @@ async function select(name) {
 async function renderDetail() {
   const d = $("detail");
   const name = state.selected;
-  if (!name) { d.hidden = true; d.replaceChildren(); return; }
+  if (!name) { state.selectedDead = null; d.hidden = true; d.replaceChildren(); return; }
   let q, dls;
   try {
     [q, dls] = await Promise.all([
@@ -247,6 +261,8 @@ async function renderDetail() {
     d.replaceChildren(el("div", { class: "card" }, el("h2", {}, name), el("p", { class: "error" }, e.message)));
     return;
   }
+  if (name !== state.selected) return; // closed meanwhile
+  state.selectedDead = (q.status || []).reduce((n, r) => n + r.dead, 0);
   const opts = el("div", { class: "options" }, Object.entries(q.options || {}).map(([k, v]) => el("div", {}, el("span", {}, k + " "), String(v))));
   const groups = q.groups || [];
   const redriveButtons = groups.map((g) => armed("Redrive " + g, async () => {
@@ -286,32 +302,171 @@ async function renderDetail() {
       el("table", { id: "dead-letters" },
         el("thead", {}, el("tr", {}, ["id", "group", "attempts", "error", "body", "died", ""].map((h) => el("th", {}, h)))),
         el("tbody", {}, dlRows)),
-    el("p", { class: "muted" }, "Redrive and purge need an admin token. The SQL API has no peek: received messages are leased, so the dashboard shows counts, not pending bodies.")));
+    el("h3", {}, "Replay"), replayForm(name),
+    el("p", { class: "muted" }, "Redrive, purge and new groups need an admin token. The SQL API has no peek and no list of leases (a receive leases what it returns), and no seek of an existing group: the dashboard shows counts of ready and in-flight messages, not their bodies, and replays through a new group.")));
+}
+
+// show draws a status reading (GET /v1/status, or a "status" event).
+function show(st) {
+  const rows = st.status;
+  state.queues = [...new Set(rows.map((r) => r.queue))];
+  record(rows);
+  $("login").hidden = true;
+  $("app").hidden = false;
+  $("signout").hidden = !state.token;
+  setConn(state.transport === "stream" ? "live" : "live (polling)", "ok");
+  document.body.dataset.transport = state.transport;
+  $("updated").textContent = "updated " + new Date().toLocaleTimeString();
+  renderOverview(rows);
+  // New dead letters of the open queue appear without a click.
+  if (state.selected) {
+    const dead = rows.filter((r) => r.queue === state.selected).reduce((n, r) => n + r.dead, 0);
+    if (state.selectedDead !== null && dead !== state.selectedDead) renderDetail();
+  }
+}
+
+// refused handles a 401 or 403; it returns false for other errors.
+function refused(e) {
+  if (e.status === 401) {
+    showLogin(state.token ? "Your token was refused: " + e.message : "");
+    return true;
+  }
+  if (e.status === 403) {
+    stopFeeds();
+    setConn("forbidden", "bad");
+    $("signout").hidden = !state.token;
+    $("login").hidden = true;
+    $("app").hidden = false;
+    $("overview").replaceChildren(el("div", { class: "empty" }, "This token may not read the queues' status (" + e.message + ")."));
+    return true;
+  }
+  return false;
+}
+
+// tick reads the status once (polling, and after an action).
+// replayForm makes a group of the queue that starts at a time (or at the
+// earliest retained message): the engine replays through a new group, not
+// by moving an existing one.
+function replayForm(name) {
+  const group = el("input", { name: "group", placeholder: "new group", "aria-label": "new group", class: "short" });
+  const from = el("input", { name: "from", type: "datetime-local", step: "1", "aria-label": "start from" });
+  const go = el("button", { type: "submit" }, "Create group");
+  const form = el("form", { class: "row replay" }, group,
+    el("span", { class: "muted" }, "from"), from,
+    el("span", { class: "muted" }, "(empty: the earliest retained message)"), go);
+  form.addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    const body = { name: group.value.trim(), start_from: "earliest" };
+    if (from.value) body.start_from = new Date(from.value).toISOString();
+    go.disabled = true;
+    try {
+      await api("POST", "/v1/queues/" + encodeURIComponent(name) + "/groups", body);
+      showToast("Group " + body.name + " of " + name + " replays from " + (from.value ? new Date(from.value).toLocaleString() : "the earliest message"));
+      await renderDetail(); await tick();
+    } catch (e) { showToast(e.message, true); } finally { go.disabled = false; }
+  });
+  return form;
 }
 
 async function tick() {
+  const session = state.session;
   try {
-    const [st, qs] = await Promise.all([api("GET", "/v1/status"), api("GET", "/v1/queues")]);
-    state.queues = qs.queues.map((q) => q.name);
-    record(st.status);
-    $("login").hidden = true;
-    $("app").hidden = false;
-    $("signout").hidden = !state.token;
-    setConn("live", "ok");
-    $("updated").textContent = "updated " + new Date().toLocaleTimeString();
-    renderOverview(st.status);
+    const st = await api("GET", "/v1/status");
+    if (session === state.session) show(st);
   } catch (e) {
-    if (e.status === 401) return showLogin(state.token ? "Your token was refused: " + e.message : "");
-    if (e.status === 403) {
-      setConn("forbidden", "bad");
-      $("signout").hidden = !state.token;
-      $("login").hidden = true;
-      $("app").hidden = false;
-      $("overview").replaceChildren(el("div", { class: "empty" }, "This token may not read the queues' status (" + e.message + ")."));
-      return;
-    }
-    setConn("unreachable", "bad");
+    if (session !== state.session) return;
+    if (!refused(e)) setConn("unreachable", "bad");
   }
+}
+
+function stopFeeds() {
+  state.session++;
+  if (state.stream) state.stream.abort();
+  state.stream = null;
+  clearInterval(state.pollTimer);
+  clearTimeout(state.retryTimer);
+  state.pollTimer = state.retryTimer = null;
+}
+
+function startPolling() {
+  if (state.pollTimer) return;
+  state.transport = "polling";
+  state.pollTimer = setInterval(tick, POLL_MS);
+}
+
+// openStream follows GET /v1/events; when it cannot be opened or ends, the
+// page polls meanwhile and opens it again after a pause.
+async function openStream() {
+  const session = state.session;
+  const ctrl = new AbortController();
+  state.stream = ctrl;
+  let stall = null;
+  const alive = () => {
+    clearTimeout(stall);
+    stall = setTimeout(() => ctrl.abort(), STALL_MS);
+  };
+  try {
+    const headers = { Accept: "text/event-stream" };
+    if (state.token) headers["Authorization"] = "Bearer " + state.token;
+    alive();
+    const res = await fetch("/v1/events", { headers, signal: ctrl.signal, cache: "no-store" });
+    if (!res.ok) {
+      let problem = null;
+      try { problem = await res.json(); } catch (_) { problem = null; }
+      throw new ApiError(res.status, problem);
+    }
+    clearInterval(state.pollTimer);
+    state.pollTimer = null;
+    state.transport = "stream";
+    const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
+    let buf = "";
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done || session !== state.session) break;
+      alive();
+      buf += value;
+      let end;
+      while ((end = buf.indexOf("\n\n")) >= 0) {
+        const block = buf.slice(0, end);
+        buf = buf.slice(end + 2);
+        let name = "message", data = "";
+        for (const line of block.split("\n")) {
+          if (line.startsWith("event:")) name = line.slice(6).trim();
+          else if (line.startsWith("data:")) data += line.slice(5).trim();
+        }
+        if (!data) continue;
+        if (name === "status") {
+          state.failures = 0;
+          show(JSON.parse(data));
+        } else if (name === "problem") {
+          setConn("database unreachable", "bad");
+        }
+      }
+    }
+  } catch (e) {
+    if (session !== state.session) return;
+    if (e instanceof ApiError && refused(e)) return;
+  } finally {
+    clearTimeout(stall);
+  }
+  if (session !== state.session) return;
+  // The stream ended or failed (a proxy that buffers, a restart, an
+  // expired token): poll meanwhile, and try it again.
+  state.stream = null;
+  setConn("reconnecting", "");
+  await tick();
+  if (session !== state.session) return;
+  startPolling();
+  const wait = RETRY_MS[Math.min(state.failures, RETRY_MS.length - 1)];
+  state.failures++;
+  state.retryTimer = setTimeout(openStream, wait);
+}
+
+// follow starts following the status with the current token.
+function follow() {
+  stopFeeds();
+  state.failures = 0;
+  openStream();
 }
 
 function start() {
@@ -320,15 +475,14 @@ function start() {
     state.token = $("token").value.trim();
     sessionStorage.setItem("sluice-token", state.token);
     $("token").value = "";
-    await tick();
+    follow();
   });
   $("signout").addEventListener("click", () => {
     state.token = "";
     sessionStorage.removeItem("sluice-token");
     showLogin();
   });
-  tick();
-  state.timer = setInterval(tick, POLL_MS);
+  follow();
 }
 
 start();
