@@ -78,11 +78,22 @@ func TestPGMQCompatSmoke(t *testing.T) {
 	if len(tx.Rows) == 0 {
 		t.Fatalf("no xmin sample\n%s", out)
 	}
+	sizeCol := slices.Index(tx.Columns, "table size MB")
+	if sizeCol < 0 {
+		t.Fatalf("no table size column in %v\n%s", tx.Columns, out)
+	}
 	for _, row := range tx.Rows {
-		size, err := strconv.ParseFloat(row[7], 64)
+		size, err := strconv.ParseFloat(row[sizeCol], 64)
 		if row[0] != "pgmq-compat" || err != nil || size <= 0 {
 			t.Errorf("xmin sample %v: want pgmq-compat and a table size above 0\n%s", row, out)
 		}
+	}
+	// The worst interval against the first, and the latency chart.
+	if tw := rep.Results[1].Tables[1]; len(tw.Rows) != 1 || tw.Rows[0][0] != "pgmq-compat" || tw.Rows[0][4] == "-" {
+		t.Errorf("xmin worst-interval table %v: want one pgmq-compat row with lowest / first\n%s", tw.Rows, out)
+	}
+	if ch := rep.Results[1].Charts; len(ch) != 2 || ch[1].File != "xmin-latency.svg" || len(ch[1].Series) != 2 {
+		t.Errorf("xmin charts %+v: want the throughput and the latency chart (p50, p99)", ch)
 	}
 	if !strings.Contains(out, "xmin pgmq-compat: transaction") {
 		t.Errorf("no xid held for pgmq-compat\n%s", out)
