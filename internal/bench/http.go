@@ -353,9 +353,13 @@ func (h *httpBench) httpSend(ctx context.Context, url, token string, batch int, 
 	if batch > 1 {
 		path, body = path+"/batch", h.batch100
 	}
+	// Requests in progress at the end of the cell finish: cancelling them
+	// would close the pools' connections, and the next cell would open
+	// them again (inTurns ends cells often).
+	rctx := context.WithoutCancel(ctx)
 	return fanOut(ctx, httpClients, func(int) error {
 		for ctx.Err() == nil {
-			if err := h.postTo(ctx, url, token, path, body, nil); err != nil {
+			if err := h.postTo(rctx, url, token, path, body, nil); err != nil {
 				return ignoreDone(ctx, err)
 			}
 			c.done.Add(int64(batch))
@@ -369,13 +373,14 @@ func (h *httpBench) sqlSend(ctx context.Context, batch int, c *counters) error {
 	for i := range msgs {
 		msgs[i] = sluice.BatchMessage{Body: h.body}
 	}
+	rctx := context.WithoutCancel(ctx) // as in httpSend
 	return fanOut(ctx, httpClients, func(int) error {
 		for ctx.Err() == nil {
 			var err error
 			if batch == 1 {
-				_, err = h.sql.Send(ctx, httpQueue, h.body, nil)
+				_, err = h.sql.Send(rctx, httpQueue, h.body, nil)
 			} else {
-				_, err = h.sql.SendBatch(ctx, httpQueue, msgs, nil)
+				_, err = h.sql.SendBatch(rctx, httpQueue, msgs, nil)
 			}
 			if err != nil {
 				return ignoreDone(ctx, err)
