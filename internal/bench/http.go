@@ -64,35 +64,27 @@ func (r *runner) http(ctx context.Context) (*Result, error) {
 		return nil, err
 	}
 	defer stop()
-	t := Table{Title: fmt.Sprintf("http: %d concurrent clients, %s per cell: HTTP (sluice server) beside SQL (the Go library), each on a pool of %d connections", httpClients, d, httpPoolConns),
+	t := Table{Title: fmt.Sprintf("http: %d concurrent clients, %s per cell in %d turns: HTTP (sluice server) beside SQL (the Go library), each on a pool of %d connections", httpClients, d, sendTurns, httpPoolConns),
 		Columns: []string{"work", "HTTP msg/s", "HTTP with a token msg/s", "SQL msg/s", "HTTP / SQL", "HTTP with a token / SQL"}}
 	var series []Series
 	for _, b := range []int{1, 100} {
-		hc, err := r.watchCell(ctx, fmt.Sprintf("http send batch %d", b), d, func(ctx context.Context, c *counters) error { return h.httpSend(ctx, h.url, "", b, c) })
-		if err != nil {
-			return nil, err
+		sides := []sendSide{
+			{fmt.Sprintf("http send batch %d", b), func(ctx context.Context, c *counters) error { return h.httpSend(ctx, h.url, "", b, c) }},
+			{fmt.Sprintf("sql send batch %d", b), func(ctx context.Context, c *counters) error { return h.sqlSend(ctx, b, c) }},
 		}
-		if err := h.purge(ctx); err != nil {
-			return nil, err
-		}
-		var tc *cell
 		if h.authURL != "" {
-			tc, err = r.watchCell(ctx, fmt.Sprintf("http send batch %d with a token", b), d, func(ctx context.Context, c *counters) error {
+			sides = append(sides, sendSide{fmt.Sprintf("http send batch %d with a token", b), func(ctx context.Context, c *counters) error {
 				return h.httpSend(ctx, h.authURL, httpToken, b, c)
-			})
-			if err != nil {
-				return nil, err
-			}
-			if err := h.purge(ctx); err != nil {
-				return nil, err
-			}
+			}})
 		}
-		sc, err := r.watchCell(ctx, fmt.Sprintf("sql send batch %d", b), d, func(ctx context.Context, c *counters) error { return h.sqlSend(ctx, b, c) })
+		cells, err := h.inTurns(ctx, d, sides)
 		if err != nil {
 			return nil, err
 		}
-		if err := h.purge(ctx); err != nil {
-			return nil, err
+		hc, sc := cells[0], cells[1]
+		var tc *turnsCell
+		if len(cells) > 2 {
+			tc = cells[2]
 		}
 		tokenRate, tokenRatio := "–", "–"
 		if tc != nil {
@@ -145,11 +137,64 @@ func (r *runner) http(ctx context.Context) (*Result, error) {
 			"The server runs in the benchmark's process, without auth (each request is still one transaction), on a pool of its own; HTTP clients use keep-alive connections.",
 			"HTTP with a token: a second server on the same pool, with auth on and a static token of role sluice_producer: each request takes the role (set_config in the statement's pipeline) and each message records its sender (header sluice_sub). Not run when the login role may not take sluice_producer.",
 			"SQL send batch 1 is Client.Send (sluice.send), batch 100 Client.SendBatch (one sluice.send_batch); the queue is purged between cells.",
+			fmt.Sprintf("The send cells run in %d turns (HTTP, SQL, HTTP with a token, each for 1/%d of the duration, then again), so that the drift of a shared machine's load weighs on each side alike; a rate is the median of its turns' rates.", sendTurns, sendTurns),
 			"/metrics reads sluice.status() once per scrape, whose cost is O(groups x (in-flight window + messages not yet numbered)) (docs/sql.md, status): the preloaded backlog has not been received, so none of it is numbered yet, the worst case. --preload sets it (issue 12's target: under 50 ms with 10,000,000).",
 			"The end-to-end table's SQL row is the Go worker (LISTEN wake-ups, polling every 25 ms while messages flow, acks riding on the next receive) on the SQL side's pool: what a Go consumer gets from the same engine in the same run.",
 			"Targets (issue 12): HTTP batch-100 send >= 0.8x SQL send_batch; long-poll end-to-end p50 <= 3 ms at 1,000 msg/s; idle long polls cost no database work beyond the listener and one sluice.status per queue and poll interval.",
 		},
 	}, nil
+}
+
+// sendTurns is how many turns the send cells take (see inTurns).
+const sendTurns = 3
+
+// sendSide is one side of a send comparison: its label and its work.
+type sendSide struct {
+	label string
+	work  func(ctx context.Context, c *counters) error
+}
+
+// turnsCell is a side's cell over its turns: the per-second rates of all
+// of them (for the chart), and each turn's mean rate.
+type turnsCell struct {
+	*cell
+	turns []float64
+}
+
+// rate is the median of the turns' rates.
+func (t *turnsCell) rate() float64 { return Median(t.turns) }
+
+// inTurns runs the sides one after the other, sendTurns times, each for
+// d/sendTurns (at least a second), purging the queue after each, and
+// returns one cell per side.
+func (h *httpBench) inTurns(ctx context.Context, d time.Duration, sides []sendSide) ([]*turnsCell, error) {
+	slice := max(d/sendTurns, time.Second)
+	cells := make([]*turnsCell, len(sides))
+	for i := range cells {
+		cells[i] = &turnsCell{cell: &cell{}}
+	}
+	for turn := range sendTurns {
+		for i, side := range sides {
+			c, err := h.r.watchCell(ctx, fmt.Sprintf("%s (%d/%d)", side.label, turn+1, sendTurns), slice, side.work)
+			if err != nil {
+				return nil, err
+			}
+			if err := h.purge(ctx); err != nil {
+				return nil, err
+			}
+			all := cells[i]
+			offset := all.elapsed.Seconds()
+			for _, p := range c.rates {
+				all.rates = append(all.rates, Point{X: offset + p.X, Y: p.Y})
+			}
+			all.count += c.count
+			all.elapsed += c.elapsed
+			if c.elapsed > 0 {
+				all.turns = append(all.turns, float64(c.count)/c.elapsed.Seconds())
+			}
+		}
+	}
+	return cells, nil
 }
 
 // startHTTP makes the queues and pools and starts the server.
@@ -308,9 +353,13 @@ func (h *httpBench) httpSend(ctx context.Context, url, token string, batch int, 
 	if batch > 1 {
 		path, body = path+"/batch", h.batch100
 	}
+	// Requests in progress at the end of the cell finish: cancelling them
+	// would close the pools' connections, and the next cell would open
+	// them again (inTurns ends cells often).
+	rctx := context.WithoutCancel(ctx)
 	return fanOut(ctx, httpClients, func(int) error {
 		for ctx.Err() == nil {
-			if err := h.postTo(ctx, url, token, path, body, nil); err != nil {
+			if err := h.postTo(rctx, url, token, path, body, nil); err != nil {
 				return ignoreDone(ctx, err)
 			}
 			c.done.Add(int64(batch))
@@ -324,13 +373,14 @@ func (h *httpBench) sqlSend(ctx context.Context, batch int, c *counters) error {
 	for i := range msgs {
 		msgs[i] = sluice.BatchMessage{Body: h.body}
 	}
+	rctx := context.WithoutCancel(ctx) // as in httpSend
 	return fanOut(ctx, httpClients, func(int) error {
 		for ctx.Err() == nil {
 			var err error
 			if batch == 1 {
-				_, err = h.sql.Send(ctx, httpQueue, h.body, nil)
+				_, err = h.sql.Send(rctx, httpQueue, h.body, nil)
 			} else {
-				_, err = h.sql.SendBatch(ctx, httpQueue, msgs, nil)
+				_, err = h.sql.SendBatch(rctx, httpQueue, msgs, nil)
 			}
 			if err != nil {
 				return ignoreDone(ctx, err)
