@@ -34,3 +34,21 @@ func TestSendReadDelete(t *testing.T) {
 		t.Fatalf("q_orders has %d rows, want 1", n)
 	}
 }
+
+// TestNullMessages checks that a NULL msg is sent as JSON null, by send and
+// as an element of send_batch, and that the other elements keep their order.
+func TestNullMessages(t *testing.T) {
+	t.Parallel()
+	db := newDB(t)
+	exec(t, db, "SELECT pgmq.create('nulls')")
+	exec(t, db, "SELECT * FROM pgmq.send('nulls', NULL::jsonb)")
+	exec(t, db, `SELECT * FROM pgmq.send_batch('nulls', ARRAY['{"a":1}', NULL, '{"a":3}']::jsonb[])`)
+	got := msgs(t, db, "pgmq.read('nulls', 30, 10)")
+	var bodies []string
+	for _, m := range got {
+		bodies = append(bodies, m.Message)
+	}
+	if len(bodies) != 4 || bodies[0] != "null" || bodies[1] != `{"a": 1}` || bodies[2] != "null" || bodies[3] != `{"a": 3}` {
+		t.Fatalf("bodies %q, want null, {\"a\": 1}, null, {\"a\": 3}", bodies)
+	}
+}

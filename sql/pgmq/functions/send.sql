@@ -88,7 +88,9 @@ CREATE OR REPLACE FUNCTION pgmq.send(queue_name text, msg jsonb, headers jsonb, 
 RETURNS SETOF bigint LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp
 AS $$ BEGIN RETURN NEXT pgmq._send(queue_name, msg, headers, make_interval(secs => delay)); END $$;
 
--- _validate_batch_params: PGMQ's checks of a batch.
+-- _validate_batch_params: PGMQ's checks of a batch. Called by _send_batch
+-- (under the send_batch functions' pinned search_path), so without a SET
+-- clause of its own.
 --
 -- Parameters:
 --   msgs     the messages
@@ -98,7 +100,6 @@ AS $$ BEGIN RETURN NEXT pgmq._send(queue_name, msg, headers, make_interval(secs 
 CREATE OR REPLACE FUNCTION pgmq._validate_batch_params(msgs jsonb[], headers jsonb[])
 RETURNS void
 LANGUAGE plpgsql IMMUTABLE
-SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     IF msgs IS NULL OR array_length(msgs, 1) IS NULL THEN
@@ -140,7 +141,8 @@ BEGIN
     END IF;
     RETURN QUERY SELECT * FROM sluice.send_batch(
         q,
-        ARRAY(SELECT coalesce(b, 'null') FROM unnest(p_msgs) WITH ORDINALITY u(b, i) ORDER BY i),
+        CASE WHEN array_position(p_msgs, NULL) IS NULL THEN p_msgs
+             ELSE ARRAY(SELECT coalesce(b, 'null') FROM unnest(p_msgs) WITH ORDINALITY u(b, i) ORDER BY i) END,
         p_headers,
         CASE WHEN p_headers IS NOT NULL
              THEN ARRAY(SELECT h ->> 'x-pgmq-group' FROM unnest(p_headers) WITH ORDINALITY u(h, i) ORDER BY i) END,
