@@ -182,10 +182,13 @@ BEGIN
         src := replace(src, 'pgmq._t_view', format('pgmq.%I', pgmq._tbl(p_queue, 'q')));
         -- a template whose signature changed could not replace its old copy
         IF EXISTS (SELECT 1 FROM pg_proc p WHERE p.pronamespace = 'pgmq'::regnamespace
-                                             AND p.proname = pgmq._fn(p_queue, f.kind)) THEN
+                                             AND p.proname = pgmq._fn(p_queue, f.kind)
+                                             AND (pg_get_function_identity_arguments(p.oid)
+                                                      <> pg_get_function_identity_arguments(f.oid)
+                                                  OR pg_get_function_result(p.oid) <> pg_get_function_result(f.oid))) THEN
             EXECUTE format('DROP FUNCTION pgmq.%I', pgmq._fn(p_queue, f.kind));
         END IF;
-        EXECUTE src;
+        EXECUTE src;   -- CREATE OR REPLACE
     END LOOP;
 END
 $$;
