@@ -173,8 +173,7 @@ BEGIN
              ORDER BY x.msg_id
     LOOP
         IF p_vt >= r.vt THEN
-            ok := sluice.extend(p_q, 'pgmq', ARRAY[r.receipt],
-                                least(greatest(p_vt - clock_timestamp(), interval '1 microsecond'), interval '7 days')) = 1;
+            ok := sluice.extend(p_q, 'pgmq', ARRAY[r.receipt], pgmq._lease(p_vt)) = 1;
             new_receipt := r.receipt;
         ELSE
             ok := sluice.nack(p_q, 'pgmq', r.receipt, greatest(p_vt - clock_timestamp(), interval '0'));

@@ -124,9 +124,7 @@ BEGIN
     END IF;
     RETURN QUERY EXECUTE format('SELECT * FROM pgmq.%I($1, $2, $3, $4, $5, $6)', pgmq._fn(m.q, 'deliver'))
         USING m.q, m.slot,
-              CASE p_mode WHEN 'p' THEN interval '30 seconds'
-                   ELSE least(greatest(coalesce(p_vt, clock_timestamp()) - clock_timestamp(), interval '1 microsecond'),
-                              interval '7 days') END,
+              CASE p_mode WHEN 'p' THEN interval '30 seconds' ELSE pgmq._lease(p_vt) END,
               least(p_qty, 10000), nullif(coalesce(p_cond, '{}'), '{}'), p_mode;
     -- Rotate last: a read holds the lanes it took until it commits, and the
     -- other readers take other lanes meanwhile. A rotation that is refused
