@@ -118,9 +118,20 @@ func TestUpgradeInPlace(t *testing.T) {
 	if n := lanes(t, db, "new"); n < 2 {
 		t.Fatalf("a queue created after the upgrade has %d lane(s), want several", n)
 	}
+	// a copy of another signature than its template's (as an older layer's
+	// could be) is replaced, not left beside the new one
+	exec(t, db, `DROP FUNCTION pgmq._sl_read_new; CREATE FUNCTION pgmq._sl_read_new(x int) RETURNS int LANGUAGE sql AS 'SELECT 1'`)
 	again, err := Install(ctx, conn)
 	if err != nil || len(again.Applied) != 0 {
 		t.Fatalf("a second install: %+v, %v", again, err)
+	}
+	if n := scalar[int64](t, db, `SELECT count(*) FROM pg_proc c, pg_proc t
+		WHERE c.pronamespace = 'pgmq'::regnamespace AND c.proname = '_sl_read_new'
+		  AND t.oid = 'pgmq._t_deliver'::regproc AND pg_get_function_identity_arguments(c.oid) = pg_get_function_identity_arguments(t.oid)`); n != 1 {
+		t.Fatalf("the install left %d copies of _t_deliver for queue new with the template's signature, want 1", n)
+	}
+	if n := scalar[int64](t, db, "SELECT count(*) FROM pg_proc WHERE pronamespace = 'pgmq'::regnamespace AND proname = '_sl_read_new'"); n != 1 {
+		t.Fatalf("%d functions _sl_read_new, want 1", n)
 	}
 	exec(t, db, "SELECT * FROM pgmq.send('new', '{}')")
 	if got := msgs(t, db, "pgmq.pop('new')"); len(got) != 1 {

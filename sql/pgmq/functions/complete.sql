@@ -119,13 +119,21 @@ $$;
 -- Errors: 42P01 no such queue
 CREATE OR REPLACE FUNCTION pgmq.delete(queue_name text, msg_id bigint)
 RETURNS boolean LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp
-AS $$ BEGIN RETURN EXISTS (SELECT 1 FROM pgmq._complete(queue_name, ARRAY[msg_id], 'd')); END $$;
+AS $$
+BEGIN
+    RETURN EXISTS (SELECT 1 FROM pgmq._complete(queue_name, ARRAY[msg_id], 'd'));
+END
+$$;
 
 -- delete: delete messages. Parameters: queue_name, msg_ids.
 -- Returns: the msg_ids deleted. Errors: as delete
 CREATE OR REPLACE FUNCTION pgmq.delete(queue_name text, msg_ids bigint[])
 RETURNS SETOF bigint LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp
-AS $$ BEGIN RETURN QUERY SELECT * FROM pgmq._complete(queue_name, msg_ids, 'd'); END $$;
+AS $$
+BEGIN
+    RETURN QUERY SELECT * FROM pgmq._complete(queue_name, msg_ids, 'd');
+END
+$$;
 
 -- archive: move one message to the archive table a_<queue>.
 --
@@ -136,13 +144,21 @@ AS $$ BEGIN RETURN QUERY SELECT * FROM pgmq._complete(queue_name, msg_ids, 'd');
 -- Errors: 42P01 no such queue
 CREATE OR REPLACE FUNCTION pgmq.archive(queue_name text, msg_id bigint)
 RETURNS boolean LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp
-AS $$ BEGIN RETURN EXISTS (SELECT 1 FROM pgmq._complete(queue_name, ARRAY[msg_id], 'a')); END $$;
+AS $$
+BEGIN
+    RETURN EXISTS (SELECT 1 FROM pgmq._complete(queue_name, ARRAY[msg_id], 'a'));
+END
+$$;
 
 -- archive: archive messages. Parameters: queue_name, msg_ids.
 -- Returns: the msg_ids archived. Errors: as archive
 CREATE OR REPLACE FUNCTION pgmq.archive(queue_name text, msg_ids bigint[])
 RETURNS SETOF bigint LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp
-AS $$ BEGIN RETURN QUERY SELECT * FROM pgmq._complete(queue_name, msg_ids, 'a'); END $$;
+AS $$
+BEGIN
+    RETURN QUERY SELECT * FROM pgmq._complete(queue_name, msg_ids, 'a');
+END
+$$;
 
 -- _t_set_vt: the template of each queue's set_vt function (copied by
 -- _instantiate as pgmq._sl_setvt_<queue>, see _t_deliver).
@@ -173,8 +189,7 @@ BEGIN
              ORDER BY x.msg_id
     LOOP
         IF p_vt >= r.vt THEN
-            ok := sluice.extend(p_q, 'pgmq', ARRAY[r.receipt],
-                                least(greatest(p_vt - clock_timestamp(), interval '1 microsecond'), interval '7 days')) = 1;
+            ok := sluice.extend(p_q, 'pgmq', ARRAY[r.receipt], pgmq._lease(p_vt)) = 1;
             new_receipt := r.receipt;
         ELSE
             ok := sluice.nack(p_q, 'pgmq', r.receipt, greatest(p_vt - clock_timestamp(), interval '0'));
@@ -222,16 +237,30 @@ $$;
 -- Returns: the changed messages. Errors: as set_vt
 CREATE OR REPLACE FUNCTION pgmq.set_vt(queue_name text, msg_ids bigint[], vt integer)
 RETURNS SETOF pgmq.message_record LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp
-AS $$ BEGIN RETURN QUERY SELECT * FROM pgmq.set_vt(queue_name, msg_ids, clock_timestamp() + make_interval(secs => vt)); END $$;
+AS $$
+BEGIN
+    RETURN QUERY SELECT * FROM pgmq.set_vt(queue_name, msg_ids,
+                                           clock_timestamp() + make_interval(secs => vt));
+END
+$$;
 
 -- set_vt: one message. Parameters: queue_name, msg_id, vt (a time).
 -- Returns: the message with its new vt, or no row. Errors: as set_vt
 CREATE OR REPLACE FUNCTION pgmq.set_vt(queue_name text, msg_id bigint, vt timestamptz)
 RETURNS SETOF pgmq.message_record LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp
-AS $$ BEGIN RETURN QUERY SELECT * FROM pgmq.set_vt(queue_name, ARRAY[msg_id], vt); END $$;
+AS $$
+BEGIN
+    RETURN QUERY SELECT * FROM pgmq.set_vt(queue_name, ARRAY[msg_id], vt);
+END
+$$;
 
 -- set_vt: one message, vt in seconds from now. Parameters: queue_name,
 -- msg_id, vt. Returns: the message with its new vt, or no row. Errors: as set_vt
 CREATE OR REPLACE FUNCTION pgmq.set_vt(queue_name text, msg_id bigint, vt integer)
 RETURNS SETOF pgmq.message_record LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp
-AS $$ BEGIN RETURN QUERY SELECT * FROM pgmq.set_vt(queue_name, ARRAY[msg_id], clock_timestamp() + make_interval(secs => vt)); END $$;
+AS $$
+BEGIN
+    RETURN QUERY SELECT * FROM pgmq.set_vt(queue_name, ARRAY[msg_id],
+                                           clock_timestamp() + make_interval(secs => vt));
+END
+$$;

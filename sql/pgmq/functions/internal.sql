@@ -84,6 +84,8 @@ AS $$
 $$;
 
 -- _lease: the sluice lease that makes a message visible again at vt.
+-- (No SET clause, so that it is inlined into the calling statement; it
+-- runs under the pinned search_path of the functions that call it.)
 --
 -- Parameters:
 --   p_vt  the visibility timeout, as a time
@@ -91,27 +93,13 @@ $$;
 CREATE OR REPLACE FUNCTION pgmq._lease(p_vt timestamptz)
 RETURNS interval
 LANGUAGE sql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT least(greatest(coalesce(p_vt, clock_timestamp()) - clock_timestamp(), interval '1 microsecond'),
                  interval '7 days')
 $$;
 
--- _side: the slot the side tables of a queue are written in now, and whether
--- a rotation is due (the generation is older than p_interval).
---
--- Parameters:
---   p_queue     the sluice queue name
---   p_interval  how long a generation lasts at least
--- Returns: (slot, due)
-CREATE OR REPLACE FUNCTION pgmq._side(p_queue text, p_interval interval DEFAULT interval '1 minute',
-                                      OUT slot smallint, OUT due boolean)
-LANGUAGE sql STABLE
-SET search_path = pg_catalog, pg_temp
-AS $$
-    SELECT (g.gen % 2)::smallint, g.started_at < clock_timestamp() - p_interval
-      FROM pgmq.side_generation g WHERE g.sluice_queue = p_queue ORDER BY g.gen DESC LIMIT 1
-$$;
+-- (gone: _side, whose lookup is _lookup's now)
+DROP FUNCTION IF EXISTS pgmq._side(text, interval);
 
 -- _lookup: what a read, delete, archive or set_vt needs, in one statement:
 -- the sluice queue, the side slot of the current generation and whether a
@@ -182,10 +170,13 @@ BEGIN
         src := replace(src, 'pgmq._t_view', format('pgmq.%I', pgmq._tbl(p_queue, 'q')));
         -- a template whose signature changed could not replace its old copy
         IF EXISTS (SELECT 1 FROM pg_proc p WHERE p.pronamespace = 'pgmq'::regnamespace
-                                             AND p.proname = pgmq._fn(p_queue, f.kind)) THEN
+                                             AND p.proname = pgmq._fn(p_queue, f.kind)
+                                             AND (pg_get_function_identity_arguments(p.oid)
+                                                      <> pg_get_function_identity_arguments(f.oid)
+                                                  OR pg_get_function_result(p.oid) <> pg_get_function_result(f.oid))) THEN
             EXECUTE format('DROP FUNCTION pgmq.%I', pgmq._fn(p_queue, f.kind));
         END IF;
-        EXECUTE src;
+        EXECUTE src;   -- CREATE OR REPLACE
     END LOOP;
 END
 $$;

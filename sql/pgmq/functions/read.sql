@@ -124,9 +124,7 @@ BEGIN
     END IF;
     RETURN QUERY EXECUTE format('SELECT * FROM pgmq.%I($1, $2, $3, $4, $5, $6)', pgmq._fn(m.q, 'deliver'))
         USING m.q, m.slot,
-              CASE p_mode WHEN 'p' THEN interval '30 seconds'
-                   ELSE least(greatest(coalesce(p_vt, clock_timestamp()) - clock_timestamp(), interval '1 microsecond'),
-                              interval '7 days') END,
+              CASE p_mode WHEN 'p' THEN interval '30 seconds' ELSE pgmq._lease(p_vt) END,
               least(p_qty, 10000), nullif(coalesce(p_cond, '{}'), '{}'), p_mode;
     -- Rotate last: a read holds the lanes it took until it commits, and the
     -- other readers take other lanes meanwhile. A rotation that is refused
@@ -180,7 +178,12 @@ $$;
 -- Returns: pgmq.message_record rows. Errors: as read
 CREATE OR REPLACE FUNCTION pgmq.read(queue_name text, vt integer, qty integer, conditional jsonb DEFAULT '{}')
 RETURNS SETOF pgmq.message_record LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp
-AS $$ BEGIN RETURN QUERY SELECT * FROM pgmq._deliver(queue_name, clock_timestamp() + make_interval(secs => vt), qty, conditional, 'r'); END $$;
+AS $$
+BEGIN
+    RETURN QUERY SELECT * FROM pgmq._deliver(queue_name, clock_timestamp() + make_interval(secs => vt), qty,
+                                             conditional, 'r');
+END
+$$;
 
 -- read_with_poll: vt in seconds. Parameters: as read_with_poll.
 -- Returns: pgmq.message_record rows. Errors: as read
@@ -188,42 +191,69 @@ CREATE OR REPLACE FUNCTION pgmq.read_with_poll(queue_name text, vt integer, qty 
                                                max_poll_seconds integer DEFAULT 5, poll_interval_ms integer DEFAULT 100,
                                                conditional jsonb DEFAULT '{}')
 RETURNS SETOF pgmq.message_record LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp
-AS $$ BEGIN RETURN QUERY SELECT * FROM pgmq._poll(queue_name, clock_timestamp() + make_interval(secs => vt), qty, max_poll_seconds,
-                                            poll_interval_ms, conditional, 'r'); END $$;
+AS $$
+BEGIN
+    RETURN QUERY SELECT * FROM pgmq._poll(queue_name, clock_timestamp() + make_interval(secs => vt), qty,
+                                          max_poll_seconds, poll_interval_ms, conditional, 'r');
+END
+$$;
 
 -- read_grouped: vt in seconds. Parameters: queue_name, vt, qty.
 -- Returns: pgmq.message_record rows. Errors: as read
 CREATE OR REPLACE FUNCTION pgmq.read_grouped(queue_name text, vt integer, qty integer)
 RETURNS SETOF pgmq.message_record LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp
-AS $$ BEGIN RETURN QUERY SELECT * FROM pgmq._deliver(queue_name, clock_timestamp() + make_interval(secs => vt), qty, '{}', 'r'); END $$;
+AS $$
+BEGIN
+    RETURN QUERY SELECT * FROM pgmq._deliver(queue_name, clock_timestamp() + make_interval(secs => vt), qty,
+                                             '{}', 'r');
+END
+$$;
 
 -- read_grouped_with_poll: vt in seconds. Parameters: as above.
 -- Returns: rows. Errors: as read
 CREATE OR REPLACE FUNCTION pgmq.read_grouped_with_poll(queue_name text, vt integer, qty integer,
                                                        max_poll_seconds integer DEFAULT 5, poll_interval_ms integer DEFAULT 100)
 RETURNS SETOF pgmq.message_record LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp
-AS $$ BEGIN RETURN QUERY SELECT * FROM pgmq._poll(queue_name, clock_timestamp() + make_interval(secs => vt), qty, max_poll_seconds,
-                                            poll_interval_ms, '{}', 'r'); END $$;
+AS $$
+BEGIN
+    RETURN QUERY SELECT * FROM pgmq._poll(queue_name, clock_timestamp() + make_interval(secs => vt), qty,
+                                          max_poll_seconds, poll_interval_ms, '{}', 'r');
+END
+$$;
 
 -- read_grouped_rr: vt in seconds. Parameters: queue_name, vt, qty.
 -- Returns: rows. Errors: as read
 CREATE OR REPLACE FUNCTION pgmq.read_grouped_rr(queue_name text, vt integer, qty integer)
 RETURNS SETOF pgmq.message_record LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp
-AS $$ BEGIN RETURN QUERY SELECT * FROM pgmq._deliver(queue_name, clock_timestamp() + make_interval(secs => vt), qty, '{}', 'r'); END $$;
+AS $$
+BEGIN
+    RETURN QUERY SELECT * FROM pgmq._deliver(queue_name, clock_timestamp() + make_interval(secs => vt), qty,
+                                             '{}', 'r');
+END
+$$;
 
 -- read_grouped_rr_with_poll: vt in seconds. Parameters: as above.
 -- Returns: rows. Errors: as read
 CREATE OR REPLACE FUNCTION pgmq.read_grouped_rr_with_poll(queue_name text, vt integer, qty integer,
                                                           max_poll_seconds integer DEFAULT 5, poll_interval_ms integer DEFAULT 100)
 RETURNS SETOF pgmq.message_record LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp
-AS $$ BEGIN RETURN QUERY SELECT * FROM pgmq._poll(queue_name, clock_timestamp() + make_interval(secs => vt), qty, max_poll_seconds,
-                                            poll_interval_ms, '{}', 'r'); END $$;
+AS $$
+BEGIN
+    RETURN QUERY SELECT * FROM pgmq._poll(queue_name, clock_timestamp() + make_interval(secs => vt), qty,
+                                          max_poll_seconds, poll_interval_ms, '{}', 'r');
+END
+$$;
 
 -- read_grouped_head: the head message of up to qty different groups.
 -- Parameters: queue_name, vt (seconds), qty. Returns: rows. Errors: as read
 CREATE OR REPLACE FUNCTION pgmq.read_grouped_head(queue_name text, vt integer, qty integer)
 RETURNS SETOF pgmq.message_record LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp
-AS $$ BEGIN RETURN QUERY SELECT * FROM pgmq._deliver(queue_name, clock_timestamp() + make_interval(secs => vt), qty, '{}', 'h'); END $$;
+AS $$
+BEGIN
+    RETURN QUERY SELECT * FROM pgmq._deliver(queue_name, clock_timestamp() + make_interval(secs => vt), qty,
+                                             '{}', 'h');
+END
+$$;
 
 -- read_grouped_head_with_poll: read_grouped_head, waiting. Parameters:
 -- queue_name, vt, qty, max_poll_seconds, poll_interval_ms. Returns: rows.
@@ -231,8 +261,12 @@ AS $$ BEGIN RETURN QUERY SELECT * FROM pgmq._deliver(queue_name, clock_timestamp
 CREATE OR REPLACE FUNCTION pgmq.read_grouped_head_with_poll(queue_name text, vt integer, qty integer,
                                                             max_poll_seconds integer DEFAULT 5, poll_interval_ms integer DEFAULT 100)
 RETURNS SETOF pgmq.message_record LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp
-AS $$ BEGIN RETURN QUERY SELECT * FROM pgmq._poll(queue_name, clock_timestamp() + make_interval(secs => vt), qty, max_poll_seconds,
-                                            poll_interval_ms, '{}', 'h'); END $$;
+AS $$
+BEGIN
+    RETURN QUERY SELECT * FROM pgmq._poll(queue_name, clock_timestamp() + make_interval(secs => vt), qty,
+                                          max_poll_seconds, poll_interval_ms, '{}', 'h');
+END
+$$;
 
 -- pop: read and delete up to qty messages in one call (at-most-once: the
 -- caller's transaction completes them as it returns them).
@@ -244,4 +278,8 @@ AS $$ BEGIN RETURN QUERY SELECT * FROM pgmq._poll(queue_name, clock_timestamp() 
 -- Errors: as read
 CREATE OR REPLACE FUNCTION pgmq.pop(queue_name text, qty integer DEFAULT 1)
 RETURNS SETOF pgmq.message_record LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp
-AS $$ BEGIN RETURN QUERY SELECT * FROM pgmq._deliver(queue_name, NULL, qty, '{}', 'p'); END $$;
+AS $$
+BEGIN
+    RETURN QUERY SELECT * FROM pgmq._deliver(queue_name, NULL, qty, '{}', 'p');
+END
+$$;

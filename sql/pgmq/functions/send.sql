@@ -56,37 +56,61 @@ $$;
 -- Notifies: 'pgmq.q_<queue_name>.INSERT' when enable_notify_insert is on
 CREATE OR REPLACE FUNCTION pgmq.send(queue_name text, msg jsonb, headers jsonb, delay timestamptz)
 RETURNS SETOF bigint LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp
-AS $$ BEGIN RETURN NEXT pgmq._send(queue_name, msg, headers, delay - clock_timestamp()); END $$;
+AS $$
+BEGIN
+    RETURN NEXT pgmq._send(queue_name, msg, headers, delay - clock_timestamp());
+END
+$$;
 
 -- send: two arguments. Parameters: queue_name, msg. Returns: the msg_id.
 -- Errors: as send
 CREATE OR REPLACE FUNCTION pgmq.send(queue_name text, msg jsonb)
 RETURNS SETOF bigint LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp
-AS $$ BEGIN RETURN NEXT pgmq._send(queue_name, msg, NULL, NULL); END $$;
+AS $$
+BEGIN
+    RETURN NEXT pgmq._send(queue_name, msg, NULL, NULL);
+END
+$$;
 
 -- send: with headers. Parameters: queue_name, msg, headers. Returns: the msg_id.
 -- Errors: as send
 CREATE OR REPLACE FUNCTION pgmq.send(queue_name text, msg jsonb, headers jsonb)
 RETURNS SETOF bigint LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp
-AS $$ BEGIN RETURN NEXT pgmq._send(queue_name, msg, headers, NULL); END $$;
+AS $$
+BEGIN
+    RETURN NEXT pgmq._send(queue_name, msg, headers, NULL);
+END
+$$;
 
 -- send: with a delay in seconds. Parameters: queue_name, msg, delay.
 -- Returns: the msg_id. Errors: as send
 CREATE OR REPLACE FUNCTION pgmq.send(queue_name text, msg jsonb, delay integer)
 RETURNS SETOF bigint LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp
-AS $$ BEGIN RETURN NEXT pgmq._send(queue_name, msg, NULL, make_interval(secs => delay)); END $$;
+AS $$
+BEGIN
+    RETURN NEXT pgmq._send(queue_name, msg, NULL, make_interval(secs => delay));
+END
+$$;
 
 -- send: with a visibility time. Parameters: queue_name, msg, delay.
 -- Returns: the msg_id. Errors: as send
 CREATE OR REPLACE FUNCTION pgmq.send(queue_name text, msg jsonb, delay timestamptz)
 RETURNS SETOF bigint LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp
-AS $$ BEGIN RETURN NEXT pgmq._send(queue_name, msg, NULL, delay - clock_timestamp()); END $$;
+AS $$
+BEGIN
+    RETURN NEXT pgmq._send(queue_name, msg, NULL, delay - clock_timestamp());
+END
+$$;
 
 -- send: with headers and a delay in seconds. Parameters: queue_name, msg,
 -- headers, delay. Returns: the msg_id. Errors: as send
 CREATE OR REPLACE FUNCTION pgmq.send(queue_name text, msg jsonb, headers jsonb, delay integer)
 RETURNS SETOF bigint LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp
-AS $$ BEGIN RETURN NEXT pgmq._send(queue_name, msg, headers, make_interval(secs => delay)); END $$;
+AS $$
+BEGIN
+    RETURN NEXT pgmq._send(queue_name, msg, headers, make_interval(secs => delay));
+END
+$$;
 
 -- _validate_batch_params: PGMQ's checks of a batch. Called by _send_batch
 -- (under the send_batch functions' pinned search_path), so without a SET
@@ -165,34 +189,58 @@ $$;
 -- Notifies: as send
 CREATE OR REPLACE FUNCTION pgmq.send_batch(queue_name text, msgs jsonb[], headers jsonb[], delay timestamptz)
 RETURNS SETOF bigint LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp
-AS $$ BEGIN RETURN QUERY SELECT * FROM pgmq._send_batch(queue_name, msgs, headers, delay - clock_timestamp()); END $$;
+AS $$
+BEGIN
+    RETURN QUERY SELECT * FROM pgmq._send_batch(queue_name, msgs, headers, delay - clock_timestamp());
+END
+$$;
 
 -- send_batch: two arguments. Parameters: queue_name, msgs.
 -- Returns: the msg_ids. Errors: as send_batch
 CREATE OR REPLACE FUNCTION pgmq.send_batch(queue_name text, msgs jsonb[])
 RETURNS SETOF bigint LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp
-AS $$ BEGIN RETURN QUERY SELECT * FROM pgmq._send_batch(queue_name, msgs, NULL, NULL); END $$;
+AS $$
+BEGIN
+    RETURN QUERY SELECT * FROM pgmq._send_batch(queue_name, msgs, NULL, NULL);
+END
+$$;
 
 -- send_batch: with headers. Parameters: queue_name, msgs, headers.
 -- Returns: the msg_ids. Errors: as send_batch
 CREATE OR REPLACE FUNCTION pgmq.send_batch(queue_name text, msgs jsonb[], headers jsonb[])
 RETURNS SETOF bigint LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp
-AS $$ BEGIN RETURN QUERY SELECT * FROM pgmq._send_batch(queue_name, msgs, headers, NULL); END $$;
+AS $$
+BEGIN
+    RETURN QUERY SELECT * FROM pgmq._send_batch(queue_name, msgs, headers, NULL);
+END
+$$;
 
 -- send_batch: with a delay in seconds. Parameters: queue_name, msgs, delay.
 -- Returns: the msg_ids. Errors: as send_batch
 CREATE OR REPLACE FUNCTION pgmq.send_batch(queue_name text, msgs jsonb[], delay integer)
 RETURNS SETOF bigint LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp
-AS $$ BEGIN RETURN QUERY SELECT * FROM pgmq._send_batch(queue_name, msgs, NULL, make_interval(secs => delay)); END $$;
+AS $$
+BEGIN
+    RETURN QUERY SELECT * FROM pgmq._send_batch(queue_name, msgs, NULL, make_interval(secs => delay));
+END
+$$;
 
 -- send_batch: with a visibility time. Parameters: queue_name, msgs, delay.
 -- Returns: the msg_ids. Errors: as send_batch
 CREATE OR REPLACE FUNCTION pgmq.send_batch(queue_name text, msgs jsonb[], delay timestamptz)
 RETURNS SETOF bigint LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp
-AS $$ BEGIN RETURN QUERY SELECT * FROM pgmq._send_batch(queue_name, msgs, NULL, delay - clock_timestamp()); END $$;
+AS $$
+BEGIN
+    RETURN QUERY SELECT * FROM pgmq._send_batch(queue_name, msgs, NULL, delay - clock_timestamp());
+END
+$$;
 
 -- send_batch: with headers and a delay in seconds. Parameters: queue_name,
 -- msgs, headers, delay. Returns: the msg_ids. Errors: as send_batch
 CREATE OR REPLACE FUNCTION pgmq.send_batch(queue_name text, msgs jsonb[], headers jsonb[], delay integer)
 RETURNS SETOF bigint LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp
-AS $$ BEGIN RETURN QUERY SELECT * FROM pgmq._send_batch(queue_name, msgs, headers, make_interval(secs => delay)); END $$;
+AS $$
+BEGIN
+    RETURN QUERY SELECT * FROM pgmq._send_batch(queue_name, msgs, headers, make_interval(secs => delay));
+END
+$$;
