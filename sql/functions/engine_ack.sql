@@ -49,7 +49,7 @@ LANGUAGE plpgsql STABLE
 AS $$
 #variable_conflict use_column
 BEGIN
-    IF NOT array_to_string(p_receipts, ' ') ~ '[0-9]+\.[0-9]+\.[0-9]+\.[0-9]+\.[0-9]+' THEN
+    IF NOT sluice._names_run(p_receipts) THEN
         -- no run named (see e_ack): single deliveries only, a simpler statement
         RETURN QUERY
         SELECT DISTINCT ON (r.part, r.pos) r.part::smallint, r.pos, r.attempt, r.token, d.msg_id, d.txid, d.lane,
@@ -128,9 +128,7 @@ AS $$
 DECLARE
     n int;
 BEGIN
-    -- A receipt of five parts names a run (tested as an expression, which
-    -- costs less than a statement).
-    IF NOT array_to_string(p_receipts, ' ') ~ '[0-9]+\.[0-9]+\.[0-9]+\.[0-9]+\.[0-9]+' THEN
+    IF NOT sluice._names_run(p_receipts) THEN
         -- no run named: an acks row each, in a statement that costs less
         INSERT INTO acks (slot, group_id, pos, kind, acked_at)
         SELECT c.slot, p_group_id, c.pos, 'a', clock_timestamp()

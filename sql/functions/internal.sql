@@ -222,6 +222,17 @@ AS $$
        AND pg_catalog.length(pg_catalog.split_part(p_receipt, '.', 5)) OPERATOR(pg_catalog.<=) 18
 $$;
 
+-- _names_run: whether any of these receipts names a run (five parts, see
+-- _receipt_ok; engine_runs.sql). An expression, no SET clause, so that a
+-- PL/pgSQL caller evaluates it without a statement.
+CREATE OR REPLACE FUNCTION sluice._names_run(p_receipts text[])
+RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT pg_catalog.array_to_string(p_receipts, ' ')
+           OPERATOR(pg_catalog.~) '[0-9]+\.[0-9]+\.[0-9]+\.[0-9]+\.[0-9]+'
+$$;
+
 -- _parse_receipts: split receipts into their parts.
 --
 -- Parameters:
