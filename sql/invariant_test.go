@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"sort"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -91,9 +92,15 @@ func TestNoPerMessageUpdateOrDelete(t *testing.T) {
 }
 
 // Under a transaction that holds an xid (and so the xmin horizon) for the
-// whole run, throughput does not degrade and dead tuples stay bounded:
-// nothing sluice does per message leaves a dead row behind, and reclaim by
-// TRUNCATE goes on. SLUICE_XMIN_SECONDS sets the length (default 60).
+// whole run, the work per message does not grow and dead tuples stay
+// bounded: nothing sluice does per message leaves a dead row behind, and
+// reclaim by TRUNCATE goes on. Work is counted in buffer accesses per
+// message (pg_stat_database of the test's own database), not in messages per
+// second, so a busy machine does not decide the outcome (throughput is
+// logged; the benchmark's xmin scenario measures it). A design that scans
+// what a held xmin keeps (SKIP LOCKED tables, UPDATE-based leases) shows as
+// buffers per message that grow window after window.
+// SLUICE_XMIN_SECONDS sets the length (default 60).
 func TestHeldXminDoesNotDegrade(t *testing.T) {
 	seconds := 60
 	if v := os.Getenv("SLUICE_XMIN_SECONDS"); v != "" {
@@ -117,7 +124,7 @@ func TestHeldXminDoesNotDegrade(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(b.ctx, time.Duration(seconds)*time.Second)
 	defer cancel()
-	var consumed atomic.Int64
+	var consumedCount atomic.Int64
 	var wg sync.WaitGroup
 	errs := make(chan error, 8)
 	// Two producers offer 6,000 messages/s (batches of 20): about a third of
@@ -155,7 +162,7 @@ func TestHeldXminDoesNotDegrade(t *testing.T) {
 				if err == nil && len(got) > 0 {
 					var n int
 					err = b.pool.QueryRow(ctx, "SELECT sluice.ack('q', 'default', $1)", receipts(got)).Scan(&n)
-					consumed.Add(int64(n))
+					consumedCount.Add(int64(n))
 				}
 				if err != nil && ctx.Err() == nil {
 					errs <- fmt.Errorf("consume: %w", err)
@@ -164,13 +171,22 @@ func TestHeldXminDoesNotDegrade(t *testing.T) {
 			}
 		}()
 	}
-	// Sample consumed/s every 10 s, and sluice's size and dead tuples.
-	type sample struct {
-		perSec     float64
-		dead, size int64
+	// Sample every 10 s: consumed/s, buffer accesses per message, and
+	// sluice's size and dead tuples. The samples are read on the pool, not
+	// on the holder, whose transaction would see cached statistics.
+	var samples []xminSample
+	readStats := func() (consumed, blocks, dead, size int64) {
+		consumed = consumedCount.Load()
+		if err := b.pool.QueryRow(b.ctx, `
+			SELECT (SELECT blks_hit + blks_read FROM pg_stat_database WHERE datname = current_database()),
+			       coalesce(sum(n_dead_tup), 0),
+			       coalesce(sum(pg_total_relation_size(relid)), 0)
+			FROM pg_stat_user_tables WHERE schemaname LIKE 'sluice%'`).Scan(&blocks, &dead, &size); err != nil {
+			t.Fatal(err)
+		}
+		return consumed, blocks, dead, size
 	}
-	var samples []sample
-	last := int64(0)
+	lastConsumed, lastBlocks, _, _ := readStats()
 	ticker := time.NewTicker(10 * time.Second)
 	for len(samples) < seconds/10 {
 		select {
@@ -178,28 +194,34 @@ func TestHeldXminDoesNotDegrade(t *testing.T) {
 			t.Fatal(err)
 		case <-ticker.C:
 		}
-		now := consumed.Load()
-		var dead, size int64
-		if err := holder.QueryRow(b.ctx, `
-			SELECT coalesce(sum(n_dead_tup), 0),
-			       coalesce(sum(pg_total_relation_size(relid)), 0)
-			FROM pg_stat_user_tables WHERE schemaname LIKE 'sluice%'`).Scan(&dead, &size); err != nil {
-			t.Fatal(err)
+		consumed, blocks, dead, size := readStats()
+		s := xminSample{perSec: float64(consumed-lastConsumed) / 10, dead: dead, size: size}
+		if consumed > lastConsumed {
+			s.blocksPerMsg = float64(blocks-lastBlocks) / float64(consumed-lastConsumed)
 		}
-		samples = append(samples, sample{float64(now-last) / 10, dead, size})
-		last = now
+		samples = append(samples, s)
+		lastConsumed, lastBlocks = consumed, blocks
 	}
 	ticker.Stop()
 	cancel()
 	wg.Wait()
 	for i, s := range samples {
-		t.Logf("xid %s held, %3ds: %7.0f consumed/s, %5d dead tuples, %6d kB in sluice's tables",
-			heldXid, (i+1)*10, s.perSec, s.dead, s.size/1024)
+		t.Logf("xid %s held, %3ds: %7.0f consumed/s, %6.1f buffer accesses per message, %5d dead tuples, %6d kB in sluice's tables",
+			heldXid, (i+1)*10, s.perSec, s.blocksPerMsg, s.dead, s.size/1024)
 	}
-	first, final := samples[0], samples[len(samples)-1]
-	if final.perSec < 0.8*first.perSec {
-		t.Errorf("consumed/s fell from %.0f to %.0f (more than 20%%) under a held xmin", first.perSec, final.perSec)
+	for i, s := range samples {
+		if s.perSec == 0 {
+			t.Fatalf("nothing consumed in the window ending at %ds under a held xmin", (i+1)*10)
+		}
 	}
+	// One window can spike (an ANALYZE, a rotation): compare the median of
+	// the second half of the run with that of the first.
+	half := len(samples) / 2
+	early, late := medianBlocks(samples[:half]), medianBlocks(samples[len(samples)-half:])
+	if late > 1.5*early {
+		t.Errorf("buffer accesses per message grew from %.1f (median, first half) to %.1f (second half) under a held xmin", early, late)
+	}
+	final := samples[len(samples)-1]
 	for _, s := range samples {
 		if s.dead > 1000 {
 			t.Errorf("%d dead tuples in sluice's tables under a held xmin, want at most 1000", s.dead)
@@ -214,13 +236,30 @@ func TestHeldXminDoesNotDegrade(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("backlog at the end: %d messages", lag)
-	if lag > 18000 {
-		t.Errorf("backlog of %d messages at the end: consumers fell behind 6,000 messages/s", lag)
-	}
 	// Size is bounded by reclaim, not by traffic: the last sample is not more
-	// than twice the size at 20 s although the traffic kept flowing.
-	if len(samples) >= 4 && final.size > 2*samples[1].size+8<<20 {
-		t.Errorf("sluice's tables grew from %d kB (20 s) to %d kB (end) under a held xmin",
-			samples[1].size/1024, final.size/1024)
+	// than twice the size at 20 s although the traffic kept flowing, plus
+	// what the backlog holds (up to 512 bytes a message) when a busy machine
+	// left the consumers behind.
+	if limit := 2*samples[1].size + 8<<20 + 512*lag; len(samples) >= 4 && final.size > limit {
+		t.Errorf("sluice's tables grew from %d kB (20 s) to %d kB (end) under a held xmin, with a backlog of %d messages",
+			samples[1].size/1024, final.size/1024, lag)
 	}
+}
+
+// xminSample is one window of TestHeldXminDoesNotDegrade.
+type xminSample struct {
+	perSec, blocksPerMsg float64
+	dead, size           int64
+}
+
+func medianBlocks(samples []xminSample) float64 {
+	v := make([]float64, len(samples))
+	for i, s := range samples {
+		v[i] = s.blocksPerMsg
+	}
+	sort.Float64s(v)
+	if n := len(v); n%2 == 0 {
+		return (v[n/2-1] + v[n/2]) / 2
+	}
+	return v[len(v)/2]
 }

@@ -148,12 +148,13 @@ func TestKeyedLeaseExpiryKeepsOrder(t *testing.T) {
 	b.createQueue("q", "")
 	k1 := b.sendKeyed("q", `1`, "k", 0)
 	k2 := b.sendKeyed("q", `2`, "k", 0)
-	wantIDs(t, "run", b.receive("q", "default", 10, "300 milliseconds"), k1, k2)
+	// A 2 s lease: the checks before it ends have a wide margin on a busy machine.
+	wantIDs(t, "run", b.receive("q", "default", 10, "2 seconds"), k1, k2)
 	k3 := b.sendKeyed("q", `3`, "k", 0)
 	if got := b.receive("q", "default", 10, ""); len(got) != 0 {
 		t.Fatalf("got %v while the key is leased", ids(got))
 	}
-	time.Sleep(400 * time.Millisecond)
+	time.Sleep(2100 * time.Millisecond)
 	// Only one at a time: k2 and k3 must wait for k1's new lease.
 	again := b.receive("q", "default", 1, "")
 	wantIDs(t, "after expiry", again, k1)

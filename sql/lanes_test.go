@@ -3,6 +3,7 @@ package sqlsrc_test
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -187,56 +188,55 @@ func TestUncommittedAckPastLeaseStallsOnlyItsLane(t *testing.T) {
 	}
 	time.Sleep(500 * time.Millisecond) // the lease expires; the ack is not committed
 
-	// Receives run in goroutines: one may wait on the stuck lane (the
-	// redelivery dead-letters it, and its acks row is uncommitted), the
-	// others must not.
-	type result struct {
-		n   int
-		err error
-	}
-	results := make(chan result, 3)
+	// Receives run in goroutines until the other lanes' messages are out:
+	// one may wait on the stuck lane (the redelivery dead-letters it, and
+	// its acks row is uncommitted), the others must go on. Every consumer's
+	// messages count, whichever of them finishes first.
+	const otherLanes = 100 // at least two of the three other lanes' 50 each
+	var got atomic.Int64
+	stop := make(chan struct{})
+	errs := make(chan error, 3)
 	for i := 0; i < 3; i++ {
 		go func() {
-			got := 0
-			for j := 0; j < 20; j++ {
+			for {
+				select {
+				case <-stop:
+					errs <- nil
+					return
+				default:
+				}
 				ms, err := receiveOn(b.ctx, b.pool, "q", "default", 10, "")
 				if err != nil {
-					results <- result{got, err}
+					errs <- err
 					return
 				}
-				got += len(ms)
+				if got.Add(int64(len(ms))) >= otherLanes || len(ms) == 0 {
+					time.Sleep(10 * time.Millisecond)
+				}
 			}
-			results <- result{got, nil}
 		}()
 	}
-	done := 0
-	total := 0
-	timeout := time.After(20 * time.Second)
-	for done < 2 {
-		select {
-		case r := <-results:
-			if r.err != nil {
-				t.Fatal(r.err)
-			}
-			done++
-			total += r.n
-		case <-timeout:
-			t.Fatalf("only %d of 3 consumers finished while an ack was uncommitted past its lease", done)
-		}
+	deadline := time.Now().Add(20 * time.Second)
+	for got.Load() < otherLanes && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
 	}
-	if total < 100 {
-		t.Fatalf("consumers got %d messages while one lane waited, want the other lanes' (>= 100)", total)
-	}
+	taken := got.Load()
 	if err := tx.Commit(b.ctx); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case r := <-results:
-		if r.err != nil {
-			t.Fatal(r.err)
+	close(stop)
+	for i := 0; i < 3; i++ {
+		select {
+		case err := <-errs:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatal("a consumer did not finish after the ack committed")
 		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("the consumer on the stuck lane did not finish after the ack committed")
+	}
+	if taken < otherLanes {
+		t.Fatalf("consumers got %d messages in 20 s while one lane waited, want the other lanes' (>= %d)", taken, otherLanes)
 	}
 	if dl := b.int64("SELECT count(*) FROM sluice.dead_letters('q')"); dl != 0 {
 		t.Fatalf("%d dead letters: the committed ack of the stuck message must win", dl)

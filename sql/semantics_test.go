@@ -161,11 +161,13 @@ func TestExtendKeepsTheLease(t *testing.T) {
 	b := setup(t)
 	b.createQueue("q", "")
 	b.send(b.pool, "q", `{}`)
-	got := b.receive("q", "default", 1, "500 milliseconds")
+	// Leases of 2 s extended every second: each extend comes a second
+	// before the lease would end, a margin a busy machine does not eat.
+	got := b.receive("q", "default", 1, "2 seconds")
 	for i := 0; i < 3; i++ {
-		time.Sleep(300 * time.Millisecond)
+		time.Sleep(time.Second)
 		var n int
-		if err := b.pool.QueryRow(b.ctx, "SELECT sluice.extend('q', 'default', $1, '500 milliseconds')",
+		if err := b.pool.QueryRow(b.ctx, "SELECT sluice.extend('q', 'default', $1, '2 seconds')",
 			[]string{got[0].Receipt}).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
