@@ -145,6 +145,45 @@ BEGIN
           FROM unnest(p_receipts) AS u(x)
           WHERE split_part(u.x, '.', 5) <> ''
           ORDER BY 1) x;
+    -- The common case, in one statement that looks at runs, not at
+    -- positions: every receipt names a run, every run named is named whole
+    -- (each of its positions, attempt 1, its token), its lease is current,
+    -- nothing in it has a row of its own (an extend, a redelivery) or is
+    -- completed. Then each run gets its run_acks row. Otherwise nothing is
+    -- written here, and the statement after it sorts position by position.
+    WITH r AS MATERIALIZED (
+        SELECT DISTINCT r.part::smallint AS part, r.pos, r.attempt, r.token, r.run
+        FROM sluice._parse_receipts(p_receipts) r
+        WHERE r.part BETWEEN 0 AND 3
+    ), named AS MATERIALIZED (
+        SELECT r.part, r.run, r.token, count(*) AS n, max(r.pos) AS hi,
+               bool_and(r.attempt = 1 AND r.pos >= r.run) AS ok
+        FROM r
+        GROUP BY r.part, r.run, r.token
+    ), whole AS MATERIALIZED (
+        SELECT x.part, x.run, d.last_pos
+        FROM named x
+        CROSS JOIN LATERAL (SELECT d.last_pos, d.expires_at FROM runs d
+                            WHERE d.slot = x.part AND d.group_id = p_group_id AND d.pos = x.run
+                              AND d.token = x.token
+                            LIMIT 1) d
+        WHERE x.run IS NOT NULL AND x.ok AND x.hi <= d.last_pos AND x.n = d.last_pos - x.run + 1
+          AND d.expires_at > clock_timestamp()
+          AND NOT EXISTS (SELECT 1 FROM deliveries o
+                          WHERE o.slot = x.part AND o.group_id = p_group_id AND o.pos BETWEEN x.run AND d.last_pos)
+          AND NOT EXISTS (SELECT FROM e_any_completed(p_group_id, x.run, d.last_pos))
+    ), ins AS (
+        INSERT INTO run_acks (slot, group_id, pos, last_pos, acked_at)
+        SELECT w.part, p_group_id, w.run, w.last_pos, clock_timestamp() FROM whole w
+        WHERE (SELECT count(*) FROM whole) = (SELECT count(*) FROM named)
+          AND (SELECT count(*) FROM r) = cardinality(p_receipts)
+        ON CONFLICT DO NOTHING
+        RETURNING last_pos - pos + 1 AS n
+    )
+    SELECT sum(ins.n) INTO n FROM ins;
+    IF n > 0 THEN
+        RETURN n;
+    END IF;
     -- A run whose every position is current here is completed with one
     -- run_acks row; the other positions with an acks row each.
     WITH c AS MATERIALIZED (

@@ -6,7 +6,10 @@
 -- 1. Number what committed since the last cut (e_cut), unless another
 --    receive of the queue is cutting: then take what is numbered, and only
 --    if that is nothing, wait for the cut (at most 100 ms) and try again once.
--- 2. Take from the group's lanes that have work, each under
+-- 2. When there is nothing to number and no priority, the fast path
+--    (engine_fast.sql): lock one lane with work and take from it. Else, or
+--    when that lane needs more than taking:
+--    take from the group's lanes that have work, each under
 --    its try-lock: a lane another receive holds is skipped, not waited for
 --    (with lanes = 1, waited for: e_lock_lane).
 --    Lanes with prioritized messages come first, then
@@ -32,6 +35,7 @@ DECLARE
     v_uncut boolean;
     v_lanes smallint[];
     v_tops int[];
+    v_lane smallint;
 BEGIN
     IF cardinality(p_ack) > 0 THEN
         PERFORM e_ack(g.id, p_ack);   -- the previous batch of a consumer loop
@@ -42,19 +46,29 @@ BEGIN
     IF q.lanes = 1 THEN
         PERFORM e_lock_lane(g.id, 0::smallint, 1);
     END IF;
-    -- An idle poll costs two statements: nothing committed to number and
-    -- no lane with work, so nothing to pick.
+    pk := ROW('{}', '{}', '{}', '{}', '{}', '{}', '{}');
+    -- Nothing committed to number and no priorities: the fast path
+    -- (engine_fast.sql) locks a lane with work and, if that lane needs
+    -- nothing but taking, takes from it. No free lane with work: nothing
+    -- to pick (an idle poll costs three statements).
     v_uncut := e_uncut();
-    IF NOT v_uncut THEN
+    IF NOT v_uncut AND NOT EXISTS (SELECT 1 FROM prio) THEN
+        v_lane := e_fast_lane(g.id, q.lanes, v_now, v_start);
+        IF v_lane IS NULL THEN
+            v_lanes := '{}';
+        ELSE
+            pk := coalesce(e_take_fast(q.id, g.id, v_lane, max_messages, v_now), pk);
+        END IF;
+    END IF;
+    IF NOT v_uncut AND v_lanes IS NULL AND cardinality(pk.pos) = 0 THEN
         SELECT w.lanes, w.tops INTO v_lanes, v_tops
         FROM e_work_lanes(g.id, q.lanes, v_now, v_start, EXISTS (SELECT 1 FROM prio)) w;
     END IF;
-    pk := ROW('{}', '{}', '{}', '{}', '{}', '{}', '{}');
     -- A receive that finds nothing while another one of the queue is
     -- cutting waits for that cut (at most 100 ms: e_wait_for_cut) and looks
     -- again, rather than return nothing while messages are being numbered.
     FOR v_pass IN 1..2 LOOP
-        EXIT WHEN NOT v_uncut AND cardinality(v_lanes) = 0;
+        EXIT WHEN cardinality(pk.pos) > 0 OR (NOT v_uncut AND cardinality(v_lanes) = 0);
         SELECT * INTO r FROM e_pick(q, g, max_messages, v_now, v_start, v_uncut, v_lanes, v_tops);
         pk := r.pk;
         EXIT WHEN cardinality(pk.pos) > 0 OR NOT r.cut_busy OR v_pass = 2 OR NOT e_wait_for_cut(q.id);

@@ -1,0 +1,151 @@
+package sqlsrc_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// calls runs f in a transaction that counts function calls
+// (track_functions), and returns how often each of the named engine
+// functions was called in it.
+func (b *bundle) calls(f func(tx pgx.Tx), names ...string) map[string]int64 {
+	b.t.Helper()
+	tx, err := b.pool.Begin(b.ctx)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	defer tx.Rollback(context.Background()) //nolint:errcheck
+	if _, err := tx.Exec(b.ctx, "SET LOCAL track_functions = 'all'"); err != nil {
+		b.t.Fatal(err)
+	}
+	f(tx)
+	got := map[string]int64{}
+	for _, name := range names {
+		var n int64
+		if err := tx.QueryRow(b.ctx, `SELECT coalesce(sum(calls), 0) FROM pg_stat_xact_user_functions
+		                             WHERE schemaname LIKE 'sluice_q%' AND funcname = $1`, name).Scan(&n); err != nil {
+			b.t.Fatal(err)
+		}
+		got[name] = n
+	}
+	if err := tx.Commit(b.ctx); err != nil {
+		b.t.Fatal(err)
+	}
+	return got
+}
+
+// A receive with nothing to number, on lanes that need nothing but taking,
+// takes the fast path (e_fast_lane, e_take_fast), not e_pick; an ack that
+// names whole runs completes them without looking at each position
+// (e_current_deliveries). The results are those of the full path.
+func TestFastPathsAreTaken(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.createQueue("q", `{"lanes": 4}`)
+	b.exec(`SELECT sluice.send_batch('q', array(SELECT jsonb_build_object('n', g) FROM generate_series(1, 400) g))`)
+	// Warm up: the first receive cuts, and a lane's first receive makes its
+	// state; both take the full path.
+	schema := fmt.Sprintf("sluice_q%d", b.int64("SELECT id FROM sluice.queue WHERE name = 'q'"))
+	var first []msg
+	for i := 0; i < 50 && b.int64("SELECT count(DISTINCT lane) FROM "+schema+".group_states") < 4; i++ {
+		first = append(first, b.receive("q", "default", 1, "")...)
+	}
+	b.ack("q", "default", receipts(first)...)
+
+	var got []msg
+	n := b.calls(func(tx pgx.Tx) {
+		var err error
+		if got, err = receiveOn(b.ctx, tx, "q", "default", 25, ""); err != nil {
+			t.Fatal(err)
+		}
+	}, "e_fast_lane", "e_take_fast", "e_pick")
+	if n["e_fast_lane"] != 1 || n["e_take_fast"] != 1 || n["e_pick"] != 0 {
+		t.Fatalf("receive called e_fast_lane %d, e_take_fast %d, e_pick %d times: want 1, 1, 0",
+			n["e_fast_lane"], n["e_take_fast"], n["e_pick"])
+	}
+	if len(got) != 25 {
+		t.Fatalf("the fast path took %d, want 25 (a lane holds 100)", len(got))
+	}
+	seen := map[int64]bool{}
+	for _, m := range first {
+		seen[m.ID] = true
+	}
+	for i, m := range got {
+		if seen[m.ID] || m.Attempt != 1 {
+			t.Fatalf("message %d: id %d (seen before: %v), attempt %d", i, m.ID, seen[m.ID], m.Attempt)
+		}
+		if i > 0 && m.Pos != got[i-1].Pos+1 {
+			t.Fatalf("positions %d then %d: a lane's batch is taken in order", got[i-1].Pos, m.Pos)
+		}
+	}
+
+	var acked int
+	n = b.calls(func(tx pgx.Tx) {
+		if err := tx.QueryRow(b.ctx, "SELECT sluice.ack('q', 'default', $1)", receipts(got)).Scan(&acked); err != nil {
+			t.Fatal(err)
+		}
+	}, "e_current_deliveries")
+	if acked != 25 || n["e_current_deliveries"] != 0 {
+		t.Fatalf("ack of a whole run = %d with %d calls of e_current_deliveries, want 25 and 0", acked, n["e_current_deliveries"])
+	}
+	if rows, positions := b.runRows("q", "acks"); positions != int64(len(first)+25) || rows != int64(len(first)+1) {
+		t.Fatalf("%d completion rows for %d positions, want %d for %d", rows, positions, len(first)+1, len(first)+25)
+	}
+	// Acked again: nothing is current any more, by either path.
+	if again := b.ack("q", "default", receipts(got)...); again != 0 {
+		t.Fatalf("second ack of the run = %d, want 0", again)
+	}
+}
+
+// The fast ack declines, and the full path decides, when a receipt is not
+// part of a whole run: part of a run, a receipt repeated, a run with one
+// message extended (a lease row of its own), or a forged token.
+func TestFastAckDeclines(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.createQueue("q", `{"lanes": 1}`)
+	b.exec(`SELECT sluice.send_batch('q', array(SELECT jsonb_build_object('n', g) FROM generate_series(1, 40) g))`)
+	b.receive("q", "default", 1, "") // cuts
+	run := b.receive("q", "default", 10, "")
+	if len(run) != 10 {
+		t.Fatalf("got %d, want 10", len(run))
+	}
+	rs := receipts(run)
+	for _, c := range []struct {
+		name     string
+		receipts []string
+		want     int
+	}{
+		{"forged token", append(append([]string{}, rs[:9]...), forge(rs[9])), 9},
+		{"the last one, left", []string{rs[9]}, 1},
+		{"all again, repeated", append(rs, rs...), 0},
+	} {
+		if got := b.ack("q", "default", c.receipts...); got != c.want {
+			t.Fatalf("%s: ack = %d, want %d", c.name, got, c.want)
+		}
+	}
+	ext := b.receive("q", "default", 5, "")
+	var n int
+	if err := b.pool.QueryRow(b.ctx, "SELECT sluice.extend('q', 'default', $1, '1 minute')",
+		[]string{ext[2].Receipt}).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("extend: %d, %v", n, err)
+	}
+	if got := b.ack("q", "default", receipts(ext)...); got != 5 {
+		t.Fatalf("ack of a run with one message extended (same receipt, a lease of its own) = %d, want 5", got)
+	}
+	if got := b.int64("SELECT lag FROM sluice.status('q')"); got != 40-10-5 {
+		t.Fatalf("lag %d, want %d", got, 40-10-5)
+	}
+}
+
+// forge changes a receipt's token.
+func forge(receipt string) string {
+	var slot, pos, attempt, token, first int64
+	if _, err := fmt.Sscanf(receipt, "%d.%d.%d.%d.%d", &slot, &pos, &attempt, &token, &first); err != nil {
+		return receipt + "x"
+	}
+	return fmt.Sprintf("%d.%d.%d.%d.%d", slot, pos, attempt, token+1, first)
+}

@@ -1,0 +1,136 @@
+-- Group: engine templates - the receive's fast path (see engine_cut.sql for
+-- what a template is)
+--
+-- Most receives of a busy queue find the same thing: nothing new to number,
+-- no priorities, and a lane whose next batch holds only unkeyed messages,
+-- with no expired lease, blocked key or low-water mark due. For those,
+-- e_receive replaces e_work_lanes, e_pick and e_take (a dozen statements
+-- and as many PL/pgSQL calls per lane) by two statements: e_fast_lane locks
+-- a lane with work, e_take_fast takes from its next batch and writes its new
+-- state. Whatever else a lane needs (a cut, a redelivery, a key, a
+-- priority, a checkpoint, a first state), e_take_fast declines and the full
+-- path runs; the lock e_fast_lane took is the one e_pick would take.
+
+-- e_fast_lane: the first lane of a group, from p_start on, that has work as
+-- e_work_lanes counts it (numbered positions after its cursor, expired
+-- leases, blocked keys, a low-water mark due, or no state yet) and whose
+-- try-lock this receive gets. A lane is locked only once it is known to
+-- have work (CASE orders the tests), and the lanes after the first one
+-- locked are not looked at.
+--
+-- Parameters:
+--   p_group_id  group id
+--   p_lanes     the queue's number of lanes
+--   p_now       the receive's time
+--   p_start     the lane to start from
+-- Returns: the lane, locked until the transaction ends, or NULL: no lane
+--          with work is free
+CREATE OR REPLACE FUNCTION sluice_tmpl.e_fast_lane(p_group_id int, p_lanes int, p_now timestamptz, p_start int)
+RETURNS smallint
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    -- (no ORDER BY: a sort would read, and lock, every lane before the
+    -- first is returned; the nested loop keeps generate_series' order)
+    RETURN (
+        SELECT l.lane
+        FROM generate_series(0, p_lanes - 1) AS t(i)
+        CROSS JOIN LATERAL (SELECT ((p_start + t.i) % p_lanes)::smallint AS lane) l
+        LEFT JOIN LATERAL (SELECT s.cursor, s.lwm, s.scan_from, s.lwm_at, s.bkeys FROM group_states s
+                           WHERE s.group_id = p_group_id AND s.lane = l.lane ORDER BY s.seq DESC LIMIT 1) s ON true
+        WHERE CASE WHEN s.cursor IS NULL
+                     OR s.bkeys IS NOT NULL
+                     OR (s.lwm <= s.cursor AND s.lwm_at <= p_now - interval '1 second')
+                     OR EXISTS (SELECT 1 FROM batches b
+                                WHERE b.lane = l.lane AND b.last_pos > s.cursor AND b.last_pos >= b.first_pos)
+                     OR EXISTS (SELECT 1 FROM deliveries d
+                                WHERE d.group_id = p_group_id AND d.lane = l.lane AND d.expires_at >= s.scan_from
+                                  AND d.expires_at <= p_now)
+                     OR EXISTS (SELECT 1 FROM runs ru
+                                WHERE ru.group_id = p_group_id AND ru.lane = l.lane AND ru.expires_at >= s.scan_from
+                                  AND ru.expires_at <= p_now)
+                   THEN pg_try_advisory_xact_lock(sluice._lane_lock(p_group_id, l.lane))
+                   ELSE false END
+        LIMIT 1);
+END
+$$;
+
+-- e_take_fast: step 4 of e_take (engine_take.sql) on a lane the caller has
+-- locked, in one statement, when the lane needs nothing else: it has a
+-- state, no blocked key or priority level, no lease expired since its last
+-- scan, no low-water mark due; its next batch after the cursor has no keyed
+-- or prioritized message, and nothing ahead of the cursor is completed.
+-- Takes from that batch the positions after the cursor meant for the group,
+-- in order, up to p_need, and writes the lane's new state (its cursor
+-- moved) in the same statement.
+--
+-- Parameters:
+--   p_queue_id  queue id
+--   p_group_id  group id
+--   p_lane      the lane, locked by the caller
+--   p_need      how many to take at most
+--   p_now       the receive's time
+-- Returns: the picks, or NULL when the lane needs the full path (then
+--          nothing was written)
+CREATE OR REPLACE FUNCTION sluice_tmpl.e_take_fast(p_queue_id int, p_group_id int, p_lane smallint, p_need int,
+                                                   p_now timestamptz)
+RETURNS sluice.picks
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    pk sluice.picks;
+BEGIN
+    WITH s AS MATERIALIZED (
+        SELECT s.seq, s.cursor, s.lwm, s.scan_from, s.lwm_at
+        FROM (SELECT ss.* FROM group_states ss
+              WHERE ss.group_id = p_group_id AND ss.lane = p_lane ORDER BY ss.seq DESC LIMIT 1) s
+        WHERE s.bkeys IS NULL AND s.lv_prio IS NULL
+          AND NOT (s.lwm <= s.cursor AND s.lwm_at <= p_now - interval '1 second')
+          AND NOT EXISTS (SELECT 1 FROM deliveries d
+                          WHERE d.group_id = p_group_id AND d.lane = p_lane AND d.expires_at >= s.scan_from
+                            AND d.expires_at <= p_now)
+          AND NOT EXISTS (SELECT 1 FROM runs ru
+                          WHERE ru.group_id = p_group_id AND ru.lane = p_lane AND ru.expires_at >= s.scan_from
+                            AND ru.expires_at <= p_now)
+    ), b AS MATERIALIZED (
+        SELECT s.*, bb.first_pos, bb.ids, bb.txids, bb.slots, bb.targets,
+               greatest(s.cursor - bb.first_pos + 2, 1) AS vfrom,
+               least(bb.last_pos - bb.first_pos + 1, greatest(s.cursor - bb.first_pos + 2, 1) + 2 * p_need + 15) AS vto
+        FROM s
+        CROSS JOIN LATERAL (SELECT * FROM batches bb
+                            WHERE bb.lane = p_lane AND bb.last_pos > s.cursor AND bb.last_pos >= bb.first_pos
+                            ORDER BY bb.last_pos LIMIT 1) bb
+        WHERE bb.keys IS NULL AND bb.prios IS NULL
+    ), w AS MATERIALIZED (
+        -- (completed ahead of the cursor happens only after a crash, see
+        -- e_lane_state: the full path takes care of it)
+        SELECT b.* FROM b
+        WHERE NOT EXISTS (SELECT FROM e_any_completed(p_group_id, b.first_pos + b.vfrom - 1, b.first_pos + b.vto - 1))
+    ), t AS MATERIALIZED (
+        SELECT count(*)::int AS n, max(f.pos) AS last_taken, array_agg(f.pos) AS pos, array_agg(f.id) AS id,
+               array_agg(f.txid) AS txid, array_agg(f.slot) AS slot
+        FROM (SELECT b.first_pos + b.vfrom + x.o - 2 AS pos, x.id, x.txid, x.slot
+              FROM w b
+              CROSS JOIN LATERAL unnest(b.ids[b.vfrom:b.vto], b.txids[b.vfrom:b.vto], b.slots[b.vfrom:b.vto],
+                                        b.targets[b.vfrom:b.vto]) WITH ORDINALITY AS x(id, txid, slot, tg, o)
+              WHERE x.tg IS NULL OR x.tg = p_group_id
+              ORDER BY x.o
+              LIMIT p_need) f
+    ), st AS (
+        INSERT INTO group_states (slot, group_id, lane, seq, cursor, lwm, scan_from, lwm_at)
+        SELECT (SELECT e.epoch FROM sluice.epoch e WHERE e.queue_id = p_queue_id ORDER BY e.epoch DESC LIMIT 1) % 4,
+               p_group_id, p_lane, b.seq + 1,
+               CASE WHEN t.n < p_need THEN b.first_pos + b.vto - 1 ELSE t.last_taken END,
+               b.lwm, b.scan_from, b.lwm_at
+        FROM w b CROSS JOIN t
+        WHERE t.n > 0
+        RETURNING 1
+    )
+    SELECT t.pos, t.id, t.txid, t.slot, array_fill(1, ARRAY[t.n]), array_fill(NULL::bigint, ARRAY[t.n]),
+           array_fill(p_lane, ARRAY[t.n])
+    INTO pk   -- (a row target: one column per field)
+    FROM t
+    WHERE EXISTS (SELECT FROM st);
+    RETURN pk;
+END
+$$;
