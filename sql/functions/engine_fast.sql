@@ -58,11 +58,12 @@ $$;
 -- e_take_fast: step 4 of e_take (engine_take.sql) on a lane the caller has
 -- locked, in one statement, when the lane needs nothing else: it has a
 -- state, no blocked key or priority level, no lease expired since its last
--- scan, no low-water mark due; its next batch after the cursor has no keyed
--- or prioritized message, and nothing ahead of the cursor is completed.
--- Takes from that batch the positions after the cursor meant for the group,
--- in order, up to p_need, and writes the lane's new state (its cursor
--- moved) in the same statement.
+-- scan, no low-water mark due; its next batches after the cursor (up to
+-- four, as many as p_need calls for) have no keyed or prioritized message,
+-- and nothing ahead of the cursor is completed. Takes from those batches
+-- the positions after the cursor meant for the group, in order, up to
+-- p_need, and writes the lane's new state (its cursor moved) in the same
+-- statement.
 --
 -- Parameters:
 --   p_queue_id  queue id
@@ -93,37 +94,54 @@ BEGIN
                           WHERE ru.group_id = p_group_id AND ru.lane = p_lane AND ru.expires_at >= s.scan_from
                             AND ru.expires_at <= p_now)
     ), b AS MATERIALIZED (
-        SELECT s.*, bb.first_pos, bb.ids, bb.txids, bb.slots, bb.targets,
+        -- the next batches after the cursor (up to 4), and the window of
+        -- each that would be looked at: a little more than needed, in case
+        -- some positions are retries meant for other groups
+        SELECT s.*, bb.first_pos, bb.last_pos, bb.ids, bb.txids, bb.slots, bb.targets,
+               bb.keys IS NULL AND bb.prios IS NULL AS plain,
                greatest(s.cursor - bb.first_pos + 2, 1) AS vfrom,
                least(bb.last_pos - bb.first_pos + 1, greatest(s.cursor - bb.first_pos + 2, 1) + 2 * p_need + 15) AS vto
         FROM s
         CROSS JOIN LATERAL (SELECT * FROM batches bb
                             WHERE bb.lane = p_lane AND bb.last_pos > s.cursor AND bb.last_pos >= bb.first_pos
-                            ORDER BY bb.last_pos LIMIT 1) bb
-        WHERE bb.keys IS NULL AND bb.prios IS NULL
-    ), w AS MATERIALIZED (
-        -- (completed ahead of the cursor happens only after a crash, see
-        -- e_lane_state: the full path takes care of it)
-        SELECT b.* FROM b
-        WHERE NOT EXISTS (SELECT FROM e_any_completed(p_group_id, b.first_pos + b.vfrom - 1, b.first_pos + b.vto - 1))
+                            ORDER BY bb.last_pos LIMIT 4) bb
+    ), p AS MATERIALIZED (
+        -- those needed, while they have no keyed or prioritized message
+        SELECT b.*, b.vto < b.last_pos - b.first_pos + 1 AS truncated
+        FROM (SELECT b.*, bool_and(b.plain) OVER w AS all_plain,
+                     coalesce(sum(b.vto - b.vfrom + 1) OVER w - (b.vto - b.vfrom + 1), 0) AS before
+              FROM b
+              WINDOW w AS (ORDER BY b.last_pos ROWS UNBOUNDED PRECEDING)) b
+        WHERE b.all_plain AND b.before < p_need
+          -- (completed ahead of the cursor happens only after a crash, see
+          -- e_lane_state: the full path takes care of it)
+          AND NOT EXISTS (SELECT FROM e_any_completed(p_group_id, b.first_pos + b.vfrom - 1, b.first_pos + b.vto - 1))
     ), t AS MATERIALIZED (
-        SELECT count(*)::int AS n, max(f.pos) AS last_taken, array_agg(f.pos) AS pos, array_agg(f.id) AS id,
-               array_agg(f.txid) AS txid, array_agg(f.slot) AS slot
+        SELECT count(*)::int AS n, max(f.pos) AS last_taken, array_agg(f.pos ORDER BY f.pos) AS pos,
+               array_agg(f.id ORDER BY f.pos) AS id, array_agg(f.txid ORDER BY f.pos) AS txid,
+               array_agg(f.slot ORDER BY f.pos) AS slot
         FROM (SELECT b.first_pos + b.vfrom + x.o - 2 AS pos, x.id, x.txid, x.slot
-              FROM w b
+              FROM p b
               CROSS JOIN LATERAL unnest(b.ids[b.vfrom:b.vto], b.txids[b.vfrom:b.vto], b.slots[b.vfrom:b.vto],
                                         b.targets[b.vfrom:b.vto]) WITH ORDINALITY AS x(id, txid, slot, tg, o)
               WHERE x.tg IS NULL OR x.tg = p_group_id
-              ORDER BY x.o
+              ORDER BY b.last_pos, x.o
               LIMIT p_need) f
+    ), nx AS (
+        -- the new cursor: the last position taken, or, with fewer than
+        -- p_need, the end of what was looked at (NULL: a window left part of
+        -- its batch unseen; the full path goes on from there)
+        SELECT s.seq, s.lwm, s.scan_from, s.lwm_at,
+               CASE WHEN t.n = p_need THEN t.last_taken
+                    WHEN NOT (SELECT bool_or(p.truncated) FROM p) THEN (SELECT max(p.last_pos) FROM p) END AS cursor
+        FROM s CROSS JOIN t
+        WHERE t.n > 0
     ), st AS (
         INSERT INTO group_states (slot, group_id, lane, seq, cursor, lwm, scan_from, lwm_at)
         SELECT (SELECT e.epoch FROM sluice.epoch e WHERE e.queue_id = p_queue_id ORDER BY e.epoch DESC LIMIT 1) % 4,
-               p_group_id, p_lane, b.seq + 1,
-               CASE WHEN t.n < p_need THEN b.first_pos + b.vto - 1 ELSE t.last_taken END,
-               b.lwm, b.scan_from, b.lwm_at
-        FROM w b CROSS JOIN t
-        WHERE t.n > 0
+               p_group_id, p_lane, nx.seq + 1, nx.cursor, nx.lwm, nx.scan_from, nx.lwm_at
+        FROM nx
+        WHERE nx.cursor IS NOT NULL
         RETURNING 1
     )
     SELECT t.pos, t.id, t.txid, t.slot, array_fill(1, ARRAY[t.n]), array_fill(NULL::bigint, ARRAY[t.n]),
