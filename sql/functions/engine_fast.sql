@@ -1,22 +1,25 @@
 -- Group: engine templates - the receive's fast path (see engine_cut.sql for
 -- what a template is)
 --
--- Most receives of a busy queue find the same thing: nothing new to number,
--- no priorities, and a lane whose next batch holds only unkeyed messages,
--- with no expired lease, blocked key or low-water mark due. For those,
--- e_receive replaces e_work_lanes, e_pick and e_take (a dozen statements
--- and as many PL/pgSQL calls per lane) by two statements: e_fast_lane locks
--- a lane with work, e_take_fast takes from its next batch and writes its new
--- state. Whatever else a lane needs (a cut, a redelivery, a key, a
--- priority, a checkpoint, a first state), e_take_fast declines and the full
--- path runs; the lock e_fast_lane took is the one e_pick would take.
+-- Most receives of a busy queue find the same thing: no priorities, and a
+-- lane whose next batches hold only unkeyed messages, with no expired
+-- lease, blocked key or low-water mark due. For those, e_receive replaces
+-- e_uncut, the cut, e_work_lanes, e_pick and e_take (a dozen statements and
+-- as many PL/pgSQL calls per lane) by two statements: e_fast_lane locks a
+-- lane with work, e_take_fast takes from its next batches and writes its
+-- new state. It runs before any cut: numbered messages are older than those
+-- not yet numbered, so they go first, and a receive cuts when it finds
+-- nothing numbered to take. Whatever else a lane needs (a redelivery, a
+-- key, a priority, a checkpoint, a first state), e_take_fast declines and
+-- the full path runs; the lock e_fast_lane took is the one e_pick would
+-- take.
 
--- e_fast_lane: the first lane of a group, from p_start on, that has work as
--- e_work_lanes counts it (numbered positions after its cursor, expired
--- leases, blocked keys, a low-water mark due, or no state yet) and whose
--- try-lock this receive gets. A lane is locked only once it is known to
--- have work (CASE orders the tests), and the lanes after the first one
--- locked are not looked at.
+-- e_fast_lane: the first lane of a group, from p_start on, that has work
+-- (e_lanes_with_work) and whose try-lock this receive gets. The lock is
+-- tried only on a lane known to have work (a volatile condition stays
+-- above the inlined function's), and the lanes after the first one locked
+-- are not looked at (no ORDER BY: a sort would read, and lock, every lane
+-- first; the function yields them in turn order).
 --
 -- Parameters:
 --   p_group_id  group id
@@ -30,28 +33,9 @@ RETURNS smallint
 LANGUAGE plpgsql
 AS $$
 BEGIN
-    -- (no ORDER BY: a sort would read, and lock, every lane before the
-    -- first is returned; the nested loop keeps generate_series' order)
-    RETURN (
-        SELECT l.lane
-        FROM generate_series(0, p_lanes - 1) AS t(i)
-        CROSS JOIN LATERAL (SELECT ((p_start + t.i) % p_lanes)::smallint AS lane) l
-        LEFT JOIN LATERAL (SELECT s.cursor, s.lwm, s.scan_from, s.lwm_at, s.bkeys FROM group_states s
-                           WHERE s.group_id = p_group_id AND s.lane = l.lane ORDER BY s.seq DESC LIMIT 1) s ON true
-        WHERE CASE WHEN s.cursor IS NULL
-                     OR s.bkeys IS NOT NULL
-                     OR (s.lwm <= s.cursor AND s.lwm_at <= p_now - interval '1 second')
-                     OR EXISTS (SELECT 1 FROM batches b
-                                WHERE b.lane = l.lane AND b.last_pos > s.cursor AND b.last_pos >= b.first_pos)
-                     OR EXISTS (SELECT 1 FROM deliveries d
-                                WHERE d.group_id = p_group_id AND d.lane = l.lane AND d.expires_at >= s.scan_from
-                                  AND d.expires_at <= p_now)
-                     OR EXISTS (SELECT 1 FROM runs ru
-                                WHERE ru.group_id = p_group_id AND ru.lane = l.lane AND ru.expires_at >= s.scan_from
-                                  AND ru.expires_at <= p_now)
-                   THEN pg_try_advisory_xact_lock(sluice._lane_lock(p_group_id, l.lane))
-                   ELSE false END
-        LIMIT 1);
+    RETURN (SELECT w.lane FROM e_lanes_with_work(p_group_id, p_lanes, p_now, p_start, false) w
+            WHERE pg_try_advisory_xact_lock(sluice._lane_lock(p_group_id, w.lane))
+            LIMIT 1);
 END
 $$;
 
@@ -149,6 +133,9 @@ BEGIN
     INTO pk   -- (a row target: one column per field)
     FROM t
     WHERE EXISTS (SELECT FROM st);
+    IF NOT FOUND THEN
+        RETURN NULL;   -- (not pk: a row of NULLs is not a NULL value to coalesce)
+    END IF;
     RETURN pk;
 END
 $$;

@@ -119,3 +119,48 @@ BEGIN
     RETURN (SELECT min(e_group_lwm(g, q.lanes)) FROM sluice.consumer_group g WHERE g.queue_id = q.id);
 END
 $$;
+
+-- e_lanes_with_work: the lanes of a group worth a try, in turn from p_start
+-- on: those with numbered positions after their cursor, leases that expired
+-- since their last scan, blocked keys, a low-water mark due for an update
+-- (once a second while messages are in flight), messages with a priority
+-- below 0 that may be left behind their cursor (only when p_prio), or no
+-- state yet. Read without the lanes' locks: whoever takes a lane reads its
+-- state again once it holds it. A set-returning SQL function, so that the
+-- planner inlines it into the caller's statement (e_work_lanes,
+-- e_fast_lane), and yields the lanes in turn order as it goes.
+--
+-- Parameters:
+--   p_group_id  group id
+--   p_lanes     the queue's number of lanes
+--   p_now       the receive's time
+--   p_start     the first lane in turn
+--   p_prio      whether the queue has prioritized messages
+-- Returns: (lane, turn, cursor): turn 0 for p_start; cursor NULL for a lane
+--          with no state
+SET check_function_bodies = off;   -- (a SQL template names the queue's tables: see engine_runs.sql)
+CREATE OR REPLACE FUNCTION sluice_tmpl.e_lanes_with_work(p_group_id int, p_lanes int, p_now timestamptz,
+                                                         p_start int, p_prio boolean)
+RETURNS TABLE (lane smallint, turn int, cursor bigint)
+LANGUAGE sql STABLE
+AS $$
+    SELECT l.lane, t.i, s.cursor
+    FROM generate_series(0, p_lanes - 1) AS t(i)
+    CROSS JOIN LATERAL (SELECT ((p_start + t.i) % p_lanes)::smallint AS lane) l
+    LEFT JOIN LATERAL (SELECT s.cursor, s.lwm, s.scan_from, s.lwm_at, s.bkeys FROM group_states s
+                       WHERE s.group_id = p_group_id AND s.lane = l.lane ORDER BY s.seq DESC LIMIT 1) s ON true
+    WHERE s.cursor IS NULL
+       OR s.bkeys IS NOT NULL
+       OR (s.lwm <= s.cursor AND s.lwm_at <= p_now - interval '1 second')
+       OR EXISTS (SELECT 1 FROM batches b
+                  WHERE b.lane = l.lane AND b.last_pos > s.cursor AND b.last_pos >= b.first_pos)
+       OR EXISTS (SELECT 1 FROM deliveries d
+                  WHERE d.group_id = p_group_id AND d.lane = l.lane AND d.expires_at >= s.scan_from
+                    AND d.expires_at <= p_now)
+       OR EXISTS (SELECT 1 FROM runs ru
+                  WHERE ru.group_id = p_group_id AND ru.lane = l.lane AND ru.expires_at >= s.scan_from
+                    AND ru.expires_at <= p_now)
+       OR (p_prio AND EXISTS (SELECT 1 FROM prio p WHERE p.lane = l.lane AND p.priority < 0
+                                                      AND p.pos >= s.lwm AND p.pos <= s.cursor))
+$$;
+RESET check_function_bodies;

@@ -3,21 +3,21 @@
 -- e_receive: the body of sluice.receive for this queue (see there).
 --
 -- 0. Complete p_ack, if given (e_ack).
--- 1. Number what committed since the last cut (e_cut), unless another
+-- 1. Unless the queue has priorities, the fast path (engine_fast.sql): lock
+--    one lane with work and take from it, if that is all it needs. When it
+--    took nothing:
+-- 2. Number what committed since the last cut (e_cut), unless another
 --    receive of the queue is cutting: then take what is numbered, and only
 --    if that is nothing, wait for the cut (at most 100 ms) and try again once.
--- 2. When there is nothing to number and no priority, the fast path
---    (engine_fast.sql): lock one lane with work and take from it. Else, or
---    when that lane needs more than taking:
---    take from the group's lanes that have work, each under
+-- 3. Take from the group's lanes that have work, each under
 --    its try-lock: a lane another receive holds is skipped, not waited for
 --    (with lanes = 1, waited for: e_lock_lane).
 --    Lanes with prioritized messages come first, then
 --    the others from a random lane on, until max_messages are picked;
 --    then, if it has room, messages with a priority below 0 of the lanes
 --    it holds (a second pass: they go only when nothing else is ready).
--- 3. Lease what was picked.
--- 4. About once a second per session, reclaim and rotate (e_maintain) unless
+-- 4. Lease what was picked.
+-- 5. About once a second per session, reclaim and rotate (e_maintain) unless
 --    another session is doing it.
 CREATE OR REPLACE FUNCTION sluice_tmpl.e_receive(q sluice.queue, g sluice.consumer_group, max_messages int,
                                                  p_lease interval, p_consumer text, p_ack text[])
@@ -36,6 +36,7 @@ DECLARE
     v_lanes smallint[];
     v_tops int[];
     v_lane smallint;
+    v_prio boolean;
 BEGIN
     IF cardinality(p_ack) > 0 THEN
         PERFORM e_ack(g.id, p_ack);   -- the previous batch of a consumer loop
@@ -47,22 +48,25 @@ BEGIN
         PERFORM e_lock_lane(g.id, 0::smallint, 1);
     END IF;
     pk := ROW('{}', '{}', '{}', '{}', '{}', '{}', '{}');
-    -- Nothing committed to number and no priorities: the fast path
-    -- (engine_fast.sql) locks a lane with work and, if that lane needs
-    -- nothing but taking, takes from it. No free lane with work: nothing
-    -- to pick (an idle poll costs three statements).
-    v_uncut := e_uncut();
-    IF NOT v_uncut AND NOT EXISTS (SELECT 1 FROM prio) THEN
+    -- The fast path first (engine_fast.sql), unless the queue has
+    -- priorities: lock a lane with work and, if it needs nothing but
+    -- taking, take from it. Numbered messages are older than those not yet
+    -- numbered, so they go first, and nothing is cut meanwhile: a receive
+    -- cuts when it finds nothing numbered to take.
+    v_prio := EXISTS (SELECT 1 FROM prio);
+    IF NOT v_prio THEN
         v_lane := e_fast_lane(g.id, q.lanes, v_now, v_start);
-        IF v_lane IS NULL THEN
-            v_lanes := '{}';
-        ELSE
+        IF v_lane IS NOT NULL THEN
             pk := coalesce(e_take_fast(q.id, g.id, v_lane, max_messages, v_now), pk);
         END IF;
     END IF;
-    IF NOT v_uncut AND v_lanes IS NULL AND cardinality(pk.pos) = 0 THEN
-        SELECT w.lanes, w.tops INTO v_lanes, v_tops
-        FROM e_work_lanes(g.id, q.lanes, v_now, v_start, EXISTS (SELECT 1 FROM prio)) w;
+    IF cardinality(pk.pos) = 0 THEN
+        v_uncut := e_uncut();
+        IF NOT v_uncut AND NOT v_prio AND v_lane IS NULL THEN
+            v_lanes := '{}';   -- nothing to number, no free lane with work: an idle poll
+        ELSIF NOT v_uncut THEN
+            SELECT w.lanes, w.tops INTO v_lanes, v_tops FROM e_work_lanes(g.id, q.lanes, v_now, v_start, v_prio) w;
+        END IF;
     END IF;
     -- A receive that finds nothing while another one of the queue is
     -- cutting waits for that cut (at most 100 ms: e_wait_for_cut) and looks
@@ -158,14 +162,9 @@ BEGIN
 END
 $$;
 
--- e_work_lanes: the lanes of a group worth a try, in one statement: those
--- with numbered positions after their cursor, leases that expired since
--- their last scan, blocked keys, messages with a priority below 0 that may
--- be left behind their cursor, a low-water mark due for an update (once a
--- second while messages are in flight), or no state yet. Lanes with a
--- prioritized message after their cursor first, highest first, then every
--- lane from p_start on. Read without the lanes' locks: e_take reads a lane's
--- state again once it holds it.
+-- e_work_lanes: the lanes of a group worth a try (e_lanes_with_work), in
+-- the order to try them: those with a prioritized message after their
+-- cursor first, highest first, then every lane from p_start on.
 --
 -- Parameters:
 --   p_group_id  group id
@@ -183,26 +182,11 @@ BEGIN
     SELECT coalesce(array_agg(c.lane ORDER BY c.top DESC NULLS LAST, c.turn), '{}'),
            coalesce(array_agg(c.top ORDER BY c.top DESC NULLS LAST, c.turn), '{}')
     INTO lanes, tops
-    FROM (SELECT l.lane::smallint AS lane, pr.top, (l.lane - p_start + p_lanes) % p_lanes AS turn
-          FROM generate_series(0, p_lanes - 1) AS l(lane)
-          LEFT JOIN LATERAL (SELECT s.cursor, s.lwm, s.scan_from, s.lwm_at, s.bkeys FROM group_states s
-                             WHERE s.group_id = p_group_id AND s.lane = l.lane ORDER BY s.seq DESC LIMIT 1) s ON true
+    FROM (SELECT w.lane, w.turn, pr.top
+          FROM e_lanes_with_work(p_group_id, p_lanes, p_now, p_start, p_prio) w
           LEFT JOIN LATERAL (SELECT max(p.priority) AS top FROM prio p
-                             WHERE p_prio AND p.lane = l.lane AND p.priority > 0
-                               AND p.pos > coalesce(s.cursor, 0)) pr ON true
-          WHERE s.cursor IS NULL
-             OR s.bkeys IS NOT NULL
-             OR (s.lwm <= s.cursor AND s.lwm_at <= p_now - interval '1 second')
-             OR EXISTS (SELECT 1 FROM batches b
-                        WHERE b.lane = l.lane AND b.last_pos > s.cursor AND b.last_pos >= b.first_pos)
-             OR EXISTS (SELECT 1 FROM deliveries d
-                        WHERE d.group_id = p_group_id AND d.lane = l.lane AND d.expires_at >= s.scan_from
-                          AND d.expires_at <= p_now)
-             OR EXISTS (SELECT 1 FROM runs ru
-                        WHERE ru.group_id = p_group_id AND ru.lane = l.lane AND ru.expires_at >= s.scan_from
-                          AND ru.expires_at <= p_now)
-             OR (p_prio AND EXISTS (SELECT 1 FROM prio p WHERE p.lane = l.lane AND p.priority < 0
-                                                            AND p.pos >= s.lwm AND p.pos <= s.cursor))) c;
+                             WHERE p_prio AND p.lane = w.lane AND p.priority > 0
+                               AND p.pos > coalesce(w.cursor, 0)) pr ON true) c;
 END
 $$;
 
