@@ -439,17 +439,6 @@ func TestReceiveWaitsForACutInProgress(t *testing.T) {
 	}
 
 	// A cutter that stays open delays others by the bound, not until it ends.
-	// Group other takes what is numbered first (a receive cuts only when it
-	// finds nothing numbered), so that its next receive cuts.
-	for {
-		got, err := receiveOn(b.ctx, b.pool, "q", "other", 100, "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(got) == 0 {
-			break
-		}
-	}
 	b.exec(`SELECT sluice.send_batch('q', array(SELECT jsonb_build_object('n', g) FROM generate_series(21, 40) g))`)
 	held, err := b.pool.Begin(b.ctx)
 	if err != nil {

@@ -1,18 +1,16 @@
 -- Group: engine templates - the receive's fast path (see engine_cut.sql for
 -- what a template is)
 --
--- Most receives of a busy queue find the same thing: no priorities, and a
--- lane whose next batches hold only unkeyed messages, with no expired
--- lease, blocked key or low-water mark due. For those, e_receive replaces
--- e_uncut, the cut, e_work_lanes, e_pick and e_take (a dozen statements and
--- as many PL/pgSQL calls per lane) by two statements: e_fast_lane locks a
--- lane with work, e_take_fast takes from its next batches and writes its
--- new state. It runs before any cut: numbered messages are older than those
--- not yet numbered, so they go first, and a receive cuts when it finds
--- nothing numbered to take. Whatever else a lane needs (a redelivery, a
--- key, a priority, a checkpoint, a first state), e_take_fast declines and
--- the full path runs; the lock e_fast_lane took is the one e_pick would
--- take.
+-- Most receives of a draining queue find the same thing: nothing new to
+-- number, no priorities, and a lane whose next batches hold only unkeyed
+-- messages, with no expired lease, blocked key or low-water mark due. For
+-- those, e_receive replaces e_work_lanes, e_pick and e_take (a dozen
+-- statements and as many PL/pgSQL calls per lane) by two statements:
+-- e_fast_lane locks a lane with work, e_take_fast takes from its next
+-- batches and writes its new state. Whatever else a lane needs (a
+-- redelivery, a key, a priority, a checkpoint, a first state), e_take_fast
+-- declines and the full path runs; the lock e_fast_lane took is the one
+-- e_pick would take.
 
 -- e_fast_lane: the first lane of a group, from p_start on, that has work
 -- (e_lanes_with_work) and whose try-lock this receive gets. The lock is
