@@ -111,13 +111,18 @@ func TestConcurrentConsumersUnderHeldXid(t *testing.T) {
 	if n := scalar[int64](t, db, "SELECT count(*) FROM pgmq.a_conc"); n == 0 || n == total {
 		t.Fatalf("a_conc has %d rows: the archiving consumer took none or all", n)
 	}
-	// the pool's sessions flush their statistics within a second or so of going idle
-	time.Sleep(2 * time.Second)
+	// Idle sessions flush their statistics within PostgreSQL's idle interval
+	// (10 s): wait for the inserts to show, up to 20 s.
 	var ins, dead int64
-	if err := db.QueryRow(ctxT(t), `
-		SELECT coalesce(sum(n_tup_ins), 0), coalesce(sum(n_dead_tup + n_tup_upd + n_tup_del), 0) FROM pg_stat_user_tables
-		 WHERE schemaname LIKE 'sluice_q%' OR (schemaname = 'pgmq' AND (relname LIKE '\_sl\_%' OR relname LIKE 'a\_%'))`).Scan(&ins, &dead); err != nil {
-		t.Fatal(err)
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(250 * time.Millisecond) {
+		if err := db.QueryRow(ctxT(t), `
+			SELECT coalesce(sum(n_tup_ins), 0), coalesce(sum(n_dead_tup + n_tup_upd + n_tup_del), 0) FROM pg_stat_user_tables
+			 WHERE schemaname LIKE 'sluice_q%' OR (schemaname = 'pgmq' AND (relname LIKE '\_sl\_%' OR relname LIKE 'a\_%'))`).Scan(&ins, &dead); err != nil {
+			t.Fatal(err)
+		}
+		if ins >= int64(total) || time.Now().After(deadline) {
+			break
+		}
 	}
 	if ins < total {
 		t.Fatalf("statistics show %d inserts: not flushed, the check would see nothing", ins)
