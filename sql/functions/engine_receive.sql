@@ -91,12 +91,7 @@ BEGIN
             SELECT k.*, mm.*, 1 + (random() * 999999999999999998)::bigint AS token
             FROM unnest(pk.pos, pk.id, pk.txid, pk.slot, pk.attempt, pk.key, pk.lane)
                  AS k(pos, id, txid, slot, attempt, kh, lane)
-            CROSS JOIN LATERAL (
-                SELECT m.attempt_base, coalesce(m.origin_id, m.id) AS public_id, m.body, m.headers, m.key AS mkey,
-                       m.priority, m.sent_at
-                FROM messages m
-                WHERE m.slot = k.slot AND m.txid = k.txid AND m.id = k.id
-                LIMIT 1) mm
+            CROSS JOIN LATERAL e_message(k.slot, k.txid, k.id) mm
             WHERE mm.attempt_base + k.attempt <= q.max_attempts
         ), ins AS (
             INSERT INTO deliveries (slot, group_id, lane, pos, attempt, token, msg_id, txid, expires_at, delivered_at,
@@ -118,12 +113,7 @@ BEGIN
                         ELSE -k.o END AS grp
             FROM unnest(pk.pos, pk.id, pk.txid, pk.slot, pk.attempt, pk.key, pk.lane)
                  WITH ORDINALITY AS k(pos, id, txid, slot, attempt, kh, lane, o)
-            CROSS JOIN LATERAL (
-                SELECT m.attempt_base, coalesce(m.origin_id, m.id) AS public_id, m.body, m.headers, m.key AS mkey,
-                       m.priority, m.sent_at
-                FROM messages m
-                WHERE m.slot = k.slot AND m.txid = k.txid AND m.id = k.id
-                LIMIT 1) mm
+            CROSS JOIN LATERAL e_message(k.slot, k.txid, k.id) mm
             WHERE mm.attempt_base + k.attempt <= q.max_attempts
         ), rn AS MATERIALIZED (
             SELECT k.lane, k.slot, k.grp, min(k.pos) AS first_pos, max(k.pos) AS last_pos,
@@ -161,6 +151,30 @@ BEGIN
     END IF;
 END
 $$;
+
+-- e_message: the message a pick names (its slot, txid and id), as the
+-- lease statements and e_lease_leftovers read it: no row when it is gone
+-- (its slot reclaimed, the queue purged). A set-returning SQL function
+-- without SET clauses, so that the planner inlines it into the calling
+-- statement; its body names the queue's messages table, resolved where it
+-- is inlined, so it is not checked when it is created (see engine_runs.sql).
+--
+-- Parameters:
+--   p_slot, p_txid, p_id  the pick
+-- Returns: (attempt_base, public_id: the id the message was first sent
+--          with, body, headers, mkey: its key, priority, sent_at)
+SET check_function_bodies = off;
+CREATE OR REPLACE FUNCTION sluice_tmpl.e_message(p_slot smallint, p_txid xid8, p_id bigint)
+RETURNS TABLE (attempt_base int, public_id bigint, body jsonb, headers jsonb, mkey text, priority int,
+               sent_at timestamptz)
+LANGUAGE sql STABLE
+AS $$
+    SELECT m.attempt_base, coalesce(m.origin_id, m.id), m.body, m.headers, m.key, m.priority, m.sent_at
+    FROM messages m
+    WHERE m.slot = p_slot AND m.txid = p_txid AND m.id = p_id
+    LIMIT 1
+$$;
+RESET check_function_bodies;
 
 -- e_work_lanes: the lanes of a group worth a try (e_lanes_with_work), in
 -- the order to try them: those with a prioritized message after their
@@ -439,8 +453,7 @@ BEGIN
     FOR r IN
         SELECT k.pos, k.id, k.txid, k.slot, k.attempt, mm.attempt_base
         FROM unnest(pk.pos, pk.id, pk.txid, pk.slot, pk.attempt) AS k(pos, id, txid, slot, attempt)
-        LEFT JOIN LATERAL (SELECT m.attempt_base FROM messages m
-                           WHERE m.slot = k.slot AND m.txid = k.txid AND m.id = k.id LIMIT 1) mm ON true
+        LEFT JOIN e_message(k.slot, k.txid, k.id) mm ON true
         WHERE mm.attempt_base IS NULL OR mm.attempt_base + k.attempt > q.max_attempts
     LOOP
         IF r.attempt_base IS NULL THEN
