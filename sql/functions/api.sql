@@ -327,7 +327,8 @@ $$;
 --   priority    the priority given to send
 --   sent_at     when the message was first sent
 --   deliver_at  when it becomes deliverable if sent with a delay, else NULL
---               (of the message as sent; its retries have their own backoff)
+--               (of the message as first sent, or of its earliest copy once
+--               that is reclaimed; retries have their own backoff)
 --   resent_to   the groups it was sent to again (a retry after a nack, or a
 --               redrive), or NULL
 -- Errors: SL001, SL002, SL006 (max_messages)

@@ -7,10 +7,11 @@
 -- e_completed (engine_runs.sql), as receipts see it.
 
 -- e_peek: the body of sluice.peek for this queue (see there): the messages
--- stored in the queue, one row per message id (a retry or redrive copy
--- keeps its message's id, body, headers, key, priority and sent_at: it is
--- not a row of its own, it names its group in resent_to), by id, the first
--- p_max after p_after.
+-- stored in the queue, one row per message id, by id, the first p_max
+-- after p_after. A retry or redrive copy keeps its message's id, body,
+-- headers, key, priority and sent_at: it gets no row of its own, its group
+-- is named in resent_to. The row shown is the one first sent while it is
+-- stored, else (reclaimed) the earliest copy.
 --
 -- The queue's messages have no index on id (sends would pay for it): this
 -- reads them twice, the first time for the ids only (the page's last id),
