@@ -51,6 +51,10 @@ func TestNullsAndHugeInputs(t *testing.T) {
 		{"SELECT sluice.extend('q', 'default', ARRAY[$1], NULL)", []any{r}, "SL006"},
 		{"SELECT * FROM sluice.dead_letters(NULL)", nil, "SL001"},
 		{"SELECT * FROM sluice.dead_letters('q', NULL, NULL)", nil, "SL006"},
+		{"SELECT * FROM sluice.peek(NULL)", nil, "SL001"},
+		{"SELECT * FROM sluice.peek('q', NULL)", nil, "SL006"},
+		{"SELECT * FROM sluice.leases(NULL)", nil, "SL001"},
+		{"SELECT * FROM sluice.leases('q', 'default', NULL)", nil, "SL006"},
 		{"SELECT sluice.redrive(NULL)", nil, "SL001"},
 		// huge inputs
 		{"SELECT sluice.create_queue($1)", []any{long}, "SL001"},
@@ -77,6 +81,8 @@ func TestNullsAndHugeInputs(t *testing.T) {
 	ok := []string{
 		"SELECT * FROM sluice.status(NULL)",
 		"SELECT * FROM sluice.dead_letters('q', NULL)",
+		"SELECT * FROM sluice.peek('q', 10, NULL)",
+		"SELECT * FROM sluice.leases('q', NULL)",
 		"SELECT sluice.redrive('q', NULL, NULL)",
 		"SELECT * FROM sluice.receive('q', 'default', 1, NULL, NULL)",
 		"SELECT sluice.send('q', '{}', headers => NULL, key => NULL, delay => NULL, dedup_key => NULL)",

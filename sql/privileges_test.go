@@ -23,7 +23,7 @@ import (
 // function.
 var (
 	producerFuncs = []string{"send", "send_batch", "version"}
-	consumerFuncs = []string{"ack", "dead_letters", "extend", "list_queues", "nack", "receive", "status", "version"}
+	consumerFuncs = []string{"ack", "dead_letters", "extend", "leases", "list_queues", "nack", "peek", "receive", "status", "version"}
 	publicFuncs   = []string{"version"}
 )
 
@@ -40,6 +40,8 @@ var apiCalls = map[string]string{
 	"extend":       `SELECT sluice.extend('q', 'default', ARRAY[]::text[], '1 minute')`,
 	"status":       `SELECT * FROM sluice.status('q')`,
 	"dead_letters": `SELECT * FROM sluice.dead_letters('q')`,
+	"peek":         `SELECT * FROM sluice.peek('q')`,
+	"leases":       `SELECT * FROM sluice.leases('q')`,
 	"list_queues":  `SELECT * FROM sluice.list_queues()`,
 	"create_queue": `SELECT sluice.create_queue('q2')`,
 	"drop_queue":   `SELECT sluice.drop_queue('q')`,

@@ -6,6 +6,7 @@ import (
 	"context"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"testing/fstest"
@@ -98,6 +99,23 @@ func TestUpgradeFromOneLockPerGroup(t *testing.T) {
 
 	if n := b.int64(`SELECT (options->>'lanes')::int FROM sluice.list_queues() WHERE queue = 'up'`); n != 1 {
 		t.Fatalf("upgraded queue has %d lanes, want 1", n)
+	}
+	// leases (new in the upgrade) reads the deliveries the old engine made.
+	var inFlight []int64
+	for _, l := range b.leases("up", nil, 1000) {
+		inFlight = append(inFlight, l.ID)
+	}
+	var wantInFlight []int64
+	for _, m := range stillLeased {
+		wantInFlight = append(wantInFlight, m.ID)
+	}
+	slices.Sort(inFlight)
+	slices.Sort(wantInFlight)
+	if !slices.Equal(inFlight, wantInFlight) {
+		t.Fatalf("leases after the upgrade: %v, want %v", inFlight, wantInFlight)
+	}
+	if n := len(b.peek("up", 1000, nil)); n != len(sent) {
+		t.Fatalf("peek after the upgrade: %d messages, want the %d sent", n, len(sent))
 	}
 	if n := b.ack("up", "default", receipts(stillLeased)...); n != len(stillLeased) {
 		t.Fatalf("acks of leases given before the upgrade: %d of %d", n, len(stillLeased))

@@ -172,3 +172,88 @@ func TestHealthAndUnknown(t *testing.T) {
 	}
 	_ = fmt.Sprint()
 }
+
+// Peek (GET .../messages) and leases: what is stored and what is in
+// flight, read by a consumer or an admin, refused to a producer; bad
+// parameters and unknown names get their problem.
+func TestPeekAndLeases(t *testing.T) {
+	ts := start(t)
+	ts.must(201, "POST", "/v1/queues", tokAdmin, map[string]any{"name": "jobs"})
+	var ids []float64
+	for i := range 5 {
+		ids = append(ids, ts.must(201, "POST", "/v1/queues/jobs/messages", tokProducer,
+			map[string]any{"body": map[string]any{"n": i}, "key": fmt.Sprint("k", i)})["id"].(float64))
+	}
+	page := ts.must(200, "GET", "/v1/queues/jobs/messages?max=3", tokConsumer, nil)["messages"].([]any)
+	if len(page) != 3 || page[0].(map[string]any)["id"] != ids[0] || page[2].(map[string]any)["id"] != ids[2] {
+		t.Fatalf("first page: %v", page)
+	}
+	if m := page[1].(map[string]any); m["key"] != "k1" || m["body"].(map[string]any)["n"] != float64(1) {
+		t.Fatalf("peeked message: %v", m)
+	}
+	next := ts.must(200, "GET", fmt.Sprintf("/v1/queues/jobs/messages?max=3&after_id=%d", int64(ids[2])), tokAdmin, nil)["messages"].([]any)
+	if len(next) != 2 || next[0].(map[string]any)["id"] != ids[3] {
+		t.Fatalf("second page: %v", next)
+	}
+	if ls := ts.must(200, "GET", "/v1/queues/jobs/leases", tokConsumer, nil)["leases"].([]any); len(ls) != 0 {
+		t.Fatalf("leases before a receive (peek leases nothing): %v", ls)
+	}
+
+	msgs := ts.must(200, "POST", "/v1/queues/jobs/groups/default/receive", tokConsumer,
+		map[string]any{"max": 2, "lease": "1m", "consumer": "w1"})["messages"].([]any)
+	if len(msgs) != 2 {
+		t.Fatalf("received %v", msgs)
+	}
+	ls := ts.must(200, "GET", "/v1/queues/jobs/leases?group=default&max=10", tokConsumer, nil)["leases"].([]any)
+	if len(ls) != 2 {
+		t.Fatalf("leases: %v", ls)
+	}
+	l := ls[0].(map[string]any)
+	if l["group"] != "default" || l["consumer"] != "w1" || l["attempt"] != float64(1) || l["lease_expires_at"] == nil ||
+		(l["id"] != msgs[0].(map[string]any)["id"] && l["id"] != msgs[1].(map[string]any)["id"]) {
+		t.Fatalf("lease: %v (received %v)", l, msgs)
+	}
+	if _, ok := l["receipt"]; ok {
+		t.Fatalf("a lease shows its receipt: %v", l)
+	}
+	ts.must(200, "POST", "/v1/queues/jobs/groups/default/ack", tokConsumer,
+		map[string]any{"receipts": []string{msgs[0].(map[string]any)["receipt"].(string)}})
+	if ls := ts.must(200, "GET", "/v1/queues/jobs/leases", tokAdmin, nil)["leases"].([]any); len(ls) != 1 {
+		t.Fatalf("leases after an ack: %v", ls)
+	}
+
+	// Roles and tokens.
+	p := ts.problem(403, "GET", "/v1/queues/jobs/messages", tokProducer, nil)
+	if p["code"] != "42501" {
+		t.Fatalf("producer peek: %v", p)
+	}
+	ts.problem(403, "GET", "/v1/queues/jobs/leases", tokProducer, nil)
+	ts.problem(403, "GET", "/v1/queues/jobs/messages", tokOrders, nil) // a token for queues orders*
+	ts.problem(401, "GET", "/v1/queues/jobs/messages", "", nil)
+	ts.problem(401, "GET", "/v1/queues/jobs/leases", "wrong-token-0123456789", nil)
+
+	// Bad parameters and unknown names.
+	for _, c := range []struct {
+		path   string
+		status int
+		code   string
+	}{
+		{"/v1/queues/jobs/messages?max=x", 400, ""},
+		{"/v1/queues/jobs/messages?after_id=1.5", 400, ""},
+		{"/v1/queues/jobs/leases?max=ten", 400, ""},
+		{"/v1/queues/jobs/messages?max=0", 422, "SL006"},
+		{"/v1/queues/jobs/leases?max=1001", 422, "SL006"},
+		{"/v1/queues/nope/messages", 404, "SL002"},
+		{"/v1/queues/nope/leases", 404, "SL002"},
+		{"/v1/queues/jobs/leases?group=nope", 404, "SL003"},
+		{"/v1/queues/jobs/leases?group=bad%20name", 400, "SL001"},
+	} {
+		p := ts.problem(c.status, "GET", c.path, tokAdmin, nil)
+		if p["code"] != nil && p["code"] != c.code || c.code != "" && p["code"] != c.code {
+			t.Errorf("GET %s: %v, want code %q", c.path, p, c.code)
+		}
+		if c.status == 400 && c.code == "" && p["field"] == nil {
+			t.Errorf("GET %s: %v, want the field named", c.path, p)
+		}
+	}
+}

@@ -136,7 +136,9 @@ func (b *browser) screenshot(t *testing.T, name string) {
 		return
 	}
 	var png []byte
-	b.run(t, chromedp.Sleep(2500*time.Millisecond), chromedp.FullScreenshot(&png, 100))
+	var ignored any // (scrolled to the top: the sticky header stays at the top of the picture)
+	b.run(t, chromedp.Evaluate(`window.scrollTo(0, 0)`, &ignored), chromedp.Sleep(2500*time.Millisecond),
+		chromedp.FullScreenshot(&png, 100))
 	if err := os.WriteFile(filepath.Join(dir, name), png, 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -167,6 +169,44 @@ func TestDashboardLive(t *testing.T) {
 		t.Fatalf("the page follows the status by %q, want the event stream", tr)
 	}
 	b.screenshot(t, "dashboard.png")
+
+	// The queue's detail: a leased message is in flight, sent messages are
+	// in peek, a body is text (never HTML), a long one is cut and expands.
+	ts.must(201, "POST", "/v1/queues/web/messages", "", map[string]any{"body": map[string]any{
+		"html": `<img id="injected" src="x">`, "note": strings.Repeat("a long body ", 30)}, "key": "customer-7"})
+	leased := ts.must(200, "POST", "/v1/queues/web/groups/default/receive", "", map[string]any{
+		"max": 2, "consumer": "worker-7", "lease": "5m"})["messages"].([]any)
+	if len(leased) != 2 {
+		t.Fatalf("received %v", leased)
+	}
+	b.run(t, chromedp.Click(`.card[data-queue="web"] .title`, chromedp.ByQuery))
+	for _, m := range leased {
+		id := int64(m.(map[string]any)["id"].(float64))
+		b.waitText(t, fmt.Sprintf(`#leases tr.lease[data-id="%d"] td:nth-child(5)`, id), "worker-7")
+	}
+	// peek shows what is stored: the 3 messages left of the first 5 and
+	// the new one (acked ones too, until their storage is reclaimed).
+	var rows int
+	b.waitText(t, `#peeked tr.peeked:last-child td:nth-child(2)`, "customer-7")
+	b.run(t, chromedp.Evaluate(`document.querySelectorAll("#peeked tr.peeked").length`, &rows))
+	if rows != 6 {
+		t.Fatalf("peek shows %d messages, want the 6 stored", rows)
+	}
+	var injected bool
+	var summary string
+	b.run(t, chromedp.Evaluate(`document.getElementById("injected") !== null`, &injected),
+		chromedp.Text(`#peeked tr.peeked:last-child summary`, &summary, chromedp.ByQuery))
+	if injected || !strings.Contains(summary, `"html":"<img id=\"injected\"`) || !strings.HasSuffix(summary, "…") {
+		t.Fatalf("a body with HTML: element made %v, summary %q", injected, summary)
+	}
+	b.run(t, chromedp.Click(`#peeked tr.peeked:last-child summary`, chromedp.ByQuery),
+		chromedp.WaitVisible(`#peeked tr.peeked:last-child details[open] pre.body`, chromedp.ByQuery))
+	b.screenshot(t, "dashboard-inflight.png")
+	// Still open after the next refresh, and gone from in flight once acked.
+	ts.must(200, "POST", "/v1/queues/web/groups/default/ack", "", map[string]any{"receipts": []string{
+		leased[0].(map[string]any)["receipt"].(string), leased[1].(map[string]any)["receipt"].(string)}})
+	b.waitText(t, `#inflight p`, "Nothing in flight.")
+	b.run(t, chromedp.WaitVisible(`#peeked tr.peeked:last-child details[open] pre.body`, chromedp.ByQuery))
 	if errs := b.consoleErrors(); len(errs) > 0 {
 		t.Fatalf("console errors:\n%s", strings.Join(errs, "\n"))
 	}

@@ -332,3 +332,113 @@ func (s *Server) redrive(w http.ResponseWriter, r *http.Request) error {
 	writeJSON(w, http.StatusOK, map[string]int64{"redriven": n})
 	return nil
 }
+
+// StoredMessageJSON is a row of sluice.peek in responses.
+type StoredMessageJSON struct {
+	ID        int64           `json:"id"`
+	Body      json.RawMessage `json:"body"`
+	Headers   json.RawMessage `json:"headers,omitempty"`
+	Key       string          `json:"key,omitempty"`
+	Priority  int             `json:"priority"`
+	SentAt    time.Time       `json:"sent_at"`
+	DeliverAt *time.Time      `json:"deliver_at,omitempty"`
+	ResentTo  []string        `json:"resent_to,omitempty"`
+}
+
+// LeaseJSON is a row of sluice.leases in responses.
+type LeaseJSON struct {
+	Group          string    `json:"group"`
+	ID             int64     `json:"id"`
+	Pos            int64     `json:"pos"`
+	Attempt        int       `json:"attempt"`
+	Consumer       string    `json:"consumer,omitempty"`
+	DeliveredAt    time.Time `json:"delivered_at"`
+	LeaseExpiresAt time.Time `json:"lease_expires_at"`
+}
+
+// queryInt reads an optional integer query parameter: def when absent, a
+// 400 naming it when it is not an integer. Its range is the engine's to
+// check (SL006, 422).
+func queryInt(r *http.Request, name string, def int64) (int64, error) {
+	v := r.URL.Query().Get(name)
+	if v == "" {
+		return def, nil
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		return 0, fieldProblem(name, "%s must be an integer, got %q", name, v)
+	}
+	return n, nil
+}
+
+// peek lists the messages a queue stores (sluice.peek), without receiving
+// them. Role: sluice_consumer or sluice_admin (the database refuses a
+// producer, as for dead letters: the bodies are a consumer's to read).
+func (s *Server) peek(w http.ResponseWriter, r *http.Request) error {
+	queue := r.PathValue("queue")
+	limit, err := queryInt(r, "max", 10)
+	if err != nil {
+		return err
+	}
+	var after *int64
+	if r.URL.Query().Get("after_id") != "" {
+		a, err := queryInt(r, "after_id", 0)
+		if err != nil {
+			return err
+		}
+		after = &a
+	}
+	out := []StoredMessageJSON{}
+	err = s.one(r.Context(), principalOf(r.Context()), func(tx pgx.Tx) error {
+		rows, err := tx.Query(r.Context(), `SELECT id, body, headers, coalesce(key, ''), priority, sent_at, deliver_at,
+			resent_to FROM sluice.peek($1, $2, $3)`, queue, limit, after)
+		if err != nil {
+			return wrapSQL(err, "peeking at queue %q", queue)
+		}
+		out, err = pgx.AppendRows(out, rows, func(row pgx.CollectableRow) (StoredMessageJSON, error) {
+			var m StoredMessageJSON
+			err := row.Scan(&m.ID, (*[]byte)(&m.Body), (*[]byte)(&m.Headers), &m.Key, &m.Priority, &m.SentAt,
+				&m.DeliverAt, &m.ResentTo)
+			return m, err
+		})
+		return wrapSQL(err, "peeking at queue %q", queue)
+	})
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"messages": out})
+	return nil
+}
+
+// leases lists the deliveries of a queue in flight (sluice.leases), the
+// earliest expiry first. Role: sluice_consumer or sluice_admin.
+func (s *Server) leases(w http.ResponseWriter, r *http.Request) error {
+	queue := r.PathValue("queue")
+	limit, err := queryInt(r, "max", 100)
+	if err != nil {
+		return err
+	}
+	var group *string
+	if g := r.URL.Query().Get("group"); g != "" {
+		group = &g
+	}
+	out := []LeaseJSON{}
+	err = s.one(r.Context(), principalOf(r.Context()), func(tx pgx.Tx) error {
+		rows, err := tx.Query(r.Context(), `SELECT group_name, id, pos, attempt, coalesce(consumer, ''), delivered_at,
+			lease_expires_at FROM sluice.leases($1, $2, $3)`, queue, group, limit)
+		if err != nil {
+			return wrapSQL(err, "listing leases of queue %q", queue)
+		}
+		out, err = pgx.AppendRows(out, rows, func(row pgx.CollectableRow) (LeaseJSON, error) {
+			var l LeaseJSON
+			err := row.Scan(&l.Group, &l.ID, &l.Pos, &l.Attempt, &l.Consumer, &l.DeliveredAt, &l.LeaseExpiresAt)
+			return l, err
+		})
+		return wrapSQL(err, "listing leases of queue %q", queue)
+	})
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"leases": out})
+	return nil
+}

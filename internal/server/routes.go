@@ -48,6 +48,8 @@ func (s *Server) routeTable() []route {
 		{method: "POST", path: "/v1/queues/{queue}/groups/{group}/extend", handle: s.extend},
 		{method: "POST", path: "/v1/transaction", handle: s.transaction},
 
+		{method: "GET", path: "/v1/queues/{queue}/messages", handle: s.peek},
+		{method: "GET", path: "/v1/queues/{queue}/leases", handle: s.leases},
 		{method: "GET", path: "/v1/queues/{queue}/dead-letters", handle: s.deadLetters},
 		{method: "POST", path: "/v1/queues/{queue}/dead-letters/redrive", handle: s.redrive},
 	}

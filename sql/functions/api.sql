@@ -303,6 +303,98 @@ BEGIN
 END
 $$;
 
+-- peek: look at the messages a queue stores, without receiving them. Leases
+-- nothing, writes nothing, changes nothing (no group's cursor, no attempt).
+-- A queue stores a message from its send until its storage epoch is
+-- reclaimed (see the retention option): peek shows messages not yet
+-- delivered, in flight, and also completed ones that wait for reclaim;
+-- not messages whose sending transaction has not committed. A retry
+-- (after a nack) or a redrive is stored as a copy of its message for one
+-- group, with the same id: peek shows one row per message id, and names
+-- those groups in resent_to. Reads every message the queue stores (there is
+-- no index by id): O(messages stored).
+--
+-- Parameters:
+--   queue         queue name
+--   max_messages  1 to 1000 (10)
+--   after_id      only messages with an id above it (NULL: from the first);
+--                 pass the last id of a page to get the next one
+-- Returns: SETOF sluice.stored_message, by id:
+--   id          the message id (as receive returns it)
+--   body        the JSON body
+--   headers     the headers object, or NULL
+--   key         the ordering key, or NULL
+--   priority    the priority given to send
+--   sent_at     when the message was first sent
+--   deliver_at  when it becomes deliverable if sent with a delay, else NULL
+--               (of the message as first sent, or of its earliest copy once
+--               that is reclaimed; retries have their own backoff)
+--   resent_to   the groups it was sent to again (a retry after a nack, or a
+--               redrive), or NULL
+-- Errors: SL001, SL002, SL006 (max_messages)
+CREATE OR REPLACE FUNCTION sluice.peek(queue text, max_messages int DEFAULT 10, after_id bigint DEFAULT NULL)
+RETURNS SETOF sluice.stored_message
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    q sluice.queue;
+BEGIN
+    IF max_messages IS NULL OR max_messages < 1 OR max_messages > 1000 THEN
+        RAISE EXCEPTION USING ERRCODE = 'SL006',
+            MESSAGE = format('max_messages must be from 1 to 1000, got %s', coalesce(max_messages::text, 'NULL'));
+    END IF;
+    q := sluice._use_queue(peek.queue);
+    RETURN QUERY EXECUTE format('SELECT * FROM %I.e_peek($1, $2, $3)', sluice._qschema(q.id))
+        USING q, max_messages, after_id;
+END
+$$;
+
+-- leases: the deliveries of a queue in flight now: leased by a receive,
+-- lease not expired, not completed (acked, nacked, dead-lettered), and the
+-- newest delivery of its message in its group (a receipt of it is current,
+-- see above). A message extended shows its new expiry; a nacked one, or one
+-- whose lease expired, is not in flight (it is ready or delayed again).
+-- Receipts are not shown: leases is for looking, not for completing
+-- another consumer's messages. Reads only; costs O(leases of the groups
+-- not expired yet).
+--
+-- Parameters:
+--   queue         queue name
+--   group_name    only this group's leases (NULL: every group's)
+--   max_messages  1 to 1000 (100)
+-- Returns: SETOF sluice.lease_info, the earliest expiry first (then by
+--   group name and position):
+--   group_name        the group that leased the message
+--   id                the message id (as receive returns it)
+--   pos               its position in the queue's commit order
+--   attempt           the delivery's attempt, as receive returned it
+--   consumer          the consumer named by the receive, or NULL
+--   delivered_at      when the receive leased it
+--   lease_expires_at  when the lease ends unless extended
+-- Errors: SL001, SL002, SL003, SL006 (max_messages)
+CREATE OR REPLACE FUNCTION sluice.leases(queue text, group_name text DEFAULT NULL, max_messages int DEFAULT 100)
+RETURNS SETOF sluice.lease_info
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    q sluice.queue;
+    v_gid int;
+BEGIN
+    IF max_messages IS NULL OR max_messages < 1 OR max_messages > 1000 THEN
+        RAISE EXCEPTION USING ERRCODE = 'SL006',
+            MESSAGE = format('max_messages must be from 1 to 1000, got %s', coalesce(max_messages::text, 'NULL'));
+    END IF;
+    q := sluice._use_queue(leases.queue);
+    IF leases.group_name IS NOT NULL THEN
+        v_gid := (sluice._get_group(q.id, q.name, leases.group_name)).id;
+    END IF;
+    RETURN QUERY EXECUTE format('SELECT * FROM %I.e_leases($1, $2, $3)', sluice._qschema(q.id))
+        USING q, v_gid, max_messages;
+END
+$$;
+
 -- maintain: scheduled upkeep for every queue: reclaim and rotate. Never
 -- needed for correctness (receive does the same while messages flow); run it
 -- every few seconds (pg_cron, or any scheduler) so that idle queues and

@@ -6,6 +6,8 @@
 --
 --   sluice_producer  send, send_batch, version
 --   sluice_consumer  receive, ack, nack, extend, status, dead_letters,
+--                    peek, leases (reads, like status and dead_letters:
+--                    a consumer sees the bodies it receives anyway),
 --                    list_queues (the Go worker reads a queue's lease from
 --                    it), version
 --   sluice_admin     every public function (it is not a member of the other
@@ -32,7 +34,7 @@ DO $grants$
 DECLARE
     producer_funcs constant text[] := ARRAY['send', 'send_batch', 'version'];
     consumer_funcs constant text[] := ARRAY['receive', 'ack', 'nack', 'extend', 'status', 'dead_letters',
-                                            'list_queues', 'version'];
+                                            'peek', 'leases', 'list_queues', 'version'];
     public_funcs   constant text[] := ARRAY['version'];
     invoker_funcs  constant text[] := ARRAY['version'];
     roles constant text := 'PUBLIC, sluice_producer, sluice_consumer, sluice_admin';

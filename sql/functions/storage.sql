@@ -320,7 +320,9 @@ $$;
 -- say of a table that just rotated) and jit = off (a plan that keeps a
 -- disabled seq scan is costed at 1e10 and would be JIT-compiled on every
 -- run). The other functions run only inside an entry point and inherit
--- them: a function with SET clauses costs ~30 us a call.
+-- them: a function with SET clauses costs ~30 us a call. e_peek reads all
+-- of the queue's messages (there is no index to read them by id): it keeps
+-- sequential scans, which an index scan of every row would cost more than.
 --
 -- Parameters:
 --   p_queue_id  queue id
@@ -333,7 +335,9 @@ AS $$
 DECLARE
     sch constant text := sluice._qschema(p_queue_id);
     entry_points constant text[] := ARRAY['e_receive', 'e_ack', 'e_nack', 'e_extend', 'e_status', 'e_maintain',
-                                          'e_purge', 'e_start_pos', 'e_base', 'e_dedup_lookup', 'e_dedup_record'];
+                                          'e_purge', 'e_start_pos', 'e_base', 'e_dedup_lookup', 'e_dedup_record',
+                                          'e_peek', 'e_leases'];
+    scanners constant text[] := ARRAY['e_peek'];
     f record;
     s int;
 BEGIN
@@ -355,11 +359,11 @@ BEGIN
              WHERE n.nspname = 'sluice_tmpl' ORDER BY p.proname LOOP
         EXECUTE replace(pg_get_functiondef(f.oid), 'sluice_tmpl', sch);
     END LOOP;
-    FOR f IN SELECT p.oid FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+    FOR f IN SELECT p.oid, p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
              WHERE n.nspname = sch AND p.proname = ANY (entry_points) LOOP
         EXECUTE format('ALTER FUNCTION %s SET search_path = %I, pg_catalog, pg_temp '
-                       'SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET jit = off',
-                       f.oid::regprocedure, sch);
+                       'SET plan_cache_mode = force_generic_plan SET enable_seqscan = %s SET jit = off',
+                       f.oid::regprocedure, sch, CASE WHEN f.proname = ANY (scanners) THEN 'on' ELSE 'off' END);
     END LOOP;
     -- The copies are internal: only the owner (through the public API) calls them.
     EXECUTE format('REVOKE ALL ON ALL FUNCTIONS IN SCHEMA %I FROM PUBLIC', sch);

@@ -15,6 +15,11 @@ const state = {
   history: new Map(), // "queue/group" -> [{t, ready, lag, inFlight, dead, head, lwm}]
   selected: null,
   selectedDead: null, // the selected queue's dead letters at the last render
+  peekAfter: null,    // the open queue's peek page: messages after this id (null: the first)
+  peekLast: undefined, // the last id of a full peek page (the next page starts after it)
+  expanded: new Set(), // ids of peeked messages whose whole body is shown
+  inspecting: false,  // a read of leases and peek is in progress
+  inspectedAt: 0,     // when the last one started
   queues: [],
   transport: "",   // "stream" or "polling"
   stream: null,    // the AbortController of the open stream
@@ -241,6 +246,8 @@ function armed(label, action) {
 
 async function select(name) {
   state.selected = state.selected === name ? null : name;
+  state.peekAfter = null;
+  state.expanded.clear();
   await renderDetail();
   await tick();
 }
@@ -302,8 +309,84 @@ async function renderDetail() {
       el("table", { id: "dead-letters" },
         el("thead", {}, el("tr", {}, ["id", "group", "attempts", "error", "body", "died", ""].map((h) => el("th", {}, h)))),
         el("tbody", {}, dlRows)),
+    el("h3", {}, "In flight"), el("div", { id: "inflight" }, el("p", { class: "muted" }, "Loading…")),
+    el("div", { class: "row" }, el("h3", {}, "Peek"), el("span", { class: "spacer" }),
+      el("button", { id: "peek-first", onclick: () => { state.peekAfter = null; inspect(true); } }, "First page"),
+      el("button", { id: "peek-next", onclick: () => { if (state.peekLast !== undefined) { state.peekAfter = state.peekLast; inspect(true); } } }, "Next page")),
+    el("div", { id: "peek" }, el("p", { class: "muted" }, "Loading…")),
     el("h3", {}, "Replay"), replayForm(name),
-    el("p", { class: "muted" }, "Redrive, purge and new groups need an admin token. The SQL API has no peek and no list of leases (a receive leases what it returns), and no seek of an existing group: the dashboard shows counts of ready and in-flight messages, not their bodies, and replays through a new group.")));
+    el("p", { class: "muted" }, "Redrive, purge and new groups need an admin token; in flight and peek need a consumer or admin token. Peek shows the messages the queue stores (completed ones too, until their storage is reclaimed) without receiving them. The engine has no seek of an existing group: replay makes a new group.")));
+  inspect(true);
+}
+
+const PEEK_PAGE = 20;   // messages per peek page
+const BODY_CHARS = 120; // a peeked body longer than this is shown cut, expandable
+
+// inspect reads the open queue's leases and a page of its messages and
+// draws them in place (the rest of the detail, and a form being filled, is
+// left alone). It runs with each status reading, at most every POLL_MS, one
+// at a time: peek reads every message the queue stores.
+async function inspect(now) {
+  const name = state.selected;
+  if (!name || state.inspecting || (!now && Date.now() - state.inspectedAt < POLL_MS)) return;
+  state.inspecting = true;
+  state.inspectedAt = Date.now();
+  const q = "/v1/queues/" + encodeURIComponent(name);
+  const peekPath = q + "/messages?max=" + PEEK_PAGE + (state.peekAfter === null ? "" : "&after_id=" + state.peekAfter);
+  const read = (path) => api("GET", path).then((v) => ({ v }), (e) => ({ e }));
+  try {
+    const [ls, pk] = await Promise.all([read(q + "/leases?max=100"), read(peekPath)]);
+    if (name !== state.selected) return; // closed meanwhile
+    if ((ls.e && ls.e.status === 401) || (pk.e && pk.e.status === 401)) return showLogin("Your token was refused: " + (ls.e || pk.e).message);
+    const inflight = $("inflight"), peek = $("peek");
+    if (inflight) inflight.replaceChildren(ls.e ? el("p", { class: "error" }, ls.e.message) : leasesTable(ls.v.leases));
+    if (peek) peek.replaceChildren(pk.e ? el("p", { class: "error" }, pk.e.message) : peekTable(pk.v.messages));
+    if (!pk.e) {
+      const msgs = pk.v.messages;
+      state.peekLast = msgs.length === PEEK_PAGE ? msgs[msgs.length - 1].id : undefined;
+      const next = $("peek-next");
+      if (next) next.disabled = state.peekLast === undefined;
+    }
+  } finally {
+    state.inspecting = false;
+  }
+}
+
+function leasesTable(leases) {
+  if (leases.length === 0) return el("p", { class: "muted" }, "Nothing in flight.");
+  const now = Date.now();
+  return el("table", { id: "leases" },
+    el("thead", {}, el("tr", {}, ["group", "id", "position", "attempt", "consumer", "delivered", "lease expires"].map((h) => el("th", {}, h)))),
+    el("tbody", {}, leases.map((l) => el("tr", { class: "lease", "data-id": String(l.id) },
+      el("td", {}, l.group), el("td", {}, String(l.id)), el("td", {}, String(l.pos)), el("td", {}, String(l.attempt)),
+      el("td", {}, l.consumer || "–"),
+      el("td", {}, new Date(l.delivered_at).toLocaleTimeString()),
+      el("td", {}, new Date(l.lease_expires_at).toLocaleTimeString() + " (in " + fmtAge(Math.max(0, (new Date(l.lease_expires_at) - now) / 1000)) + ")")))));
+}
+
+// bodyCell shows a peeked body: whole if short, else cut, with the whole
+// of it a click away (kept open across refreshes). Text only: a body is
+// never parsed as HTML.
+function bodyCell(m) {
+  const line = JSON.stringify(m.body);
+  if (line.length <= BODY_CHARS) return el("td", { class: "left" }, el("pre", { class: "body" }, line));
+  const d = el("details", { open: state.expanded.has(m.id) },
+    el("summary", {}, line.slice(0, BODY_CHARS) + "…"),
+    el("pre", { class: "body" }, JSON.stringify(m.body, null, 1)));
+  d.addEventListener("toggle", () => { if (d.open) state.expanded.add(m.id); else state.expanded.delete(m.id); });
+  return el("td", { class: "left" }, d);
+}
+
+function peekTable(msgs) {
+  if (msgs.length === 0) return el("p", { class: "muted" }, state.peekAfter === null ? "The queue stores no message." : "No message after id " + state.peekAfter + ".");
+  return el("table", { id: "peeked" },
+    el("thead", {}, el("tr", {}, ["id", "key", "priority", "sent", "due", "resent to", "body"].map((h) => el("th", {}, h)))),
+    el("tbody", {}, msgs.map((m) => el("tr", { class: "peeked", "data-id": String(m.id) },
+      el("td", {}, String(m.id)), el("td", {}, m.key || "–"), el("td", {}, String(m.priority)),
+      el("td", {}, new Date(m.sent_at).toLocaleString()),
+      el("td", {}, m.deliver_at ? new Date(m.deliver_at).toLocaleString() : "–"),
+      el("td", {}, (m.resent_to || []).join(", ") || "–"),
+      bodyCell(m)))));
 }
 
 // show draws a status reading (GET /v1/status, or a "status" event).
@@ -322,6 +405,7 @@ function show(st) {
   if (state.selected) {
     const dead = rows.filter((r) => r.queue === state.selected).reduce((n, r) => n + r.dead, 0);
     if (state.selectedDead !== null && dead !== state.selectedDead) renderDetail();
+    else inspect(false);
   }
 }
 
