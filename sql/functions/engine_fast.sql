@@ -31,7 +31,7 @@ RETURNS smallint
 LANGUAGE plpgsql
 AS $$
 BEGIN
-    RETURN (SELECT w.lane FROM e_lanes_with_work(p_group_id, p_lanes, p_now, p_start, false) w
+    RETURN (SELECT w.lane FROM e_lanes_with_work(p_group_id, p_lanes, p_now, p_start, false, NULL) w
             WHERE pg_try_advisory_xact_lock(sluice._lane_lock(p_group_id, w.lane))
             LIMIT 1);
 END

@@ -136,11 +136,13 @@ $$;
 --   p_now       the receive's time
 --   p_start     the first lane in turn
 --   p_prio      whether the queue has prioritized messages
+--   p_only      only these lanes (NULL: all)
 -- Returns: (lane, turn, cursor): turn 0 for p_start; cursor NULL for a lane
 --          with no state
 SET check_function_bodies = off;   -- (a SQL template names the queue's tables: see engine_runs.sql)
+DROP FUNCTION IF EXISTS sluice_tmpl.e_lanes_with_work(int, int, timestamptz, int, boolean);   -- (before p_only)
 CREATE OR REPLACE FUNCTION sluice_tmpl.e_lanes_with_work(p_group_id int, p_lanes int, p_now timestamptz,
-                                                         p_start int, p_prio boolean)
+                                                         p_start int, p_prio boolean, p_only smallint[])
 RETURNS TABLE (lane smallint, turn int, cursor bigint)
 LANGUAGE sql STABLE
 AS $$
@@ -149,7 +151,8 @@ AS $$
     CROSS JOIN LATERAL (SELECT ((p_start + t.i) % p_lanes)::smallint AS lane) l
     LEFT JOIN LATERAL (SELECT s.cursor, s.lwm, s.scan_from, s.lwm_at, s.bkeys FROM group_states s
                        WHERE s.group_id = p_group_id AND s.lane = l.lane ORDER BY s.seq DESC LIMIT 1) s ON true
-    WHERE s.cursor IS NULL
+    WHERE (p_only IS NULL OR l.lane = ANY (p_only))
+      AND (s.cursor IS NULL
        OR s.bkeys IS NOT NULL
        OR (s.lwm <= s.cursor AND s.lwm_at <= p_now - interval '1 second')
        OR EXISTS (SELECT 1 FROM batches b
@@ -161,6 +164,6 @@ AS $$
                   WHERE ru.group_id = p_group_id AND ru.lane = l.lane AND ru.expires_at >= s.scan_from
                     AND ru.expires_at <= p_now)
        OR (p_prio AND EXISTS (SELECT 1 FROM prio p WHERE p.lane = l.lane AND p.priority < 0
-                                                      AND p.pos >= s.lwm AND p.pos <= s.cursor))
+                                                      AND p.pos >= s.lwm AND p.pos <= s.cursor)))
 $$;
 RESET check_function_bodies;
