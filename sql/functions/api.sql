@@ -340,10 +340,7 @@ AS $$
 DECLARE
     q sluice.queue;
 BEGIN
-    IF max_messages IS NULL OR max_messages < 1 OR max_messages > 1000 THEN
-        RAISE EXCEPTION USING ERRCODE = 'SL006',
-            MESSAGE = format('max_messages must be from 1 to 1000, got %s', coalesce(max_messages::text, 'NULL'));
-    END IF;
+    PERFORM sluice._check_count('max_messages', max_messages, 1000);
     q := sluice._use_queue(peek.queue);
     RETURN QUERY EXECUTE format('SELECT * FROM %I.e_peek($1, $2, $3)', sluice._qschema(q.id))
         USING q, max_messages, after_id;
@@ -382,10 +379,7 @@ DECLARE
     q sluice.queue;
     v_gid int;
 BEGIN
-    IF max_messages IS NULL OR max_messages < 1 OR max_messages > 1000 THEN
-        RAISE EXCEPTION USING ERRCODE = 'SL006',
-            MESSAGE = format('max_messages must be from 1 to 1000, got %s', coalesce(max_messages::text, 'NULL'));
-    END IF;
+    PERFORM sluice._check_count('max_messages', max_messages, 1000);
     q := sluice._use_queue(leases.queue);
     IF leases.group_name IS NOT NULL THEN
         v_gid := (sluice._get_group(q.id, q.name, leases.group_name)).id;

@@ -27,10 +27,7 @@ DECLARE
     q sluice.queue := sluice._use_queue(dead_letters.queue);
     v_gid int;
 BEGIN
-    IF max_rows IS NULL OR max_rows < 1 OR max_rows > 10000 THEN
-        RAISE EXCEPTION USING ERRCODE = 'SL006',
-            MESSAGE = format('max_rows must be from 1 to 10000, got %s', coalesce(max_rows::text, 'NULL'));
-    END IF;
+    PERFORM sluice._check_count('max_rows', max_rows, 10000);
     IF dead_letters.group_name IS NOT NULL THEN
         v_gid := (sluice._get_group(q.id, q.name, dead_letters.group_name)).id;
     END IF;

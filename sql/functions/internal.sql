@@ -268,6 +268,22 @@ BEGIN
 END
 $$;
 
+-- _check_count: raise SL006 unless v (a count a caller asks for, named what)
+-- is from 1 to hi. (receive checks its max_messages inline: its hot path
+-- does not pay for a call.)
+CREATE OR REPLACE FUNCTION sluice._check_count(what text, v int, hi int)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF v IS NULL OR v < 1 OR v > hi THEN
+        RAISE EXCEPTION USING ERRCODE = 'SL006',
+            MESSAGE = format('%s must be from 1 to %s, got %s', what, hi, coalesce(v::text, 'NULL'));
+    END IF;
+END
+$$;
+
 -- _check_lease: raise SL006 unless v is a positive interval of at most 7 days.
 CREATE OR REPLACE FUNCTION sluice._check_lease(what text, v interval)
 RETURNS void
