@@ -21,15 +21,27 @@ func (b *bundle) calls(f func(tx pgx.Tx), names ...string) map[string]int64 {
 	if _, err := tx.Exec(b.ctx, "SET LOCAL track_functions = 'all'"); err != nil {
 		b.t.Fatal(err)
 	}
-	f(tx)
-	got := map[string]int64{}
-	for _, name := range names {
-		var n int64
-		if err := tx.QueryRow(b.ctx, `SELECT coalesce(sum(calls), 0) FROM pg_stat_xact_user_functions
-		                             WHERE schemaname LIKE 'sluice_q%' AND funcname = $1`, name).Scan(&n); err != nil {
-			b.t.Fatal(err)
+	count := func() map[string]int64 {
+		got := map[string]int64{}
+		for _, name := range names {
+			var n int64
+			if err := tx.QueryRow(b.ctx, `SELECT coalesce(sum(calls), 0) FROM pg_stat_xact_user_functions
+			                             WHERE schemaname LIKE 'sluice_q%' AND funcname = $1`, name).Scan(&n); err != nil {
+				b.t.Fatal(err)
+			}
+			got[name] = n
 		}
-		got[name] = n
+		return got
+	}
+	// The counts before f: since PostgreSQL 15 a session's counts wait to be
+	// flushed for up to a second and pg_stat_xact_user_functions shows them
+	// with the current transaction's, so those of its previous transactions
+	// may be in them. Nothing is flushed within a transaction.
+	before := count()
+	f(tx)
+	got := count()
+	for name, n := range before {
+		got[name] -= n
 	}
 	if err := tx.Commit(b.ctx); err != nil {
 		b.t.Fatal(err)

@@ -106,8 +106,9 @@ BEGIN
         PERFORM sluice._parse_receipts(receive.ack);   -- raises SL008, naming the receipt
     END IF;
     PERFORM sluice._receive_commit();
-    RETURN QUERY EXECUTE format('SELECT * FROM %I.e_receive($1, $2, $3, $4, $5, $6)', sluice._qschema(q.id))
-        USING q, g, max_messages, v_lease, receive.consumer, receive.ack;
+    -- The queue's copy, called statically through its path (_queue_path).
+    PERFORM set_config('search_path', sluice._queue_path(q.id), true);
+    RETURN QUERY SELECT * FROM e_receive(q, g, max_messages, v_lease, receive.consumer, receive.ack);
 END
 $$;
 
@@ -162,8 +163,13 @@ BEGIN
     IF cardinality(ack.receipts) = 0 THEN
         RETURN 0;
     END IF;
-    -- e_ack parses the receipts first: malformed input raises SL008 before anything changes.
-    EXECUTE format('SELECT %I.e_ack($1, $2)', sluice._qschema(q.id)) INTO n USING g.id, ack.receipts;
+    -- Malformed input raises SL008 before anything changes (e_ack reads
+    -- receipts that are well-formed).
+    IF EXISTS (SELECT 1 FROM unnest(ack.receipts) AS x WHERE x IS NULL OR NOT sluice._receipt_ok(x)) THEN
+        PERFORM sluice._parse_receipts(ack.receipts);   -- raises SL008, naming the receipt
+    END IF;
+    PERFORM set_config('search_path', sluice._queue_path(q.id), true);
+    n := e_ack(g.id, ack.receipts);   -- the queue's copy (_queue_path)
     IF NOT ack.durable THEN
         PERFORM set_config('synchronous_commit', 'off', true);
     END IF;
@@ -215,8 +221,8 @@ BEGIN
     IF length(nack.error) > 10000 THEN
         RAISE EXCEPTION USING ERRCODE = 'SL006', MESSAGE = 'error must be at most 10000 characters';
     END IF;
-    EXECUTE format('SELECT %I.e_nack($1, $2, $3, $4, $5)', sluice._qschema(q.id))
-        INTO ok USING q, g, nack.receipt, nack.delay, nack.error;
+    PERFORM set_config('search_path', sluice._queue_path(q.id), true);
+    ok := e_nack(q, g, nack.receipt, nack.delay, nack.error);   -- the queue's copy (_queue_path)
     RETURN ok;
 END
 $$;
@@ -249,8 +255,8 @@ BEGIN
     IF cardinality(extend.receipts) = 0 THEN
         RETURN 0;
     END IF;
-    EXECUTE format('SELECT %I.e_extend($1, $2, $3)', sluice._qschema(q.id))
-        INTO n USING g.id, extend.receipts, extend.lease;
+    PERFORM set_config('search_path', sluice._queue_path(q.id), true);
+    n := e_extend(g.id, extend.receipts, extend.lease);   -- the queue's copy (_queue_path)
     RETURN n;
 END
 $$;

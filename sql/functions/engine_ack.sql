@@ -54,7 +54,7 @@ BEGIN
         RETURN QUERY
         SELECT DISTINCT ON (r.part, r.pos) r.part::smallint, r.pos, r.attempt, r.token, d.msg_id, d.txid, d.lane,
                NULL::bigint, NULL::bigint
-        FROM sluice._parse_receipts(p_receipts) r
+        FROM sluice._receipt_parts(p_receipts) r
         CROSS JOIN LATERAL (
             SELECT dd.attempt, dd.token, dd.expires_at, dd.msg_id, dd.txid, dd.lane FROM deliveries dd
             WHERE dd.slot = r.part AND dd.group_id = p_group_id AND dd.pos = r.pos
@@ -69,7 +69,7 @@ BEGIN
     RETURN QUERY
     WITH r AS MATERIALIZED (
         SELECT r.part::smallint AS part, r.pos, r.attempt, r.token, r.run
-        FROM sluice._parse_receipts(p_receipts) r
+        FROM sluice._receipt_parts(p_receipts) r
         WHERE r.part BETWEEN 0 AND 3
     ), named AS (
         -- each run named; clean: its lease is current, and nothing in it
@@ -153,7 +153,7 @@ BEGIN
     -- written here, and the statement after it sorts position by position.
     WITH r AS MATERIALIZED (
         SELECT DISTINCT r.part::smallint AS part, r.pos, r.attempt, r.token, r.run
-        FROM sluice._parse_receipts(p_receipts) r
+        FROM sluice._receipt_parts(p_receipts) r
         WHERE r.part BETWEEN 0 AND 3
     ), named AS MATERIALIZED (
         SELECT r.part, r.run, r.token, count(*) AS n, max(r.pos) AS hi,

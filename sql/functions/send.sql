@@ -215,7 +215,8 @@ BEGIN
         END LOOP;
     END IF;
     before := known;
-    v_slot := sluice._current_epoch(q.id) % 4;
+    -- (the statement of _current_epoch, whose SET clause would make it a call)
+    v_slot := (SELECT e.epoch FROM sluice.epoch e WHERE e.queue_id = q.id ORDER BY e.epoch DESC LIMIT 1) % 4;
     -- Insert the new messages: no dedup key, or the first occurrence of a key not sent before.
     WITH ins AS (
         INSERT INTO sluice.messages (queue_id, slot, id, txid, sent_at, deliver_at, priority, key, dedup_key, headers, body)

@@ -16,6 +16,20 @@ AS $$
     SELECT 'sluice_q' OPERATOR(pg_catalog.||) p_queue_id::pg_catalog.text
 $$;
 
+-- _queue_path: the search_path a queue's engine functions run with: the
+-- queue's schema first. The entry points have it as their SET clause
+-- (_instantiate), and the public API sets it (set_config, local to the
+-- calling function, whose own SET clause restores it) before it calls an
+-- entry point by its bare name: a static call, whose plan PL/pgSQL keeps
+-- and makes again only when the path (the queue) changes, where a dynamic
+-- EXECUTE was parsed and planned on every call.
+CREATE OR REPLACE FUNCTION sluice._queue_path(p_queue_id int)
+RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT pg_catalog.quote_ident(sluice._qschema(p_queue_id)) OPERATOR(pg_catalog.||) ', pg_catalog, pg_temp'
+$$;
+
 -- _slot_tables: the slot-partitioned tables of a queue and whether their
 -- slots are UNLOGGED (leases and cursors: not needed after a crash).
 CREATE OR REPLACE FUNCTION sluice._slot_tables()
@@ -313,7 +327,7 @@ $$;
 --
 -- Templates are written without SET clauses. A copy differs from its
 -- template in its schema, and the entry points (the functions the public
--- API calls through EXECUTE) get the engine's settings, applied here once:
+-- API calls) get the engine's settings, applied here once:
 -- search_path = the queue's schema (their unqualified table names are the
 -- queue's tables), plan_cache_mode = force_generic_plan (plan once per
 -- session), enable_seqscan = off (an index probe, whatever the statistics
@@ -361,9 +375,10 @@ BEGIN
     END LOOP;
     FOR f IN SELECT p.oid, p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
              WHERE n.nspname = sch AND p.proname = ANY (entry_points) LOOP
-        EXECUTE format('ALTER FUNCTION %s SET search_path = %I, pg_catalog, pg_temp '
+        EXECUTE format('ALTER FUNCTION %s SET search_path = %s '
                        'SET plan_cache_mode = force_generic_plan SET enable_seqscan = %s SET jit = off',
-                       f.oid::regprocedure, sch, CASE WHEN f.proname = ANY (scanners) THEN 'on' ELSE 'off' END);
+                       f.oid::regprocedure, sluice._queue_path(p_queue_id),
+                       CASE WHEN f.proname = ANY (scanners) THEN 'on' ELSE 'off' END);
     END LOOP;
     -- The copies are internal: only the owner (through the public API) calls them.
     EXECUTE format('REVOKE ALL ON ALL FUNCTIONS IN SCHEMA %I FROM PUBLIC', sch);
