@@ -6,6 +6,32 @@
 //	                       each applied once, in order, recorded in sluice.schema_migration
 //	functions/*.sql        function definitions, reloaded idempotently (CREATE OR REPLACE)
 //	                       on every migrate, in the order listed in functions/manifest.txt
+//
+// # Per-queue function copies
+//
+// The engine's functions are written once, as templates in schema
+// sluice_tmpl (functions/engine_*.sql), and copied into each queue's schema
+// sluice_q<id> by sluice._instantiate (functions/storage.sql) when the queue
+// is created and, for every queue, on each migrate. A copy differs from its
+// template only in its schema, so its unqualified table names are the
+// queue's own tables: PL/pgSQL plans each statement once per session, and no
+// statement plans over other queues' partitions.
+//
+// Templates carry no SET clauses. The copier gives the copies of the entry
+// points (the functions the public API in schema sluice calls) the engine's
+// settings in one ALTER FUNCTION: search_path = the queue's schema
+// (sluice._queue_path), plan_cache_mode = force_generic_plan, enable_seqscan
+// = off (except e_peek) and jit = off. The other copies run inside an entry
+// point and inherit them: a SET clause costs ~30 us a call.
+//
+// The public API reaches a copy in one of two ways: receive, ack, nack and
+// extend set search_path to sluice._queue_path(id) (local to themselves)
+// and call the copy by its bare name, a plan PL/pgSQL keeps until the path
+// changes; the rest use EXECUTE format('%I.e_...', sluice._qschema(id)).
+// Small SQL helpers on hot paths are written to be inlined by the planner
+// (one SELECT, no SET clause, no more volatile than declared); the test
+// TestHotPathSQLHelpersAreInlined fails when one is called instead.
+// docs/design.md ("Per-queue function copies") gives the measurements.
 package sqlsrc
 
 import "embed"
