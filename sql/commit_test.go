@@ -130,7 +130,9 @@ func TestEngineFunctionsTurnJITOff(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer rows.Close()
-	entry := map[string]bool{"e_receive": true, "e_ack": true, "e_nack": true, "e_extend": true, "e_status": true,
+	// e_receive, e_ack, e_nack and e_extend run with the settings of their
+	// public callers instead (below).
+	entry := map[string]bool{"e_status": true,
 		"e_maintain": true, "e_purge": true, "e_start_pos": true, "e_base": true, "e_dedup_lookup": true,
 		"e_dedup_record": true, "e_peek": true, "e_leases": true}
 	// e_peek reads every message the queue stores (there is no index by
@@ -166,6 +168,21 @@ func TestEngineFunctionsTurnJITOff(t *testing.T) {
 	}
 	if seen != len(entry) {
 		t.Fatalf("found %d entry points in the queue's schema, want %d", seen, len(entry))
+	}
+	// The public functions that call a queue's copy through the search path
+	// (sluice._queue_path) carry the engine's other settings themselves.
+	for _, name := range []string{"receive", "ack", "nack", "extend"} {
+		var config string
+		if err := b.pool.QueryRow(b.ctx, `SELECT array_to_string(proconfig, ' ') FROM pg_proc
+		                                  WHERE pronamespace = 'sluice'::regnamespace AND proname = $1`, name).Scan(&config); err != nil {
+			t.Fatal(err)
+		}
+		for _, want := range []string{"search_path=pg_catalog, pg_temp", "enable_seqscan=off", "jit=off",
+			"plan_cache_mode=force_generic_plan"} {
+			if !strings.Contains(config, want) {
+				t.Errorf("sluice.%s: settings %q lack %q", name, config, want)
+			}
+		}
 	}
 }
 

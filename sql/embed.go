@@ -24,10 +24,13 @@
 // = off (except e_peek) and jit = off. The other copies run inside an entry
 // point and inherit them: a SET clause costs ~30 us a call.
 //
-// The public API reaches a copy in one of two ways: receive, ack, nack and
+// The public API reaches a copy in one of two ways. receive, ack, nack and
 // extend set search_path to sluice._queue_path(id) (local to themselves)
 // and call the copy by its bare name, a plan PL/pgSQL keeps until the path
-// changes; the rest use EXECUTE format('%I.e_...', sluice._qschema(id)).
+// changes; they carry the other settings in their own SET clause, and their
+// copies (e_receive, e_ack, e_nack, e_extend) none, so that these hot calls
+// pay for one SET clause, not two. The rest use
+// EXECUTE format('%I.e_...', sluice._qschema(id)).
 // Small SQL helpers on hot paths are written to be inlined by the planner
 // (one SELECT, no SET clause, no more volatile than declared); the test
 // TestHotPathSQLHelpersAreInlined fails when one is called instead.

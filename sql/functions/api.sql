@@ -70,6 +70,7 @@ CREATE OR REPLACE FUNCTION sluice.receive(queue text, group_name text DEFAULT 'd
 RETURNS SETOF sluice.message
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET jit = off   -- (the engine's: _instantiate)
 AS $$
 DECLARE
     q sluice.queue;
@@ -132,6 +133,7 @@ CREATE OR REPLACE FUNCTION sluice.ack(queue text, group_name text, receipts text
 RETURNS int
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET jit = off   -- (the engine's: _instantiate)
 AS $$
 DECLARE
     q sluice.queue;
@@ -205,6 +207,7 @@ CREATE OR REPLACE FUNCTION sluice.nack(queue text, group_name text, receipt text
 RETURNS boolean
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET jit = off   -- (the engine's: _instantiate)
 AS $$
 DECLARE
     q sluice.queue := sluice._use_queue(nack.queue);
@@ -241,6 +244,7 @@ CREATE OR REPLACE FUNCTION sluice.extend(queue text, group_name text, receipts t
 RETURNS int
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET jit = off   -- (the engine's: _instantiate)
 AS $$
 DECLARE
     q sluice.queue := sluice._use_queue(extend.queue);
