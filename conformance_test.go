@@ -9,7 +9,9 @@ package sluice_test
 //   - create_queue with an option QueueOptions lacks (dedup_window) or a
 //     value it cannot carry (0, which its fields read as "the default");
 //   - send_batch with per-message arrays of a length other than bodies'
-//     (BatchMessage pairs them up, so the library cannot send a mismatch).
+//     (BatchMessage pairs them up, so the library cannot send a mismatch);
+//   - peek and leases with max_messages 0 (PeekOptions and LeasesOptions
+//     read Max 0 as "the default").
 
 import (
 	"bytes"
@@ -434,6 +436,10 @@ func (r *runner) call(name string, args map[string]any) (any, error) {
 			ids = append(ids, int64(f))
 		}
 		return c.Redrive(ctx, q, str(args, "group_name"), ids...)
+	case "peek":
+		return r.peek(q, args)
+	case "leases":
+		return r.leases(q, args)
 	}
 	return nil, fmt.Errorf("unknown call %q", name)
 }
@@ -588,6 +594,69 @@ func (r *runner) deadLetters(q string, args map[string]any) (any, error) {
 		out[i] = map[string]any{"id": d.ID, "group_name": d.Group, "body": jsonValue(d.Body),
 			"headers": jsonValue(d.Headers), "key": nullable(d.Key), "attempts": d.Attempts,
 			"error": nullable(d.Error), "died_at": d.DiedAt, "sent_at": d.SentAt, "dead_letter_id": d.DeadLetterID}
+	}
+	return out, nil
+}
+
+// maxZero reports whether args has max_messages 0, which the options
+// structs cannot carry (their Max 0 is the default).
+func maxZero(args map[string]any) bool {
+	m, ok := num(args, "max_messages")
+	return ok && m == 0
+}
+
+func (r *runner) peek(q string, args map[string]any) (any, error) {
+	if maxZero(args) {
+		// Raw SQL: PeekOptions reads Max 0 as "the default". The engine
+		// rejects 0, so no rows come back to compare.
+		return nil, r.rawExec(`SELECT * FROM sluice.peek($1, 0, $2::bigint)`, q, args["after_id"])
+	}
+	o := &sluice.PeekOptions{}
+	if m, ok := num(args, "max_messages"); ok {
+		o.Max = int(m)
+	}
+	if a, ok := num(args, "after_id"); ok {
+		o.AfterID = int64(a)
+	}
+	msgs, err := r.b.client.Peek(r.b.ctx, q, o)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]map[string]any, len(msgs))
+	for i, m := range msgs {
+		var deliverAt any
+		if !m.DeliverAt.IsZero() {
+			deliverAt = m.DeliverAt
+		}
+		var resentTo any
+		if m.ResentTo != nil {
+			resentTo = m.ResentTo
+		}
+		out[i] = map[string]any{"id": m.ID, "body": jsonValue(m.Body), "headers": jsonValue(m.Headers),
+			"key": nullable(m.Key), "priority": m.Priority, "sent_at": m.SentAt, "deliver_at": deliverAt,
+			"resent_to": resentTo}
+	}
+	return out, nil
+}
+
+func (r *runner) leases(q string, args map[string]any) (any, error) {
+	if maxZero(args) {
+		// Raw SQL: LeasesOptions reads Max 0 as "the default". The engine
+		// rejects 0, so no rows come back to compare.
+		return nil, r.rawExec(`SELECT * FROM sluice.leases($1, $2::text, 0)`, q, args["group_name"])
+	}
+	o := &sluice.LeasesOptions{Group: str(args, "group_name")}
+	if m, ok := num(args, "max_messages"); ok {
+		o.Max = int(m)
+	}
+	ls, err := r.b.client.Leases(r.b.ctx, q, o)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]map[string]any, len(ls))
+	for i, l := range ls {
+		out[i] = map[string]any{"group_name": l.Group, "id": l.ID, "pos": l.Pos, "attempt": l.Attempt,
+			"consumer": nullable(l.Consumer), "delivered_at": l.DeliveredAt, "lease_expires_at": l.LeaseExpiresAt}
 	}
 	return out, nil
 }

@@ -46,6 +46,12 @@ FROM sluice.dead_letters($1, $2::text, $3::int)`
 
 	sqlRedrive = `SELECT sluice.redrive($1, $2::text, $3::bigint[])`
 
+	sqlPeek = `SELECT id, body, headers, key, priority, sent_at, deliver_at, resent_to
+FROM sluice.peek($1, $2::int, $3::bigint)`
+
+	sqlLeases = `SELECT group_name, id, pos, attempt, consumer, delivered_at, lease_expires_at
+FROM sluice.leases($1, $2::text, $3::int)`
+
 	sqlMaintain = `SELECT queue, rotated, reclaimed FROM sluice.maintain()`
 
 	sqlListen = `LISTEN sluice`

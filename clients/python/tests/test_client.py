@@ -139,3 +139,26 @@ def test_async_client_joins_transactions(dsn: str, queue: str) -> None:
                 await c.nack(queue, "default", "junk")
 
     run(main())
+
+
+def test_peek_and_leases_rows(client: sluice.Client, queue: str) -> None:
+    client.create_queue(queue, {"lanes": 1})
+    first = client.send(queue, {"n": 1}, headers={"h": "v"}, key="k")
+    later = client.send(queue, {"n": 2}, delay=timedelta(hours=1))
+    with client.transaction() as conn:
+        p1, p2 = client.peek(queue, conn=conn)
+    assert isinstance(p1, sluice.PeekedMessage)
+    assert (p1.id, p1.body, p1.headers, p1.key) == (first, {"n": 1}, {"h": "v"}, "k")
+    assert p1.deliver_at is None and p1.resent_to is None
+    assert p2.id == later and p2.deliver_at is not None and p2.deliver_at > p2.sent_at + timedelta(minutes=59)
+    assert client.peek(queue, max_messages=1, after_id=first) == [p2]
+    (m,) = client.receive(queue, consumer="tests", lease=60)
+    (lease,) = client.leases(queue, "default")
+    assert isinstance(lease, sluice.Lease)
+    assert (lease.group_name, lease.id, lease.pos, lease.attempt) == ("default", m.id, m.pos, 1)
+    assert lease.consumer == "tests"
+    assert lease.lease_expires_at == m.lease_expires_at and lease.delivered_at <= m.lease_expires_at
+    with pytest.raises(AttributeError):
+        lease.consumer = "other"  # type: ignore[misc]
+    assert client.nack(queue, "default", m.receipt, delay=0) is True
+    assert client.leases(queue) == []

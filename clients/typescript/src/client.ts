@@ -15,9 +15,13 @@ import type {
   DeadLettersOptions,
   Headers,
   JSONValue,
+  Lease,
+  LeasesOptions,
   MaintainResult,
   Message,
   NackOptions,
+  PeekedMessage,
+  PeekOptions,
   Queryable,
   QueueInfo,
   QueueOptions,
@@ -56,6 +60,10 @@ FROM sluice.status($1::text)`,
   deadLetters: `SELECT id, group_name, body, headers, key, attempts, error, died_at, sent_at, dead_letter_id
 FROM sluice.dead_letters($1, $2::text, $3::int)`,
   redrive: `SELECT sluice.redrive($1, $2::text, $3::bigint[]) AS n`,
+  peek: `SELECT id, body, headers, key, priority, sent_at, deliver_at, resent_to
+FROM sluice.peek($1, $2::int, $3::bigint)`,
+  leases: `SELECT group_name, id, pos, attempt, consumer, delivered_at, lease_expires_at
+FROM sluice.leases($1, $2::text, $3::int)`,
   maintain: `SELECT queue, rotated, reclaimed FROM sluice.maintain()`,
   version: `SELECT sluice.version() AS v`,
 } as const;
@@ -381,6 +389,41 @@ export class Sluice {
   async redrive(queue: string, opts?: RedriveOptions): Promise<number> {
     const rows = await this.query(sql.redrive, [queue, orNull(opts?.group), orNull(opts?.ids)], opts);
     return num(rows[0]?.n);
+  }
+
+  // Looking without receiving.
+
+  /**
+   * The messages a queue stores, by id, without receiving them (leases and
+   * changes nothing): not yet delivered, in flight, and completed ones until
+   * their epoch is reclaimed. Reads every stored message.
+   */
+  async peek<B = JSONValue>(queue: string, opts?: PeekOptions): Promise<PeekedMessage<B>[]> {
+    const rows = await this.query(sql.peek, [queue, opts?.maxMessages ?? 10, orNull(opts?.afterId)], opts);
+    return rows.map((r) => ({
+      id: num(r.id),
+      body: r.body as B,
+      headers: (r.headers ?? null) as Headers | null,
+      key: (r.key ?? null) as string | null,
+      priority: num(r.priority),
+      sentAt: r.sent_at as Date,
+      deliverAt: (r.deliver_at ?? null) as Date | null,
+      resentTo: (r.resent_to ?? null) as string[] | null,
+    }));
+  }
+
+  /** The deliveries in flight (leased, not expired, not completed), the earliest expiry first; no receipts. */
+  async leases(queue: string, opts?: LeasesOptions): Promise<Lease[]> {
+    const rows = await this.query(sql.leases, [queue, orNull(opts?.group), opts?.maxMessages ?? 100], opts);
+    return rows.map((r) => ({
+      groupName: r.group_name as string,
+      id: num(r.id),
+      pos: num(r.pos),
+      attempt: num(r.attempt),
+      consumer: (r.consumer ?? null) as string | null,
+      deliveredAt: r.delivered_at as Date,
+      leaseExpiresAt: r.lease_expires_at as Date,
+    }));
   }
 
   /** The version of the installed sluice engine. */

@@ -190,6 +190,60 @@ export interface RedriveOptions extends CallOptions {
   ids?: number[] | null;
 }
 
+/** A message a queue stores, as peek shows it (the columns of sluice.stored_message). */
+export interface PeekedMessage<B = JSONValue> {
+  /** The message id (as receive returns it). */
+  id: number;
+  /** The JSON body. */
+  body: B;
+  /** The headers object, or null. */
+  headers: Headers | null;
+  /** The ordering key, or null. */
+  key: string | null;
+  /** The priority given to send. */
+  priority: number;
+  /** When the message was first sent. */
+  sentAt: Date;
+  /** When it becomes deliverable if sent with a delay, else null. */
+  deliverAt: Date | null;
+  /** The groups it was sent to again (a retry after a nack, or a redrive), or null. */
+  resentTo: string[] | null;
+}
+
+/** Options of peek. */
+export interface PeekOptions extends CallOptions {
+  /** 1 to 1000 (10). */
+  maxMessages?: number;
+  /** Only messages with an id above it (default: from the first); the last id of a page gets the next one. */
+  afterId?: number | null;
+}
+
+/** A delivery in flight, as leases shows it (the columns of sluice.lease_info); it has no receipt. */
+export interface Lease {
+  /** The group that leased the message. */
+  groupName: string;
+  /** The message id (as receive returns it). */
+  id: number;
+  /** Its position in the queue's commit order. */
+  pos: number;
+  /** The delivery's attempt, as receive returned it. */
+  attempt: number;
+  /** The consumer named by the receive, or null. */
+  consumer: string | null;
+  /** When the receive leased it. */
+  deliveredAt: Date;
+  /** When the lease ends unless extended. */
+  leaseExpiresAt: Date;
+}
+
+/** Options of leases. */
+export interface LeasesOptions extends CallOptions {
+  /** Only this group's leases (default: every group's). */
+  group?: string | null;
+  /** 1 to 1000 (100). */
+  maxMessages?: number;
+}
+
 /** One row of maintain. */
 export interface MaintainResult {
   queue: string;

@@ -93,6 +93,37 @@ describe("calls", () => {
       { lanes: 1, maxAttempts: 1 },
     ));
 
+  test("peek and leases: rows typed, in the caller's transaction too", () =>
+    withQueue(async (q) => {
+      const first = await s.send(q, { n: 1 }, { headers: { h: "v" }, key: "k" });
+      const later = await s.send(q, { n: 2 }, { delay: 3_600_000 });
+      const [p1, p2] = await s.inTx((tx) => s.peek<{ n: number }>(q, { tx }));
+      assert.equal(p1?.id, first);
+      assert.equal(p1?.body.n, 1);
+      assert.deepEqual(p1?.headers, { h: "v" });
+      assert.equal(p1?.key, "k");
+      assert.ok(p1?.sentAt instanceof Date);
+      assert.equal(p1?.deliverAt, null);
+      assert.equal(p1?.resentTo, null);
+      assert.equal(p2?.id, later);
+      assert.ok(p2?.deliverAt instanceof Date && p2.deliverAt.getTime() > p2.sentAt.getTime() + 3_500_000);
+      assert.deepEqual((await s.peek(q, { maxMessages: 1, afterId: first })).map((m) => m.id), [later]);
+      const [m] = await s.receive(q, "default", { consumer: "tests", lease: 60_000 });
+      const [lease, ...rest] = await s.leases(q, { group: "default" });
+      assert.equal(rest.length, 0);
+      assert.equal(lease?.groupName, "default");
+      assert.equal(lease?.id, m?.id);
+      assert.equal(lease?.pos, m?.pos);
+      assert.equal(lease?.attempt, 1);
+      assert.equal(lease?.consumer, "tests");
+      assert.ok(lease?.deliveredAt instanceof Date);
+      assert.equal(lease?.leaseExpiresAt.getTime(), m?.leaseExpiresAt.getTime());
+      await assert.rejects(s.peek(q, { maxMessages: 0 }), InvalidArgumentError);
+      await assert.rejects(s.leases(q, { group: "nobody" }), GroupNotFoundError);
+      assert.equal(await s.ack(q, "default", [m!.receipt]), 1);
+      assert.deepEqual(await s.leases(q), []);
+    }));
+
   test("queue and group admin", async () => {
     const q = uniqueName("ts");
     await s.createQueue(q, { lease: 1500, maxAttempts: 4, defaultGroup: false });

@@ -9,7 +9,17 @@ import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { fileURLToPath } from "node:url";
 
-import { sql, Sluice, SluiceError, type BatchMessage, type DeadLetter, type Message, type QueueStatus } from "sluice";
+import {
+  sql,
+  Sluice,
+  SluiceError,
+  type BatchMessage,
+  type DeadLetter,
+  type Lease,
+  type Message,
+  type PeekedMessage,
+  type QueueStatus,
+} from "sluice";
 
 import { newSluice, uniqueName } from "./helpers.js";
 
@@ -150,6 +160,27 @@ const deadLetterRow = (d: DeadLetter) => ({
   dead_letter_id: d.deadLetterId,
 });
 
+const peekedRow = (m: PeekedMessage) => ({
+  id: m.id,
+  body: m.body,
+  headers: m.headers,
+  key: m.key,
+  priority: m.priority,
+  sent_at: iso(m.sentAt),
+  deliver_at: m.deliverAt === null ? null : iso(m.deliverAt),
+  resent_to: m.resentTo,
+});
+
+const leaseRow = (l: Lease) => ({
+  group_name: l.groupName,
+  id: l.id,
+  pos: l.pos,
+  attempt: l.attempt,
+  consumer: l.consumer,
+  delivered_at: iso(l.deliveredAt),
+  lease_expires_at: iso(l.leaseExpiresAt),
+});
+
 /* eslint-disable @typescript-eslint/no-explicit-any */
 type Any = any;
 
@@ -235,6 +266,10 @@ async function call(s: Sluice, step: Step, a: Args): Promise<JSONish> {
       return (await s.deadLetters(q, { group: g, maxRows: a.max_rows as Any })).map(deadLetterRow);
     case "redrive":
       return s.redrive(q, { group: g, ids: a.ids as Any });
+    case "peek":
+      return (await s.peek(q, { maxMessages: a.max_messages as Any, afterId: a.after_id as Any })).map(peekedRow);
+    case "leases":
+      return (await s.leases(q, { group: g, maxMessages: a.max_messages as Any })).map(leaseRow);
     case "sleep":
       await new Promise((r) => setTimeout(r, (a.seconds as number) * 1000));
       return null;

@@ -4,7 +4,7 @@ Thin over sluice's SQL API (docs/sql.md): the engine owns the semantics.
 
 - :class:`Client` / :class:`AsyncClient`: every call (send, send_batch,
   receive, ack, nack, extend, queue and group admin, dead letters, redrive,
-  status), each taking ``conn=`` to join the caller's transaction.
+  status, peek, leases), each taking ``conn=`` to join the caller's transaction.
 - :class:`Worker` / :class:`AsyncWorker`: consume queues with handlers
   registered by decorator.
 - :mod:`sluice.errors`: one exception class per SQLSTATE of class SL.
@@ -27,7 +27,7 @@ from .errors import (
     SchemaMissing,
     SluiceError,
 )
-from .types import DeadLetter, MaintainResult, Message, QueueInfo, QueueStatus
+from .types import DeadLetter, Lease, MaintainResult, Message, PeekedMessage, QueueInfo, QueueStatus
 from .worker import Worker
 
 __version__ = "0.1.0"
@@ -44,9 +44,11 @@ __all__ = [
     "InvalidName",
     "InvalidOption",
     "InvalidReceipt",
+    "Lease",
     "MaintainResult",
     "Message",
     "PayloadTooLarge",
+    "PeekedMessage",
     "QueueExists",
     "QueueInfo",
     "QueueNotFound",

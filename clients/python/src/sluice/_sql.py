@@ -12,7 +12,7 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
-from .types import DeadLetter, MaintainResult, Message, QueueInfo, QueueStatus
+from .types import DeadLetter, Lease, MaintainResult, Message, PeekedMessage, QueueInfo, QueueStatus
 
 Duration = timedelta | float | int
 """A duration: a timedelta, or a number of seconds."""
@@ -45,6 +45,14 @@ DEAD_LETTERS = (
     " FROM sluice.dead_letters(%s, %s::text, %s::int)"
 )
 REDRIVE = "SELECT sluice.redrive(%s, %s::text, %s::bigint[])"
+PEEK = (
+    "SELECT id, body, headers, key, priority, sent_at, deliver_at, resent_to"
+    " FROM sluice.peek(%s, %s::int, %s::bigint)"
+)
+LEASES = (
+    "SELECT group_name, id, pos, attempt, consumer, delivered_at, lease_expires_at"
+    " FROM sluice.leases(%s, %s::text, %s::int)"
+)
 MAINTAIN = "SELECT queue, rotated, reclaimed FROM sluice.maintain()"
 VERSION = "SELECT sluice.version()"
 QUEUE_LEASE = (
@@ -163,6 +171,14 @@ def queue_status(row: Sequence[Any]) -> QueueStatus:
 
 def dead_letter(row: Sequence[Any]) -> DeadLetter:
     return DeadLetter(*row)
+
+
+def peeked_message(row: Sequence[Any]) -> PeekedMessage:
+    return PeekedMessage(*row)
+
+
+def lease(row: Sequence[Any]) -> Lease:
+    return Lease(*row)
 
 
 def queue_info(row: Sequence[Any]) -> QueueInfo:

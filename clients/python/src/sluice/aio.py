@@ -19,7 +19,7 @@ from psycopg_pool import AsyncConnectionPool
 from . import _sql
 from ._sql import Duration
 from .errors import translate
-from .types import DeadLetter, MaintainResult, Message, QueueInfo, QueueStatus
+from .types import DeadLetter, Lease, MaintainResult, Message, PeekedMessage, QueueInfo, QueueStatus
 
 __all__ = ["AsyncClient"]
 
@@ -216,7 +216,7 @@ class AsyncClient:
         """Renew leases to now + lease; returns how many were renewed."""
         return int(await self._one(_sql.EXTEND, (queue, group, list(receipts), _sql.interval(lease)), conn))
 
-    # -- status, dead letters, upkeep ------------------------------------
+    # -- status, dead letters, peek, leases, upkeep ----------------------
 
     async def status(self, queue: str | None = None, *, conn: psycopg.AsyncConnection[Any] | None = None) -> list[QueueStatus]:
         """One row per group of a queue (or of every queue)."""
@@ -243,6 +243,32 @@ class AsyncClient:
     ) -> int:
         """Make dead letters deliverable again (of one group or all, these ids or all)."""
         return int(await self._one(_sql.REDRIVE, (queue, group, None if ids is None else list(ids)), conn))
+
+    async def peek(
+        self,
+        queue: str,
+        *,
+        max_messages: int = 10,
+        after_id: int | None = None,
+        conn: psycopg.AsyncConnection[Any] | None = None,
+    ) -> list[PeekedMessage]:
+        """The messages a queue stores, by id, without receiving them (leases and
+        changes nothing): not yet delivered, in flight, and completed ones until
+        their epoch is reclaimed. ``after_id``: only ids above it (pass the last
+        id of a page to get the next one). Reads every stored message."""
+        return [_sql.peeked_message(r) for r in await self._all(_sql.PEEK, (queue, max_messages, after_id), conn)]
+
+    async def leases(
+        self,
+        queue: str,
+        group: str | None = None,
+        *,
+        max_messages: int = 100,
+        conn: psycopg.AsyncConnection[Any] | None = None,
+    ) -> list[Lease]:
+        """The deliveries in flight (leased, not expired, not completed), the
+        earliest expiry first (of one group, or all); without receipts."""
+        return [_sql.lease(r) for r in await self._all(_sql.LEASES, (queue, group, max_messages), conn)]
 
     async def maintain(self, *, conn: psycopg.AsyncConnection[Any] | None = None) -> list[MaintainResult]:
         """Scheduled upkeep of every queue (rotation, reclaim)."""

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-__all__ = ["Message", "QueueStatus", "DeadLetter", "QueueInfo", "MaintainResult", "JSON"]
+__all__ = ["Message", "QueueStatus", "DeadLetter", "PeekedMessage", "Lease", "QueueInfo", "MaintainResult", "JSON"]
 
 JSON = Any
 """A JSON value as psycopg reads jsonb: dict, list, str, int, float, bool or None."""
@@ -67,6 +67,42 @@ class DeadLetter:
     died_at: datetime
     sent_at: datetime
     dead_letter_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class PeekedMessage:
+    """A message a queue stores, as peek shows it (sluice.stored_message).
+
+    ``deliver_at`` is set only for a message sent with a delay; ``resent_to``
+    names the groups it was sent to again (a retry after a nack, or a
+    redrive), or is None.
+    """
+
+    id: int
+    body: JSON
+    headers: dict[str, Any] | None
+    key: str | None
+    priority: int
+    sent_at: datetime
+    deliver_at: datetime | None
+    resent_to: list[str] | None
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """A delivery in flight, as leases shows it (sluice.lease_info).
+
+    It has no receipt: leases is for looking, not for completing another
+    consumer's messages.
+    """
+
+    group_name: str
+    id: int
+    pos: int
+    attempt: int
+    consumer: str | None
+    delivered_at: datetime
+    lease_expires_at: datetime
 
 
 @dataclass(frozen=True, slots=True)
