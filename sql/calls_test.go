@@ -10,8 +10,8 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// The SQL helpers on the hot paths (send, send_batch, receive, ack, nack,
-// extend) are inlined by the planner, not called: a LANGUAGE sql function
+// The SQL helpers on the hot paths (send, send_batch, receive, ack of a run
+// and of one message, nack, extend) are inlined by the planner, not called: a LANGUAGE sql function
 // that is called instead is parsed again in every transaction (declared
 // IMMUTABLE over a STABLE body, _payload_size cost a third of a send).
 // track_functions counts only the calls that were not inlined, and also a
@@ -81,6 +81,13 @@ func TestHotPathSQLHelpersAreInlined(t *testing.T) {
 		var ok bool
 		if err := tx.QueryRow(b.ctx, "SELECT sluice.nack('q', 'default', $1)", one[0].Receipt).Scan(&ok); err != nil || !ok {
 			t.Fatalf("nack: %v, %v", ok, err)
+		}
+		single, err := receiveOn(b.ctx, tx, "q", "default", 1, "")
+		if err != nil || len(single) != 1 {
+			t.Fatalf("received %d (%v), want 1", len(single), err)
+		}
+		if err := tx.QueryRow(b.ctx, "SELECT sluice.ack('q', 'default', $1)", receipts(single)).Scan(&n); err != nil || n != 1 {
+			t.Fatalf("ack of one: %d, %v", n, err)
 		}
 	}
 	for i := 0; i < 8; i++ {

@@ -28,6 +28,37 @@ BEGIN
 END
 $$;
 
+-- e_current_singles: e_current_deliveries for receipts none of which names
+-- a run (sluice._names_run false): single deliveries only, a simpler
+-- statement. A SQL function without SET clauses, so that e_ack's INSERT
+-- reads it inlined rather than through a PL/pgSQL call and a tuplestore
+-- (its table names are resolved where it is inlined: see engine_runs.sql).
+--
+-- Parameters:
+--   p_group_id  group id
+--   p_receipts  receipts (already checked to be well-formed), naming no run
+-- Returns: as e_current_deliveries (run and run_last NULL)
+SET check_function_bodies = off;
+CREATE OR REPLACE FUNCTION sluice_tmpl.e_current_singles(p_group_id int, p_receipts text[])
+RETURNS TABLE (slot smallint, pos bigint, attempt int, token bigint, msg_id bigint, txid xid8, lane smallint,
+               run bigint, run_last bigint)
+LANGUAGE sql STABLE
+AS $$
+    SELECT DISTINCT ON (r.part, r.pos) r.part::smallint, r.pos, r.attempt, r.token, d.msg_id, d.txid, d.lane,
+           NULL::bigint, NULL::bigint
+    FROM sluice._receipt_parts(p_receipts) r
+    CROSS JOIN LATERAL (
+        SELECT dd.attempt, dd.token, dd.expires_at, dd.msg_id, dd.txid, dd.lane FROM deliveries dd
+        WHERE dd.slot = r.part AND dd.group_id = p_group_id AND dd.pos = r.pos
+        ORDER BY dd.attempt DESC, dd.delivered_at DESC, dd.token DESC
+        LIMIT 1) d
+    WHERE r.part BETWEEN 0 AND 3 AND d.attempt = r.attempt AND d.token = r.token
+      AND d.expires_at > clock_timestamp()
+      AND NOT EXISTS (SELECT FROM e_completed(p_group_id, r.part::smallint, r.pos))
+    ORDER BY r.part, r.pos
+$$;
+RESET check_function_bodies;
+
 -- e_current_deliveries: the current deliveries named by receipts: one row per
 -- distinct receipt whose lease is the newest delivery of its message in the
 -- group (e_newest), has not expired, and whose message is not completed.
@@ -50,20 +81,7 @@ AS $$
 #variable_conflict use_column
 BEGIN
     IF NOT sluice._names_run(p_receipts) THEN
-        -- no run named (see e_ack): single deliveries only, a simpler statement
-        RETURN QUERY
-        SELECT DISTINCT ON (r.part, r.pos) r.part::smallint, r.pos, r.attempt, r.token, d.msg_id, d.txid, d.lane,
-               NULL::bigint, NULL::bigint
-        FROM sluice._receipt_parts(p_receipts) r
-        CROSS JOIN LATERAL (
-            SELECT dd.attempt, dd.token, dd.expires_at, dd.msg_id, dd.txid, dd.lane FROM deliveries dd
-            WHERE dd.slot = r.part AND dd.group_id = p_group_id AND dd.pos = r.pos
-            ORDER BY dd.attempt DESC, dd.delivered_at DESC, dd.token DESC
-            LIMIT 1) d
-        WHERE r.part BETWEEN 0 AND 3 AND d.attempt = r.attempt AND d.token = r.token
-          AND d.expires_at > clock_timestamp()
-          AND NOT EXISTS (SELECT FROM e_completed(p_group_id, r.part::smallint, r.pos))
-        ORDER BY r.part, r.pos;
+        RETURN QUERY SELECT * FROM e_current_singles(p_group_id, p_receipts);
         RETURN;
     END IF;
     RETURN QUERY
@@ -132,7 +150,7 @@ BEGIN
         -- no run named: an acks row each, in a statement that costs less
         INSERT INTO acks (slot, group_id, pos, kind, acked_at)
         SELECT c.slot, p_group_id, c.pos, 'a', clock_timestamp()
-        FROM e_current_deliveries(p_group_id, p_receipts) c
+        FROM e_current_singles(p_group_id, p_receipts) c
         ON CONFLICT DO NOTHING;
         GET DIAGNOSTICS n = ROW_COUNT;
         RETURN n;
