@@ -42,9 +42,11 @@ bench:
 	$(BIN)/sluice bench send drain keyed latency steady shootout overload app xmin \
 		--xmin-duration 2m --interval 30s --xmin-systems sluice,skiplocked,pgmq,pgmq-compat $(BENCHFLAGS)
 
-## test: vet, staticcheck, the Go tests, the real pgmq clients, then the
-## Python and TypeScript clients (their tests and package builds)
-test: vet staticcheck test-go test-pgmq-clients test-python build-python test-typescript pack-typescript
+## test: vet, staticcheck, the real pgmq clients, the Python and TypeScript
+## clients (their tests and package builds), then the Go tests, last so that
+## the Go benchmark's smoke test of the clients (TestClientsSmoke) finds the
+## Python venv and the compiled TypeScript client instead of skipping
+test: vet staticcheck test-pgmq-clients test-python build-python test-typescript pack-typescript test-go
 
 vet:
 	$(GO) vet ./...
