@@ -8,7 +8,8 @@
 -- _sl_d_<queue>: the next read that receives it completes it and skips it.
 
 -- _t_complete: the template of each queue's completion function (copied by
--- _instantiate as pgmq._sl_done_<queue>, see _t_deliver): delete or archive
+-- _instantiate as pgmq._sl_done_<queue>, see _t_deliver; no SET clauses
+-- either): delete or archive
 -- messages.
 --
 -- The usual case, messages read and deleted before their vt, takes one
@@ -27,10 +28,6 @@
 CREATE OR REPLACE FUNCTION pgmq._t_complete(p_q text, p_slot smallint, p_ids bigint[], p_kind "char")
 RETURNS SETOF bigint
 LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan
-SET enable_seqscan = off
-SET jit = off
 AS $$
 DECLARE
     ids bigint[] := ARRAY(SELECT DISTINCT i FROM unnest(p_ids) i WHERE i IS NOT NULL);
@@ -118,7 +115,8 @@ $$;
 -- Returns: true if it was in the queue
 -- Errors: 42P01 no such queue
 CREATE OR REPLACE FUNCTION pgmq.delete(queue_name text, msg_id bigint)
-RETURNS boolean LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp
+RETURNS boolean LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET jit = off
 AS $$
 BEGIN
     RETURN EXISTS (SELECT 1 FROM pgmq._complete(queue_name, ARRAY[msg_id], 'd'));
@@ -128,7 +126,8 @@ $$;
 -- delete: delete messages. Parameters: queue_name, msg_ids.
 -- Returns: the msg_ids deleted. Errors: as delete
 CREATE OR REPLACE FUNCTION pgmq.delete(queue_name text, msg_ids bigint[])
-RETURNS SETOF bigint LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp
+RETURNS SETOF bigint LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET jit = off
 AS $$
 BEGIN
     RETURN QUERY SELECT * FROM pgmq._complete(queue_name, msg_ids, 'd');
@@ -143,7 +142,8 @@ $$;
 -- Returns: true if it was in the queue
 -- Errors: 42P01 no such queue
 CREATE OR REPLACE FUNCTION pgmq.archive(queue_name text, msg_id bigint)
-RETURNS boolean LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp
+RETURNS boolean LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET jit = off
 AS $$
 BEGIN
     RETURN EXISTS (SELECT 1 FROM pgmq._complete(queue_name, ARRAY[msg_id], 'a'));
@@ -153,7 +153,8 @@ $$;
 -- archive: archive messages. Parameters: queue_name, msg_ids.
 -- Returns: the msg_ids archived. Errors: as archive
 CREATE OR REPLACE FUNCTION pgmq.archive(queue_name text, msg_ids bigint[])
-RETURNS SETOF bigint LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp
+RETURNS SETOF bigint LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET jit = off
 AS $$
 BEGIN
     RETURN QUERY SELECT * FROM pgmq._complete(queue_name, msg_ids, 'a');
@@ -161,7 +162,7 @@ END
 $$;
 
 -- _t_set_vt: the template of each queue's set_vt function (copied by
--- _instantiate as pgmq._sl_setvt_<queue>, see _t_deliver).
+-- _instantiate as pgmq._sl_setvt_<queue>, see _t_deliver; no SET clauses).
 --
 -- Parameters:
 --   p_q     the sluice queue
@@ -172,10 +173,6 @@ $$;
 CREATE OR REPLACE FUNCTION pgmq._t_set_vt(p_q text, p_slot smallint, p_ids bigint[], p_vt timestamptz)
 RETURNS SETOF pgmq.message_record
 LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan
-SET enable_seqscan = off
-SET jit = off
 AS $$
 DECLARE
     r record;
@@ -204,6 +201,31 @@ BEGIN
 END
 $$;
 
+-- _set_vt: change the visibility timeout of read messages (the queue's
+-- copy of _t_set_vt; the body of every set_vt, which pin the settings).
+--
+-- Parameters:
+--   p_name  the queue
+--   p_ids   the msg_ids
+--   p_vt    the new visibility time (NULL: now)
+-- Returns: the changed messages, with their new vt
+-- Errors: 42P01 no such queue
+CREATE OR REPLACE FUNCTION pgmq._set_vt(p_name text, p_ids bigint[], p_vt timestamptz)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    m record;
+BEGIN
+    SELECT * INTO m FROM pgmq._lookup(p_name);
+    IF NOT FOUND THEN
+        PERFORM pgmq._queue(p_name);   -- raises
+    END IF;
+    RETURN QUERY EXECUTE format('SELECT * FROM pgmq.%I($1, $2, $3, $4)', pgmq._fn(m.q, 'set_vt'))
+        USING m.q, m.slot, p_ids, coalesce(p_vt, clock_timestamp());
+END
+$$;
+
 -- set_vt: change the visibility timeout of read messages. A later vt
 -- extends the lease (sluice.extend); an earlier one gives the message back
 -- with a delay of vt - now (sluice.nack), its next read counting one more.
@@ -217,50 +239,43 @@ $$;
 -- Returns: the changed messages, with their new vt
 -- Errors: 42P01 no such queue
 CREATE OR REPLACE FUNCTION pgmq.set_vt(queue_name text, msg_ids bigint[], vt timestamptz)
-RETURNS SETOF pgmq.message_record
-LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp
+RETURNS SETOF pgmq.message_record LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET jit = off
 AS $$
-DECLARE
-    m record;
 BEGIN
-    SELECT * INTO m FROM pgmq._lookup(queue_name);
-    IF NOT FOUND THEN
-        PERFORM pgmq._queue(queue_name);   -- raises
-    END IF;
-    RETURN QUERY EXECUTE format('SELECT * FROM pgmq.%I($1, $2, $3, $4)', pgmq._fn(m.q, 'set_vt'))
-        USING m.q, m.slot, msg_ids, coalesce(set_vt.vt, clock_timestamp());
+    RETURN QUERY SELECT * FROM pgmq._set_vt(queue_name, msg_ids, vt);
 END
 $$;
 
 -- set_vt: vt in seconds from now. Parameters: queue_name, msg_ids, vt.
 -- Returns: the changed messages. Errors: as set_vt
 CREATE OR REPLACE FUNCTION pgmq.set_vt(queue_name text, msg_ids bigint[], vt integer)
-RETURNS SETOF pgmq.message_record LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp
+RETURNS SETOF pgmq.message_record LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET jit = off
 AS $$
 BEGIN
-    RETURN QUERY SELECT * FROM pgmq.set_vt(queue_name, msg_ids,
-                                           clock_timestamp() + make_interval(secs => vt));
+    RETURN QUERY SELECT * FROM pgmq._set_vt(queue_name, msg_ids, clock_timestamp() + make_interval(secs => vt));
 END
 $$;
 
 -- set_vt: one message. Parameters: queue_name, msg_id, vt (a time).
 -- Returns: the message with its new vt, or no row. Errors: as set_vt
 CREATE OR REPLACE FUNCTION pgmq.set_vt(queue_name text, msg_id bigint, vt timestamptz)
-RETURNS SETOF pgmq.message_record LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp
+RETURNS SETOF pgmq.message_record LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET jit = off
 AS $$
 BEGIN
-    RETURN QUERY SELECT * FROM pgmq.set_vt(queue_name, ARRAY[msg_id], vt);
+    RETURN QUERY SELECT * FROM pgmq._set_vt(queue_name, ARRAY[msg_id], vt);
 END
 $$;
 
 -- set_vt: one message, vt in seconds from now. Parameters: queue_name,
 -- msg_id, vt. Returns: the message with its new vt, or no row. Errors: as set_vt
 CREATE OR REPLACE FUNCTION pgmq.set_vt(queue_name text, msg_id bigint, vt integer)
-RETURNS SETOF pgmq.message_record LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp
+RETURNS SETOF pgmq.message_record LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET jit = off
 AS $$
 BEGIN
-    RETURN QUERY SELECT * FROM pgmq.set_vt(queue_name, ARRAY[msg_id],
-                                           clock_timestamp() + make_interval(secs => vt));
+    RETURN QUERY SELECT * FROM pgmq._set_vt(queue_name, ARRAY[msg_id], clock_timestamp() + make_interval(secs => vt));
 END
 $$;

@@ -74,13 +74,15 @@ $$;
 --   p_queue  the sluice queue name (lowercase)
 --   p_kind   'q' (view), 'a' (archive), 'r' (read log), 'd' (done log)
 -- Returns: the object name, without schema
+-- (No SET clause, so that it is inlined; qualified, so that the caller's
+-- search_path does not matter.)
 CREATE OR REPLACE FUNCTION pgmq._tbl(p_queue text, p_kind text)
 RETURNS text
 LANGUAGE sql IMMUTABLE
-SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT CASE WHEN p_kind IN ('q', 'a') THEN p_kind || '_' || p_queue
-                ELSE '_sl_' || p_kind || '_' || p_queue END
+    SELECT CASE WHEN p_kind OPERATOR(pg_catalog.=) ANY (ARRAY['q', 'a'])
+                THEN p_kind OPERATOR(pg_catalog.||) '_' OPERATOR(pg_catalog.||) p_queue
+                ELSE '_sl_' OPERATOR(pg_catalog.||) p_kind OPERATOR(pg_catalog.||) '_' OPERATOR(pg_catalog.||) p_queue END
 $$;
 
 -- _lease: the sluice lease that makes a message visible again at vt.
@@ -189,6 +191,9 @@ $$;
 -- truncated and becomes the current one. Skips (returns false) when another
 -- session holds a lock on the slot, or rotates already.
 --
+-- Called by a read, under the read's settings (see _deliver): its own SET
+-- clauses give its scans of the old slot back their defaults.
+--
 -- Parameters:
 --   p_queue  the sluice queue name
 -- Returns: true if a new generation started
@@ -196,6 +201,8 @@ CREATE OR REPLACE FUNCTION pgmq._rotate(p_queue text)
 RETURNS boolean
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = auto
+SET enable_seqscan = on
 AS $$
 DECLARE
     g bigint;

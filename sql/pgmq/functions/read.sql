@@ -12,7 +12,9 @@
 -- _t_deliver: the template of each queue's delivery function (copied by
 -- _instantiate as pgmq._sl_read_<queue>, naming the queue's side tables
 -- instead of pgmq._t_rlog and _t_dlog): receive up to p_qty messages and log
--- their deliveries. The SET clauses plan its statements once per session
+-- their deliveries. It has no SET clause of its own (a PL/pgSQL call with
+-- one costs ~30 us): it runs under the SET clauses of the public read
+-- functions (see _deliver), which plan its statements once per session
 -- (generic plans) and keep them index probes whatever the statistics of a
 -- side table that was just truncated say.
 --
@@ -30,10 +32,6 @@ CREATE OR REPLACE FUNCTION pgmq._t_deliver(p_q text, p_slot smallint, p_lease in
                                            p_mode "char")
 RETURNS SETOF pgmq.message_record
 LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan
-SET enable_seqscan = off
-SET jit = off
 AS $$
 DECLARE
     got sluice.message[];
@@ -97,7 +95,10 @@ $$;
 -- _deliver: receive up to qty messages and log their deliveries (the queue's
 -- copy of _t_deliver), then rotate the side tables if due (the generation is
 -- a minute old, and this session has not tried in the last minute). Called
--- by the public read functions, which pin search_path.
+-- by the public read functions, whose SET clauses (search_path,
+-- plan_cache_mode = force_generic_plan, enable_seqscan = off, jit = off)
+-- are the settings of the queue's copy, which has none of its own: one
+-- call with SET clauses per read instead of two.
 --
 -- Parameters:
 --   p_name  the queue
@@ -139,6 +140,24 @@ BEGIN
 END
 $$;
 
+-- _deliver_pinned: _deliver with the SET clauses of the public read
+-- functions (see _deliver), for _poll, whose own statements (sluice.status)
+-- keep the caller's settings.
+--
+-- Parameters: as _deliver
+-- Returns: the messages
+-- Errors: as _deliver
+CREATE OR REPLACE FUNCTION pgmq._deliver_pinned(p_name text, p_vt timestamptz, p_qty integer, p_cond jsonb,
+                                                p_mode "char")
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET jit = off
+AS $$
+BEGIN
+    RETURN QUERY SELECT * FROM pgmq._deliver(p_name, p_vt, p_qty, p_cond, p_mode);
+END
+$$;
+
 -- _poll: _deliver until it returns messages or max_poll_seconds have passed.
 -- Between tries it only reads sluice.status: a receive holds the lanes it
 -- took until the end of the transaction, so an empty receive in a polling
@@ -163,7 +182,7 @@ BEGIN
     LOOP
         IF EXISTS (SELECT 1 FROM sluice.status(q) s WHERE s.group_name = 'pgmq' AND s.ready > 0) THEN
             -- vt is relative to when the messages are read, as in PGMQ's loop
-            RETURN QUERY SELECT * FROM pgmq._deliver(p_name, clock_timestamp() + vt_left, p_qty, p_cond, p_mode);
+            RETURN QUERY SELECT * FROM pgmq._deliver_pinned(p_name, clock_timestamp() + vt_left, p_qty, p_cond, p_mode);
             IF FOUND THEN
                 RETURN;
             END IF;
@@ -177,7 +196,8 @@ $$;
 -- read: vt in seconds from now. Parameters: queue_name, vt, qty, conditional.
 -- Returns: pgmq.message_record rows. Errors: as read
 CREATE OR REPLACE FUNCTION pgmq.read(queue_name text, vt integer, qty integer, conditional jsonb DEFAULT '{}')
-RETURNS SETOF pgmq.message_record LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp
+RETURNS SETOF pgmq.message_record LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET jit = off
 AS $$
 BEGIN
     RETURN QUERY SELECT * FROM pgmq._deliver(queue_name, clock_timestamp() + make_interval(secs => vt), qty,
@@ -190,7 +210,8 @@ $$;
 CREATE OR REPLACE FUNCTION pgmq.read_with_poll(queue_name text, vt integer, qty integer,
                                                max_poll_seconds integer DEFAULT 5, poll_interval_ms integer DEFAULT 100,
                                                conditional jsonb DEFAULT '{}')
-RETURNS SETOF pgmq.message_record LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp
+RETURNS SETOF pgmq.message_record LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     RETURN QUERY SELECT * FROM pgmq._poll(queue_name, clock_timestamp() + make_interval(secs => vt), qty,
@@ -201,7 +222,8 @@ $$;
 -- read_grouped: vt in seconds. Parameters: queue_name, vt, qty.
 -- Returns: pgmq.message_record rows. Errors: as read
 CREATE OR REPLACE FUNCTION pgmq.read_grouped(queue_name text, vt integer, qty integer)
-RETURNS SETOF pgmq.message_record LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp
+RETURNS SETOF pgmq.message_record LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET jit = off
 AS $$
 BEGIN
     RETURN QUERY SELECT * FROM pgmq._deliver(queue_name, clock_timestamp() + make_interval(secs => vt), qty,
@@ -213,7 +235,8 @@ $$;
 -- Returns: rows. Errors: as read
 CREATE OR REPLACE FUNCTION pgmq.read_grouped_with_poll(queue_name text, vt integer, qty integer,
                                                        max_poll_seconds integer DEFAULT 5, poll_interval_ms integer DEFAULT 100)
-RETURNS SETOF pgmq.message_record LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp
+RETURNS SETOF pgmq.message_record LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     RETURN QUERY SELECT * FROM pgmq._poll(queue_name, clock_timestamp() + make_interval(secs => vt), qty,
@@ -224,7 +247,8 @@ $$;
 -- read_grouped_rr: vt in seconds. Parameters: queue_name, vt, qty.
 -- Returns: rows. Errors: as read
 CREATE OR REPLACE FUNCTION pgmq.read_grouped_rr(queue_name text, vt integer, qty integer)
-RETURNS SETOF pgmq.message_record LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp
+RETURNS SETOF pgmq.message_record LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET jit = off
 AS $$
 BEGIN
     RETURN QUERY SELECT * FROM pgmq._deliver(queue_name, clock_timestamp() + make_interval(secs => vt), qty,
@@ -236,7 +260,8 @@ $$;
 -- Returns: rows. Errors: as read
 CREATE OR REPLACE FUNCTION pgmq.read_grouped_rr_with_poll(queue_name text, vt integer, qty integer,
                                                           max_poll_seconds integer DEFAULT 5, poll_interval_ms integer DEFAULT 100)
-RETURNS SETOF pgmq.message_record LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp
+RETURNS SETOF pgmq.message_record LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     RETURN QUERY SELECT * FROM pgmq._poll(queue_name, clock_timestamp() + make_interval(secs => vt), qty,
@@ -247,7 +272,8 @@ $$;
 -- read_grouped_head: the head message of up to qty different groups.
 -- Parameters: queue_name, vt (seconds), qty. Returns: rows. Errors: as read
 CREATE OR REPLACE FUNCTION pgmq.read_grouped_head(queue_name text, vt integer, qty integer)
-RETURNS SETOF pgmq.message_record LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp
+RETURNS SETOF pgmq.message_record LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET jit = off
 AS $$
 BEGIN
     RETURN QUERY SELECT * FROM pgmq._deliver(queue_name, clock_timestamp() + make_interval(secs => vt), qty,
@@ -260,7 +286,8 @@ $$;
 -- Errors: as read
 CREATE OR REPLACE FUNCTION pgmq.read_grouped_head_with_poll(queue_name text, vt integer, qty integer,
                                                             max_poll_seconds integer DEFAULT 5, poll_interval_ms integer DEFAULT 100)
-RETURNS SETOF pgmq.message_record LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp
+RETURNS SETOF pgmq.message_record LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     RETURN QUERY SELECT * FROM pgmq._poll(queue_name, clock_timestamp() + make_interval(secs => vt), qty,
@@ -277,7 +304,8 @@ $$;
 -- Returns: pgmq.message_record rows
 -- Errors: as read
 CREATE OR REPLACE FUNCTION pgmq.pop(queue_name text, qty integer DEFAULT 1)
-RETURNS SETOF pgmq.message_record LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp
+RETURNS SETOF pgmq.message_record LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET jit = off
 AS $$
 BEGIN
     RETURN QUERY SELECT * FROM pgmq._deliver(queue_name, NULL, qty, '{}', 'p');
