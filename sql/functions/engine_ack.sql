@@ -328,7 +328,7 @@ BEGIN
     END IF;
     INSERT INTO sluice.messages (queue_id, slot, id, txid, sent_at, deliver_at, priority, attempt_base,
                                  target_group, origin_id, key, dedup_key, headers, body)
-    VALUES (q.id, (SELECT e.epoch FROM sluice.epoch e WHERE e.queue_id = q.id ORDER BY e.epoch DESC LIMIT 1) % 4, nextval(q.id_seq), pg_current_xact_id(), m.sent_at,
+    VALUES (q.id, (SELECT ne.epoch FROM sluice._epoch_now(q.id) ne) % 4, nextval(q.id_seq), pg_current_xact_id(), m.sent_at,
             CASE WHEN v_delay > interval '0' THEN v_now + v_delay END,
             m.priority, v_attempts, g.id, coalesce(m.origin_id, m.id), m.key, m.dedup_key, m.headers, m.body);
     RETURN true;

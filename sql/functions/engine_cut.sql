@@ -319,7 +319,7 @@ DECLARE
     b int;
     r record;
 BEGIN
-    v_slot := (SELECT e.epoch FROM sluice.epoch e WHERE e.queue_id = p_queue_id ORDER BY e.epoch DESC LIMIT 1) % 4;
+    v_slot := (SELECT ne.epoch FROM sluice._epoch_now(p_queue_id) ne) % 4;
     IF n > 0 AND NOT c.any_key THEN
         -- Chunk j (from 0) holds messages j*chunk+1 .. (j+1)*chunk and goes
         -- to lane (p_last_pos + 1 + j) % lanes (as e_lanes deals them); a

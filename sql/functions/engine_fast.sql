@@ -120,7 +120,7 @@ BEGIN
         WHERE t.n > 0
     ), st AS (
         INSERT INTO group_states (slot, group_id, lane, seq, cursor, lwm, scan_from, lwm_at)
-        SELECT (SELECT e.epoch FROM sluice.epoch e WHERE e.queue_id = p_queue_id ORDER BY e.epoch DESC LIMIT 1) % 4,
+        SELECT (SELECT ne.epoch FROM sluice._epoch_now(p_queue_id) ne) % 4,
                p_group_id, p_lane, nx.seq + 1, nx.cursor, nx.lwm, nx.scan_from, nx.lwm_at
         FROM nx
         WHERE nx.cursor IS NOT NULL

@@ -305,7 +305,7 @@ BEGIN
     -- so the next cut takes every message committed from now on.
     INSERT INTO batches (slot, batch_no, first_pos, last_pos, done, cut_at, prev_t, t, prev_snap, snap,
                          ids, txids, slots)
-    VALUES ((SELECT e.epoch FROM sluice.epoch e WHERE e.queue_id = q.id ORDER BY e.epoch DESC LIMIT 1) % 4, head.batch_no + 1, head.last_pos + 1, head.last_pos, true,
+    VALUES ((SELECT ne.epoch FROM sluice._epoch_now(q.id) ne) % 4, head.batch_no + 1, head.last_pos + 1, head.last_pos, true,
             clock_timestamp(), '-infinity', '-infinity', '3:3:', '3:3:', '{}', '{}', '{}');
     RETURN n;
 END

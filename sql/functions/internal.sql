@@ -143,13 +143,26 @@ BEGIN
 END
 $$;
 
--- _current_epoch: the current epoch of a queue (its slot is epoch % 4).
+-- _epoch_now: the current epoch of a queue (its slot is epoch % 4), as a
+-- one-row table: a set-returning SQL function without SET clauses, which
+-- the planner inlines into the calling statement, so that hot paths read it
+-- as (SELECT ne.epoch FROM sluice._epoch_now(id) ne) at the cost of the
+-- lookup alone (a scalar SQL function with a FROM is called, not inlined).
+CREATE OR REPLACE FUNCTION sluice._epoch_now(p_queue_id int)
+RETURNS TABLE (epoch bigint)
+LANGUAGE sql STABLE
+AS $$
+    SELECT e.epoch FROM sluice.epoch e WHERE e.queue_id = p_queue_id ORDER BY e.epoch DESC LIMIT 1
+$$;
+
+-- _current_epoch: the current epoch of a queue (its slot is epoch % 4), for
+-- callers off the hot paths.
 CREATE OR REPLACE FUNCTION sluice._current_epoch(p_queue_id int)
 RETURNS bigint
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT e.epoch FROM sluice.epoch e WHERE e.queue_id = p_queue_id ORDER BY e.epoch DESC LIMIT 1
+    SELECT ne.epoch FROM sluice._epoch_now(p_queue_id) ne
 $$;
 
 -- _payload_size: the size a message counts against its queue's max_payload:

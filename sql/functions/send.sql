@@ -57,7 +57,7 @@ BEGIN
     -- sluice._use_queue): taken before the lookup, which then sees a drop.
     PERFORM pg_advisory_xact_lock_shared(sluice._lock_ns('queue'), hashtext(send.queue));
     -- The hot path: one lookup for everything send needs, then one INSERT.
-    SELECT q.id, (SELECT e.epoch FROM sluice.epoch e WHERE e.queue_id = q.id ORDER BY e.epoch DESC LIMIT 1) % 4,
+    SELECT q.id, (SELECT ne.epoch FROM sluice._epoch_now(q.id) ne) % 4,
            q.id_seq, q.max_payload, q.notify, q.dedup_window, q.max_delay
     INTO v_qid, v_slot, v_seq, v_max, v_notify, v_window, v_max_delay
     FROM sluice.queue q WHERE q.name = send.queue;
@@ -215,8 +215,7 @@ BEGIN
         END LOOP;
     END IF;
     before := known;
-    -- (the statement of _current_epoch, whose SET clause would make it a call)
-    v_slot := (SELECT e.epoch FROM sluice.epoch e WHERE e.queue_id = q.id ORDER BY e.epoch DESC LIMIT 1) % 4;
+    v_slot := (SELECT ne.epoch FROM sluice._epoch_now(q.id) ne) % 4;
     -- Insert the new messages: no dedup key, or the first occurrence of a key not sent before.
     WITH ins AS (
         INSERT INTO sluice.messages (queue_id, slot, id, txid, sent_at, deliver_at, priority, key, dedup_key, headers, body)
