@@ -32,27 +32,6 @@ func TestHotPathSQLHelpersAreInlined(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Exec(context.Background(), "RESET track_functions") //nolint:errcheck
-	// The SQL functions' call counts in this session: the current
-	// transaction's, with those of its recent ones that wait to be flushed
-	// (see bundle.calls).
-	sqlCalls := func(tx pgx.Tx) map[string]int64 {
-		rows, err := tx.Query(b.ctx, `
-			SELECT f.schemaname || '.' || f.funcname, f.calls
-			FROM pg_stat_xact_user_functions f
-			JOIN pg_proc p ON p.oid = f.funcid
-			JOIN pg_language l ON l.oid = p.prolang
-			WHERE l.lanname = 'sql' AND (f.schemaname = 'sluice' OR f.schemaname LIKE 'sluice_q%')`)
-		if err != nil {
-			t.Fatal(err)
-		}
-		calls := map[string]int64{}
-		var name string
-		var n int64
-		if _, err := pgx.ForEachRow(rows, []any{&name, &n}, func() error { calls[name] = n; return nil }); err != nil {
-			t.Fatal(err)
-		}
-		return calls
-	}
 	round := func(tx pgx.Tx) {
 		for _, stmt := range []string{
 			`SELECT sluice.send('q', '{"a": 1}')`,
@@ -97,15 +76,17 @@ func TestHotPathSQLHelpersAreInlined(t *testing.T) {
 	}
 	var called []string
 	if err := pgx.BeginFunc(b.ctx, conn, func(tx pgx.Tx) error {
-		before := sqlCalls(tx)
+		before := b.xactCalls(tx)
 		round(tx)
-		for name, n := range sqlCalls(tx) {
+		for fn, n := range b.xactCalls(tx) {
 			// Called by design, and not on every call of the API: the
 			// low-water mark's walk (e_completed_count, about once a
 			// second) and a cut with keyed messages (e_lanes), each a query
 			// over a set, which no planner inlines into a scalar.
-			if n > before[name] && !strings.HasSuffix(name, ".e_completed_count") && !strings.HasSuffix(name, ".e_lanes") {
-				called = append(called, fmt.Sprintf("%s (%d calls)", name, n-before[name]))
+			hot := fn.lang == "sql" && (fn.schema == "sluice" || strings.HasPrefix(fn.schema, "sluice_q")) &&
+				fn.name != "e_completed_count" && fn.name != "e_lanes"
+			if hot && n > before[fn] {
+				called = append(called, fmt.Sprintf("%s.%s (%d calls)", fn.schema, fn.name, n-before[fn]))
 			}
 		}
 		return nil

@@ -3,14 +3,46 @@ package sqlsrc_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
 )
 
+// fnCall names a function in the call counts of xactCalls.
+type fnCall struct{ schema, name, lang string }
+
+// xactCalls reads the function call counts that pg_stat_xact_user_functions
+// shows in tx (with track_functions on). Since PostgreSQL 15 a session's
+// counts wait to be flushed for up to a second and that view shows them
+// with the current transaction's, so those of its previous transactions may
+// be in them; nothing is flushed within a transaction, so the difference of
+// two readings in one transaction is exact.
+func (b *bundle) xactCalls(tx pgx.Tx) map[fnCall]int64 {
+	b.t.Helper()
+	rows, err := tx.Query(b.ctx, `
+		SELECT f.schemaname, f.funcname, l.lanname, f.calls
+		FROM pg_stat_xact_user_functions f
+		JOIN pg_proc p ON p.oid = f.funcid
+		JOIN pg_language l ON l.oid = p.prolang`)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	calls := map[fnCall]int64{}
+	var fn fnCall
+	var n int64
+	if _, err := pgx.ForEachRow(rows, []any{&fn.schema, &fn.name, &fn.lang, &n}, func() error {
+		calls[fn] = n
+		return nil
+	}); err != nil {
+		b.t.Fatal(err)
+	}
+	return calls
+}
+
 // calls runs f in a transaction that counts function calls
 // (track_functions), and returns how often each of the named engine
-// functions was called in it.
+// functions (the queues' copies) was called in it.
 func (b *bundle) calls(f func(tx pgx.Tx), names ...string) map[string]int64 {
 	b.t.Helper()
 	tx, err := b.pool.Begin(b.ctx)
@@ -21,27 +53,16 @@ func (b *bundle) calls(f func(tx pgx.Tx), names ...string) map[string]int64 {
 	if _, err := tx.Exec(b.ctx, "SET LOCAL track_functions = 'all'"); err != nil {
 		b.t.Fatal(err)
 	}
-	count := func() map[string]int64 {
-		got := map[string]int64{}
-		for _, name := range names {
-			var n int64
-			if err := tx.QueryRow(b.ctx, `SELECT coalesce(sum(calls), 0) FROM pg_stat_xact_user_functions
-			                             WHERE schemaname LIKE 'sluice_q%' AND funcname = $1`, name).Scan(&n); err != nil {
-				b.t.Fatal(err)
-			}
-			got[name] = n
-		}
-		return got
-	}
-	// The counts before f: since PostgreSQL 15 a session's counts wait to be
-	// flushed for up to a second and pg_stat_xact_user_functions shows them
-	// with the current transaction's, so those of its previous transactions
-	// may be in them. Nothing is flushed within a transaction.
-	before := count()
+	before := b.xactCalls(tx)
 	f(tx)
-	got := count()
-	for name, n := range before {
-		got[name] -= n
+	got := map[string]int64{}
+	for _, name := range names {
+		got[name] = 0
+	}
+	for fn, n := range b.xactCalls(tx) {
+		if _, ok := got[fn.name]; ok && strings.HasPrefix(fn.schema, "sluice_q") {
+			got[fn.name] += n - before[fn]
+		}
 	}
 	if err := tx.Commit(b.ctx); err != nil {
 		b.t.Fatal(err)
