@@ -156,7 +156,7 @@ func TestEngineFunctionsTurnJITOff(t *testing.T) {
 				scan = v
 			}
 			for _, want := range []string{"search_path=" + schema + ", pg_catalog, pg_temp", scan,
-				"jit=off", "plan_cache_mode=force_generic_plan"} {
+				"jit=off", "plan_cache_mode=force_generic_plan", "max_parallel_workers_per_gather=0"} {
 				if !strings.Contains(config, want) {
 					t.Errorf("%s.%s: settings %q lack %q", schema, name, config, want)
 				}

@@ -21,7 +21,9 @@
 // points (the functions the public API in schema sluice calls) the engine's
 // settings in one ALTER FUNCTION: search_path = the queue's schema
 // (sluice._queue_path), plan_cache_mode = force_generic_plan, enable_seqscan
-// = off (except e_peek) and jit = off. The other copies run inside an entry
+// = off (except e_peek), jit = off and max_parallel_workers_per_gather = 0
+// (the four hot ones below: not that one; they start no parallel plan that
+// was seen, and each setting costs every call). The other copies run inside an entry
 // point and inherit them: a SET clause costs ~30 us a call.
 //
 // The public API reaches a copy in one of two ways. receive, ack, nack and

@@ -333,7 +333,10 @@ $$;
 -- session), enable_seqscan = off (an index probe, whatever the statistics
 -- say of a table that just rotated) and jit = off (a plan that keeps a
 -- disabled seq scan is costed at 1e10 and would be JIT-compiled on every
--- run). The other functions run only inside an entry point and inherit
+-- run) and max_parallel_workers_per_gather = 0 (maintenance's rotation
+-- check and status were planned as parallel scans of the messages, and
+-- starting the workers took 8-30 ms a call for a statement that reads a
+-- few pages). The other functions run only inside an entry point and inherit
 -- them: a function with SET clauses costs ~30 us a call. e_peek reads all
 -- of the queue's messages (there is no index to read them by id): it keeps
 -- sequential scans, which an index scan of every row would cost more than.
@@ -380,7 +383,8 @@ BEGIN
     FOR f IN SELECT p.oid, p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
              WHERE n.nspname = sch AND p.proname = ANY (entry_points) LOOP
         EXECUTE format('ALTER FUNCTION %s SET search_path = %s '
-                       'SET plan_cache_mode = force_generic_plan SET enable_seqscan = %s SET jit = off',
+                       'SET plan_cache_mode = force_generic_plan SET enable_seqscan = %s SET jit = off '
+                       'SET max_parallel_workers_per_gather = 0',
                        f.oid::regprocedure, sluice._queue_path(p_queue_id),
                        CASE WHEN f.proname = ANY (scanners) THEN 'on' ELSE 'off' END);
     END LOOP;
