@@ -44,6 +44,10 @@ type Status struct {
 	// HoldsReclaim is true when this group keeps an old epoch from being
 	// reclaimed.
 	HoldsReclaim bool
+	// Estimated is true when Ready and Lag include an estimate: the queue
+	// has more messages not numbered yet than status counts exactly
+	// (sluice.status_exact_limit, 10,000 by default; docs/sql.md, status).
+	Estimated bool
 }
 
 // Status returns one row per consumer group of queue, or of every queue
@@ -71,7 +75,7 @@ func status(ctx context.Context, db dbtx, queue string) ([]Status, error) {
 		var group *string
 		var age *time.Duration
 		err := row.Scan(&s.Queue, &group, &s.Ready, &s.Delayed, &s.InFlight, &s.Dead, &age, &s.Lag,
-			&s.Cursor, &s.LWM, &s.Head, &s.LiveEpochs, &s.HoldsReclaim, &s.Waiting)
+			&s.Cursor, &s.LWM, &s.Head, &s.LiveEpochs, &s.HoldsReclaim, &s.Waiting, &s.Estimated)
 		s.Group = textOrEmpty(group)
 		if age != nil {
 			s.OldestPendingAge = *age

@@ -100,8 +100,13 @@ func printStatus(w io.Writer, st []sluice.Status) error {
 		if group == "" {
 			group = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t\n", s.Queue, group, s.Ready, s.Waiting, s.Delayed, s.InFlight, s.Dead, s.Lag,
-			age(s.OldestPendingAge))
+		// (~: an estimate, see sluice.status)
+		approx := ""
+		if s.Estimated {
+			approx = "~"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s%d\t%d\t%d\t%d\t%d\t%s%d\t%s\t\n", s.Queue, group, approx, s.Ready, s.Waiting, s.Delayed, s.InFlight, s.Dead,
+			approx, s.Lag, age(s.OldestPendingAge))
 	}
 	return tw.Flush()
 }
@@ -118,6 +123,7 @@ type statusJSON struct {
 	Lag              int64   `json:"lag"`
 	OldestPendingAge float64 `json:"oldest_pending_age"` // seconds, 0 for none
 	HoldsReclaim     bool    `json:"holds_reclaim"`
+	Estimated        bool    `json:"estimated"`
 }
 
 // printStatusJSON prints st as JSON lines, one per group.
@@ -125,7 +131,7 @@ func printStatusJSON(w io.Writer, st []sluice.Status) error {
 	enc := json.NewEncoder(w)
 	for _, s := range st {
 		out := statusJSON{Queue: s.Queue, Ready: s.Ready, Waiting: s.Waiting, Delayed: s.Delayed, InFlight: s.InFlight, Dead: s.Dead, Lag: s.Lag,
-			OldestPendingAge: s.OldestPendingAge.Seconds(), HoldsReclaim: s.HoldsReclaim}
+			OldestPendingAge: s.OldestPendingAge.Seconds(), HoldsReclaim: s.HoldsReclaim, Estimated: s.Estimated}
 		if s.Group != "" {
 			out.Group = &s.Group
 		}

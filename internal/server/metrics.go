@@ -52,17 +52,18 @@ func (m *metrics) observe(route string, code int, d time.Duration) {
 }
 
 var (
-	descReady    = prometheus.NewDesc("sluice_queue_ready", "Messages deliverable now, per queue and group (sluice.status).", []string{"queue", "group"}, nil)
-	descDelayed  = prometheus.NewDesc("sluice_queue_delayed", "Messages not deliverable before a later time.", []string{"queue", "group"}, nil)
-	descInFlight = prometheus.NewDesc("sluice_queue_in_flight", "Messages leased and not completed.", []string{"queue", "group"}, nil)
-	descDead     = prometheus.NewDesc("sluice_queue_dead", "Dead letters not redriven.", []string{"queue", "group"}, nil)
-	descAge      = prometheus.NewDesc("sluice_queue_oldest_pending_age_seconds", "Age of the oldest message the group has not completed.", []string{"queue", "group"}, nil)
-	descLag      = prometheus.NewDesc("sluice_queue_lag", "Messages the group has not completed.", []string{"queue", "group"}, nil)
-	descHead     = prometheus.NewDesc("sluice_queue_head_position", "Position of the last numbered message (grows with every message numbered: its rate is the queue's throughput).", []string{"queue", "group"}, nil)
-	descLWM      = prometheus.NewDesc("sluice_queue_completed_position", "The group's low-water mark: first position not completed (its rate is the group's completion rate).", []string{"queue", "group"}, nil)
-	descUp       = prometheus.NewDesc("sluice_status_up", "1 when the last read of sluice.status succeeded.", nil, nil)
-	descListener = prometheus.NewDesc("sluice_listener_up", "1 while the server's LISTEN connection is up.", nil, nil)
-	descWaiting  = prometheus.NewDesc("sluice_long_polls_waiting", "Long polls waiting for messages.", nil, nil)
+	descReady     = prometheus.NewDesc("sluice_queue_ready", "Messages deliverable now, per queue and group (sluice.status).", []string{"queue", "group"}, nil)
+	descDelayed   = prometheus.NewDesc("sluice_queue_delayed", "Messages not deliverable before a later time.", []string{"queue", "group"}, nil)
+	descInFlight  = prometheus.NewDesc("sluice_queue_in_flight", "Messages leased and not completed.", []string{"queue", "group"}, nil)
+	descDead      = prometheus.NewDesc("sluice_queue_dead", "Dead letters not redriven.", []string{"queue", "group"}, nil)
+	descAge       = prometheus.NewDesc("sluice_queue_oldest_pending_age_seconds", "Age of the oldest message the group has not completed.", []string{"queue", "group"}, nil)
+	descLag       = prometheus.NewDesc("sluice_queue_lag", "Messages the group has not completed.", []string{"queue", "group"}, nil)
+	descHead      = prometheus.NewDesc("sluice_queue_head_position", "Position of the last numbered message (grows with every message numbered: its rate is the queue's throughput).", []string{"queue", "group"}, nil)
+	descLWM       = prometheus.NewDesc("sluice_queue_completed_position", "The group's low-water mark: first position not completed (its rate is the group's completion rate).", []string{"queue", "group"}, nil)
+	descEstimated = prometheus.NewDesc("sluice_queue_status_estimated", "1 when ready and lag include an estimate of the messages not numbered yet beyond the ones sluice.status counts exactly (sluice.status_exact_limit).", []string{"queue", "group"}, nil)
+	descUp        = prometheus.NewDesc("sluice_status_up", "1 when the last read of sluice.status succeeded.", nil, nil)
+	descListener  = prometheus.NewDesc("sluice_listener_up", "1 while the server's LISTEN connection is up.", nil, nil)
+	descWaiting   = prometheus.NewDesc("sluice_long_polls_waiting", "Long polls waiting for messages.", nil, nil)
 )
 
 // queueCollector reads sluice.status (as the server's own role) on each
@@ -70,7 +71,7 @@ var (
 type queueCollector struct{ s *Server }
 
 func (c *queueCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descReady, descDelayed, descInFlight, descDead, descAge, descLag, descHead, descLWM, descUp, descListener, descWaiting} {
+	for _, d := range []*prometheus.Desc{descReady, descDelayed, descInFlight, descDead, descAge, descLag, descHead, descLWM, descEstimated, descUp, descListener, descWaiting} {
 		ch <- d
 	}
 }
@@ -106,6 +107,11 @@ func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
 		g(descLag, float64(st.Lag))
 		g(descHead, float64(st.Head))
 		g(descLWM, float64(st.LWM))
+		estimated := 0.0
+		if st.Estimated {
+			estimated = 1
+		}
+		g(descEstimated, estimated)
 	}
 }
 

@@ -22,6 +22,7 @@ func TestMetrics(t *testing.T) {
 		`sluice_queue_in_flight{group="default",queue="m"} 0`,
 		`sluice_queue_dead{group="default",queue="m"} 0`,
 		`sluice_queue_lag{group="default",queue="m"} `,
+		`sluice_queue_status_estimated{group="default",queue="m"} 0`,
 		`sluice_http_messages_sent_total{queue="m"} 3`,
 		`sluice_http_messages_received_total{group="default",queue="m"} 2`,
 		`sluice_http_messages_acked_total{group="default",queue="m"} 1`,

@@ -35,12 +35,13 @@ type StatusJSON struct {
 	Head             int64   `json:"head"`
 	LiveEpochs       int     `json:"live_epochs"`
 	HoldsReclaim     bool    `json:"holds_reclaim"`
+	Estimated        bool    `json:"estimated"`
 }
 
 func statusJSON(st sluice.Status) StatusJSON {
 	return StatusJSON{Queue: st.Queue, Group: st.Group, Ready: st.Ready, Delayed: st.Delayed, InFlight: st.InFlight,
 		Dead: st.Dead, OldestPendingAge: st.OldestPendingAge.Seconds(), Lag: st.Lag, Cursor: st.Cursor, LWM: st.LWM,
-		Head: st.Head, LiveEpochs: st.LiveEpochs, HoldsReclaim: st.HoldsReclaim}
+		Head: st.Head, LiveEpochs: st.LiveEpochs, HoldsReclaim: st.HoldsReclaim, Estimated: st.Estimated}
 }
 
 func queueJSON(q sluice.QueueInfo) QueueJSON {

@@ -266,8 +266,44 @@ END
 $$;
 
 -- status: depth and progress of each group of a queue (or of every queue).
--- Reads only; costs O(groups x (in-flight window + messages not yet batched
--- + keyed messages not yet dispatched)), exact at the time of the call.
+-- Reads only; exact at the time of the call, except ready and lag when a
+-- queue has more messages not numbered yet than the limit below (estimated
+-- is then true). Costs O(groups x (in-flight window + batch rows and keyed
+-- messages numbered after the group's cursors) + delayed messages + dead
+-- letters), plus at most 3 x (limit + 1) messages not numbered yet per
+-- queue: the same whatever the size of a backlog nobody has received from
+-- yet.
+--
+-- Messages not numbered yet: a committed message is numbered (given its
+-- position) by the next receive of any group, at most 4,000 per receive;
+-- until then status counts it by reading it. It reads at most limit + 1
+-- messages of each of three kinds, in index order, where limit is the
+-- setting sluice.status_exact_limit (10,000 by default; 0 to 1,000,000,000;
+-- SET per session, or ALTER ROLE ... SET, ALTER DATABASE ... SET): (1)
+-- messages of transactions that were in progress at the last cut, (2)
+-- delayed messages that came due since the last cut, (3) messages of
+-- transactions that began after the last cut, in transaction order (a
+-- preloaded backlog is of this kind).
+--
+-- Up to limit messages of each kind, every count is exact and estimated is
+-- false. When a kind has more, estimated is true (in every group's row of
+-- the queue) and ready and lag count the first limit of that kind exactly
+-- plus, for the rest: of kind 3, the ids the queue's id sequence gave out
+-- after the last message counted, less the delayed messages among them
+-- (exact for a backlog of committed sends, but it also counts sends rolled
+-- back or not committed yet, whose ids were drawn, counts a retry or
+-- redrive meant for another group in every group, and may be off by a few
+-- where concurrent transactions' ids interleave around the last message
+-- counted); of kind 1, each transaction's messages from its first and last
+-- id; of kind 2, nothing (ready and lag are then a lower bound).
+--
+-- The rest counts as ready: waiting counts only the keyed messages among
+-- those counted, and oldest_pending_age, when it comes from messages not
+-- numbered yet, is the oldest of those counted and of the delayed ones.
+-- delayed, in_flight, dead and the positions are always exact. Receives
+-- number a backlog 4,000 messages at a time, so while one is consumed its
+-- numbered part is counted exactly and only the part not reached yet is
+-- estimated.
 --
 -- Parameters:
 --   queue  queue name (NULL: every queue)
@@ -277,9 +313,10 @@ $$;
 --   group_name          the group
 --   ready               deliverable now (new, expired leases, retries due), not
 --                       counting waiting
---   waiting             (the last column) keyed messages that would be ready
---                       but wait for an earlier message of their key to be
---                       completed
+--   waiting             keyed messages that would be ready but wait for an
+--                       earlier message of their key to be completed
+--   estimated           (the last column) true when ready and lag include an
+--                       estimate of the messages not numbered yet
 --   delayed             not deliverable before a later time (delay, retry backoff)
 --   in_flight           leased and not completed
 --   dead                dead letters not redriven
@@ -289,7 +326,8 @@ $$;
 --   cursor, lwm, head   positions: last dispatched, first not completed, last numbered
 --   live_epochs         storage epochs the queue keeps (1 to 4)
 --   holds_reclaim       true when this group keeps an old epoch from being reclaimed
--- Errors: SL001, SL002
+-- Errors: SL001, SL002, SL006 (the setting sluice.status_exact_limit is not
+--   a number from 0 to 1000000000)
 CREATE OR REPLACE FUNCTION sluice.status(queue text DEFAULT NULL)
 RETURNS SETOF sluice.queue_status
 LANGUAGE plpgsql

@@ -47,10 +47,10 @@ $$;
 -- messages looked at are the lanes' windows (low-water mark to cursor),
 -- their positions numbered after the cursor (never dispatched: nothing
 -- takes a keyed position ahead of the cursor), and the committed messages
--- not numbered yet (due now; after every numbered one, in any order).
--- Costs O(window + keyed messages after the cursors + messages not
--- numbered), in array operations; a queue without keyed messages in its
--- live epochs pays two probes.
+-- not numbered yet that e_unnumbered read (due now; after every numbered
+-- one, in any order). Costs O(window + keyed messages after the cursors +
+-- keyed messages read by e_unnumbered), in array operations; a queue without
+-- keyed messages in its live epochs pays one probe.
 --
 -- Parameters:
 --   p_group_id          group id
@@ -58,21 +58,18 @@ $$;
 --   p_wkeys, p_wpos,    the keyed positions of the lanes' windows (e_window):
 --   p_wready            key hash, position, and whether it is neither leased
 --                       nor parked
---   p_xmax, p_xip, p_t  the newest cut's snapshot (xmax, in progress) and time
---   p_now               the time status is computed for
+--   p_ukeys             the key hashes of the group's keyed messages not
+--                       numbered yet and due now, as e_unnumbered read them
 -- Returns: the number of waiting messages
 CREATE OR REPLACE FUNCTION sluice_tmpl.e_key_waiting(p_group_id int, p_cursors bigint[],
                                                      p_wkeys bigint[], p_wpos bigint[], p_wready boolean[],
-                                                     p_xmax xid8, p_xip xid8[], p_t timestamptz, p_now timestamptz)
+                                                     p_ukeys bigint[])
 RETURNS bigint
 LANGUAGE plpgsql STABLE
 AS $$
 BEGIN
     -- A queue without keyed messages (numbered or not) skips the walk.
-    IF p_wkeys IS NULL AND NOT EXISTS (SELECT 1 FROM keyed)
-       AND NOT EXISTS (SELECT 1 FROM messages m
-                       WHERE m.key IS NOT NULL
-                         AND (m.txid >= p_xmax OR m.txid = ANY (p_xip) OR m.deliver_at > p_t)) THEN
+    IF p_wkeys IS NULL AND coalesce(cardinality(p_ukeys), 0) = 0 AND NOT EXISTS (SELECT 1 FROM keyed) THEN
         RETURN 0;
     END IF;
     RETURN (
@@ -91,17 +88,219 @@ BEGIN
                       AND (u.tg IS NULL OR u.tg = p_group_id)
                     UNION ALL
                     -- committed, due, not numbered yet
-                    SELECT hashtextextended(m.key, 0), 9223372036854775807, true
-                    FROM messages m
-                    WHERE m.key IS NOT NULL
-                      AND (m.txid >= p_xmax OR m.txid = ANY (p_xip) OR m.deliver_at > p_t)
-                      AND (m.deliver_at IS NULL OR m.deliver_at <= p_now)
-                      AND (m.target_group IS NULL OR m.target_group = p_group_id)) x
+                    SELECT u.k, 9223372036854775807, true
+                    FROM unnest(p_ukeys) AS u(k)) x
               GROUP BY x.key) k);
 END
 $$;
 
--- e_status: the rows of sluice.status for this queue (see there).
+-- e_unnumbered: the committed messages not numbered yet (by any cut) that
+-- status counts, read at most p_limit + 1 of each of three kinds, so that
+-- status costs the same whatever the size of the backlog not numbered yet;
+-- beyond that, an estimate (docs/sql.md, sluice.status, gives the rule).
+--
+-- Where the numbering stands (engine_cut.sql): every message visible in
+-- the snapshot s0 of the last finished round and due by its time t0 is
+-- numbered; the newest batch row may be part of a round still in progress
+-- (to its own snapshot and time), stopped at its resume point. What is not
+-- numbered is read in index order, as the next cuts would take it:
+--
+--   1. messages of the transactions in progress at s0 (and, in phase 2 of
+--      a round, of those in progress at its snapshot that the round has
+--      not reached): point lookups on (txid, id). More than p_limit of
+--      them: an estimate from each transaction's first and last id.
+--   2. delayed messages that came due since the numbering point (due index,
+--      from the resume point or t0 to now), not counted in 1 or 3. More
+--      than p_limit: the rest is not counted (a lower bound).
+--   3. messages of the transactions that began after s0 (from the round's
+--      resume point, if past s0's xmax), in (txid, id) order. More than
+--      p_limit: the rest is estimated as the ids the queue's sequence gave
+--      out after the last one counted, less the delayed messages among them.
+--
+-- And every delayed message (deliver_at after now: never numbered), by
+-- target group: O(delayed messages), as before.
+--
+-- Parameters:
+--   q        the queue
+--   p_now    the time status is computed for
+--   p_limit  how many messages of each kind to count at most (one more is
+--            read, to tell whether there are more)
+-- Returns: per target group (NULL: any group) of the messages read: tgs,
+--          due (due now), delayed (deliver_at after now, all of them) and
+--          oldest (earliest sent_at of both); ukeys, utgs: key hash and
+--          target of the keyed due messages read; rest: estimated due
+--          messages beyond those read (meant for any group); estimated:
+--          whether a kind had more than p_limit messages
+CREATE OR REPLACE FUNCTION sluice_tmpl.e_unnumbered(q sluice.queue, p_now timestamptz, p_limit bigint,
+                                                    OUT tgs int[], OUT due bigint[], OUT delayed bigint[],
+                                                    OUT oldest timestamptz[], OUT ukeys bigint[], OUT utgs int[],
+                                                    OUT rest bigint, OUT estimated boolean)
+LANGUAGE plpgsql STABLE
+AS $$
+DECLARE
+    head record;
+    v_phase2 boolean;       -- phase 2 of a round in progress
+    v_s0 pg_snapshot;
+    v_xmax0 xid8;
+    v_full xid8[];          -- 1: transactions all of whose messages are not numbered
+    v_p_txid xid8;          -- 1: the round's resume transaction, from v_p_id on
+    v_p_id bigint;
+    v_r_txid xid8;          -- 3: from (v_r_txid, v_r_id) on
+    v_r_id bigint;
+    v_d_due timestamptz;    -- 2: from (v_d_due, v_d_id) on
+    v_d_id bigint;
+    r record;
+    v_last bigint;
+    v_after bigint;
+BEGIN
+    SELECT * INTO head FROM batches ORDER BY batch_no DESC LIMIT 1;
+    v_phase2 := NOT head.done AND head.res_phase = 2;
+    v_s0 := CASE WHEN head.done THEN head.snap ELSE head.prev_snap END;
+    v_xmax0 := pg_snapshot_xmax(v_s0);
+    IF v_phase2 AND head.res_txid >= v_xmax0 THEN
+        v_r_txid := head.res_txid;
+        v_r_id := head.res_id;
+    ELSE
+        v_r_txid := v_xmax0;
+        v_r_id := -1;
+    END IF;
+    IF v_phase2 AND head.res_txid < v_xmax0 THEN
+        v_p_txid := head.res_txid;
+        v_p_id := head.res_id;
+    END IF;
+    -- In phase 2 a transaction in progress at s0 and committed by the
+    -- round's snapshot is numbered up to the resume point; one in progress
+    -- at the round's snapshot is numbered by no cut yet.
+    v_full := ARRAY(SELECT x.x FROM pg_snapshot_xip(v_s0) AS x(x)
+                    WHERE NOT v_phase2 OR NOT pg_visible_in_snapshot(x.x, head.snap) OR x.x > head.res_txid
+                    UNION
+                    SELECT x.x FROM pg_snapshot_xip(head.snap) AS x(x)
+                    WHERE v_phase2 AND x.x >= v_xmax0 AND x.x < v_r_txid);
+    -- Phase 1 of a round numbers delayed messages by (deliver_at, id) up to
+    -- its resume point; otherwise up to the round's time (t0 when no round
+    -- is in progress).
+    IF NOT head.done AND head.res_phase = 1 THEN
+        v_d_due := head.res_due;
+        v_d_id := head.res_id;
+    ELSE
+        v_d_due := head.t;
+        v_d_id := 9223372036854775807;
+    END IF;
+
+    -- Each kind is read in index order up to p_limit + 1 rows and numbered
+    -- (o): the first p_limit are counted, one more says there are more.
+    WITH f AS MATERIALIZED (
+        SELECT x.*, row_number() OVER () AS o
+        FROM (SELECT m.id, m.txid, m.target_group, m.deliver_at, m.sent_at, m.key
+              FROM (SELECT x.x AS txid, (-1)::bigint AS after FROM unnest(v_full) AS x(x)
+                    UNION ALL
+                    SELECT v_p_txid, v_p_id WHERE v_p_txid IS NOT NULL) t
+              CROSS JOIN LATERAL (SELECT m.id, m.txid, m.target_group, m.deliver_at, m.sent_at, m.key
+                                  FROM messages m
+                                  WHERE m.txid = t.txid AND m.id > t.after
+                                  ORDER BY m.id
+                                  LIMIT p_limit + 1) m
+              LIMIT p_limit + 1) x
+    ), d AS MATERIALIZED (
+        SELECT x.*, row_number() OVER (ORDER BY x.deliver_at, x.id) AS o
+        FROM (SELECT m.id, m.txid, m.target_group, m.deliver_at, m.sent_at, m.key
+              FROM messages m
+              WHERE m.deliver_at IS NOT NULL AND (m.deliver_at, m.id) > (v_d_due, v_d_id) AND m.deliver_at <= p_now
+              ORDER BY m.deliver_at, m.id
+              LIMIT p_limit + 1) x
+    ), b AS MATERIALIZED (
+        SELECT x.*, row_number() OVER (ORDER BY x.txid, x.id) AS o
+        FROM (SELECT m.id, m.txid, m.target_group, m.deliver_at, m.sent_at, m.key
+              FROM messages m
+              WHERE (m.txid, m.id) > (v_r_txid, v_r_id)
+              ORDER BY m.txid, m.id
+              LIMIT p_limit + 1) x
+    ), rd AS (
+        SELECT f.target_group, f.deliver_at, f.sent_at, f.key FROM f WHERE f.o <= p_limit
+        UNION ALL
+        -- (not those of 1 and 3; of a phase 1 in progress, only messages
+        -- visible in s0 are numbered, so those left are not numbered)
+        SELECT d.target_group, d.deliver_at, d.sent_at, d.key FROM d
+        WHERE d.o <= p_limit
+          AND NOT (d.txid = ANY (v_full) OR coalesce(d.txid = v_p_txid AND d.id > v_p_id, false)
+                   OR (d.txid, d.id) > (v_r_txid, v_r_id))
+        UNION ALL
+        SELECT b.target_group, b.deliver_at, b.sent_at, b.key FROM b WHERE b.o <= p_limit
+    )
+    SELECT EXISTS (SELECT 1 FROM f WHERE f.o > p_limit) AS f_over,
+           EXISTS (SELECT 1 FROM d WHERE d.o > p_limit) AS d_over,
+           EXISTS (SELECT 1 FROM b WHERE b.o > p_limit) AS b_over,
+           -- the id of the last message of 3 counted (none counted: the
+           -- id before the first)
+           coalesce((SELECT b.id FROM b WHERE b.o = p_limit), (SELECT b.id - 1 FROM b WHERE b.o = 1)) AS b_last,
+           (SELECT count(*) FROM f WHERE f.o <= p_limit) AS f_n,
+           (SELECT array_agg(a.tg) FROM (SELECT rd.target_group AS tg FROM rd GROUP BY 1 ORDER BY 1) a) AS tgs,
+           (SELECT array_agg(a.n) FROM (SELECT rd.target_group AS tg,
+                                               count(*) FILTER (WHERE rd.deliver_at IS NULL OR rd.deliver_at <= p_now) AS n
+                                        FROM rd GROUP BY 1 ORDER BY 1) a) AS due,
+           (SELECT array_agg(a.o) FROM (SELECT rd.target_group AS tg, min(rd.sent_at) AS o
+                                        FROM rd GROUP BY 1 ORDER BY 1) a) AS oldest,
+           (SELECT array_agg(hashtextextended(rd.key, 0)) FROM rd
+            WHERE rd.key IS NOT NULL AND (rd.deliver_at IS NULL OR rd.deliver_at <= p_now)) AS ukeys,
+           (SELECT array_agg(rd.target_group) FROM rd
+            WHERE rd.key IS NOT NULL AND (rd.deliver_at IS NULL OR rd.deliver_at <= p_now)) AS utgs
+    INTO r;
+    tgs := coalesce(r.tgs, '{}');
+    due := coalesce(r.due, '{}');
+    oldest := coalesce(r.oldest, '{}');
+    ukeys := r.ukeys;
+    utgs := r.utgs;
+    estimated := r.f_over OR r.d_over OR r.b_over;
+    rest := 0;
+    v_last := CASE WHEN r.b_over THEN r.b_last END;
+    IF r.f_over THEN
+        -- a transaction's messages have the ids it drew, first to last
+        rest := rest + greatest(0, (SELECT coalesce(sum(s.hi - s.lo + 1), 0)
+                                    FROM (SELECT x.x AS txid, (-1)::bigint AS after FROM unnest(v_full) AS x(x)
+                                          UNION ALL
+                                          SELECT v_p_txid, v_p_id WHERE v_p_txid IS NOT NULL) t
+                                    CROSS JOIN LATERAL (
+                                        SELECT (SELECT m.id FROM messages m WHERE m.txid = t.txid AND m.id > t.after
+                                                ORDER BY m.id LIMIT 1) AS lo,
+                                               (SELECT m.id FROM messages m WHERE m.txid = t.txid AND m.id > t.after
+                                                ORDER BY m.id DESC LIMIT 1) AS hi) s
+                                    WHERE s.lo IS NOT NULL) - r.f_n);
+    END IF;
+
+    -- Every delayed message, by target group, merged into the arrays.
+    WITH dl AS (
+        SELECT m.target_group AS tg, count(*) AS n, min(m.sent_at) AS o,
+               count(*) FILTER (WHERE m.id > v_last) AS after_last
+        FROM messages m
+        WHERE m.deliver_at > p_now
+        GROUP BY 1
+    ), a AS (
+        SELECT coalesce(u.tg, dl.tg) AS tg, coalesce(u.due, 0) AS due, coalesce(dl.n, 0) AS delayed,
+               least(u.o, dl.o) AS o
+        FROM (SELECT * FROM unnest(tgs, due, oldest) AS u(tg, due, o)) u
+        FULL JOIN dl ON coalesce(dl.tg, 0) = coalesce(u.tg, 0)   -- (group ids are above 0)
+    )
+    SELECT array_agg(a.tg ORDER BY a.tg), array_agg(a.due ORDER BY a.tg), array_agg(a.delayed ORDER BY a.tg),
+           array_agg(a.o ORDER BY a.tg), (SELECT coalesce(sum(dl.after_last), 0) FROM dl)
+    INTO tgs, due, delayed, oldest, v_after
+    FROM a;
+    IF r.b_over THEN
+        -- the ids the queue's sequence gave out after the last message of 3
+        -- counted, less the delayed messages among them
+        rest := rest + greatest(0, coalesce(pg_sequence_last_value(q.id_seq), 0) - v_last - v_after);
+    END IF;
+END
+$$;
+
+-- e_status: the rows of sluice.status for this queue (see there). The
+-- messages not numbered yet are read once for every group (e_unnumbered),
+-- at most sluice.status_exact_limit (10,000) of each kind.
+--
+-- Parameters:
+--   q  the queue
+-- Returns: one row per group (one row with group_name NULL if none)
+-- Errors: SL006 when the setting sluice.status_exact_limit is not a
+--         number from 0 to 1000000000
 CREATE OR REPLACE FUNCTION sluice_tmpl.e_status(q sluice.queue)
 RETURNS SETOF sluice.queue_status
 LANGUAGE plpgsql STABLE
@@ -109,6 +308,7 @@ AS $$
 DECLARE
     g sluice.consumer_group;
     head record;
+    un record;
     u record;
     s sluice.queue_status;
     v_now timestamptz := clock_timestamp();
@@ -118,12 +318,17 @@ DECLARE
     v_min bigint := e_min_lwm(q);
     v_lwm bigint;
     ls record;
-    v_xip xid8[];
     v_waiting bigint;
+    v_limit text := coalesce(nullif(current_setting('sluice.status_exact_limit', true), ''), '10000');
     any_group boolean := false;
 BEGIN
+    IF (CASE WHEN v_limit ~ '^\s*[0-9]{1,10}\s*$' THEN v_limit::bigint > 1000000000 ELSE true END) THEN
+        RAISE EXCEPTION USING ERRCODE = 'SL006',
+            MESSAGE = format('sluice.status_exact_limit must be a number from 0 to 1000000000, not %s',
+                             quote_literal(v_limit));
+    END IF;
     SELECT * INTO head FROM batches ORDER BY batch_no DESC LIMIT 1;
-    v_xip := ARRAY(SELECT pg_snapshot_xip(head.snap));
+    SELECT * INTO un FROM e_unnumbered(q, v_now, v_limit::bigint);
     v_oldest := coalesce((SELECT max(r.epoch) FROM sluice.reclaim r WHERE r.queue_id = q.id) + 1, 0);
     SELECT e.started_at INTO v_retired_at FROM sluice.epoch e WHERE e.queue_id = q.id AND e.epoch = v_oldest + 1;
     FOR g IN SELECT * FROM sluice.consumer_group cg WHERE cg.queue_id = q.id ORDER BY cg.name LOOP
@@ -167,25 +372,23 @@ BEGIN
                     WHERE b.lane = st.lane AND b.last_pos > st.cursor AND b.last_pos >= b.first_pos) nb) AS numbered
         INTO ls;
         v_lwm := e_group_lwm(g, q.lanes, true);
-        -- Committed messages not numbered yet: due now, and the oldest of them.
-        SELECT count(*) FILTER (WHERE m.deliver_at IS NULL OR m.deliver_at <= v_now) AS due,
-               min(m.sent_at) AS oldest
+        -- Committed messages not numbered yet, of this group: due now (as
+        -- read, plus the estimate beyond them), delayed, and the oldest.
+        SELECT coalesce(sum(x.due), 0) + un.rest AS due, coalesce(sum(x.delayed), 0) AS delayed, min(x.o) AS oldest,
+               ARRAY(SELECT k.k FROM unnest(un.ukeys, un.utgs) AS k(k, tg) WHERE k.tg IS NULL OR k.tg = g.id) AS ukeys
         INTO u
-        FROM messages m
-        WHERE (m.txid >= pg_snapshot_xmax(head.snap) OR m.txid = ANY (v_xip) OR m.deliver_at > head.t)
-          AND (m.target_group IS NULL OR m.target_group = g.id);
+        FROM unnest(un.tgs, un.due, un.delayed, un.oldest) AS x(tg, due, delayed, o)
+        WHERE x.tg IS NULL OR x.tg = g.id;
         s.queue := q.name;
         s.group_name := g.name;
         s.cursor := ls.cursor;
         s.lwm := v_lwm;
         s.head := head.last_pos;
         s.in_flight := ls.in_flight;
-        v_waiting := e_key_waiting(g.id, ls.cursors, ls.wkeys, ls.wpos, ls.wready,
-                                   pg_snapshot_xmax(head.snap), v_xip, head.t, v_now);
+        v_waiting := e_key_waiting(g.id, ls.cursors, ls.wkeys, ls.wpos, ls.wready, u.ukeys);
         s.waiting := v_waiting;
         s.ready := ls.numbered + ls.expired + u.due - v_waiting;
-        SELECT count(*) + ls.parked INTO s.delayed FROM messages m
-        WHERE m.deliver_at > v_now AND (m.target_group IS NULL OR m.target_group = g.id);
+        s.delayed := u.delayed + ls.parked;
         SELECT count(*) INTO s.dead FROM sluice.dead_letter d
         WHERE d.group_id = g.id AND NOT EXISTS (SELECT 1 FROM sluice.redrive r WHERE r.dead_letter_id = d.id);
         s.lag := ls.numbered + ls.in_flight + ls.expired + ls.parked + u.due;   -- (waiting: in numbered, expired, due)
@@ -205,6 +408,7 @@ BEGIN
         s.live_epochs := v_cur - v_oldest + 1;
         -- (v_min is made of the stored low-water marks, as reclaim sees them)
         s.holds_reclaim := v_oldest < v_cur AND e_group_lwm(g, q.lanes) = v_min AND v_now >= v_retired_at + q.retention;
+        s.estimated := un.estimated;
         RETURN NEXT s;
     END LOOP;
     IF NOT any_group THEN
@@ -213,6 +417,7 @@ BEGIN
         s.head := head.last_pos;
         s.live_epochs := v_cur - v_oldest + 1;
         s.holds_reclaim := false;
+        s.estimated := false;
         RETURN NEXT s;
     END IF;
 END
