@@ -24,6 +24,14 @@
 -- newer row) and the message is not completed. Each lease's expiry is looked
 -- at about once, whatever the number in flight. A parked retry (token 0)
 -- that came due is delivered with its own attempt number.
+--
+-- The leases are read in windows of expiry times (e_expiry_window), each
+-- of about as many lease rows as still needed, plus a margin for those no
+-- longer current, and all of the last expiry time it reaches: a receive
+-- reads what it takes, not every lease that expired. (Reading them all on
+-- every receive made the redelivery of n expired leases cost O(n) per
+-- receive: 3,000 expired single leases, 16,000 buffers and 93 ms a receive
+-- of one message, measured on PostgreSQL 15.)
 CREATE OR REPLACE FUNCTION sluice_tmpl.e_take_expired(p_group_id int, INOUT st sluice.lane_state,
                                                       INOUT pk sluice.picks, p_need int, p_now timestamptz)
 LANGUAGE plpgsql
@@ -32,65 +40,127 @@ DECLARE
     r record;
     pv bigint;
     need int := p_need - cardinality(pk.pos);
+    v_upto timestamptz;
 BEGIN
-    FOR r IN
-        -- Every lease that expired since scan_from is returned, so that
-        -- scan_from moves past it; only those at or above the low-water mark
-        -- (below it everything is completed) are probed.
-        SELECT e.pos, d.attempt, d.token, e.id AS msg_id, e.txid, d.slot, d.expires_at, d.key_hash,
-               e.pos >= st.lwm AND newer.hit IS NULL AND NOT EXISTS (SELECT FROM e_completed(p_group_id, d.slot, e.pos)) AS expired
-        FROM (SELECT dd.pos, NULL::bigint AS last_pos, dd.attempt, dd.token, dd.msg_id, dd.txid, dd.slot, dd.lane,
-                     dd.expires_at, dd.delivered_at, dd.key_hash
-              FROM deliveries dd
-              WHERE dd.group_id = p_group_id AND dd.lane = st.lane
-                AND dd.expires_at >= st.scan_from AND dd.expires_at <= p_now
-              UNION ALL
-              SELECT ru.pos, ru.last_pos, 1, ru.token, NULL, NULL, ru.slot, ru.lane, ru.expires_at, ru.delivered_at, NULL
-              FROM runs ru
-              WHERE ru.group_id = p_group_id AND ru.lane = st.lane
-                AND ru.expires_at >= st.scan_from AND ru.expires_at <= p_now) d
-        -- a single delivery's position, or each position of a run (engine_runs.sql)
-        CROSS JOIN LATERAL (
-            SELECT d.pos, d.msg_id AS id, d.txid WHERE d.last_pos IS NULL
-            UNION ALL
-            SELECT b.first_pos + w.lo + u.o - 2, u.id, u.txid
-            FROM batches b
-            CROSS JOIN LATERAL (SELECT greatest(d.pos, b.first_pos) - b.first_pos + 1 AS lo,
-                                       least(d.last_pos, b.last_pos) - b.first_pos + 1 AS hi) w
-            CROSS JOIN LATERAL unnest(b.ids[w.lo:w.hi], b.txids[w.lo:w.hi]) WITH ORDINALITY AS u(id, txid, o)
-            WHERE d.last_pos IS NOT NULL AND b.lane = d.lane AND b.last_pos >= d.pos AND b.first_pos <= d.last_pos
-              AND b.last_pos >= b.first_pos) e
-        LEFT JOIN LATERAL (SELECT 1 AS hit FROM deliveries d2
-                           WHERE e.pos >= st.lwm
-                             AND d2.group_id = p_group_id AND d2.pos = e.pos AND d2.slot = d.slot
-                             AND (d2.attempt, d2.delivered_at, d2.token) > (d.attempt, d.delivered_at, d.token)
-                           LIMIT 1) newer ON true
-        ORDER BY d.expires_at, e.pos
     LOOP
-        IF r.expired AND NOT r.pos = ANY (pk.pos) THEN
-            IF r.key_hash IS NOT NULL THEN
-                pv := e_key_prev(p_group_id, r.key_hash, r.pos);
-                IF NOT (pv IS NULL OR pv < st.lwm OR pv = ANY (pk.pos) OR e_done(p_group_id, pv)) THEN
-                    -- An earlier message of the key is not completed: this
-                    -- one waits for it (step 2 finds it again).
-                    IF NOT r.key_hash = ANY (st.bkeys) THEN
-                        st.bkeys := st.bkeys || r.key_hash;
-                        st.bheads := st.bheads || e_key_head(p_group_id, r.key_hash, pv, st.lwm);
+        v_upto := e_expiry_window(p_group_id, st.lane, st.scan_from, p_now, need + 32);
+        EXIT WHEN v_upto IS NULL;
+        FOR r IN
+            -- Every lease that expired in the window is returned, so that
+            -- scan_from moves past it; only those at or above the low-water
+            -- mark (below it everything is completed) are probed.
+            SELECT e.pos, d.attempt, d.token, e.id AS msg_id, e.txid, d.slot, d.expires_at, d.key_hash,
+                   e.pos >= st.lwm AND newer.hit IS NULL AND NOT EXISTS (SELECT FROM e_completed(p_group_id, d.slot, e.pos)) AS expired
+            FROM (SELECT dd.pos, NULL::bigint AS last_pos, dd.attempt, dd.token, dd.msg_id, dd.txid, dd.slot, dd.lane,
+                         dd.expires_at, dd.delivered_at, dd.key_hash
+                  FROM deliveries dd
+                  WHERE dd.group_id = p_group_id AND dd.lane = st.lane
+                    AND dd.expires_at >= st.scan_from AND dd.expires_at <= v_upto
+                  UNION ALL
+                  SELECT ru.pos, ru.last_pos, 1, ru.token, NULL, NULL, ru.slot, ru.lane, ru.expires_at, ru.delivered_at, NULL
+                  FROM runs ru
+                  WHERE ru.group_id = p_group_id AND ru.lane = st.lane
+                    AND ru.expires_at >= st.scan_from AND ru.expires_at <= v_upto) d
+            -- a single delivery's position, or each position of a run (engine_runs.sql)
+            CROSS JOIN LATERAL (
+                SELECT d.pos, d.msg_id AS id, d.txid WHERE d.last_pos IS NULL
+                UNION ALL
+                SELECT b.first_pos + w.lo + u.o - 2, u.id, u.txid
+                FROM batches b
+                CROSS JOIN LATERAL (SELECT greatest(d.pos, b.first_pos) - b.first_pos + 1 AS lo,
+                                           least(d.last_pos, b.last_pos) - b.first_pos + 1 AS hi) w
+                CROSS JOIN LATERAL unnest(b.ids[w.lo:w.hi], b.txids[w.lo:w.hi]) WITH ORDINALITY AS u(id, txid, o)
+                WHERE d.last_pos IS NOT NULL AND b.lane = d.lane AND b.last_pos >= d.pos AND b.first_pos <= d.last_pos
+                  AND b.last_pos >= b.first_pos) e
+            LEFT JOIN LATERAL (SELECT 1 AS hit FROM deliveries d2
+                               WHERE e.pos >= st.lwm
+                                 AND d2.group_id = p_group_id AND d2.pos = e.pos AND d2.slot = d.slot
+                                 AND (d2.attempt, d2.delivered_at, d2.token) > (d.attempt, d.delivered_at, d.token)
+                               LIMIT 1) newer ON true
+            ORDER BY d.expires_at, e.pos
+        LOOP
+            IF r.expired AND NOT r.pos = ANY (pk.pos) THEN
+                IF r.key_hash IS NOT NULL THEN
+                    pv := e_key_prev(p_group_id, r.key_hash, r.pos);
+                    IF NOT (pv IS NULL OR pv < st.lwm OR pv = ANY (pk.pos) OR e_done(p_group_id, pv)) THEN
+                        -- An earlier message of the key is not completed: this
+                        -- one waits for it (step 2 finds it again).
+                        IF NOT r.key_hash = ANY (st.bkeys) THEN
+                            st.bkeys := st.bkeys || r.key_hash;
+                            st.bheads := st.bheads || e_key_head(p_group_id, r.key_hash, pv, st.lwm);
+                        END IF;
+                        st.scan_from := r.expires_at;
+                        st.changed := true;
+                        CONTINUE;
                     END IF;
-                    st.scan_from := r.expires_at;
-                    st.changed := true;
-                    CONTINUE;
                 END IF;
+                EXIT WHEN need = 0;
+                pk.pos := pk.pos || r.pos; pk.id := pk.id || r.msg_id; pk.txid := pk.txid || r.txid;
+                pk.slot := pk.slot || r.slot; pk.attempt := pk.attempt || (r.attempt + (r.token <> 0)::int);
+                pk.key := pk.key || r.key_hash; pk.lane := pk.lane || st.lane;
+                need := need - 1;
             END IF;
-            EXIT WHEN need = 0;
-            pk.pos := pk.pos || r.pos; pk.id := pk.id || r.msg_id; pk.txid := pk.txid || r.txid;
-            pk.slot := pk.slot || r.slot; pk.attempt := pk.attempt || (r.attempt + (r.token <> 0)::int);
-            pk.key := pk.key || r.key_hash; pk.lane := pk.lane || st.lane;
-            need := need - 1;
-        END IF;
-        st.scan_from := r.expires_at;
-        st.changed := true;
+            st.scan_from := r.expires_at;
+            st.changed := true;
+        END LOOP;
+        -- The next window starts at the end of this one (st.scan_from: the
+        -- expiry time of the last lease looked at, which it read whole).
+        EXIT WHEN need = 0 OR v_upto >= p_now;
     END LOOP;
+END
+$$;
+
+-- e_expiry_window: where the next window of e_take_expired ends: the
+-- expiry time of the p_rows-th lease row (deliveries and runs) of the lane
+-- that expired at or after p_from, by expiry time; a later one when all of
+-- those expired at p_from itself (so that each window moves on); p_now when
+-- fewer expired. A window reads every lease up to and including that time.
+--
+-- Parameters:
+--   p_group_id  group id
+--   p_lane      the lane
+--   p_from      where the window starts (the lane's scan_from)
+--   p_now       the receive's time
+--   p_rows      about how many lease rows the window should hold
+-- Returns: the window's last expiry time, or NULL when no lease of the lane
+--          expired from p_from to p_now
+CREATE OR REPLACE FUNCTION sluice_tmpl.e_expiry_window(p_group_id int, p_lane smallint, p_from timestamptz,
+                                                       p_now timestamptz, p_rows int)
+RETURNS timestamptz
+LANGUAGE plpgsql STABLE
+AS $$
+DECLARE
+    v_upto timestamptz;
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM deliveries dd
+                   WHERE dd.group_id = p_group_id AND dd.lane = p_lane
+                     AND dd.expires_at >= p_from AND dd.expires_at <= p_now)
+       AND NOT EXISTS (SELECT 1 FROM runs ru
+                       WHERE ru.group_id = p_group_id AND ru.lane = p_lane
+                         AND ru.expires_at >= p_from AND ru.expires_at <= p_now) THEN
+        RETURN NULL;
+    END IF;
+    v_upto := (SELECT x.e
+               FROM (SELECT dd.expires_at AS e FROM deliveries dd
+                     WHERE dd.group_id = p_group_id AND dd.lane = p_lane
+                       AND dd.expires_at >= p_from AND dd.expires_at <= p_now
+                     UNION ALL
+                     SELECT ru.expires_at FROM runs ru
+                     WHERE ru.group_id = p_group_id AND ru.lane = p_lane
+                       AND ru.expires_at >= p_from AND ru.expires_at <= p_now) x
+               ORDER BY x.e
+               OFFSET p_rows - 1 LIMIT 1);
+    IF v_upto = p_from THEN
+        v_upto := (SELECT min(x.e)
+                   FROM (SELECT min(dd.expires_at) AS e FROM deliveries dd
+                         WHERE dd.group_id = p_group_id AND dd.lane = p_lane
+                           AND dd.expires_at > p_from AND dd.expires_at <= p_now
+                         UNION ALL
+                         SELECT min(ru.expires_at) FROM runs ru
+                         WHERE ru.group_id = p_group_id AND ru.lane = p_lane
+                           AND ru.expires_at > p_from AND ru.expires_at <= p_now) x);
+    END IF;
+    RETURN coalesce(v_upto, p_now);
 END
 $$;
 
