@@ -80,9 +80,9 @@ func TestReceiveAfterMassExpiryIsBounded(t *testing.T) {
 	buffers := func() int64 {
 		var plan []struct {
 			Plan struct {
-				Rows int64 `json:"Actual Rows"`
-				Hit  int64 `json:"Shared Hit Blocks"`
-				Read int64 `json:"Shared Read Blocks"`
+				Rows float64 `json:"Actual Rows"`
+				Hit  int64   `json:"Shared Hit Blocks"`
+				Read int64   `json:"Shared Read Blocks"`
 			}
 		}
 		var raw []byte
@@ -94,7 +94,7 @@ func TestReceiveAfterMassExpiryIsBounded(t *testing.T) {
 			t.Fatalf("plan %s: %v", raw, err)
 		}
 		if plan[0].Plan.Rows != 1 {
-			t.Fatalf("a receive after the leases expired returned %d messages, want 1", plan[0].Plan.Rows)
+			t.Fatalf("a receive after the leases expired returned %v messages, want 1", plan[0].Plan.Rows)
 		}
 		return plan[0].Plan.Hit + plan[0].Plan.Read
 	}
