@@ -575,7 +575,8 @@ func (r *runner) status(q string) (any, error) {
 		out[i] = map[string]any{"queue": s.Queue, "group_name": nullable(s.Group), "ready": s.Ready,
 			"delayed": s.Delayed, "in_flight": s.InFlight, "dead": s.Dead,
 			"oldest_pending_age": s.OldestPendingAge.Seconds(), "lag": s.Lag, "cursor": s.Cursor,
-			"lwm": s.LWM, "head": s.Head, "live_epochs": s.LiveEpochs, "holds_reclaim": s.HoldsReclaim}
+			"lwm": s.LWM, "head": s.Head, "live_epochs": s.LiveEpochs, "holds_reclaim": s.HoldsReclaim,
+			"waiting": s.Waiting, "estimated": s.Estimated}
 	}
 	return out, nil
 }

@@ -55,7 +55,8 @@ FROM sluice.list_queues() WHERE queue = $1`,
   dropGroup: `SELECT sluice.drop_group($1, $2) AS ok`,
   status: `SELECT queue, group_name, ready, delayed, in_flight, dead,
        extract(epoch FROM oldest_pending_age) * 1000 AS oldest_pending_age, lag,
-       cursor, lwm, head, live_epochs, holds_reclaim
+       cursor, lwm, head, live_epochs, holds_reclaim, coalesce(waiting, 0) AS waiting,
+       coalesce(estimated, false) AS estimated
 FROM sluice.status($1::text)`,
   deadLetters: `SELECT id, group_name, body, headers, key, attempts, error, died_at, sent_at, dead_letter_id
 FROM sluice.dead_letters($1, $2::text, $3::int)`,
@@ -357,6 +358,8 @@ export class Sluice {
       head: numOrNull(r.head),
       liveEpochs: numOrNull(r.live_epochs),
       holdsReclaim: (r.holds_reclaim ?? null) as boolean | null,
+      waiting: num(r.waiting),
+      estimated: r.estimated as boolean,
     }));
   }
 

@@ -158,6 +158,13 @@ export interface QueueStatus {
   head: number | null;
   liveEpochs: number | null;
   holdsReclaim: boolean | null;
+  /** Keyed messages that would be ready but wait for an earlier message of their key. */
+  waiting: number;
+  /**
+   * Whether ready and lag include an estimate of a large backlog not numbered yet
+   * (sluice.status reads at most sluice.status_exact_limit of it: docs/sql.md).
+   */
+  estimated: boolean;
 }
 
 /** A dead letter (the columns of sluice.dead_letter_info). */

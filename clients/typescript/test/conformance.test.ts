@@ -145,6 +145,8 @@ const statusRow = (s: QueueStatus) => ({
   head: s.head,
   live_epochs: s.liveEpochs,
   holds_reclaim: s.holdsReclaim,
+  waiting: s.waiting,
+  estimated: s.estimated,
 });
 
 const deadLetterRow = (d: DeadLetter) => ({

@@ -38,7 +38,8 @@ CREATE_GROUP = "SELECT sluice.create_group(%s, %s, %s)"
 DROP_GROUP = "SELECT sluice.drop_group(%s, %s)"
 STATUS = (
     "SELECT queue, group_name, ready, delayed, in_flight, dead, oldest_pending_age, lag,"
-    " cursor, lwm, head, live_epochs, holds_reclaim FROM sluice.status(%s::text)"
+    " cursor, lwm, head, live_epochs, holds_reclaim, coalesce(waiting, 0), coalesce(estimated, false)"
+    " FROM sluice.status(%s::text)"
 )
 DEAD_LETTERS = (
     "SELECT id, group_name, body, headers, key, attempts, error, died_at, sent_at, dead_letter_id"

@@ -51,6 +51,11 @@ class QueueStatus:
     head: int
     live_epochs: int
     holds_reclaim: bool
+    #: keyed messages that would be ready but wait for an earlier message of their key
+    waiting: int
+    #: whether ready and lag include an estimate of a large backlog not numbered yet
+    #: (sluice.status reads at most sluice.status_exact_limit of it: docs/sql.md)
+    estimated: bool
 
 
 @dataclass(frozen=True, slots=True)
