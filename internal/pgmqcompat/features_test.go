@@ -156,8 +156,25 @@ func TestNotifyInsert(t *testing.T) {
 	if err != nil || n.Channel != "pgmq.q_Notified.INSERT" {
 		t.Fatalf("notification: %+v, %v", n, err)
 	}
+	// send_batch notifies too (its own statement, in its own transaction)
+	exec(t, db, "SELECT * FROM pgmq.send_batch('notified', ARRAY['{}', '{}']::jsonb[])")
+	bctx, bcancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer bcancel()
+	if n, err := conn.Conn().WaitForNotification(bctx); err != nil || n.Channel != "pgmq.q_Notified.INSERT" {
+		t.Fatalf("notification of send_batch: %+v, %v", n, err)
+	}
+	// sends learn that a queue notifies from its marker view, which
+	// enable_notify_insert makes and disable_notify_insert drops
+	marker := func() bool { return scalar[bool](t, db, "SELECT to_regclass('pgmq._sl_n_notified') IS NOT NULL") }
+	if !marker() {
+		t.Fatal("enable_notify_insert made no marker")
+	}
 	exec(t, db, "SELECT pgmq.disable_notify_insert('Notified')")
+	if marker() {
+		t.Fatal("disable_notify_insert left the marker")
+	}
 	exec(t, db, "SELECT * FROM pgmq.send_batch('Notified', ARRAY['{}']::jsonb[])")
+	exec(t, db, "SELECT * FROM pgmq.send('Notified', '{}')")
 	sctx, scancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer scancel()
 	if n, err := conn.Conn().WaitForNotification(sctx); err == nil {
@@ -168,6 +185,22 @@ func TestNotifyInsert(t *testing.T) {
 	}
 	if e := pgErr(t, db, "SELECT pgmq.enable_notify_insert('nosuch')"); e.Message != `Queue "nosuch" does not exist. Create it first using pgmq.create()` {
 		t.Fatalf("enable on a missing queue: %s", e.Message)
+	}
+	exec(t, db, "SELECT pgmq.disable_notify_insert('nosuch')")
+	exec(t, db, "SELECT pgmq.disable_notify_insert(NULL)")
+	// drop_queue drops the marker with the queue; a queue created again
+	// under the name does not notify
+	exec(t, db, "SELECT pgmq.enable_notify_insert('Notified')")
+	exec(t, db, "SELECT pgmq.drop_queue('Notified')")
+	if marker() {
+		t.Fatal("drop_queue left the marker")
+	}
+	exec(t, db, "SELECT pgmq.create('Notified')")
+	exec(t, db, "SELECT * FROM pgmq.send('Notified', '{}')")
+	dctx, dcancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer dcancel()
+	if n, err := conn.Conn().WaitForNotification(dctx); err == nil {
+		t.Fatalf("notification from a queue created again: %+v", n)
 	}
 }
 

@@ -28,6 +28,8 @@ func TestHotPathsCallNoSQLFunctionsOrSettings(t *testing.T) {
 	db := newDB(t)
 	ctx := ctxT(t)
 	exec(t, db, "SELECT pgmq.create('hot')")
+	exec(t, db, "SELECT pgmq.create('hotn')")
+	exec(t, db, "SELECT pgmq.enable_notify_insert('hotn', 0)")
 	exec(t, db, `SELECT pgmq.send_batch('hot', array(SELECT jsonb_build_object('n', g) FROM generate_series(1, 200) g))`)
 	conn, err := db.Acquire(ctx)
 	if err != nil {
@@ -78,6 +80,8 @@ func TestHotPathsCallNoSQLFunctionsOrSettings(t *testing.T) {
 		{`SELECT pgmq.send('hot', '{"a": 3}', clock_timestamp())`, 0},
 		{`SELECT pgmq.send_batch('hot', ARRAY['{"b": 1}', '{"b": 2}']::jsonb[])`, 0},
 		{`SELECT pgmq.send_batch('hot', ARRAY['{"b": 3}']::jsonb[], ARRAY['{"h": 1}']::jsonb[], 0)`, 0},
+		{`SELECT pgmq.send('hotn', '{"a": 4}')`, 0},
+		{`SELECT pgmq.send_batch('hotn', ARRAY['{"b": 4}', NULL]::jsonb[], ARRAY['{"x-pgmq-group": "g"}', NULL]::jsonb[])`, 0},
 		{`SELECT pgmq.delete('hot', ARRAY(SELECT msg_id FROM pgmq.read('hot', 30, 3)))`, 2},
 		{`SELECT pgmq.delete('hot', (SELECT msg_id FROM pgmq.read('hot', 30, 1)))`, 2},
 		{`SELECT pgmq.archive('hot', ARRAY(SELECT msg_id FROM pgmq.read('hot', 30, 2)))`, 2},

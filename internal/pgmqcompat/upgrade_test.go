@@ -54,7 +54,8 @@ func layerFS(t *testing.T, path string) fstest.MapFS {
 // messages read, deleted and waiting, then installs this one over it: the
 // queue gets its functions, keeps its one lane (fixed at creation), a
 // delivery made before the upgrade is deleted by msg_id after it, nothing
-// is lost or read twice, and a queue created afterwards has lanes.
+// is lost or read twice, a queue with insert notifications on gets their
+// marker and notifies, and a queue created afterwards has lanes.
 func TestUpgradeInPlace(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -66,6 +67,8 @@ func TestUpgradeInPlace(t *testing.T) {
 	}
 	db := pgtest.NewPool(t, url)
 	exec(t, db, "SELECT pgmq.create('old')")
+	exec(t, db, "SELECT pgmq.create('oldnotify')")
+	exec(t, db, "SELECT pgmq.enable_notify_insert('oldnotify', 0)")
 	var sent []int64
 	for i := 0; i < 4; i++ {
 		sent = append(sent, scalar[int64](t, db, "SELECT * FROM pgmq.send('old', jsonb_build_object('i', $1::int))", i))
@@ -88,8 +91,26 @@ func TestUpgradeInPlace(t *testing.T) {
 	if n := scalar[int64](t, db, "SELECT count(*) FROM pg_proc WHERE pronamespace = 'pgmq'::regnamespace AND proname LIKE '\\_sl\\_%\\_old'"); n != 3 {
 		t.Fatalf("the old queue has %d per-queue functions after the upgrade, want 3", n)
 	}
-	if n := scalar[int64](t, db, "SELECT count(*) FROM pg_proc WHERE pronamespace = 'pgmq'::regnamespace AND proname = '_target'"); n != 0 {
-		t.Fatal("the upgrade left pgmq._target")
+	if n := scalar[int64](t, db, "SELECT count(*) FROM pg_proc WHERE pronamespace = 'pgmq'::regnamespace AND proname IN ('_target', '_send', '_send_batch')"); n != 0 {
+		t.Fatal("the upgrade left pgmq._target, _send or _send_batch")
+	}
+	// a queue that notified before the upgrade has its marker, and notifies
+	if !scalar[bool](t, db, "SELECT to_regclass('pgmq._sl_n_oldnotify') IS NOT NULL") || scalar[bool](t, db, "SELECT to_regclass('pgmq._sl_n_old') IS NOT NULL") {
+		t.Fatal("after the upgrade, the queue that notifies has no marker, or the one that does not has one")
+	}
+	lconn, err := db.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lconn.Release()
+	if _, err := lconn.Exec(ctx, `LISTEN "pgmq.q_oldnotify.INSERT"`); err != nil {
+		t.Fatal(err)
+	}
+	exec(t, db, "SELECT * FROM pgmq.send('oldnotify', '{}')")
+	nctx, ncancel := context.WithTimeout(ctx, 5*time.Second)
+	defer ncancel()
+	if n, err := lconn.Conn().WaitForNotification(nctx); err != nil || n.Channel != "pgmq.q_oldnotify.INSERT" {
+		t.Fatalf("notification after the upgrade: %+v, %v", n, err)
 	}
 	if n := lanes(t, db, "old"); n != 1 {
 		t.Fatalf("the old queue has %d lanes after the upgrade, want its 1", n)

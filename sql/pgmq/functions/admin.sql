@@ -104,6 +104,7 @@ BEGIN
     INSERT INTO pgmq.meta (queue_name, is_partitioned, is_unlogged, sluice_queue)
     VALUES (p_name, p_partitioned, p_unlogged, q);
     INSERT INTO pgmq.side_generation (sluice_queue, gen, started_at) VALUES (q, 0, clock_timestamp());
+    PERFORM pgmq._mark_notify(q);   -- none (drops one left behind)
 END
 $$;
 
@@ -182,7 +183,8 @@ LANGUAGE sql
 SET search_path = pg_catalog, pg_temp
 AS $$ SELECT pg_advisory_xact_lock(hashtext('pgmq.queue_' || lower(queue_name))) $$;
 
--- drop_queue: drop a queue, its messages, its archive and side tables.
+-- drop_queue: drop a queue, its messages, its archive, side tables and
+-- insert notification marker.
 --
 -- Parameters:
 --   queue_name  the queue
@@ -208,7 +210,8 @@ BEGIN
     EXECUTE format('DROP TABLE IF EXISTS pgmq.%I, pgmq.%I, pgmq.%I',
                    pgmq._tbl(q, 'a'), pgmq._tbl(q, 'r'), pgmq._tbl(q, 'd'));
     PERFORM sluice.drop_queue(q);
-    DELETE FROM pgmq.meta m WHERE m.sluice_queue = q;
+    DELETE FROM pgmq.meta m WHERE m.sluice_queue = q;   -- and its notify_insert_throttle row
+    PERFORM pgmq._mark_notify(q);   -- drops the marker
     RETURN true;
 END
 $$;

@@ -72,7 +72,8 @@ $$;
 --
 -- Parameters:
 --   p_queue  the sluice queue name (lowercase)
---   p_kind   'q' (view), 'a' (archive), 'r' (read log), 'd' (done log)
+--   p_kind   'q' (view), 'a' (archive), 'r' (read log), 'd' (done log),
+--            'n' (insert notification marker, see _mark_notify)
 -- Returns: the object name, without schema
 -- (No SET clause, so that it is inlined; qualified, so that the caller's
 -- search_path does not matter.)
@@ -83,6 +84,96 @@ AS $$
     SELECT CASE WHEN p_kind OPERATOR(pg_catalog.=) ANY (ARRAY['q', 'a'])
                 THEN p_kind OPERATOR(pg_catalog.||) '_' OPERATOR(pg_catalog.||) p_queue
                 ELSE '_sl_' OPERATOR(pg_catalog.||) p_kind OPERATOR(pg_catalog.||) '_' OPERATOR(pg_catalog.||) p_queue END
+$$;
+
+-- _is_queue: whether a pgmq queue exists, by the catalog: whether its view
+-- q_<name> does (made by create, dropped by drop_queue, in the transactions
+-- that add and remove its pgmq.meta row; PGMQ's own statements fail on the
+-- missing q_<name> too). The sends' check: a catalog lookup costs ~10k
+-- instructions, a query of pgmq.meta ~25k.
+--
+-- Parameters:
+--   p_queue  the sluice queue name (lowercase), or NULL
+-- Returns: true if the queue exists (false for NULL)
+-- (No SET clause, so that it is inlined; qualified, so that the caller's
+-- search_path does not matter.)
+CREATE OR REPLACE FUNCTION pgmq._is_queue(p_queue text)
+RETURNS boolean
+LANGUAGE sql STABLE
+AS $$
+    SELECT CASE WHEN p_queue IS NOT NULL
+                THEN pg_catalog.to_regclass(pg_catalog.format('pgmq.%I', pgmq._tbl(p_queue, 'q'))) END IS NOT NULL
+$$;
+
+-- _notifies: whether sends to a queue NOTIFY (enable_notify_insert is on),
+-- by the catalog: whether its marker view _sl_n_<name> exists (see
+-- _mark_notify). The sends' check, a catalog lookup (~10k instructions)
+-- where a query of pgmq.notify_insert_throttle would cost ~25k.
+--
+-- Parameters:
+--   p_queue  the sluice queue name (lowercase, not NULL)
+-- Returns: true if enable_notify_insert is on for the queue
+-- (No SET clause, so that it is inlined; qualified.)
+CREATE OR REPLACE FUNCTION pgmq._notifies(p_queue text)
+RETURNS boolean
+LANGUAGE sql STABLE
+AS $$
+    SELECT pg_catalog.to_regclass(pg_catalog.format('pgmq.%I', pgmq._tbl(p_queue, 'n'))) IS NOT NULL
+$$;
+
+-- _notify_insert: NOTIFY a queue's insert channel, PGMQ's
+-- 'pgmq.q_<queue_name>.INSERT' (queue_name as given to create), empty
+-- payload. Called by send and send_batch when _notifies; no SET clause
+-- (qualified).
+--
+-- Parameters:
+--   p_queue  the sluice queue name
+-- Returns: nothing
+CREATE OR REPLACE FUNCTION pgmq._notify_insert(p_queue text)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    PERFORM pg_catalog.pg_notify('pgmq.q_' OPERATOR(pg_catalog.||) m.queue_name OPERATOR(pg_catalog.||) '.INSERT', '')
+       FROM pgmq.meta m WHERE m.sluice_queue OPERATOR(pg_catalog.=) p_queue;
+END
+$$;
+
+-- _mark_notify: make a queue's insert notification marker match
+-- pgmq.notify_insert_throttle: the view pgmq._sl_n_<name> (one column,
+-- the channel) exists while the queue has a row there, so that a send
+-- learns from the catalog whether to NOTIFY (_notifies). Run by
+-- enable_notify_insert, disable_notify_insert, create and drop_queue
+-- (under the queue's lock), and for every queue on every install
+-- (refresh.sql), which makes the markers of queues from before them.
+--
+-- Parameters:
+--   p_queue  the sluice queue name (NULL: nothing to do)
+-- Returns: nothing
+CREATE OR REPLACE FUNCTION pgmq._mark_notify(p_queue text)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_name text;
+BEGIN
+    IF p_queue IS NULL THEN
+        RETURN;
+    END IF;
+    PERFORM pg_advisory_xact_lock(hashtext('pgmq.queue_' || p_queue));
+    SELECT m.queue_name INTO v_name
+      FROM pgmq.meta m JOIN pgmq.notify_insert_throttle t ON t.queue_name = m.queue_name
+     WHERE m.sluice_queue = p_queue;
+    IF v_name IS NOT NULL AND NOT pgmq._notifies(p_queue) THEN
+        EXECUTE format('CREATE VIEW pgmq.%I AS SELECT %L::text AS channel', pgmq._tbl(p_queue, 'n'),
+                       'pgmq.q_' || v_name || '.INSERT');
+        EXECUTE format('COMMENT ON VIEW pgmq.%I IS %L', pgmq._tbl(p_queue, 'n'),
+                       format('sluice: marks insert notifications on for the pgmq queue %s (send and send_batch NOTIFY this channel)', v_name));
+    ELSIF v_name IS NULL AND pgmq._notifies(p_queue) THEN
+        EXECUTE format('DROP VIEW pgmq.%I', pgmq._tbl(p_queue, 'n'));
+    END IF;
+END
 $$;
 
 -- _lease: the sluice lease that makes a message visible again at vt.

@@ -6,6 +6,9 @@
 -- The throttle interval is stored and listed, not applied: applying it
 -- would mean updating last_notified_at, a row update per notification,
 -- which sluice does not do; last_notified_at stays at its initial value.
+-- pgmq.notify_insert_throttle says which queues notify; each of them also
+-- has a marker view, pgmq._sl_n_<name> (pgmq._mark_notify), which is what
+-- a send looks at: a catalog lookup, cheaper than a query of the table.
 
 -- enable_notify_insert: turn insert notifications on for a queue.
 --
@@ -25,6 +28,7 @@ BEGIN
     IF throttle_interval_ms < 0 THEN
         RAISE EXCEPTION 'throttle_interval_ms must be non-negative';
     END IF;
+    PERFORM pg_advisory_xact_lock(hashtext('pgmq.queue_' || lower(enable_notify_insert.queue_name)));
     SELECT m.queue_name INTO v_name FROM pgmq.meta m WHERE m.sluice_queue = lower(enable_notify_insert.queue_name);
     IF v_name IS NULL THEN
         RAISE EXCEPTION 'Queue "%" does not exist. Create it first using pgmq.create()', queue_name;
@@ -33,6 +37,7 @@ BEGIN
     VALUES (v_name, coalesce(throttle_interval_ms, 250))
     ON CONFLICT ON CONSTRAINT notify_insert_throttle_queue_name_key DO UPDATE
        SET throttle_interval_ms = EXCLUDED.throttle_interval_ms, last_notified_at = to_timestamp(0);
+    PERFORM pgmq._mark_notify(lower(enable_notify_insert.queue_name));
 END
 $$;
 
@@ -44,11 +49,15 @@ $$;
 -- Errors: none
 CREATE OR REPLACE FUNCTION pgmq.disable_notify_insert(queue_name text)
 RETURNS void
-LANGUAGE sql
+LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
+BEGIN
+    PERFORM pg_advisory_xact_lock(hashtext('pgmq.queue_' || lower(disable_notify_insert.queue_name)));
     DELETE FROM pgmq.notify_insert_throttle t
-     WHERE t.queue_name IN (SELECT m.queue_name FROM pgmq.meta m WHERE m.sluice_queue = lower(disable_notify_insert.queue_name))
+     WHERE t.queue_name IN (SELECT m.queue_name FROM pgmq.meta m WHERE m.sluice_queue = lower(disable_notify_insert.queue_name));
+    PERFORM pgmq._mark_notify(lower(disable_notify_insert.queue_name));
+END
 $$;
 
 -- update_notify_insert: change the stored throttle interval.
