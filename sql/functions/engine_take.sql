@@ -110,6 +110,24 @@ BEGIN
 END
 $$;
 
+-- e_expiries: the expiry times of a lane's leases (deliveries and runs
+-- rows) from p_from to p_to, for e_expiry_window. A set-returning SQL
+-- function without SET clauses, so that the planner inlines it into the
+-- calling statement (see engine_runs.sql for why its body is not checked).
+SET check_function_bodies = off;
+CREATE OR REPLACE FUNCTION sluice_tmpl.e_expiries(p_group_id int, p_lane smallint, p_from timestamptz,
+                                                  p_to timestamptz)
+RETURNS TABLE (expires_at timestamptz)
+LANGUAGE sql STABLE
+AS $$
+    SELECT dd.expires_at FROM deliveries dd
+    WHERE dd.group_id = p_group_id AND dd.lane = p_lane AND dd.expires_at >= p_from AND dd.expires_at <= p_to
+    UNION ALL
+    SELECT ru.expires_at FROM runs ru
+    WHERE ru.group_id = p_group_id AND ru.lane = p_lane AND ru.expires_at >= p_from AND ru.expires_at <= p_to
+$$;
+RESET check_function_bodies;
+
 -- e_expiry_window: where the next window of e_take_expired ends: the
 -- expiry time of the p_rows-th lease row (deliveries and runs) of the lane
 -- that expired at or after p_from, by expiry time; a later one when all of
@@ -132,33 +150,15 @@ AS $$
 DECLARE
     v_upto timestamptz;
 BEGIN
-    IF NOT EXISTS (SELECT 1 FROM deliveries dd
-                   WHERE dd.group_id = p_group_id AND dd.lane = p_lane
-                     AND dd.expires_at >= p_from AND dd.expires_at <= p_now)
-       AND NOT EXISTS (SELECT 1 FROM runs ru
-                       WHERE ru.group_id = p_group_id AND ru.lane = p_lane
-                         AND ru.expires_at >= p_from AND ru.expires_at <= p_now) THEN
+    IF NOT EXISTS (SELECT FROM e_expiries(p_group_id, p_lane, p_from, p_now)) THEN
         RETURN NULL;
     END IF;
-    v_upto := (SELECT x.e
-               FROM (SELECT dd.expires_at AS e FROM deliveries dd
-                     WHERE dd.group_id = p_group_id AND dd.lane = p_lane
-                       AND dd.expires_at >= p_from AND dd.expires_at <= p_now
-                     UNION ALL
-                     SELECT ru.expires_at FROM runs ru
-                     WHERE ru.group_id = p_group_id AND ru.lane = p_lane
-                       AND ru.expires_at >= p_from AND ru.expires_at <= p_now) x
-               ORDER BY x.e
-               OFFSET p_rows - 1 LIMIT 1);
+    v_upto := (SELECT x.expires_at FROM e_expiries(p_group_id, p_lane, p_from, p_now) x
+               ORDER BY x.expires_at OFFSET p_rows - 1 LIMIT 1);
     IF v_upto = p_from THEN
-        v_upto := (SELECT min(x.e)
-                   FROM (SELECT min(dd.expires_at) AS e FROM deliveries dd
-                         WHERE dd.group_id = p_group_id AND dd.lane = p_lane
-                           AND dd.expires_at > p_from AND dd.expires_at <= p_now
-                         UNION ALL
-                         SELECT min(ru.expires_at) FROM runs ru
-                         WHERE ru.group_id = p_group_id AND ru.lane = p_lane
-                           AND ru.expires_at > p_from AND ru.expires_at <= p_now) x);
+        v_upto := (SELECT x.expires_at FROM e_expiries(p_group_id, p_lane, p_from, p_now) x
+                   WHERE x.expires_at > p_from
+                   ORDER BY x.expires_at LIMIT 1);
     END IF;
     RETURN coalesce(v_upto, p_now);
 END
