@@ -64,7 +64,7 @@ DECLARE
     pk sluice.picks;
 BEGIN
     WITH s AS MATERIALIZED (
-        SELECT s.seq, s.cursor, s.lwm, s.scan_from, s.lwm_at
+        SELECT s.seq, s.cursor, s.lwm, s.scan_from, s.lwm_at, s.ahead
         FROM (SELECT ss.* FROM group_states ss
               WHERE ss.group_id = p_group_id AND ss.lane = p_lane ORDER BY ss.seq DESC LIMIT 1) s
         WHERE s.bkeys IS NULL AND s.lv_prio IS NULL
@@ -95,9 +95,12 @@ BEGIN
               FROM b
               WINDOW w AS (ORDER BY b.last_pos ROWS UNBOUNDED PRECEDING)) b
         WHERE b.all_plain AND b.before < p_need
-          -- (completed ahead of the cursor happens only after a crash, see
-          -- e_lane_state: the full path takes care of it)
-          AND NOT EXISTS (SELECT FROM e_any_completed(p_group_id, b.first_pos + b.vfrom - 1, b.first_pos + b.vto - 1))
+          -- (completed ahead of the cursor: only up to ahead, after a crash or
+          -- priorities, see e_lane_state; NULL: not known yet. The full path
+          -- takes care of it.)
+          AND NOT (coalesce(b.first_pos + b.vfrom - 1 <= b.ahead, true)
+                   AND EXISTS (SELECT FROM e_any_completed(p_group_id, b.first_pos + b.vfrom - 1,
+                                                           b.first_pos + b.vto - 1)))
     ), t AS MATERIALIZED (
         SELECT count(*)::int AS n, max(f.pos) AS last_taken, array_agg(f.pos ORDER BY f.pos) AS pos,
                array_agg(f.id ORDER BY f.pos) AS id, array_agg(f.txid ORDER BY f.pos) AS txid,
@@ -113,15 +116,15 @@ BEGIN
         -- the new cursor: the last position taken, or, with fewer than
         -- p_need, the end of what was looked at (NULL: a window left part of
         -- its batch unseen; the full path goes on from there)
-        SELECT s.seq, s.lwm, s.scan_from, s.lwm_at,
+        SELECT s.seq, s.lwm, s.scan_from, s.lwm_at, s.ahead,
                CASE WHEN t.n = p_need THEN t.last_taken
                     WHEN NOT (SELECT bool_or(p.truncated) FROM p) THEN (SELECT max(p.last_pos) FROM p) END AS cursor
         FROM s CROSS JOIN t
         WHERE t.n > 0
     ), st AS (
-        INSERT INTO group_states (slot, group_id, lane, seq, cursor, lwm, scan_from, lwm_at)
+        INSERT INTO group_states (slot, group_id, lane, seq, cursor, lwm, scan_from, lwm_at, ahead)
         SELECT (SELECT ne.epoch FROM sluice._epoch_now(p_queue_id) ne) % 4,
-               p_group_id, p_lane, nx.seq + 1, nx.cursor, nx.lwm, nx.scan_from, nx.lwm_at
+               p_group_id, p_lane, nx.seq + 1, nx.cursor, nx.lwm, nx.scan_from, nx.lwm_at, nx.ahead
         FROM nx
         WHERE nx.cursor IS NOT NULL
         RETURNING 1

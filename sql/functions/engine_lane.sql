@@ -10,7 +10,12 @@
 
 -- e_lane_state: the newest dispatch state of a group's lane, or where to
 -- resume when there is none (first receive, after a crash, after a purge):
--- the lane's durable checkpoint, else the group's start.
+-- the lane's durable checkpoint, else the group's start. A state resumed
+-- that way may have completed positions after its cursor (acks are logged,
+-- states are not): its ahead is the group's highest completed position, so
+-- that the receives after it look for completions up to there (ahead: see
+-- migration 0013). A state row written before ahead existed gets it the
+-- same way.
 --
 -- Parameters:
 --   g       the group
@@ -24,17 +29,17 @@ DECLARE
     st sluice.lane_state;
     r record;
 BEGIN
-    SELECT s.seq, s.cursor, s.lwm, s.scan_from, s.lwm_at, s.bkeys, s.bheads, s.lv_prio, s.lv_pos INTO r
+    SELECT s.seq, s.cursor, s.lwm, s.scan_from, s.lwm_at, s.bkeys, s.bheads, s.lv_prio, s.lv_pos, s.ahead INTO r
     FROM group_states s WHERE s.group_id = g.id AND s.lane = p_lane ORDER BY s.seq DESC LIMIT 1;
     IF r.seq IS NOT NULL THEN
         RETURN ROW(p_lane, r.seq, r.cursor, r.lwm, r.scan_from, r.lwm_at, true,
                    coalesce(r.bkeys, '{}'), coalesce(r.bheads, '{}'), coalesce(r.lv_prio, '{}'),
-                   coalesce(r.lv_pos, '{}'), false)::sluice.lane_state;
+                   coalesce(r.lv_pos, '{}'), false, coalesce(r.ahead, e_completed_max(g.id)))::sluice.lane_state;
     END IF;
     SELECT c.seq, c.lwm INTO r FROM checkpoints c
     WHERE c.group_id = g.id AND c.lane = p_lane ORDER BY c.seq DESC LIMIT 1;
     st := ROW(p_lane, coalesce(r.seq, 0), NULL, greatest(coalesce(r.lwm, g.start_pos), g.start_pos),
-              '-infinity', '-infinity', false, '{}', '{}', '{}', '{}', true)::sluice.lane_state;
+              '-infinity', '-infinity', false, '{}', '{}', '{}', '{}', true, e_completed_max(g.id))::sluice.lane_state;
     st.cursor := st.lwm - 1;
     RETURN st;
 END

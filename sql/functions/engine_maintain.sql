@@ -89,9 +89,10 @@ BEGIN
     v_lock_timeout := current_setting('lock_timeout');
     BEGIN
         -- Keep each group's newest lane states and checkpoints if they live in the slot.
-        INSERT INTO group_states (slot, group_id, lane, seq, cursor, lwm, scan_from, lwm_at, bkeys, bheads, lv_prio, lv_pos)
+        INSERT INTO group_states (slot, group_id, lane, seq, cursor, lwm, scan_from, lwm_at, bkeys, bheads, lv_prio, lv_pos,
+                                  ahead)
         SELECT v_cur_slot, s.group_id, s.lane, s.seq, s.cursor, s.lwm, s.scan_from, s.lwm_at, s.bkeys, s.bheads,
-               s.lv_prio, s.lv_pos
+               s.lv_prio, s.lv_pos, s.ahead
         FROM sluice.consumer_group cg
         CROSS JOIN generate_series(0, q.lanes - 1) AS l(lane)
         CROSS JOIN LATERAL (SELECT * FROM group_states gs WHERE gs.group_id = cg.id AND gs.lane = l.lane

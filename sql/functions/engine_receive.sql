@@ -404,8 +404,10 @@ BEGIN
               FROM batches bb
               WHERE bb.lane = p_lane AND bb.last_pos > st.cursor AND bb.last_pos >= bb.first_pos
               ORDER BY bb.last_pos LIMIT 1) b
-        -- (completed ahead of the cursor: only after a crash, see e_lane_state)
-        CROSS JOIN LATERAL (SELECT EXISTS (SELECT FROM e_any_completed(g.id, b.first_pos + b.vfrom - 1, b.first_pos + b.vto - 1))
+        -- (completed ahead of the cursor: only up to st.ahead, see e_lane_state)
+        CROSS JOIN LATERAL (SELECT b.first_pos + b.vfrom - 1 <= st.ahead
+                                   AND EXISTS (SELECT FROM e_any_completed(g.id, b.first_pos + b.vfrom - 1,
+                                                                           b.first_pos + b.vto - 1))
                                 AS hit OFFSET 0) pre
         CROSS JOIN LATERAL (
             SELECT count(*)::int AS n, max(f.pos) AS last_taken, coalesce(array_agg(f.pos), '{}') AS pos,
@@ -442,9 +444,11 @@ BEGIN
     v_slot := (SELECT ne.epoch FROM sluice._epoch_now(q.id) ne) % 4;
     st := e_lane_checkpoint(g.id, st, v_slot, p_now);
     IF st.changed THEN
-        INSERT INTO group_states (slot, group_id, lane, seq, cursor, lwm, scan_from, lwm_at, bkeys, bheads, lv_prio, lv_pos)
+        INSERT INTO group_states (slot, group_id, lane, seq, cursor, lwm, scan_from, lwm_at, bkeys, bheads, lv_prio, lv_pos,
+                                  ahead)
         VALUES (v_slot, g.id, p_lane, st.seq + 1, st.cursor, st.lwm, st.scan_from, st.lwm_at,
-                nullif(st.bkeys, '{}'), nullif(st.bheads, '{}'), nullif(st.lv_prio, '{}'), nullif(st.lv_pos, '{}'));
+                nullif(st.bkeys, '{}'), nullif(st.bheads, '{}'), nullif(st.lv_prio, '{}'), nullif(st.lv_pos, '{}'),
+                st.ahead);
     END IF;
     RETURN pk;
 END

@@ -69,6 +69,20 @@ AS $$
     WHERE r.last_pos >= p_lo
 $$;
 
+-- e_completed_max: the highest position a group has completed (of any
+-- slot and lane; 0 when none): a bound on what a lane state resumed from
+-- its checkpoint may find completed ahead of its cursor (e_lane_state).
+-- Eight index probes, made when a lane state is resumed, not per receive.
+CREATE OR REPLACE FUNCTION sluice_tmpl.e_completed_max(p_group_id int)
+RETURNS bigint
+LANGUAGE sql STABLE
+AS $$
+    SELECT greatest(coalesce((SELECT a.pos FROM acks a WHERE a.group_id = p_group_id
+                              ORDER BY a.pos DESC LIMIT 1), 0),
+                    coalesce((SELECT a.last_pos FROM run_acks a WHERE a.group_id = p_group_id
+                              ORDER BY a.pos DESC LIMIT 1), 0))   -- (runs do not overlap)
+$$;
+
 -- e_completed_count: how many positions from p_lo to p_hi a group has
 -- completed (of any slot), each counted once: its own rows, and the part
 -- of the acked runs inside the range (the run reaching in from below

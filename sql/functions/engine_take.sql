@@ -335,6 +335,7 @@ BEGIN
         ELSE
             st.lv_pos[i] := r.pos;
         END IF;
+        st.ahead := greatest(st.ahead, r.pos);   -- taken ahead of the cursor
         st.changed := true;
     END LOOP;
 END
@@ -380,7 +381,8 @@ BEGIN
                   FROM unnest(b.ids[v_from:v_to], b.txids[v_from:v_to], b.slots[v_from:v_to], b.targets[v_from:v_to])
                        WITH ORDINALITY AS x(id, txid, slot, tg, o)
                   WHERE (x.tg IS NULL OR x.tg = p_group_id)
-                    AND NOT EXISTS (SELECT FROM e_completed(p_group_id, x.slot, b.first_pos + v_from + x.o - 2))
+                    AND NOT (b.first_pos + v_from + x.o - 2 <= st.ahead
+                             AND EXISTS (SELECT FROM e_completed(p_group_id, x.slot, b.first_pos + v_from + x.o - 2)))
                   ORDER BY x.o
                   LIMIT need) f;
             need := need - i;
@@ -403,7 +405,8 @@ BEGIN
                                WHERE kp.pos IS NOT NULL AND a.group_id = p_group_id AND a.pos = kp.pos
                                  AND a.slot = kp.mslot LIMIT 1) pd ON true
             WHERE (x.tg IS NULL OR x.tg = p_group_id)
-              AND NOT EXISTS (SELECT FROM e_completed(p_group_id, x.slot, b.first_pos + v_from + x.o - 2))
+              AND NOT (b.first_pos + v_from + x.o - 2 <= st.ahead
+                       AND EXISTS (SELECT FROM e_completed(p_group_id, x.slot, b.first_pos + v_from + x.o - 2)))
         LOOP
             IF r.k IS NOT NULL THEN
                 -- A blocked key waits for step 2, unless this receive picked

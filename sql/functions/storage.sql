@@ -169,6 +169,7 @@ BEGIN
             lv_prio   int[],      -- priority levels dispatched out of position
             lv_pos    bigint[],   -- order, and the last position of each
             lane      smallint NOT NULL DEFAULT 0,
+            ahead     bigint,     -- nothing after max(cursor, ahead) is completed or leased
             PRIMARY KEY (group_id, lane, seq, slot)
         ) PARTITION BY LIST (slot);
         CREATE TABLE %1$I.keyed (
