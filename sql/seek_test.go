@@ -276,6 +276,9 @@ func TestSeekGroupBadInput(t *testing.T) {
 			t.Errorf("seek_group%v: %v (SQLSTATE %q), want %s", c.args, err, code, c.code)
 		}
 	}
+	if err := b.execRepeatableRead("SELECT sluice.seek_group('q', 'default', 'latest')"); sqlstate(err) != "SL010" {
+		t.Errorf("seek_group latest in REPEATABLE READ: %v, want SL010", err)
+	}
 	consumer := b.login("consumer", "sluice_consumer")
 	b.denied(consumer, "consumer", "SELECT sluice.seek_group('q', 'default', 'earliest')")
 	if after := b.dataFingerprint(); after != before {

@@ -158,25 +158,22 @@ $$;
 -- seek_group: move a consumer group to another position, keeping its name,
 -- its ttl and its dead letters. From the seek on, the group receives every
 -- message from the new position on, as a group created with that start_from
--- would: backward (replay, messages it completed included, as far back as the
--- queue still stores them) or forward (what it skips is never delivered to
--- it). The group gets a new internal id (an incarnation), so every per-group
--- record of the old position is left behind, to go with reclaim:
---   * leases held at the seek are stale: their ack counts 0, nack and extend
---     return false (as for an expired lease); their messages are delivered
---     again if they are at or after the new position;
---   * completions before the seek no longer count (that is the replay);
---   * pending retries of nacked messages and redriven dead letters the group
---     had not yet received are forgotten (their messages come again only if
---     the new position is at or before them);
---   * dead letters recorded before the seek stay the group's: dead_letters,
---     redrive and status show them under its name (their rows are re-pointed
---     to the new id: one UPDATE of sluice.dead_letter per seek).
--- A call (receive, ack, nack, extend) that found the group before the seek
--- committed acts on the old position: it is ordered before the seek. Waits
--- for the queue's maintenance and for a transaction that holds the group's
--- row (a drop_group, another seek, a dead letter of the group not yet
--- committed); never for receives, and never for another group.
+-- would: backward it receives again what it had completed (replay, as far
+-- back as the queue still stores messages), forward it never gets what it
+-- skips. The group gets a new internal id, and every per-group record of
+-- the old position stays with the old id until reclaim removes it. So leases
+-- held at the seek are stale (their ack counts 0, nack and extend return
+-- false or 0, as for an expired lease) and their messages come again if they
+-- are at or after the new position; pending retries of nacked messages, and
+-- redriven dead letters the group had not yet received, are forgotten (their
+-- messages come again only from a position at or before them). Dead letters
+-- recorded before the seek stay the group's: dead_letters, redrive and status
+-- show them under its name (their rows are re-pointed to the new id by one
+-- UPDATE). A receive, ack, nack or extend that found the group before the
+-- seek committed acts on the old position. Waits for the queue's maintenance
+-- and for transactions holding the group's row (drop_group, another seek,
+-- an uncommitted dead letter of the group), never for receives or for
+-- another group.
 --
 -- Parameters:
 --   queue        queue name
@@ -187,7 +184,8 @@ $$;
 --                or after that time
 -- Returns: nothing
 -- Errors: SL001 invalid_name, SL002 undefined_queue, SL003 undefined_group,
---         SL006 invalid_argument (to_position)
+--         SL006 invalid_argument (to_position), SL010 invalid_isolation
+--         ('latest' outside READ COMMITTED)
 -- Tables: sluice.consumer_group (the group's row replaced), sluice.dead_letter
 --         (the group's rows re-pointed)
 CREATE OR REPLACE FUNCTION sluice.seek_group(queue text, group_name text, to_position text)
@@ -207,8 +205,8 @@ BEGIN
     g := sluice._get_group(q.id, q.name, seek_group.group_name);   -- SL003 before any wait
     -- No reclaim may run between choosing the start and the switch (as in
     -- create_group). The maint lock comes before the group's row: a receive
-    -- may hold the row (a dead letter) and then try the maint lock, never
-    -- the other way round.
+    -- keeps the maint lock to its commit once its upkeep ran, and may then
+    -- make a dead letter, which locks the group's row.
     PERFORM pg_advisory_xact_lock(sluice._lock_ns('maint'), q.id);
     -- The group's row, locked: another seek or a drop waits for this one.
     -- A seek that committed meanwhile replaced the row: the next statement's
