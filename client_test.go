@@ -429,3 +429,74 @@ func TestSendBatchPrioritiesAndDedup(t *testing.T) {
 		t.Fatalf("received %d messages with priorities %v, want 3 with [3 0 -1]", len(got), prios)
 	}
 }
+
+// SeekGroup moves a group back (it receives what it acked again) and forward;
+// SeekGroupTx moves it only when the transaction commits; bad input fails
+// with the matching error.
+func TestSeekGroup(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.createQueue("jobs", nil)
+	first, second := b.send("jobs", `1`), b.send("jobs", `2`)
+	receiveAll := func() []int64 {
+		msgs, err := b.client.Receive(b.ctx, "jobs", "default", &sluice.ReceiveOptions{Max: 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids, receipts []string
+		var out []int64
+		for _, m := range msgs {
+			out = append(out, m.ID)
+			receipts = append(receipts, m.Receipt)
+			ids = append(ids, fmt.Sprint(m.ID))
+		}
+		if len(receipts) > 0 {
+			if n, err := b.client.Ack(b.ctx, "jobs", "default", receipts...); err != nil || n != len(receipts) {
+				t.Fatalf("ack %v: %d, %v", ids, n, err)
+			}
+		}
+		return out
+	}
+	if got := receiveAll(); fmt.Sprint(got) != fmt.Sprint([]int64{first, second}) {
+		t.Fatalf("first receive: %v", got)
+	}
+	if err := b.client.SeekGroup(b.ctx, "jobs", "default", sluice.StartEarliest); err != nil {
+		t.Fatal(err)
+	}
+	if got := receiveAll(); fmt.Sprint(got) != fmt.Sprint([]int64{first, second}) {
+		t.Fatalf("after seeking to earliest: %v, want the acked messages again", got)
+	}
+	rollback := errors.New("roll back")
+	err := b.client.InTx(b.ctx, func(tx pgx.Tx) error {
+		if err := b.client.SeekGroupTx(b.ctx, tx, "jobs", "default", sluice.StartAt(time.Now().Add(-time.Hour))); err != nil {
+			return err
+		}
+		return rollback
+	})
+	if !errors.Is(err, rollback) {
+		t.Fatalf("InTx: %v", err)
+	}
+	if got := receiveAll(); len(got) != 0 {
+		t.Fatalf("a rolled-back seek moved the group: %v", got)
+	}
+	b.send("jobs", `3`)
+	if err := b.client.SeekGroup(b.ctx, "jobs", "default", sluice.StartLatest); err != nil {
+		t.Fatal(err)
+	}
+	if got := receiveAll(); len(got) != 0 {
+		t.Fatalf("after seeking to latest: %v, want nothing", got)
+	}
+	for _, tc := range []struct {
+		queue, group, position string
+		want                   error
+	}{
+		{"jobs", "nobody", sluice.StartEarliest, sluice.ErrGroupNotFound},
+		{"nope", "default", sluice.StartEarliest, sluice.ErrQueueNotFound},
+		{"jobs", "default", "soon", sluice.ErrInvalidArgument},
+		{"jobs", "bad name!", sluice.StartEarliest, sluice.ErrInvalidName},
+	} {
+		if err := b.client.SeekGroup(b.ctx, tc.queue, tc.group, tc.position); !errors.Is(err, tc.want) {
+			t.Errorf("SeekGroup(%q, %q, %q): %v, want %v", tc.queue, tc.group, tc.position, err, tc.want)
+		}
+	}
+}

@@ -407,6 +407,8 @@ func (r *runner) call(name string, args map[string]any) (any, error) {
 		return nil, c.CreateGroup(ctx, q, group(args), &sluice.GroupOptions{StartFrom: str(args, "start_from")})
 	case "drop_group":
 		return c.DropGroup(ctx, q, group(args))
+	case "seek_group":
+		return nil, c.SeekGroup(ctx, q, group(args), str(args, "to_position"))
 	case "send":
 		return r.send(q, args)
 	case "send_batch":

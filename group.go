@@ -9,7 +9,8 @@ import (
 
 // Consumer groups: sql/functions/group.sql.
 
-// Where a new consumer group starts reading (GroupOptions.StartFrom).
+// Where a new consumer group starts reading (GroupOptions.StartFrom), and
+// where SeekGroup moves one.
 const (
 	// StartEarliest starts at the oldest message the queue retains.
 	StartEarliest = "earliest"
@@ -78,4 +79,32 @@ func dropGroup(ctx context.Context, db dbtx, queue, group string) (bool, error) 
 		return false, translate(err, "dropping group %q of queue %q", group, queue)
 	}
 	return ok, nil
+}
+
+// SeekGroup moves consumer group group of queue to position: StartEarliest,
+// StartLatest or a time from StartAt, as CreateGroup's StartFrom. From then
+// on the group receives every message from that position on, as a group
+// created there would: backward it replays messages it already acked,
+// forward it skips what it had not received. The group keeps its name, its
+// TTL and its dead letters. Leases held at the seek go stale (Ack counts 0,
+// Nack and Extend report them stale) and their messages come again if they
+// are at or after the new position; retries of nacked messages still
+// pending are forgotten. It fails with ErrGroupNotFound, ErrQueueNotFound
+// or ErrInvalidArgument (a bad position) and then changes nothing. It needs
+// role sluice_admin.
+func (c *Client) SeekGroup(ctx context.Context, queue, group, position string) error {
+	return seekGroup(ctx, c.pool, queue, group, position)
+}
+
+// SeekGroupTx is SeekGroup in the caller's transaction: the group moves when
+// it commits.
+func (c *Client) SeekGroupTx(ctx context.Context, tx pgx.Tx, queue, group, position string) error {
+	return seekGroup(ctx, tx, queue, group, position)
+}
+
+func seekGroup(ctx context.Context, db dbtx, queue, group, position string) error {
+	if _, err := db.Exec(ctx, sqlSeekGroup, queue, group, position); err != nil {
+		return translate(err, "seeking group %q of queue %q to %q", group, queue, position)
+	}
+	return nil
 }

@@ -37,6 +37,8 @@ FROM sluice.list_queues() WHERE queue = $1`
 
 	sqlDropGroup = `SELECT sluice.drop_group($1, $2)`
 
+	sqlSeekGroup = `SELECT sluice.seek_group($1, $2, $3)`
+
 	sqlStatus = `SELECT queue, group_name, ready, delayed, in_flight, dead, oldest_pending_age, lag,
        cursor, lwm, head, live_epochs, holds_reclaim, coalesce(waiting, 0), coalesce(estimated, false)
 FROM sluice.status($1::text)`

@@ -63,6 +63,10 @@ func TestBadInputRaisesSpecificErrorsAndChangesNothing(t *testing.T) {
 		{"zero extend lease", "SELECT sluice.extend('q', 'default', ARRAY[$1], '0 seconds')", []any{receipt}, "SL006"},
 		{"NULL receipts", "SELECT sluice.ack('q', 'default', NULL)", nil, "SL006"},
 		{"bad start_from", "SELECT sluice.create_group('q', 'g', 'yesterday-ish')", nil, "SL006"},
+		{"bad to_position", "SELECT sluice.seek_group('q', 'default', 'yesterday-ish')", nil, "SL006"},
+		{"seek an unknown group", "SELECT sluice.seek_group('q', 'nope', 'earliest')", nil, "SL003"},
+		{"seek on an unknown queue", "SELECT sluice.seek_group('nope', 'default', 'earliest')", nil, "SL002"},
+		{"seek a group with a bad name", "SELECT sluice.seek_group('q', $1, 'earliest')", []any{`a"b`}, "SL001"},
 		{"negative nack delay", "SELECT sluice.nack('q', 'default', $1, '-1 second')", []any{receipt}, "SL006"},
 		{"dead_letters max_rows 0", "SELECT * FROM sluice.dead_letters('q', NULL, 0)", nil, "SL006"},
 		// receipts

@@ -48,6 +48,7 @@ var apiCalls = map[string]string{
 	"purge_queue":  `SELECT sluice.purge_queue('q')`,
 	"create_group": `SELECT sluice.create_group('q', 'g2')`,
 	"drop_group":   `SELECT sluice.drop_group('q', 'default')`,
+	"seek_group":   `SELECT sluice.seek_group('q', 'default', 'earliest')`,
 	"redrive":      `SELECT sluice.redrive('q')`,
 	"maintain":     `SELECT * FROM sluice.maintain()`,
 }

@@ -391,3 +391,36 @@ func TestHostileInput(t *testing.T) {
 		t.Fatalf("hostile input changed the state:\nbefore %s\nafter  %s", before, after)
 	}
 }
+
+// TestGroupSeekUsesTheEngine: "sluice group seek" moves the group with the
+// engine's seek_group: the group replays what it acked and keeps its dead
+// letters (dropping and recreating it, as before the engine had a seek,
+// deleted them).
+func TestGroupSeekUsesTheEngine(t *testing.T) {
+	t.Parallel()
+	b := setupCmd(t)
+	ctx := context.Background()
+	b.ok("queue", "create", "jobs", "--max-attempts", "1")
+	for _, body := range []string{`{"job": "poison"}`, `{"job": "fine"}`} {
+		if _, err := b.client.Send(ctx, "jobs", json.RawMessage(body), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	msgs, err := b.client.Receive(ctx, "jobs", "default", &sluice.ReceiveOptions{Max: 2})
+	if err != nil || len(msgs) != 2 {
+		t.Fatalf("receive: %d, %v", len(msgs), err)
+	}
+	if ok, err := b.client.Nack(ctx, "jobs", "default", msgs[0].Receipt, &sluice.NackOptions{Error: "it exploded"}); err != nil || !ok {
+		t.Fatalf("nack: %v, %v", ok, err)
+	}
+	if n, err := b.client.Ack(ctx, "jobs", "default", msgs[1].Receipt); err != nil || n != 1 {
+		t.Fatalf("ack: %d, %v", n, err)
+	}
+	contains(t, "seek", b.ok("group", "seek", "jobs", "default", "--to", "earliest", "--yes"), "now starts from earliest")
+	contains(t, "dlq list after the seek", b.ok("dlq", "list", "jobs"), "it exploded", `{"job": "poison"}`)
+	again, err := b.client.Receive(ctx, "jobs", "default", &sluice.ReceiveOptions{Max: 10})
+	if err != nil || len(again) != 2 {
+		t.Fatalf("receive after the seek: %d messages, %v; want both again", len(again), err)
+	}
+	b.fails(1, "invalid to_position", "group", "seek", "jobs", "default", "--to", "soon", "--yes")
+}

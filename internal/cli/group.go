@@ -5,8 +5,6 @@ import (
 	"flag"
 	"fmt"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/sluicemq/sluice"
 )
 
@@ -106,44 +104,37 @@ func groupDropCommand() command {
 
 const groupSeekUsage = `Usage: sluice group seek QUEUE GROUP --to POSITION --yes [flags]
 
-Moves a consumer group to another position: earliest, latest or a
-timestamp. The engine has no seek of its own yet, so this drops the group
-and creates it again at the new position, in one transaction. That resets
-the group's whole state: messages in flight lose their leases (their
-consumers' acks no longer count), pending retries are forgotten and the
-group's dead letters are deleted. --yes confirms that.
+Moves a consumer group to another position: earliest (the oldest retained
+message), latest (messages sent from now on) or a timestamp (the messages
+batched from then on, within the retention). Backward, the group receives
+again the messages it already acked (replay); forward, it skips what it had
+not received. The group keeps its name, its ttl and its dead letters; its
+consumers' leases held at the seek go stale (their acks count 0) and those
+messages come again if they are at or after the new position; retries of
+nacked messages still pending are forgotten. --yes confirms that.
 
 Examples:
   sluice group seek orders analytics --to earliest --yes
+  sluice group seek orders analytics --to latest --yes
   sluice group seek orders analytics --to "2026-11-21 10:00:00+00" --yes
 `
 
 func groupSeekCommand() command {
 	return command{
-		name: "seek", summary: "move a group to another position (resets it)", usage: groupSeekUsage, minArgs: 2, maxArgs: 2,
+		name: "seek", summary: "move a group to another position (replay or skip)", usage: groupSeekUsage, minArgs: 2, maxArgs: 2,
 		setup: func(fs *flag.FlagSet, e *env) func(context.Context, []string) error {
 			url := dbFlag(fs)
 			to := fs.String("to", "", "the new position: earliest, latest or a `timestamp`")
-			yes := fs.Bool("yes", false, "confirm that the group's in-flight messages, retries and dead letters are dropped")
+			yes := fs.Bool("yes", false, "confirm that the group's leases go stale and its pending retries are forgotten (it replays or skips messages)")
 			return func(ctx context.Context, args []string) error {
 				if *to == "" {
 					return usagef("--to is required")
 				}
 				if !*yes {
-					return usagef("seeking drops the group's in-flight messages, retries and dead letters: add --yes to confirm")
+					return usagef("seeking makes the group's leases stale and forgets its pending retries: add --yes to confirm")
 				}
 				return e.withDB(ctx, *url, func(db *database) error {
-					err := db.client.InTx(ctx, func(tx pgx.Tx) error {
-						ok, err := db.client.DropGroupTx(ctx, tx, args[0], args[1])
-						if err != nil {
-							return err
-						}
-						if !ok {
-							return fmt.Errorf("group %q of queue %q does not exist: %w", args[1], args[0], sluice.ErrGroupNotFound)
-						}
-						return db.client.CreateGroupTx(ctx, tx, args[0], args[1], &sluice.GroupOptions{StartFrom: *to})
-					})
-					if err != nil {
+					if err := db.client.SeekGroup(ctx, args[0], args[1], *to); err != nil {
 						return err
 					}
 					fmt.Fprintf(e.stdout, "group %s of queue %s now starts from %s\n", args[1], args[0], *to)

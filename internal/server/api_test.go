@@ -257,3 +257,43 @@ func TestPeekAndLeases(t *testing.T) {
 		}
 	}
 }
+
+// POST .../groups/{group}/seek moves the group with sluice.seek_group: it
+// receives again what it acked and keeps its dead letters; a consumer may
+// not seek; bad input is a problem with the engine's code.
+func TestSeekGroup(t *testing.T) {
+	ts := start(t)
+	ts.must(201, "POST", "/v1/queues", tokAdmin, map[string]any{"name": "jobs", "options": map[string]any{"max_attempts": 1}})
+	ts.must(201, "POST", "/v1/queues/jobs/messages/batch", tokProducer, map[string]any{
+		"messages": []any{map[string]any{"body": "dies"}, map[string]any{"body": "fine"}}})
+	msgs := ts.must(200, "POST", "/v1/queues/jobs/groups/default/receive", tokConsumer, map[string]any{"max": 10})["messages"].([]any)
+	if len(msgs) != 2 {
+		t.Fatalf("receive: %v", msgs)
+	}
+	receipt := func(i int) string { return msgs[i].(map[string]any)["receipt"].(string) }
+	ts.must(200, "POST", "/v1/queues/jobs/groups/default/nack", tokConsumer, map[string]any{"receipt": receipt(0), "error": "boom"})
+	ts.must(200, "POST", "/v1/queues/jobs/groups/default/ack", tokConsumer, map[string]any{"receipts": []string{receipt(1)}})
+
+	ts.problem(403, "POST", "/v1/queues/jobs/groups/default/seek", tokConsumer, map[string]any{"to_position": "earliest"})
+	got := ts.must(200, "POST", "/v1/queues/jobs/groups/default/seek", tokAdmin, map[string]any{"to_position": "earliest"})
+	if got["group"] != "default" || got["to_position"] != "earliest" {
+		t.Fatalf("seek: %v", got)
+	}
+	again := ts.must(200, "POST", "/v1/queues/jobs/groups/default/receive", tokConsumer, map[string]any{"max": 10})["messages"].([]any)
+	if len(again) != 2 {
+		t.Fatalf("receive after the seek: %v, want both messages again", again)
+	}
+	dl := ts.must(200, "GET", "/v1/queues/jobs/dead-letters", tokConsumer, nil)["dead_letters"].([]any)
+	if len(dl) != 1 || dl[0].(map[string]any)["error"] != "boom" {
+		t.Fatalf("dead letters after the seek: %v", dl)
+	}
+	if p := ts.problem(404, "POST", "/v1/queues/jobs/groups/nope/seek", tokAdmin, map[string]any{"to_position": "latest"}); p["code"] != "SL003" {
+		t.Errorf("unknown group: %v", p)
+	}
+	if p := ts.problem(422, "POST", "/v1/queues/jobs/groups/default/seek", tokAdmin, map[string]any{"to_position": "soon"}); p["code"] != "SL006" {
+		t.Errorf("bad position: %v", p)
+	}
+	if p := ts.problem(400, "POST", "/v1/queues/jobs/groups/default/seek", tokAdmin, map[string]any{}); p["field"] != "to_position" {
+		t.Errorf("no position: %v", p)
+	}
+}

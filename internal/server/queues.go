@@ -267,6 +267,31 @@ func (s *Server) dropGroup(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+type seekGroupRequest struct {
+	ToPosition string `json:"to_position"`
+}
+
+// seekGroup moves a group with sluice.seek_group: it keeps its name, ttl
+// and dead letters, and replays (backward) or skips (forward).
+func (s *Server) seekGroup(w http.ResponseWriter, r *http.Request) error {
+	queue, group := r.PathValue("queue"), r.PathValue("group")
+	var req seekGroupRequest
+	if err := decode(r, &req); err != nil {
+		return err
+	}
+	if req.ToPosition == "" {
+		return fieldProblem("to_position", "to_position is required: \"earliest\", \"latest\" or a timestamp")
+	}
+	err := s.tx(r.Context(), principalOf(r.Context()), func(tx pgx.Tx) error {
+		return s.client.SeekGroupTx(r.Context(), tx, queue, group, req.ToPosition)
+	})
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"queue": queue, "group": group, "to_position": req.ToPosition})
+	return nil
+}
+
 // DeadLetterJSON is a dead letter in responses.
 type DeadLetterJSON struct {
 	ID           int64           `json:"id"`

@@ -39,6 +39,7 @@ func (s *Server) routeTable() []route {
 
 		{method: "POST", path: "/v1/queues/{queue}/groups", handle: s.createGroup},
 		{method: "DELETE", path: "/v1/queues/{queue}/groups/{group}", handle: s.dropGroup},
+		{method: "POST", path: "/v1/queues/{queue}/groups/{group}/seek", handle: s.seekGroup},
 
 		{method: "POST", path: "/v1/queues/{queue}/messages", handle: s.send},
 		{method: "POST", path: "/v1/queues/{queue}/messages/batch", handle: s.sendBatch},

@@ -1,5 +1,36 @@
 -- Group: consumer groups
 
+-- _start_time: check a group's start position (create_group's start_from,
+-- seek_group's to_position) and return its time.
+--
+-- Parameters:
+--   p_param  the parameter's name, for the message
+--   p_value  'earliest', 'latest' or a timestamp
+-- Returns: the timestamp, or NULL for 'earliest' and 'latest'
+-- Errors: SL006 invalid_argument (NULL, or neither keyword nor timestamp)
+CREATE OR REPLACE FUNCTION sluice._start_time(p_param text, p_value text)
+RETURNS timestamptz
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF p_value IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'SL006', MESSAGE = format('%s must not be NULL', p_param),
+            HINT = 'Use ''earliest'', ''latest'' or a timestamp.';
+    END IF;
+    IF p_value IN ('earliest', 'latest') THEN
+        RETURN NULL;
+    END IF;
+    BEGIN
+        RETURN p_value::timestamptz;
+    EXCEPTION WHEN OTHERS THEN
+        RAISE EXCEPTION USING ERRCODE = 'SL006',
+            MESSAGE = format('invalid %s %s', p_param, quote_literal(left(p_value, 64))),
+            HINT = 'Use ''earliest'', ''latest'' or a timestamp.';
+    END;
+END
+$$;
+
 -- create_group: add a consumer group to a queue. Every group receives every
 -- message of the queue from its start on; consumers of one group compete.
 --
@@ -32,19 +63,7 @@ DECLARE
     v_gid int;
 BEGIN
     PERFORM sluice._check_name('group', create_group.group_name);
-    IF start_from IS NULL THEN
-        RAISE EXCEPTION USING ERRCODE = 'SL006', MESSAGE = 'start_from must not be NULL',
-            HINT = 'Use ''earliest'', ''latest'' or a timestamp.';
-    END IF;
-    IF start_from NOT IN ('earliest', 'latest') THEN
-        BEGIN
-            ts := start_from::timestamptz;
-        EXCEPTION WHEN OTHERS THEN
-            RAISE EXCEPTION USING ERRCODE = 'SL006',
-                MESSAGE = format('invalid start_from %s', quote_literal(left(start_from, 64))),
-                HINT = 'Use ''earliest'', ''latest'' or a timestamp.';
-        END;
-    END IF;
+    ts := sluice._start_time('start_from', start_from);
     IF create_group.ttl < interval '1 second' OR create_group.ttl > interval '365 days' THEN
         RAISE EXCEPTION USING ERRCODE = 'SL006',
             MESSAGE = format('ttl must be from 1 second to 365 days, got %s', create_group.ttl),
@@ -133,5 +152,82 @@ BEGIN
     PERFORM sluice._check_name('group', drop_group.group_name);
     DELETE FROM sluice.consumer_group g WHERE g.queue_id = q.id AND g.name = drop_group.group_name;
     RETURN FOUND;
+END
+$$;
+
+-- seek_group: move a consumer group to another position, keeping its name,
+-- its ttl and its dead letters. From the seek on, the group receives every
+-- message from the new position on, as a group created with that start_from
+-- would: backward it receives again what it had completed (replay, as far
+-- back as the queue still stores messages), forward it never gets what it
+-- skips. The group gets a new internal id, and every per-group record of
+-- the old position stays with the old id until reclaim removes it. So leases
+-- held at the seek are stale (their ack counts 0, nack and extend return
+-- false or 0, as for an expired lease) and their messages come again if they
+-- are at or after the new position; pending retries of nacked messages, and
+-- redriven dead letters the group had not yet received, are forgotten (their
+-- messages come again only from a position at or before them). Dead letters
+-- recorded before the seek stay the group's: dead_letters, redrive and status
+-- show them under its name (their rows are re-pointed to the new id by one
+-- UPDATE). A receive, ack, nack or extend that found the group before the
+-- seek committed acts on the old position. Waits for the queue's maintenance
+-- and for transactions holding the group's row (drop_group, another seek,
+-- an uncommitted dead letter of the group), never for receives or for
+-- another group.
+--
+-- Parameters:
+--   queue        queue name
+--   group_name   group name
+--   to_position  as create_group's start_from: 'earliest': the oldest
+--                retained message; 'latest': only messages that become
+--                visible after this call; a timestamp: messages batched at
+--                or after that time
+-- Returns: nothing
+-- Errors: SL001 invalid_name, SL002 undefined_queue, SL003 undefined_group,
+--         SL006 invalid_argument (to_position), SL010 invalid_isolation
+--         ('latest' outside READ COMMITTED)
+-- Tables: sluice.consumer_group (the group's row replaced), sluice.dead_letter
+--         (the group's rows re-pointed)
+CREATE OR REPLACE FUNCTION sluice.seek_group(queue text, group_name text, to_position text)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    q sluice.queue := sluice._use_queue(seek_group.queue);
+    ts timestamptz;
+    g sluice.consumer_group;
+    v_start bigint;
+    v_gid int;
+BEGIN
+    PERFORM sluice._check_name('group', seek_group.group_name);
+    ts := sluice._start_time('to_position', seek_group.to_position);
+    g := sluice._get_group(q.id, q.name, seek_group.group_name);   -- SL003 before any wait
+    -- No reclaim may run between choosing the start and the switch (as in
+    -- create_group). The maint lock comes before the group's row: a receive
+    -- keeps the maint lock to its commit once its upkeep ran, and may then
+    -- make a dead letter, which locks the group's row.
+    PERFORM pg_advisory_xact_lock(sluice._lock_ns('maint'), q.id);
+    -- The group's row, locked: another seek or a drop waits for this one.
+    -- A seek that committed meanwhile replaced the row: the next statement's
+    -- snapshot sees its new row (a drop: _get_group raises SL003).
+    LOOP
+        SELECT * INTO g FROM sluice.consumer_group cg
+        WHERE cg.queue_id = q.id AND cg.name = seek_group.group_name
+        FOR UPDATE;
+        EXIT WHEN FOUND;
+        g := sluice._get_group(q.id, q.name, seek_group.group_name);
+    END LOOP;
+    EXECUTE format('SELECT %I.e_start_pos($1, $2, $3)', sluice._qschema(q.id))
+        INTO v_start USING q.id, seek_group.to_position = 'earliest', ts;
+    -- The new incarnation takes the name; the old row is renamed out of the
+    -- way first (a name no group can have), then removed once nothing
+    -- refers to it.
+    UPDATE sluice.consumer_group cg SET name = cg.id || ':seek' WHERE cg.id = g.id;
+    INSERT INTO sluice.consumer_group (queue_id, name, created_at, start_pos, ttl, used_at)
+    VALUES (q.id, g.name, g.created_at, v_start, g.ttl, CASE WHEN g.ttl IS NOT NULL THEN clock_timestamp() END)
+    RETURNING id INTO v_gid;
+    UPDATE sluice.dead_letter d SET group_id = v_gid WHERE d.queue_id = q.id AND d.group_id = g.id;
+    DELETE FROM sluice.consumer_group cg WHERE cg.id = g.id;
 END
 $$;

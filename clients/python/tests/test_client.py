@@ -162,3 +162,22 @@ def test_peek_and_leases_rows(client: sluice.Client, queue: str) -> None:
         lease.consumer = "other"  # type: ignore[misc]
     assert client.nack(queue, "default", m.receipt, delay=0) is True
     assert client.leases(queue) == []
+
+
+def test_seek_group(client: sluice.Client, queue: str) -> None:
+    client.create_queue(queue, {"lanes": 1, "max_attempts": 1})
+    client.send(queue, "dies")
+    client.send(queue, "fine")
+    dies, fine = client.receive(queue, max_messages=10)
+    assert client.nack(queue, "default", dies.receipt, error="boom") is True
+    assert client.ack(queue, "default", [fine.receipt]) == 1
+    client.seek_group(queue, "default", "earliest")
+    assert [m.id for m in client.receive(queue, max_messages=10)] == [dies.id, fine.id]
+    (dl,) = client.dead_letters(queue, "default")
+    assert dl.id == dies.id and dl.error == "boom"
+    client.seek_group(queue, "default", "latest")
+    assert client.receive(queue, max_messages=10) == []
+    with pytest.raises(sluice.GroupNotFound):
+        client.seek_group(queue, "nobody", "earliest")
+    with pytest.raises(sluice.InvalidArgument):
+        client.seek_group(queue, "default", "soon")

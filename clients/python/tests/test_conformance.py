@@ -121,6 +121,7 @@ def calls(c: Any) -> dict[str, Callable[[dict[str, Any]], Any]]:
         "alter_queue": lambda a: c.alter_queue(a["queue"], a["options"]),
         "create_group": lambda a: c.create_group(a["queue"], a["group_name"], start_from=a.get("start_from", "earliest")),
         "drop_group": lambda a: c.drop_group(a["queue"], a["group_name"]),
+        "seek_group": lambda a: c.seek_group(a["queue"], a["group_name"], a["to_position"]),
         "send": lambda a: c.send(
             a["queue"], a["body"], headers=a.get("headers"), key=a.get("key"), delay=seconds(a, "delay"),
             priority=a.get("priority", 0), dedup_key=a.get("dedup_key")),

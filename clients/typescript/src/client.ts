@@ -53,6 +53,7 @@ FROM sluice.list_queues() WHERE queue = $1`,
   purgeQueue: `SELECT sluice.purge_queue($1) AS n`,
   createGroup: `SELECT sluice.create_group($1, $2, $3::text)`,
   dropGroup: `SELECT sluice.drop_group($1, $2) AS ok`,
+  seekGroup: `SELECT sluice.seek_group($1, $2, $3::text)`,
   status: `SELECT queue, group_name, ready, delayed, in_flight, dead,
        extract(epoch FROM oldest_pending_age) * 1000 AS oldest_pending_age, lag,
        cursor, lwm, head, live_epochs, holds_reclaim, coalesce(waiting, 0) AS waiting,
@@ -264,6 +265,18 @@ export class Sluice {
   async dropGroup(queue: string, group: string, opts?: CallOptions): Promise<boolean> {
     const rows = await this.query(sql.dropGroup, [queue, group], opts);
     return rows[0]?.ok === true;
+  }
+
+  /**
+   * Moves a consumer group to "earliest", "latest" or a time: backward it
+   * receives again what it acked, forward it skips. It keeps its name, ttl
+   * and dead letters; leases held at the seek go stale (their acks count 0)
+   * and pending retries are forgotten.
+   */
+  async seekGroup(queue: string, group: string, toPosition: "earliest" | "latest" | Date | string,
+                  opts?: CallOptions): Promise<void> {
+    const to = toPosition instanceof Date ? toPosition.toISOString() : toPosition;
+    await this.query(sql.seekGroup, [queue, group, to], opts);
   }
 
   // Sending.

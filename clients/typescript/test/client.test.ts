@@ -139,6 +139,15 @@ describe("calls", () => {
       assert.equal(opts.max_attempts, 9);
       assert.equal((await s.status(q)).length, 2);
       assert.equal(await s.purgeQueue(q), 1);
+      await s.send(q, 2);
+      const got = await s.receive(q, "a");
+      assert.equal(got.length, 1);
+      assert.equal(await s.ack(q, "a", [got[0]!.receipt]), 1);
+      await s.seekGroup(q, "a", new Date(Date.now() - 3600_000));
+      assert.deepEqual((await s.receive(q, "a")).map((x) => x.id), [got[0]!.id]);
+      await s.seekGroup(q, "a", "latest");
+      assert.deepEqual(await s.receive(q, "a"), []);
+      await assert.rejects(s.seekGroup(q, "nobody", "earliest"), GroupNotFoundError);
       assert.equal(await s.dropGroup(q, "b"), true);
       assert.equal(await s.dropGroup(q, "b"), false);
       assert.match(await s.version(), /^\d+\.\d+/);

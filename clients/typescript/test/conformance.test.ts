@@ -237,6 +237,9 @@ async function call(s: Sluice, step: Step, a: Args): Promise<JSONish> {
       return null;
     case "drop_group":
       return s.dropGroup(q, g);
+    case "seek_group":
+      await s.seekGroup(q, g, a.to_position as string);
+      return null;
     case "send":
       return s.send(q, a.body as Any, {
         headers: a.headers as Any,

@@ -36,6 +36,7 @@ PURGE_QUEUE = "SELECT sluice.purge_queue(%s)"
 LIST_QUEUES = "SELECT queue, created_at, options, groups FROM sluice.list_queues()"
 CREATE_GROUP = "SELECT sluice.create_group(%s, %s, %s)"
 DROP_GROUP = "SELECT sluice.drop_group(%s, %s)"
+SEEK_GROUP = "SELECT sluice.seek_group(%s, %s, %s)"
 STATUS = (
     "SELECT queue, group_name, ready, delayed, in_flight, dead, oldest_pending_age, lag,"
     " cursor, lwm, head, live_epochs, holds_reclaim, coalesce(waiting, 0), coalesce(estimated, false)"

@@ -131,6 +131,14 @@ class AsyncClient:
         """Remove a consumer group and its dead letters; whether it existed."""
         return bool(await self._one(_sql.DROP_GROUP, (queue, group), conn))
 
+    async def seek_group(
+        self, queue: str, group: str, to_position: str, *, conn: psycopg.AsyncConnection[Any] | None = None
+    ) -> None:
+        """Move a consumer group to 'earliest', 'latest' or a timestamp: backward it
+        receives again what it acked, forward it skips. It keeps its name, ttl and
+        dead letters; leases held at the seek go stale, pending retries are forgotten."""
+        await self._all(_sql.SEEK_GROUP, (queue, group, to_position), conn)
+
     # -- sending ----------------------------------------------------------
 
     async def send(

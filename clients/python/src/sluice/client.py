@@ -120,6 +120,14 @@ class Client:
         """Remove a consumer group and its dead letters; whether it existed."""
         return bool(self._one(_sql.DROP_GROUP, (queue, group), conn))
 
+    def seek_group(
+        self, queue: str, group: str, to_position: str, *, conn: psycopg.Connection[Any] | None = None
+    ) -> None:
+        """Move a consumer group to 'earliest', 'latest' or a timestamp: backward it
+        receives again what it acked, forward it skips. It keeps its name, ttl and
+        dead letters; leases held at the seek go stale, pending retries are forgotten."""
+        self._all(_sql.SEEK_GROUP, (queue, group, to_position), conn)
+
     # -- sending ----------------------------------------------------------
 
     def send(
