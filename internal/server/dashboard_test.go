@@ -281,6 +281,23 @@ func TestDashboardAuthAndRedrive(t *testing.T) {
 	if len(groups) != 2 {
 		t.Fatalf("groups after the replay: %v", groups)
 	}
+
+	// Seek: the default group moves back to the earliest message (the
+	// button acts on its second click) and has both messages to read
+	// again, keeping its dead letter.
+	for _, r := range ts.must(200, "GET", "/v1/queues/billing", tokAdmin, nil)["status"].([]any) {
+		if r := r.(map[string]any); r["group"] == "default" && r["lag"].(float64) == 2 {
+			t.Fatalf("the default group before the seek already has lag 2: %v", r)
+		}
+	}
+	b.run(t, chromedp.SetValue(`form.seek select`, "default", chromedp.ByQuery),
+		chromedp.Click(`form.seek button`, chromedp.ByQuery), chromedp.Click(`form.seek button`, chromedp.ByQuery))
+	b.waitText(t, `.card[data-queue="billing"] tr[data-group="default"] td.lag`, "2")
+	for _, r := range ts.must(200, "GET", "/v1/queues/billing", tokAdmin, nil)["status"].([]any) {
+		if r := r.(map[string]any); r["group"] == "default" && (r["dead"].(float64) != 1 || r["in_flight"].(float64) != 0) {
+			t.Fatalf("the default group after the seek: %v", r)
+		}
+	}
 	if errs := b.consoleErrors("401", "403", "400"); len(errs) > 0 { // the refusals the test provokes
 		t.Fatalf("console errors:\n%s", strings.Join(errs, "\n"))
 	}

@@ -314,8 +314,8 @@ async function renderDetail() {
       el("button", { id: "peek-first", onclick: () => { state.peekAfter = null; inspect(true); } }, "First page"),
       el("button", { id: "peek-next", onclick: () => { if (state.peekLast !== undefined) { state.peekAfter = state.peekLast; inspect(true); } } }, "Next page")),
     el("div", { id: "peek" }, el("p", { class: "muted" }, "Loading…")),
-    el("h3", {}, "Replay"), replayForm(name),
-    el("p", { class: "muted" }, "Redrive, purge and new groups need an admin token; in flight and peek need a consumer or admin token. Peek shows the messages the queue stores (completed ones too, until their storage is reclaimed) without receiving them. The engine has no seek of an existing group: replay makes a new group.")));
+    el("h3", {}, "Replay"), groups.length > 0 ? seekForm(name, groups) : null, replayForm(name),
+    el("p", { class: "muted" }, "Redrive, purge, seek and new groups need an admin token; in flight and peek need a consumer or admin token. Peek shows the messages the queue stores (completed ones too, until their storage is reclaimed) without receiving them. Seek moves a group: it receives again what it completed since then (or skips ahead), keeps its name and dead letters, and the leases it holds go stale.")));
   inspect(true);
 }
 
@@ -428,9 +428,28 @@ function refused(e) {
 }
 
 // tick reads the status once (polling, and after an action).
-// replayForm makes a group of the queue that starts at a time (or at the
-// earliest retained message): the engine replays through a new group, not
-// by moving an existing one.
+// seekForm moves a group of the queue to a time (or to the earliest
+// retained message) with sluice.seek_group; its button acts on the second
+// click, as the other actions that change what consumers get.
+function seekForm(name, groups) {
+  const group = el("select", { name: "group", "aria-label": "group to seek" },
+    groups.map((g) => el("option", { value: g }, g)));
+  const to = el("input", { name: "to", type: "datetime-local", step: "1", "aria-label": "seek to" });
+  const go = armed("Seek group", async () => {
+    const body = { to_position: to.value ? new Date(to.value).toISOString() : "earliest" };
+    try {
+      await api("POST", "/v1/queues/" + encodeURIComponent(name) + "/groups/" + encodeURIComponent(group.value) + "/seek", body);
+      showToast("Group " + group.value + " of " + name + " now reads from " + (to.value ? new Date(to.value).toLocaleString() : "the earliest message"));
+    } catch (e) { showToast(e.message, true); }
+    await renderDetail(); await tick();
+  });
+  return el("form", { class: "row seek", onsubmit: (ev) => ev.preventDefault() }, group,
+    el("span", { class: "muted" }, "to"), to,
+    el("span", { class: "muted" }, "(empty: the earliest retained message)"), go);
+}
+
+// replayForm makes a new group of the queue that starts at a time (or at
+// the earliest retained message).
 function replayForm(name) {
   const group = el("input", { name: "group", placeholder: "new group", "aria-label": "new group", class: "short" });
   const from = el("input", { name: "from", type: "datetime-local", step: "1", "aria-label": "start from" });
