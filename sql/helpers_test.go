@@ -69,6 +69,21 @@ func (b *bundle) int64(sql string, args ...any) int64 {
 	return v
 }
 
+// int64s runs a query of one bigint column (such as send_batch's ids) and
+// returns its rows in order.
+func (b *bundle) int64s(sql string, args ...any) []int64 {
+	b.t.Helper()
+	rows, err := b.pool.Query(b.ctx, sql, args...)
+	if err != nil {
+		b.t.Fatalf("%s: %v", sql, err)
+	}
+	vs, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		b.t.Fatalf("%s: %v", sql, err)
+	}
+	return vs
+}
+
 func (b *bundle) createQueue(name string, options string) {
 	b.t.Helper()
 	if options == "" {
