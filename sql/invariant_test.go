@@ -77,7 +77,11 @@ func TestNoPerMessageUpdateOrDelete(t *testing.T) {
 				}
 				acks = append(acks, m.Receipt)
 			}
-			done += b.ack("q", group, acks...)
+			// A lane's share can be one message, nacked above: nothing to ack
+			// (a nil slice would be a NULL array, which ack rejects).
+			if len(acks) > 0 {
+				done += b.ack("q", group, acks...)
+			}
 		}
 	}
 	b.pool.Reset() // closing the connections makes their backends publish their counters
