@@ -102,7 +102,9 @@ BEGIN
         PERFORM sluice._touch_group(g.id);   -- a temporary group in use (create_group's ttl)
     END IF;
     v_lease := coalesce(receive.lease, q.lease);
-    PERFORM sluice._check_lease('lease', v_lease);
+    IF sluice._lease_ok(v_lease) IS NOT TRUE THEN
+        PERFORM sluice._check_lease('lease', v_lease);
+    END IF;
     IF EXISTS (SELECT 1 FROM unnest(receive.ack) AS x WHERE x IS NULL OR NOT sluice._receipt_ok(x)) THEN
         PERFORM sluice._parse_receipts(receive.ack);   -- raises SL008, naming the receipt
     END IF;
@@ -226,6 +228,9 @@ BEGIN
     END IF;
     PERFORM set_config('search_path', sluice._queue_path(q.id), true);
     ok := e_nack(q, g, nack.receipt, nack.delay, nack.error);   -- the queue's copy (_queue_path)
+    -- What this nack makes due, this session's next receive sees at once
+    -- (its idle note goes: e_idle); other sessions' within their note's bound.
+    PERFORM set_config(sluice._idle_note_name(q.id), '', false);
     RETURN ok;
 END
 $$;

@@ -140,3 +140,83 @@ BEGIN
     RETURN pk;
 END
 $$;
+
+-- The idle note. A poll of an idle group looks at every lane (four index
+-- probes per table per lane: its state, batches after its cursor, expired
+-- leases and runs), about half of what an empty receive costs. A receive
+-- that finds no lane with work notes so in its session (setting
+-- sluice.idle_<queue id>): the group, the newest batch, and until when
+-- nothing of the group can come due without a new batch (its earliest
+-- lease or run expiry, or low-water mark due, after now; at most 25 ms
+-- ahead). The session's next receives, while that batch is still the newest
+-- and that time has not come, return nothing without looking at the lanes.
+-- New messages still go through: e_uncut and the priority check run first,
+-- and a cut makes a newer batch. What a note does not see is a nack or a
+-- shortened lease of another session (sluice.nack and sluice.extend clear
+-- their own session's note): the 25 ms bound is for those, and for a lease
+-- written by a receive that committed after the note's snapshot. A group
+-- whose lanes have work that other receives hold gets a 'busy' note for
+-- 25 ms: its receives look at the lanes as before, without noting again.
+-- Format: 'group_id batch_no until_microseconds idle|busy'.
+
+-- e_idle: what the session's note says of a group now.
+--
+-- Parameters:
+--   p_note      the session's note (NULL or '' when there is none)
+--   p_group_id  group id
+--   p_now       the receive's time
+-- Returns: true: the group is idle (look at nothing); false: its lanes
+--          with work are held (look, but do not note again); NULL: no note
+--          holds (look, and note if nothing is found)
+CREATE OR REPLACE FUNCTION sluice_tmpl.e_idle(p_note text, p_group_id int, p_now timestamptz)
+RETURNS boolean
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    f constant text[] := string_to_array(p_note, ' ');
+BEGIN
+    IF p_note IS NULL OR p_note !~ '^[0-9]{1,10} [0-9]{1,19} [0-9]{1,19} (idle|busy)$' OR f[1] <> p_group_id::text
+       OR f[3]::numeric <= (extract(epoch FROM p_now) * 1000000)::bigint THEN
+        RETURN NULL;
+    END IF;
+    IF f[2]::numeric IS DISTINCT FROM (SELECT b.batch_no FROM batches b ORDER BY b.batch_no DESC LIMIT 1) THEN
+        RETURN NULL;
+    END IF;
+    RETURN f[4] = 'idle';
+END
+$$;
+
+-- e_idle_note: the note for a group whose receive found no free lane with
+-- work (see above), read in one snapshot.
+--
+-- Parameters:
+--   p_group_id  group id
+--   p_lanes     the queue's number of lanes
+--   p_now       the receive's time
+-- Returns: the note
+CREATE OR REPLACE FUNCTION sluice_tmpl.e_idle_note(p_group_id int, p_lanes int, p_now timestamptz)
+RETURNS text
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    RETURN (
+        SELECT p_group_id || ' ' || nb.batch_no || ' '
+               || (extract(epoch FROM CASE WHEN w.busy THEN p_now + interval '25 ms'
+                                           ELSE least(p_now + interval '25 ms', (
+                   SELECT min(least(
+                              (SELECT d.expires_at FROM deliveries d
+                               WHERE d.group_id = p_group_id AND d.lane = l.lane AND d.expires_at > p_now
+                               ORDER BY d.expires_at LIMIT 1),
+                              (SELECT ru.expires_at FROM runs ru
+                               WHERE ru.group_id = p_group_id AND ru.lane = l.lane AND ru.expires_at > p_now
+                               ORDER BY ru.expires_at LIMIT 1),
+                              CASE WHEN s.lwm <= s.cursor THEN s.lwm_at + interval '1 second' END))
+                   FROM generate_series(0, p_lanes - 1) AS l(lane)
+                   LEFT JOIN LATERAL (SELECT s.cursor, s.lwm, s.lwm_at FROM group_states s
+                                      WHERE s.group_id = p_group_id AND s.lane = l.lane
+                                      ORDER BY s.seq DESC LIMIT 1) s ON true)) END) * 1000000)::bigint
+               || CASE WHEN w.busy THEN ' busy' ELSE ' idle' END
+        FROM (SELECT b.batch_no FROM batches b ORDER BY b.batch_no DESC LIMIT 1) nb
+        CROSS JOIN (SELECT EXISTS (SELECT FROM e_lanes_with_work(p_group_id, p_lanes, p_now, 0, false, NULL)) AS busy) w);
+END
+$$;

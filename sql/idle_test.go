@@ -1,0 +1,186 @@
+package sqlsrc_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// The idle note (engine_fast.sql): a session whose receive found no lane of
+// its group with work does not look at the lanes again while the note
+// holds, and nothing that makes work is hidden by it.
+
+// conn takes one connection of the pool for the rest of the test: a note
+// belongs to its session.
+func (b *bundle) conn() *pgxpool.Conn {
+	b.t.Helper()
+	c, err := b.pool.Acquire(b.ctx)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	b.t.Cleanup(c.Release)
+	return c
+}
+
+func receiveOnConn(b *bundle, c *pgxpool.Conn, group string, lease string) []msg {
+	b.t.Helper()
+	ms, err := receiveOn(b.ctx, c, "q", group, 10, lease)
+	if err != nil {
+		b.t.Fatalf("receive: %v", err)
+	}
+	return ms
+}
+
+func TestIdleNoteSkipsTheLanes(t *testing.T) {
+	b := setup(t)
+	b.createQueue("q", "")
+	schema := fmt.Sprintf("sluice_q%d", b.int64("SELECT id FROM sluice.queue WHERE name = 'q'"))
+	b.send(b.pool, "q", `{"n": 1}`)
+	b.ack("q", "default", receipts(b.receive("q", "default", 10, ""))...)
+
+	c := b.conn()
+	tx, err := c.Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(b.ctx) //nolint:errcheck
+	// Index scans of the lane states in this transaction so far (counted by
+	// the backend before they are flushed to the statistics).
+	scans := func() int64 {
+		var n int64
+		if err := tx.QueryRow(b.ctx, `
+			SELECT coalesce(sum(pg_stat_get_xact_numscans(i.indexrelid)), 0)::bigint
+			FROM pg_index i JOIN pg_class c ON c.oid = i.indrelid
+			WHERE c.relnamespace = $1::regnamespace AND c.relname LIKE 'group_states_%' AND c.relkind = 'r'`,
+			schema).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	const polls = 20
+	skipped := 0
+	for i := 0; i < polls; i++ {
+		before := scans()
+		if ms, err := receiveOn(b.ctx, tx, "q", "default", 10, ""); err != nil || len(ms) != 0 {
+			t.Fatalf("poll %d of an empty queue: %d messages, %v", i, len(ms), err)
+		}
+		if scans() == before {
+			skipped++
+		}
+	}
+	var note string
+	if err := tx.QueryRow(b.ctx, "SELECT current_setting($1)", "sluice.idle_"+schema[len("sluice_q"):]).Scan(&note); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d of %d polls looked at no lane state; note %q", skipped, polls, note)
+	// A note holds 25 ms: all but a few of 20 polls, unless each takes
+	// milliseconds. Without the note every poll reads every lane's state.
+	if skipped < polls/4 {
+		t.Fatalf("only %d of %d idle polls skipped the lanes", skipped, polls)
+	}
+}
+
+func TestIdleNoteHidesNoWork(t *testing.T) {
+	b := setup(t)
+	b.createQueue("q", `{"backoff_base": "0 seconds"}`)
+	c := b.conn()
+	// idle polls until the session has a note that the group is idle (a
+	// lane that was never taken from counts as work until a receive has
+	// written its state).
+	idle := func(what string) {
+		t.Helper()
+		var note string
+		for i := 0; i < 3 && !strings.HasSuffix(note, " idle"); i++ {
+			if ms := receiveOnConn(b, c, "default", ""); len(ms) != 0 {
+				t.Fatalf("%s: got %d messages from an idle queue", what, len(ms))
+			}
+			if err := c.QueryRow(b.ctx, `SELECT coalesce(current_setting('sluice.idle_' || id, true), '')
+			                             FROM sluice.queue WHERE name = 'q'`).Scan(&note); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if !strings.HasSuffix(note, " idle") {
+			t.Fatalf("%s: no idle note after empty receives (%q)", what, note)
+		}
+	}
+	one := func(what string, ms []msg) msg {
+		t.Helper()
+		if len(ms) != 1 {
+			t.Fatalf("%s: got %d messages, want 1", what, len(ms))
+		}
+		return ms[0]
+	}
+
+	// A new message: numbered by this receive.
+	idle("start")
+	b.send(b.pool, "q", `{"n": "new"}`)
+	m := one("new message", receiveOnConn(b, c, "default", "300 milliseconds"))
+
+	// A lease that runs out while the session polls: the note lasts at most
+	// until it, so the first receive after it redelivers.
+	idle("holding a lease")
+	time.Sleep(350 * time.Millisecond)
+	if r := one("expired lease", receiveOnConn(b, c, "default", "")); r.ID != m.ID || r.Attempt != 2 {
+		t.Fatalf("expired lease: got id %d attempt %d, want %d attempt 2", r.ID, r.Attempt, m.ID)
+	}
+
+	// Numbered by a receive of another group: a newer batch than the note's.
+	b.exec("SELECT sluice.create_group('q', 'other', 'latest')")
+	idle("before the other group's cut")
+	b.send(b.pool, "q", `{"n": "cut elsewhere"}`)
+	one("other group", b.receive("q", "other", 10, ""))
+	one("cut by the other group", receiveOnConn(b, c, "default", ""))
+
+	// An unkeyed nack elsewhere is a retry message: numbered by the next cut.
+	b.send(b.pool, "q", `{"n": "nacked elsewhere"}`)
+	n := one("to nack", b.receive("q", "default", 10, ""))
+	idle("before a nack elsewhere")
+	b.nack("q", "default", n.Receipt, "0 seconds", "")
+	one("nacked elsewhere", receiveOnConn(b, c, "default", ""))
+
+	// A keyed nack in this session: its own note goes at once.
+	b.exec(`SELECT sluice.send('q', '{"n": "keyed"}', key => 'k')`)
+	k := one("keyed", receiveOnConn(b, c, "default", ""))
+	idle("holding a keyed message")
+	var ok bool
+	if err := c.QueryRow(b.ctx, "SELECT sluice.nack('q', 'default', $1, '0 seconds')", k.Receipt).Scan(&ok); err != nil || !ok {
+		t.Fatalf("nack: %v %v", ok, err)
+	}
+	r := one("keyed nack in this session", receiveOnConn(b, c, "default", ""))
+	if r.ID != k.ID {
+		t.Fatalf("keyed nack: got id %d, want %d", r.ID, k.ID)
+	}
+
+	// A keyed nack in another session: seen once a note runs out (25 ms; a
+	// second here, for a busy machine). (A lane whose key has a message in
+	// flight counts as work, so there may be no note here.)
+	if ms := receiveOnConn(b, c, "default", ""); len(ms) != 0 {
+		t.Fatalf("holding the keyed message: got %d more", len(ms))
+	}
+	other, err := b.pool.Acquire(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Release()
+	if err := other.QueryRow(b.ctx, "SELECT sluice.nack('q', 'default', $1, '0 seconds')", r.Receipt).Scan(&ok); err != nil || !ok {
+		t.Fatalf("nack elsewhere: %v %v", ok, err)
+	}
+	var got []msg
+	waitFor(t, time.Second, "the keyed nack of another session", func() bool {
+		got = receiveOnConn(b, c, "default", "")
+		return len(got) > 0
+	})
+	if got[0].ID != k.ID || got[0].Attempt != 3 {
+		t.Fatalf("keyed nack elsewhere: got id %d attempt %d, want %d attempt 3", got[0].ID, got[0].Attempt, k.ID)
+	}
+
+	// A note that is not one of sluice's is ignored.
+	if _, err := c.Exec(b.ctx, "SELECT set_config('sluice.idle_' || id, 'not a note', false) FROM sluice.queue WHERE name = 'q'"); err != nil {
+		t.Fatal(err)
+	}
+	b.send(b.pool, "q", `{"n": "after a bad note"}`)
+	one("after a bad note", receiveOnConn(b, c, "default", ""))
+}
