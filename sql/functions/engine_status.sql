@@ -94,6 +94,63 @@ BEGIN
 END
 $$;
 
+-- e_unnumbered_from: where the numbering stands, as e_unnumbered reads what
+-- is not numbered (see there for the three kinds): from the newest batch
+-- row, which may be part of a round still in progress.
+--
+-- Returns: full_txids: the transactions none of whose messages is
+--          numbered (1); p_txid, p_id: the round's resume transaction, not
+--          numbered from the id after p_id on (1; NULL when none); r_txid,
+--          r_id: messages after (r_txid, r_id) are not numbered (3); d_due,
+--          d_id: delayed messages due after (d_due, d_id) are not
+--          numbered (2)
+CREATE OR REPLACE FUNCTION sluice_tmpl.e_unnumbered_from(OUT full_txids xid8[], OUT p_txid xid8, OUT p_id bigint,
+                                                         OUT r_txid xid8, OUT r_id bigint,
+                                                         OUT d_due timestamptz, OUT d_id bigint)
+LANGUAGE plpgsql STABLE
+AS $$
+DECLARE
+    head record;
+    v_phase2 boolean;       -- phase 2 of a round in progress
+    v_s0 pg_snapshot;
+    v_xmax0 xid8;
+BEGIN
+    SELECT * INTO head FROM batches ORDER BY batch_no DESC LIMIT 1;
+    v_phase2 := NOT head.done AND head.res_phase = 2;
+    v_s0 := CASE WHEN head.done THEN head.snap ELSE head.prev_snap END;
+    v_xmax0 := pg_snapshot_xmax(v_s0);
+    IF v_phase2 AND head.res_txid >= v_xmax0 THEN
+        r_txid := head.res_txid;
+        r_id := head.res_id;
+    ELSE
+        r_txid := v_xmax0;
+        r_id := -1;
+    END IF;
+    IF v_phase2 AND head.res_txid < v_xmax0 THEN
+        p_txid := head.res_txid;
+        p_id := head.res_id;
+    END IF;
+    -- In phase 2 a transaction in progress at s0 and committed by the
+    -- round's snapshot is numbered up to the resume point; one in progress
+    -- at the round's snapshot is numbered by no cut yet.
+    full_txids := ARRAY(SELECT x.x FROM pg_snapshot_xip(v_s0) AS x(x)
+                        WHERE NOT v_phase2 OR NOT pg_visible_in_snapshot(x.x, head.snap) OR x.x > head.res_txid
+                        UNION
+                        SELECT x.x FROM pg_snapshot_xip(head.snap) AS x(x)
+                        WHERE v_phase2 AND x.x >= v_xmax0 AND x.x < r_txid);
+    -- Phase 1 of a round numbers delayed messages by (deliver_at, id) up to
+    -- its resume point; otherwise up to the round's time (t0 when no round
+    -- is in progress).
+    IF NOT head.done AND head.res_phase = 1 THEN
+        d_due := head.res_due;
+        d_id := head.res_id;
+    ELSE
+        d_due := head.t;
+        d_id := 9223372036854775807;
+    END IF;
+END
+$$;
+
 -- e_unnumbered: the committed messages not numbered yet (by any cut) that
 -- status counts, read at most p_limit + 1 of each of three kinds, so that
 -- status costs the same whatever the size of the backlog not numbered yet;
@@ -138,10 +195,7 @@ CREATE OR REPLACE FUNCTION sluice_tmpl.e_unnumbered(q sluice.queue, p_now timest
 LANGUAGE plpgsql STABLE
 AS $$
 DECLARE
-    head record;
-    v_phase2 boolean;       -- phase 2 of a round in progress
-    v_s0 pg_snapshot;
-    v_xmax0 xid8;
+    bd record;              -- where the numbering stands (e_unnumbered_from)
     v_full xid8[];          -- 1: transactions all of whose messages are not numbered
     v_p_txid xid8;          -- 1: the round's resume transaction, from v_p_id on
     v_p_id bigint;
@@ -153,39 +207,14 @@ DECLARE
     v_last bigint;
     v_after bigint;
 BEGIN
-    SELECT * INTO head FROM batches ORDER BY batch_no DESC LIMIT 1;
-    v_phase2 := NOT head.done AND head.res_phase = 2;
-    v_s0 := CASE WHEN head.done THEN head.snap ELSE head.prev_snap END;
-    v_xmax0 := pg_snapshot_xmax(v_s0);
-    IF v_phase2 AND head.res_txid >= v_xmax0 THEN
-        v_r_txid := head.res_txid;
-        v_r_id := head.res_id;
-    ELSE
-        v_r_txid := v_xmax0;
-        v_r_id := -1;
-    END IF;
-    IF v_phase2 AND head.res_txid < v_xmax0 THEN
-        v_p_txid := head.res_txid;
-        v_p_id := head.res_id;
-    END IF;
-    -- In phase 2 a transaction in progress at s0 and committed by the
-    -- round's snapshot is numbered up to the resume point; one in progress
-    -- at the round's snapshot is numbered by no cut yet.
-    v_full := ARRAY(SELECT x.x FROM pg_snapshot_xip(v_s0) AS x(x)
-                    WHERE NOT v_phase2 OR NOT pg_visible_in_snapshot(x.x, head.snap) OR x.x > head.res_txid
-                    UNION
-                    SELECT x.x FROM pg_snapshot_xip(head.snap) AS x(x)
-                    WHERE v_phase2 AND x.x >= v_xmax0 AND x.x < v_r_txid);
-    -- Phase 1 of a round numbers delayed messages by (deliver_at, id) up to
-    -- its resume point; otherwise up to the round's time (t0 when no round
-    -- is in progress).
-    IF NOT head.done AND head.res_phase = 1 THEN
-        v_d_due := head.res_due;
-        v_d_id := head.res_id;
-    ELSE
-        v_d_due := head.t;
-        v_d_id := 9223372036854775807;
-    END IF;
+    SELECT * INTO bd FROM e_unnumbered_from();
+    v_full := bd.full_txids;
+    v_p_txid := bd.p_txid;
+    v_p_id := bd.p_id;
+    v_r_txid := bd.r_txid;
+    v_r_id := bd.r_id;
+    v_d_due := bd.d_due;
+    v_d_id := bd.d_id;
 
     -- Each kind is read in index order up to p_limit + 1 rows and numbered
     -- (o): the first p_limit are counted, one more says there are more.
