@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -181,4 +182,52 @@ func forge(receipt string) string {
 		return receipt + "x"
 	}
 	return fmt.Sprintf("%d.%d.%d.%d.%d", slot, pos, attempt, token+1, first)
+}
+
+// A lease runs out whether or not its message was acked, so in traffic that
+// outlasts the lease every lane keeps finding leases that expired since its
+// last receive. Those of completed positions (below the lane's low-water
+// mark) keep the fast path: it moves the lane's scan past them. (Before,
+// each of them sent the receive down the full path: a batch-1 drain longer
+// than the lease ran at ~60% of its first seconds' rate.)
+func TestFastPathGoesOnPastExpiredAckedLeases(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.createQueue("q", `{"lanes": 1, "lease": "1500 milliseconds"}`)
+	b.exec(`SELECT sluice.send_batch('q', array(SELECT jsonb_build_object('n', g) FROM generate_series(1, 3000) g))`)
+	step := func(db q) int {
+		t.Helper()
+		ms, err := receiveOn(b.ctx, db, "q", "default", 1, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ms) == 1 {
+			var n int
+			if err := db.QueryRow(b.ctx, "SELECT sluice.ack('q', 'default', $1)", receipts(ms)).Scan(&n); err != nil || n != 1 {
+				t.Fatalf("ack: %d, %v", n, err)
+			}
+		}
+		time.Sleep(5 * time.Millisecond)
+		return len(ms)
+	}
+	// Leases that run out during the counted part: received and acked one
+	// by one for longer than the lease.
+	for start := time.Now(); time.Since(start) < 1700*time.Millisecond; {
+		step(b.pool)
+	}
+	receives, got := 0, 0
+	n := b.calls(func(tx pgx.Tx) {
+		for start := time.Now(); time.Since(start) < time.Second; receives++ {
+			got += step(tx)
+		}
+	}, "e_take_fast", "e_pick", "e_take_expired")
+	t.Logf("%d receives (%d messages): e_take_fast %d, e_pick %d, e_take_expired %d",
+		receives, got, n["e_take_fast"], n["e_pick"], n["e_take_expired"])
+	if got < receives*9/10 {
+		t.Fatalf("only %d of %d receives got a message", got, receives)
+	}
+	// The full path still runs for each lane's low-water mark, once a second.
+	if n["e_pick"]*4 > int64(receives) {
+		t.Fatalf("%d of %d receives took the full path", n["e_pick"], receives)
+	}
 }

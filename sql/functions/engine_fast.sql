@@ -40,9 +40,13 @@ $$;
 -- e_take_fast: step 4 of e_take (engine_take.sql) on a lane the caller has
 -- locked, in one statement, when the lane needs nothing else: it has a
 -- state, no blocked key or priority level, no lease expired since its last
--- scan, no low-water mark due; its next batches after the cursor (up to
--- four, as many as p_need calls for) have no keyed or prioritized message,
--- and nothing ahead of the cursor is completed. Takes from those batches
+-- scan but of positions below its low-water mark (completed: a lease runs
+-- out whether or not its message was acked, so in traffic that lasts
+-- longer than the lease every lane has such leases; the new state's
+-- scan_from moves past them), no low-water mark due; its next batches after
+-- the cursor (up to four, as many as p_need calls for) have no keyed or
+-- prioritized message, and nothing ahead of the cursor is completed. Takes
+-- from those batches
 -- the positions after the cursor meant for the group, in order, up to
 -- p_need, and writes the lane's new state (its cursor moved) in the same
 -- statement.
@@ -63,18 +67,32 @@ AS $$
 DECLARE
     pk sluice.picks;
 BEGIN
-    WITH s AS MATERIALIZED (
+    WITH s0 AS MATERIALIZED (
         SELECT s.seq, s.cursor, s.lwm, s.scan_from, s.lwm_at, s.ahead
         FROM (SELECT ss.* FROM group_states ss
               WHERE ss.group_id = p_group_id AND ss.lane = p_lane ORDER BY ss.seq DESC LIMIT 1) s
         WHERE s.bkeys IS NULL AND s.lv_prio IS NULL
           AND NOT (s.lwm <= s.cursor AND s.lwm_at <= p_now - interval '1 second')
-          AND NOT EXISTS (SELECT 1 FROM deliveries d
-                          WHERE d.group_id = p_group_id AND d.lane = p_lane AND d.expires_at >= s.scan_from
-                            AND d.expires_at <= p_now)
-          AND NOT EXISTS (SELECT 1 FROM runs ru
-                          WHERE ru.group_id = p_group_id AND ru.lane = p_lane AND ru.expires_at >= s.scan_from
-                            AND ru.expires_at <= p_now)
+    ), ex AS MATERIALIZED (
+        -- the leases and runs of the lane that expired since its last scan
+        -- (100 at most): only those of positions below the low-water mark
+        -- (completed) are fine here, where scan_from moves past them
+        SELECT count(*) AS n, max(x.expires_at) AS upto, coalesce(bool_or(x.pending), false) AS pending
+        FROM s0
+        CROSS JOIN LATERAL (
+            (SELECT d.expires_at, d.pos >= s0.lwm AS pending FROM deliveries d
+             WHERE d.group_id = p_group_id AND d.lane = p_lane AND d.expires_at >= s0.scan_from
+               AND d.expires_at <= p_now
+             LIMIT 101)
+            UNION ALL
+            (SELECT ru.expires_at, ru.last_pos >= s0.lwm FROM runs ru
+             WHERE ru.group_id = p_group_id AND ru.lane = p_lane AND ru.expires_at >= s0.scan_from
+               AND ru.expires_at <= p_now
+             LIMIT 101)) x
+    ), s AS MATERIALIZED (
+        SELECT s0.seq, s0.cursor, s0.lwm, greatest(s0.scan_from, ex.upto) AS scan_from, s0.lwm_at, s0.ahead
+        FROM s0 CROSS JOIN ex
+        WHERE NOT ex.pending AND ex.n <= 100
     ), b AS MATERIALIZED (
         -- the next batches after the cursor (up to 4), and the window of
         -- each that would be looked at: a little more than needed, in case
