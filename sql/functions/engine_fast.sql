@@ -12,6 +12,57 @@
 -- declines and the full path runs; the lock e_fast_lane took is the one
 -- e_pick would take.
 
+-- e_fast: the fast path of e_receive, for a receive with nothing to number
+-- and no priorities: unless the session's idle note says the group is idle
+-- (e_idle), lock a lane with work (e_fast_lane) and take from it
+-- (e_take_fast). A lane whose only work was to move its scan past leases of
+-- completed messages gives nothing: then the next lane with work, three
+-- lanes at most. No free lane with work: the session notes it (e_idle_note)
+-- unless a note holds.
+--
+-- Parameters:
+--   q, g          the queue and group
+--   max_messages  how many to take at most
+--   p_now         the receive's time
+--   p_start       the lane to start from
+-- Returns: pk, what was taken; lanes: '{}' when no free lane has work (so
+--          nothing to pick), NULL when the full path is to look (a lane
+--          declined, or three gave nothing)
+CREATE OR REPLACE FUNCTION sluice_tmpl.e_fast(q sluice.queue, g sluice.consumer_group, max_messages int,
+                                              p_now timestamptz, p_start int,
+                                              OUT pk sluice.picks, OUT lanes smallint[])
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_note constant text := sluice._idle_note_name(q.id);
+    v_idle constant boolean := e_idle(current_setting(v_note, true), g.id, p_now);
+    v_lane smallint;
+    v_try int;
+BEGIN
+    pk := ROW('{}', '{}', '{}', '{}', '{}', '{}', '{}');
+    IF v_idle THEN
+        lanes := '{}';
+        RETURN;
+    END IF;
+    FOR v_try IN 1..3 LOOP
+        v_lane := e_fast_lane(g.id, q.lanes, p_now, p_start);
+        IF v_lane IS NULL THEN
+            lanes := '{}';
+            IF v_idle IS NULL THEN
+                PERFORM set_config(v_note, e_idle_note(g.id, q.lanes, p_now), false);
+            END IF;
+            RETURN;
+        END IF;
+        pk := e_take_fast(q.id, g.id, v_lane, max_messages, p_now);
+        IF pk.pos IS NULL THEN   -- declined: the full path
+            pk := ROW('{}', '{}', '{}', '{}', '{}', '{}', '{}');
+            RETURN;
+        END IF;
+        EXIT WHEN cardinality(pk.pos) > 0;
+    END LOOP;
+END
+$$;
+
 -- e_fast_lane: the first lane of a group, from p_start on, that has work
 -- (e_lanes_with_work) and whose try-lock this receive gets. The lock is
 -- tried only on a lane known to have work (a volatile condition stays
@@ -57,8 +108,10 @@ $$;
 --   p_lane      the lane, locked by the caller
 --   p_need      how many to take at most
 --   p_now       the receive's time
--- Returns: the picks, or NULL when the lane needs the full path (then
---          nothing was written)
+-- Returns: the picks; none when there was nothing after the cursor and the
+--          new state only moved the scan past leases of completed
+--          messages; NULL when the lane needs the full path (then nothing
+--          was written)
 CREATE OR REPLACE FUNCTION sluice_tmpl.e_take_fast(p_queue_id int, p_group_id int, p_lane smallint, p_need int,
                                                    p_now timestamptz)
 RETURNS sluice.picks
@@ -133,12 +186,14 @@ BEGIN
     ), nx AS (
         -- the new cursor: the last position taken, or, with fewer than
         -- p_need, the end of what was looked at (NULL: a window left part of
-        -- its batch unseen; the full path goes on from there)
+        -- its batch unseen; the full path goes on from there); nothing after
+        -- the cursor: the same (the new state only moves the scan on)
         SELECT s.seq, s.lwm, s.scan_from, s.lwm_at, s.ahead,
-               CASE WHEN t.n = p_need THEN t.last_taken
+               CASE WHEN t.n = 0 THEN s.cursor
+                    WHEN t.n = p_need THEN t.last_taken
                     WHEN NOT (SELECT bool_or(p.truncated) FROM p) THEN (SELECT max(p.last_pos) FROM p) END AS cursor
         FROM s CROSS JOIN t
-        WHERE t.n > 0
+        WHERE t.n > 0 OR (NOT EXISTS (SELECT FROM b) AND s.scan_from > (SELECT s0.scan_from FROM s0))
     ), st AS (
         INSERT INTO group_states (slot, group_id, lane, seq, cursor, lwm, scan_from, lwm_at, ahead)
         SELECT (SELECT ne.epoch FROM sluice._epoch_now(p_queue_id) ne) % 4,
@@ -147,8 +202,8 @@ BEGIN
         WHERE nx.cursor IS NOT NULL
         RETURNING 1
     )
-    SELECT t.pos, t.id, t.txid, t.slot, array_fill(1, ARRAY[t.n]), array_fill(NULL::bigint, ARRAY[t.n]),
-           array_fill(p_lane, ARRAY[t.n])
+    SELECT coalesce(t.pos, '{}'), coalesce(t.id, '{}'), coalesce(t.txid, '{}'), coalesce(t.slot, '{}'),
+           array_fill(1, ARRAY[t.n]), array_fill(NULL::bigint, ARRAY[t.n]), array_fill(p_lane, ARRAY[t.n])
     INTO pk   -- (a row target: one column per field)
     FROM t
     WHERE EXISTS (SELECT FROM st);

@@ -29,7 +29,6 @@ DECLARE
     v_now constant timestamptz := clock_timestamp();
     v_start constant int := floor(random() * q.lanes)::int;
     v_maint constant text := 'sluice.maintained_' || q.id;
-    v_note constant text := sluice._idle_note_name(q.id);
     pk sluice.picks;
     r record;
     n int;
@@ -37,10 +36,8 @@ DECLARE
     v_uncut boolean;
     v_lanes smallint[];
     v_tops int[];
-    v_lane smallint;
     v_prio boolean;
     v_seen bigint;
-    v_idle boolean;
 BEGIN
     IF cardinality(p_ack) > 0 THEN
         PERFORM e_ack(g.id, p_ack);   -- the previous batch of a consumer loop
@@ -54,27 +51,18 @@ BEGIN
     pk := ROW('{}', '{}', '{}', '{}', '{}', '{}', '{}');
     -- Nothing committed to number and no priorities: the fast path
     -- (engine_fast.sql) locks a lane with work and, if that lane needs
-    -- nothing but taking, takes from it. No free lane with work: nothing
-    -- to pick (an idle poll costs a few statements, and looks at no lane
-    -- while the session's idle note holds: e_idle). With something to
+    -- nothing but taking, takes from it (e_fast). No free lane with work:
+    -- nothing to pick (an idle poll costs a few statements, and looks at no
+    -- lane while the session's idle note holds: e_idle). With something to
     -- number, the cut comes first (e_pick): trying the fast path before it
     -- cost a lane scan on nearly every receive of steady traffic, where
     -- lanes are mostly empty (measured: fewer messages per second).
     v_uncut := e_uncut();
     v_prio := EXISTS (SELECT 1 FROM prio);
     IF NOT v_uncut AND NOT v_prio THEN
-        v_idle := e_idle(current_setting(v_note, true), g.id, v_now);
-        IF v_idle IS DISTINCT FROM true THEN
-            v_lane := e_fast_lane(g.id, q.lanes, v_now, v_start);
-        END IF;
-        IF v_lane IS NULL THEN
-            v_lanes := '{}';
-            IF v_idle IS NULL THEN
-                PERFORM set_config(v_note, e_idle_note(g.id, q.lanes, v_now), false);
-            END IF;
-        ELSE
-            pk := coalesce(e_take_fast(q.id, g.id, v_lane, max_messages, v_now), pk);
-        END IF;
+        SELECT * INTO r FROM e_fast(q, g, max_messages, v_now, v_start);
+        pk := r.pk;
+        v_lanes := r.lanes;
     END IF;
     IF NOT v_uncut AND v_lanes IS NULL AND cardinality(pk.pos) = 0 THEN
         SELECT w.lanes, w.tops INTO v_lanes, v_tops FROM e_work_lanes(g.id, q.lanes, v_now, v_start, v_prio, NULL) w;

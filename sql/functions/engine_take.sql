@@ -61,17 +61,26 @@ BEGIN
                   FROM runs ru
                   WHERE ru.group_id = p_group_id AND ru.lane = st.lane
                     AND ru.expires_at >= st.scan_from AND ru.expires_at <= v_upto) d
-            -- a single delivery's position, or each position of a run (engine_runs.sql)
+            -- a single delivery's position, or each position of a run
+            -- (engine_runs.sql), read from the lane's batches that hold the
+            -- run: from the one that holds its first position up to the one
+            -- that holds its last (ub: both ends are index bounds; with the
+            -- upper one a filter, each run scanned every later batch of the
+            -- lane, thousands a run in traffic that outlasts the lease)
+            -- (a run below the low-water mark is completed: its first
+            -- position alone, not read from the batches)
             CROSS JOIN LATERAL (
-                SELECT d.pos, d.msg_id AS id, d.txid WHERE d.last_pos IS NULL
+                SELECT d.pos, d.msg_id AS id, d.txid WHERE d.last_pos IS NULL OR d.last_pos < st.lwm
                 UNION ALL
                 SELECT b.first_pos + w.lo + u.o - 2, u.id, u.txid
-                FROM batches b
+                FROM (SELECT b2.last_pos AS hi_pos FROM batches b2
+                      WHERE d.last_pos >= st.lwm AND b2.lane = d.lane AND b2.last_pos >= d.last_pos
+                      ORDER BY b2.last_pos LIMIT 1) ub
+                JOIN batches b ON b.lane = d.lane AND b.last_pos >= d.pos AND b.last_pos <= ub.hi_pos
                 CROSS JOIN LATERAL (SELECT greatest(d.pos, b.first_pos) - b.first_pos + 1 AS lo,
                                            least(d.last_pos, b.last_pos) - b.first_pos + 1 AS hi) w
                 CROSS JOIN LATERAL unnest(b.ids[w.lo:w.hi], b.txids[w.lo:w.hi]) WITH ORDINALITY AS u(id, txid, o)
-                WHERE d.last_pos IS NOT NULL AND b.lane = d.lane AND b.last_pos >= d.pos AND b.first_pos <= d.last_pos
-                  AND b.last_pos >= b.first_pos) e
+                WHERE b.first_pos <= d.last_pos AND b.last_pos >= b.first_pos) e
             LEFT JOIN LATERAL (SELECT 1 AS hit FROM deliveries d2
                                WHERE e.pos >= st.lwm
                                  AND d2.group_id = p_group_id AND d2.pos = e.pos AND d2.slot = d.slot
