@@ -206,34 +206,11 @@ func fastPastExpiredAckedLeases(t *testing.T, lanes, batch int) {
 	b := setup(t)
 	b.createQueue("q", fmt.Sprintf(`{"lanes": %d, "lease": "1500 milliseconds"}`, lanes))
 	b.exec(`SELECT sluice.send_batch('q', array(SELECT jsonb_build_object('n', g) FROM generate_series(1, 5000) g))`)
-	step := func(db q) int {
-		t.Helper()
-		ms, err := receiveOn(b.ctx, db, "q", "default", batch, "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(ms) > 0 {
-			var n int
-			if err := db.QueryRow(b.ctx, "SELECT sluice.ack('q', 'default', $1)", receipts(ms)).Scan(&n); err != nil || n != len(ms) {
-				t.Fatalf("ack of %d: %d, %v", len(ms), n, err)
-			}
-		}
+	receives, got, n := b.pastTheLease(func(db q) int {
+		got := b.receiveAndAck(db, "default", batch)
 		time.Sleep(5 * time.Millisecond)
-		return len(ms)
-	}
-	// Leases that run out during the counted part: received and acked for
-	// longer than the lease.
-	for start := time.Now(); time.Since(start) < 1700*time.Millisecond; {
-		step(b.pool)
-	}
-	receives, got := 0, 0
-	n := b.calls(func(tx pgx.Tx) {
-		for start := time.Now(); time.Since(start) < time.Second; receives++ {
-			got += step(tx)
-		}
-	}, "e_take_fast", "e_pick", "e_take_expired")
-	t.Logf("%d receives (%d messages): e_take_fast %d, e_pick %d, e_take_expired %d",
-		receives, got, n["e_take_fast"], n["e_pick"], n["e_take_expired"])
+		return got
+	})
 	if got < receives*batch*9/10 {
 		t.Fatalf("only %d messages in %d receives of %d", got, receives, batch)
 	}
@@ -254,39 +231,51 @@ func TestLanesWithOnlyExpiredAckedLeasesKeepTheFastPath(t *testing.T) {
 	b := setup(t)
 	b.createQueue("q", `{"lanes": 4, "lease": "1500 milliseconds"}`)
 	b.exec("SELECT sluice.create_group('q', 'cutter', 'latest')")
-	round := func(db q) int {
-		t.Helper()
+	rounds, got, n := b.pastTheLease(func(db q) int {
 		b.exec(`SELECT sluice.send_batch('q', array(SELECT jsonb_build_object('n', g) FROM generate_series(1, 3) g))`)
-		if ms := b.receive("q", "cutter", 10, ""); len(ms) > 0 {
-			b.ack("q", "cutter", receipts(ms)...)
-		}
-		ms, err := receiveOn(b.ctx, db, "q", "default", 10, "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(ms) > 0 {
-			var n int
-			if err := db.QueryRow(b.ctx, "SELECT sluice.ack('q', 'default', $1)", receipts(ms)).Scan(&n); err != nil || n != len(ms) {
-				t.Fatalf("ack of %d: %d, %v", len(ms), n, err)
-			}
-		}
-		return len(ms)
-	}
-	for start := time.Now(); time.Since(start) < 1700*time.Millisecond; {
-		round(b.pool)
-	}
-	rounds, got := 0, 0
-	n := b.calls(func(tx pgx.Tx) {
-		for start := time.Now(); time.Since(start) < time.Second; rounds++ {
-			got += round(tx)
-		}
-	}, "e_take_fast", "e_pick", "e_take_expired")
-	t.Logf("%d rounds (%d messages): e_take_fast %d, e_pick %d, e_take_expired %d",
-		rounds, got, n["e_take_fast"], n["e_pick"], n["e_take_expired"])
+		b.receiveAndAck(b.pool, "cutter", 10)
+		return b.receiveAndAck(db, "default", 10)
+	})
 	if got < rounds*3*9/10 {
 		t.Fatalf("only %d messages in %d rounds of 3", got, rounds)
 	}
 	if n["e_pick"]*4 > int64(rounds) {
 		t.Fatalf("%d of %d receives took the full path", n["e_pick"], rounds)
 	}
+}
+
+// receiveAndAck receives up to n messages of a group of queue q on db and
+// acks them there.
+func (b *bundle) receiveAndAck(db q, group string, n int) int {
+	b.t.Helper()
+	ms, err := receiveOn(b.ctx, db, "q", group, n, "")
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	if len(ms) > 0 {
+		var acked int
+		if err := db.QueryRow(b.ctx, "SELECT sluice.ack('q', $1, $2)", group, receipts(ms)).Scan(&acked); err != nil || acked != len(ms) {
+			b.t.Fatalf("ack of %d: %d, %v", len(ms), acked, err)
+		}
+	}
+	return len(ms)
+}
+
+// pastTheLease runs step for 1.7 s, longer than the 1.5-second lease of the
+// tests above, so that leases run out during what follows: a second more of
+// it in a transaction that counts the fast and full paths' calls. Returns
+// how often step ran in that second, the messages it got, and the calls.
+func (b *bundle) pastTheLease(step func(db q) int) (steps, got int, n map[string]int64) {
+	b.t.Helper()
+	for start := time.Now(); time.Since(start) < 1700*time.Millisecond; {
+		step(b.pool)
+	}
+	n = b.calls(func(tx pgx.Tx) {
+		for start := time.Now(); time.Since(start) < time.Second; steps++ {
+			got += step(tx)
+		}
+	}, "e_take_fast", "e_pick", "e_take_expired")
+	b.t.Logf("%d steps (%d messages): e_take_fast %d, e_pick %d, e_take_expired %d",
+		steps, got, n["e_take_fast"], n["e_pick"], n["e_take_expired"])
+	return steps, got, n
 }
