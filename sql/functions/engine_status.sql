@@ -196,34 +196,20 @@ LANGUAGE plpgsql STABLE
 AS $$
 DECLARE
     bd record;              -- where the numbering stands (e_unnumbered_from)
-    v_full xid8[];          -- 1: transactions all of whose messages are not numbered
-    v_p_txid xid8;          -- 1: the round's resume transaction, from v_p_id on
-    v_p_id bigint;
-    v_r_txid xid8;          -- 3: from (v_r_txid, v_r_id) on
-    v_r_id bigint;
-    v_d_due timestamptz;    -- 2: from (v_d_due, v_d_id) on
-    v_d_id bigint;
     r record;
     v_last bigint;
     v_after bigint;
 BEGIN
     SELECT * INTO bd FROM e_unnumbered_from();
-    v_full := bd.full_txids;
-    v_p_txid := bd.p_txid;
-    v_p_id := bd.p_id;
-    v_r_txid := bd.r_txid;
-    v_r_id := bd.r_id;
-    v_d_due := bd.d_due;
-    v_d_id := bd.d_id;
 
     -- Each kind is read in index order up to p_limit + 1 rows and numbered
     -- (o): the first p_limit are counted, one more says there are more.
     WITH f AS MATERIALIZED (
         SELECT x.*, row_number() OVER () AS o
         FROM (SELECT m.id, m.txid, m.target_group, m.deliver_at, m.sent_at, m.key
-              FROM (SELECT x.x AS txid, (-1)::bigint AS after FROM unnest(v_full) AS x(x)
+              FROM (SELECT x.x AS txid, (-1)::bigint AS after FROM unnest(bd.full_txids) AS x(x)
                     UNION ALL
-                    SELECT v_p_txid, v_p_id WHERE v_p_txid IS NOT NULL) t
+                    SELECT bd.p_txid, bd.p_id WHERE bd.p_txid IS NOT NULL) t
               CROSS JOIN LATERAL (SELECT m.id, m.txid, m.target_group, m.deliver_at, m.sent_at, m.key
                                   FROM messages m
                                   WHERE m.txid = t.txid AND m.id > t.after
@@ -234,14 +220,14 @@ BEGIN
         SELECT x.*, row_number() OVER (ORDER BY x.deliver_at, x.id) AS o
         FROM (SELECT m.id, m.txid, m.target_group, m.deliver_at, m.sent_at, m.key
               FROM messages m
-              WHERE m.deliver_at IS NOT NULL AND (m.deliver_at, m.id) > (v_d_due, v_d_id) AND m.deliver_at <= p_now
+              WHERE m.deliver_at IS NOT NULL AND (m.deliver_at, m.id) > (bd.d_due, bd.d_id) AND m.deliver_at <= p_now
               ORDER BY m.deliver_at, m.id
               LIMIT p_limit + 1) x
     ), b AS MATERIALIZED (
         SELECT x.*, row_number() OVER (ORDER BY x.txid, x.id) AS o
         FROM (SELECT m.id, m.txid, m.target_group, m.deliver_at, m.sent_at, m.key
               FROM messages m
-              WHERE (m.txid, m.id) > (v_r_txid, v_r_id)
+              WHERE (m.txid, m.id) > (bd.r_txid, bd.r_id)
               ORDER BY m.txid, m.id
               LIMIT p_limit + 1) x
     ), rd AS (
@@ -251,8 +237,8 @@ BEGIN
         -- visible in s0 are numbered, so those left are not numbered)
         SELECT d.target_group, d.deliver_at, d.sent_at, d.key FROM d
         WHERE d.o <= p_limit
-          AND NOT (d.txid = ANY (v_full) OR coalesce(d.txid = v_p_txid AND d.id > v_p_id, false)
-                   OR (d.txid, d.id) > (v_r_txid, v_r_id))
+          AND NOT (d.txid = ANY (bd.full_txids) OR coalesce(d.txid = bd.p_txid AND d.id > bd.p_id, false)
+                   OR (d.txid, d.id) > (bd.r_txid, bd.r_id))
         UNION ALL
         SELECT b.target_group, b.deliver_at, b.sent_at, b.key FROM b WHERE b.o <= p_limit
     )
@@ -285,9 +271,9 @@ BEGIN
     IF r.f_over THEN
         -- a transaction's messages have the ids it drew, first to last
         rest := rest + greatest(0, (SELECT coalesce(sum(s.hi - s.lo + 1), 0)
-                                    FROM (SELECT x.x AS txid, (-1)::bigint AS after FROM unnest(v_full) AS x(x)
+                                    FROM (SELECT x.x AS txid, (-1)::bigint AS after FROM unnest(bd.full_txids) AS x(x)
                                           UNION ALL
-                                          SELECT v_p_txid, v_p_id WHERE v_p_txid IS NOT NULL) t
+                                          SELECT bd.p_txid, bd.p_id WHERE bd.p_txid IS NOT NULL) t
                                     CROSS JOIN LATERAL (
                                         SELECT (SELECT m.id FROM messages m WHERE m.txid = t.txid AND m.id > t.after
                                                 ORDER BY m.id LIMIT 1) AS lo,
