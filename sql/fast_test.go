@@ -188,7 +188,7 @@ func forge(receipt string) string {
 // outlasts the lease every lane keeps finding leases that expired since its
 // last receive. Those of completed positions (below the lane's low-water
 // mark) keep the fast path: it moves the lane's scan past them, and a lane
-// that has nothing else does not count as having work until eight of them
+// that has nothing else does not count as having work until two of them
 // gather. (Before, each of them sent the receive down the full path: a
 // batch-1 drain longer than the lease ran at ~60% of its first seconds'
 // rate, and a steady run's p99 went from ~20 ms to ~200 ms.) Single leases
@@ -222,7 +222,7 @@ func fastPastExpiredAckedLeases(t *testing.T, lanes, batch int) {
 
 // In steady traffic most lanes have nothing new: small cuts go to one lane
 // each. Their leases of acked messages keep running out; a lane with only
-// those is not worth the full path (it counts as having work once eight
+// those is not worth the full path (it counts as having work once two
 // gather, and then the fast path moves its scan past them and goes on to the
 // next lane). Here another group's receives do the cutting, so that the
 // counted receives have nothing to number.

@@ -221,8 +221,9 @@ $$;
 -- sluice.idle_<queue id>): the group, the newest batch, and until when
 -- nothing of the group can come due without a new batch (its earliest
 -- lease or run expiry, or low-water mark due, after now; at most 25 ms
--- ahead). The session's next receives, while that batch is still the newest
--- and that time has not come, return nothing without looking at the lanes.
+-- ahead). The session's next receives,
+-- while that batch is still the newest and that time has not come, return
+-- nothing without looking at the lanes.
 -- New messages still go through: e_uncut and the priority check run first,
 -- and a cut makes a newer batch. What a note does not see is a nack or a
 -- shortened lease of another session (sluice.nack and sluice.extend clear

@@ -127,10 +127,13 @@ $$;
 
 -- e_lanes_with_work: the lanes of a group worth a try, in turn from p_start
 -- on: those with numbered positions after their cursor, leases that expired
--- since their last scan (one of a message not completed, or eight of any: a
+-- since their last scan (one of a message not completed, or two of any: a
 -- lease runs out even when its message was acked, and in traffic longer
--- than the lease such leases expire all the time; a receive that takes the
--- lane moves its scan past them), blocked keys, a low-water mark due for an update
+-- than the lease such leases expire all the time; a visit moves the lane's
+-- scan past them, e_fast, and is worth it for two, not for each one; each
+-- lease read costs a heap fetch, which is why not more: eight made a
+-- receive under a held xmin read ~1.3-1.5x the buffers per message),
+-- blocked keys, a low-water mark due for an update
 -- (once a second while messages are in flight), messages with a priority
 -- below 0 that may be left behind their cursor (only when p_prio), or no
 -- state yet. Read without the lanes' locks: whoever takes a lane reads its
@@ -166,17 +169,17 @@ AS $$
        OR EXISTS (SELECT 1 FROM batches b
                   WHERE b.lane = l.lane AND b.last_pos > s.cursor AND b.last_pos >= b.first_pos)
        -- leases expired since the lane's scan: one of a message not
-       -- completed (at or above the low-water mark), or 8 of any
-       OR (SELECT count(*) FILTER (WHERE x.pending) > 0 OR count(*) >= 8
+       -- completed (at or above the low-water mark), or two of any
+       OR (SELECT count(*) FILTER (WHERE x.pending) > 0 OR count(*) >= 2
            FROM (SELECT d.pos >= s.lwm AS pending FROM deliveries d
                  WHERE d.group_id = p_group_id AND d.lane = l.lane AND d.expires_at >= s.scan_from
                    AND d.expires_at <= p_now
-                 LIMIT 8) x)
-       OR (SELECT count(*) FILTER (WHERE x.pending) > 0 OR count(*) >= 8
+                 LIMIT 2) x)
+       OR (SELECT count(*) FILTER (WHERE x.pending) > 0 OR count(*) >= 2
            FROM (SELECT ru.last_pos >= s.lwm AS pending FROM runs ru
                  WHERE ru.group_id = p_group_id AND ru.lane = l.lane AND ru.expires_at >= s.scan_from
                    AND ru.expires_at <= p_now
-                 LIMIT 8) x)
+                 LIMIT 2) x)
        OR (p_prio AND EXISTS (SELECT 1 FROM prio p WHERE p.lane = l.lane AND p.priority < 0
                                                       AND p.pos >= s.lwm AND p.pos <= s.cursor)))
 $$;
