@@ -97,10 +97,9 @@ $$;
 -- scan_from moves past them), no low-water mark due; its next batches after
 -- the cursor (up to four, as many as p_need calls for) have no keyed or
 -- prioritized message, and nothing ahead of the cursor is completed. Takes
--- from those batches
--- the positions after the cursor meant for the group, in order, up to
--- p_need, and writes the lane's new state (its cursor moved) in the same
--- statement.
+-- from those batches the positions after the cursor meant for the group, in
+-- order, up to p_need, and writes the lane's new state (its cursor moved) in
+-- the same statement.
 --
 -- Parameters:
 --   p_queue_id  queue id
@@ -221,14 +220,14 @@ $$;
 -- sluice.idle_<queue id>): the group, the newest batch, and until when
 -- nothing of the group can come due without a new batch (its earliest
 -- lease or run expiry, or low-water mark due, after now; at most 25 ms
--- ahead). The session's next receives,
--- while that batch is still the newest and that time has not come, return
--- nothing without looking at the lanes.
+-- ahead). The session's next receives, while that batch is still the newest
+-- and that time has not come, return nothing without looking at the lanes.
 -- New messages still go through: e_uncut and the priority check run first,
--- and a cut makes a newer batch. What a note does not see is a nack or a
--- shortened lease of another session (sluice.nack and sluice.extend clear
--- their own session's note): the 25 ms bound is for those, and for a lease
--- written by a receive that committed after the note's snapshot. A group
+-- and a cut makes a newer batch; so do unkeyed nacks (a retry is a new
+-- message). What a note does not see is a keyed nack of another session
+-- (sluice.nack clears its own session's note): the 25 ms bound is for
+-- those, and for a lease written by a receive that committed after the
+-- note's snapshot. (extend only lengthens leases.) A group
 -- whose lanes have work that other receives hold gets a 'busy' note for
 -- 25 ms: its receives look at the lanes as before, without noting again.
 -- Format: 'group_id batch_no until_microseconds idle|busy'.
