@@ -261,7 +261,9 @@ DECLARE
     g sluice.consumer_group := sluice._get_group(q.id, q.name, extend.group_name);
     n int;
 BEGIN
-    PERFORM sluice._check_lease('lease', extend.lease);
+    IF sluice._lease_ok(extend.lease) IS NOT TRUE THEN
+        PERFORM sluice._check_lease('lease', extend.lease);
+    END IF;
     PERFORM sluice._parse_receipts(extend.receipts);
     IF current_setting('sluice.caller_synchronous_commit', true) <> '' THEN
         PERFORM sluice._durable_commit();   -- after a receive in this transaction

@@ -129,18 +129,10 @@ BEGIN
         -- the leases and runs of the lane that expired since its last scan
         -- (100 at most): only those of positions below the low-water mark
         -- (completed) are fine here, where scan_from moves past them
-        SELECT count(*) AS n, max(x.expires_at) AS upto, coalesce(bool_or(x.pending), false) AS pending
+        SELECT count(*) AS n, max(x.expires_at) AS upto,
+               coalesce(bool_or(x.last_pos >= s0.lwm), false) AS pending
         FROM s0
-        CROSS JOIN LATERAL (
-            (SELECT d.expires_at, d.pos >= s0.lwm AS pending FROM deliveries d
-             WHERE d.group_id = p_group_id AND d.lane = p_lane AND d.expires_at >= s0.scan_from
-               AND d.expires_at <= p_now
-             LIMIT 101)
-            UNION ALL
-            (SELECT ru.expires_at, ru.last_pos >= s0.lwm FROM runs ru
-             WHERE ru.group_id = p_group_id AND ru.lane = p_lane AND ru.expires_at >= s0.scan_from
-               AND ru.expires_at <= p_now
-             LIMIT 101)) x
+        CROSS JOIN LATERAL (SELECT x.* FROM e_expiries(p_group_id, p_lane, s0.scan_from, p_now) x LIMIT 101) x
     ), s AS MATERIALIZED (
         SELECT s0.seq, s0.cursor, s0.lwm, greatest(s0.scan_from, ex.upto) AS scan_from, s0.lwm_at, s0.ahead
         FROM s0 CROSS JOIN ex

@@ -170,16 +170,8 @@ AS $$
                   WHERE b.lane = l.lane AND b.last_pos > s.cursor AND b.last_pos >= b.first_pos)
        -- leases expired since the lane's scan: one of a message not
        -- completed (at or above the low-water mark), or two of any
-       OR (SELECT count(*) FILTER (WHERE x.pending) > 0 OR count(*) >= 2
-           FROM (SELECT d.pos >= s.lwm AS pending FROM deliveries d
-                 WHERE d.group_id = p_group_id AND d.lane = l.lane AND d.expires_at >= s.scan_from
-                   AND d.expires_at <= p_now
-                 LIMIT 2) x)
-       OR (SELECT count(*) FILTER (WHERE x.pending) > 0 OR count(*) >= 2
-           FROM (SELECT ru.last_pos >= s.lwm AS pending FROM runs ru
-                 WHERE ru.group_id = p_group_id AND ru.lane = l.lane AND ru.expires_at >= s.scan_from
-                   AND ru.expires_at <= p_now
-                 LIMIT 2) x)
+       OR (SELECT count(*) FILTER (WHERE x.last_pos >= s.lwm) > 0 OR count(*) >= 2
+           FROM (SELECT x.last_pos FROM e_expiries(p_group_id, l.lane, s.scan_from, p_now) x LIMIT 2) x)
        OR (p_prio AND EXISTS (SELECT 1 FROM prio p WHERE p.lane = l.lane AND p.priority < 0
                                                       AND p.pos >= s.lwm AND p.pos <= s.cursor)))
 $$;

@@ -119,20 +119,24 @@ BEGIN
 END
 $$;
 
--- e_expiries: the expiry times of a lane's leases (deliveries and runs
--- rows) from p_from to p_to, for e_expiry_window. A set-returning SQL
--- function without SET clauses, so that the planner inlines it into the
--- calling statement (see engine_runs.sql for why its body is not checked).
+-- e_expiries: a lane's leases (deliveries and runs rows) that expire from
+-- p_from to p_to: their expiry time and last position (a run's last, a
+-- single delivery's own), for e_expiry_window, and for e_lanes_with_work and
+-- e_take_fast, which tell leases of completed positions (below the lane's
+-- low-water mark) from the others. A set-returning SQL function without SET
+-- clauses, so that the planner inlines it into the calling statement (see
+-- engine_runs.sql for why its body is not checked).
 SET check_function_bodies = off;
+DROP FUNCTION IF EXISTS sluice_tmpl.e_expiries(int, smallint, timestamptz, timestamptz);   -- (before last_pos)
 CREATE OR REPLACE FUNCTION sluice_tmpl.e_expiries(p_group_id int, p_lane smallint, p_from timestamptz,
                                                   p_to timestamptz)
-RETURNS TABLE (expires_at timestamptz)
+RETURNS TABLE (expires_at timestamptz, last_pos bigint)
 LANGUAGE sql STABLE
 AS $$
-    SELECT dd.expires_at FROM deliveries dd
+    SELECT dd.expires_at, dd.pos FROM deliveries dd
     WHERE dd.group_id = p_group_id AND dd.lane = p_lane AND dd.expires_at >= p_from AND dd.expires_at <= p_to
     UNION ALL
-    SELECT ru.expires_at FROM runs ru
+    SELECT ru.expires_at, ru.last_pos FROM runs ru
     WHERE ru.group_id = p_group_id AND ru.lane = p_lane AND ru.expires_at >= p_from AND ru.expires_at <= p_to
 $$;
 RESET check_function_bodies;
