@@ -35,12 +35,13 @@ demo:
 
 ## bench: build sluice and run the default benchmark set (about 22 minutes)
 ## on the embedded PostgreSQL, or on DATABASE_URL if set; results go to
-## bench/results/<timestamp>/. BENCHFLAGS adds or overrides flags.
+## bench/results/<timestamp>/. Leases of 5 s, so that cells outlast them
+## (bench/README.md). BENCHFLAGS adds or overrides flags.
 BENCHFLAGS ?=
 bench:
 	$(GO) build -o $(BIN)/sluice ./cmd/sluice
 	$(BIN)/sluice bench send drain keyed latency steady shootout overload app xmin \
-		--xmin-duration 2m --interval 30s --xmin-systems sluice,skiplocked,pgmq,pgmq-compat $(BENCHFLAGS)
+		--xmin-duration 2m --interval 30s --xmin-systems sluice,skiplocked,pgmq,pgmq-compat --lease 5s $(BENCHFLAGS)
 
 ## test: vet, staticcheck, the real pgmq clients, the Python and TypeScript
 ## clients (their tests and package builds), then the Go tests, last so that

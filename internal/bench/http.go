@@ -229,7 +229,7 @@ func (r *runner) startHTTP(ctx context.Context) (*httpBench, func(), error) {
 	}
 	cleanup()
 	for _, q := range []string{httpQueue, httpIdleQueue} {
-		if err := h.sql.CreateQueue(ctx, q, &sluice.QueueOptions{Retention: r.o.Retention}); err != nil {
+		if err := h.sql.CreateQueue(ctx, q, &sluice.QueueOptions{Retention: r.o.Retention, Lease: r.o.Lease}); err != nil {
 			cleanup()
 			srvPool.Close()
 			sqlPool.Close()

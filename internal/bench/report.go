@@ -108,6 +108,7 @@ type Report struct {
 	Started      time.Time `json:"started"`
 	Env          Env       `json:"env"`
 	PayloadBytes int       `json:"payload_bytes"`
+	LeaseSeconds int       `json:"lease_seconds"`
 	Results      []Result  `json:"results"`
 }
 
@@ -123,7 +124,11 @@ func (r *Report) header(w io.Writer) {
 		s = append(s, fmt.Sprintf("%s=%s", k, e.Settings[k]))
 	}
 	fmt.Fprintf(w, "- settings: %s\n", strings.Join(s, ", "))
-	fmt.Fprintf(w, "- payload: ~%d-byte JSON body per message; client: %s on the same machine\n\n", r.PayloadBytes, e.GoVersion)
+	fmt.Fprintf(w, "- payload: ~%d-byte JSON body per message; client: %s on the same machine\n", r.PayloadBytes, e.GoVersion)
+	if r.LeaseSeconds > 0 {
+		fmt.Fprintf(w, "- lease: %d s (sluice's queue lease, PGMQ's visibility timeout)\n", r.LeaseSeconds)
+	}
+	fmt.Fprintln(w)
 }
 
 // WriteMarkdown writes the whole report as Markdown, charts linked.

@@ -72,6 +72,11 @@ type Options struct {
 	// Retention sets the retention option of sluice's queue (0: the
 	// engine's default).
 	Retention time.Duration
+	// Lease is the lease of sluice's queue and the visibility timeout of
+	// PGMQ's reads (0: 30 s). Shorter than a cell, it shows the cell past
+	// the first expiries: a lease runs out whether or not its message was
+	// acked, and sluice's receives then pass over the expired leases.
+	Lease time.Duration
 	// DrainLimit is how long the app scenario waits, after its push, for
 	// the backlog to drain (2m).
 	DrainLimit time.Duration
@@ -106,6 +111,18 @@ func (o *Options) defaults() {
 	if o.Out == nil {
 		o.Out = io.Discard
 	}
+	if o.Lease == 0 {
+		o.Lease = 30 * time.Second
+	}
+}
+
+// leaseSeconds returns the run's lease in whole seconds, as PGMQ's read
+// takes it, or an error when it is not a whole number of seconds from 1 s.
+func (o *Options) leaseSeconds() (int, error) {
+	if o.Lease < time.Second || o.Lease%time.Second != 0 {
+		return 0, fmt.Errorf("--lease %s: want a whole number of seconds, at least 1s (PGMQ's visibility timeout is in seconds)", o.Lease)
+	}
+	return int(o.Lease / time.Second), nil
 }
 
 // runner runs the scenarios of one report.
@@ -118,8 +135,12 @@ type runner struct {
 // measured until an error.
 func Run(ctx context.Context, scenarios []string, o Options) (*Report, error) {
 	o.defaults()
+	lease, err := o.leaseSeconds()
+	if err != nil {
+		return &Report{Command: o.Command}, err
+	}
 	r := &runner{o: o, pad: strings.Repeat("x", max(o.Payload-40, 0))}
-	rep := &Report{Command: o.Command, Started: time.Now(), PayloadBytes: o.Payload}
+	rep := &Report{Command: o.Command, Started: time.Now(), PayloadBytes: o.Payload, LeaseSeconds: lease}
 	env, err := probeEnv(ctx, o.Pool, o.Server)
 	if err != nil {
 		return rep, err

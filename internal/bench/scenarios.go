@@ -16,19 +16,25 @@ import (
 func (r *runner) newSystem(name string) (system, error) {
 	switch name {
 	case "sluice":
-		return &sluiceSystem{retention: r.o.Retention}, nil
+		return r.sluice(), nil
 	case "skiplocked":
 		return &tableSystem{table: "skiplocked"}, nil
 	case "bare":
 		return &tableSystem{table: "bare"}, nil
 	case "pgmq":
-		return pgmqSystem{}, nil
+		return pgmqSystem{vt: r.o.Lease}, nil
 	case "pgmq-compat":
-		return &pgmqCompatSystem{main: r.o.Pool, out: r.o.Out}, nil
+		return &pgmqCompatSystem{pgmqSystem: pgmqSystem{vt: r.o.Lease}, main: r.o.Pool, out: r.o.Out}, nil
 	case "river":
 		return newRiverSystem(r.o.Pool, r.o.Poll, r.o.Out), nil
 	}
 	return nil, fmt.Errorf("unknown system %q (known: sluice, skiplocked, pgmq, pgmq-compat, river)", name)
+}
+
+// sluice returns sluice's system with the run's queue options (retention,
+// lease), acking each batch durably after its receive.
+func (r *runner) sluice() *sluiceSystem {
+	return &sluiceSystem{retention: r.o.Retention, lease: r.o.Lease}
 }
 
 // systems returns the systems named by --systems, else def.
@@ -200,7 +206,7 @@ func maxY(ps []Point) float64 {
 
 func (r *runner) send(ctx context.Context) (*Result, error) {
 	ps, bs, d := list(r.o.Producers, []int{1, 16}), list(r.o.Batches, []int{1, 10, 100, 1000}), r.dur(5*time.Second)
-	sl, bare := &sluiceSystem{retention: r.o.Retention}, &tableSystem{table: "bare"}
+	sl, bare := r.sluice(), &tableSystem{table: "bare"}
 	defer r.cleanupAll(ctx, sl, bare)
 	t := Table{Title: "send: messages/s (median of per-second rates), one transaction per batch",
 		Columns: []string{"producers", "batch", "sluice msg/s", "bare INSERT msg/s", "sluice / bare"}}
@@ -231,7 +237,7 @@ func (r *runner) send(ctx context.Context) (*Result, error) {
 
 func (r *runner) drain(ctx context.Context) (*Result, error) {
 	cs, bs, d, n := list(r.o.Consumers, []int{1, 8}), list(r.o.Batches, []int{1, 100}), r.dur(10*time.Second), r.o.Preload
-	sl := &sluiceSystem{retention: r.o.Retention}
+	sl := r.sluice()
 	defer r.cleanupAll(ctx, sl)
 	t := Table{Title: fmt.Sprintf("drain: %d messages preloaded, consumed (receive, then ack) for at most %s", n, d),
 		Columns: []string{"consumers", "batch", "msg/s", "drained"}}
@@ -264,9 +270,9 @@ func (r *runner) keyed(ctx context.Context) (*Result, error) {
 		label string
 		sys   *sluiceSystem
 	}{
-		{"unkeyed", &sluiceSystem{retention: r.o.Retention}},
-		{"5,000 keys, uniform", &sluiceSystem{retention: r.o.Retention, keys: 5000}},
-		{"5,000 keys, Zipf(1.1)", &sluiceSystem{retention: r.o.Retention, keys: 5000, zipf: true}},
+		{"unkeyed", r.sluice()},
+		{"5,000 keys, uniform", r.sluice().withKeys(5000, false)},
+		{"5,000 keys, Zipf(1.1)", r.sluice().withKeys(5000, true)},
 	}
 	defer r.cleanupAll(ctx, variants[0].sys)
 	t := Table{Title: fmt.Sprintf("keyed: %d messages preloaded, drained by %d consumers (receive, then ack), at most %s", n, c, d),
@@ -558,8 +564,8 @@ func (r *runner) shootout(ctx context.Context) (*Result, error) {
 			s     *sluiceSystem
 			label string
 		}{
-			{&sluiceSystem{asyncAck: true}, "sluice receive then ack with durable => false"},
-			{&sluiceSystem{ackWithReceive: true}, "sluice acking with the next receive"},
+			{r.sluice().acking(true, false), "sluice receive then ack with durable => false"},
+			{r.sluice().acking(false, true), "sluice acking with the next receive"},
 		} {
 			for _, b := range []int{1, 100} {
 				cs, err := r.drainCell(ctx, v.s, dc, b, n, dd)
@@ -588,7 +594,7 @@ func (r *runner) shootout(ctx context.Context) (*Result, error) {
 	}
 	notes = append(notes,
 		"One server, one system after another, same statements shape (River: its client's statements, see above): bodies built on the server, one transaction per batch, synchronous_commit as stated above.",
-		"sluice consumes with sluice.receive then sluice.ack (two transactions; the ack durable, the receive committed asynchronously), or, in the rows that say so, with an ack that commits asynchronously too (durable => false, as the Go library's Client.Ack), or with one sluice.receive per batch that acks the previous batch (ack => receipts; one transaction, committed asynchronously); a lost asynchronous commit is a redelivery, never a lost message; SKIP LOCKED with one DELETE ... WHERE id = ANY(ARRAY(SELECT id ... ORDER BY id LIMIT n FOR UPDATE SKIP LOCKED)) RETURNING; PGMQ with pgmq.read (30 s visibility timeout) then pgmq.delete (two transactions); River with its client's workers (see above).",
+		"sluice consumes with sluice.receive then sluice.ack (two transactions; the ack durable, the receive committed asynchronously), or, in the rows that say so, with an ack that commits asynchronously too (durable => false, as the Go library's Client.Ack), or with one sluice.receive per batch that acks the previous batch (ack => receipts; one transaction, committed asynchronously); a lost asynchronous commit is a redelivery, never a lost message; SKIP LOCKED with one DELETE ... WHERE id = ANY(ARRAY(SELECT id ... ORDER BY id LIMIT n FOR UPDATE SKIP LOCKED)) RETURNING; PGMQ with pgmq.read (visibility timeout: the run's lease) then pgmq.delete (two transactions); River with its client's workers (see above).",
 		"drain msg/s = messages drained / time to drain (or the time limit, then fewer than preloaded were drained: see the drain scenario for counts).")
 	tables := []Table{tp, ts}
 	if ct, ok := compatShootoutTable(systems, workloads, measured); ok {

@@ -99,6 +99,7 @@ type sluiceSystem struct {
 	asyncAck  bool
 	pending   sync.Map      // *pgxpool.Conn -> []string, receipts the next receive acks
 	retention time.Duration // 0: the engine's default
+	lease     time.Duration // the queue's lease (0: 30 s)
 	// reclaim keeps nothing completed (retention 0) and starts a storage
 	// epoch every 10 s, so that the size of sluice's tables shows what
 	// reclaim leaves (the backlog), not what a retention period keeps.
@@ -107,6 +108,20 @@ type sluiceSystem struct {
 	// that many: uniform, or with a Zipf(1.1) skew if zipf is set.
 	keys int
 	zipf bool
+}
+
+// withKeys makes s send every message with an ordering key out of keys,
+// Zipf(1.1)-skewed if zipf is set, and returns it.
+func (s *sluiceSystem) withKeys(keys int, zipf bool) *sluiceSystem {
+	s.keys, s.zipf = keys, zipf
+	return s
+}
+
+// acking sets how s acks (an ack that commits asynchronously, or each
+// batch acked by the next receive) and returns it.
+func (s *sluiceSystem) acking(async, withReceive bool) *sluiceSystem {
+	s.asyncAck, s.ackWithReceive = async, withReceive
+	return s
 }
 
 // keyExpr is the SQL expression of a message's ordering key.
@@ -133,12 +148,16 @@ func (s *sluiceSystem) setup(ctx context.Context, pool *pgxpool.Pool) error {
 	if err := s.cleanup(ctx, pool); err != nil {
 		return err
 	}
-	opts := `{"lease": "30 seconds"}`
+	lease := s.lease
+	if lease <= 0 {
+		lease = 30 * time.Second
+	}
+	opts := map[string]string{"lease": fmt.Sprintf("%d milliseconds", lease.Milliseconds())}
 	switch {
 	case s.reclaim:
-		opts = `{"lease": "30 seconds", "retention": "0 seconds", "rotate_interval": "10 seconds"}`
+		opts["retention"], opts["rotate_interval"] = "0 seconds", "10 seconds"
 	case s.retention > 0:
-		opts = fmt.Sprintf(`{"lease": "30 seconds", "retention": "%d milliseconds"}`, s.retention.Milliseconds())
+		opts["retention"] = fmt.Sprintf("%d milliseconds", s.retention.Milliseconds())
 	}
 	if _, err := pool.Exec(ctx, `SELECT sluice.create_queue($1, $2::jsonb)`, benchQueue, opts); err != nil {
 		return fmt.Errorf("sluice: creating queue %s: %w", benchQueue, err)
@@ -296,9 +315,20 @@ func (t *tableSystem) consume(ctx context.Context, conn *pgxpool.Conn, batch int
 }
 
 // pgmqSystem is PGMQ installed from the SQL script of its PyPI wheel:
-// pgmq.send / send_batch, pgmq.read with a 30 s visibility timeout, then
-// pgmq.delete of the batch (two transactions, as its clients do).
-type pgmqSystem struct{}
+// pgmq.send / send_batch, pgmq.read with visibility timeout vt (whole
+// seconds; 0: 30 s), then pgmq.delete of the batch (two transactions, as
+// its clients do).
+type pgmqSystem struct {
+	vt time.Duration
+}
+
+// vtSeconds is the visibility timeout of the reads, in seconds.
+func (p pgmqSystem) vtSeconds() int {
+	if p.vt < time.Second {
+		return 30
+	}
+	return int(p.vt / time.Second)
+}
 
 func (pgmqSystem) name() string    { return "PGMQ" }
 func (pgmqSystem) schemas() string { return "pgmq" }
@@ -327,9 +357,9 @@ func (pgmqSystem) sendSQL(batch int) string {
 	return `SELECT count(*) FROM pgmq.send_batch('` + benchQueue + `', ARRAY(SELECT ` + bodyExpr + ` FROM generate_series(1, $2::int)))`
 }
 
-func (pgmqSystem) consume(ctx context.Context, conn *pgxpool.Conn, batch int) (int, []float64, time.Duration, error) {
+func (p pgmqSystem) consume(ctx context.Context, conn *pgxpool.Conn, batch int) (int, []float64, time.Duration, error) {
 	start := time.Now()
-	rows, err := conn.Query(ctx, `SELECT msg_id, `+e2eExpr("message")+` FROM pgmq.read('`+benchQueue+`', 30, $1)`, batch)
+	rows, err := conn.Query(ctx, `SELECT msg_id, `+e2eExpr("message")+` FROM pgmq.read('`+benchQueue+`', $2, $1)`, batch, p.vtSeconds())
 	if err != nil {
 		return 0, nil, 0, fmt.Errorf("PGMQ: reading: %w", err)
 	}
