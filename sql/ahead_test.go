@@ -86,3 +86,56 @@ func TestLostLaneStatesSkipCompleted(t *testing.T) {
 		t.Errorf("no fast-path receive after the lanes passed ahead: calls %v", got)
 	}
 }
+
+// After a crash a lane's fast path must not pass over a batch that holds
+// completed positions ahead of the cursor: it used to leave that batch out
+// and take from the next one, moving the cursor past the batch's positions
+// that were not completed, which then were never delivered (status counted
+// them ready, receive returned nothing, the lane's low-water mark stayed
+// at them). One lane, two batches (positions 1-10 and 11-20); 3-5 acked;
+// the crash; a receive of one (the full path: 1) and one of 100 (the fast
+// path) must between them, and the drain after, deliver every message but
+// 3-5 exactly once.
+func TestLostLaneStatesDoNotSkipABatchWithCompletions(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.createQueue("q", `{"lanes": 1}`)
+	schema := fmt.Sprintf("sluice_q%d", b.int64("SELECT id FROM sluice.queue WHERE name = 'q'"))
+	b.exec(`SELECT sluice.send_batch('q', array_agg(jsonb_build_object('n', i))) FROM generate_series(1, 10) i`)
+	if ms := b.receive("q", "default", 1, "1 hour"); len(ms) != 1 { // cuts the first batch
+		t.Fatalf("first receive: %d messages", len(ms))
+	}
+	b.exec(`SELECT sluice.send_batch('q', array_agg(jsonb_build_object('n', i))) FROM generate_series(11, 20) i`)
+	ms := b.receive("q", "default", 9, "1 hour") // cuts the second batch, takes 2-10
+	var done []string
+	acked := map[int64]bool{}
+	for _, m := range ms {
+		if m.Pos >= 3 && m.Pos <= 5 {
+			done = append(done, m.Receipt)
+			acked[m.Pos] = true
+		}
+	}
+	if len(done) != 3 || b.ack("q", "default", done...) != 3 {
+		t.Fatalf("want positions 3-5 acked, received %d messages", len(ms))
+	}
+	if n := b.int64(fmt.Sprintf("SELECT count(*) FROM %s.batches WHERE first_pos <= 10 AND last_pos >= 11", schema)); n != 0 {
+		t.Fatalf("positions 10 and 11 are in one batch (%d), want two batches", n)
+	}
+	b.exec(fmt.Sprintf("TRUNCATE %[1]s.group_states, %[1]s.deliveries, %[1]s.runs", schema))
+
+	delivered := map[int64]int{}
+	for _, n := range []int{1, 100, 100} {
+		for _, m := range b.receive("q", "default", n, "1 hour") {
+			delivered[m.Pos]++
+		}
+	}
+	for pos := int64(1); pos <= 20; pos++ {
+		want := 1
+		if acked[pos] {
+			want = 0
+		}
+		if delivered[pos] != want {
+			t.Errorf("position %d delivered %d times after the crash, want %d", pos, delivered[pos], want)
+		}
+	}
+}

@@ -150,19 +150,24 @@ BEGIN
                             WHERE bb.lane = p_lane AND bb.last_pos > s.cursor AND bb.last_pos >= bb.first_pos
                             ORDER BY bb.last_pos LIMIT 4) bb
     ), p AS MATERIALIZED (
-        -- those needed, while they have no keyed or prioritized message
+        -- those needed, up to the first batch with a keyed or prioritized
+        -- message or with completed positions in its window (completed
+        -- ahead of the cursor: only up to ahead, after a crash or
+        -- priorities, see e_lane_state; NULL: not known yet). The full path
+        -- takes that batch, skipping what is completed; here it ends the
+        -- take, or, first, declines the lane: a batch left out with later
+        -- ones taken would move the cursor past its positions not completed,
+        -- which then were never delivered.
         SELECT b.*, b.vto < b.last_pos - b.first_pos + 1 AS truncated
         FROM (SELECT b.*, bool_and(b.plain) OVER w AS all_plain,
                      coalesce(sum(b.vto - b.vfrom + 1) OVER w - (b.vto - b.vfrom + 1), 0) AS before
-              FROM b
+              FROM (SELECT b.first_pos, b.last_pos, b.ids, b.txids, b.slots, b.targets, b.vfrom, b.vto,
+                           b.plain AND NOT (coalesce(b.first_pos + b.vfrom - 1 <= b.ahead, true)
+                                            AND EXISTS (SELECT FROM e_any_completed(p_group_id, b.first_pos + b.vfrom - 1,
+                                                                                    b.first_pos + b.vto - 1))) AS plain
+                    FROM b) b
               WINDOW w AS (ORDER BY b.last_pos ROWS UNBOUNDED PRECEDING)) b
         WHERE b.all_plain AND b.before < p_need
-          -- (completed ahead of the cursor: only up to ahead, after a crash or
-          -- priorities, see e_lane_state; NULL: not known yet. The full path
-          -- takes care of it.)
-          AND NOT (coalesce(b.first_pos + b.vfrom - 1 <= b.ahead, true)
-                   AND EXISTS (SELECT FROM e_any_completed(p_group_id, b.first_pos + b.vfrom - 1,
-                                                           b.first_pos + b.vto - 1)))
     ), t AS MATERIALIZED (
         SELECT count(*)::int AS n, max(f.pos) AS last_taken, array_agg(f.pos ORDER BY f.pos) AS pos,
                array_agg(f.id ORDER BY f.pos) AS id, array_agg(f.txid ORDER BY f.pos) AS txid,
