@@ -233,10 +233,10 @@ func (h *History) check(groups []string, clean bool, lease time.Duration) checkR
 				}
 				nacked, released := givenBack.before(a, b.seqEnd)
 				if b.At.Before(a.Expires.Add(-leaseTolerance)) && !nacked && !released {
-					bad(&r.dupInLease, "group %s: message %d delivered to %s (attempt %d) at %s, within the lease of attempt %d (to %s) until %s [seq %d-%d gen %d-%d, then seq %d-%d gen %d-%d]",
+					bad(&r.dupInLease, "group %s: message %d delivered to %s (attempt %d) at %s, within the lease of attempt %d (to %s) until %s [seq %d-%d gen %d-%d, then seq %d-%d gen %d-%d; receipts %s then %s]",
 						g, id, b.Consumer, b.Attempt, b.At.Format("15:04:05.000000"), a.Attempt, a.Consumer,
 						a.Expires.Format("15:04:05.000000"), a.seqStart, a.seqEnd, a.genStart, a.genEnd,
-						b.seqStart, b.seqEnd, b.genStart, b.genEnd)
+						b.seqStart, b.seqEnd, b.genStart, b.genEnd, a.Receipt, b.Receipt)
 				}
 				if b.Attempt < a.Attempt || (b.Attempt == a.Attempt && !released) {
 					bad(&r.attemptNotUp, "group %s: message %d delivered with attempt %d after attempt %d, no kill in between",
