@@ -13,18 +13,22 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// A model check of crash recovery. Random sends (in batches, unkeyed and
-// keyed over a few keys), receives of random sizes, acks of random subsets
-// of what is in flight, and crashes (the unlogged lane states and leases
-// emptied, as crash recovery does), in phases that mostly produce or mostly
-// consume, then a drain. The lease is an hour, so nothing is delivered
-// again but after a crash. Checked against the model: every message is
-// acked in the end (none stranded); none is delivered after its ack; none
-// twice between two crashes; a keyed message only once every earlier
-// message of its key is acked, or delivered before it in the same receive
-// (the model acks a key's messages in order, as a consumer must).
-// SLUICE_MODEL_SEED repeats a run's random choices, SLUICE_MODEL_ROUNDS
-// sets the number of queues (4), SLUICE_MODEL_TRACE logs every call.
+// A model check of crash recovery and lease expiry. Random sends (in
+// batches, unkeyed and keyed over a few keys), receives of random sizes,
+// acks of random subsets of what is in flight, nacks (retry at once), waits
+// past the lease (1 s),
+// and crashes (the unlogged lane states and leases emptied, as crash
+// recovery does), in phases that mostly produce or mostly consume, then a
+// drain. Checked against the model: every message is acked in the end
+// (none stranded); none is delivered after its ack, nor while a lease of it
+// is valid; a redelivery after an expiry has a higher attempt; a keyed
+// message only once every earlier message of its key is acked, or
+// delivered before it in the same receive (the model acks a key's messages
+// in order, as a consumer must); an ack within the lease counts, one after
+// it does not. An operation slower than half the lease (a loaded machine)
+// only relaxes the checks that depend on it. SLUICE_MODEL_SEED repeats a
+// run's random choices, SLUICE_MODEL_ROUNDS sets the number of queues (4),
+// SLUICE_MODEL_TRACE logs every call.
 func TestRandomCrashesLoseNothing(t *testing.T) {
 	t.Parallel()
 	seed := uint64(time.Now().UnixNano())
@@ -53,21 +57,36 @@ func TestRandomCrashesLoseNothing(t *testing.T) {
 	for round := 0; round < rounds; round++ {
 		lanes := []int{1, 2, 4}[rng.IntN(3)]
 		m := &crashModel{b: b, conn: conn, rng: rng, queue: fmt.Sprintf("q%d", round),
-			key: map[int64]string{}, acked: map[int64]bool{}, inflight: map[int64]string{}, seen: map[int64]int{}}
-		b.createQueue(m.queue, fmt.Sprintf(`{"lanes": %d, "lease": "1 hour", "max_attempts": 1000}`, lanes))
+			key: map[int64]string{}, acked: map[int64]bool{}, inflight: map[int64]held{}, attempt: map[int64]int{},
+			released: map[int64]bool{}}
+		b.createQueue(m.queue, fmt.Sprintf(`{"lanes": %d, "lease": "%d ms", "max_attempts": 1000}`, lanes, modelLease.Milliseconds()))
 		m.qid = b.int64("SELECT id FROM sluice.queue WHERE name = $1", m.queue)
 		start := time.Now()
 		for step := 0; step < 120; step++ {
 			m.step()
 		}
 		m.drain()
-		t.Logf("round %d: %d lanes, %d messages, %d crashes, %s", round, lanes, len(m.sent), m.crashes,
+		t.Logf("round %d: %d lanes, %d messages, %d crashes, %d expiries, %s", round, lanes, len(m.sent), m.crashes, m.expiries,
 			time.Since(start).Round(time.Millisecond))
 		if t.Failed() {
-			t.Fatalf("round %d (%d lanes, %d messages, %d crashes): see above", round, lanes, len(m.sent), m.crashes)
+			t.Fatalf("round %d (%d lanes, %d messages, %d crashes, %d expiries): see above", round, lanes, len(m.sent), m.crashes, m.expiries)
 		}
 	}
 }
+
+// modelLease is the lease of the model's queues: long enough that no
+// operation of the model outlasts half of it on a loaded machine.
+const modelLease = time.Second
+
+// held is a delivery the model holds.
+type held struct {
+	receipt string
+	at      time.Time // when the receive that delivered it returned
+}
+
+// valid tells whether the lease surely has not expired: delivered less than
+// half a lease ago (the receive's own time is not known exactly).
+func (l held) valid() bool { return time.Since(l.at) < modelLease/2 }
 
 // crashModel is what one queue of TestRandomCrashesLoseNothing should hold.
 type crashModel struct {
@@ -80,9 +99,11 @@ type crashModel struct {
 	sent     []int64          // in commit order (one session sends)
 	key      map[int64]string // "" when unkeyed
 	acked    map[int64]bool
-	inflight map[int64]string // receipt of each message delivered and not acked since the last crash
-	seen     map[int64]int    // deliveries since the last crash
+	inflight map[int64]held // delivered, not acked, lease not lost in a crash
+	attempt  map[int64]int  // of the last delivery since the last crash
+	released map[int64]bool // given back by a keyed nack of an earlier message: comes again with the same attempt
 	crashes  int
+	expiries int
 }
 
 func (m *crashModel) step() {
@@ -98,8 +119,12 @@ func (m *crashModel) step() {
 		m.send(1 + m.rng.IntN(12))
 	case r < 70:
 		m.receive([]int{1, 2, 3, 5, 10, 40}[m.rng.IntN(6)])
-	case r < 96:
+	case r < 90:
 		m.ackSome()
+	case r < 94:
+		m.nackOne()
+	case r < 97:
+		m.expire()
 	default:
 		m.crash()
 	}
@@ -151,16 +176,21 @@ func (m *crashModel) receive(n int) int {
 	if err != nil {
 		t.Fatalf("receive: %v", err)
 	}
+	at := time.Now()
 	here := map[int64]bool{}
 	var got []string
 	for _, msg := range ms {
 		id := msg.ID
-		got = append(got, fmt.Sprintf("%d%s@%d", id, m.key[id], msg.Pos))
-		switch {
-		case m.acked[id]:
-			t.Errorf("message %d delivered after its ack", id)
-		case m.seen[id] > 0:
-			t.Errorf("message %d delivered twice since the last crash (%d crashes so far)", id, m.crashes)
+		got = append(got, fmt.Sprintf("%d%s@%d#%d", id, m.key[id], msg.Pos, msg.Attempt))
+		if m.acked[id] {
+			t.Errorf("message %d delivered after its ack (attempt %d)", id, msg.Attempt)
+		}
+		if l, ok := m.inflight[id]; ok && l.valid() {
+			t.Errorf("message %d delivered (attempt %d) within the lease of attempt %d, %s ago", id, msg.Attempt,
+				m.attempt[id], time.Since(l.at).Round(time.Millisecond))
+		}
+		if a, ok := m.attempt[id]; ok && (msg.Attempt < a || msg.Attempt == a && !m.released[id]) {
+			t.Errorf("message %d delivered with attempt %d after attempt %d, no crash in between", id, msg.Attempt, a)
 		}
 		if k := m.key[id]; k != "" {
 			for _, prev := range m.sent {
@@ -174,8 +204,9 @@ func (m *crashModel) receive(n int) int {
 			}
 		}
 		here[id] = true
-		m.seen[id]++
-		m.inflight[id] = msg.Receipt
+		delete(m.released, id)
+		m.attempt[id] = msg.Attempt
+		m.inflight[id] = held{msg.Receipt, at}
 	}
 	m.trace("receive %d: %v", n, got)
 	return len(ms)
@@ -186,7 +217,6 @@ func (m *crashModel) receive(n int) int {
 // docs/design.md, "Ordered keys": acking a later message of a key while
 // an earlier one is held breaks the order itself).
 func (m *crashModel) ackSome() {
-	var rs []string
 	var ids []int64
 	stopped := map[string]bool{}
 	for _, id := range slices.Sorted(maps.Keys(m.inflight)) {
@@ -198,27 +228,95 @@ func (m *crashModel) ackSome() {
 			stopped[k] = k != ""
 			continue
 		}
-		rs, ids = append(rs, m.inflight[id]), append(ids, id)
+		ids = append(ids, id)
 	}
-	m.ack(rs, ids)
+	m.ack(ids)
 }
 
-func (m *crashModel) ack(receipts []string, ids []int64) {
-	if len(receipts) == 0 {
+// ack acks ids one call each, so that each count tells about its receipt:
+// 1 while the lease is valid, 0 after it expired (then a receive may have
+// delivered it again already, which the model then holds instead).
+func (m *crashModel) ack(ids []int64) {
+	if len(ids) == 0 {
 		return
 	}
 	m.trace("ack %v", ids)
-	var n int
-	if err := m.conn.QueryRow(m.b.ctx, "SELECT sluice.ack($1, 'default', $2)", m.queue, receipts).Scan(&n); err != nil {
-		m.b.t.Fatalf("ack: %v", err)
-	}
-	if n != len(receipts) {
-		m.b.t.Errorf("ack of %d receipts held since the last crash completed %d", len(receipts), n)
-	}
 	for _, id := range ids {
-		m.acked[id] = true
+		l := m.inflight[id]
+		var n int
+		if err := m.conn.QueryRow(m.b.ctx, "SELECT sluice.ack($1, 'default', ARRAY[$2])", m.queue, l.receipt).Scan(&n); err != nil {
+			m.b.t.Fatalf("ack: %v", err)
+		}
+		switch {
+		case n == 1:
+			m.acked[id] = true
+		case l.valid():
+			m.b.t.Errorf("ack of message %d (attempt %d) within its lease, %s after the receive, completed nothing",
+				id, m.attempt[id], time.Since(l.at).Round(time.Millisecond))
+		}
 		delete(m.inflight, id)
 	}
+}
+
+// nackOne gives back a message in flight at once (delay 0): for a key, its
+// earliest one held, as a consumer that stops at a key's first failure
+// does. The retry comes with the next attempt; a keyed nack also releases
+// the later messages of the key still leased (their receipts go stale,
+// they come again after it with the same attempt).
+func (m *crashModel) nackOne() {
+	ids := slices.Sorted(maps.Keys(m.inflight))
+	if len(ids) == 0 {
+		return
+	}
+	id := ids[m.rng.IntN(len(ids))]
+	k := m.key[id]
+	if k != "" {
+		for _, e := range ids {
+			if m.key[e] == k {
+				id = e
+				break
+			}
+		}
+	}
+	l := m.inflight[id]
+	m.trace("nack %d", id)
+	var ok bool
+	if err := m.conn.QueryRow(m.b.ctx, "SELECT sluice.nack($1, 'default', $2, '0 s')", m.queue, l.receipt).Scan(&ok); err != nil {
+		m.b.t.Fatalf("nack: %v", err)
+	}
+	if !ok && l.valid() {
+		m.b.t.Errorf("nack of message %d (attempt %d) within its lease, %s after the receive, found its receipt stale",
+			id, m.attempt[id], time.Since(l.at).Round(time.Millisecond))
+	}
+	delete(m.inflight, id)
+	if k == "" {
+		return
+	}
+	for _, e := range ids {
+		if e > id && m.key[e] == k {
+			delete(m.inflight, e)
+			m.released[e] = true
+		}
+	}
+}
+
+// expire waits until every lease held has expired: their receipts go stale
+// and their messages come again with the next attempt.
+func (m *crashModel) expire() {
+	m.trace("expire")
+	time.Sleep(modelLease + 100*time.Millisecond)
+	for id, l := range m.inflight {
+		var n int
+		if err := m.conn.QueryRow(m.b.ctx, "SELECT sluice.ack($1, 'default', ARRAY[$2])", m.queue, l.receipt).Scan(&n); err != nil {
+			m.b.t.Fatalf("ack: %v", err)
+		}
+		if n != 0 {
+			m.b.t.Errorf("ack of message %d after its lease expired completed it", id)
+			m.acked[id] = true
+		}
+	}
+	m.inflight = map[int64]held{}
+	m.expiries++
 }
 
 // crash does to the queue what crash recovery does: the unlogged tables
@@ -229,7 +327,7 @@ func (m *crashModel) crash() {
 	if _, err := m.conn.Exec(m.b.ctx, "SELECT set_config(sluice._idle_note_name($1), '', false)", m.qid); err != nil {
 		m.b.t.Fatal(err)
 	}
-	m.inflight, m.seen = map[int64]string{}, map[int64]int{}
+	m.inflight, m.attempt, m.released = map[int64]held{}, map[int64]int{}, map[int64]bool{}
 	m.crashes++
 }
 
@@ -248,12 +346,7 @@ func (m *crashModel) drain() {
 		} else {
 			empty = 0
 		}
-		ids := slices.Sorted(maps.Keys(m.inflight))
-		rs := make([]string, len(ids))
-		for i, id := range ids {
-			rs[i] = m.inflight[id]
-		}
-		m.ack(rs, ids)
+		m.ack(slices.Sorted(maps.Keys(m.inflight)))
 	}
 	for _, id := range m.sent {
 		if !m.acked[id] {
