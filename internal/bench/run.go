@@ -112,9 +112,13 @@ func (o *Options) defaults() {
 		o.Out = io.Discard
 	}
 	if o.Lease == 0 {
-		o.Lease = 30 * time.Second
+		o.Lease = defaultLease
 	}
 }
+
+// defaultLease is the lease of the benchmark's queues (and PGMQ's
+// visibility timeout) when the run sets none.
+const defaultLease = 30 * time.Second
 
 // leaseSeconds returns the run's lease in whole seconds, as PGMQ's read
 // takes it, or an error when it is not a whole number of seconds from 1 s.

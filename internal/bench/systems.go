@@ -99,7 +99,7 @@ type sluiceSystem struct {
 	asyncAck  bool
 	pending   sync.Map      // *pgxpool.Conn -> []string, receipts the next receive acks
 	retention time.Duration // 0: the engine's default
-	lease     time.Duration // the queue's lease (0: 30 s)
+	lease     time.Duration // the queue's lease (0: defaultLease)
 	// reclaim keeps nothing completed (retention 0) and starts a storage
 	// epoch every 10 s, so that the size of sluice's tables shows what
 	// reclaim leaves (the backlog), not what a retention period keeps.
@@ -150,7 +150,7 @@ func (s *sluiceSystem) setup(ctx context.Context, pool *pgxpool.Pool) error {
 	}
 	lease := s.lease
 	if lease <= 0 {
-		lease = 30 * time.Second
+		lease = defaultLease
 	}
 	opts := map[string]string{"lease": fmt.Sprintf("%d milliseconds", lease.Milliseconds())}
 	switch {
@@ -316,7 +316,7 @@ func (t *tableSystem) consume(ctx context.Context, conn *pgxpool.Conn, batch int
 
 // pgmqSystem is PGMQ installed from the SQL script of its PyPI wheel:
 // pgmq.send / send_batch, pgmq.read with visibility timeout vt (whole
-// seconds; 0: 30 s), then pgmq.delete of the batch (two transactions, as
+// seconds; 0: defaultLease), then pgmq.delete of the batch (two transactions, as
 // its clients do).
 type pgmqSystem struct {
 	vt time.Duration
@@ -325,7 +325,7 @@ type pgmqSystem struct {
 // vtSeconds is the visibility timeout of the reads, in seconds.
 func (p pgmqSystem) vtSeconds() int {
 	if p.vt < time.Second {
-		return 30
+		return int(defaultLease / time.Second)
 	}
 	return int(p.vt / time.Second)
 }

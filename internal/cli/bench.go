@@ -134,7 +134,7 @@ func benchCommand() command {
 			fs.StringVar(&xminSystems, "xmin-systems", "", "comma-separated systems for xmin (default --systems, else sluice)")
 			fs.StringVar(&o.PGMQWheel, "pgmq-wheel", "", "pgmq wheel `file` to install PGMQ from (default: pip download pgmq --no-deps)")
 			fs.DurationVar(&o.Retention, "retention", 0, "retention option of sluice's benchmark queue (0: the engine's default)")
-			fs.DurationVar(&o.Lease, "lease", 30*time.Second, "lease of sluice's benchmark queue and visibility timeout of PGMQ's reads (whole seconds, at least 1s)")
+			fs.DurationVar(&o.Lease, "lease", 0, "lease of sluice's benchmark queue and visibility timeout of PGMQ's reads (whole seconds, at least 1s; 0: 30s)")
 			fs.DurationVar(&o.DrainLimit, "drain-limit", 2*time.Minute, "how long the app scenario waits for its backlog to drain after the push")
 			fs.StringVar(&o.Python, "python", bench.DefaultPython, "Python interpreter `file` of the clients scenario, with the package sluice installed (make test-python makes it)")
 			fs.StringVar(&o.Node, "node", bench.DefaultNode, "node `command` of the clients scenario, running the TypeScript client compiled by make test-typescript")
