@@ -244,6 +244,28 @@ func TestLanesWithOnlyExpiredAckedLeasesKeepTheFastPath(t *testing.T) {
 	}
 }
 
+// The full path passes over expired leases of completed messages too: in
+// traffic longer than the lease, receives that number new messages (and so
+// take the full path) must not call e_take_expired for them.
+func TestFullPathPassesOverExpiredAckedLeases(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.createQueue("q", `{"lanes": 4, "lease": "1500 milliseconds"}`)
+	rounds, got, n := b.pastTheLease(func(db q) int {
+		b.exec(`SELECT sluice.send_batch('q', array(SELECT jsonb_build_object('n', g) FROM generate_series(1, 3) g))`)
+		return b.receiveAndAck(db, "default", 10)
+	})
+	if got < rounds*3*9/10 {
+		t.Fatalf("only %d messages in %d rounds of 3", got, rounds)
+	}
+	if n["e_pick"]*2 < int64(rounds) {
+		t.Fatalf("only %d of %d receives took the full path: the test tests nothing", n["e_pick"], rounds)
+	}
+	if n["e_take_expired"]*4 > n["e_pick"] {
+		t.Fatalf("e_take_expired ran %d times in %d full-path receives", n["e_take_expired"], n["e_pick"])
+	}
+}
+
 // receiveAndAck receives up to n messages of a group of queue q on db and
 // acks them there.
 func (b *bundle) receiveAndAck(db q, group string, n int) int {
