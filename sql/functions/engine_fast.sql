@@ -125,18 +125,12 @@ BEGIN
               WHERE ss.group_id = p_group_id AND ss.lane = p_lane ORDER BY ss.seq DESC LIMIT 1) s
         WHERE s.bkeys IS NULL AND s.lv_prio IS NULL
           AND NOT (s.lwm <= s.cursor AND s.lwm_at <= p_now - interval '1 second')
-    ), ex AS MATERIALIZED (
-        -- the leases and runs of the lane that expired since its last scan
-        -- (100 at most): only those of positions below the low-water mark
-        -- (completed) are fine here, where scan_from moves past them
-        SELECT count(*) AS n, max(x.expires_at) AS upto,
-               coalesce(bool_or(x.last_pos >= s0.lwm), false) AS pending
-        FROM s0
-        CROSS JOIN LATERAL (SELECT x.* FROM e_expiries(p_group_id, p_lane, s0.scan_from, p_now) x LIMIT 101) x
     ), s AS MATERIALIZED (
+        -- the leases of the lane that expired since its last scan, when it
+        -- may pass over them: scan_from moves past them
         SELECT s0.seq, s0.cursor, s0.lwm, greatest(s0.scan_from, ex.upto) AS scan_from, s0.lwm_at, s0.ahead
-        FROM s0 CROSS JOIN ex
-        WHERE NOT ex.pending AND ex.n <= 100
+        FROM s0 CROSS JOIN LATERAL e_passable_expiries(p_group_id, p_lane, s0.scan_from, p_now, s0.lwm) ex
+        WHERE ex.passable
     ), b AS MATERIALIZED (
         -- the next batches after the cursor (up to 4), and the window of
         -- each that would be looked at: a little more than needed, in case

@@ -371,16 +371,11 @@ DECLARE
     r record;
     v_slot smallint;
 BEGIN
-    -- Step 1, the leases expired since the lane's last scan (100 at most
-    -- read here): only those of positions below the low-water mark
-    -- (completed: a lease runs out whether or not its message was acked, so
-    -- in traffic that lasts longer than the lease every lane has them) are
-    -- passed over by moving the scan on, as e_take_fast does; any other, or
-    -- more than 100, is e_take_expired's.
-    SELECT count(*) AS n, max(x.expires_at) AS upto, coalesce(bool_or(x.last_pos >= st.lwm), false) AS pending
-    INTO r
-    FROM (SELECT x.* FROM e_expiries(g.id, p_lane, st.scan_from, p_now) x LIMIT 101) x;
-    IF r.pending OR r.n > 100 THEN
+    -- Step 1, the leases expired since the lane's last scan: passed over by
+    -- moving the scan on when e_passable_expiries says so (as e_take_fast
+    -- does), else redelivered by e_take_expired.
+    SELECT * INTO r FROM e_passable_expiries(g.id, p_lane, st.scan_from, p_now, st.lwm);
+    IF NOT r.passable THEN
         SELECT * INTO r FROM e_take_expired(g.id, st, pk, p_need, p_now);
         st := r.st; pk := r.pk;
     ELSIF r.n > 0 AND r.upto > st.scan_from THEN

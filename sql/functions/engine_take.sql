@@ -122,8 +122,8 @@ $$;
 -- e_expiries: a lane's leases (deliveries and runs rows) that expire from
 -- p_from to p_to: their expiry time and last position (a run's last, a
 -- single delivery's own), for e_expiry_window, and for e_lanes_with_work and
--- e_take_fast, which tell leases of completed positions (below the lane's
--- low-water mark) from the others. A set-returning SQL function without SET
+-- e_passable_expiries, which tell leases of completed positions (below the
+-- lane's low-water mark) from the others. A set-returning SQL function without SET
 -- clauses, so that the planner inlines it into the calling statement (see
 -- engine_runs.sql for why its body is not checked).
 SET check_function_bodies = off;
@@ -138,6 +138,31 @@ AS $$
     UNION ALL
     SELECT ru.expires_at, ru.last_pos FROM runs ru
     WHERE ru.group_id = p_group_id AND ru.lane = p_lane AND ru.expires_at >= p_from AND ru.expires_at <= p_to
+$$;
+
+-- e_passable_expiries: whether a receive may pass over the leases of a lane
+-- that expired since its last scan by moving the scan on, without
+-- redelivering (e_take_expired): a lease runs out whether or not its message
+-- was acked, so in traffic that lasts longer than the lease every lane has
+-- such leases. It may when all of them are of positions below the lane's
+-- low-water mark (completed) and there are at most 100 (read here). For
+-- e_take and e_take_fast; inlined into their statements like e_expiries.
+--
+-- Parameters:
+--   p_group_id  group id
+--   p_lane      the lane
+--   p_from      the lane's scan_from
+--   p_now       the receive's time
+--   p_lwm       the lane's low-water mark
+-- Returns: one row: n, how many expired (101: more than 100); upto, the
+--          newest expiry among them (NULL: none); passable
+CREATE OR REPLACE FUNCTION sluice_tmpl.e_passable_expiries(p_group_id int, p_lane smallint, p_from timestamptz,
+                                                           p_now timestamptz, p_lwm bigint)
+RETURNS TABLE (n bigint, upto timestamptz, passable boolean)
+LANGUAGE sql STABLE
+AS $$
+    SELECT count(*), max(x.expires_at), count(*) <= 100 AND NOT coalesce(bool_or(x.last_pos >= p_lwm), false)
+    FROM (SELECT x.* FROM e_expiries(p_group_id, p_lane, p_from, p_now) x LIMIT 101) x
 $$;
 RESET check_function_bodies;
 
