@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -183,4 +184,44 @@ func TestIdleNoteHidesNoWork(t *testing.T) {
 	}
 	b.send(b.pool, "q", `{"n": "after a bad note"}`)
 	one("after a bad note", receiveOnConn(b, c, "default", ""))
+}
+
+// A receive that numbers new messages while its session's idle note holds
+// looks only at the lanes of the batches newer than the note's
+// (e_note_lanes), not at every lane (e_work_lanes), and takes all the cut
+// numbered; the note then moves on to the newest batch, so the next such
+// receive does the same.
+func TestIdleNoteNarrowsTheLookAfterACut(t *testing.T) {
+	b := setup(t)
+	b.createQueue("q", "")
+	const rounds = 12
+	calls := b.calls(func(tx pgx.Tx) {
+		// Empty polls: every lane gets a state, then the session a note.
+		for i := 0; i < 3; i++ {
+			if ms, err := receiveOn(b.ctx, tx, "q", "default", 10, ""); err != nil || len(ms) != 0 {
+				t.Fatalf("poll %d of an empty queue: %d messages, %v", i, len(ms), err)
+			}
+		}
+		for i := 0; i < rounds; i++ {
+			b.send(b.pool, "q", fmt.Sprintf(`{"n": %d}`, 2*i))
+			b.send(b.pool, "q", fmt.Sprintf(`{"n": %d}`, 2*i+1))
+			ms, err := receiveOn(b.ctx, tx, "q", "default", 10, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(ms) != 2 || ms[0].Body != fmt.Sprintf(`{"n": %d}`, 2*i) || ms[1].Body != fmt.Sprintf(`{"n": %d}`, 2*i+1) {
+				t.Fatalf("round %d: got %+v, want the two messages just sent, in order", i, ms)
+			}
+		}
+	}, "e_work_lanes", "e_note_lanes", "e_cut")
+	t.Logf("%d rounds: %v", rounds, calls)
+	if calls["e_cut"] < rounds {
+		t.Fatalf("%d cuts in %d rounds of new messages", calls["e_cut"], rounds)
+	}
+	// A note holds 25 ms: a round takes a few. Without notes on this path
+	// every round looks at every lane.
+	if calls["e_note_lanes"] == 0 || calls["e_work_lanes"] > rounds/2 {
+		t.Fatalf("rounds that numbered looked at every lane %d times in %d rounds (e_note_lanes %d)",
+			calls["e_work_lanes"], rounds, calls["e_note_lanes"])
+	}
 }

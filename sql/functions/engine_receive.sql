@@ -71,9 +71,10 @@ BEGIN
     -- cutting waits for that cut (at most 100 ms: e_wait_for_cut) and looks
     -- again, rather than return nothing while messages are being numbered:
     -- at the lanes that cut numbered into (the batches newer than the
-    -- newest one before the wait), not at every lane again. (In steady
-    -- traffic the cutter usually takes all it numbered, and looking at
-    -- every lane again cost the second look ~2 ms of CPU, measured.)
+    -- newest one before the wait, or than the idle note's), not at every
+    -- lane again. (In steady traffic the cutter usually takes all it
+    -- numbered, and looking at every lane again cost the second look ~2 ms
+    -- of CPU, measured.)
     FOR v_pass IN 1..2 LOOP
         EXIT WHEN cardinality(pk.pos) > 0 OR (NOT v_uncut AND cardinality(v_lanes) = 0);
         SELECT * INTO r FROM e_pick(q, g, max_messages, v_now, v_start, v_uncut, v_lanes, v_tops);
@@ -82,9 +83,16 @@ BEGIN
         v_seen := (SELECT b.batch_no FROM batches b ORDER BY b.batch_no DESC LIMIT 1);
         EXIT WHEN NOT e_wait_for_cut(q.id);
         v_uncut := false;
-        SELECT w.lanes, w.tops INTO v_lanes, v_tops
-        FROM e_work_lanes(g.id, q.lanes, v_now, v_start, v_prio,
-                          ARRAY(SELECT DISTINCT b.lane FROM batches b WHERE b.batch_no > coalesce(v_seen, -1))) w;
+        v_lanes := NULL;
+        v_tops := NULL;
+        -- (with an idle note, e_pick looks at the lanes of the batches newer
+        -- than the note's: those numbered since include the cut's)
+        IF v_prio OR NOT coalesce((e_note(current_setting(sluice._idle_note_name(q.id), true), g.id, v_now)).idle,
+                                  false) THEN
+            SELECT w.lanes, w.tops INTO v_lanes, v_tops
+            FROM e_work_lanes(g.id, q.lanes, v_now, v_start, v_prio,
+                              ARRAY(SELECT DISTINCT b.lane FROM batches b WHERE b.batch_no > coalesce(v_seen, -1))) w;
+        END IF;
     END LOOP;
     -- Lease what was picked and return the messages in the order they were
     -- picked: the unkeyed first deliveries that follow each other in a lane
@@ -215,7 +223,12 @@ END
 $$;
 
 -- e_pick: steps 1 and 2 of e_receive: cut if the cut lock is free, then
--- pick from the lanes of the group that have work.
+-- pick from the lanes of the group that have work. Which lanes, when the
+-- caller did not say: with an idle note of the group (engine_note.sql), the
+-- lanes of the batches newer than the note's (e_note_lanes); else every
+-- lane (e_work_lanes). When this receive took all there was in the lanes
+-- it looked at, it notes the group idle but for batches newer than the
+-- newest one it saw before looking.
 --
 -- Parameters:
 --   q, g          the queue and group
@@ -238,6 +251,11 @@ DECLARE
     v_held smallint[] := '{}';
     v_lanes smallint[];
     v_tops int[];
+    v_note record;
+    v_newest bigint;
+    v_until timestamptz;   -- NOT NULL: the lanes were found here, and a note may follow
+    v_drained boolean := true;
+    t record;
     i int;
     ln smallint;
     n int;
@@ -261,6 +279,17 @@ BEGIN
         END IF;
     END IF;
     v_prio := EXISTS (SELECT 1 FROM prio);
+    IF v_lanes IS NULL AND NOT v_prio THEN
+        v_note := e_note(current_setting(sluice._idle_note_name(q.id), true), g.id, v_now);
+        v_newest := (SELECT b.batch_no FROM batches b ORDER BY b.batch_no DESC LIMIT 1);
+        IF v_note.idle THEN
+            v_lanes := e_note_lanes(g.id, q.lanes, v_start, v_note.batch_no);
+            v_tops := '{}';
+            v_until := v_note.until;
+        ELSE
+            v_until := v_now + interval '25 ms';
+        END IF;
+    END IF;
     IF v_lanes IS NULL THEN
         SELECT w.lanes, w.tops INTO v_lanes, v_tops FROM e_work_lanes(g.id, q.lanes, v_now, v_start, v_prio, NULL) w;
     END IF;
@@ -272,22 +301,32 @@ BEGIN
         EXIT WHEN v_tops[i] IS NULL OR cardinality(pk.pos) >= max_messages;
         CONTINUE WHEN NOT e_lock_lane(g.id, v_lanes[i], q.lanes);
         v_held := v_held || v_lanes[i];
-        pk := e_take(q, g, v_lanes[i], pk, max_messages, true, false, false, v_now);
+        pk := (e_take(q, g, v_lanes[i], pk, max_messages, true, false, false, v_now)).pk;
     END LOOP;
     FOREACH ln IN ARRAY v_lanes LOOP
         EXIT WHEN cardinality(pk.pos) >= max_messages;
         IF NOT ln = ANY (v_held) THEN
-            CONTINUE WHEN NOT e_lock_lane(g.id, ln, q.lanes);
+            IF NOT e_lock_lane(g.id, ln, q.lanes) THEN
+                v_drained := false;   -- (another receive holds it)
+                CONTINUE;
+            END IF;
             v_held := v_held || ln;
         END IF;
-        pk := e_take(q, g, ln, pk, max_messages, v_prio, true, false, v_now);
+        t := e_take(q, g, ln, pk, max_messages, v_prio, true, false, v_now);
+        pk := t.pk;
+        v_drained := v_drained AND t.drained;
     END LOOP;
+    -- Took all there was in every lane it looked at: the group is idle but
+    -- for batches newer than v_newest (engine_note.sql).
+    IF v_until IS NOT NULL AND v_drained AND cardinality(pk.pos) < max_messages AND v_newest IS NOT NULL THEN
+        PERFORM e_note_idle(q.id, g.id, v_newest, v_until);
+    END IF;
     -- Messages with a priority below 0 only once no lane this receive holds
     -- has anything else: a second pass over those lanes.
     IF v_prio AND cardinality(pk.pos) < max_messages THEN
         FOREACH ln IN ARRAY v_held LOOP
             CONTINUE WHEN NOT EXISTS (SELECT 1 FROM prio p WHERE p.lane = ln AND p.priority < 0);
-            pk := e_take(q, g, ln, pk, max_messages, true, true, true, v_now);
+            pk := (e_take(q, g, ln, pk, max_messages, true, true, true, v_now)).pk;
             EXIT WHEN cardinality(pk.pos) >= max_messages;
         END LOOP;
     END IF;
@@ -353,17 +392,23 @@ $$;
 -- Parameters:
 --   q, g    the queue and group
 --   p_lane  the lane
---   pk      what the receive picked so far (from other lanes)
+--   pk      what the receive picked so far (from other lanes; INOUT: with
+--           this lane's picks added)
 --   p_need  how many the receive wants in all
 --   p_prio  whether the queue has prioritized messages (else step 3 is skipped)
 --   p_new   whether to take the positions after the cursor (step 4)
 --   p_low   whether to take messages with a priority below 0 (step 5)
 --   p_now   the receive's time
--- Returns: pk with this lane's picks added
-CREATE OR REPLACE FUNCTION sluice_tmpl.e_take(q sluice.queue, g sluice.consumer_group, p_lane smallint, pk sluice.picks,
+-- Returns: pk, and drained: whether the lane was left with nothing to do
+--          (fewer than p_need picked in all, so every step ran out, with
+--          step 4 taken and no key left blocked), for the idle note
+--          (engine_note.sql)
+DROP FUNCTION IF EXISTS sluice_tmpl.e_take(sluice.queue, sluice.consumer_group, smallint, sluice.picks, int, boolean,
+                                           boolean, boolean, timestamptz);   -- (before drained)
+CREATE OR REPLACE FUNCTION sluice_tmpl.e_take(q sluice.queue, g sluice.consumer_group, p_lane smallint,
+                                              INOUT pk sluice.picks,
                                               p_need int, p_prio boolean, p_new boolean, p_low boolean,
-                                              p_now timestamptz)
-RETURNS sluice.picks
+                                              p_now timestamptz, OUT drained boolean)
 LANGUAGE plpgsql
 AS $$
 DECLARE
@@ -451,7 +496,7 @@ BEGIN
                 nullif(st.bkeys, '{}'), nullif(st.bheads, '{}'), nullif(st.lv_prio, '{}'), nullif(st.lv_pos, '{}'),
                 st.ahead);
     END IF;
-    RETURN pk;
+    drained := p_new AND cardinality(pk.pos) < p_need AND coalesce(cardinality(st.bkeys), 0) = 0;
 END
 $$;
 
