@@ -156,9 +156,10 @@ BEGIN
         FROM (SELECT b.*, bool_and(b.plain) OVER w AS all_plain,
                      coalesce(sum(b.vto - b.vfrom + 1) OVER w - (b.vto - b.vfrom + 1), 0) AS before
               FROM (SELECT b.first_pos, b.last_pos, b.ids, b.txids, b.slots, b.targets, b.vfrom, b.vto,
+                           -- (e_has_completed is called, not inlined: see there)
                            b.plain AND NOT (coalesce(b.first_pos + b.vfrom - 1 <= b.ahead, true)
-                                            AND EXISTS (SELECT FROM e_any_completed(p_group_id, b.first_pos + b.vfrom - 1,
-                                                                                    b.first_pos + b.vto - 1))) AS plain
+                                            AND e_has_completed(p_group_id, b.first_pos + b.vfrom - 1,
+                                                                b.first_pos + b.vto - 1)) AS plain
                     FROM b) b
               WINDOW w AS (ORDER BY b.last_pos ROWS UNBOUNDED PRECEDING)) b
         WHERE b.all_plain AND b.before < p_need

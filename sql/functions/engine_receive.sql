@@ -451,9 +451,9 @@ BEGIN
               WHERE bb.lane = p_lane AND bb.last_pos > st.cursor AND bb.last_pos >= bb.first_pos
               ORDER BY bb.last_pos LIMIT 1) b
         -- (completed ahead of the cursor: only up to st.ahead, see e_lane_state)
+        -- (e_has_completed and e_is_completed are called, not inlined: see there)
         CROSS JOIN LATERAL (SELECT b.first_pos + b.vfrom - 1 <= st.ahead
-                                   AND EXISTS (SELECT FROM e_any_completed(g.id, b.first_pos + b.vfrom - 1,
-                                                                           b.first_pos + b.vto - 1))
+                                   AND e_has_completed(g.id, b.first_pos + b.vfrom - 1, b.first_pos + b.vto - 1)
                                 AS hit OFFSET 0) pre
         CROSS JOIN LATERAL (
             SELECT count(*)::int AS n, max(f.pos) AS last_taken, coalesce(array_agg(f.pos), '{}') AS pos,
@@ -463,7 +463,7 @@ BEGIN
                   FROM unnest(b.ids[b.vfrom:b.vto], b.txids[b.vfrom:b.vto], b.slots[b.vfrom:b.vto],
                               b.targets[b.vfrom:b.vto]) WITH ORDINALITY AS x(id, txid, slot, tg, o)
                   WHERE b.plain AND (x.tg IS NULL OR x.tg = g.id)
-                    AND NOT (pre.hit AND EXISTS (SELECT FROM e_completed(g.id, x.slot, b.first_pos + b.vfrom + x.o - 2)))
+                    AND NOT (pre.hit AND e_is_completed(g.id, x.slot, b.first_pos + b.vfrom + x.o - 2))
                   ORDER BY x.o
                   LIMIT p_need - cardinality(pk.pos)) f) t;
         EXIT WHEN r.plain IS NULL;   -- no batch after the cursor

@@ -69,6 +69,39 @@ AS $$
     WHERE r.last_pos >= p_lo
 $$;
 
+-- e_is_completed, e_has_completed: EXISTS over e_completed and
+-- e_any_completed, in PL/pgSQL, for the checks a statement makes only when
+-- something may be completed ahead of a lane's cursor (its state's ahead):
+-- the take statements (e_take, e_take_fast, e_take_new). Inlined, those
+-- checks put their index scans (four slot partitions each of acks and
+-- run_acks) into the caller's plan, and a plan is set up whole each time
+-- it runs, the parts it skips included: that set-up was most of what a take
+-- cost while nothing was ahead (the usual case). Called, they cost a call
+-- when they run and nothing when they do not.
+--
+-- Parameters:
+--   p_group_id       group id
+--   p_slot, p_pos    the position and its slot (e_is_completed)
+--   p_lo, p_hi       the range of positions (e_has_completed)
+-- Returns: whether the position, or any position of the range, is completed
+CREATE OR REPLACE FUNCTION sluice_tmpl.e_is_completed(p_group_id int, p_slot smallint, p_pos bigint)
+RETURNS boolean
+LANGUAGE plpgsql STABLE
+AS $$
+BEGIN
+    RETURN EXISTS (SELECT FROM e_completed(p_group_id, p_slot, p_pos));
+END
+$$;
+
+CREATE OR REPLACE FUNCTION sluice_tmpl.e_has_completed(p_group_id int, p_lo bigint, p_hi bigint)
+RETURNS boolean
+LANGUAGE plpgsql STABLE
+AS $$
+BEGIN
+    RETURN EXISTS (SELECT FROM e_any_completed(p_group_id, p_lo, p_hi));
+END
+$$;
+
 -- e_completed_max: the highest position a group has completed (of any
 -- slot and lane; 0 when none): a bound on what a lane state resumed from
 -- its checkpoint may find completed ahead of its cursor (e_lane_state).

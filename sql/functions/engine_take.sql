@@ -420,7 +420,7 @@ BEGIN
                        WITH ORDINALITY AS x(id, txid, slot, tg, o)
                   WHERE (x.tg IS NULL OR x.tg = p_group_id)
                     AND NOT (b.first_pos + v_from + x.o - 2 <= st.ahead
-                             AND EXISTS (SELECT FROM e_completed(p_group_id, x.slot, b.first_pos + v_from + x.o - 2)))
+                             AND e_is_completed(p_group_id, x.slot, b.first_pos + v_from + x.o - 2))
                   ORDER BY x.o
                   LIMIT need) f;
             need := need - i;
@@ -444,7 +444,7 @@ BEGIN
                                  AND a.slot = kp.mslot LIMIT 1) pd ON true
             WHERE (x.tg IS NULL OR x.tg = p_group_id)
               AND NOT (b.first_pos + v_from + x.o - 2 <= st.ahead
-                       AND EXISTS (SELECT FROM e_completed(p_group_id, x.slot, b.first_pos + v_from + x.o - 2)))
+                       AND e_is_completed(p_group_id, x.slot, b.first_pos + v_from + x.o - 2))
         LOOP
             IF r.k IS NOT NULL THEN
                 -- A blocked key waits for step 2, unless this receive picked
