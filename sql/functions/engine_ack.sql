@@ -119,12 +119,32 @@ BEGIN
     FROM r
     JOIN named u ON u.part = r.part AND u.run = r.run AND u.token = r.token
     WHERE r.pos BETWEEN u.run AND u.last_pos AND r.attempt = 1
-      AND (u.clean
-           OR (NOT EXISTS (SELECT FROM e_completed(p_group_id, r.part, r.pos))
-               AND EXISTS (SELECT 1 FROM e_newest(p_group_id, r.part, r.pos) n
-                           WHERE n.attempt = 1 AND n.token = r.token AND n.expires_at > clock_timestamp())))
+      AND (u.clean OR e_run_pos_current(p_group_id, r.part, r.pos, r.token))
     ) x
     ORDER BY x.part, x.pos;
+END
+$$;
+
+-- e_run_pos_current: whether the receipt of a position of a run that is
+-- not clean (e_current_deliveries) is current: the position is not
+-- completed, and its newest delivery is the run's lease, not expired.
+-- PL/pgSQL, so that its index scans (acks, run_acks, deliveries and runs,
+-- four slot partitions each) are set up only for such runs, not on every
+-- ack of a run (see e_is_completed).
+--
+-- Parameters:
+--   p_group_id  group id
+--   p_slot      the position's slot
+--   p_pos       the position
+--   p_token     the run's token (from the receipt)
+CREATE OR REPLACE FUNCTION sluice_tmpl.e_run_pos_current(p_group_id int, p_slot smallint, p_pos bigint, p_token bigint)
+RETURNS boolean
+LANGUAGE plpgsql STABLE
+AS $$
+BEGIN
+    RETURN NOT EXISTS (SELECT FROM e_completed(p_group_id, p_slot, p_pos))
+           AND EXISTS (SELECT 1 FROM e_newest(p_group_id, p_slot, p_pos) n
+                       WHERE n.attempt = 1 AND n.token = p_token AND n.expires_at > clock_timestamp());
 END
 $$;
 

@@ -172,7 +172,26 @@ AS $$
        -- completed (at or above the low-water mark), or two of any
        OR (SELECT count(*) FILTER (WHERE x.last_pos >= s.lwm) > 0 OR count(*) >= 2
            FROM (SELECT x.last_pos FROM e_expiries(p_group_id, l.lane, s.scan_from, p_now) x LIMIT 2) x)
-       OR (p_prio AND EXISTS (SELECT 1 FROM prio p WHERE p.lane = l.lane AND p.priority < 0
-                                                      AND p.pos >= s.lwm AND p.pos <= s.cursor)))
+       -- (called, not inlined: a plan sets up what it skips, see e_is_completed)
+       OR (p_prio AND e_low_behind(l.lane, s.lwm, s.cursor)))
 $$;
 RESET check_function_bodies;
+
+-- e_low_behind: whether a lane has messages with a priority below 0 from
+-- its low-water mark up to its cursor (they may be left behind it: a
+-- receive takes them only when nothing else is ready). For
+-- e_lanes_with_work, which asks only when the queue has prioritized
+-- messages: PL/pgSQL, so that its index scans are set up only then.
+--
+-- Parameters:
+--   p_lane            the lane
+--   p_lwm, p_cursor   the lane's low-water mark and cursor
+CREATE OR REPLACE FUNCTION sluice_tmpl.e_low_behind(p_lane smallint, p_lwm bigint, p_cursor bigint)
+RETURNS boolean
+LANGUAGE plpgsql STABLE
+AS $$
+BEGIN
+    RETURN EXISTS (SELECT 1 FROM prio p WHERE p.lane = p_lane AND p.priority < 0
+                                          AND p.pos >= p_lwm AND p.pos <= p_cursor);
+END
+$$;

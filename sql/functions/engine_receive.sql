@@ -214,11 +214,25 @@ BEGIN
     SELECT coalesce(array_agg(c.lane ORDER BY c.top DESC NULLS LAST, c.turn), '{}'),
            coalesce(array_agg(c.top ORDER BY c.top DESC NULLS LAST, c.turn), '{}')
     INTO lanes, tops
-    FROM (SELECT w.lane, w.turn, pr.top
-          FROM e_lanes_with_work(p_group_id, p_lanes, p_now, p_start, p_prio, p_only) w
-          LEFT JOIN LATERAL (SELECT max(p.priority) AS top FROM prio p
-                             WHERE p_prio AND p.lane = w.lane AND p.priority > 0
-                               AND p.pos > coalesce(w.cursor, 0)) pr ON true) c;
+    FROM (SELECT w.lane, w.turn, CASE WHEN p_prio THEN e_lane_top(w.lane, coalesce(w.cursor, 0)) END AS top
+          FROM e_lanes_with_work(p_group_id, p_lanes, p_now, p_start, p_prio, p_only) w) c;
+END
+$$;
+
+-- e_lane_top: the highest priority above 0 among a lane's messages after
+-- its cursor (NULL: none). For e_work_lanes, which asks only when the queue
+-- has prioritized messages: PL/pgSQL, so that its index scans are set up
+-- only then (see e_is_completed).
+--
+-- Parameters:
+--   p_lane    the lane
+--   p_cursor  its cursor (0 for a lane without a state)
+CREATE OR REPLACE FUNCTION sluice_tmpl.e_lane_top(p_lane smallint, p_cursor bigint)
+RETURNS int
+LANGUAGE plpgsql STABLE
+AS $$
+BEGIN
+    RETURN (SELECT max(p.priority) FROM prio p WHERE p.lane = p_lane AND p.priority > 0 AND p.pos > p_cursor);
 END
 $$;
 
