@@ -2,9 +2,12 @@ package sqlsrc_test
 
 import (
 	"fmt"
+	"io/fs"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+
+	sqlsrc "github.com/sluicemq/sluice/sql"
 )
 
 // A crash loses the unlogged lane states and leases (group_states,
@@ -137,5 +140,50 @@ func TestLostLaneStatesDoNotSkipABatchWithCompletions(t *testing.T) {
 		if delivered[pos] != want {
 			t.Errorf("position %d delivered %d times after the crash, want %d", pos, delivered[pos], want)
 		}
+	}
+}
+
+// A lane whose first take found nothing still gets a checkpoint, so that
+// after a crash it is not taken for a lane the group never took from (whose
+// state starts with nothing completed ahead of its cursor): an ack made
+// before the crash must hold. Migration 0014 gives one to such lanes of a
+// database made by an earlier version (whose first empty take wrote a state
+// and no checkpoint).
+func TestEmptyFirstTakeCheckpointsTheLane(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.createQueue("q", `{"lanes": 1}`)
+	schema := fmt.Sprintf("sluice_q%d", b.int64("SELECT id FROM sluice.queue WHERE name = 'q'"))
+	checkpoints := func() int64 { return b.int64("SELECT count(*) FROM " + schema + ".checkpoints") }
+
+	if ms := b.receive("q", "default", 1, ""); len(ms) != 0 {
+		t.Fatalf("empty queue: %d messages", len(ms))
+	}
+	if n := checkpoints(); n != 1 {
+		t.Fatalf("after an empty first take: %d checkpoints, want 1", n)
+	}
+
+	// As an earlier version left it: the state and no checkpoint; the
+	// migration adds it.
+	b.exec("DELETE FROM " + schema + ".checkpoints")
+	migration, err := fs.ReadFile(sqlsrc.FS, "tables/0014_lane_checkpoints.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.exec(string(migration))
+	if n := checkpoints(); n != 1 {
+		t.Fatalf("after migration 0014: %d checkpoints, want 1", n)
+	}
+
+	// Within a second of that take (no low-water mark checkpoint yet): a
+	// message taken and acked, a crash, then nothing comes again.
+	b.send(b.pool, "q", `{"n": 1}`)
+	ms := b.receive("q", "default", 1, "")
+	if len(ms) != 1 || b.ack("q", "default", receipts(ms)...) != 1 {
+		t.Fatalf("take and ack: %d messages", len(ms))
+	}
+	b.exec(fmt.Sprintf("TRUNCATE %[1]s.group_states, %[1]s.deliveries, %[1]s.runs", schema))
+	if again := b.receive("q", "default", 10, ""); len(again) != 0 {
+		t.Fatalf("after the crash: message %d delivered again after its ack", again[0].ID)
 	}
 }

@@ -309,3 +309,44 @@ func (b *bundle) pastTheLease(step func(db q) int) (steps, got int, n map[string
 		steps, got, n["e_take_fast"], n["e_pick"], n["e_take_expired"])
 	return steps, got, n
 }
+
+// A lane a group first takes from in the middle of a drain, after other
+// lanes' messages were acked, has nothing of its own completed: its takes
+// never look for completions ahead of the cursor (e_has_completed,
+// e_is_completed), which with the group's highest completed position as its
+// bound they did until the lane's cursor got there.
+func TestFreshLanesLookForNoCompletions(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.createQueue("q", `{"lanes": 4}`)
+	b.exec(`SELECT sluice.send_batch('q', array(SELECT jsonb_build_object('n', g) FROM generate_series(1, 400) g))`)
+	schema := fmt.Sprintf("sluice_q%d", b.int64("SELECT id FROM sluice.queue WHERE name = 'q'"))
+	taken := map[int64]bool{}
+	for i := 0; i < 100 && b.int64("SELECT count(DISTINCT lane) FROM "+schema+".group_states") < 4; i++ {
+		ms := b.receive("q", "default", 1, "")
+		for _, m := range ms {
+			taken[m.ID] = true
+		}
+		b.ack("q", "default", receipts(ms)...)
+	}
+	n := b.calls(func(tx pgx.Tx) {
+		for i := 0; i < 40; i++ {
+			ms, err := receiveOn(b.ctx, tx, "q", "default", 1, "")
+			if err != nil || len(ms) != 1 {
+				t.Fatalf("receive %d: %d messages, %v", i, len(ms), err)
+			}
+			if taken[ms[0].ID] {
+				t.Fatalf("receive %d: message %d again", i, ms[0].ID)
+			}
+			taken[ms[0].ID] = true
+			if _, err := tx.Exec(b.ctx, "SELECT sluice.ack('q', 'default', $1)", receipts(ms)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}, "e_has_completed", "e_is_completed", "e_take_fast")
+	t.Logf("40 receives of 1, each acked: %v", n)
+	if n["e_has_completed"] != 0 || n["e_is_completed"] != 0 {
+		t.Fatalf("takes looked for completions ahead of the cursor: e_has_completed %d, e_is_completed %d times, want 0",
+			n["e_has_completed"], n["e_is_completed"])
+	}
+}

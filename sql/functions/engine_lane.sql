@@ -11,11 +11,14 @@
 -- e_lane_state: the newest dispatch state of a group's lane, or where to
 -- resume when there is none (first receive, after a crash, after a purge):
 -- the lane's durable checkpoint, else the group's start. A state resumed
--- that way may have completed positions after its cursor (acks are logged,
--- states are not): its ahead is the group's highest completed position, so
--- that the receives after it look for completions up to there (ahead: see
--- migration 0013). A state row written before ahead existed gets it the
--- same way.
+-- from a checkpoint may have completed positions after its cursor (acks are
+-- logged, states are not): its ahead is the group's highest completed
+-- position, so that the receives after it look for completions up to there
+-- (ahead: see migration 0013); a lane without a checkpoint was never taken
+-- from, and its ahead is its cursor (nothing to look for: with the group's
+-- highest, every take of a lane first taken in the middle of a drain looked
+-- until the lane's cursor got there). A state row written before ahead
+-- existed gets the group's highest.
 --
 -- Parameters:
 --   g       the group
@@ -39,8 +42,13 @@ BEGIN
     SELECT c.seq, c.lwm INTO r FROM checkpoints c
     WHERE c.group_id = g.id AND c.lane = p_lane ORDER BY c.seq DESC LIMIT 1;
     st := ROW(p_lane, coalesce(r.seq, 0), NULL, greatest(coalesce(r.lwm, g.start_pos), g.start_pos),
-              '-infinity', '-infinity', false, '{}', '{}', '{}', '{}', true, e_completed_max(g.id))::sluice.lane_state;
+              '-infinity', '-infinity', false, '{}', '{}', '{}', '{}', true, NULL)::sluice.lane_state;
     st.cursor := st.lwm - 1;
+    -- No checkpoint either: the group never took from the lane (its first
+    -- take writes one, in the same transaction as the state, even when it
+    -- took nothing: e_lane_checkpoint, migration 0014; reclaim keeps the
+    -- newest; purge empties acks too), so nothing of it is completed.
+    st.ahead := CASE WHEN r.seq IS NULL THEN st.cursor ELSE e_completed_max(g.id) END;
     RETURN st;
 END
 $$;

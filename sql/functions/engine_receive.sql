@@ -547,7 +547,9 @@ $$;
 
 -- e_lane_checkpoint: about once a second while a lane has messages in
 -- flight, advance its low-water mark, and checkpoint it durably when it
--- moved (or the lane had no state), so that a crash resumes from there.
+-- moved, so that a crash resumes from there; and checkpoint a lane that had
+-- no state, even when nothing was taken, so that every lane a group has
+-- taken from has a checkpoint (e_lane_state relies on it).
 --
 -- Parameters:
 --   p_group_id  group id
@@ -571,6 +573,9 @@ BEGIN
             INSERT INTO checkpoints (slot, group_id, lane, seq, lwm, at)
             VALUES (p_slot, p_group_id, st.lane, st.seq + 1, st.lwm, p_now);
         END IF;
+    ELSIF NOT st.found THEN
+        INSERT INTO checkpoints (slot, group_id, lane, seq, lwm, at)
+        VALUES (p_slot, p_group_id, st.lane, st.seq + 1, st.lwm, p_now);
     END IF;
     RETURN st;
 END
