@@ -71,6 +71,22 @@ func (b *bundle) calls(f func(tx pgx.Tx), names ...string) map[string]int64 {
 	return got
 }
 
+// fourLanes makes queue q with four lanes and sends it 400 messages, which
+// one cut deals out to the lanes in chunks; it returns the queue's schema.
+func fourLanes(b *bundle) string {
+	b.t.Helper()
+	b.createQueue("q", `{"lanes": 4}`)
+	b.exec(`SELECT sluice.send_batch('q', array(SELECT jsonb_build_object('n', g) FROM generate_series(1, 400) g))`)
+	return fmt.Sprintf("sluice_q%d", b.int64("SELECT id FROM sluice.queue WHERE name = 'q'"))
+}
+
+// lanesWithState counts the lanes of a queue (by its schema) that some
+// group has a state of: those taken from at least once.
+func lanesWithState(b *bundle, schema string) int64 {
+	b.t.Helper()
+	return b.int64("SELECT count(DISTINCT lane) FROM " + schema + ".group_states")
+}
+
 // A receive with nothing to number, on lanes that need nothing but taking,
 // takes the fast path (e_fast_lane, e_take_fast), not e_pick; an ack that
 // names whole runs completes them without looking at each position
@@ -78,13 +94,11 @@ func (b *bundle) calls(f func(tx pgx.Tx), names ...string) map[string]int64 {
 func TestFastPathsAreTaken(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.createQueue("q", `{"lanes": 4}`)
-	b.exec(`SELECT sluice.send_batch('q', array(SELECT jsonb_build_object('n', g) FROM generate_series(1, 400) g))`)
+	schema := fourLanes(b)
 	// Warm up: the first receive cuts, and a lane's first receive makes its
 	// state; both take the full path.
-	schema := fmt.Sprintf("sluice_q%d", b.int64("SELECT id FROM sluice.queue WHERE name = 'q'"))
 	var first []msg
-	for i := 0; i < 50 && b.int64("SELECT count(DISTINCT lane) FROM "+schema+".group_states") < 4; i++ {
+	for i := 0; i < 50 && lanesWithState(b, schema) < 4; i++ {
 		first = append(first, b.receive("q", "default", 1, "")...)
 	}
 	b.ack("q", "default", receipts(first)...)
@@ -318,11 +332,9 @@ func (b *bundle) pastTheLease(step func(db q) int) (steps, got int, n map[string
 func TestFreshLanesLookForNoCompletions(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.createQueue("q", `{"lanes": 4}`)
-	b.exec(`SELECT sluice.send_batch('q', array(SELECT jsonb_build_object('n', g) FROM generate_series(1, 400) g))`)
-	schema := fmt.Sprintf("sluice_q%d", b.int64("SELECT id FROM sluice.queue WHERE name = 'q'"))
+	schema := fourLanes(b)
 	taken := map[int64]bool{}
-	for i := 0; i < 100 && b.int64("SELECT count(DISTINCT lane) FROM "+schema+".group_states") < 4; i++ {
+	for i := 0; i < 100 && lanesWithState(b, schema) < 4; i++ {
 		ms := b.receive("q", "default", 1, "")
 		for _, m := range ms {
 			taken[m.ID] = true
