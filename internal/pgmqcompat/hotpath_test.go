@@ -133,3 +133,41 @@ func TestHotPathsCallNoSQLFunctionsOrSettings(t *testing.T) {
 		t.Error(p)
 	}
 }
+
+// TestEngineSettingsTurnParallelPlansOff: every function of the layer that
+// carries the engine's settings (those of the queues' copies: generic
+// plans, no sequential scans, no JIT) turns parallel plans off too, as
+// sluice.receive does: a read over a backlog large enough for the planner to
+// go parallel otherwise started parallel workers for a probe that reads an
+// index page or two (see sluice's TestEngineFunctionsTurnJITOff).
+func TestEngineSettingsTurnParallelPlansOff(t *testing.T) {
+	t.Parallel()
+	db := newDB(t)
+	ctx := ctxT(t)
+	rows, err := db.Query(ctx, `
+		SELECT p.oid::regprocedure::text, array_to_string(p.proconfig, ' ')
+		FROM pg_proc p
+		WHERE p.pronamespace = 'pgmq'::regnamespace
+		  AND 'plan_cache_mode=force_generic_plan' = ANY (p.proconfig)`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	seen := 0
+	for rows.Next() {
+		var name, config string
+		if err := rows.Scan(&name, &config); err != nil {
+			t.Fatal(err)
+		}
+		seen++
+		if !strings.Contains(config, "max_parallel_workers_per_gather=0") {
+			t.Errorf("%s: settings %q lack max_parallel_workers_per_gather=0", name, config)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if seen < 10 {
+		t.Fatalf("found %d functions with the engine's settings, want the read and completion functions (10 or more)", seen)
+	}
+}

@@ -80,7 +80,8 @@ CREATE OR REPLACE FUNCTION sluice.receive(queue text, group_name text DEFAULT 'd
 RETURNS SETOF sluice.message
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET jit = off   -- (the engine's: _instantiate)
+SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET jit = off
+SET max_parallel_workers_per_gather = 0   -- (the engine's settings: sluice._instantiate)
 AS $$
 DECLARE
     q sluice.queue;
@@ -145,7 +146,8 @@ CREATE OR REPLACE FUNCTION sluice.ack(queue text, group_name text, receipts text
 RETURNS int
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET jit = off   -- (the engine's: _instantiate)
+SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET jit = off
+SET max_parallel_workers_per_gather = 0   -- (the engine's settings: sluice._instantiate)
 AS $$
 DECLARE
     q sluice.queue;
@@ -219,7 +221,8 @@ CREATE OR REPLACE FUNCTION sluice.nack(queue text, group_name text, receipt text
 RETURNS boolean
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET jit = off   -- (the engine's: _instantiate)
+SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET jit = off
+SET max_parallel_workers_per_gather = 0   -- (the engine's settings: sluice._instantiate)
 AS $$
 DECLARE
     q sluice.queue := sluice._use_queue(nack.queue);
@@ -259,7 +262,8 @@ CREATE OR REPLACE FUNCTION sluice.extend(queue text, group_name text, receipts t
 RETURNS int
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET jit = off   -- (the engine's: _instantiate)
+SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET jit = off
+SET max_parallel_workers_per_gather = 0   -- (the engine's settings: sluice._instantiate)
 AS $$
 DECLARE
     q sluice.queue := sluice._use_queue(extend.queue);

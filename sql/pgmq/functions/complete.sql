@@ -117,6 +117,7 @@ $$;
 CREATE OR REPLACE FUNCTION pgmq.delete(queue_name text, msg_id bigint)
 RETURNS boolean LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET jit = off
+SET max_parallel_workers_per_gather = 0
 AS $$
 BEGIN
     RETURN EXISTS (SELECT 1 FROM pgmq._complete(queue_name, ARRAY[msg_id], 'd'));
@@ -128,6 +129,7 @@ $$;
 CREATE OR REPLACE FUNCTION pgmq.delete(queue_name text, msg_ids bigint[])
 RETURNS SETOF bigint LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET jit = off
+SET max_parallel_workers_per_gather = 0
 AS $$
 BEGIN
     RETURN QUERY SELECT * FROM pgmq._complete(queue_name, msg_ids, 'd');
@@ -144,6 +146,7 @@ $$;
 CREATE OR REPLACE FUNCTION pgmq.archive(queue_name text, msg_id bigint)
 RETURNS boolean LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET jit = off
+SET max_parallel_workers_per_gather = 0
 AS $$
 BEGIN
     RETURN EXISTS (SELECT 1 FROM pgmq._complete(queue_name, ARRAY[msg_id], 'a'));
@@ -155,6 +158,7 @@ $$;
 CREATE OR REPLACE FUNCTION pgmq.archive(queue_name text, msg_ids bigint[])
 RETURNS SETOF bigint LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET jit = off
+SET max_parallel_workers_per_gather = 0
 AS $$
 BEGIN
     RETURN QUERY SELECT * FROM pgmq._complete(queue_name, msg_ids, 'a');
@@ -241,6 +245,7 @@ $$;
 CREATE OR REPLACE FUNCTION pgmq.set_vt(queue_name text, msg_ids bigint[], vt timestamptz)
 RETURNS SETOF pgmq.message_record LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET jit = off
+SET max_parallel_workers_per_gather = 0
 AS $$
 BEGIN
     RETURN QUERY SELECT * FROM pgmq._set_vt(queue_name, msg_ids, vt);
@@ -252,6 +257,7 @@ $$;
 CREATE OR REPLACE FUNCTION pgmq.set_vt(queue_name text, msg_ids bigint[], vt integer)
 RETURNS SETOF pgmq.message_record LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET jit = off
+SET max_parallel_workers_per_gather = 0
 AS $$
 BEGIN
     RETURN QUERY SELECT * FROM pgmq._set_vt(queue_name, msg_ids, clock_timestamp() + make_interval(secs => vt));
@@ -263,6 +269,7 @@ $$;
 CREATE OR REPLACE FUNCTION pgmq.set_vt(queue_name text, msg_id bigint, vt timestamptz)
 RETURNS SETOF pgmq.message_record LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET jit = off
+SET max_parallel_workers_per_gather = 0
 AS $$
 BEGIN
     RETURN QUERY SELECT * FROM pgmq._set_vt(queue_name, ARRAY[msg_id], vt);
@@ -274,6 +281,7 @@ $$;
 CREATE OR REPLACE FUNCTION pgmq.set_vt(queue_name text, msg_id bigint, vt integer)
 RETURNS SETOF pgmq.message_record LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET jit = off
+SET max_parallel_workers_per_gather = 0
 AS $$
 BEGIN
     RETURN QUERY SELECT * FROM pgmq._set_vt(queue_name, ARRAY[msg_id], clock_timestamp() + make_interval(secs => vt));

@@ -96,8 +96,8 @@ $$;
 -- copy of _t_deliver), then rotate the side tables if due (the generation is
 -- a minute old, and this session has not tried in the last minute). Called
 -- by the public read functions, whose SET clauses (search_path,
--- plan_cache_mode = force_generic_plan, enable_seqscan = off, jit = off)
--- are the settings of the queue's copy, which has none of its own: one
+-- plan_cache_mode = force_generic_plan, enable_seqscan = off, jit = off,
+-- max_parallel_workers_per_gather = 0) are the settings of the queue's copy, which has none of its own: one
 -- call with SET clauses per read instead of two.
 --
 -- Parameters:
@@ -152,6 +152,7 @@ CREATE OR REPLACE FUNCTION pgmq._deliver_pinned(p_name text, p_vt timestamptz, p
 RETURNS SETOF pgmq.message_record
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET jit = off
+SET max_parallel_workers_per_gather = 0
 AS $$
 BEGIN
     RETURN QUERY SELECT * FROM pgmq._deliver(p_name, p_vt, p_qty, p_cond, p_mode);
@@ -198,6 +199,7 @@ $$;
 CREATE OR REPLACE FUNCTION pgmq.read(queue_name text, vt integer, qty integer, conditional jsonb DEFAULT '{}')
 RETURNS SETOF pgmq.message_record LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET jit = off
+SET max_parallel_workers_per_gather = 0
 AS $$
 BEGIN
     RETURN QUERY SELECT * FROM pgmq._deliver(queue_name, clock_timestamp() + make_interval(secs => vt), qty,
@@ -224,6 +226,7 @@ $$;
 CREATE OR REPLACE FUNCTION pgmq.read_grouped(queue_name text, vt integer, qty integer)
 RETURNS SETOF pgmq.message_record LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET jit = off
+SET max_parallel_workers_per_gather = 0
 AS $$
 BEGIN
     RETURN QUERY SELECT * FROM pgmq._deliver(queue_name, clock_timestamp() + make_interval(secs => vt), qty,
@@ -249,6 +252,7 @@ $$;
 CREATE OR REPLACE FUNCTION pgmq.read_grouped_rr(queue_name text, vt integer, qty integer)
 RETURNS SETOF pgmq.message_record LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET jit = off
+SET max_parallel_workers_per_gather = 0
 AS $$
 BEGIN
     RETURN QUERY SELECT * FROM pgmq._deliver(queue_name, clock_timestamp() + make_interval(secs => vt), qty,
@@ -274,6 +278,7 @@ $$;
 CREATE OR REPLACE FUNCTION pgmq.read_grouped_head(queue_name text, vt integer, qty integer)
 RETURNS SETOF pgmq.message_record LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET jit = off
+SET max_parallel_workers_per_gather = 0
 AS $$
 BEGIN
     RETURN QUERY SELECT * FROM pgmq._deliver(queue_name, clock_timestamp() + make_interval(secs => vt), qty,
@@ -306,6 +311,7 @@ $$;
 CREATE OR REPLACE FUNCTION pgmq.pop(queue_name text, qty integer DEFAULT 1)
 RETURNS SETOF pgmq.message_record LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET jit = off
+SET max_parallel_workers_per_gather = 0
 AS $$
 BEGIN
     RETURN QUERY SELECT * FROM pgmq._deliver(queue_name, NULL, qty, '{}', 'p');
