@@ -82,6 +82,7 @@ LANGUAGE plpgsql STABLE
 AS $$
 DECLARE
     last record;
+    v_now timestamptz;
 BEGIN
     SELECT b.done, b.snap, b.t INTO last FROM batches b ORDER BY b.batch_no DESC LIMIT 1;
     IF NOT FOUND OR NOT last.done THEN
@@ -93,7 +94,12 @@ BEGIN
     IF EXISTS (SELECT 1 FROM messages m WHERE m.txid = ANY (ARRAY(SELECT pg_snapshot_xip(last.snap)))) THEN
         RETURN true;
     END IF;
-    RETURN EXISTS (SELECT 1 FROM messages m WHERE m.deliver_at > last.t AND m.deliver_at <= clock_timestamp());
+    -- (the time in a variable: clock_timestamp() is volatile, so written in
+    -- the condition it could not bound the index scan, which then read every
+    -- message delayed past the newest cut, on every receive: 92 ms a receive
+    -- beside 100,000 messages delayed by an hour, measured on PostgreSQL 15)
+    v_now := clock_timestamp();
+    RETURN EXISTS (SELECT 1 FROM messages m WHERE m.deliver_at > last.t AND m.deliver_at <= v_now);
 END
 $$;
 
