@@ -40,7 +40,7 @@ demo:
 BENCHFLAGS ?=
 bench:
 	$(GO) build -o $(BIN)/sluice ./cmd/sluice
-	$(BIN)/sluice bench send drain keyed latency steady shootout overload app xmin \
+	$(BIN)/sluice bench send drain keyed latency steady shootout overload app xmin memory \
 		--xmin-duration 2m --interval 30s --xmin-systems sluice,skiplocked,pgmq,pgmq-compat --lease 5s $(BENCHFLAGS)
 
 ## test: vet, staticcheck, the real pgmq clients, the Python and TypeScript

@@ -164,3 +164,42 @@ func TestHTTPSmoke(t *testing.T) {
 		t.Errorf("%d queues left behind (%v)", left, err)
 	}
 }
+
+// TestMemorySmoke runs the memory scenario for sluice and pgmq-compat: each
+// must report a connection's memory after 1 and after 20 queues, growing
+// with the queues (each queue's copy of the engine is compiled and planned
+// in the connection), and leave no queue behind.
+func TestMemorySmoke(t *testing.T) {
+	pool := server.NewPool(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var out bytes.Buffer
+	rep, err := bench.Run(ctx, []string{"memory"}, bench.Options{
+		Pool: pool, Out: &out, Command: "test", Systems: []string{"sluice", "pgmq-compat"},
+	})
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	if len(rep.Results) != 1 || len(rep.Results[0].Tables) != 1 {
+		t.Fatalf("results: %+v\n%s", rep.Results, out.String())
+	}
+	rows := rep.Results[0].Tables[0].Rows
+	if len(rows) != 2 {
+		t.Fatalf("rows %v, want sluice and pgmq-compat\n%s", rows, out.String())
+	}
+	for _, row := range rows {
+		one, err1 := strconv.ParseFloat(row[1], 64)
+		all, err2 := strconv.ParseFloat(row[2], 64)
+		per, err3 := strconv.ParseFloat(row[3], 64)
+		if err1 != nil || err2 != nil || err3 != nil || one <= 0 || all <= one || per <= 0 {
+			t.Errorf("row %v: want positive MB, growing from 1 to 20 queues", row)
+		}
+	}
+	var left int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM sluice.list_queues()`).Scan(&left); err != nil {
+		t.Fatal(err)
+	}
+	if left != 0 {
+		t.Errorf("%d queues left behind", left)
+	}
+}

@@ -65,6 +65,11 @@ Scenarios:
             and 100) beside the same over SQL, long-poll receive + ack end
             to end at 1,000 msg/s, and the database work of 1,000 idle
             long polls
+  memory    one connection's memory after it received and completed a
+            message on each of 1 and 20 queues, for sluice, PGMQ (installed
+            for the run, as in shootout) and pgmq-compat: MB per further
+            queue and the ratio to PGMQ's (needs superuser or
+            pg_read_all_stats for pg_backend_memory_contexts)
   all       all of the above
 
 Durations: each cell runs --duration (defaults: send 5s, drain at most 10s,

@@ -1,0 +1,181 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// memoryQueues is how many queues the memory scenario's connection uses.
+const memoryQueues = 20
+
+// memoryQueue names the memory scenario's i-th queue.
+func memoryQueue(i int) string { return fmt.Sprintf("bench_mem_%d", i) }
+
+// memoryDialect is what the memory scenario runs on one system's queues: the
+// statements an application would (sluice: receive, then ack; PGMQ and the
+// layer: read, then delete), each in its own transaction, $1 the queue.
+type memoryDialect struct {
+	create, drop, send string
+	// consume takes one message from queue q and completes it.
+	consume func(ctx context.Context, conn *pgx.Conn, q string) error
+}
+
+var sluiceMemory = memoryDialect{
+	create: `SELECT sluice.create_queue($1)`,
+	drop:   `SELECT sluice.drop_queue($1)`,
+	send:   `SELECT sluice.send($1, '{"n": 1}')`,
+	consume: func(ctx context.Context, conn *pgx.Conn, q string) error {
+		var receipts []string
+		if err := conn.QueryRow(ctx, `SELECT coalesce(array_agg(receipt), '{}') FROM sluice.receive($1, 'default', 1)`, q).Scan(&receipts); err != nil {
+			return err
+		}
+		_, err := conn.Exec(ctx, `SELECT sluice.ack($1, 'default', $2)`, q, receipts)
+		return err
+	},
+}
+
+var pgmqMemory = memoryDialect{
+	create: `SELECT pgmq.create($1)`,
+	drop:   `SELECT pgmq.drop_queue($1)`,
+	send:   `SELECT pgmq.send($1, '{"n": 1}'::jsonb)`,
+	consume: func(ctx context.Context, conn *pgx.Conn, q string) error {
+		var id int64
+		if err := conn.QueryRow(ctx, `SELECT msg_id FROM pgmq.read($1, 30, 1)`, q).Scan(&id); err != nil {
+			return err
+		}
+		_, err := conn.Exec(ctx, `SELECT pgmq.delete($1, $2::bigint)`, q, id)
+		return err
+	},
+}
+
+// memory: how much memory one PostgreSQL connection holds after it used n
+// queues (one message received and completed on each), for sluice, PGMQ and
+// pgmq-compat: a pool's connections that serve many queues each hold that
+// much, for as long as they live.
+func (r *runner) memory(ctx context.Context) (*Result, error) {
+	all, err := r.systems("sluice", "pgmq", "pgmq-compat")
+	if err != nil {
+		return nil, err
+	}
+	var notes []string
+	skip := func(s system, err error) {
+		fmt.Fprintf(r.o.Out, "%s skipped: %v\n", s.name(), err)
+		notes = append(notes, fmt.Sprintf("%s skipped: %v", s.name(), err))
+	}
+	var systems []system
+	for _, s := range all {
+		switch s := s.(type) {
+		case *sluiceSystem:
+		case pgmqSystem:
+			version, remove, err := installPGMQ(ctx, r.o.Pool, r.o.PGMQWheel)
+			if err != nil {
+				skip(s, err)
+				continue
+			}
+			defer func() {
+				if err := remove(context.WithoutCancel(ctx)); err != nil {
+					fmt.Fprintf(r.o.Out, "cleanup: %v\n", err)
+				}
+			}()
+			notes = append(notes, fmt.Sprintf("PGMQ %s, installed for the run from the SQL script of the pgmq PyPI wheel and removed afterwards.", version))
+		case pooledSystem:
+			if err := r.openOne(ctx, s); err != nil {
+				skip(s, err)
+				continue
+			}
+			defer func() {
+				if err := s.close(context.WithoutCancel(ctx)); err != nil {
+					fmt.Fprintf(r.o.Out, "cleanup: %v\n", err)
+				}
+			}()
+			notes = append(notes, compatNote)
+		default:
+			skip(s, errors.New("the memory scenario runs sluice, pgmq and pgmq-compat"))
+			continue
+		}
+		systems = append(systems, s)
+	}
+	t := Table{
+		Title: fmt.Sprintf("memory: one connection's memory (pg_backend_memory_contexts) after it received and completed one message on each of 1 and %d queues", memoryQueues),
+		Columns: []string{"system", "after 1 queue MB", fmt.Sprintf("after %d queues MB", memoryQueues),
+			"per further queue MB", "per further queue / PGMQ's"},
+	}
+	perQueue := map[string]float64{}
+	for _, s := range systems {
+		d := sluiceMemory
+		if _, ok := s.(*sluiceSystem); !ok {
+			d = pgmqMemory
+		}
+		one, all, err := r.memoryOf(ctx, r.poolOf(s), d)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", s.name(), err)
+		}
+		per := (all - one) / (memoryQueues - 1)
+		perQueue[s.name()] = per
+		fmt.Fprintf(r.o.Out, "memory %s: %.1f MB after 1 queue, %.1f MB after %d, %.2f MB a further queue\n", s.name(), one, all, memoryQueues, per)
+		t.Rows = append(t.Rows, []string{s.name(), fmt.Sprintf("%.1f", one), fmt.Sprintf("%.1f", all), fmt.Sprintf("%.2f", per), ""})
+	}
+	if base, ok := perQueue["PGMQ"]; ok && base > 0 {
+		for i, row := range t.Rows {
+			t.Rows[i][4] = fmt.Sprintf("%.1f", perQueue[row[0]]/base)
+		}
+	}
+	notes = append(notes,
+		"Each system's queues are made afresh and get one message each; a new connection (a new backend) then receives and completes one message on each queue, each call in its own transaction, and reads the sum of total_bytes of pg_backend_memory_contexts after the first queue and after the last. Per further queue = (after the last - after the first) / (queues - 1).",
+		"sluice (and pgmq-compat, which calls it) runs each queue's own copy of the engine's functions, whose plans are cached for the connection's life: a connection keeps them for every queue it has used. DISCARD ALL does not release them; only closing the connection does (docs/operations.md, Memory per connection).")
+	return &Result{Params: map[string]any{"queues": memoryQueues}, Tables: []Table{t}, Notes: notes}, nil
+}
+
+// memoryOf makes memoryQueues queues with d on pool, with one message each,
+// and returns the memory in MB of a new connection after it consumed from
+// the first queue and after it consumed from all of them; the queues are
+// dropped afterwards.
+func (r *runner) memoryOf(ctx context.Context, pool *pgxpool.Pool, d memoryDialect) (one, all float64, err error) {
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		for i := range memoryQueues {
+			if _, derr := pool.Exec(cctx, d.drop, memoryQueue(i)); derr != nil && !strings.Contains(derr.Error(), "does not exist") {
+				err = errors.Join(err, fmt.Errorf("dropping queue %s: %w", memoryQueue(i), derr))
+			}
+		}
+	}()
+	for i := range memoryQueues {
+		if _, err := pool.Exec(ctx, d.create, memoryQueue(i)); err != nil {
+			return 0, 0, fmt.Errorf("creating queue %s: %w", memoryQueue(i), err)
+		}
+		if _, err := pool.Exec(ctx, d.send, memoryQueue(i)); err != nil {
+			return 0, 0, fmt.Errorf("sending to queue %s: %w", memoryQueue(i), err)
+		}
+	}
+	conn, err := pgx.ConnectConfig(ctx, pool.Config().ConnConfig)
+	if err != nil {
+		return 0, 0, fmt.Errorf("connecting: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	held := func() (float64, error) {
+		var b int64
+		if err := conn.QueryRow(ctx, `SELECT sum(total_bytes)::bigint FROM pg_backend_memory_contexts`).Scan(&b); err != nil {
+			return 0, fmt.Errorf("reading pg_backend_memory_contexts (superuser or pg_read_all_stats): %w", err)
+		}
+		return float64(b) / (1 << 20), nil
+	}
+	for i := range memoryQueues {
+		if err := d.consume(ctx, conn, memoryQueue(i)); err != nil {
+			return 0, 0, fmt.Errorf("consuming from queue %s: %w", memoryQueue(i), err)
+		}
+		if i == 0 {
+			if one, err = held(); err != nil {
+				return 0, 0, err
+			}
+		}
+	}
+	all, err = held()
+	return one, all, err
+}
