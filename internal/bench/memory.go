@@ -73,17 +73,13 @@ func (r *runner) memory(ctx context.Context) (*Result, error) {
 		switch s := s.(type) {
 		case *sluiceSystem:
 		case pgmqSystem:
-			version, remove, err := installPGMQ(ctx, r.o.Pool, r.o.PGMQWheel)
+			note, remove, err := r.withPGMQ(ctx)
 			if err != nil {
 				skip(s, err)
 				continue
 			}
-			defer func() {
-				if err := remove(context.WithoutCancel(ctx)); err != nil {
-					fmt.Fprintf(r.o.Out, "cleanup: %v\n", err)
-				}
-			}()
-			notes = append(notes, fmt.Sprintf("PGMQ %s, installed for the run from the SQL script of the pgmq PyPI wheel and removed afterwards.", version))
+			defer remove()
+			notes = append(notes, note)
 		case pooledSystem:
 			if err := r.openOne(ctx, s); err != nil {
 				skip(s, err)

@@ -485,3 +485,19 @@ func readWheelSQL(wheel string) (script, version string, err error) {
 	version, _ = read("pgmq/sql/VERSION")
 	return script, strings.TrimSpace(version), nil
 }
+
+// withPGMQ installs PGMQ for a scenario (installPGMQ): the note its report
+// gives PGMQ and the removal to defer, or the error that skips PGMQ (no pip,
+// no network), not the scenario.
+func (r *runner) withPGMQ(ctx context.Context) (note string, remove func(), err error) {
+	version, rm, err := installPGMQ(ctx, r.o.Pool, r.o.PGMQWheel)
+	if err != nil {
+		return "", nil, err
+	}
+	return fmt.Sprintf("PGMQ %s, installed for the run from the SQL script of the pgmq PyPI wheel and removed afterwards.", version),
+		func() {
+			if err := rm(context.WithoutCancel(ctx)); err != nil {
+				fmt.Fprintf(r.o.Out, "cleanup: %v\n", err)
+			}
+		}, nil
+}

@@ -34,18 +34,14 @@ func (r *runner) xmin(ctx context.Context) (*Result, error) {
 	if i := slices.IndexFunc(systems, func(s system) bool { _, ok := s.(pgmqSystem); return ok }); i >= 0 {
 		// As in the shootout, a PGMQ that cannot be installed (no pip, no
 		// network) skips PGMQ, not the scenario.
-		version, remove, err := installPGMQ(ctx, r.o.Pool, r.o.PGMQWheel)
+		note, remove, err := r.withPGMQ(ctx)
 		if err != nil {
 			fmt.Fprintf(r.o.Out, "%s skipped: %v\n", systems[i].name(), err)
 			notes = append(notes, fmt.Sprintf("%s skipped: %v", systems[i].name(), err))
 			systems = slices.Delete(systems, i, i+1)
 		} else {
-			defer func() {
-				if err := remove(context.WithoutCancel(ctx)); err != nil {
-					fmt.Fprintf(r.o.Out, "cleanup: %v\n", err)
-				}
-			}()
-			notes = append(notes, fmt.Sprintf("PGMQ %s, installed for the run from the SQL script of the pgmq PyPI wheel and removed afterwards.", version))
+			defer remove()
+			notes = append(notes, note)
 		}
 	}
 	systems, more := r.openPooled(ctx, systems)
