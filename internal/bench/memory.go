@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -21,6 +20,7 @@ func memoryQueue(i int) string { return fmt.Sprintf("bench_mem_%d", i) }
 // statements an application would (sluice: receive, then ack; PGMQ and the
 // layer: read, then delete), each in its own transaction, $1 the queue.
 type memoryDialect struct {
+	// drop drops the queue if it exists (one a killed run left behind, too).
 	create, drop, send string
 	// consume takes one message from queue q and completes it.
 	consume func(ctx context.Context, conn *pgx.Conn, q string) error
@@ -28,7 +28,7 @@ type memoryDialect struct {
 
 var sluiceMemory = memoryDialect{
 	create: `SELECT sluice.create_queue($1)`,
-	drop:   `SELECT sluice.drop_queue($1)`,
+	drop:   `SELECT sluice.drop_queue(queue) FROM sluice.list_queues() WHERE queue = $1`,
 	send:   `SELECT sluice.send($1, '{"n": 1}')`,
 	consume: func(ctx context.Context, conn *pgx.Conn, q string) error {
 		var receipts []string
@@ -42,7 +42,7 @@ var sluiceMemory = memoryDialect{
 
 var pgmqMemory = memoryDialect{
 	create: `SELECT pgmq.create($1)`,
-	drop:   `SELECT pgmq.drop_queue($1)`,
+	drop:   `SELECT pgmq.drop_queue(queue_name) FROM pgmq.meta WHERE queue_name = $1`,
 	send:   `SELECT pgmq.send($1, '{"n": 1}'::jsonb)`,
 	consume: func(ctx context.Context, conn *pgx.Conn, q string) error {
 		var id int64
@@ -128,21 +128,24 @@ func (r *runner) memory(ctx context.Context) (*Result, error) {
 	return &Result{Params: map[string]any{"queues": memoryQueues}, Tables: []Table{t}, Notes: notes}, nil
 }
 
-// memoryOf makes memoryQueues queues with d on pool, with one message each,
-// and returns the memory in MB of a new connection after it consumed from
-// the first queue and after it consumed from all of them; the queues are
-// dropped afterwards.
+// memoryOf makes memoryQueues queues with d on pool (dropping any of their
+// names first), with one message each, and returns the memory in MB of a new
+// connection after it consumed from the first queue and after it consumed
+// from all of them; the queues are dropped afterwards.
 func (r *runner) memoryOf(ctx context.Context, pool *pgxpool.Pool, d memoryDialect) (one, all float64, err error) {
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
 		for i := range memoryQueues {
-			if _, derr := pool.Exec(cctx, d.drop, memoryQueue(i)); derr != nil && !strings.Contains(derr.Error(), "does not exist") {
+			if _, derr := pool.Exec(cctx, d.drop, memoryQueue(i)); derr != nil {
 				err = errors.Join(err, fmt.Errorf("dropping queue %s: %w", memoryQueue(i), derr))
 			}
 		}
 	}()
 	for i := range memoryQueues {
+		if _, err := pool.Exec(ctx, d.drop, memoryQueue(i)); err != nil {
+			return 0, 0, fmt.Errorf("dropping queue %s, left behind by an earlier run: %w", memoryQueue(i), err)
+		}
 		if _, err := pool.Exec(ctx, d.create, memoryQueue(i)); err != nil {
 			return 0, 0, fmt.Errorf("creating queue %s: %w", memoryQueue(i), err)
 		}
