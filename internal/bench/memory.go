@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -63,40 +64,20 @@ func (r *runner) memory(ctx context.Context) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	var notes []string
-	skip := func(s system, err error) {
-		fmt.Fprintf(r.o.Out, "%s skipped: %v\n", s.name(), err)
-		notes = append(notes, fmt.Sprintf("%s skipped: %v", s.name(), err))
-	}
-	var systems []system
-	for _, s := range all {
-		switch s := s.(type) {
-		case *sluiceSystem:
-		case pgmqSystem:
-			note, remove, err := r.withPGMQ(ctx)
-			if err != nil {
-				skip(s, err)
-				continue
-			}
-			defer remove()
-			notes = append(notes, note)
-		case pooledSystem:
-			if err := r.openOne(ctx, s); err != nil {
-				skip(s, err)
-				continue
-			}
-			defer func() {
-				if err := s.close(context.WithoutCancel(ctx)); err != nil {
-					fmt.Fprintf(r.o.Out, "cleanup: %v\n", err)
-				}
-			}()
-			notes = append(notes, compatNote)
-		default:
-			skip(s, errors.New("the memory scenario runs sluice, pgmq and pgmq-compat"))
-			continue
+	// (the scenario's dialects are sluice's and PGMQ's)
+	var others []string
+	all = slices.DeleteFunc(all, func(s system) bool {
+		switch s.(type) {
+		case *sluiceSystem, pgmqSystem, *pgmqCompatSystem:
+			return false
 		}
-		systems = append(systems, s)
-	}
+		others = append(others, r.skipped(s, errors.New("the memory scenario runs sluice, pgmq and pgmq-compat")))
+		return true
+	})
+	systems, notes, remove := r.prepare(ctx, all)
+	notes = append(others, notes...)
+	defer remove()
+	defer r.cleanupAll(ctx, systems...)
 	t := Table{
 		Title: fmt.Sprintf("memory: one connection's memory (pg_backend_memory_contexts) after it received and completed one message on each of 1 and %d queues", memoryQueues),
 		Columns: []string{"system", "after 1 queue MB", fmt.Sprintf("after %d queues MB", memoryQueues),
@@ -108,7 +89,7 @@ func (r *runner) memory(ctx context.Context) (*Result, error) {
 		if _, ok := s.(*sluiceSystem); !ok {
 			d = pgmqMemory
 		}
-		one, all, err := r.memoryOf(ctx, r.poolOf(s), d)
+		one, all, err := memoryOf(ctx, r.poolOf(s), d)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", s.name(), err)
 		}
@@ -132,7 +113,7 @@ func (r *runner) memory(ctx context.Context) (*Result, error) {
 // names first), with one message each, and returns the memory in MB of a new
 // connection after it consumed from the first queue and after it consumed
 // from all of them; the queues are dropped afterwards.
-func (r *runner) memoryOf(ctx context.Context, pool *pgxpool.Pool, d memoryDialect) (one, all float64, err error) {
+func memoryOf(ctx context.Context, pool *pgxpool.Pool, d memoryDialect) (one, all float64, err error) {
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()

@@ -173,6 +173,35 @@ func dropDatabase(ctx context.Context, pool *pgxpool.Pool, name string) error {
 // compatNote says how the pgmq-compat system runs, for a scenario's notes.
 const compatNote = "pgmq-compat: sluice's pgmq schema (what `sluice migrate --pgmq` installs) driven with PGMQ's statements, in a database of its own on the same server (<database>_pgmqcompat, made for the run and dropped afterwards): PGMQ and the layer both need schema pgmq."
 
+// prepare readies the systems of a scenario that compares PGMQ or
+// pgmq-compat: PGMQ installed for the run (withPGMQ) and the database of
+// each pooledSystem made (openPooled). A system that cannot be readied (no
+// pip, no network, no CREATEDB) is left out with a note, not the scenario.
+// remove uninstalls PGMQ: defer it before cleanupAll, which closes the
+// pooled systems.
+func (r *runner) prepare(ctx context.Context, systems []system) (kept []system, notes []string, remove func()) {
+	remove = func() {}
+	if i := slices.IndexFunc(systems, func(s system) bool { _, ok := s.(pgmqSystem); return ok }); i >= 0 {
+		note, rm, err := r.withPGMQ(ctx)
+		if err != nil {
+			notes = append(notes, r.skipped(systems[i], err))
+			systems = slices.Delete(slices.Clone(systems), i, i+1)
+		} else {
+			remove = rm
+			notes = append(notes, note)
+		}
+	}
+	kept, more := r.openPooled(ctx, systems)
+	return kept, append(notes, more...), remove
+}
+
+// skipped reports that s is left out of the scenario, and why: it prints
+// it and returns the note for the report.
+func (r *runner) skipped(s system, err error) string {
+	fmt.Fprintf(r.o.Out, "%s skipped: %v\n", s.name(), err)
+	return fmt.Sprintf("%s skipped: %v", s.name(), err)
+}
+
 // openPooled makes the database of every pooledSystem of systems and
 // returns the systems that can run, with a note for each skipped one.
 func (r *runner) openPooled(ctx context.Context, systems []system) ([]system, []string) {
@@ -182,8 +211,7 @@ func (r *runner) openPooled(ctx context.Context, systems []system) ([]system, []
 	for _, s := range systems {
 		if ps, ok := s.(pooledSystem); ok {
 			if err := r.openOne(ctx, ps); err != nil {
-				fmt.Fprintf(r.o.Out, "%s skipped: %v\n", s.name(), err)
-				notes = append(notes, fmt.Sprintf("%s skipped: %v", s.name(), err))
+				notes = append(notes, r.skipped(s, err))
 				continue
 			}
 			opened = true

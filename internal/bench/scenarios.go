@@ -442,28 +442,11 @@ func (r *runner) shootout(ctx context.Context) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	var notes []string
-	skip := func(s system, err error) {
-		fmt.Fprintf(r.o.Out, "%s skipped: %v\n", s.name(), err)
-		notes = append(notes, fmt.Sprintf("%s skipped: %v", s.name(), err))
-	}
+	ready, notes, remove := r.prepare(ctx, all)
+	defer remove()
 	var systems []system
-	for _, s := range all {
+	for _, s := range ready {
 		switch s := s.(type) {
-		case pgmqSystem:
-			note, remove, err := r.withPGMQ(ctx)
-			if err != nil {
-				skip(s, err)
-				continue
-			}
-			defer remove()
-			notes = append(notes, note)
-		case pooledSystem:
-			if err := r.openOne(ctx, s); err != nil {
-				skip(s, err)
-				continue
-			}
-			notes = append(notes, compatNote)
 		case *riverSystem:
 			// A trial install, so that a database where River cannot
 			// run (no CREATE on it, ...) skips River, not the run.
@@ -472,7 +455,7 @@ func (r *runner) shootout(ctx context.Context) (*Result, error) {
 				err = cerr
 			}
 			if err != nil {
-				skip(s, err)
+				notes = append(notes, r.skipped(s, err))
 				continue
 			}
 			notes = append(notes,

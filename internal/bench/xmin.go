@@ -30,22 +30,8 @@ func (r *runner) xmin(ctx context.Context) (*Result, error) {
 			return nil, err
 		}
 	}
-	var notes []string
-	if i := slices.IndexFunc(systems, func(s system) bool { _, ok := s.(pgmqSystem); return ok }); i >= 0 {
-		// As in the shootout, a PGMQ that cannot be installed (no pip, no
-		// network) skips PGMQ, not the scenario.
-		note, remove, err := r.withPGMQ(ctx)
-		if err != nil {
-			fmt.Fprintf(r.o.Out, "%s skipped: %v\n", systems[i].name(), err)
-			notes = append(notes, fmt.Sprintf("%s skipped: %v", systems[i].name(), err))
-			systems = slices.Delete(systems, i, i+1)
-		} else {
-			defer remove()
-			notes = append(notes, note)
-		}
-	}
-	systems, more := r.openPooled(ctx, systems)
-	notes = append(notes, more...)
+	systems, notes, remove := r.prepare(ctx, systems)
+	defer remove()
 	if len(systems) == 0 {
 		return nil, errors.New("no system left to run")
 	}
