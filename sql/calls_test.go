@@ -87,12 +87,11 @@ func TestHotPathSQLHelpersAreInlined(t *testing.T) {
 		before := b.xactCalls(tx)
 		round(tx)
 		for fn, n := range b.xactCalls(tx) {
-			// Called by design, and not on every call of the API: the
-			// low-water mark's walk (e_completed_count, about once a
-			// second) and a cut with keyed messages (e_lanes), each a query
-			// over a set, which no planner inlines into a scalar.
+			// Called by design, and not on every call of the API: a cut
+			// with keyed messages (e_lanes), a query over a set, which no
+			// planner inlines into a scalar.
 			hot := fn.lang == "sql" && (fn.schema == "sluice" || strings.HasPrefix(fn.schema, "sluice_q")) &&
-				fn.name != "e_completed_count" && fn.name != "e_lanes"
+				fn.name != "e_lanes"
 			if hot && n > before[fn] {
 				called = append(called, fmt.Sprintf("%s.%s (%d calls)", fn.schema, fn.name, n-before[fn]))
 			}

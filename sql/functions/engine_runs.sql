@@ -19,7 +19,7 @@
 -- position is the nearest one at or before it. A position may be both in
 -- an acked run and in an acks row (a nack or a dead letter racing an ack of
 -- the run): it is completed either way, and counts of completed positions
--- count it once (e_completed_count).
+-- count it once (e_completed_in).
 --
 -- These are SQL functions without SET clauses, so that the planner inlines
 -- them into the statements that call them; their table names are resolved
@@ -107,7 +107,7 @@ $$;
 -- its checkpoint may find completed ahead of its cursor (e_lane_state).
 -- Eight index probes, made when a lane state is resumed (and by status for
 -- a lane without a state), not per receive. PL/pgSQL, so that the plan is
--- kept for the session (see e_completed_count).
+-- kept for the session (see e_completed_in).
 CREATE OR REPLACE FUNCTION sluice_tmpl.e_completed_max(p_group_id int)
 RETURNS bigint
 LANGUAGE plpgsql STABLE
@@ -120,32 +120,31 @@ BEGIN
 END
 $$;
 
--- e_completed_count: how many positions from p_lo to p_hi a group has
--- completed (of any slot), each counted once: its own rows, and the part
--- of the acked runs inside the range (the run reaching in from below
--- included). PL/pgSQL, so that its plan is kept for the session: called
--- from an expression (e_lane_lwm), a SQL function with a UNION is not
--- inlined but planned again on every call (~2.2M instructions a call,
--- callgrind, PostgreSQL 15).
-CREATE OR REPLACE FUNCTION sluice_tmpl.e_completed_count(p_group_id int, p_lo bigint, p_hi bigint)
-RETURNS bigint
-LANGUAGE plpgsql STABLE
+-- e_completed_in: the positions from p_lo to p_hi a group has completed
+-- (of any slot), each once: its own rows, and the part of the acked runs
+-- inside the range (the run reaching in from below included). Counted by
+-- e_lane_lwm's batch statement, into which the planner inlines it (as a
+-- subquery run again for each batch: called from an expression, a SQL
+-- function with a UNION is not inlined but planned again on every call,
+-- ~2.2M instructions a call, callgrind, PostgreSQL 15).
+CREATE OR REPLACE FUNCTION sluice_tmpl.e_completed_in(p_group_id int, p_lo bigint, p_hi bigint)
+RETURNS TABLE (pos bigint)
+LANGUAGE sql STABLE
 AS $$
-BEGIN
-    RETURN (SELECT count(*) FROM (
-        SELECT a.pos FROM acks a
-        WHERE a.group_id = p_group_id AND a.pos BETWEEN p_lo AND p_hi
-        UNION
-        SELECT generate_series(a.pos, least(a.last_pos, p_hi)) FROM run_acks a
-        WHERE a.group_id = p_group_id AND a.pos BETWEEN p_lo AND p_hi
-        UNION
-        SELECT generate_series(p_lo, least(s.last_pos, p_hi))
-        FROM (SELECT a.last_pos FROM run_acks a
-              WHERE a.group_id = p_group_id AND a.pos < p_lo
-              ORDER BY a.pos DESC LIMIT 1) s
-        WHERE s.last_pos >= p_lo) u);
-END
+    SELECT a.pos FROM acks a
+    WHERE a.group_id = p_group_id AND a.pos BETWEEN p_lo AND p_hi
+    UNION
+    SELECT generate_series(a.pos, least(a.last_pos, p_hi)) FROM run_acks a
+    WHERE a.group_id = p_group_id AND a.pos BETWEEN p_lo AND p_hi
+    UNION
+    SELECT generate_series(p_lo, least(s.last_pos, p_hi))
+    FROM (SELECT a.last_pos FROM run_acks a
+          WHERE a.group_id = p_group_id AND a.pos < p_lo
+          ORDER BY a.pos DESC LIMIT 1) s
+    WHERE s.last_pos >= p_lo
 $$;
+
+DROP FUNCTION IF EXISTS sluice_tmpl.e_completed_count(int, bigint, bigint);   -- (counted in e_lane_lwm's statement)
 
 -- e_newest: a group's newest delivery of a position: its newest deliveries
 -- row (by attempt, then time, then token: extends write newer rows with the
