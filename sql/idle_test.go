@@ -120,8 +120,8 @@ func TestIdleNoteHidesNoWork(t *testing.T) {
 	b.send(b.pool, "q", `{"n": "new"}`)
 	m := one("new message", receiveOnConn(b, c, "default", "300 milliseconds"))
 
-	// A lease that runs out while the session polls: the note lasts at most
-	// until it, so the first receive after it redelivers.
+	// A lease that runs out while the session polls: a note lasts at most
+	// 25 ms, so the first receive 25 ms after the lease ran out redelivers.
 	idle("holding a lease")
 	time.Sleep(350 * time.Millisecond)
 	if r := one("expired lease", receiveOnConn(b, c, "default", "")); r.ID != m.ID || r.Attempt != 2 {

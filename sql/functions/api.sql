@@ -41,13 +41,13 @@
 -- A receive that finds nothing to take in an idle group notes so in its
 -- session (the setting sluice.idle_<queue id>); the session's next receives
 -- of the group return nothing at less cost until a newer batch is numbered
--- or a lease or retry of the group comes due (at most 25 ms): new messages
--- are seen at once, a keyed nack of another session up to 25 ms later. A
--- receive that looked at every lane of its group and took all there was
--- notes the same for 25 ms; while that holds, the session's receives that
--- number new messages look only at the lanes those were numbered into, so
--- a lease that expires or a keyed nack of another session in that time is
--- seen up to 25 ms later.
+-- or 25 ms have passed: new messages are seen at once, a lease that expires
+-- or a keyed nack of another session up to 25 ms later. A receive that
+-- looked at every lane of its group and took all there was notes the same
+-- for 25 ms; while that holds, the session's receives that number new
+-- messages look only at the lanes those were numbered into, so a lease
+-- that expires or a keyed nack of another session in that time is seen up
+-- to 25 ms later.
 --
 -- Parameters:
 --   queue         queue name

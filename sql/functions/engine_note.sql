@@ -23,16 +23,15 @@
 --   stays).
 --
 -- Notes are written by a receive that looked at every lane and took all
--- there was (e_pick: until 25 ms ahead), and by a fast-path receive that
--- found no free lane with work (e_idle_note: until 25 ms ahead, or the
--- earliest lease or run expiry or low-water mark due if sooner). New
+-- there was (e_pick), and by a fast-path receive that found no free lane
+-- with work (e_idle_note), both until 25 ms ahead. New
 -- messages always go through: e_uncut and the priority check run first, a
 -- cut makes a newer batch, and so do unkeyed nacks (a retry is a new
 -- message). What a note does not see, for at most the 25 ms it holds: a
 -- keyed nack of another session (sluice.nack clears its own session's
 -- note), a lease written by a receive that committed after the note's
 -- snapshot, a lease that expires or a low-water mark that comes due while a
--- note of the first kind holds, and a group moved back by seek. (extend
+-- note holds, and a group moved back by seek. (extend
 -- only lengthens leases.) A receive of a queue with prioritized messages
 -- neither reads nor writes notes on the pick path.
 -- Format: 'group_id batch_no until_microseconds idle|busy'.
@@ -89,8 +88,13 @@ END
 $$;
 
 -- e_idle_note: the note for a group whose receive found no free lane with
--- work (see above), read in one snapshot: until 25 ms ahead, or sooner
--- when a lease or run of the group expires or a low-water mark comes due.
+-- work (see above): until 25 ms ahead, with the newest batch, idle or busy.
+-- It does not look for a lease of the group that expires, or a low-water
+-- mark that comes due, sooner: that is seen when the note runs out, at most
+-- 25 ms late, as under a note written on the numbering path. (It did look:
+-- three probes of four partitions per lane, ~1.8 ms a note, written on most
+-- empty polls of steady traffic, where every cut makes a newer batch: 13% of
+-- the consumers' time at 300 msg/s, PostgreSQL 15, 4 consumers.)
 --
 -- Parameters:
 --   p_group_id  group id
@@ -104,20 +108,7 @@ AS $$
 BEGIN
     RETURN (
         SELECT p_group_id || ' ' || nb.batch_no || ' '
-               || (extract(epoch FROM CASE WHEN w.busy THEN p_now + interval '25 ms'
-                                           ELSE least(p_now + interval '25 ms', (
-                   SELECT min(least(
-                              (SELECT d.expires_at FROM deliveries d
-                               WHERE d.group_id = p_group_id AND d.lane = l.lane AND d.expires_at > p_now
-                               ORDER BY d.expires_at LIMIT 1),
-                              (SELECT ru.expires_at FROM runs ru
-                               WHERE ru.group_id = p_group_id AND ru.lane = l.lane AND ru.expires_at > p_now
-                               ORDER BY ru.expires_at LIMIT 1),
-                              CASE WHEN s.lwm <= s.cursor THEN s.lwm_at + interval '1 second' END))
-                   FROM generate_series(0, p_lanes - 1) AS l(lane)
-                   LEFT JOIN LATERAL (SELECT s.cursor, s.lwm, s.lwm_at FROM group_states s
-                                      WHERE s.group_id = p_group_id AND s.lane = l.lane
-                                      ORDER BY s.seq DESC LIMIT 1) s ON true)) END) * 1000000)::bigint
+               || (extract(epoch FROM p_now + interval '25 ms') * 1000000)::bigint
                || CASE WHEN w.busy THEN ' busy' ELSE ' idle' END
         FROM (SELECT b.batch_no FROM batches b ORDER BY b.batch_no DESC LIMIT 1) nb
         CROSS JOIN (SELECT EXISTS (SELECT FROM e_lanes_with_work(p_group_id, p_lanes, p_now, 0, false, NULL)) AS busy) w);
