@@ -55,13 +55,13 @@ $$;
 
 -- e_lane_lwm: the first position of a lane in [p_lwm, p_cursor] the group
 -- has not completed (p_cursor + 1 when all are). Batch by batch: one
--- statement finds the lane's first batch after p_from that is not passed
--- whole, a batch being passed when its positions are all completed (one
--- count of its completions each, a range scan of the acks and run_acks
--- indexes, not a probe per position); in that batch (or one with messages
--- targeted at single groups), the positions are looked at one by one.
--- Stops at the first one not completed, so it is cheap while the front of
--- the lane is in flight.
+-- statement finds the next batch of the lane that is not passed whole, a
+-- batch being passed when its positions are all completed (one count of
+-- its completions each, a range scan of the acks and run_acks indexes, not
+-- a probe per position); in that batch (or one with messages targeted at
+-- single groups), the positions are looked at one by one. Stops at the
+-- first one not completed, so it is cheap while the front of the lane is
+-- in flight.
 --
 -- The count is a subquery of the batch statement, run again for each batch
 -- it passes, rather than a call per batch: in steady traffic a lane's

@@ -24,15 +24,14 @@
 --
 -- Notes are written by a receive that looked at every lane and took all
 -- there was (e_pick), and by a fast-path receive that found no free lane
--- with work (e_idle_note), both until 25 ms ahead. New
--- messages always go through: e_uncut and the priority check run first, a
--- cut makes a newer batch, and so do unkeyed nacks (a retry is a new
--- message). What a note does not see, for at most the 25 ms it holds: a
--- keyed nack of another session (sluice.nack clears its own session's
--- note), a lease written by a receive that committed after the note's
--- snapshot, a lease that expires or a low-water mark that comes due while a
--- note holds, and a group moved back by seek. (extend
--- only lengthens leases.) A receive of a queue with prioritized messages
+-- with work (e_idle_note), both until 25 ms ahead. New messages always go
+-- through: e_uncut and the priority check run first, a cut makes a newer
+-- batch, and so do unkeyed nacks (a retry is a new message). What a note
+-- does not see, for at most the 25 ms it holds: a keyed nack of another
+-- session (sluice.nack clears its own session's note), a lease written by
+-- a receive that committed after the note's snapshot, a lease that expires
+-- or a low-water mark that comes due while a note holds, and a group moved
+-- back by seek. (extend only lengthens leases.) A receive of a queue with prioritized messages
 -- neither reads nor writes notes on the pick path.
 -- Format: 'group_id batch_no until_microseconds idle|busy'.
 
