@@ -79,9 +79,7 @@ CREATE OR REPLACE FUNCTION sluice.receive(queue text, group_name text DEFAULT 'd
                                           ack text[] DEFAULT NULL)
 RETURNS SETOF sluice.message
 LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET jit = off
-SET max_parallel_workers_per_gather = 0   -- (the engine's settings: sluice._instantiate)
+SET search_path = pg_catalog, pg_temp   -- (and the engine's settings: end of file)
 AS $$
 DECLARE
     q sluice.queue;
@@ -145,9 +143,7 @@ $$;
 CREATE OR REPLACE FUNCTION sluice.ack(queue text, group_name text, receipts text[], durable boolean DEFAULT true)
 RETURNS int
 LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET jit = off
-SET max_parallel_workers_per_gather = 0   -- (the engine's settings: sluice._instantiate)
+SET search_path = pg_catalog, pg_temp   -- (and the engine's settings: end of file)
 AS $$
 DECLARE
     q sluice.queue;
@@ -220,9 +216,7 @@ CREATE OR REPLACE FUNCTION sluice.nack(queue text, group_name text, receipt text
                                        error text DEFAULT NULL)
 RETURNS boolean
 LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET jit = off
-SET max_parallel_workers_per_gather = 0   -- (the engine's settings: sluice._instantiate)
+SET search_path = pg_catalog, pg_temp   -- (and the engine's settings: end of file)
 AS $$
 DECLARE
     q sluice.queue := sluice._use_queue(nack.queue);
@@ -261,9 +255,7 @@ $$;
 CREATE OR REPLACE FUNCTION sluice.extend(queue text, group_name text, receipts text[], lease interval)
 RETURNS int
 LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET jit = off
-SET max_parallel_workers_per_gather = 0   -- (the engine's settings: sluice._instantiate)
+SET search_path = pg_catalog, pg_temp   -- (and the engine's settings: end of file)
 AS $$
 DECLARE
     q sluice.queue := sluice._use_queue(extend.queue);
@@ -493,3 +485,7 @@ BEGIN
     END LOOP;
 END
 $$;
+
+-- The engine's settings for the functions above that call a queue's copy
+-- through the search path (sluice._engine_settings).
+SELECT sluice._apply_engine_settings('sluice', ARRAY['receive', 'ack', 'nack', 'extend']);

@@ -323,24 +323,83 @@ BEGIN
 END
 $$;
 
+-- _engine_settings: the SET clauses of the engine's entry points, as
+-- ALTER FUNCTION takes them: plan_cache_mode = force_generic_plan (plan
+-- once per session), enable_seqscan = off (an index probe, whatever the
+-- statistics say of a table that just rotated), jit = off (a plan that
+-- keeps a disabled seq scan is costed at 1e10 and would be JIT-compiled on
+-- every run) and max_parallel_workers_per_gather = 0 (maintenance's
+-- rotation check and status were planned as parallel scans of the
+-- messages: the parallel part of the rotation check took 8 and 14 ms in
+-- two calls measured, for a statement that reads a few pages; and a
+-- receive over a backlog of ~150,000 started parallel workers for its
+-- probe of messages not yet numbered, 211 against 628 receives/s). The
+-- entry points are a queue's copies that the public API calls (given them
+-- by _instantiate) and the public functions that call a copy through the
+-- search path (given them by _apply_engine_settings: sluice.receive, ack,
+-- nack, extend, and the pgmq layer's reads and completions). The functions
+-- they call inherit the settings: a function with SET clauses costs ~30 us
+-- a call.
+--
+-- Parameters:
+--   p_seqscan  whether to leave sequential scans on (a function that reads
+--              whole tables)
+-- Returns: the clauses ('SET name = value SET ...')
+CREATE OR REPLACE FUNCTION sluice._engine_settings(p_seqscan boolean DEFAULT false)
+RETURNS text
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT 'SET plan_cache_mode = force_generic_plan SET enable_seqscan = '
+           || CASE WHEN p_seqscan THEN 'on' ELSE 'off' END
+           || ' SET jit = off SET max_parallel_workers_per_gather = 0'
+$$;
+
+-- _apply_engine_settings: give the engine's settings (_engine_settings) to
+-- every function of a schema with one of the given names, all overloads.
+-- Run by the function files of those functions after they are (re)created:
+-- CREATE OR REPLACE FUNCTION replaces a function's SET clauses with its
+-- own, which leave these out.
+--
+-- Parameters:
+--   p_schema  the schema
+--   p_names   the functions' names
+-- Errors: SL900 when a name matches no function (a renamed entry point
+--         must not lose its settings silently)
+CREATE OR REPLACE FUNCTION sluice._apply_engine_settings(p_schema text, p_names text[])
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    f record;
+    v_missing text;
+BEGIN
+    SELECT string_agg(x.name, ', ') INTO v_missing
+    FROM unnest(p_names) AS x(name)
+    WHERE NOT EXISTS (SELECT FROM pg_proc p WHERE p.pronamespace = p_schema::regnamespace AND p.proname = x.name);
+    IF v_missing IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'SL900',
+            MESSAGE = format('no function %s in schema %s to give the engine''s settings', v_missing, p_schema);
+    END IF;
+    FOR f IN SELECT p.oid FROM pg_proc p
+             WHERE p.pronamespace = p_schema::regnamespace AND p.proname = ANY (p_names) LOOP
+        EXECUTE format('ALTER FUNCTION %s %s', f.oid::regprocedure, sluice._engine_settings());
+    END LOOP;
+END
+$$;
+
 -- _instantiate: (re)create a queue's copies of the engine functions from the
 -- templates in schema sluice_tmpl. Run for every queue on each migrate.
 --
 -- Templates are written without SET clauses. A copy differs from its
 -- template in its schema, and the entry points (the functions the public
--- API calls) get the engine's settings, applied here once:
--- search_path = the queue's schema (their unqualified table names are the
--- queue's tables), plan_cache_mode = force_generic_plan (plan once per
--- session), enable_seqscan = off (an index probe, whatever the statistics
--- say of a table that just rotated) and jit = off (a plan that keeps a
--- disabled seq scan is costed at 1e10 and would be JIT-compiled on every
--- run) and max_parallel_workers_per_gather = 0 (maintenance's rotation
--- check and status were planned as parallel scans of the messages: the
--- parallel part of the rotation check took 8 and 14 ms in two calls
--- measured, for a statement that reads a few pages). The other functions run only inside an entry point and inherit
--- them: a function with SET clauses costs ~30 us a call. e_peek reads all
--- of the queue's messages (there is no index to read them by id): it keeps
--- sequential scans, which an index scan of every row would cost more than.
+-- API calls) get the engine's settings (_engine_settings), applied here
+-- once, and search_path = the queue's schema (their unqualified table
+-- names are the queue's tables). The other functions run only inside an
+-- entry point and inherit them. e_peek reads all of the queue's messages
+-- (there is no index to read them by id): it keeps sequential scans, which
+-- an index scan of every row would cost more than.
 --
 -- Parameters:
 --   p_queue_id  queue id
@@ -383,11 +442,8 @@ BEGIN
     END LOOP;
     FOR f IN SELECT p.oid, p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
              WHERE n.nspname = sch AND p.proname = ANY (entry_points) LOOP
-        EXECUTE format('ALTER FUNCTION %s SET search_path = %s '
-                       'SET plan_cache_mode = force_generic_plan SET enable_seqscan = %s SET jit = off '
-                       'SET max_parallel_workers_per_gather = 0',
-                       f.oid::regprocedure, sluice._queue_path(p_queue_id),
-                       CASE WHEN f.proname = ANY (scanners) THEN 'on' ELSE 'off' END);
+        EXECUTE format('ALTER FUNCTION %s SET search_path = %s %s', f.oid::regprocedure, sluice._queue_path(p_queue_id),
+                       sluice._engine_settings(f.proname = ANY (scanners)));
     END LOOP;
     -- The copies are internal: only the owner (through the public API) calls them.
     EXECUTE format('REVOKE ALL ON ALL FUNCTIONS IN SCHEMA %I FROM PUBLIC', sch);

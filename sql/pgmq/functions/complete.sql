@@ -116,8 +116,7 @@ $$;
 -- Errors: 42P01 no such queue
 CREATE OR REPLACE FUNCTION pgmq.delete(queue_name text, msg_id bigint)
 RETURNS boolean LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET jit = off
-SET max_parallel_workers_per_gather = 0
+SET search_path = pg_catalog, pg_temp   -- (and the engine's settings: end of file)
 AS $$
 BEGIN
     RETURN EXISTS (SELECT 1 FROM pgmq._complete(queue_name, ARRAY[msg_id], 'd'));
@@ -128,8 +127,7 @@ $$;
 -- Returns: the msg_ids deleted. Errors: as delete
 CREATE OR REPLACE FUNCTION pgmq.delete(queue_name text, msg_ids bigint[])
 RETURNS SETOF bigint LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET jit = off
-SET max_parallel_workers_per_gather = 0
+SET search_path = pg_catalog, pg_temp   -- (and the engine's settings: end of file)
 AS $$
 BEGIN
     RETURN QUERY SELECT * FROM pgmq._complete(queue_name, msg_ids, 'd');
@@ -145,8 +143,7 @@ $$;
 -- Errors: 42P01 no such queue
 CREATE OR REPLACE FUNCTION pgmq.archive(queue_name text, msg_id bigint)
 RETURNS boolean LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET jit = off
-SET max_parallel_workers_per_gather = 0
+SET search_path = pg_catalog, pg_temp   -- (and the engine's settings: end of file)
 AS $$
 BEGIN
     RETURN EXISTS (SELECT 1 FROM pgmq._complete(queue_name, ARRAY[msg_id], 'a'));
@@ -157,8 +154,7 @@ $$;
 -- Returns: the msg_ids archived. Errors: as archive
 CREATE OR REPLACE FUNCTION pgmq.archive(queue_name text, msg_ids bigint[])
 RETURNS SETOF bigint LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET jit = off
-SET max_parallel_workers_per_gather = 0
+SET search_path = pg_catalog, pg_temp   -- (and the engine's settings: end of file)
 AS $$
 BEGIN
     RETURN QUERY SELECT * FROM pgmq._complete(queue_name, msg_ids, 'a');
@@ -244,8 +240,7 @@ $$;
 -- Errors: 42P01 no such queue
 CREATE OR REPLACE FUNCTION pgmq.set_vt(queue_name text, msg_ids bigint[], vt timestamptz)
 RETURNS SETOF pgmq.message_record LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET jit = off
-SET max_parallel_workers_per_gather = 0
+SET search_path = pg_catalog, pg_temp   -- (and the engine's settings: end of file)
 AS $$
 BEGIN
     RETURN QUERY SELECT * FROM pgmq._set_vt(queue_name, msg_ids, vt);
@@ -256,8 +251,7 @@ $$;
 -- Returns: the changed messages. Errors: as set_vt
 CREATE OR REPLACE FUNCTION pgmq.set_vt(queue_name text, msg_ids bigint[], vt integer)
 RETURNS SETOF pgmq.message_record LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET jit = off
-SET max_parallel_workers_per_gather = 0
+SET search_path = pg_catalog, pg_temp   -- (and the engine's settings: end of file)
 AS $$
 BEGIN
     RETURN QUERY SELECT * FROM pgmq._set_vt(queue_name, msg_ids, clock_timestamp() + make_interval(secs => vt));
@@ -268,8 +262,7 @@ $$;
 -- Returns: the message with its new vt, or no row. Errors: as set_vt
 CREATE OR REPLACE FUNCTION pgmq.set_vt(queue_name text, msg_id bigint, vt timestamptz)
 RETURNS SETOF pgmq.message_record LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET jit = off
-SET max_parallel_workers_per_gather = 0
+SET search_path = pg_catalog, pg_temp   -- (and the engine's settings: end of file)
 AS $$
 BEGIN
     RETURN QUERY SELECT * FROM pgmq._set_vt(queue_name, ARRAY[msg_id], vt);
@@ -280,10 +273,13 @@ $$;
 -- msg_id, vt. Returns: the message with its new vt, or no row. Errors: as set_vt
 CREATE OR REPLACE FUNCTION pgmq.set_vt(queue_name text, msg_id bigint, vt integer)
 RETURNS SETOF pgmq.message_record LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET jit = off
-SET max_parallel_workers_per_gather = 0
+SET search_path = pg_catalog, pg_temp   -- (and the engine's settings: end of file)
 AS $$
 BEGIN
     RETURN QUERY SELECT * FROM pgmq._set_vt(queue_name, ARRAY[msg_id], clock_timestamp() + make_interval(secs => vt));
 END
 $$;
+
+-- The engine's settings for the functions above that call a queue's copy
+-- (sluice._engine_settings).
+SELECT sluice._apply_engine_settings('pgmq', ARRAY['delete', 'archive', 'set_vt']);

@@ -95,10 +95,10 @@ $$;
 -- _deliver: receive up to qty messages and log their deliveries (the queue's
 -- copy of _t_deliver), then rotate the side tables if due (the generation is
 -- a minute old, and this session has not tried in the last minute). Called
--- by the public read functions, whose SET clauses (search_path,
--- plan_cache_mode = force_generic_plan, enable_seqscan = off, jit = off,
--- max_parallel_workers_per_gather = 0) are the settings of the queue's copy, which has none of its own: one
--- call with SET clauses per read instead of two.
+-- by the public read functions, whose SET clauses (search_path and the
+-- engine's settings, sluice._engine_settings) are the settings of the
+-- queue's copy, which has none of its own: one call with SET clauses per
+-- read instead of two.
 --
 -- Parameters:
 --   p_name  the queue
@@ -151,8 +151,7 @@ CREATE OR REPLACE FUNCTION pgmq._deliver_pinned(p_name text, p_vt timestamptz, p
                                                 p_mode "char")
 RETURNS SETOF pgmq.message_record
 LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET jit = off
-SET max_parallel_workers_per_gather = 0
+SET search_path = pg_catalog, pg_temp   -- (and the engine's settings: end of file)
 AS $$
 BEGIN
     RETURN QUERY SELECT * FROM pgmq._deliver(p_name, p_vt, p_qty, p_cond, p_mode);
@@ -198,8 +197,7 @@ $$;
 -- Returns: pgmq.message_record rows. Errors: as read
 CREATE OR REPLACE FUNCTION pgmq.read(queue_name text, vt integer, qty integer, conditional jsonb DEFAULT '{}')
 RETURNS SETOF pgmq.message_record LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET jit = off
-SET max_parallel_workers_per_gather = 0
+SET search_path = pg_catalog, pg_temp   -- (and the engine's settings: end of file)
 AS $$
 BEGIN
     RETURN QUERY SELECT * FROM pgmq._deliver(queue_name, clock_timestamp() + make_interval(secs => vt), qty,
@@ -225,8 +223,7 @@ $$;
 -- Returns: pgmq.message_record rows. Errors: as read
 CREATE OR REPLACE FUNCTION pgmq.read_grouped(queue_name text, vt integer, qty integer)
 RETURNS SETOF pgmq.message_record LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET jit = off
-SET max_parallel_workers_per_gather = 0
+SET search_path = pg_catalog, pg_temp   -- (and the engine's settings: end of file)
 AS $$
 BEGIN
     RETURN QUERY SELECT * FROM pgmq._deliver(queue_name, clock_timestamp() + make_interval(secs => vt), qty,
@@ -251,8 +248,7 @@ $$;
 -- Returns: rows. Errors: as read
 CREATE OR REPLACE FUNCTION pgmq.read_grouped_rr(queue_name text, vt integer, qty integer)
 RETURNS SETOF pgmq.message_record LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET jit = off
-SET max_parallel_workers_per_gather = 0
+SET search_path = pg_catalog, pg_temp   -- (and the engine's settings: end of file)
 AS $$
 BEGIN
     RETURN QUERY SELECT * FROM pgmq._deliver(queue_name, clock_timestamp() + make_interval(secs => vt), qty,
@@ -277,8 +273,7 @@ $$;
 -- Parameters: queue_name, vt (seconds), qty. Returns: rows. Errors: as read
 CREATE OR REPLACE FUNCTION pgmq.read_grouped_head(queue_name text, vt integer, qty integer)
 RETURNS SETOF pgmq.message_record LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET jit = off
-SET max_parallel_workers_per_gather = 0
+SET search_path = pg_catalog, pg_temp   -- (and the engine's settings: end of file)
 AS $$
 BEGIN
     RETURN QUERY SELECT * FROM pgmq._deliver(queue_name, clock_timestamp() + make_interval(secs => vt), qty,
@@ -310,10 +305,13 @@ $$;
 -- Errors: as read
 CREATE OR REPLACE FUNCTION pgmq.pop(queue_name text, qty integer DEFAULT 1)
 RETURNS SETOF pgmq.message_record LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET jit = off
-SET max_parallel_workers_per_gather = 0
+SET search_path = pg_catalog, pg_temp   -- (and the engine's settings: end of file)
 AS $$
 BEGIN
     RETURN QUERY SELECT * FROM pgmq._deliver(queue_name, NULL, qty, '{}', 'p');
 END
 $$;
+
+-- The engine's settings for the functions above that call a queue's copy
+-- (sluice._engine_settings).
+SELECT sluice._apply_engine_settings('pgmq', ARRAY['read', 'pop', 'read_grouped', 'read_grouped_head', 'read_grouped_rr', '_deliver_pinned']);
