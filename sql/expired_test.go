@@ -71,12 +71,7 @@ func TestMassExpiryRedeliversEachOnce(t *testing.T) {
 func TestReceiveAfterMassExpiryIsBounded(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	// (leases that may expire while they are being made, on a slow machine:
-	// then some are redelivered in the loop, which is fine, and max_attempts
-	// keeps them from going to the dead letters)
-	b.createQueue("q", `{"lanes": 1, "lease": "1 second", "max_attempts": 1000}`)
-	b.exec(`SELECT sluice.send_batch('q', array(SELECT jsonb_build_object('n', g) FROM generate_series(1, 3000) g))`)
-	b.exec(`DO $$ BEGIN FOR i IN 1..3000 LOOP PERFORM sluice.receive('q', 'default', 1); END LOOP; END $$`)
+	leaseAll(b, 3000, 1)
 	time.Sleep(1500 * time.Millisecond)
 	reads := receiveBuffers(t, b, "q")
 	// ~500 measured; the walk of every expired lease read ~9,600-11,000.
@@ -94,9 +89,7 @@ func TestReceiveAfterMassExpiryIsBounded(t *testing.T) {
 func TestReceiveAfterRunsExpireIsBounded(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.createQueue("q", `{"lanes": 1, "lease": "1 second", "max_attempts": 1000}`)
-	b.exec(`SELECT sluice.send_batch('q', array(SELECT jsonb_build_object('n', g) FROM generate_series(1, 3000) g))`)
-	b.exec(`DO $$ BEGIN FOR i IN 1..30 LOOP PERFORM sluice.receive('q', 'default', 100); END LOOP; END $$`)
+	leaseAll(b, 30, 100)
 	runs := b.int64(fmt.Sprintf("SELECT count(*) FROM sluice_q%d.runs", b.int64("SELECT id FROM sluice.queue WHERE name = 'q'")))
 	if runs < 25 {
 		t.Fatalf("30 receives of 100 leased %d runs, want about 30 (the test is about runs)", runs)
@@ -107,6 +100,19 @@ func TestReceiveAfterRunsExpireIsBounded(t *testing.T) {
 	if reads[2] > 3000 {
 		t.Fatalf("receives with 30 expired runs of 100 read %v buffers (median %d), want a bounded window (< 3,000)", reads, reads[2])
 	}
+}
+
+// leaseAll makes queue q (one lane, leases of 1 second) with 3,000
+// messages and leases them all in `receives` receives of `batch` each, in
+// one call. (Leases may expire while they are being made, on a slow
+// machine: then some are redelivered in the loop, which is fine, and
+// max_attempts keeps them from going to the dead letters.)
+func leaseAll(b *bundle, receives, batch int) {
+	b.t.Helper()
+	b.createQueue("q", `{"lanes": 1, "lease": "1 second", "max_attempts": 1000}`)
+	b.exec(`SELECT sluice.send_batch('q', array(SELECT jsonb_build_object('n', g) FROM generate_series(1, 3000) g))`)
+	b.exec(fmt.Sprintf(`DO $$ BEGIN FOR i IN 1..%d LOOP PERFORM sluice.receive('q', 'default', %d); END LOOP; END $$`,
+		receives, batch))
 }
 
 // receiveBuffers: the buffers five receives of one message from queue (each
