@@ -21,11 +21,16 @@ type Handler func(ctx context.Context, msg *Message) error
 
 // ConsumeOptions tune Consume. The zero value is usable.
 type ConsumeOptions struct {
-	// Concurrency is how many handlers run at once (default 10).
+	// Concurrency is how many handlers run at once (default 10): the
+	// consumer's slots. An unkeyed message takes a slot while its handler
+	// runs; the messages of one key that a receive returns together (a run,
+	// handled one after the other, in order) take one slot between them
+	// until the last is handled.
 	Concurrency int
 	// BatchSize is the most messages one receive asks for (default
-	// Concurrency). A receive never asks for more than there are idle
-	// handler slots, so every message received starts at once.
+	// Concurrency). A receive never asks for more than there are free
+	// slots, so every unkeyed message and the first of every run starts at
+	// once; the slots a run leaves free go to the next receive.
 	BatchSize int
 	// Lease is how long each received message is held (default: the
 	// queue's lease option). It is renewed every HeartbeatInterval while
@@ -269,13 +274,15 @@ func (w *worker) fetch(ctx context.Context, handlers *sync.WaitGroup) error {
 			w.release(msgs)
 			return nil
 		}
-		// Unkeyed messages run in parallel; the messages of one key run one
-		// after the other, in order.
+		// Unkeyed messages run in parallel, a slot each; the messages of one
+		// key run one after the other, in order, in one slot. (A slot per
+		// message of a run left slots idle while the run's tail waited:
+		// with Zipf keys, 4.5 of 8 handlers busy on average, measured.)
 		var keys []string
 		runs := map[string][]*Message{}
 		for i := range msgs {
-			free--
 			if msgs[i].Key == "" {
+				free--
 				w.start(&msgs[i], handlers)
 				continue
 			}
@@ -286,6 +293,7 @@ func (w *worker) fetch(ctx context.Context, handlers *sync.WaitGroup) error {
 			runs[k] = append(runs[k], &msgs[i])
 		}
 		for _, k := range keys {
+			free--
 			w.startRun(runs[k], handlers)
 		}
 		if len(msgs) > 0 {
@@ -322,6 +330,7 @@ func (w *worker) start(msg *Message, handlers *sync.WaitGroup) {
 	handlers.Add(1)
 	go func() {
 		defer handlers.Done()
+		defer w.freeSlot()
 		w.handle(j, false)
 	}()
 }
@@ -342,6 +351,7 @@ func (w *worker) startRun(msgs []*Message, handlers *sync.WaitGroup) {
 	handlers.Add(1)
 	go func() {
 		defer handlers.Done()
+		defer w.freeSlot()
 		failed := false
 		for i, j := range jobs {
 			if failed {
@@ -362,15 +372,20 @@ func (w *worker) track(msg *Message) *job {
 	return j
 }
 
-// untrack forgets j and frees its slot; it reports whether j was given back
-// at shutdown meanwhile.
+// untrack forgets j; it reports whether j was given back at shutdown
+// meanwhile.
 func (w *worker) untrack(j *job) (released bool) {
 	w.mu.Lock()
 	delete(w.inflight, j.msg.Receipt)
 	released = j.released
 	w.mu.Unlock()
-	w.freed <- struct{}{}
 	return released
+}
+
+// freeSlot tells the fetch loop that a slot is free: a message's handler,
+// or a run's last one, returned.
+func (w *worker) freeSlot() {
+	w.freed <- struct{}{}
 }
 
 // handle runs the handler of j, then acks or nacks its message: the ack goes

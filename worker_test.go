@@ -413,3 +413,58 @@ func TestConsumeRunAckFailureKeepsOrder(t *testing.T) {
 		}
 	}
 }
+
+// TestConsumeRunTakesOneSlot: the messages of one key that a receive returns
+// together run one after the other in one slot, so the other slots go on
+// with other messages meanwhile. With one lane (global order) and two slots,
+// the first receive gets the run k1, k2 of key k; while k1's handler is held,
+// the unkeyed message sent after them must still start (with a slot per
+// message of the run, both slots waited for the run).
+func TestConsumeRunTakesOneSlot(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.createQueue("runslot", &sluice.QueueOptions{Lanes: 1})
+	msgs := []sluice.BatchMessage{
+		{Body: []byte(`"k1"`), Key: "k"}, {Body: []byte(`"k2"`), Key: "k"}, {Body: []byte(`"k3"`), Key: "k"},
+		{Body: []byte(`"u"`)},
+	}
+	if _, err := b.client.SendBatch(b.ctx, "runslot", msgs, nil); err != nil {
+		t.Fatal(err)
+	}
+	release := make(chan struct{})
+	unkeyed := make(chan struct{})
+	var mu sync.Mutex
+	var order []string
+	b.consume("runslot", "default", func(ctx context.Context, m *sluice.Message) error {
+		if m.Key == "" {
+			close(unkeyed)
+			return nil
+		}
+		if string(m.Body) == `"k1"` {
+			select {
+			case <-release:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		mu.Lock()
+		order = append(order, strings.Trim(string(m.Body), `"`))
+		mu.Unlock()
+		return nil
+	}, &sluice.ConsumeOptions{Concurrency: 2, BatchSize: 2})
+	select {
+	case <-unkeyed:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the unkeyed message did not start while the run of key k held one slot")
+	}
+	close(release)
+	b.eventually(30*time.Second, "all messages acknowledged", func() bool {
+		s := b.status("runslot", "default")
+		return s.Ready == 0 && s.InFlight == 0 && s.Lag == 0
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if strings.Join(order, ",") != "k1,k2,k3" {
+		t.Errorf("key k handled in the order %v, want k1,k2,k3", order)
+	}
+}
