@@ -496,3 +496,74 @@ func TestReceiveWaitsForACutInProgress(t *testing.T) {
 		t.Fatalf("after the open cutter rolled back: %d messages, want 20", len(got))
 	}
 }
+
+// The full path tries the lanes with blocked keys first, by their
+// low-water marks, the lane with the oldest message not completed first,
+// whatever lane a receive starts from (e_work_lanes). Each lane gets a key
+// whose first message stays leased (its later ones are then blocked); the
+// lane whose held message was numbered first must come first from either
+// start.
+func TestWorkLanesBlockedOldestFirst(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.createQueue("q", `{"lanes": 2}`)
+	b.exec(`SELECT sluice.send_batch('q', array(SELECT jsonb_build_object('n', g) FROM generate_series(1, 100) g),
+		keys => array(SELECT 'k' || (g % 10) FROM generate_series(1, 100) g))`)
+	qid := b.int64("SELECT id FROM sluice.queue WHERE name = 'q'")
+	held := map[int]msg{} // per lane, the message left leased
+	for {
+		ms := b.receive("q", "default", 1, "30 seconds")
+		if len(ms) == 0 {
+			break
+		}
+		lane := b.laneOf("q")[ms[0].Pos]
+		if _, ok := held[lane]; !ok {
+			held[lane] = ms[0]
+			continue
+		}
+		b.ack("q", "default", ms[0].Receipt)
+	}
+	if len(held) != 2 {
+		t.Fatalf("messages held in %d lanes, want 2", len(held))
+	}
+	older, newer := 0, 1
+	if held[1].Pos < held[0].Pos {
+		older, newer = 1, 0
+	}
+	time.Sleep(1100 * time.Millisecond) // the low-water mark moves at most once a second
+	b.receive("q", "default", 1, "")    // (nothing to take: it moves the marks)
+	state := func(lane int) (lwm int64, blocked bool) {
+		if err := b.pool.QueryRow(b.ctx, fmt.Sprintf(`SELECT s.lwm, s.bkeys IS NOT NULL FROM sluice_q%d.group_states s
+			WHERE s.lane = $1 ORDER BY s.seq DESC LIMIT 1`, qid), lane).Scan(&lwm, &blocked); err != nil {
+			t.Fatal(err)
+		}
+		return lwm, blocked
+	}
+	for _, l := range []int{older, newer} {
+		if lwm, blocked := state(l); lwm != held[l].Pos || !blocked {
+			t.Fatalf("lane %d: low-water mark %d, blocked keys %v; want %d and blocked keys", l, lwm, blocked, held[l].Pos)
+		}
+	}
+	for start := 0; start < 2; start++ {
+		tx, err := b.pool.Begin(b.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// (the function names the queue's tables: it runs with the queue's
+		// schema on the search path, as inside the engine)
+		if _, err := tx.Exec(b.ctx, fmt.Sprintf("SET LOCAL search_path = sluice_q%d, pg_catalog", qid)); err != nil {
+			t.Fatal(err)
+		}
+		var order []int64
+		if err := tx.QueryRow(b.ctx, `SELECT w.lanes::bigint[] FROM sluice.consumer_group g,
+			e_work_lanes(g.id, 2, clock_timestamp(), $1, false, NULL) w WHERE g.queue_id = $2`,
+			start, qid).Scan(&order); err != nil {
+			t.Fatal(err)
+		}
+		_ = tx.Rollback(b.ctx)
+		if len(order) != 2 || order[0] != int64(older) {
+			t.Errorf("starting at lane %d, lanes tried in the order %v, want lane %d (the oldest message not completed) first",
+				start, order, older)
+		}
+	}
+}
