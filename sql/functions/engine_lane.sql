@@ -173,18 +173,16 @@ $$;
 --   p_start     the first lane in turn
 --   p_prio      whether the queue has prioritized messages
 --   p_only      only these lanes (NULL: all)
--- Returns: (lane, turn, cursor, lwm, blocked): turn 0 for p_start; cursor
---          and lwm (the lane's low-water mark) NULL for a lane with no
---          state; blocked, whether the lane has blocked keys
+-- Returns: (lane, turn, cursor): turn 0 for p_start; cursor NULL for a lane
+--          with no state
 SET check_function_bodies = off;   -- (a SQL template names the queue's tables: see engine_runs.sql)
 DROP FUNCTION IF EXISTS sluice_tmpl.e_lanes_with_work(int, int, timestamptz, int, boolean);   -- (before p_only)
-DROP FUNCTION IF EXISTS sluice_tmpl.e_lanes_with_work(int, int, timestamptz, int, boolean, smallint[]);   -- (before lwm)
 CREATE OR REPLACE FUNCTION sluice_tmpl.e_lanes_with_work(p_group_id int, p_lanes int, p_now timestamptz,
                                                          p_start int, p_prio boolean, p_only smallint[])
-RETURNS TABLE (lane smallint, turn int, cursor bigint, lwm bigint, blocked boolean)
+RETURNS TABLE (lane smallint, turn int, cursor bigint)
 LANGUAGE sql STABLE
 AS $$
-    SELECT l.lane, t.i, s.cursor, s.lwm, s.bkeys IS NOT NULL
+    SELECT l.lane, t.i, s.cursor
     FROM generate_series(0, p_lanes - 1) AS t(i)
     CROSS JOIN LATERAL (SELECT ((p_start + t.i) % p_lanes)::smallint AS lane) l
     LEFT JOIN LATERAL (SELECT s.cursor, s.lwm, s.scan_from, s.lwm_at, s.bkeys FROM group_states s

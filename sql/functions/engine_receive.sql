@@ -13,9 +13,8 @@
 -- 3. Take from the group's lanes that have work, each under
 --    its try-lock: a lane another receive holds is skipped, not waited for
 --    (with lanes = 1, waited for: e_lock_lane).
---    Lanes with prioritized messages come first, then those with blocked
---    keys by their low-water marks (e_work_lanes), then the others from a
---    random lane on, until max_messages are picked;
+--    Lanes with prioritized messages come first, then
+--    the others from a random lane on, until max_messages are picked;
 --    then, if it has room, messages with a priority below 0 of the lanes
 --    it holds (a second pass: they go only when nothing else is ready).
 -- 4. Lease what was picked.
@@ -194,25 +193,13 @@ RESET check_function_bodies;
 
 -- e_work_lanes: the lanes of a group worth a try (e_lanes_with_work), in
 -- the order to try them: those with a prioritized message after their
--- cursor first, highest first; then those with blocked keys by their
--- low-water mark, the lane with the oldest message not completed first
--- (positions are numbered queue-wide, so the marks of lanes compare); then
--- the others from p_start on. (From p_start on alone, a receive took from a
--- random lane: in a backlog of keyed messages the hottest key, whose
--- messages wait one at a time as a blocked key of its lane, was served no
--- sooner than any other, and its messages were left for the end: the app
--- scenario's backlog drained in 66-75 s, against 39-41 s with one lane,
--- measured on PostgreSQL 15. Ordering every lane so, unkeyed ones
--- included, sent the receives of an unkeyed drain to the same lanes first:
--- 2-6% fewer messages per second at batch 1 and 3-14% at batch 100, two
--- pairs of runs.) The fast path (e_fast) still starts at p_start: it takes
--- only from lanes without blocked keys.
+-- cursor first, highest first, then every lane from p_start on.
 --
 -- Parameters:
 --   p_group_id  group id
 --   p_lanes     the queue's number of lanes
 --   p_now       the receive's time
---   p_start     the first lane in turn after the prioritized and blocked ones
+--   p_start     the lane to start from after the prioritized ones
 --   p_prio      whether the queue has prioritized messages (else prio is not read)
 --   p_only      only these lanes (NULL: all)
 -- Returns: lanes, in the order to try them, and tops, the highest priority
@@ -224,11 +211,10 @@ CREATE OR REPLACE FUNCTION sluice_tmpl.e_work_lanes(p_group_id int, p_lanes int,
 LANGUAGE plpgsql STABLE
 AS $$
 BEGIN
-    SELECT coalesce(array_agg(c.lane ORDER BY c.top DESC NULLS LAST, c.blocked_lwm NULLS LAST, c.turn), '{}'),
-           coalesce(array_agg(c.top ORDER BY c.top DESC NULLS LAST, c.blocked_lwm NULLS LAST, c.turn), '{}')
+    SELECT coalesce(array_agg(c.lane ORDER BY c.top DESC NULLS LAST, c.turn), '{}'),
+           coalesce(array_agg(c.top ORDER BY c.top DESC NULLS LAST, c.turn), '{}')
     INTO lanes, tops
-    FROM (SELECT w.lane, w.turn, CASE WHEN w.blocked THEN w.lwm END AS blocked_lwm,
-                 CASE WHEN p_prio THEN e_lane_top(w.lane, coalesce(w.cursor, 0)) END AS top
+    FROM (SELECT w.lane, w.turn, CASE WHEN p_prio THEN e_lane_top(w.lane, coalesce(w.cursor, 0)) END AS top
           FROM e_lanes_with_work(p_group_id, p_lanes, p_now, p_start, p_prio, p_only) w) c;
 END
 $$;
