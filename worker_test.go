@@ -435,8 +435,17 @@ func TestConsumeRunTakesOneSlot(t *testing.T) {
 	unkeyed := make(chan struct{})
 	var mu sync.Mutex
 	var order []string
+	var inFlight int64 // when the unkeyed message's handler ran
+	var statusErr error
 	b.consume("runslot", "default", func(ctx context.Context, m *sluice.Message) error {
 		if m.Key == "" {
+			st, err := b.client.Status(ctx, "runslot")
+			for _, s := range st {
+				if s.Group == "default" {
+					inFlight = s.InFlight
+				}
+			}
+			statusErr = err
 			close(unkeyed)
 			return nil
 		}
@@ -456,6 +465,12 @@ func TestConsumeRunTakesOneSlot(t *testing.T) {
 	case <-unkeyed:
 	case <-time.After(30 * time.Second):
 		t.Fatal("the unkeyed message did not start while the run of key k held one slot")
+	}
+	// (the test's premise: the first receive returned the run k1, k2, so
+	// k1, k2 and the unkeyed message are leased; a first receive of k1
+	// alone would have left a slot free with either accounting)
+	if statusErr != nil || inFlight != 3 {
+		t.Fatalf("in flight while the unkeyed message ran: %d (%v), want 3: k1, k2 and it", inFlight, statusErr)
 	}
 	close(release)
 	b.eventually(30*time.Second, "all messages acknowledged", func() bool {
