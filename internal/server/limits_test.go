@@ -34,7 +34,11 @@ func TestBadInput(t *testing.T) {
 		{"/v1/queues/q/messages", `{"body": 1, "delay": "-1s"}`, "delay", 400},
 		{"/v1/queues/q/messages", `{"body": 1, "headers": [1]}`, "headers", 400},
 		{"/v1/queues/q/messages", `{"body": 1, "key": 7}`, "key", 400},
-		{"/v1/queues/q/messages/batch", `{"messages": [{"body": 1}, {"body": 2, "priority": "x"}]}`, "messages.priority", 400},
+		{"/v1/queues/q/messages", `{"Body": 1}`, "Body", 400},            // names match exactly
+		{"/v1/queues/q/messages", `{"body": 1, "body": 2}`, "body", 400}, // a member twice
+		{"/v1/queues/q/messages", "{\"body\": \"\xff\"}", "body", 400},   // not UTF-8
+		{"/v1/queues/q/messages/batch", `{"messages": [{"body": 1, "extra": 2}]}`, "messages[0].extra", 400},
+		{"/v1/queues/q/messages/batch", `{"messages": [{"body": 1}, {"body": 2, "priority": "x"}]}`, "messages[1].priority", 400},
 		{"/v1/queues/q/messages/batch", `{"messages": [{"body": 1}, {}]}`, "messages[1].body", 400},
 		{"/v1/queues/q/messages/batch", `{"messages": []}`, "messages", 400},
 		{"/v1/queues/q/groups/default/receive", `{"max": "ten"}`, "max", 400},
@@ -57,6 +61,9 @@ func TestBadInput(t *testing.T) {
 		p := ts.problem(c.status, "POST", c.path, tokAdmin, c.body)
 		if got, _ := p["field"].(string); got != c.field {
 			t.Errorf("%s %s: field %q, want %q (%v)", c.path, c.body, got, c.field, p["detail"])
+		}
+		if d, _ := p["detail"].(string); d == "" || strings.Contains(d, "jsontext") || strings.Contains(d, "Go ") {
+			t.Errorf("%s %s: detail %q does not say what is wrong in the request's terms", c.path, c.body, d)
 		}
 		if c.status == 422 && p["code"] == nil {
 			t.Errorf("%s %s: no code: %v", c.path, c.body, p)

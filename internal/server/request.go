@@ -1,13 +1,17 @@
 package server
 
 import (
-	"encoding/json"
+	"bytes"
 	"errors"
 	"io"
 	"net/http"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
+
+	jsonv2 "github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
 )
 
 // duration parses the duration member field of a request ("" or absent:
@@ -28,53 +32,104 @@ func duration(field, s string) (time.Duration, error) {
 
 // decode reads the JSON request body into v: unknown members, trailing data,
 // a wrong type or a body over the size limit are problems naming what is
-// wrong (400, or 413 for the size).
+// wrong (400, or 413 for the size). Names are matched exactly (case and
+// all), and a member given twice is refused.
+//
+// It decodes with encoding/json's v2 candidate (go-json-experiment/json) in
+// one pass over the body: encoding/json's Decoder scans a value twice
+// before decoding it (three times for a json.RawMessage member such as a
+// message's body), and took half of the server's CPU time for a batch of
+// 100 messages (BenchmarkSendBatch100, pprof: 2.56 of 5.11 s).
 func decode(r *http.Request, v any) error {
-	dec := json.NewDecoder(r.Body)
-	dec.DisallowUnknownFields()
-	err := dec.Decode(v)
-	if err == nil {
-		if _, terr := dec.Token(); terr != io.EOF {
-			return fieldProblem("", "the request body must hold one JSON value, and has more after it")
+	// (sized from Content-Length, up to 1 MiB: a client's claim, and the
+	// body limit is enforced while reading)
+	buf := bytes.NewBuffer(make([]byte, 0, min(max(r.ContentLength, 512), 1<<20)))
+	_, err := buf.ReadFrom(r.Body)
+	data := buf.Bytes()
+	if err != nil {
+		var maxErr *http.MaxBytesError
+		if errors.As(err, &maxErr) {
+			return problemf(http.StatusRequestEntityTooLarge, "request_too_large",
+				"the request body is larger than the server's limit of %d bytes (--max-body)", maxErr.Limit)
 		}
-		return nil
+		return fieldProblem("", "the request body could not be read: %v", err)
 	}
-	var maxErr *http.MaxBytesError
-	var syn *json.SyntaxError
-	var typ *json.UnmarshalTypeError
-	switch {
-	case errors.As(err, &maxErr):
-		return problemf(http.StatusRequestEntityTooLarge, "request_too_large",
-			"the request body is larger than the server's limit of %d bytes (--max-body)", maxErr.Limit)
-	case errors.Is(err, io.EOF):
+	if len(bytes.TrimSpace(data)) == 0 {
 		return fieldProblem("", "the request body is empty: a JSON object is needed")
+	}
+	dec := jsontext.NewDecoder(bytes.NewBuffer(data))
+	if err := jsonv2.UnmarshalDecode(dec, v, jsonv2.RejectUnknownMembers(true)); err != nil {
+		return decodeProblem(err)
+	}
+	if _, err := dec.ReadToken(); err != io.EOF {
+		return fieldProblem("", "the request body must hold one JSON value, and has more after it")
+	}
+	return nil
+}
+
+// decodeProblem says what is wrong with a request body that decode could
+// not decode, naming the member (memberPath) where it can.
+func decodeProblem(err error) *Problem {
+	var sem *jsonv2.SemanticError
+	var syn *jsontext.SyntacticError
+	switch {
 	case errors.Is(err, io.ErrUnexpectedEOF):
 		return fieldProblem("", "the request body is not valid JSON: it ends too early")
 	case errors.As(err, &syn):
-		return fieldProblem("", "the request body is not valid JSON at byte %d: %v", syn.Offset, syn)
-	case errors.As(err, &typ):
-		field := typ.Field
-		want := typ.Type.String()
-		if typ.Type == nil {
-			want = "another type"
-		}
-		switch {
-		case strings.HasPrefix(want, "int"):
+		return fieldProblem(memberPath(syn.JSONPointer), "the request body is not valid JSON at byte %d: %v",
+			syn.ByteOffset, syn.Err)
+	case errors.As(err, &sem) && sem.Err == jsonv2.ErrUnknownName:
+		name := sem.JSONPointer.LastToken()
+		return fieldProblem(memberPath(sem.JSONPointer), "unknown member %q in the request body", name)
+	case errors.As(err, &sem) && sem.GoType != nil:
+		want := "another type"
+		switch sem.GoType.Kind() {
+		case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
 			want = "an integer"
-		case want == "string":
+		case reflect.String:
 			want = "a string"
-		case strings.HasPrefix(want, "[]"):
+		case reflect.Slice, reflect.Array:
 			want = "an array"
-		case strings.HasPrefix(want, "server.") || strings.HasPrefix(want, "struct"):
+		case reflect.Struct, reflect.Map:
 			want = "an object"
+		case reflect.Bool:
+			want = "true or false"
 		}
+		got := "value"
+		switch sem.JSONKind {
+		case '0':
+			got = strings.TrimSpace("number " + string(sem.JSONValue))
+		case '"':
+			got = "string"
+		case '{':
+			got = "object"
+		case '[':
+			got = "array"
+		case 't', 'f':
+			got = "boolean"
+		}
+		field := memberPath(sem.JSONPointer)
 		if field == "" {
-			return fieldProblem("", "the request body must be %s, not a JSON %s", want, typ.Value)
+			return fieldProblem("", "the request body must be %s, not a JSON %s", want, got)
 		}
-		return fieldProblem(field, "%s must be %s, not a JSON %s", field, want, typ.Value)
-	case strings.HasPrefix(err.Error(), "json: unknown field "):
-		name, _ := strconv.Unquote(strings.TrimPrefix(err.Error(), "json: unknown field "))
-		return fieldProblem(name, "unknown member %q in the request body", name)
+		return fieldProblem(field, "%s must be %s, not a JSON %s", field, want, got)
 	}
 	return fieldProblem("", "the request body is not valid: %v", err)
+}
+
+// memberPath writes a JSON pointer as the problems name members:
+// /messages/3/body as messages[3].body.
+func memberPath(p jsontext.Pointer) string {
+	var b strings.Builder
+	for tok := range p.Tokens() {
+		if _, err := strconv.Atoi(tok); err == nil && b.Len() > 0 {
+			b.WriteString("[" + tok + "]")
+			continue
+		}
+		if b.Len() > 0 {
+			b.WriteByte('.')
+		}
+		b.WriteString(tok)
+	}
+	return b.String()
 }
