@@ -60,6 +60,39 @@ func TestKeyedDeliveryKeepsOrderAndBlocksTheKey(t *testing.T) {
 	wantIDs(t, "b after its first ack", b.receive("q", "default", 10, ""), b2)
 }
 
+// A run of one key acked out of order (its last message first) keeps the
+// key blocked until every message of the run is completed: the key's next
+// message is not delivered while an earlier one is still leased. (It was:
+// the engine looked only at the completion of the position just before
+// it.) With eight lanes too: the key's lane keeps it blocked.
+func TestKeyedRunAckedOutOfOrderKeepsTheKeyBlocked(t *testing.T) {
+	t.Parallel()
+	for _, lanes := range []int{1, 8} {
+		t.Run(fmt.Sprintf("lanes %d", lanes), func(t *testing.T) {
+			b := setup(t)
+			b.createQueue("q", fmt.Sprintf(`{"lanes": %d}`, lanes))
+			var a []int64
+			for i := range 4 {
+				a = append(a, b.sendKeyed("q", fmt.Sprint(i), "a", 0))
+			}
+			run := b.receive("q", "default", 3, "")
+			wantIDs(t, "run of a", run, a[0], a[1], a[2])
+			if n := b.ack("q", "default", run[2].Receipt); n != 1 {
+				t.Fatalf("ack of the run's last message counted %d", n)
+			}
+			if got := b.receive("q", "default", 10, ""); len(got) != 0 {
+				t.Fatalf("a[0] and a[1] are still leased, yet got %v", ids(got))
+			}
+			b.ack("q", "default", run[1].Receipt)
+			if got := b.receive("q", "default", 10, ""); len(got) != 0 {
+				t.Fatalf("a[0] is still leased, yet got %v", ids(got))
+			}
+			b.ack("q", "default", run[0].Receipt)
+			wantIDs(t, "a after its run is completed", b.receive("q", "default", 10, ""), a[3])
+		})
+	}
+}
+
 // A nacked keyed message is retried in place: later messages of its key wait
 // for it, the rest of its run is released (stale receipts, same attempt), and
 // the retry comes first, with attempt + 1.

@@ -494,6 +494,24 @@ BEGIN
         SELECT * INTO r FROM e_take_prio(g.id, st, pk, p_need, false);
         st := r.st; pk := r.pk;
     END IF;
+    -- A key picked more than once here (a run) is blocked behind its first
+    -- position picked, as a key met while busy is: its messages are leased
+    -- together and may be acked in any order, and step 4 looks only at the
+    -- position just before a keyed one, so a run whose last message was
+    -- acked first let the key's next message go while the others were
+    -- still leased.
+    IF cardinality(array_remove(pk.key, NULL)) > 1 THEN
+        SELECT st.bkeys || coalesce(array_agg(x.k ORDER BY x.h), '{}'),
+               st.bheads || coalesce(array_agg(x.h ORDER BY x.h), '{}'),
+               st.changed OR count(*) > 0
+        INTO st.bkeys, st.bheads, st.changed
+        FROM (SELECT u.k, min(u.pos) AS h
+              FROM unnest(pk.key, pk.pos, pk.lane) AS u(k, pos, ln)
+              WHERE u.ln = p_lane AND u.k IS NOT NULL
+              GROUP BY u.k
+              HAVING count(*) > 1) x
+        WHERE NOT x.k = ANY (st.bkeys);
+    END IF;
     -- Forget levels the cursor (above 0) or the low-water mark (below 0) passed.
     IF cardinality(st.lv_prio) > 0 THEN
         SELECT coalesce(array_agg(l.p ORDER BY l.o), '{}'), coalesce(array_agg(l.pos ORDER BY l.o), '{}')
