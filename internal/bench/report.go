@@ -109,6 +109,7 @@ type Report struct {
 	Env          Env       `json:"env"`
 	PayloadBytes int       `json:"payload_bytes"`
 	LeaseSeconds int       `json:"lease_seconds"`
+	Lanes        int       `json:"lanes,omitempty"` // --lanes (0: the engine's default)
 	Results      []Result  `json:"results"`
 }
 
@@ -127,6 +128,9 @@ func (r *Report) header(w io.Writer) {
 	fmt.Fprintf(w, "- payload: ~%d-byte JSON body per message; client: %s on the same machine\n", r.PayloadBytes, e.GoVersion)
 	if r.LeaseSeconds > 0 {
 		fmt.Fprintf(w, "- lease: %d s (sluice's queue lease, PGMQ's visibility timeout)\n", r.LeaseSeconds)
+	}
+	if r.Lanes > 0 {
+		fmt.Fprintf(w, "- lanes: %d (sluice's queues; the engine's default is 8)\n", r.Lanes)
 	}
 	fmt.Fprintln(w)
 }

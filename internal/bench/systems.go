@@ -100,6 +100,7 @@ type sluiceSystem struct {
 	pending   sync.Map      // *pgxpool.Conn -> []string, receipts the next receive acks
 	retention time.Duration // 0: the engine's default
 	lease     time.Duration // the queue's lease (0: defaultLease)
+	lanes     int           // the queue's lanes (0: the engine's default)
 	// reclaim keeps nothing completed (retention 0) and starts a storage
 	// epoch every 10 s, so that the size of sluice's tables shows what
 	// reclaim leaves (the backlog), not what a retention period keeps.
@@ -152,7 +153,10 @@ func (s *sluiceSystem) setup(ctx context.Context, pool *pgxpool.Pool) error {
 	if lease <= 0 {
 		lease = defaultLease
 	}
-	opts := map[string]string{"lease": fmt.Sprintf("%d milliseconds", lease.Milliseconds())}
+	opts := map[string]any{"lease": fmt.Sprintf("%d milliseconds", lease.Milliseconds())}
+	if s.lanes > 0 {
+		opts["lanes"] = s.lanes
+	}
 	switch {
 	case s.reclaim:
 		opts["retention"], opts["rotate_interval"] = "0 seconds", "10 seconds"
