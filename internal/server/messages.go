@@ -27,8 +27,9 @@ type sendRequest struct {
 }
 
 // headers returns the message's headers with the sender recorded, or a
-// problem naming field when they are not an object.
-func headers(p *Principal, h json.RawMessage, field string) (json.RawMessage, error) {
+// problem naming the member field() names when they are not an object
+// (a func: a batch would build each message's name for nothing).
+func headers(p *Principal, h json.RawMessage, field func() string) (json.RawMessage, error) {
 	isNull := len(bytes.TrimSpace(h)) == 0 || string(bytes.TrimSpace(h)) == "null"
 	if p.Role == "" && isNull { // no auth: nothing to record
 		return nil, nil
@@ -42,7 +43,8 @@ func headers(p *Principal, h json.RawMessage, field string) (json.RawMessage, er
 	}
 	m := map[string]json.RawMessage{}
 	if err := json.Unmarshal(h, &m); err != nil || m == nil {
-		return nil, fieldProblem(field, "%s must be a JSON object", field)
+		f := field()
+		return nil, fieldProblem(f, "%s must be a JSON object", f)
 	}
 	if p.Role != "" {
 		sub, _ := json.Marshal(p.Subject)
@@ -91,7 +93,7 @@ func sendOptions(p *Principal, req *sendRequest, prefix string) (*sluice.SendOpt
 	if err != nil {
 		return nil, err
 	}
-	h, err := headers(p, req.Headers, prefix+"headers")
+	h, err := headers(p, req.Headers, func() string { return prefix + "headers" })
 	if err != nil {
 		return nil, err
 	}
@@ -141,11 +143,9 @@ func (s *Server) sendBatch(w http.ResponseWriter, r *http.Request) error {
 			prefix := "messages[" + itoa(i) + "]."
 			return fieldProblem(prefix+"body", "%sbody is required (any JSON value)", prefix)
 		}
-		var h json.RawMessage
-		if p.Role != "" || len(m.Headers) > 0 {
-			if h, err = headers(p, m.Headers, "messages["+itoa(i)+"].headers"); err != nil {
-				return err
-			}
+		h, err := headers(p, m.Headers, func() string { return "messages[" + itoa(i) + "].headers" })
+		if err != nil {
+			return err
 		}
 		msgs[i] = sluice.BatchMessage{Body: m.Body, Headers: h, Key: m.Key, Priority: m.Priority, DedupKey: m.DedupKey}
 	}
