@@ -297,3 +297,49 @@ func TestSeekGroup(t *testing.T) {
 		t.Errorf("no position: %v", p)
 	}
 }
+
+// A batch send keeps nothing of the batch before it (the server reuses a
+// batch's memory for the next): messages sent without delay, key,
+// priority, headers or dedup_key have none, after a batch that had them.
+func TestBatchSendInheritsNothing(t *testing.T) {
+	ts := start(t)
+	ts.must(201, "POST", "/v1/queues", tokAdmin, map[string]any{"name": "q"})
+	full, plain := map[float64]bool{}, map[float64]bool{}
+	for round := range 5 {
+		var msgs []any
+		for i := range 3 {
+			msgs = append(msgs, map[string]any{"body": i, "key": fmt.Sprintf("k%d-%d", round, i), "priority": 7,
+				"headers": map[string]any{"trace": "t"}, "dedup_key": fmt.Sprintf("d%d-%d", round, i)})
+		}
+		// (delayed: a plain message that kept the delay would not be received)
+		for _, id := range ts.must(201, "POST", "/v1/queues/q/messages/batch", tokProducer,
+			map[string]any{"messages": msgs, "delay": "1h"})["ids"].([]any) {
+			full[id.(float64)] = true
+		}
+		for _, id := range ts.must(201, "POST", "/v1/queues/q/messages/batch", tokProducer, map[string]any{
+			"messages": []any{map[string]any{"body": "a"}, map[string]any{"body": "b"}, map[string]any{"body": "c"}}})["ids"].([]any) {
+			if full[id.(float64)] || plain[id.(float64)] {
+				t.Fatalf("round %d: a plain message got the id %v of an earlier one (a dedup_key kept)", round, id)
+			}
+			plain[id.(float64)] = true
+		}
+	}
+	for seen, tries := 0, 0; seen < len(plain); tries++ {
+		if tries == 10 {
+			t.Fatalf("received %d of the %d plain messages (a delay kept?)", seen, len(plain))
+		}
+		msgs := ts.must(200, "POST", "/v1/queues/q/groups/default/receive", tokConsumer,
+			map[string]any{"max": 100, "wait": "1s"})["messages"].([]any)
+		for _, m := range msgs {
+			m := m.(map[string]any)
+			if !plain[m["id"].(float64)] {
+				t.Fatalf("received a message of a delayed batch: %v", m)
+			}
+			seen++
+			h, _ := m["headers"].(map[string]any)
+			if m["key"] != nil || m["priority"].(float64) != 0 || len(h) != 1 || h["sluice_sub"] != "producer" {
+				t.Errorf("a plain message has members of the batch before it: %v", m)
+			}
+		}
+	}
+}

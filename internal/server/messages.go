@@ -120,10 +120,15 @@ type SendBatchResponse struct {
 
 func (s *Server) sendBatch(w http.ResponseWriter, r *http.Request) error {
 	queue := r.PathValue("queue")
-	var req sendBatchRequest
-	if err := decode(r, &req); err != nil {
+	b := s.getBatch()
+	// (deferred: it goes back after the database call and the response,
+	// when nothing refers to b's memory: pgx has encoded the messages when
+	// SendBatchTx returns, and a problem copies what it quotes)
+	defer s.putBatch(b)
+	if err := b.decode(r); err != nil {
 		return err
 	}
+	req := &b.req
 	if len(req.Messages) == 0 {
 		return fieldProblem("messages", "messages is required: an array of at least one message")
 	}
@@ -135,19 +140,9 @@ func (s *Server) sendBatch(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	p := principalOf(r.Context())
-	msgs := make([]sluice.BatchMessage, len(req.Messages))
-	for i, m := range req.Messages {
-		// (the member's name only for a problem: building it for each
-		// message was two allocations a message)
-		if len(m.Body) == 0 {
-			prefix := "messages[" + itoa(i) + "]."
-			return fieldProblem(prefix+"body", "%sbody is required (any JSON value)", prefix)
-		}
-		h, err := headers(p, m.Headers, func() string { return "messages[" + itoa(i) + "].headers" })
-		if err != nil {
-			return err
-		}
-		msgs[i] = sluice.BatchMessage{Body: m.Body, Headers: h, Key: m.Key, Priority: m.Priority, DedupKey: m.DedupKey}
+	msgs, err := b.messages(p)
+	if err != nil {
+		return err
 	}
 	var ids []int64
 	err = s.one(r.Context(), p, func(tx pgx.Tx) (err error) {

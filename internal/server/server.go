@@ -99,6 +99,8 @@ type Server struct {
 	hub     *eventHub
 	handler http.Handler
 	routes  []route
+	// batches keeps batch sends' memory between requests (batchScratch).
+	batches sync.Pool
 
 	// draining is closed when shutdown starts: long polls return.
 	draining  chan struct{}
@@ -124,6 +126,7 @@ func New(cfg Config) (*Server, error) {
 		limiter:  newLimiter(cfg.MaxConcurrent),
 		draining: make(chan struct{}),
 	}
+	s.batches.New = func() any { return new(batchScratch) }
 	s.metrics = newMetrics(s)
 	s.hub = newEventHub(s)
 	s.routes = s.routeTable()
