@@ -51,6 +51,10 @@ type pgmqCompatSystem struct {
 	out    io.Writer
 	dbName string        // of the second database, once made
 	db     *pgxpool.Pool // connected to it
+	// reclaim rotates the layer's queue every 10 s, as sluiceSystem's
+	// reclaim does (its retention is 0 already: pgmq.create gives it), so
+	// that a size shows the backlog, not what waits for the next rotation.
+	reclaim bool
 }
 
 func (*pgmqCompatSystem) name() string          { return "pgmq-compat" }
@@ -65,6 +69,11 @@ func (s *pgmqCompatSystem) setup(ctx context.Context, _ *pgxpool.Pool) error {
 	}
 	if err := s.pgmqSystem.setup(ctx, s.db); err != nil {
 		return fmt.Errorf("pgmq-compat: %w", err)
+	}
+	if s.reclaim {
+		if _, err := s.db.Exec(ctx, `SELECT sluice.alter_queue($1, '{"rotate_interval": "10 seconds"}')`, benchQueue); err != nil {
+			return fmt.Errorf("pgmq-compat: setting the rotation of queue %s: %w", benchQueue, err)
+		}
 	}
 	return nil
 }

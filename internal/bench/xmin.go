@@ -19,8 +19,12 @@ func (r *runner) xmin(ctx context.Context) (*Result, error) {
 		if err != nil {
 			return nil, err
 		}
-		if sl, ok := s.(*sluiceSystem); ok {
-			sl.reclaim = true // the size must show the backlog, not a retention period
+		// the size must show the backlog, not a retention period
+		switch sys := s.(type) {
+		case *sluiceSystem:
+			sys.reclaim = true
+		case *pgmqCompatSystem:
+			sys.reclaim = true
 		}
 		systems = append(systems, s)
 	}
@@ -69,7 +73,7 @@ func (r *runner) xmin(ctx context.Context) (*Result, error) {
 		latency = append(latency, Series{Name: s.name() + " p50", Points: p50}, Series{Name: s.name() + " p99", Points: p99})
 	}
 	notes = append(notes, "/ first: the interval's consumed/s over the first interval's. e2e p50/p99: of the messages consumed in the interval, by the server clock.",
-		"dead tuples: sum of n_dead_tup, size: sum of pg_total_relation_size (indexes and TOAST included) over the tables of the system's schemas (sluice%: metadata and every queue schema; pgmq-compat: sluice% and pgmq, in its own database, where its xid holder connects too).")
+		"dead tuples: sum of n_dead_tup, size: sum of pg_total_relation_size (indexes and TOAST included) over the tables of the system's schemas (sluice%: metadata and every queue schema; pgmq-compat: sluice% and pgmq, in its own database, where its xid holder connects too). sluice's and pgmq-compat's queues keep nothing after completion (retention 0) and rotate every 10 s, so that their size shows what reclaim leaves, not a retention period.")
 	tables := []Table{t, worst}
 	if ct, ok := compatXminTable(summaries); ok {
 		tables = append(tables, ct)

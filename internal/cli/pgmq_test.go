@@ -12,7 +12,7 @@ import (
 func TestMigratePGMQ(t *testing.T) {
 	t.Parallel()
 	url := server.NewDatabaseFrom(t, nil)
-	for i, want := range []string{"applied sql/pgmq/tables/0001_pgmq.sql", "schema pgmq is at version 1"} {
+	for i, want := range []string{"applied sql/pgmq/tables/0001_pgmq.sql", "schema pgmq is at version 2"} {
 		code, out, errOut := run("migrate", "--pgmq", "--database-url", url)
 		if code != 0 || !strings.Contains(out, want) {
 			t.Fatalf("migrate --pgmq run %d: status %d, want %q in\n%s%s", i+1, code, want, out, errOut)

@@ -148,7 +148,7 @@ func TestInstallGuardsAndScript(t *testing.T) {
 	url := server.NewDatabase(t)
 	conn := pgtest.Connect(t, url)
 	first, err := Install(ctx, conn)
-	if err != nil || len(first.Applied) != 1 || first.Version != 1 {
+	if err != nil || len(first.Applied) != 2 || first.Version != 2 {
 		t.Fatalf("first install: %+v, %v", first, err)
 	}
 	again, err := Install(ctx, conn)
@@ -187,7 +187,7 @@ func TestInstallGuardsAndScript(t *testing.T) {
 		}
 	}
 	var n int
-	if err := sconn.QueryRow(ctx, "SELECT count(*) FROM pgmq.sluice_migration").Scan(&n); err != nil || n != 1 {
+	if err := sconn.QueryRow(ctx, "SELECT count(*) FROM pgmq.sluice_migration").Scan(&n); err != nil || n != 2 {
 		t.Fatalf("script recorded %d migrations, %v", n, err)
 	}
 	if _, err := sconn.Exec(ctx, "SELECT pgmq.create('s'); SELECT pgmq.send('s', '{}')"); err != nil {

@@ -55,7 +55,8 @@ func layerFS(t *testing.T, path string) fstest.MapFS {
 // queue gets its functions, keeps its one lane (fixed at creation), a
 // delivery made before the upgrade is deleted by msg_id after it, nothing
 // is lost or read twice, a queue with insert notifications on gets their
-// marker and notifies, and a queue created afterwards has lanes.
+// marker and notifies, both get retention 0, and a queue created afterwards
+// has lanes and retention 0.
 func TestUpgradeInPlace(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -85,8 +86,15 @@ func TestUpgradeInPlace(t *testing.T) {
 	if err != nil {
 		t.Fatalf("upgrade: %v", err)
 	}
-	if len(res.Applied) != 0 {
-		t.Fatalf("upgrade applied migrations %+v: the layer has no new one", res.Applied)
+	if len(res.Applied) != 1 || res.Applied[0].Name != "0002_retention.sql" {
+		t.Fatalf("upgrade applied migrations %+v, want 0002_retention.sql", res.Applied)
+	}
+	// a queue made before retention 0 gets it (nothing reads a completed
+	// message of a pgmq queue again)
+	for _, q := range []string{"old", "oldnotify"} {
+		if r := scalar[string](t, db, "SELECT retention::text FROM sluice.queue WHERE name = $1", q); r != "00:00:00" {
+			t.Fatalf("queue %s has retention %s after the upgrade, want 0", q, r)
+		}
 	}
 	if n := scalar[int64](t, db, "SELECT count(*) FROM pg_proc WHERE pronamespace = 'pgmq'::regnamespace AND proname LIKE '\\_sl\\_%\\_old'"); n != 3 {
 		t.Fatalf("the old queue has %d per-queue functions after the upgrade, want 3", n)
@@ -138,6 +146,9 @@ func TestUpgradeInPlace(t *testing.T) {
 	exec(t, db, "SELECT pgmq.create('new')")
 	if n := lanes(t, db, "new"); n < 2 {
 		t.Fatalf("a queue created after the upgrade has %d lane(s), want several", n)
+	}
+	if r := scalar[string](t, db, "SELECT retention::text FROM sluice.queue WHERE name = 'new'"); r != "00:00:00" {
+		t.Fatalf("a queue created after the upgrade has retention %s, want 0", r)
 	}
 	// a copy of another signature than its template's (as an older layer's
 	// could be) is replaced, not left beside the new one

@@ -41,7 +41,11 @@ BEGIN
     -- default, so that readers take messages side by side (PGMQ's read
     -- skips locked rows, so concurrent readers do not read in msg_id order
     -- either), unless sluice.pgmq_lanes says otherwise (1: msg_id order).
-    PERFORM sluice.create_queue(q, '{"default_group": false, "max_attempts": 1000}'::jsonb
+    -- Retention 0: a deleted message is gone in PGMQ (an archived one is
+    -- copied into the archive), so nothing reads a completed message again
+    -- and its storage is reclaimed at the next rotations, not kept for
+    -- sluice's default hour of replay.
+    PERFORM sluice.create_queue(q, '{"default_group": false, "max_attempts": 1000, "retention": "0 seconds"}'::jsonb
                                    || CASE WHEN lanes IS NOT NULL THEN jsonb_build_object('lanes', lanes::int) ELSE '{}' END);
     PERFORM sluice.create_group(q, 'pgmq');
     SELECT id INTO STRICT qid FROM sluice.queue WHERE name = q;

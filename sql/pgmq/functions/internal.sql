@@ -196,7 +196,9 @@ DROP FUNCTION IF EXISTS pgmq._side(text, interval);
 
 -- _lookup: what a read, delete, archive or set_vt needs, in one statement:
 -- the sluice queue, the side slot of the current generation and whether a
--- rotation is due (the generation is a minute old). No row: no such queue.
+-- rotation is due (the generation is as old as the sluice queue's
+-- rotate_interval, a minute by default: the side tables rotate with the
+-- queue's storage). No row: no such queue.
 --
 -- Hot path: a set-returning SQL function without SET clause, so that the
 -- planner inlines it into the caller's (cached) statement. Called by the
@@ -209,10 +211,11 @@ CREATE OR REPLACE FUNCTION pgmq._lookup(p_name text)
 RETURNS TABLE (q text, slot smallint, due boolean)
 LANGUAGE sql STABLE
 AS $$
-    SELECT m.sluice_queue, (g.gen % 2)::smallint, g.started_at < now() - interval '1 minute'
+    SELECT m.sluice_queue, (g.gen % 2)::smallint, g.started_at < now() - sq.rotate_interval
       FROM pgmq.meta m
       LEFT JOIN LATERAL (SELECT s.gen, s.started_at FROM pgmq.side_generation s
                           WHERE s.sluice_queue = m.sluice_queue ORDER BY s.gen DESC LIMIT 1) g ON true
+      LEFT JOIN sluice.queue sq ON sq.name = m.sluice_queue
      WHERE m.sluice_queue = lower(p_name)
 $$;
 

@@ -3,7 +3,8 @@
 -- read is sluice.receive for the group 'pgmq' with lease = vt - now; read_ct
 -- is sluice's attempt, msg_id its message id (the same on every delivery).
 -- Each delivery is logged in _sl_r_<queue> (unlogged, append-only, rotated
--- by pgmq._rotate, which a session's reads try at most once a minute) so that
+-- by pgmq._rotate, which a session's reads try at most once per rotate_interval
+-- of the sluice queue, a minute by default) so that
 -- delete, archive and set_vt, which take msg_ids, find its receipt.
 -- Messages sent with an x-pgmq-group header carry it as their ordering key:
 -- every read form delivers them in order, none while an earlier one of the
@@ -94,7 +95,8 @@ $$;
 
 -- _deliver: receive up to qty messages and log their deliveries (the queue's
 -- copy of _t_deliver), then rotate the side tables if due (the generation is
--- a minute old, and this session has not tried in the last minute). Called
+-- as old as the sluice queue's rotate_interval, a minute by default, and this
+-- session has not tried within that time). Called
 -- by the public read functions, whose SET clauses (search_path and the
 -- engine's settings, sluice._engine_settings) are the settings of the
 -- queue's copy, which has none of its own: one call with SET clauses per
@@ -130,12 +132,16 @@ BEGIN
     -- Rotate last: a read holds the lanes it took until it commits, and the
     -- other readers take other lanes meanwhile. A rotation that is refused
     -- (the old slot is still needed, possibly for as long as sluice keeps
-    -- the completed messages) is tried again by this session a minute
-    -- later, not by every read.
-    IF m.due AND extract(epoch FROM clock_timestamp()) >=
-                 coalesce(nullif(current_setting('sluice.pgmq_rotated_' || to_hex(hashtext(m.q)), true), ''), '0')::float8 + 60 THEN
-        PERFORM set_config('sluice.pgmq_rotated_' || to_hex(hashtext(m.q)), extract(epoch FROM clock_timestamp())::text, false);
-        PERFORM pgmq._rotate(m.q);
+    -- the completed messages) is tried again by this session a
+    -- rotate_interval later (a minute by default), not by every read.
+    IF m.due THEN
+        IF extract(epoch FROM clock_timestamp()) >=
+           coalesce(nullif(current_setting('sluice.pgmq_rotated_' || to_hex(hashtext(m.q)), true), ''), '0')::float8
+           + (SELECT extract(epoch FROM sq.rotate_interval) FROM sluice.queue sq WHERE sq.name = m.q) THEN
+            PERFORM set_config('sluice.pgmq_rotated_' || to_hex(hashtext(m.q)), extract(epoch FROM clock_timestamp())::text,
+                               false);
+            PERFORM pgmq._rotate(m.q);
+        END IF;
     END IF;
 END
 $$;
