@@ -32,6 +32,9 @@ func TestSideTablesRotate(t *testing.T) {
 		t.Fatal("rotated over a current lease and a completed message sluice still keeps")
 	}
 	exec(t, db, "SELECT pgmq.delete('rot', $1::bigint)", b)
+	if rotate() {
+		t.Fatal("rotated while sluice still keeps completed messages of the slot (no lease current)")
+	}
 	// wait for sluice to reclaim the completed messages (retention 0, which
 	// pgmq.create gives, and short rotations now), then their side rows go
 	// with a rotation (reads now rotate by themselves too)

@@ -55,8 +55,9 @@ func layerFS(t *testing.T, path string) fstest.MapFS {
 // queue gets its functions, keeps its one lane (fixed at creation), a
 // delivery made before the upgrade is deleted by msg_id after it, nothing
 // is lost or read twice, a queue with insert notifications on gets their
-// marker and notifies, both get retention 0, and a queue created afterwards
-// has lanes and retention 0.
+// marker and notifies, both get retention 0 (one whose retention was not
+// the default hour keeps it), and a queue created afterwards has lanes and
+// retention 0.
 func TestUpgradeInPlace(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -69,6 +70,8 @@ func TestUpgradeInPlace(t *testing.T) {
 	db := pgtest.NewPool(t, url)
 	exec(t, db, "SELECT pgmq.create('old')")
 	exec(t, db, "SELECT pgmq.create('oldnotify')")
+	exec(t, db, "SELECT pgmq.create('oldkeep')")
+	exec(t, db, `SELECT sluice.alter_queue('oldkeep', '{"retention": "5 minutes"}')`)
 	exec(t, db, "SELECT pgmq.enable_notify_insert('oldnotify', 0)")
 	var sent []int64
 	for i := 0; i < 4; i++ {
@@ -90,10 +93,11 @@ func TestUpgradeInPlace(t *testing.T) {
 		t.Fatalf("upgrade applied migrations %+v, want 0002_retention.sql", res.Applied)
 	}
 	// a queue made before retention 0 gets it (nothing reads a completed
-	// message of a pgmq queue again)
-	for _, q := range []string{"old", "oldnotify"} {
-		if r := scalar[string](t, db, "SELECT retention::text FROM sluice.queue WHERE name = $1", q); r != "00:00:00" {
-			t.Fatalf("queue %s has retention %s after the upgrade, want 0", q, r)
+	// message of a pgmq queue again), unless its retention is not the
+	// default hour
+	for q, want := range map[string]string{"old": "00:00:00", "oldnotify": "00:00:00", "oldkeep": "00:05:00"} {
+		if r := scalar[string](t, db, "SELECT retention::text FROM sluice.queue WHERE name = $1", q); r != want {
+			t.Fatalf("queue %s has retention %s after the upgrade, want %s", q, r, want)
 		}
 	}
 	if n := scalar[int64](t, db, "SELECT count(*) FROM pg_proc WHERE pronamespace = 'pgmq'::regnamespace AND proname LIKE '\\_sl\\_%\\_old'"); n != 3 {

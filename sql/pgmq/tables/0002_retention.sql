@@ -4,7 +4,8 @@
 -- Nothing reads a completed message of a pgmq queue again (a deleted one is
 -- gone in PGMQ, an archived one is copied into the archive), so give them the
 -- retention pgmq.create now gives (0): storage is reclaimed at the next
--- rotations. A queue whose retention was changed by hand keeps it.
+-- rotations. Only queues whose retention is one hour, the default (one set
+-- to an hour by hand cannot be told apart); any other retention is kept.
 SELECT sluice.alter_queue(m.sluice_queue, '{"retention": "0 seconds"}')
 FROM pgmq.meta m
 JOIN sluice.queue q ON q.name = m.sluice_queue
