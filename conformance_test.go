@@ -578,7 +578,7 @@ func (r *runner) status(q string) (any, error) {
 			"delayed": s.Delayed, "in_flight": s.InFlight, "dead": s.Dead,
 			"oldest_pending_age": s.OldestPendingAge.Seconds(), "lag": s.Lag, "cursor": s.Cursor,
 			"lwm": s.LWM, "head": s.Head, "live_epochs": s.LiveEpochs, "holds_reclaim": s.HoldsReclaim,
-			"waiting": s.Waiting, "estimated": s.Estimated}
+			"waiting": s.Waiting, "estimated": s.Estimated, "dead_lettered": s.DeadLettered}
 	}
 	return out, nil
 }

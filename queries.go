@@ -40,7 +40,8 @@ FROM sluice.list_queues() WHERE queue = $1`
 	sqlSeekGroup = `SELECT sluice.seek_group($1, $2, $3)`
 
 	sqlStatus = `SELECT queue, group_name, ready, delayed, in_flight, dead, oldest_pending_age, lag,
-       cursor, lwm, head, live_epochs, holds_reclaim, coalesce(waiting, 0), coalesce(estimated, false)
+       cursor, lwm, head, live_epochs, holds_reclaim, coalesce(waiting, 0), coalesce(estimated, false),
+       coalesce(dead_lettered, 0)
 FROM sluice.status($1::text)`
 
 	sqlDeadLetters = `SELECT id, group_name, body, headers, key, attempts, error, died_at, sent_at, dead_letter_id

@@ -48,6 +48,10 @@ type Status struct {
 	// has more messages not numbered yet than status counts exactly
 	// (sluice.status_exact_limit, 10,000 by default; docs/sql.md, status).
 	Estimated bool
+	// DeadLettered counts every message the group dead-lettered, redriven
+	// ones included, whichever consumer's nack or expiry did it: it only
+	// grows while the group exists (a counter, where Dead is a gauge).
+	DeadLettered int64
 }
 
 // Status returns one row per consumer group of queue, or of every queue
@@ -75,7 +79,8 @@ func status(ctx context.Context, db dbtx, queue string) ([]Status, error) {
 		var group *string
 		var age *time.Duration
 		err := row.Scan(&s.Queue, &group, &s.Ready, &s.Delayed, &s.InFlight, &s.Dead, &age, &s.Lag,
-			&s.Cursor, &s.LWM, &s.Head, &s.LiveEpochs, &s.HoldsReclaim, &s.Waiting, &s.Estimated)
+			&s.Cursor, &s.LWM, &s.Head, &s.LiveEpochs, &s.HoldsReclaim, &s.Waiting, &s.Estimated,
+			&s.DeadLettered)
 		s.Group = textOrEmpty(group)
 		if age != nil {
 			s.OldestPendingAge = *age

@@ -1,6 +1,10 @@
 package sqlsrc_test
 
-import "testing"
+import (
+	"maps"
+	"testing"
+	"time"
+)
 
 // statusRow is every column of sluice.status that can be checked exactly,
 // with the oldest pending age reduced to whether there is one.
@@ -98,4 +102,123 @@ func TestStatusIsExactAtEveryStep(t *testing.T) {
 	}
 	b.receive("p", "other", 1, "") // numbers the retry copy, meant for 'other' only
 	b.wantStatus("with a retry of another group numbered", "p", statusRow{Ready: 10, Lag: 10, Lwm: 1, Head: 12, Pending: true})
+}
+
+// deadCounts is each group's dead and dead_lettered in sluice.status.
+func (b *bundle) deadCounts(queue string) map[string][2]int64 {
+	b.t.Helper()
+	rows, err := b.pool.Query(b.ctx, `SELECT coalesce(group_name, ''), dead, dead_lettered FROM sluice.status($1)`, queue)
+	if err != nil {
+		b.t.Fatalf("status: %v", err)
+	}
+	defer rows.Close()
+	out := map[string][2]int64{}
+	for rows.Next() {
+		var g string
+		var dead, total *int64
+		if err := rows.Scan(&g, &dead, &total); err != nil {
+			b.t.Fatalf("status: %v", err)
+		}
+		if dead == nil || total == nil {
+			out[g] = [2]int64{-1, -1}
+			continue
+		}
+		out[g] = [2]int64{*dead, *total}
+	}
+	if err := rows.Err(); err != nil {
+		b.t.Fatalf("status: %v", err)
+	}
+	return out
+}
+
+func (b *bundle) wantDead(what, queue string, want map[string][2]int64) {
+	b.t.Helper()
+	if got := b.deadCounts(queue); !maps.Equal(got, want) {
+		b.t.Fatalf("status %s: (dead, dead_lettered) by group %v, want %v", what, got, want)
+	}
+}
+
+// dead_lettered counts every dead letter of a group, redriven ones
+// included: a nack and an expired lease past max_attempts add one, a
+// redrive leaves it (dead goes down), another group's and another queue's
+// are apart, a seek keeps it, and a group dropped and created again starts
+// from 0.
+func TestStatusDeadLetteredCounts(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.createQueue("dl", `{"max_attempts": 2}`)
+	b.createQueue("dl2", `{"max_attempts": 1}`)
+	b.exec("SELECT sluice.create_group('dl', 'other')")
+	b.exec(`SELECT sluice.send('dl2', '1')`)
+	b.wantDead("before any failure", "dl", map[string][2]int64{"default": {0, 0}, "other": {0, 0}})
+
+	// A nack at the last attempt dead-letters; one before it retries.
+	m1 := b.send(b.pool, "dl", `{"n": 1}`)
+	m := b.receive("dl", "default", 10, "")
+	if len(m) != 1 || m[0].ID != m1 || !b.nack("dl", "default", m[0].Receipt, "0 seconds", "first") {
+		t.Fatalf("receive and nack: %+v", m)
+	}
+	b.wantDead("after a retry", "dl", map[string][2]int64{"default": {0, 0}, "other": {0, 0}})
+	m = b.receive("dl", "default", 10, "")
+	if len(m) != 1 || m[0].ID != m1 || m[0].Attempt != 2 || !b.nack("dl", "default", m[0].Receipt, "", "second") {
+		t.Fatalf("the retry: %+v", m)
+	}
+	b.wantDead("after a nack at the last attempt", "dl", map[string][2]int64{"default": {1, 1}, "other": {0, 0}})
+
+	// An expired lease at the last attempt: the next receive dead-letters it.
+	m2 := b.send(b.pool, "dl", `{"n": 2}`)
+	for attempt := 1; attempt <= 2; attempt++ {
+		m = b.receive("dl", "default", 10, "100 milliseconds")
+		if len(m) != 1 || m[0].ID != m2 || m[0].Attempt != attempt {
+			t.Fatalf("attempt %d: %+v", attempt, m)
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	if m = b.receive("dl", "default", 10, ""); len(m) != 0 {
+		t.Fatalf("delivered past max_attempts: %+v", m)
+	}
+	b.wantDead("after a lease expired at the last attempt", "dl", map[string][2]int64{"default": {2, 2}, "other": {0, 0}})
+
+	// Another group's and another queue's dead letters are theirs.
+	o := b.receive("dl", "other", 10, "")
+	if len(o) != 2 || b.ack("dl", "other", o[1].Receipt) != 1 || !b.nack("dl", "other", o[0].Receipt, "0 seconds", "x") {
+		t.Fatalf("other: %+v", o)
+	}
+	o = b.receive("dl", "other", 10, "")
+	if len(o) != 1 || o[0].Attempt != 2 || !b.nack("dl", "other", o[0].Receipt, "", "x") {
+		t.Fatalf("other's retry: %+v", o)
+	}
+	m = b.receive("dl2", "default", 1, "")
+	if len(m) != 1 || !b.nack("dl2", "default", m[0].Receipt, "", "x") {
+		t.Fatalf("dl2: %+v", m)
+	}
+	b.wantDead("with a dead letter of another group", "dl", map[string][2]int64{"default": {2, 2}, "other": {1, 1}})
+	b.wantDead("of another queue", "dl2", map[string][2]int64{"default": {1, 1}})
+
+	// A redrive: dead goes down, dead_lettered stays; a redriven copy
+	// dead-lettered again counts once more.
+	if n := b.int64("SELECT sluice.redrive('dl', 'default', NULL)"); n != 2 {
+		t.Fatalf("redrove %d, want 2", n)
+	}
+	b.wantDead("after a redrive", "dl", map[string][2]int64{"default": {0, 2}, "other": {1, 1}})
+	again := b.receive("dl", "default", 10, "")
+	if len(again) != 2 || b.ack("dl", "default", again[1].Receipt) != 1 ||
+		!b.nack("dl", "default", again[0].Receipt, "0 seconds", "x") {
+		t.Fatalf("the redriven copies: %+v", again)
+	}
+	m = b.receive("dl", "default", 10, "")
+	if len(m) != 1 || m[0].Attempt != 2 || !b.nack("dl", "default", m[0].Receipt, "", "x") {
+		t.Fatalf("the redriven copy's retry: %+v", m)
+	}
+	b.wantDead("after a redriven copy died again", "dl", map[string][2]int64{"default": {1, 3}, "other": {1, 1}})
+
+	// A seek keeps the group's dead letters; a drop forgets them.
+	b.exec("SELECT sluice.seek_group('dl', 'default', 'earliest')")
+	b.wantDead("after a seek", "dl", map[string][2]int64{"default": {1, 3}, "other": {1, 1}})
+	b.exec("SELECT sluice.drop_group('dl', 'other')")
+	b.exec("SELECT sluice.create_group('dl', 'other')")
+	b.wantDead("after other was dropped and created again", "dl", map[string][2]int64{"default": {1, 3}, "other": {0, 0}})
+	// A queue without groups: NULL, as dead.
+	b.exec("SELECT sluice.drop_group('dl2', 'default')")
+	b.wantDead("of a queue without groups", "dl2", map[string][2]int64{"": {-1, -1}})
 }

@@ -61,6 +61,7 @@ var (
 	descHead      = prometheus.NewDesc("sluice_queue_head_position", "Position of the last numbered message (grows with every message numbered: its rate is the queue's throughput).", []string{"queue", "group"}, nil)
 	descLWM       = prometheus.NewDesc("sluice_queue_completed_position", "The group's low-water mark: first position not completed (its rate is the group's completion rate).", []string{"queue", "group"}, nil)
 	descEstimated = prometheus.NewDesc("sluice_queue_status_estimated", "1 when ready and lag include an estimate of the messages not numbered yet beyond the ones sluice.status counts exactly (sluice.status_exact_limit).", []string{"queue", "group"}, nil)
+	descDeadTotal = prometheus.NewDesc("sluice_queue_dead_lettered_total", "Messages the group dead-lettered (attempts exhausted by a nack or an expired lease), redriven ones included, whichever client's request did it: sluice.status's dead_lettered. Starts again from 0 when the group is dropped and created again.", []string{"queue", "group"}, nil)
 	descUp        = prometheus.NewDesc("sluice_status_up", "1 when the last read of sluice.status succeeded.", nil, nil)
 	descListener  = prometheus.NewDesc("sluice_listener_up", "1 while the server's LISTEN connection is up.", nil, nil)
 	descWaiting   = prometheus.NewDesc("sluice_long_polls_waiting", "Long polls waiting for messages.", nil, nil)
@@ -71,7 +72,7 @@ var (
 type queueCollector struct{ s *Server }
 
 func (c *queueCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descReady, descDelayed, descInFlight, descDead, descAge, descLag, descHead, descLWM, descEstimated, descUp, descListener, descWaiting} {
+	for _, d := range []*prometheus.Desc{descReady, descDelayed, descInFlight, descDead, descAge, descLag, descHead, descLWM, descEstimated, descDeadTotal, descUp, descListener, descWaiting} {
 		ch <- d
 	}
 }
@@ -112,6 +113,7 @@ func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
 			estimated = 1
 		}
 		g(descEstimated, estimated)
+		ch <- prometheus.MustNewConstMetric(descDeadTotal, prometheus.CounterValue, float64(st.DeadLettered), st.Queue, st.Group)
 	}
 }
 

@@ -1,8 +1,11 @@
 package server_test
 
 import (
+	"context"
 	"strings"
 	"testing"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // /metrics has the queues' status, the server's counters, request
@@ -23,6 +26,7 @@ func TestMetrics(t *testing.T) {
 		`sluice_queue_dead{group="default",queue="m"} 0`,
 		`sluice_queue_lag{group="default",queue="m"} `,
 		`sluice_queue_status_estimated{group="default",queue="m"} 0`,
+		`sluice_queue_dead_lettered_total{group="default",queue="m"} 0`,
 		`sluice_http_messages_sent_total{queue="m"} 3`,
 		`sluice_http_messages_received_total{group="default",queue="m"} 2`,
 		`sluice_http_messages_acked_total{group="default",queue="m"} 1`,
@@ -38,5 +42,83 @@ func TestMetrics(t *testing.T) {
 	}
 	if t.Failed() {
 		t.Log(body)
+	}
+}
+
+// sluice_queue_dead_lettered_total counts every message a group
+// dead-lettered, whichever client did it (here SQL consumers, which the
+// server's own counters never see, and one HTTP nack), per group, and a
+// redrive leaves it as it is while sluice_queue_dead goes down.
+func TestMetricsDeadLetteredCounter(t *testing.T) {
+	ts := start(t)
+	ctx := context.Background()
+	ts.must(201, "POST", "/v1/queues", tokAdmin, map[string]any{"name": "dl", "options": map[string]any{"max_attempts": 1}})
+	ts.must(201, "POST", "/v1/queues/dl/groups", tokAdmin, map[string]any{"name": "other"})
+	ts.must(201, "POST", "/v1/queues/dl/messages/batch", tokAdmin, map[string]any{"messages": []any{
+		map[string]any{"body": 1}, map[string]any{"body": 2}, map[string]any{"body": 3}}})
+	// Group default: two dead letters by SQL nacks, one of them redriven.
+	rows, err := ts.pool.Query(ctx, "SELECT receipt FROM sluice.receive('dl', 'default', 2)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	receipts, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil || len(receipts) != 2 {
+		t.Fatalf("receive: %v, %v", receipts, err)
+	}
+	for _, r := range receipts {
+		if _, err := ts.pool.Exec(ctx, "SELECT sluice.nack('dl', 'default', $1, NULL, 'poison')", r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var redriven int64
+	if err := ts.pool.QueryRow(ctx, "SELECT sluice.redrive('dl', 'default', NULL)").Scan(&redriven); err != nil || redriven != 2 {
+		t.Fatalf("redrive: %d, %v", redriven, err)
+	}
+	// the redriven copies are delivered again and dead-lettered again: 4
+	rows, err = ts.pool.Query(ctx, "SELECT receipt FROM sluice.receive('dl', 'default', 10)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	receipts, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil || len(receipts) != 3 {
+		t.Fatalf("receive after the redrive: %v, %v", receipts, err)
+	}
+	for _, r := range receipts[:2] {
+		if _, err := ts.pool.Exec(ctx, "SELECT sluice.nack('dl', 'default', $1, NULL, 'poison')", r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Group other: one dead letter by an HTTP nack.
+	msgs := ts.must(200, "POST", "/v1/queues/dl/groups/other/receive", tokAdmin, map[string]any{"max": 1})["messages"].([]any)
+	ts.must(200, "POST", "/v1/queues/dl/groups/other/nack", tokAdmin, map[string]any{"receipt": msgs[0].(map[string]any)["receipt"].(string)})
+
+	body := string(ts.do("GET", "/metrics", tokAdmin, nil).body)
+	for _, line := range []string{
+		`# TYPE sluice_queue_dead_lettered_total counter`,
+		`sluice_queue_dead_lettered_total{group="default",queue="dl"} 4`,
+		`sluice_queue_dead{group="default",queue="dl"} 2`,
+		`sluice_queue_dead_lettered_total{group="other",queue="dl"} 1`,
+		`sluice_queue_dead{group="other",queue="dl"} 1`,
+		`sluice_http_messages_nacked_total{group="other",queue="dl"} 1`,
+	} {
+		if !strings.Contains(body, "\n"+line+"\n") {
+			t.Errorf("/metrics has no %q", line)
+		}
+	}
+	if strings.Contains(body, `sluice_http_messages_nacked_total{group="default",queue="dl"}`) {
+		t.Error("the server counted nacks it did not serve")
+	}
+	if t.Failed() {
+		t.Log(body)
+	}
+	// /v1/status has the same count.
+	st := ts.must(200, "GET", "/v1/status?queue=dl", tokAdmin, nil)["status"].([]any)
+	got := map[string]float64{}
+	for _, s := range st {
+		row := s.(map[string]any)
+		got[row["group"].(string)] = row["dead_lettered"].(float64)
+	}
+	if got["default"] != 4 || got["other"] != 1 {
+		t.Fatalf("/v1/status dead_lettered: %v, want default 4, other 1", got)
 	}
 }

@@ -36,12 +36,14 @@ type StatusJSON struct {
 	LiveEpochs       int     `json:"live_epochs"`
 	HoldsReclaim     bool    `json:"holds_reclaim"`
 	Estimated        bool    `json:"estimated"`
+	DeadLettered     int64   `json:"dead_lettered"`
 }
 
 func statusJSON(st sluice.Status) StatusJSON {
 	return StatusJSON{Queue: st.Queue, Group: st.Group, Ready: st.Ready, Delayed: st.Delayed, InFlight: st.InFlight,
 		Dead: st.Dead, OldestPendingAge: st.OldestPendingAge.Seconds(), Lag: st.Lag, Cursor: st.Cursor, LWM: st.LWM,
-		Head: st.Head, LiveEpochs: st.LiveEpochs, HoldsReclaim: st.HoldsReclaim, Estimated: st.Estimated}
+		Head: st.Head, LiveEpochs: st.LiveEpochs, HoldsReclaim: st.HoldsReclaim, Estimated: st.Estimated,
+		DeadLettered: st.DeadLettered}
 }
 
 func queueJSON(q sluice.QueueInfo) QueueJSON {

@@ -313,10 +313,10 @@ $$;
 -- The rest counts as ready: waiting counts only the keyed messages among
 -- those counted, and oldest_pending_age, when it comes from messages not
 -- numbered yet, is the oldest of those counted and of the delayed ones.
--- delayed, in_flight, dead and the positions are always exact. Receives
--- number a backlog 4,000 messages at a time, so while one is consumed its
--- numbered part is counted exactly and only the part not reached yet is
--- estimated.
+-- delayed, in_flight, dead, dead_lettered and the positions are always
+-- exact. Receives number a backlog 4,000 messages at a time, so while one is
+-- consumed its numbered part is counted exactly and only the part not
+-- reached yet is estimated.
 --
 -- Parameters:
 --   queue  queue name (NULL: every queue)
@@ -328,8 +328,11 @@ $$;
 --                       counting waiting
 --   waiting             keyed messages that would be ready but wait for an
 --                       earlier message of their key to be completed
---   estimated           (the last column) true when ready and lag include an
---                       estimate of the messages not numbered yet
+--   estimated           true when ready and lag include an estimate of the
+--                       messages not numbered yet
+--   dead_lettered       (the last column) every message the group dead-lettered,
+--                       redriven ones included: grows only, while the group
+--                       exists (a counter, where dead is a gauge)
 --   delayed             not deliverable before a later time (delay, retry backoff)
 --   in_flight           leased and not completed
 --   dead                dead letters not redriven

@@ -309,7 +309,10 @@ $$;
 
 -- e_status: the rows of sluice.status for this queue (see there). The
 -- messages not numbered yet are read once for every group (e_unnumbered),
--- at most sluice.status_exact_limit (10,000) of each kind.
+-- at most sluice.status_exact_limit (10,000) of each kind. A group's dead
+-- letters are counted twice on dead_letter_group_idx (queue_id, group_id):
+-- dead (not redriven, an anti-join with sluice.redrive) and dead_lettered
+-- (all of them, index only), each O(the group's dead letters).
 --
 -- Parameters:
 --   q  the queue
@@ -404,8 +407,12 @@ BEGIN
         s.waiting := v_waiting;
         s.ready := ls.numbered + ls.expired + u.due - v_waiting;
         s.delayed := u.delayed + ls.parked;
+        -- (both by dead_letter_group_idx: queue_id, group_id)
         SELECT count(*) INTO s.dead FROM sluice.dead_letter d
-        WHERE d.group_id = g.id AND NOT EXISTS (SELECT 1 FROM sluice.redrive r WHERE r.dead_letter_id = d.id);
+        WHERE d.queue_id = q.id AND d.group_id = g.id
+          AND NOT EXISTS (SELECT 1 FROM sluice.redrive r WHERE r.dead_letter_id = d.id);
+        SELECT count(*) INTO s.dead_lettered FROM sluice.dead_letter d
+        WHERE d.queue_id = q.id AND d.group_id = g.id;
         s.lag := ls.numbered + ls.in_flight + ls.expired + ls.parked + u.due;   -- (waiting: in numbered, expired, due)
         s.oldest_pending_age := NULL;
         IF v_lwm <= head.last_pos THEN

@@ -57,7 +57,7 @@ FROM sluice.list_queues() WHERE queue = $1`,
   status: `SELECT queue, group_name, ready, delayed, in_flight, dead,
        extract(epoch FROM oldest_pending_age) * 1000 AS oldest_pending_age, lag,
        cursor, lwm, head, live_epochs, holds_reclaim, coalesce(waiting, 0) AS waiting,
-       coalesce(estimated, false) AS estimated
+       coalesce(estimated, false) AS estimated, coalesce(dead_lettered, 0) AS dead_lettered
 FROM sluice.status($1::text)`,
   deadLetters: `SELECT id, group_name, body, headers, key, attempts, error, died_at, sent_at, dead_letter_id
 FROM sluice.dead_letters($1, $2::text, $3::int)`,
@@ -373,6 +373,7 @@ export class Sluice {
       holdsReclaim: (r.holds_reclaim ?? null) as boolean | null,
       waiting: num(r.waiting),
       estimated: r.estimated as boolean,
+      deadLettered: num(r.dead_lettered),
     }));
   }
 

@@ -165,6 +165,11 @@ export interface QueueStatus {
    * (sluice.status reads at most sluice.status_exact_limit of it: docs/sql.md).
    */
   estimated: boolean;
+  /**
+   * Every message the group dead-lettered, redriven ones included, whichever client did it:
+   * grows only while the group exists (a counter, where dead is a gauge).
+   */
+  deadLettered: number;
 }
 
 /** A dead letter (the columns of sluice.dead_letter_info). */

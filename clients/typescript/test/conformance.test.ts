@@ -147,6 +147,7 @@ const statusRow = (s: QueueStatus) => ({
   holds_reclaim: s.holdsReclaim,
   waiting: s.waiting,
   estimated: s.estimated,
+  dead_lettered: s.deadLettered,
 });
 
 const deadLetterRow = (d: DeadLetter) => ({

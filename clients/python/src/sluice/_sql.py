@@ -39,7 +39,8 @@ DROP_GROUP = "SELECT sluice.drop_group(%s, %s)"
 SEEK_GROUP = "SELECT sluice.seek_group(%s, %s, %s)"
 STATUS = (
     "SELECT queue, group_name, ready, delayed, in_flight, dead, oldest_pending_age, lag,"
-    " cursor, lwm, head, live_epochs, holds_reclaim, coalesce(waiting, 0), coalesce(estimated, false)"
+    " cursor, lwm, head, live_epochs, holds_reclaim, coalesce(waiting, 0), coalesce(estimated, false),"
+    " coalesce(dead_lettered, 0)"
     " FROM sluice.status(%s::text)"
 )
 DEAD_LETTERS = (

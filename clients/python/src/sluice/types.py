@@ -56,6 +56,9 @@ class QueueStatus:
     #: whether ready and lag include an estimate of a large backlog not numbered yet
     #: (sluice.status reads at most sluice.status_exact_limit of it: docs/sql.md)
     estimated: bool
+    #: every message the group dead-lettered, redriven ones included, whichever client did it:
+    #: grows only while the group exists (a counter, where dead is a gauge)
+    dead_lettered: int
 
 
 @dataclass(frozen=True, slots=True)
