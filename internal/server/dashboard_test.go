@@ -1,13 +1,20 @@
 package server_test
 
 import (
+	"bytes"
+	"cmp"
 	"context"
 	"fmt"
+	"image"
+	"image/color"
+	"image/png"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,6 +22,7 @@ import (
 	"time"
 
 	"github.com/chromedp/cdproto/log"
+	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 
@@ -51,7 +59,11 @@ func newBrowser(t *testing.T) *browser {
 			t.Logf("chromedp: %s", msg)
 		}
 	}))
-	ctx, cancelTimeout := context.WithTimeout(ctx, 90*time.Second)
+	timeout := 90 * time.Second
+	if os.Getenv("SLUICE_SCREENSHOTS") != "" {
+		timeout = 5 * time.Minute // TestDashboardScreenshots runs traffic for a while
+	}
+	ctx, cancelTimeout := context.WithTimeout(ctx, timeout)
 	t.Cleanup(func() { cancelTimeout(); cancelCtx(); cancelAlloc() })
 	b := &browser{ctx: ctx}
 	chromedp.ListenTarget(ctx, func(ev any) {
@@ -130,18 +142,94 @@ func (b *browser) transport(t *testing.T) string {
 	return tr
 }
 
-func (b *browser) screenshot(t *testing.T, name string) {
+// screenshot writes a picture of the element sel (with a margin of the
+// page around it) to the directory SLUICE_SCREENSHOTS names, if set.
+func (b *browser) screenshot(t *testing.T, name, sel string) {
+	t.Helper()
 	dir := os.Getenv("SLUICE_SCREENSHOTS")
 	if dir == "" {
 		return
 	}
-	var png []byte
-	var ignored any // (scrolled to the top: the sticky header stays at the top of the picture)
+	// Scrolled to the top (the sticky header stays above the page), a
+	// moment for the charts to draw, then the element's box in the page.
+	var box []float64
+	var ignored any
 	b.run(t, chromedp.Evaluate(`window.scrollTo(0, 0)`, &ignored), chromedp.Sleep(2500*time.Millisecond),
-		chromedp.FullScreenshot(&png, 100))
-	if err := os.WriteFile(filepath.Join(dir, name), png, 0o644); err != nil {
+		chromedp.Evaluate(fmt.Sprintf(`(() => { const r = document.querySelector(%q).getBoundingClientRect();
+			return [r.left + scrollX, r.top + scrollY, r.width, r.height]; })()`, sel), &box))
+	const margin = 12
+	x, y := max(0, box[0]-margin), max(0, box[1]-margin)
+	clip := &page.Viewport{X: x, Y: y, Width: box[0] + box[2] + margin - x, Height: box[1] + box[3] + margin - y, Scale: 1}
+	var png []byte
+	b.run(t, chromedp.ActionFunc(func(ctx context.Context) (err error) {
+		png, err = page.CaptureScreenshot().WithFormat(page.CaptureScreenshotFormatPng).
+			WithClip(clip).WithCaptureBeyondViewport(true).Do(ctx)
+		return err
+	}))
+	if err := os.WriteFile(filepath.Join(dir, name), indexed(t, png), 0o644); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// indexed returns the picture with a palette of 256 of its colours, the
+// others (a few percent of the pixels, at the edges of text and lines)
+// taking the nearest of those: about a third of the size of the true
+// colour, and the same to the eye. The palette takes the most frequent
+// colour of each region of the colour space first, so that a rare colour
+// (a red count) keeps its own hue, then the next most frequent.
+func indexed(t *testing.T, b []byte) []byte {
+	t.Helper()
+	img, err := png.Decode(bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bounds := img.Bounds()
+	count := map[color.RGBA]int{}
+	for y := bounds.Min.Y; y < bounds.Max.Y; y++ {
+		for x := bounds.Min.X; x < bounds.Max.X; x++ {
+			count[color.RGBAModel.Convert(img.At(x, y)).(color.RGBA)]++
+		}
+	}
+	colors := slices.Collect(maps.Keys(count))
+	slices.SortFunc(colors, func(a, b color.RGBA) int { // the most frequent first; ties in a fixed order
+		if c := cmp.Compare(count[b], count[a]); c != 0 {
+			return c
+		}
+		return cmp.Compare(uint32(a.R)<<24|uint32(a.G)<<16|uint32(a.B)<<8|uint32(a.A), uint32(b.R)<<24|uint32(b.G)<<16|uint32(b.B)<<8|uint32(b.A))
+	})
+	dist := func(a, b color.RGBA) int {
+		dr, dg, db := int(a.R)-int(b.R), int(a.G)-int(b.G), int(a.B)-int(b.B)
+		return dr*dr + dg*dg + db*db
+	}
+	pal := color.Palette{}
+	in := map[color.RGBA]bool{}
+	for _, apart := range []int{48 * 48, 24 * 24, 12 * 12, 0} { // squared distances
+		for _, c := range colors {
+			if len(pal) == 256 {
+				break
+			}
+			if in[c] || slices.ContainsFunc(pal, func(p color.Color) bool { return dist(c, p.(color.RGBA)) <= apart }) {
+				continue
+			}
+			pal = append(pal, c)
+			in[c] = true
+		}
+	}
+	index := map[color.RGBA]uint8{}
+	for _, c := range colors {
+		index[c] = uint8(pal.Index(c))
+	}
+	out := image.NewPaletted(bounds, pal)
+	for y := bounds.Min.Y; y < bounds.Max.Y; y++ {
+		for x := bounds.Min.X; x < bounds.Max.X; x++ {
+			out.SetColorIndex(x, y, index[color.RGBAModel.Convert(img.At(x, y)).(color.RGBA)])
+		}
+	}
+	var buf bytes.Buffer
+	if err := (&png.Encoder{CompressionLevel: png.BestCompression}).Encode(&buf, out); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
 }
 
 // The dashboard shows live numbers that change as messages flow, without
@@ -168,7 +256,6 @@ func TestDashboardLive(t *testing.T) {
 	if tr := b.transport(t); tr != "stream" {
 		t.Fatalf("the page follows the status by %q, want the event stream", tr)
 	}
-	b.screenshot(t, "dashboard.png")
 
 	// The queue's detail: a leased message is in flight, sent messages are
 	// in peek, a body is text (never HTML), a long one is cut and expands.
@@ -201,7 +288,6 @@ func TestDashboardLive(t *testing.T) {
 	}
 	b.run(t, chromedp.Click(`#peeked tr.peeked:last-child summary`, chromedp.ByQuery),
 		chromedp.WaitVisible(`#peeked tr.peeked:last-child details[open] pre.body`, chromedp.ByQuery))
-	b.screenshot(t, "dashboard-inflight.png")
 	// Still open after the next refresh, and gone from in flight once acked.
 	ts.must(200, "POST", "/v1/queues/web/groups/default/ack", "", map[string]any{"receipts": []string{
 		leased[0].(map[string]any)["receipt"].(string), leased[1].(map[string]any)["receipt"].(string)}})
@@ -255,7 +341,6 @@ func TestDashboardAuthAndRedrive(t *testing.T) {
 	m = ts.must(200, "POST", "/v1/queues/billing/groups/default/receive", tokAdmin, map[string]any{})["messages"].([]any)[0].(map[string]any)
 	ts.must(200, "POST", "/v1/queues/billing/groups/default/nack", tokAdmin, map[string]any{"receipt": m["receipt"], "error": "expired card"})
 	b.waitText(t, `#detail h3:nth-of-type(2)`, "DEAD LETTERS (2)") // upper case by the style
-	b.screenshot(t, "dashboard-queue.png")
 	btn := `#dead-letters tr.dead-letter:last-child button`
 	b.run(t, chromedp.Click(btn, chromedp.ByQuery), chromedp.Click(btn, chromedp.ByQuery))
 	b.waitText(t, `.card[data-queue="billing"] tr[data-group="default"] td.dead`, "1")

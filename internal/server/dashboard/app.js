@@ -111,11 +111,21 @@ function setConn(text, cls) {
   c.className = "pill " + (cls || "");
 }
 
-// rate returns the per-second growth of field over the last points.
+const RATE_MS = 5000;       // the table's rates: growth over the last 5 seconds
+const SERIES_MS = 2000;     // the charts' rates: growth over 2 seconds
+
+// Colours: a group has the same one in both charts and by its name; the
+// rate chart's area (messages in) is blue, a colour no group has.
+const GROUP_COLORS = ["#4cd397", "#f2b84b", "#c792ea", "#ff8f6b", "#7fdbca"];
+const IN_COLOR = "#4fb0ff";
+
+// rate returns the per-second growth of field over the last RATE_MS.
 function rate(points, field) {
   if (points.length < 2) return null;
-  const a = points[Math.max(0, points.length - 6)];
   const b = points[points.length - 1];
+  let i = points.length - 2;
+  while (i > 0 && b.t - points[i - 1].t <= RATE_MS) i--;
+  const a = points[i];
   const dt = (b.t - a.t) / 1000;
   return dt > 0 ? Math.max(0, (b[field] - a[field]) / dt) : null;
 }
@@ -136,16 +146,22 @@ function record(rows) {
   for (const key of [...state.history.keys()]) if (!seen.has(key)) state.history.delete(key);
 }
 
-// series turns a group's history into per-interval rates of field.
+// rateSeries turns a group's history into per-second rates of field, each
+// over the SERIES_MS before the point (the interval between readings if
+// longer), so that the line does not depend on how often the status comes.
 function rateSeries(h, field) {
   const out = [];
+  let j = 0;
   for (let i = 1; i < h.length; i++) {
-    const dt = (h[i].t - h[i - 1].t) / 1000;
-    out.push(dt > 0 ? Math.max(0, (h[i][field] - h[i - 1][field]) / dt) : 0);
+    while (j + 1 < i && h[i].t - h[j + 1].t >= SERIES_MS) j++;
+    const dt = (h[i].t - h[j].t) / 1000;
+    out.push(dt > 0 ? Math.max(0, (h[i][field] - h[j][field]) / dt) : 0);
   }
   return out;
 }
 
+// drawChart draws lines (an area under those with fill) on a common scale
+// from 0, and returns the scale's top.
 function drawChart(canvas, lines) {
   const dpr = window.devicePixelRatio || 1;
   const w = canvas.clientWidth || 300, hgt = canvas.clientHeight || 60;
@@ -168,13 +184,23 @@ function drawChart(canvas, lines) {
     ctx.strokeStyle = l.color;
     ctx.lineWidth = 1.6;
     ctx.stroke();
+    if (l.fill) {
+      ctx.lineTo(w, hgt);
+      ctx.lineTo(w - ((n - 1) / (HISTORY - 1)) * w, hgt);
+      ctx.closePath();
+      ctx.globalAlpha = 0.18;
+      ctx.fillStyle = l.color;
+      ctx.fill();
+      ctx.globalAlpha = 1;
+    }
   }
+  return max;
 }
 
-function groupRow(r) {
+function groupRow(r, i) {
   const h = state.history.get(r.queue + "/" + r.group) || [];
   return el("tr", { "data-group": r.group },
-    el("td", {}, r.group),
+    el("td", {}, el("span", { class: "swatch c" + (i % GROUP_COLORS.length) }), r.group),
     el("td", { class: "ready" }, fmt(r.ready)),
     el("td", {}, fmt(r.delayed)),
     el("td", { class: "inflight" }, fmt(r.in_flight)),
@@ -194,20 +220,23 @@ function queueCard(name, rows) {
       el("thead", {}, el("tr", {}, ["group", "ready", "delayed", "in flight", "dead", "lag", "oldest", "in/s", "done/s"].map((h) => el("th", {}, h)))),
       el("tbody", {}, groups.map(groupRow))));
   const lagCanvas = el("canvas", {}), rateCanvas = el("canvas", {});
+  const lagMax = el("span", { class: "scale" }), rateMax = el("span", { class: "scale" });
+  // The groups' colours are by their names in the table.
   card.append(el("div", { class: "charts" },
-    el("div", { class: "chart" }, el("div", { class: "label" }, el("span", {}, "lag, per group"), el("span", {}, groups.map((g) => g.group).join(" · "))), lagCanvas),
-    el("div", { class: "chart" }, el("div", { class: "label" }, el("span", {}, "sent/s (blue)"), el("span", {}, "done/s per group")), rateCanvas)));
+    el("div", { class: "chart" }, el("div", { class: "label" }, el("span", {}, "lag per group"), lagMax), lagCanvas),
+    el("div", { class: "chart" }, el("div", { class: "label" },
+      el("span", {}, el("span", { class: "in" }, "in/s"), " · done/s per group"), rateMax), rateCanvas)));
   requestAnimationFrame(() => {
-    const colors = ["#4fb0ff", "#4cd397", "#f2b84b", "#c792ea", "#ff6b6b"];
     const lag = [], rates = [];
     groups.forEach((g, i) => {
       const h = state.history.get(name + "/" + g.group) || [];
-      lag.push({ color: colors[i % colors.length], values: h.map((p) => p.lag) });
-      if (i === 0) rates.push({ color: "#4fb0ff", values: rateSeries(h, "head") });
-      rates.push({ color: colors[(i + 1) % colors.length], values: rateSeries(h, "lwm") });
+      const color = GROUP_COLORS[i % GROUP_COLORS.length];
+      lag.push({ color, values: h.map((p) => p.lag) });
+      if (i === 0) rates.push({ color: IN_COLOR, fill: true, values: rateSeries(h, "head") });
+      rates.push({ color, values: rateSeries(h, "lwm") });
     });
-    drawChart(lagCanvas, lag);
-    drawChart(rateCanvas, rates);
+    lagMax.textContent = "max " + fmt(drawChart(lagCanvas, lag));
+    rateMax.textContent = "max " + fmt(drawChart(rateCanvas, rates));
   });
   return card;
 }
@@ -307,7 +336,7 @@ async function renderDetail() {
     el("h3", {}, "Dead letters (" + dls.dead_letters.length + ")"),
     dlRows.length === 0 ? el("p", { class: "muted" }, "None.") :
       el("table", { id: "dead-letters" },
-        el("thead", {}, el("tr", {}, ["id", "group", "attempts", "error", "body", "died", ""].map((h) => el("th", {}, h)))),
+        el("thead", {}, el("tr", {}, ["id", "group", "attempts", "error", "body", "died", ""].map((h) => el("th", { class: h === "error" || h === "body" ? "left" : null }, h)))),
         el("tbody", {}, dlRows)),
     el("h3", {}, "In flight"), el("div", { id: "inflight" }, el("p", { class: "muted" }, "Loading…")),
     el("div", { class: "row" }, el("h3", {}, "Peek"), el("span", { class: "spacer" }),
@@ -380,7 +409,7 @@ function bodyCell(m) {
 function peekTable(msgs) {
   if (msgs.length === 0) return el("p", { class: "muted" }, state.peekAfter === null ? "The queue stores no message." : "No message after id " + state.peekAfter + ".");
   return el("table", { id: "peeked" },
-    el("thead", {}, el("tr", {}, ["id", "key", "priority", "sent", "due", "resent to", "body"].map((h) => el("th", {}, h)))),
+    el("thead", {}, el("tr", {}, ["id", "key", "priority", "sent", "due", "resent to", "body"].map((h) => el("th", { class: h === "body" ? "left" : null }, h)))),
     el("tbody", {}, msgs.map((m) => el("tr", { class: "peeked", "data-id": String(m.id) },
       el("td", {}, String(m.id)), el("td", {}, m.key || "–"), el("td", {}, String(m.priority)),
       el("td", {}, new Date(m.sent_at).toLocaleString()),
