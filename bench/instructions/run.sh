@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# Instructions per receive-and-ack round, counted by callgrind in a
+# single-user PostgreSQL backend: repeatable on a noisy machine, where
+# wall-clock A/B runs of an engine change are not (docs/design.md, "Costs
+# and limits"). One line per sluice binary given (each migrates its own
+# embedded SQL, so binaries built at two commits compare the two engines),
+# and a DIY SKIP LOCKED dequeue as the reference.
+#
+# usage: bench/instructions/run.sh SLUICE_BINARY...
+#   e.g. go build -o /tmp/sluice-a ./cmd/sluice; git checkout X; go build -o /tmp/sluice-b ./cmd/sluice
+#        bench/instructions/run.sh /tmp/sluice-a /tmp/sluice-b
+# env:   PGBIN    PostgreSQL server binaries (default: pg_config --bindir)
+#        RUN_AS   the user that runs the server when this runs as root
+#                 (default postgres: PostgreSQL refuses to run as root)
+#        BATCHES  receive sizes (default "1 100")
+#
+# A round is one sluice.receive of the batch size then one sluice.ack of its
+# receipts, each its own transaction (a statement per transaction in
+# single-user mode), on a queue preloaded with as many messages as the
+# rounds take (lanes 8, lease 1 hour, no rotation during the run). Instructions per round are the
+# difference between a run of few and of many rounds, over their difference,
+# so start-up and the first calls' compilation cancel out. Under callgrind a
+# backend runs ~50x slower, so what the engine does once a second (the
+# low-water mark, maintenance) comes ~50x as often per round: compare
+# engines with this, do not read it as a production profile.
+set -euo pipefail
+
+[ $# -ge 1 ] || { sed -n '2,30p' "$0"; exit 2; }
+command -v valgrind >/dev/null || { echo "run.sh: valgrind is needed (apt-get install valgrind)" >&2; exit 1; }
+PGBIN=${PGBIN:-$(pg_config --bindir 2>/dev/null || true)}
+[ -x "$PGBIN/postgres" ] || { echo "run.sh: no PostgreSQL server in PGBIN='$PGBIN' (set PGBIN)" >&2; exit 1; }
+BATCHES=${BATCHES:-1 100}
+# few and many rounds of a batch size: 50 and 250 of small batches, 3 and 13
+# of large ones
+few() { if [ "$1" -ge 50 ]; then echo 3; else echo 50; fi; }
+many() { if [ "$1" -ge 50 ]; then echo 13; else echo 250; fi; }
+preload=0
+for b in $BATCHES; do preload=$((preload + b * ($(few "$b") + $(many "$b")))); done
+as_user() { if [ "$(id -u)" = 0 ]; then su "${RUN_AS:-postgres}" -s /bin/bash -c "$1"; else bash -c "$1"; fi; }
+
+work=$(mktemp -d)
+chmod 755 "$work"
+[ "$(id -u)" = 0 ] && chown "${RUN_AS:-postgres}" "$work"
+port=54999
+url() { echo "postgres://postgres@/$1?host=$work&port=$port"; }
+cleanup() { as_user "'$PGBIN/pg_ctl' -D '$work/data' -m immediate stop" >/dev/null 2>&1 || true; rm -rf "$work"; }
+trap cleanup EXIT
+
+as_user "'$PGBIN/initdb' -D '$work/data' -U postgres --auth=trust" >/dev/null
+start() { as_user "'$PGBIN/pg_ctl' -D '$work/data' -o \"-p $port -k '$work' -c listen_addresses=''\" -l '$work/log' -w start" >/dev/null; }
+stop() { as_user "'$PGBIN/pg_ctl' -D '$work/data' -w stop" >/dev/null; }
+psql_() { "$PGBIN/psql" -X -q -v ON_ERROR_STOP=1 "$@"; }
+
+start
+i=0
+for bin in "$@"; do
+	i=$((i + 1))
+	psql_ "$(url postgres)" -c "CREATE DATABASE s$i"
+	"$bin" migrate --database-url "$(url s$i)" >/dev/null 2>&1 || { echo "run.sh: $bin migrate failed" >&2; exit 1; }
+	psql_ "$(url s$i)" \
+		-c "SELECT sluice.create_queue('ic', '{\"lease\": \"1 hour\", \"rotate_interval\": \"1 day\"}')" \
+		-c "SELECT count(*) FROM sluice.send_batch('ic', ARRAY(SELECT jsonb_build_object('n', g, 'pad', repeat('x', 64)) FROM generate_series(1, $preload) g))" \
+		-c "CREATE TABLE r (x text)" >/dev/null
+done
+psql_ "$(url postgres)" -c "CREATE DATABASE sl"
+psql_ "$(url sl)" -c "CREATE TABLE q (id bigserial PRIMARY KEY, body jsonb NOT NULL)" \
+	-c "INSERT INTO q (body) SELECT jsonb_build_object('n', g, 'pad', repeat('x', 64)) FROM generate_series(1, $preload) g" \
+	-c "VACUUM ANALYZE q" >/dev/null
+stop
+
+# rounds DB BATCH N: a script of N rounds
+rounds() {
+	local n
+	for ((n = 0; n < $3; n++)); do
+		if [ "$1" = sl ]; then
+			echo "DELETE FROM q WHERE id = ANY (ARRAY(SELECT id FROM q ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED)) RETURNING id, body"
+		else
+			echo "INSERT INTO r SELECT receipt FROM sluice.receive('ic', 'default', $2)"
+			echo "SELECT sluice.ack('ic', 'default', ARRAY(SELECT x FROM r))"
+			echo "DELETE FROM r"
+		fi
+	done
+}
+# count DB SCRIPT: the instructions of a single-user backend running SCRIPT
+count() {
+	local out="$work/cg.out"
+	as_user "valgrind --tool=callgrind --callgrind-out-file='$out' '$PGBIN/postgres' --single -D '$work/data' $1 < '$2' > /dev/null 2>&1"
+	callgrind_annotate "$out" 2>/dev/null | awk '/PROGRAM TOTALS/ { gsub(",", "", $1); print $1; exit }'
+	rm -f "$out"
+}
+
+printf '| engine | %s |\n|---|%s\n' "$(for b in $BATCHES; do printf 'batch %s: instructions per round | ' "$b"; done | sed 's/ | $//')" \
+	"$(for b in $BATCHES; do printf -- '--:|'; done)"
+dbs=(); labels=()
+i=0
+for bin in "$@"; do i=$((i + 1)); dbs+=("s$i"); labels+=("sluice ($bin)"); done
+dbs+=(sl); labels+=("SKIP LOCKED DELETE (reference)")
+for k in "${!dbs[@]}"; do
+	db=${dbs[$k]}
+	line="| ${labels[$k]} |"
+	for b in $BATCHES; do
+		few=$(few "$b"); many=$(many "$b")
+		rounds "$db" "$b" "$few" > "$work/few.sql"
+		rounds "$db" "$b" "$many" > "$work/many.sql"
+		chmod 644 "$work"/*.sql
+		a=$(count "$db" "$work/few.sql")
+		c=$(count "$db" "$work/many.sql")
+		line="$line $(awk -v a="$a" -v c="$c" -v n=$((many - few)) 'BEGIN { printf "%.2fM", (c - a) / n / 1e6 }') |"
+	done
+	echo "$line"
+done
