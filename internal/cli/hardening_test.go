@@ -233,10 +233,11 @@ func TestStatusAndListJSON(t *testing.T) {
 		InFlight int64   `json:"in_flight"`
 		Lag      *int64  `json:"lag"`
 		Age      float64 `json:"oldest_pending_age"`
+		DeadLet  *int64  `json:"dead_lettered"`
 	}
 	out := b.ok("status", "--json")
 	if err := json.Unmarshal([]byte(out), &s); err != nil || s.Queue != "orders" || s.Group == nil || *s.Group != "default" ||
-		s.Ready != 1 || s.InFlight != 1 || s.Lag == nil || s.Age <= 0 {
+		s.Ready != 1 || s.InFlight != 1 || s.Lag == nil || s.Age <= 0 || s.DeadLet == nil || *s.DeadLet != 0 {
 		t.Errorf("status --json: %q (%+v, %v)", out, s, err)
 	}
 	var q struct {

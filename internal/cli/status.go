@@ -124,6 +124,7 @@ type statusJSON struct {
 	OldestPendingAge float64 `json:"oldest_pending_age"` // seconds, 0 for none
 	HoldsReclaim     bool    `json:"holds_reclaim"`
 	Estimated        bool    `json:"estimated"`
+	DeadLettered     int64   `json:"dead_lettered"` // every dead letter of the group, redriven ones included
 }
 
 // printStatusJSON prints st as JSON lines, one per group.
@@ -131,7 +132,8 @@ func printStatusJSON(w io.Writer, st []sluice.Status) error {
 	enc := json.NewEncoder(w)
 	for _, s := range st {
 		out := statusJSON{Queue: s.Queue, Ready: s.Ready, Waiting: s.Waiting, Delayed: s.Delayed, InFlight: s.InFlight, Dead: s.Dead, Lag: s.Lag,
-			OldestPendingAge: s.OldestPendingAge.Seconds(), HoldsReclaim: s.HoldsReclaim, Estimated: s.Estimated}
+			OldestPendingAge: s.OldestPendingAge.Seconds(), HoldsReclaim: s.HoldsReclaim, Estimated: s.Estimated,
+			DeadLettered: s.DeadLettered}
 		if s.Group != "" {
 			out.Group = &s.Group
 		}
