@@ -500,3 +500,34 @@ func TestSeekGroup(t *testing.T) {
 		}
 	}
 }
+
+// TestStatusOfAQueueWithoutGroups checks that a queue without groups, whose
+// status row has NULL counts, neither fails Status of every queue nor of
+// itself: its row has Group "" and zeros, and the other queues' rows are
+// read as before.
+func TestStatusOfAQueueWithoutGroups(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.createQueue("bare", &sluice.QueueOptions{NoDefaultGroup: true})
+	b.createQueue("work", nil)
+	b.send("work", `1`)
+	st, err := b.client.Status(b.ctx, "")
+	if err != nil {
+		t.Fatalf("status of every queue with one that has no groups: %v", err)
+	}
+	var bare, work int
+	for _, s := range st {
+		switch {
+		case s.Queue == "bare" && s.Group == "" && s.Ready == 0 && s.Lag == 0 && s.Cursor == 0 && s.DeadLettered == 0:
+			bare++
+		case s.Queue == "work" && s.Group == "default" && s.Ready == 1:
+			work++
+		}
+	}
+	if bare != 1 || work != 1 || len(st) != 2 {
+		t.Errorf("status rows %+v: want one row of bare without a group and work's default with 1 ready", st)
+	}
+	if st, err := b.client.Status(b.ctx, "bare"); err != nil || len(st) != 1 || st[0].Group != "" {
+		t.Errorf("status of bare: %+v, %v", st, err)
+	}
+}

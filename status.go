@@ -15,7 +15,8 @@ import (
 type Status struct {
 	// Queue is the queue's name.
 	Queue string
-	// Group is the group's name; "" for a queue without groups.
+	// Group is the group's name; "" for a queue without groups (its row's
+	// counts and positions are then 0).
 	Group string
 	// Ready counts messages deliverable now (new, expired leases, retries
 	// due), keyed messages waiting for an earlier one of their key excepted.
