@@ -1,13 +1,18 @@
 package pgmqcompat
 
 import (
+	"context"
+	"fmt"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // TestSideTablesRotate checks that the side tables are reclaimed by
-// rotation once nothing in the old slot is needed, and not before, and that
-// reads rotate them at the pace of the queue's rotate_interval.
+// rotation once nothing in the old slot is needed, and not before: not over
+// a current lease, and not while sluice still keeps a completed message of
+// the slot.
 func TestSideTablesRotate(t *testing.T) {
 	t.Parallel()
 	db := newDB(t)
@@ -106,11 +111,84 @@ func TestReadsRotateAtTheQueuesPace(t *testing.T) {
 	if g := gen(); g != 4 {
 		t.Fatalf("generation %d after another session's read, want 4", g)
 	}
+	// A shorter rotate_interval: a session tries at the pace of the
+	// interval it read at its last try (this one's: a minute), one that
+	// reads it anew at once, and then every second.
 	exec(t, db, `SELECT sluice.alter_queue('pace', '{"rotate_interval": "1 second"}')`)
 	started(5, "2 seconds")
-	time.Sleep(1100 * time.Millisecond) // (the session last tried over a second ago)
 	read()
+	if g := gen(); g != 5 {
+		t.Fatalf("generation %d after a read of the session that last tried under a minute's interval, want 5", g)
+	}
+	fresh, err := pgx.Connect(ctxT(t), db.Config().ConnConfig.ConnString())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fresh.Close(context.Background())
+	readFresh := func() {
+		if _, err := fresh.Exec(ctxT(t), "SELECT * FROM pgmq.read('pace', 30, 1)"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	readFresh()
 	if g := gen(); g != 6 {
-		t.Fatalf("generation %d after a read with a 1 s rotate_interval, want 6", g)
+		t.Fatalf("generation %d after a new session's read with a 1 s rotate_interval, want 6", g)
+	}
+	readFresh()
+	if g := gen(); g != 6 {
+		t.Fatalf("generation %d after a second read within the second, want 6 (the generation is not due)", g)
+	}
+	time.Sleep(1100 * time.Millisecond)
+	readFresh()
+	if g := gen(); g != 7 {
+		t.Fatalf("generation %d after a read a second later, want 7", g)
+	}
+}
+
+// TestReadsAsARoleWithoutSluiceTables checks that a role with the sluice
+// roles and rights on schema pgmq, which may not read sluice's own tables,
+// reads and deletes while a rotation is due: its sessions do not rotate
+// (the owner's do), and their reads do not fail for it.
+func TestReadsAsARoleWithoutSluiceTables(t *testing.T) {
+	t.Parallel()
+	db := newDB(t)
+	role := fmt.Sprintf("pgmq_app_%d", time.Now().UnixNano()%1_000_000_000)
+	exec(t, db, "SELECT pgmq.create('priv')")
+	exec(t, db, "CREATE ROLE "+role+" NOLOGIN IN ROLE sluice_consumer, sluice_producer")
+	t.Cleanup(func() {
+		if _, err := db.Exec(context.Background(), "DROP OWNED BY "+role+"; DROP ROLE "+role); err != nil {
+			t.Errorf("dropping %s: %v", role, err)
+		}
+	})
+	exec(t, db, "GRANT USAGE ON SCHEMA pgmq TO "+role+"; GRANT SELECT, INSERT ON ALL TABLES IN SCHEMA pgmq TO "+role+
+		"; GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA pgmq TO "+role)
+	exec(t, db, "INSERT INTO pgmq.side_generation VALUES ('priv', 1, clock_timestamp() - interval '2 minutes')")
+	exec(t, db, "SELECT * FROM pgmq.send('priv', '{}')")
+	conn, err := db.Acquire(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctxT(t), "SET ROLE "+role); err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Exec(context.Background(), "RESET ROLE") //nolint:errcheck // (back to the pool as the test user)
+	if _, err := conn.Exec(ctxT(t), "SELECT count(*) FROM sluice.queue"); err == nil {
+		t.Fatalf("%s may read sluice.queue: the test would show nothing", role)
+	}
+	var got int64
+	var deleted bool
+	if err := conn.QueryRow(ctxT(t), "SELECT msg_id FROM pgmq.read('priv', 30, 1)").Scan(&got); err != nil {
+		t.Fatalf("read as %s with a rotation due: %v", role, err)
+	}
+	if err := conn.QueryRow(ctxT(t), "SELECT pgmq.delete('priv', $1::bigint)", got).Scan(&deleted); err != nil || !deleted {
+		t.Fatalf("delete as %s: %v, %v", role, deleted, err)
+	}
+	if g := scalar[int64](t, db, "SELECT max(gen) FROM pgmq.side_generation WHERE sluice_queue = 'priv'"); g != 1 {
+		t.Fatalf("generation %d after %s's read: want 1 (its sessions do not rotate)", g, role)
+	}
+	msgs(t, db, "pgmq.read('priv', 30, 1)") // the owner's read rotates
+	if g := scalar[int64](t, db, "SELECT max(gen) FROM pgmq.side_generation WHERE sluice_queue = 'priv'"); g != 2 {
+		t.Fatalf("generation %d after the owner's read: want 2", g)
 	}
 }

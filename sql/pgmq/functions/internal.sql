@@ -196,9 +196,10 @@ DROP FUNCTION IF EXISTS pgmq._side(text, interval);
 
 -- _lookup: what a read, delete, archive or set_vt needs, in one statement:
 -- the sluice queue, the side slot of the current generation and whether a
--- rotation is due (the generation is as old as the sluice queue's
--- rotate_interval, a minute by default: the side tables rotate with the
--- queue's storage). No row: no such queue.
+-- rotation may be due (the generation is over a second old; _try_rotate
+-- checks it against the sluice queue's rotate_interval). It reads only the
+-- layer's tables: the functions run as the caller, who may not read
+-- sluice's catalog (see _try_rotate). No row: no such queue.
 --
 -- Hot path: a set-returning SQL function without SET clause, so that the
 -- planner inlines it into the caller's (cached) statement. Called by the
@@ -211,11 +212,10 @@ CREATE OR REPLACE FUNCTION pgmq._lookup(p_name text)
 RETURNS TABLE (q text, slot smallint, due boolean)
 LANGUAGE sql STABLE
 AS $$
-    SELECT m.sluice_queue, (g.gen % 2)::smallint, g.started_at < now() - sq.rotate_interval
+    SELECT m.sluice_queue, (g.gen % 2)::smallint, g.started_at < now() - interval '1 second'
       FROM pgmq.meta m
       LEFT JOIN LATERAL (SELECT s.gen, s.started_at FROM pgmq.side_generation s
                           WHERE s.sluice_queue = m.sluice_queue ORDER BY s.gen DESC LIMIT 1) g ON true
-      LEFT JOIN sluice.queue sq ON sq.name = m.sluice_queue
      WHERE m.sluice_queue = lower(p_name)
 $$;
 

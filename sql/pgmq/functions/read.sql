@@ -94,9 +94,9 @@ END
 $$;
 
 -- _deliver: receive up to qty messages and log their deliveries (the queue's
--- copy of _t_deliver), then rotate the side tables if due (the generation is
--- as old as the sluice queue's rotate_interval, a minute by default, and this
--- session has not tried within that time). Called
+-- copy of _t_deliver), then rotate the side tables if due (_try_rotate: the
+-- generation is as old as the sluice queue's rotate_interval, a minute by
+-- default, and this session has not tried within that time). Called
 -- by the public read functions, whose SET clauses (search_path and the
 -- engine's settings, sluice._engine_settings) are the settings of the
 -- queue's copy, which has none of its own: one call with SET clauses per
@@ -117,6 +117,7 @@ LANGUAGE plpgsql
 AS $$
 DECLARE
     m record;
+    v_note text;
 BEGIN
     SELECT * INTO m FROM pgmq._lookup(p_name);
     IF NOT FOUND THEN
@@ -130,19 +131,57 @@ BEGIN
               CASE p_mode WHEN 'p' THEN interval '30 seconds' ELSE pgmq._lease(p_vt) END,
               least(p_qty, 10000), nullif(coalesce(p_cond, '{}'), '{}'), p_mode;
     -- Rotate last: a read holds the lanes it took until it commits, and the
-    -- other readers take other lanes meanwhile. A rotation that is refused
-    -- (the old slot is still needed, possibly for as long as sluice keeps
-    -- the completed messages) is tried again by this session a
-    -- rotate_interval later (a minute by default), not by every read.
+    -- other readers take other lanes meanwhile. The session's note (see
+    -- _try_rotate) says when it may try next, so that a read reads nothing
+    -- more while it may not.
     IF m.due THEN
-        IF extract(epoch FROM clock_timestamp()) >=
-           coalesce(nullif(current_setting('sluice.pgmq_rotated_' || to_hex(hashtext(m.q)), true), ''), '0')::float8
-           + (SELECT extract(epoch FROM sq.rotate_interval) FROM sluice.queue sq WHERE sq.name = m.q) THEN
-            PERFORM set_config('sluice.pgmq_rotated_' || to_hex(hashtext(m.q)), extract(epoch FROM clock_timestamp())::text,
-                               false);
-            PERFORM pgmq._rotate(m.q);
+        v_note := current_setting('sluice.pgmq_rotate_' || to_hex(hashtext(m.q)), true);
+        IF coalesce(v_note, '') = '' OR extract(epoch FROM clock_timestamp()) >= split_part(v_note, '|', 1)::float8 THEN
+            PERFORM pgmq._try_rotate(m.q);
         END IF;
     END IF;
+END
+$$;
+
+-- _try_rotate: rotate the side tables of a queue (pgmq._rotate) if their
+-- generation is as old as the sluice queue's rotate_interval, and note in
+-- the session when to try next, which _deliver reads before calling this:
+-- the setting sluice.pgmq_rotate_<hash of the queue> holds that time (epoch
+-- seconds). After a try, rotated or refused (the old slot is still needed,
+-- possibly for as long as sluice keeps the completed messages), the next is
+-- a rotate_interval later; before the generation is due, when it comes due.
+-- A role that may not read sluice's own tables (the layer's functions run
+-- as the caller: docs/pgmq.md, Privileges) does not rotate, and its reads
+-- go on: it looks again a minute later.
+--
+-- Parameters:
+--   q  the sluice queue
+-- Returns: whether it rotated
+CREATE OR REPLACE FUNCTION pgmq._try_rotate(q text)
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_key constant text := 'sluice.pgmq_rotate_' || to_hex(hashtext(q));
+    v_now constant timestamptz := clock_timestamp();
+    v_iv interval;
+    v_started timestamptz;
+BEGIN
+    BEGIN
+        SELECT sq.rotate_interval INTO v_iv FROM sluice.queue sq WHERE sq.name = q;
+        SELECT s.started_at INTO v_started FROM pgmq.side_generation s
+        WHERE s.sluice_queue = q ORDER BY s.gen DESC LIMIT 1;
+        IF v_started > v_now - v_iv THEN
+            PERFORM set_config(v_key, extract(epoch FROM v_started + v_iv)::text, false);
+            RETURN false;
+        END IF;
+        PERFORM set_config(v_key, extract(epoch FROM v_now + v_iv)::text, false);
+        RETURN pgmq._rotate(q);
+    EXCEPTION WHEN insufficient_privilege THEN
+        PERFORM set_config(v_key, extract(epoch FROM v_now + interval '1 minute')::text, false);
+        RETURN false;
+    END;
 END
 $$;
 
