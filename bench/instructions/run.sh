@@ -25,8 +25,11 @@
 # engines with this, do not read it as a production profile.
 set -euo pipefail
 
-[ $# -ge 1 ] || { sed -n '2,30p' "$0"; exit 2; }
-command -v valgrind >/dev/null || { echo "run.sh: valgrind is needed (apt-get install valgrind)" >&2; exit 1; }
+shopt -s inherit_errexit
+[ $# -ge 1 ] || { awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 2; }
+for tool in valgrind callgrind_annotate; do
+	command -v "$tool" >/dev/null || { echo "run.sh: $tool is needed (apt-get install valgrind)" >&2; exit 1; }
+done
 PGBIN=${PGBIN:-$(pg_config --bindir 2>/dev/null || true)}
 [ -x "$PGBIN/postgres" ] || { echo "run.sh: no PostgreSQL server in PGBIN='$PGBIN' (set PGBIN)" >&2; exit 1; }
 BATCHES=${BATCHES:-1 100}
@@ -39,12 +42,17 @@ for b in $BATCHES; do preload=$((preload + b * ($(few "$b") + $(many "$b")))); d
 as_user() { if [ "$(id -u)" = 0 ]; then su "${RUN_AS:-postgres}" -s /bin/bash -c "$1"; else bash -c "$1"; fi; }
 
 work=$(mktemp -d)
+cleanup() {
+	# (a single-user backend left by an interrupt first: pg_ctl does not stop it)
+	pkill -f "postgres --single -D $work/data" 2>/dev/null || true
+	as_user "'$PGBIN/pg_ctl' -D '$work/data' -m immediate stop" >/dev/null 2>&1 || true
+	rm -rf "$work"
+}
+trap cleanup EXIT
 chmod 755 "$work"
-[ "$(id -u)" = 0 ] && chown "${RUN_AS:-postgres}" "$work"
+if [ "$(id -u)" = 0 ]; then chown "${RUN_AS:-postgres}" "$work"; fi
 port=54999
 url() { echo "postgres://postgres@/$1?host=$work&port=$port"; }
-cleanup() { as_user "'$PGBIN/pg_ctl' -D '$work/data' -m immediate stop" >/dev/null 2>&1 || true; rm -rf "$work"; }
-trap cleanup EXIT
 
 as_user "'$PGBIN/initdb' -D '$work/data' -U postgres --auth=trust" >/dev/null
 start() { as_user "'$PGBIN/pg_ctl' -D '$work/data' -o \"-p $port -k '$work' -c listen_addresses=''\" -l '$work/log' -w start" >/dev/null; }
@@ -60,33 +68,44 @@ for bin in "$@"; do
 	psql_ "$(url s$i)" \
 		-c "SELECT sluice.create_queue('ic', '{\"lease\": \"1 hour\", \"rotate_interval\": \"1 day\"}')" \
 		-c "SELECT count(*) FROM sluice.send_batch('ic', ARRAY(SELECT jsonb_build_object('n', g, 'pad', repeat('x', 64)) FROM generate_series(1, $preload) g))" \
-		-c "CREATE TABLE r (x text)" >/dev/null
+		-c "CREATE TABLE r (x text, y text)" >/dev/null
 done
 psql_ "$(url postgres)" -c "CREATE DATABASE sl"
 psql_ "$(url sl)" -c "CREATE TABLE q (id bigserial PRIMARY KEY, body jsonb NOT NULL)" \
 	-c "INSERT INTO q (body) SELECT jsonb_build_object('n', g, 'pad', repeat('x', 64)) FROM generate_series(1, $preload) g" \
-	-c "VACUUM ANALYZE q" >/dev/null
+	-c "CREATE TABLE r (x text, y text)" -c "VACUUM ANALYZE q" >/dev/null
 stop
 
-# rounds DB BATCH N: a script of N rounds
+# rounds DB BATCH N: a script of N rounds. Both kinds keep what they got
+# in the scratch table r (and empty it), so that neither pays for printing
+# rows the other does not.
 rounds() {
 	local n
 	for ((n = 0; n < $3; n++)); do
 		if [ "$1" = sl ]; then
-			echo "DELETE FROM q WHERE id = ANY (ARRAY(SELECT id FROM q ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED)) RETURNING id, body"
+			echo "WITH d AS (DELETE FROM q WHERE id = ANY (ARRAY(SELECT id FROM q ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED)) RETURNING id, body) INSERT INTO r SELECT d.id::text, d.body::text FROM d"
 		else
-			echo "INSERT INTO r SELECT receipt FROM sluice.receive('ic', 'default', $2)"
+			echo "INSERT INTO r SELECT receipt, body::text FROM sluice.receive('ic', 'default', $2)"
 			echo "SELECT sluice.ack('ic', 'default', ARRAY(SELECT x FROM r))"
-			echo "DELETE FROM r"
 		fi
+		echo "DELETE FROM r"
 	done
 }
-# count DB SCRIPT: the instructions of a single-user backend running SCRIPT
+# count DB SCRIPT: the instructions of a single-user backend running
+# SCRIPT; fails when a statement of it failed (a single-user backend goes on
+# after an error) or callgrind gave no total
 count() {
-	local out="$work/cg.out"
-	as_user "valgrind --tool=callgrind --callgrind-out-file='$out' '$PGBIN/postgres' --single -D '$work/data' $1 < '$2' > /dev/null 2>&1"
-	callgrind_annotate "$out" 2>/dev/null | awk '/PROGRAM TOTALS/ { gsub(",", "", $1); print $1; exit }'
+	local out="$work/cg.out" log="$work/backend.log" n
+	as_user "valgrind --tool=callgrind --callgrind-out-file='$out' '$PGBIN/postgres' --single -D '$work/data' $1 < '$2' > '$log' 2>&1"
+	if grep -q 'ERROR:' "$log"; then
+		echo "run.sh: a statement failed in database $1:" >&2
+		grep -m3 -A1 'ERROR:' "$log" >&2
+		exit 1
+	fi
+	n=$(callgrind_annotate "$out" 2>/dev/null | awk '/PROGRAM TOTALS/ { gsub(",", "", $1); print $1; exit }')
+	[ -n "$n" ] || { echo "run.sh: callgrind gave no total for database $1 (see $log)" >&2; exit 1; }
 	rm -f "$out"
+	echo "$n"
 }
 
 printf '| engine | %s |\n|---|%s\n' "$(for b in $BATCHES; do printf 'batch %s: instructions per round | ' "$b"; done | sed 's/ | $//')" \
