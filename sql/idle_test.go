@@ -192,36 +192,51 @@ func TestIdleNoteHidesNoWork(t *testing.T) {
 // numbered; the note then moves on to the newest batch, so the next such
 // receive does the same.
 func TestIdleNoteNarrowsTheLookAfterACut(t *testing.T) {
-	b := setup(t)
-	b.createQueue("q", "")
+	// A note holds 25 ms and a round takes a few on a machine with a core
+	// to spare; on a loaded one a round can outlast the note, which then
+	// ends as it should. So the rounds are timed, and the check is made on
+	// an attempt whose rounds took under 15 ms each on average (three
+	// tries, then a skip that says why).
 	const rounds = 12
-	calls := b.calls(func(tx pgx.Tx) {
-		// Empty polls: every lane gets a state, then the session a note.
-		for i := 0; i < 3; i++ {
-			if ms, err := receiveOn(b.ctx, tx, "q", "default", 10, ""); err != nil || len(ms) != 0 {
-				t.Fatalf("poll %d of an empty queue: %d messages, %v", i, len(ms), err)
+	for attempt := 1; attempt <= 3; attempt++ {
+		b := setup(t)
+		q := fmt.Sprintf("q%d", attempt)
+		b.createQueue(q, "")
+		var took time.Duration
+		calls := b.calls(func(tx pgx.Tx) {
+			// Empty polls: every lane gets a state, then the session a note.
+			for i := 0; i < 3; i++ {
+				if ms, err := receiveOn(b.ctx, tx, q, "default", 10, ""); err != nil || len(ms) != 0 {
+					t.Fatalf("poll %d of an empty queue: %d messages, %v", i, len(ms), err)
+				}
 			}
+			start := time.Now()
+			for i := 0; i < rounds; i++ {
+				b.send(b.pool, q, fmt.Sprintf(`{"n": %d}`, 2*i))
+				b.send(b.pool, q, fmt.Sprintf(`{"n": %d}`, 2*i+1))
+				ms, err := receiveOn(b.ctx, tx, q, "default", 10, "")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(ms) != 2 || ms[0].Body != fmt.Sprintf(`{"n": %d}`, 2*i) || ms[1].Body != fmt.Sprintf(`{"n": %d}`, 2*i+1) {
+					t.Fatalf("round %d: got %+v, want the two messages just sent, in order", i, ms)
+				}
+			}
+			took = time.Since(start)
+		}, "e_work_lanes", "e_note_lanes", "e_cut")
+		t.Logf("attempt %d: %d rounds in %s: %v", attempt, rounds, took, calls)
+		if calls["e_cut"] < rounds {
+			t.Fatalf("%d cuts in %d rounds of new messages", calls["e_cut"], rounds)
 		}
-		for i := 0; i < rounds; i++ {
-			b.send(b.pool, "q", fmt.Sprintf(`{"n": %d}`, 2*i))
-			b.send(b.pool, "q", fmt.Sprintf(`{"n": %d}`, 2*i+1))
-			ms, err := receiveOn(b.ctx, tx, "q", "default", 10, "")
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(ms) != 2 || ms[0].Body != fmt.Sprintf(`{"n": %d}`, 2*i) || ms[1].Body != fmt.Sprintf(`{"n": %d}`, 2*i+1) {
-				t.Fatalf("round %d: got %+v, want the two messages just sent, in order", i, ms)
-			}
+		if took > rounds*15*time.Millisecond {
+			continue // (rounds too slow for a 25 ms note to show anything)
 		}
-	}, "e_work_lanes", "e_note_lanes", "e_cut")
-	t.Logf("%d rounds: %v", rounds, calls)
-	if calls["e_cut"] < rounds {
-		t.Fatalf("%d cuts in %d rounds of new messages", calls["e_cut"], rounds)
+		// Without notes on this path every round looks at every lane.
+		if calls["e_note_lanes"] == 0 || calls["e_work_lanes"] > rounds/2 {
+			t.Fatalf("rounds that numbered looked at every lane %d times in %d rounds (e_note_lanes %d)",
+				calls["e_work_lanes"], rounds, calls["e_note_lanes"])
+		}
+		return
 	}
-	// A note holds 25 ms: a round takes a few. Without notes on this path
-	// every round looks at every lane.
-	if calls["e_note_lanes"] == 0 || calls["e_work_lanes"] > rounds/2 {
-		t.Fatalf("rounds that numbered looked at every lane %d times in %d rounds (e_note_lanes %d)",
-			calls["e_work_lanes"], rounds, calls["e_note_lanes"])
-	}
+	t.Skip("three attempts whose rounds took over 15 ms each on average: the machine is too loaded for a 25 ms note")
 }
