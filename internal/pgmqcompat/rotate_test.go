@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // TestSideTablesRotate checks that the side tables are reclaimed by
@@ -88,11 +89,14 @@ func TestReadsRotateAtTheQueuesPace(t *testing.T) {
 	started := func(g int64, ago string) {
 		exec(t, db, "INSERT INTO pgmq.side_generation VALUES ('pace', $1, clock_timestamp() - $2::interval)", g, ago)
 	}
-	read := func() {
-		if _, err := conn.Exec(ctxT(t), "SELECT * FROM pgmq.read('pace', 30, 1)"); err != nil {
+	readOn := func(c interface {
+		Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
+	}) {
+		if _, err := c.Exec(ctxT(t), "SELECT * FROM pgmq.read('pace', 30, 1)"); err != nil {
 			t.Fatal(err)
 		}
 	}
+	read := func() { readOn(conn) }
 	read()
 	if g := gen(); g != 0 {
 		t.Fatalf("generation %d after a read of a fresh queue, want 0", g)
@@ -125,11 +129,7 @@ func TestReadsRotateAtTheQueuesPace(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer fresh.Close(context.Background())
-	readFresh := func() {
-		if _, err := fresh.Exec(ctxT(t), "SELECT * FROM pgmq.read('pace', 30, 1)"); err != nil {
-			t.Fatal(err)
-		}
-	}
+	readFresh := func() { readOn(fresh) }
 	readFresh()
 	if g := gen(); g != 6 {
 		t.Fatalf("generation %d after a new session's read with a 1 s rotate_interval, want 6", g)

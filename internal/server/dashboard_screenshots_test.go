@@ -107,18 +107,8 @@ func (b *browser) waitTrue(t *testing.T, js string) {
 // waitNonzero waits until the text of sel is a number other than 0.
 func (b *browser) waitNonzero(t *testing.T, sel string) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	var got string
-	for time.Now().Before(deadline) {
-		ctx, cancel := context.WithTimeout(b.ctx, 2*time.Second)
-		err := chromedp.Run(ctx, chromedp.Text(sel, &got, chromedp.ByQuery, chromedp.NodeVisible))
-		cancel()
-		if got = strings.TrimSpace(got); err == nil && got != "" && got != "0" && got != "–" {
-			return
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
-	t.Fatalf("%s shows %q, want a number above 0", sel, got)
+	b.waitTextThat(t, sel, 30*time.Second, func(got string) bool { return got != "" && got != "0" && got != "–" },
+		"a number above 0")
 }
 
 // shop is the screenshots' traffic: producers and workers that use the

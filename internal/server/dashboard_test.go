@@ -119,18 +119,26 @@ next:
 // waitText waits until the text of the first element matching sel is want.
 func (b *browser) waitText(t *testing.T, sel, want string) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
+	b.waitTextThat(t, sel, 20*time.Second, func(got string) bool { return got == want }, fmt.Sprintf("%q", want))
+}
+
+// waitTextThat waits up to timeout until the trimmed text of the first
+// visible element matching sel satisfies ok; want says what ok accepts,
+// for the failure.
+func (b *browser) waitTextThat(t *testing.T, sel string, timeout time.Duration, ok func(string) bool, want string) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
 	var got string
 	for time.Now().Before(deadline) {
 		ctx, cancel := context.WithTimeout(b.ctx, 2*time.Second)
 		err := chromedp.Run(ctx, chromedp.Text(sel, &got, chromedp.ByQuery, chromedp.NodeVisible))
 		cancel()
-		if err == nil && strings.TrimSpace(got) == want {
+		if got = strings.TrimSpace(got); err == nil && ok(got) {
 			return
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	t.Fatalf("%s shows %q, want %q", sel, got, want)
+	t.Fatalf("%s shows %q, want %s", sel, got, want)
 }
 
 // transport returns how the page follows the status: "stream" or
