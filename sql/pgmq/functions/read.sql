@@ -117,7 +117,7 @@ LANGUAGE plpgsql
 AS $$
 DECLARE
     m record;
-    v_note text;
+    v_key text;
 BEGIN
     SELECT * INTO m FROM pgmq._lookup(p_name);
     IF NOT FOUND THEN
@@ -135,9 +135,9 @@ BEGIN
     -- _try_rotate) says when it may try next, so that a read reads nothing
     -- more while it may not.
     IF m.due THEN
-        v_note := current_setting('sluice.pgmq_rotate_' || to_hex(hashtext(m.q)), true);
-        IF coalesce(v_note, '') = '' OR extract(epoch FROM clock_timestamp()) >= split_part(v_note, '|', 1)::float8 THEN
-            PERFORM pgmq._try_rotate(m.q);
+        v_key := 'sluice.pgmq_rotate_' || to_hex(hashtext(m.q));
+        IF extract(epoch FROM clock_timestamp()) >= coalesce(nullif(current_setting(v_key, true), ''), '0')::float8 THEN
+            PERFORM pgmq._try_rotate(m.q, v_key);
         END IF;
     END IF;
 END
@@ -145,9 +145,9 @@ $$;
 
 -- _try_rotate: rotate the side tables of a queue (pgmq._rotate) if their
 -- generation is as old as the sluice queue's rotate_interval, and note in
--- the session when to try next, which _deliver reads before calling this:
--- the setting sluice.pgmq_rotate_<hash of the queue> holds that time (epoch
--- seconds). After a try, rotated or refused (the old slot is still needed,
+-- the session when to try next, which _deliver reads before calling this
+-- (the setting p_key, sluice.pgmq_rotate_<hash of the queue>, holds that
+-- time in epoch seconds). After a try, rotated or refused (the old slot is still needed,
 -- possibly for as long as sluice keeps the completed messages), the next is
 -- a rotate_interval later; before the generation is due, when it comes due.
 -- A role that may not read sluice's own tables (the layer's functions run
@@ -155,15 +155,15 @@ $$;
 -- go on: it looks again a minute later.
 --
 -- Parameters:
---   q  the sluice queue
+--   q      the sluice queue
+--   p_key  the name of the session's setting that notes the next try
 -- Returns: whether it rotated
-CREATE OR REPLACE FUNCTION pgmq._try_rotate(q text)
+CREATE OR REPLACE FUNCTION pgmq._try_rotate(q text, p_key text)
 RETURNS boolean
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_key constant text := 'sluice.pgmq_rotate_' || to_hex(hashtext(q));
     v_now constant timestamptz := clock_timestamp();
     v_iv interval;
     v_started timestamptz;
@@ -173,13 +173,13 @@ BEGIN
         SELECT s.started_at INTO v_started FROM pgmq.side_generation s
         WHERE s.sluice_queue = q ORDER BY s.gen DESC LIMIT 1;
         IF v_started > v_now - v_iv THEN
-            PERFORM set_config(v_key, extract(epoch FROM v_started + v_iv)::text, false);
+            PERFORM set_config(p_key, extract(epoch FROM v_started + v_iv)::text, false);
             RETURN false;
         END IF;
-        PERFORM set_config(v_key, extract(epoch FROM v_now + v_iv)::text, false);
+        PERFORM set_config(p_key, extract(epoch FROM v_now + v_iv)::text, false);
         RETURN pgmq._rotate(q);
     EXCEPTION WHEN insufficient_privilege THEN
-        PERFORM set_config(v_key, extract(epoch FROM v_now + interval '1 minute')::text, false);
+        PERFORM set_config(p_key, extract(epoch FROM v_now + interval '1 minute')::text, false);
         RETURN false;
     END;
 END
