@@ -152,7 +152,10 @@ $$;
 -- a rotate_interval later; before the generation is due, when it comes due.
 -- A role that may not read sluice's own tables (the layer's functions run
 -- as the caller: docs/pgmq.md, Privileges) does not rotate, and its reads
--- go on: it looks again a minute later.
+-- go on: it looks again a minute later. No SET clause: it runs under the
+-- search_path of the public read function that called _deliver, and names
+-- everything it reads by schema (a SET clause would cost every read that
+-- tries, and TestHotPathsCallNoSQLFunctionsOrSettings counts them).
 --
 -- Parameters:
 --   q      the sluice queue
@@ -161,7 +164,6 @@ $$;
 CREATE OR REPLACE FUNCTION pgmq._try_rotate(q text, p_key text)
 RETURNS boolean
 LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_now constant timestamptz := clock_timestamp();
