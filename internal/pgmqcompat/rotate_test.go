@@ -117,9 +117,9 @@ func TestReadsRotateAtTheQueuesPace(t *testing.T) {
 	}
 	// A shorter rotate_interval: a session tries at the pace of the
 	// interval it read at its last try (this one's: a minute), one that
-	// reads it anew at once, and then every second.
-	exec(t, db, `SELECT sluice.alter_queue('pace', '{"rotate_interval": "1 second"}')`)
-	started(5, "2 seconds")
+	// reads it anew at once, and then every two seconds.
+	exec(t, db, `SELECT sluice.alter_queue('pace', '{"rotate_interval": "2 seconds"}')`)
+	started(5, "3 seconds")
 	read()
 	if g := gen(); g != 5 {
 		t.Fatalf("generation %d after a read of the session that last tried under a minute's interval, want 5", g)
@@ -132,16 +132,16 @@ func TestReadsRotateAtTheQueuesPace(t *testing.T) {
 	readFresh := func() { readOn(fresh) }
 	readFresh()
 	if g := gen(); g != 6 {
-		t.Fatalf("generation %d after a new session's read with a 1 s rotate_interval, want 6", g)
+		t.Fatalf("generation %d after a new session's read with a 2 s rotate_interval, want 6", g)
 	}
 	readFresh()
 	if g := gen(); g != 6 {
-		t.Fatalf("generation %d after a second read within the second, want 6 (the generation is not due)", g)
+		t.Fatalf("generation %d after a second read at once, want 6 (the generation is not due)", g)
 	}
-	time.Sleep(1100 * time.Millisecond)
+	time.Sleep(2100 * time.Millisecond)
 	readFresh()
 	if g := gen(); g != 7 {
-		t.Fatalf("generation %d after a read a second later, want 7", g)
+		t.Fatalf("generation %d after a read two seconds later, want 7", g)
 	}
 }
 
