@@ -71,7 +71,8 @@ func (s *pgmqCompatSystem) setup(ctx context.Context, _ *pgxpool.Pool) error {
 		return fmt.Errorf("pgmq-compat: %w", err)
 	}
 	if s.reclaim {
-		if _, err := s.db.Exec(ctx, `SELECT sluice.alter_queue($1, '{"rotate_interval": "10 seconds"}')`, benchQueue); err != nil {
+		if _, err := s.db.Exec(ctx, `SELECT sluice.alter_queue($1, jsonb_build_object('rotate_interval', $2::text))`,
+			benchQueue, reclaimRotation); err != nil {
 			return fmt.Errorf("pgmq-compat: setting the rotation of queue %s: %w", benchQueue, err)
 		}
 	}

@@ -92,6 +92,11 @@ func send(ctx context.Context, conn *pgxpool.Conn, s system, batch int, pad stri
 // sluiceSystem is sluice through its SQL API, queue "bench", group
 // "default": receive and ack in two transactions, as the Go worker does, or
 // (ackWithReceive) each batch acked by the next receive of its connection.
+// reclaimRotation is the rotate_interval of a benchmark queue whose size
+// must show what reclaim leaves (the xmin scenario): sluice's, and
+// pgmq-compat's, whose retention pgmq.create makes 0.
+const reclaimRotation = "10 seconds"
+
 type sluiceSystem struct {
 	ackWithReceive bool
 	// asyncAck acks with durable => false (as the Go library's Ack does):
@@ -159,7 +164,7 @@ func (s *sluiceSystem) setup(ctx context.Context, pool *pgxpool.Pool) error {
 	}
 	switch {
 	case s.reclaim:
-		opts["retention"], opts["rotate_interval"] = "0 seconds", "10 seconds"
+		opts["retention"], opts["rotate_interval"] = "0 seconds", reclaimRotation
 	case s.retention > 0:
 		opts["retention"] = fmt.Sprintf("%d milliseconds", s.retention.Milliseconds())
 	}

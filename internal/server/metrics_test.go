@@ -56,38 +56,32 @@ func TestMetricsDeadLetteredCounter(t *testing.T) {
 	ts.must(201, "POST", "/v1/queues/dl/groups", tokAdmin, map[string]any{"name": "other"})
 	ts.must(201, "POST", "/v1/queues/dl/messages/batch", tokAdmin, map[string]any{"messages": []any{
 		map[string]any{"body": 1}, map[string]any{"body": 2}, map[string]any{"body": 3}}})
-	// Group default: two dead letters by SQL nacks, one of them redriven.
-	rows, err := ts.pool.Query(ctx, "SELECT receipt FROM sluice.receive('dl', 'default', 2)")
-	if err != nil {
-		t.Fatal(err)
-	}
-	receipts, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil || len(receipts) != 2 {
-		t.Fatalf("receive: %v, %v", receipts, err)
-	}
-	for _, r := range receipts {
-		if _, err := ts.pool.Exec(ctx, "SELECT sluice.nack('dl', 'default', $1, NULL, 'poison')", r); err != nil {
+	// receiveNack receives up to max of group default over SQL, wants got of
+	// them, and nacks the first nack (max_attempts 1: each a dead letter).
+	receiveNack := func(max, got, nack int) {
+		t.Helper()
+		rows, err := ts.pool.Query(ctx, "SELECT receipt FROM sluice.receive('dl', 'default', $1)", max)
+		if err != nil {
 			t.Fatal(err)
 		}
+		receipts, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil || len(receipts) != got {
+			t.Fatalf("receive %d: %v, %v; want %d", max, receipts, err, got)
+		}
+		for _, r := range receipts[:nack] {
+			if _, err := ts.pool.Exec(ctx, "SELECT sluice.nack('dl', 'default', $1, NULL, 'poison')", r); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
+	// Group default: two dead letters by SQL nacks, both redriven.
+	receiveNack(2, 2, 2)
 	var redriven int64
 	if err := ts.pool.QueryRow(ctx, "SELECT sluice.redrive('dl', 'default', NULL)").Scan(&redriven); err != nil || redriven != 2 {
 		t.Fatalf("redrive: %d, %v", redriven, err)
 	}
 	// the redriven copies are delivered again and dead-lettered again: 4
-	rows, err = ts.pool.Query(ctx, "SELECT receipt FROM sluice.receive('dl', 'default', 10)")
-	if err != nil {
-		t.Fatal(err)
-	}
-	receipts, err = pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil || len(receipts) != 3 {
-		t.Fatalf("receive after the redrive: %v, %v", receipts, err)
-	}
-	for _, r := range receipts[:2] {
-		if _, err := ts.pool.Exec(ctx, "SELECT sluice.nack('dl', 'default', $1, NULL, 'poison')", r); err != nil {
-			t.Fatal(err)
-		}
-	}
+	receiveNack(10, 3, 2)
 	// Group other: one dead letter by an HTTP nack.
 	msgs := ts.must(200, "POST", "/v1/queues/dl/groups/other/receive", tokAdmin, map[string]any{"max": 1})["messages"].([]any)
 	ts.must(200, "POST", "/v1/queues/dl/groups/other/nack", tokAdmin, map[string]any{"receipt": msgs[0].(map[string]any)["receipt"].(string)})
