@@ -2,10 +2,13 @@ package sqlsrc_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // laneOf maps positions of a queue to their lanes (from its batches, an
@@ -494,5 +497,104 @@ func TestReceiveWaitsForACutInProgress(t *testing.T) {
 	}
 	if got := b.receive("q", "default", 20, ""); len(got) != 20 {
 		t.Fatalf("after the open cutter rolled back: %d messages, want 20", len(got))
+	}
+}
+
+// A receive that finds every lane with work held by other receives waits
+// for one (at most 100 ms) and takes from it once its holder commits,
+// rather than return nothing at once: more consumers than lanes then wait
+// instead of polling. A holder that stays open delays it by the bound only,
+// and the wait leaves no lock behind.
+func TestReceiveWaitsForABusyLane(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.createQueue("q", `{"lanes": 2}`)
+	b.exec(`SELECT sluice.send_batch('q', array(SELECT jsonb_build_object('n', g) FROM generate_series(1, 200) g))`)
+	// (a receive that commits numbers the 200 first: an open receive that
+	// cut would keep them from the others until it commits)
+	if got := b.receive("q", "default", 1, ""); len(got) != 1 {
+		t.Fatalf("first receive: %d messages, want 1", len(got))
+	}
+
+	// Two open receives hold both lanes, each with messages left after it.
+	hold := func() pgx.Tx {
+		tx, err := b.pool.Begin(b.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { tx.Rollback(b.ctx) }) //nolint:errcheck
+		if ms, err := receiveOn(b.ctx, tx, "q", "default", 1, ""); err != nil || len(ms) != 1 {
+			t.Fatalf("holder's receive: %d messages, %v", len(ms), err)
+		}
+		return tx
+	}
+	// (lane locks are advisory locks on one bigint: objsubid 1)
+	laneLocks := func() int64 {
+		return b.int64(`SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 1
+		                  AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`)
+	}
+	first, second := hold(), hold()
+	if n := laneLocks(); n != 2 {
+		t.Fatalf("%d lane locks held by the two receives, want 2", n)
+	}
+
+	// Released during the wait (both: the waiter waits for one of the two,
+	// the first with work from a random lane on): it gets messages of that
+	// lane.
+	done := make(chan error, 1)
+	go func() {
+		time.Sleep(30 * time.Millisecond)
+		done <- errors.Join(first.Commit(b.ctx), second.Commit(b.ctx))
+	}()
+	start := time.Now()
+	got, err := receiveOn(b.ctx, b.pool, "q", "default", 5, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(start)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if len(got) == 0 && took < 90*time.Millisecond {
+		t.Fatalf("receive while both lanes were held returned nothing after %v, without waiting for a lane", took)
+	}
+	if len(got) == 0 {
+		// (on a machine so slow that the 100 ms ran out before the commits,
+		// the receive returns nothing: say so rather than fail)
+		t.Skip("the wait ran out before the holders committed (a loaded machine)")
+	}
+	if len(got) != 5 {
+		t.Fatalf("receive while both lanes were held, released during the wait: %d messages, want 5", len(got))
+	}
+
+	// Held past the bound: nothing, after about the bound, not after the
+	// holders.
+	second, third := hold(), hold()
+	if n := laneLocks(); n != 2 {
+		t.Fatalf("%d lane locks held by the two new receives, want 2", n)
+	}
+	start = time.Now()
+	got, err = receiveOn(b.ctx, b.pool, "q", "default", 5, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	took = time.Since(start)
+	if len(got) != 0 {
+		t.Fatalf("receive while both lanes stay held: %d messages, want 0", len(got))
+	}
+	if took < 90*time.Millisecond || took > 5*time.Second {
+		t.Fatalf("receive while both lanes stay held returned after %v, want the 100 ms wait", took)
+	}
+	var pids []int
+	for _, tx := range []pgx.Tx{second, third} {
+		var pid int
+		if err := tx.QueryRow(b.ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+			t.Fatal(err)
+		}
+		pids = append(pids, pid)
+	}
+	if n := b.int64(`SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted AND NOT pid = ANY ($1)
+	                  AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`, pids); n != 0 {
+		t.Fatalf("%d advisory locks held by sessions other than the two holders after the wait", n)
 	}
 }
