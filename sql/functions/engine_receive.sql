@@ -3,9 +3,10 @@
 -- e_receive: the body of sluice.receive for this queue (see there).
 --
 -- 0. Complete p_ack, if given (e_ack).
--- 1. With nothing to number and no priorities, the fast path
---    (engine_fast.sql): lock one lane with work and take from it, if that
---    is all it needs. Else, or when it took nothing:
+-- 1. With nothing to number, or another receive numbering it, and no
+--    priorities, the fast path (engine_fast.sql): lock one lane with work
+--    and take from it, if that is all it needs. Else, or when it took
+--    nothing:
 -- 2. Number what committed since the last cut (e_cut), unless another
 --    receive of the queue is cutting: then take what is numbered, and only
 --    if that is nothing, wait for the cut (at most 100 ms) and try again once,
@@ -37,6 +38,7 @@ DECLARE
     v_lanes smallint[];
     v_tops int[];
     v_prio boolean;
+    v_cutting boolean := false;
     v_seen bigint;
 BEGIN
     IF cardinality(p_ack) > 0 THEN
@@ -59,7 +61,16 @@ BEGIN
     -- lanes are mostly empty (measured: fewer messages per second).
     v_uncut := e_uncut();
     v_prio := EXISTS (SELECT 1 FROM prio);
-    IF NOT v_uncut AND NOT v_prio THEN
+    -- Something to number but another receive is numbering it (the cut
+    -- lock is taken): what is numbered already goes first, by the fast
+    -- path, as when there is nothing to number. (e_pick would not cut
+    -- either, and takes by the full path: a drain of a backlog too large
+    -- for one cut ran every receive that way until the whole backlog was
+    -- numbered.) The lock, when free, is this receive's: it cuts, in e_pick.
+    IF v_uncut AND NOT v_prio THEN
+        v_cutting := NOT pg_try_advisory_xact_lock(sluice._lock_ns('cut'), q.id);
+    END IF;
+    IF (NOT v_uncut OR v_cutting) AND NOT v_prio THEN
         SELECT * INTO r FROM e_fast(q, g, max_messages, v_now, v_start);
         pk := r.pk;
         v_lanes := r.lanes;
