@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"testing"
+	"time"
 )
 
 // Every queue endpoint, as admin.
@@ -33,10 +34,16 @@ func TestQueuesLifecycle(t *testing.T) {
 		t.Fatalf("get: %v", got)
 	}
 	ts.problem(404, "GET", "/v1/queues/nope", tokAdmin, nil)
+	// sluice.alter_queue returns the options merged with the ones given, as
+	// given (the interval string is not normalized), the others kept.
 	alt := ts.must(200, "PATCH", "/v1/queues/orders", tokAdmin, map[string]any{"lease": "10 seconds"})
-	if alt["options"].(map[string]any)["lease"] != "00:00:10" && alt["options"].(map[string]any)["lease"] != "10 seconds" {
-		t.Logf("alter returned lease %v", alt["options"].(map[string]any)["lease"])
+	if o := alt["options"].(map[string]any); alt["name"] != "orders" || o["lease"] != "10 seconds" || o["max_attempts"] != float64(3) {
+		t.Fatalf("alter: %v, want lease \"10 seconds\" and max_attempts 3 kept", alt)
 	}
+	if o := ts.must(200, "GET", "/v1/queues/orders", tokAdmin, nil)["options"].(map[string]any); o["lease"] != "10 seconds" {
+		t.Fatalf("get after alter: options %v, want lease \"10 seconds\"", o)
+	}
+	checkDefaultLease(t, ts, "orders", 10*time.Second)
 	ts.problem(404, "PATCH", "/v1/queues/nope", tokAdmin, map[string]any{"lease": "10 seconds"})
 	ts.must(201, "POST", "/v1/queues/orders/groups", tokAdmin, map[string]any{"name": "audit", "start_from": "earliest"})
 	ts.problem(409, "POST", "/v1/queues/orders/groups", tokAdmin, map[string]any{"name": "audit"})
@@ -51,6 +58,42 @@ func TestQueuesLifecycle(t *testing.T) {
 	}
 	ts.must(204, "DELETE", "/v1/queues/orders", tokAdmin, nil)
 	ts.problem(404, "DELETE", "/v1/queues/orders", tokAdmin, nil)
+}
+
+// checkDefaultLease receives the one message of queue's default group
+// without asking for a lease, and checks that the delivery got want, the
+// queue's lease option. The lease is read as lease_expires_at minus
+// delivered_at of GET /leases, both from the receive's one clock reading,
+// so the check does not depend on how long the requests took.
+func checkDefaultLease(t *testing.T, ts *testServer, queue string, want time.Duration) {
+	t.Helper()
+	msgs := ts.must(200, "POST", "/v1/queues/"+queue+"/groups/default/receive", tokAdmin, map[string]any{})["messages"].([]any)
+	if len(msgs) != 1 {
+		t.Fatalf("receive from %s: %v, want one message", queue, msgs)
+	}
+	ls := ts.must(200, "GET", "/v1/queues/"+queue+"/leases", tokAdmin, nil)["leases"].([]any)
+	if len(ls) != 1 {
+		t.Fatalf("leases of %s: %v, want the one just received", queue, ls)
+	}
+	l := ls[0].(map[string]any)
+	delivered, expires := jsonTime(t, l["delivered_at"]), jsonTime(t, l["lease_expires_at"])
+	if got := expires.Sub(delivered); got != want {
+		t.Fatalf("lease of a receive without one: %v (delivered %v, expires %v), want the queue's %v", got, delivered, expires, want)
+	}
+	if got := jsonTime(t, msgs[0].(map[string]any)["lease_expires_at"]); !got.Equal(expires) {
+		t.Fatalf("receive says the lease expires at %v, GET /leases at %v", got, expires)
+	}
+}
+
+// jsonTime parses a timestamp of a JSON response (RFC 3339).
+func jsonTime(t *testing.T, v any) time.Time {
+	t.Helper()
+	s, _ := v.(string)
+	tm, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		t.Fatalf("timestamp %v: %v", v, err)
+	}
+	return tm
 }
 
 // Send, receive, ack, nack, extend, dead letters and redrive.
