@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/sluicemq/sluice/internal/sqlstate"
 )
 
 // Errors raised by the sluice engine, one per SQLSTATE of class SL. Every
@@ -100,7 +102,8 @@ func (e *Error) Unwrap() []error {
 // translate turns a driver error into an *Error when it is one of sluice's
 // (class SL, or the sluice schema missing) and wraps it with what was being
 // done. Other errors (connection failures, cancellations) are only wrapped.
-// It is the one place where driver errors are interpreted.
+// It is the one place where the library interprets driver errors (the test
+// of a missing schema is internal/sqlstate's, which the HTTP server shares).
 func translate(err error, format string, args ...any) error {
 	if err == nil {
 		return nil
@@ -109,20 +112,10 @@ func translate(err error, format string, args ...any) error {
 	if errors.As(err, &pgErr) {
 		if kind, ok := sentinels[pgErr.Code]; ok {
 			err = &Error{Code: pgErr.Code, Message: pgErr.Message, Hint: pgErr.Hint, kind: kind, pg: pgErr}
-		} else if schemaMissing(pgErr) {
+		} else if sqlstate.SchemaMissing(pgErr) {
 			err = &Error{Code: pgErr.Code, Message: pgErr.Message,
-				Hint: "install or upgrade the sluice schema with: sluice migrate", kind: ErrSchemaMissing, pg: pgErr}
+				Hint: sqlstate.SchemaMissingHint, kind: ErrSchemaMissing, pg: pgErr}
 		}
 	}
 	return fmt.Errorf(format+": %w", append(args, err)...)
-}
-
-// schemaMissing reports whether a server error says that schema sluice, one
-// of its tables or one of its functions does not exist.
-func schemaMissing(e *pgconn.PgError) bool {
-	switch e.Code {
-	case "3F000", "42883", "42P01", "42704": // invalid_schema_name, undefined_function, undefined_table, undefined_object
-		return strings.Contains(e.Message, "sluice")
-	}
-	return false
 }
