@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/sluicemq/sluice"
+	"github.com/sluicemq/sluice/internal/sqlstate"
 )
 
 // Problem is an error response, an RFC 9457 problem details object
@@ -60,7 +61,8 @@ var engineStatus = map[string]struct {
 
 // toProblem turns any error of a handler into a problem: the engine's errors
 // keep their code and message, a missing privilege is 403, a database that
-// cannot be reached or a schema that is missing is 503.
+// cannot be reached or refuses the connection, or a schema that is missing
+// (also for SQL the library did not run), is 503.
 func toProblem(err error) *Problem {
 	var p *Problem
 	if errors.As(err, &p) {
@@ -73,17 +75,34 @@ func toProblem(err error) *Problem {
 				Detail: se.Error(), Code: se.Code}
 		}
 		if errors.Is(err, sluice.ErrSchemaMissing) {
-			return &Problem{Type: "urn:sluice:problem:schema_missing", Title: http.StatusText(http.StatusServiceUnavailable),
-				Status: http.StatusServiceUnavailable, Detail: se.Error() + " (start the server with --migrate)", Code: se.Code}
+			return schemaMissingProblem(se.Error(), se.Code)
 		}
 	}
 	var pg *pgconn.PgError
+	if isConnectError(err) {
+		// Checked before the PgError that a refused connection carries (a
+		// database dropped or not accepting connections, a password
+		// refused): whatever PostgreSQL said, the server has no database to
+		// work on.
+		if errors.As(err, &pg) {
+			p := problemf(http.StatusServiceUnavailable, "unavailable", "the database is unavailable: %s", pg.Message)
+			p.Code = pg.Code
+			return p
+		}
+		return problemf(http.StatusServiceUnavailable, "unavailable", "the database is unavailable: %v", err)
+	}
 	if errors.As(err, &pg) {
 		if m, ok := engineStatus[pg.Code]; ok {
 			return &Problem{Type: "urn:sluice:problem:" + m.name, Title: http.StatusText(m.status), Status: m.status,
 				Detail: pg.Message, Code: pg.Code}
 		}
 		switch {
+		case sqlstate.SchemaMissing(pg):
+			// An error the library did not translate: the server's own SQL
+			// (create, alter, peek, leases), or a statement of s.one's
+			// pipeline that failed as it was prepared, before the
+			// set_config ahead of it ran (s.one returns it as the role's).
+			return schemaMissingProblem(pg.Message+" ("+sqlstate.SchemaMissingHint+")", pg.Code)
 		case pg.Code == "42501": // insufficient_privilege
 			return &Problem{Type: "urn:sluice:problem:forbidden", Title: http.StatusText(http.StatusForbidden),
 				Status: http.StatusForbidden, Detail: pg.Message, Code: pg.Code}
@@ -97,10 +116,18 @@ func toProblem(err error) *Problem {
 		return &Problem{Type: "urn:sluice:problem:database_error", Title: http.StatusText(http.StatusInternalServerError),
 			Status: http.StatusInternalServerError, Detail: pg.Message, Code: pg.Code}
 	}
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || pgconn.SafeToRetry(err) || isConnectError(err) {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || pgconn.SafeToRetry(err) {
 		return problemf(http.StatusServiceUnavailable, "unavailable", "the database is unavailable: %v", err)
 	}
 	return problemf(http.StatusInternalServerError, "internal", "%v", err)
+}
+
+// schemaMissingProblem is the 503 of a database without the sluice schema,
+// or with an older one: the server needs migrating, not the request
+// changing.
+func schemaMissingProblem(detail, code string) *Problem {
+	return &Problem{Type: "urn:sluice:problem:schema_missing", Title: http.StatusText(http.StatusServiceUnavailable),
+		Status: http.StatusServiceUnavailable, Detail: detail + " (start the server with --migrate)", Code: code}
 }
 
 func isConnectError(err error) bool {
