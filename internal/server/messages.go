@@ -309,16 +309,21 @@ func (s *Server) waitWake(ctx context.Context, wake <-chan struct{}, deadline ti
 	}
 }
 
-type receiptsRequest struct {
+// ackRequest is the body of an ack: the receipts alone (an extend's lease
+// is an unknown member here).
+type ackRequest struct {
+	Receipts []string `json:"receipts"`
+}
+
+// extendRequest is the body of an extend: receipts and the new lease.
+type extendRequest struct {
 	Receipts []string `json:"receipts"`
 	Lease    string   `json:"lease,omitempty"`
 }
 
 func (s *Server) ack(w http.ResponseWriter, r *http.Request) error {
 	queue, group := r.PathValue("queue"), r.PathValue("group")
-	var req struct {
-		Receipts []string `json:"receipts"`
-	}
+	var req ackRequest
 	if err := decode(r, &req); err != nil {
 		return err
 	}
@@ -381,7 +386,7 @@ func (s *Server) nack(w http.ResponseWriter, r *http.Request) error {
 
 func (s *Server) extend(w http.ResponseWriter, r *http.Request) error {
 	queue, group := r.PathValue("queue"), r.PathValue("group")
-	var req receiptsRequest
+	var req extendRequest
 	if err := decode(r, &req); err != nil {
 		return err
 	}
