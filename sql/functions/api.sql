@@ -14,8 +14,9 @@
 -- for one consumer group. A queue's messages are split into lanes (the
 -- queue's lanes option): a key's messages all in one lane, unkeyed ones
 -- dealt out in chunks. A receive takes the lanes that have work and that no
--- other receive of the group holds (it never waits for one), lanes with
--- prioritized messages first. Within a lane: messages whose lease expired
+-- other receive of the group holds, lanes with prioritized messages first;
+-- when every lane with work is held, it waits for one, at most 100 ms (so
+-- consumers beyond the number of lanes wait rather than poll). Within a lane: messages whose lease expired
 -- (or whose keyed retry came due) come first (with attempt + 1), then
 -- messages of keys that were waiting, then unkeyed messages with a priority
 -- above 0 (highest first), then the rest in commit order; messages with a
