@@ -67,17 +67,22 @@ AS $$
           ORDER BY ln, u.o) l
 $$;
 
--- e_uncut: whether there may be messages to number, in at most four index
--- probes: the last cut left its round unfinished, or a message was sent by
--- a transaction that began after the last cut or was in progress at it, or
--- one came due since. (A superset of what e_cut would number: visibility is
--- not checked.) False means a cut would find nothing. One statement per
--- probe, in the order they usually answer, rather than one statement with
--- all four: a plan is set up whole each time it runs, the probes it never
--- reaches included, and that one set up 37 nodes (16 index scans) on every
--- call, 11 of them usually never run.
-CREATE OR REPLACE FUNCTION sluice_tmpl.e_uncut()
-RETURNS boolean
+-- e_to_number: whether there may be messages to number, and why, in at most
+-- four index probes: the last cut left its round unfinished (a backlog
+-- larger than one cut), or a message was sent by a transaction that began
+-- after the last cut or was in progress at it, or one came due since. (A
+-- superset of what e_cut would number: visibility is not checked.) One
+-- statement per probe, in the order they usually answer, rather than one
+-- statement with all four: a plan is set up whole each time it runs, the
+-- probes it never reaches included, and that one set up 37 nodes (16 index
+-- scans) on every call, 11 of them usually never run.
+--
+-- Returns: NULL: a cut would find nothing; 'round': the last cut's round is
+--          unfinished; 'new': messages sent or due since the last cut (or
+--          no cut yet)
+DROP FUNCTION IF EXISTS sluice_tmpl.e_uncut();   -- (before the reason)
+CREATE OR REPLACE FUNCTION sluice_tmpl.e_to_number()
+RETURNS text
 LANGUAGE plpgsql STABLE
 AS $$
 DECLARE
@@ -85,21 +90,27 @@ DECLARE
     v_now timestamptz;
 BEGIN
     SELECT b.done, b.snap, b.t INTO last FROM batches b ORDER BY b.batch_no DESC LIMIT 1;
-    IF NOT FOUND OR NOT last.done THEN
-        RETURN true;
+    IF NOT FOUND THEN
+        RETURN 'new';
+    END IF;
+    IF NOT last.done THEN
+        RETURN 'round';
     END IF;
     IF EXISTS (SELECT 1 FROM messages m WHERE m.txid >= pg_snapshot_xmax(last.snap)) THEN
-        RETURN true;
+        RETURN 'new';
     END IF;
     IF EXISTS (SELECT 1 FROM messages m WHERE m.txid = ANY (ARRAY(SELECT pg_snapshot_xip(last.snap)))) THEN
-        RETURN true;
+        RETURN 'new';
     END IF;
     -- (the time in a variable: clock_timestamp() is volatile, so written in
     -- the condition it could not bound the index scan, which then read every
     -- message delayed past the newest cut, on every receive: 92 ms a receive
     -- beside 100,000 messages delayed by an hour, measured on PostgreSQL 15)
     v_now := clock_timestamp();
-    RETURN EXISTS (SELECT 1 FROM messages m WHERE m.deliver_at > last.t AND m.deliver_at <= v_now);
+    IF EXISTS (SELECT 1 FROM messages m WHERE m.deliver_at > last.t AND m.deliver_at <= v_now) THEN
+        RETURN 'new';
+    END IF;
+    RETURN NULL;
 END
 $$;
 
@@ -149,8 +160,8 @@ BEGIN
     END IF;
     SELECT * INTO last FROM batches ORDER BY batch_no DESC LIMIT 1;
     new_round := last.done;
-    -- The common case of a receive that finds nothing new (e_uncut).
-    IF new_round AND NOT e_uncut() THEN
+    -- The common case of a receive that finds nothing new (e_to_number).
+    IF new_round AND e_to_number() IS NULL THEN
         RETURN NULL;
     END IF;
     IF new_round THEN

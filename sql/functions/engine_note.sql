@@ -25,7 +25,7 @@
 -- Notes are written by a receive that looked at every lane and took all
 -- there was (e_pick), and by a fast-path receive that found no free lane
 -- with work (e_idle_note), both until 25 ms ahead. New messages always go
--- through: e_uncut and the priority check run first, a cut makes a newer
+-- through: e_to_number and the priority check run first, a cut makes a newer
 -- batch, and so do unkeyed nacks (a retry is a new message). What a note
 -- does not see, for at most the 25 ms it holds: a keyed nack of another
 -- session (sluice.nack clears its own session's note), a lease written by

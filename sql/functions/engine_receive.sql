@@ -3,8 +3,8 @@
 -- e_receive: the body of sluice.receive for this queue (see there).
 --
 -- 0. Complete p_ack, if given (e_ack).
--- 1. With nothing to number, or another receive numbering it, and no
---    priorities, the fast path (engine_fast.sql): lock one lane with work
+-- 1. With nothing to number, or another receive numbering a backlog
+--    larger than one cut, and no priorities, the fast path (engine_fast.sql): lock one lane with work
 --    and take from it, if that is all it needs. Else, or when it took
 --    nothing:
 -- 2. Number what committed since the last cut (e_cut), unless another
@@ -34,6 +34,7 @@ DECLARE
     r record;
     n int;
     v_pass int;
+    v_to_number text;
     v_uncut boolean;
     v_lanes smallint[];
     v_tops int[];
@@ -59,15 +60,19 @@ BEGIN
     -- number, the cut comes first (e_pick): trying the fast path before it
     -- cost a lane scan on nearly every receive of steady traffic, where
     -- lanes are mostly empty (measured: fewer messages per second).
-    v_uncut := e_uncut();
+    v_to_number := e_to_number();
+    v_uncut := v_to_number IS NOT NULL;
     v_prio := EXISTS (SELECT 1 FROM prio);
-    -- Something to number but another receive is numbering it (the cut
-    -- lock is taken): what is numbered already goes first, by the fast
-    -- path, as when there is nothing to number. (e_pick would not cut
-    -- either, and takes by the full path: a drain of a backlog too large
-    -- for one cut ran every receive that way until the whole backlog was
-    -- numbered.) The lock, when free, is this receive's: it cuts, in e_pick.
-    IF v_uncut AND NOT v_prio THEN
+    -- A backlog larger than one cut, which another receive is numbering
+    -- (the cut lock is taken): what is numbered already goes first, by the
+    -- fast path, as when there is nothing to number. (e_pick would not cut
+    -- either, and takes by the full path: a drain of such a backlog ran
+    -- every receive that way until the whole backlog was numbered.) Not
+    -- for new messages, as in steady traffic: lanes are then mostly empty,
+    -- and a look for a free one before the wait for the cut cost more than
+    -- it found (measured: lower throughput, higher latency). The lock, when
+    -- free, is this receive's: it cuts, in e_pick.
+    IF v_to_number = 'round' AND NOT v_prio THEN
         v_cutting := NOT pg_try_advisory_xact_lock(sluice._lock_ns('cut'), q.id);
     END IF;
     IF (NOT v_uncut OR v_cutting) AND NOT v_prio THEN
@@ -260,7 +265,7 @@ $$;
 --   max_messages  how many to pick at most
 --   v_now         the receive's time
 --   v_start       the lane to start from after the prioritized ones
---   p_uncut       whether there may be committed messages to number (e_uncut)
+--   p_uncut       whether there may be committed messages to number (e_to_number)
 --   p_lanes, p_tops  the lanes worth a try (e_work_lanes) as the caller
 --                 found them, or NULL: find them here
 -- Returns: pk, the picks in the order to return them; cut_busy, whether
