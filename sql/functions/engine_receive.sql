@@ -3,10 +3,10 @@
 -- e_receive: the body of sluice.receive for this queue (see there).
 --
 -- 0. Complete p_ack, if given (e_ack).
--- 1. With nothing to number, or another receive numbering a backlog
---    larger than one cut, and no priorities, the fast path (engine_fast.sql): lock one lane with work
---    and take from it, if that is all it needs. Else, or when it took
---    nothing:
+-- 1. With nothing to number (or another receive numbering a backlog
+--    larger than one cut) and no priorities, the fast path
+--    (engine_fast.sql): lock one lane with work and take from it, if that
+--    is all it needs. Else, or when it took nothing:
 -- 2. Number what committed since the last cut (e_cut), unless another
 --    receive of the queue is cutting: then take what is numbered, and only
 --    if that is nothing, wait for the cut (at most 100 ms) and try again once,
@@ -52,26 +52,14 @@ BEGIN
         PERFORM e_lock_lane(g.id, 0::smallint, 1);
     END IF;
     pk := ROW('{}', '{}', '{}', '{}', '{}', '{}', '{}');
-    -- Nothing committed to number and no priorities: the fast path
-    -- (engine_fast.sql) locks a lane with work and, if that lane needs
-    -- nothing but taking, takes from it (e_fast). No free lane with work:
-    -- nothing to pick (an idle poll costs a few statements, and looks at no
-    -- lane while the session's idle note holds: e_idle). With something to
-    -- number, the cut comes first (e_pick): trying the fast path before it
-    -- cost a lane scan on nearly every receive of steady traffic, where
-    -- lanes are mostly empty (measured: fewer messages per second).
+    -- Nothing to number (or the rest of a backlog's round that another
+    -- receive is numbering) and no priorities: the fast path (e_fast). New
+    -- messages to number: the cut first (e_pick); a look at the lanes before
+    -- it cost more than it found in steady traffic, where lanes are mostly
+    -- empty (measured). The cut lock, when free, is this receive's.
     v_to_number := e_to_number();
     v_uncut := v_to_number IS NOT NULL;
     v_prio := EXISTS (SELECT 1 FROM prio);
-    -- A backlog larger than one cut, which another receive is numbering
-    -- (the cut lock is taken): what is numbered already goes first, by the
-    -- fast path, as when there is nothing to number. (e_pick would not cut
-    -- either, and takes by the full path: a drain of such a backlog ran
-    -- every receive that way until the whole backlog was numbered.) Not
-    -- for new messages, as in steady traffic: lanes are then mostly empty,
-    -- and a look for a free one before the wait for the cut cost more than
-    -- it found (measured: lower throughput, higher latency). The lock, when
-    -- free, is this receive's: it cuts, in e_pick.
     IF v_to_number = 'round' AND NOT v_prio THEN
         v_cutting := NOT pg_try_advisory_xact_lock(sluice._lock_ns('cut'), q.id);
     END IF;
