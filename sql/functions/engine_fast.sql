@@ -101,7 +101,7 @@ $$;
 -- is usually the consumer of that key, whose next receive would then queue
 -- behind waiters that find the key still blocked. `bench keyed` did not
 -- tell the two apart: Zipf keys, batch 10, 2,488-3,056 msg/s with the wait,
--- either form, against 2,315-2,918 without, three and four runs.) A consumer that polled again at once spent a receive's
+-- either form, against 2,315-2,918 without, four runs each.) A consumer that polled again at once spent a receive's
 -- CPU on every poll, which the receives holding the lanes then lacked: 32
 -- consumers of a queue of 8 lanes drained at 0.59x the rate of 8 (batch
 -- 100, `bench overload`). Waiting, it takes the lane when its holder
