@@ -96,22 +96,23 @@ $$;
 -- e_wait_for_lane: for a receive that found lanes of its group with work
 -- but every one held by another receive (more consumers than lanes with
 -- work): wait for the first of them in turn from p_start that has numbered
--- positions after its cursor, at most 100 ms, and keep its lock. (Not for
--- a lane whose only work is a blocked key or a lease to look at: its holder
--- is usually the consumer of that key, whose next receive would then queue
--- behind waiters that find the key still blocked. `bench keyed` did not
--- tell the two apart: Zipf keys, batch 10, 2,488-3,056 msg/s with the wait,
--- either form, against 2,315-2,918 without, four runs each.) A consumer that polled again at once spent a receive's
--- CPU on every poll, which the receives holding the lanes then lacked: 32
--- consumers of a queue of 8 lanes drained at 0.59x the rate of 8 (batch
--- 100, `bench overload`). Waiting, it takes the lane when its holder
--- commits, the way receives of a queue of 1 lane wait for it. A holder
--- whose transaction stays open delays a waiter by 100 ms, not more: it gets
--- nothing then, as it would have at once. Waits only when the receive holds
--- no lane (e_fast's first try): a receive waiting for a lane while holding
--- another could wait for one that waits for it. The lock is taken in a
--- block, so that lock_timeout ends the wait without ending the transaction;
--- the block commits and the lock stays held.
+-- positions after its cursor, at most 100 ms, and keep its lock. A consumer
+-- that polled again at once spent a receive's CPU on every poll, which the
+-- receives holding the lanes then lacked: 32 consumers of a queue of 8
+-- lanes drained at 0.59x the rate of 8 (batch 100, `bench overload`).
+-- Waiting, it takes the lane when its holder commits, the way receives of a
+-- queue of 1 lane wait for it. A holder whose transaction stays open delays
+-- a waiter by 100 ms, not more: it gets nothing then, as it would have at
+-- once. Waits only when the receive holds no lane (e_fast's first try): a
+-- receive waiting for a lane while holding another could wait for one that
+-- waits for it. Not for a lane whose only work is a blocked key or a lease
+-- to look at: its holder is usually the consumer of that key, whose next
+-- receive would then queue behind waiters that find the key still blocked
+-- (`bench keyed` did not tell the two apart: Zipf keys, batch 10,
+-- 2,488-3,056 msg/s with the wait, either form, against 2,315-2,918
+-- without, four runs each). The lock is taken in a block, so that
+-- lock_timeout ends the wait without ending the transaction; the block
+-- commits and the lock stays held.
 --
 -- Parameters:
 --   p_group_id  group id
