@@ -17,9 +17,10 @@
 -- (e_idle), lock a lane with work (e_fast_lane) and take from it
 -- (e_take_fast). A lane whose only work was to move its scan past leases of
 -- completed messages gives nothing: then the next lane with work, three
--- lanes at most. Lanes with work but every one held by another receive:
--- wait for one of them, at most 100 ms (e_wait_for_lane). No free lane with
--- work: the session notes it (e_idle_note) unless a note holds.
+-- lanes at most. No free lane with work: the session notes it (e_idle_note)
+-- unless a note holds; when the note says lanes with work are all held by
+-- other receives, it waits for one of them, at most 100 ms
+-- (e_wait_for_lane).
 --
 -- Parameters:
 --   q, g          the queue and group
@@ -38,6 +39,7 @@ DECLARE
     v_note constant text := sluice._idle_note_name(q.id);
     v_idle constant boolean := e_idle(current_setting(v_note, true), g.id, p_now);
     v_lane smallint;
+    v_noted text;
     v_try int;
 BEGIN
     pk := ROW('{}', '{}', '{}', '{}', '{}', '{}', '{}');
@@ -47,15 +49,19 @@ BEGIN
     END IF;
     FOR v_try IN 1..3 LOOP
         v_lane := e_fast_lane(g.id, q.lanes, p_now, p_start);
-        IF v_lane IS NULL AND v_try = 1 THEN
+        IF v_lane IS NULL AND v_idle IS NULL THEN
+            v_noted := e_idle_note(g.id, q.lanes, p_now);
+            PERFORM set_config(v_note, v_noted, false);
+        END IF;
+        -- (the note, written before the wait, says whether any lane has
+        -- work: an idle poll waits for nothing and looks at its lanes once
+        -- more, for the note, as before, not twice)
+        IF v_lane IS NULL AND v_try = 1 AND (v_idle IS FALSE OR v_noted LIKE '% busy') THEN
             -- every lane with work is held by another receive: wait for one
             v_lane := e_wait_for_lane(g.id, q.lanes, p_now, p_start);
         END IF;
         IF v_lane IS NULL THEN
             lanes := '{}';
-            IF v_idle IS NULL THEN
-                PERFORM set_config(v_note, e_idle_note(g.id, q.lanes, p_now), false);
-            END IF;
             RETURN;
         END IF;
         pk := e_take_fast(q.id, g.id, v_lane, max_messages, p_now);
