@@ -362,3 +362,88 @@ func TestFreshLanesLookForNoCompletions(t *testing.T) {
 			n["e_has_completed"], n["e_is_completed"])
 	}
 }
+
+// A queue whose prioritized messages the group has completed takes the fast
+// path again once the group's low-water mark is past them (e_prio_pending),
+// not only once their slot is reclaimed (an hour by default), and still
+// delivers a prioritized message sent after that first. A message of
+// priority below 0 that the cursor passed keeps the full path until taken.
+func TestFastPathOnceThePrioritiesAreCompleted(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.createQueue("q", `{"lanes": 2}`)
+	schema := fmt.Sprintf("sluice_q%d", b.int64("SELECT id FROM sluice.queue WHERE name = 'q'"))
+	b.exec("SELECT sluice.send('q', '{\"urgent\": 1}', priority => 5)")
+	first := b.receive("q", "default", 1, "")
+	if len(first) != 1 || first[0].Priority != 5 {
+		t.Fatalf("first receive: %+v", first)
+	}
+	b.ack("q", "default", receipts(first)...)
+	b.exec(`SELECT sluice.send_batch('q', array(SELECT jsonb_build_object('n', g) FROM generate_series(1, 400) g))`)
+
+	// Drain until both lanes store a low-water mark past the prioritized
+	// position (a lane stores it about once a second while it is taken from).
+	stored := func() int64 {
+		return b.int64(`SELECT count(*) FROM (SELECT DISTINCT ON (lane) lwm FROM `+schema+`.group_states
+		                 ORDER BY lane, seq DESC) s WHERE s.lwm > $1`, first[0].Pos)
+	}
+	for deadline := time.Now().Add(20 * time.Second); stored() < 2; {
+		if time.Now().After(deadline) {
+			t.Fatalf("the lanes' stored low-water marks did not pass position %d", first[0].Pos)
+		}
+		b.ack("q", "default", receipts(b.receive("q", "default", 5, ""))...)
+		time.Sleep(50 * time.Millisecond)
+	}
+	// The sessions' marks (kept a second) are read again after this; then
+	// each lane is taken from once more, which stores its mark again (one
+	// due would send the next take down the full path).
+	time.Sleep(1100 * time.Millisecond)
+	since := time.Now()
+	for deadline := time.Now().Add(20 * time.Second); b.int64(`SELECT count(*) FROM (SELECT DISTINCT ON (lane) lwm_at
+	        FROM `+schema+`.group_states ORDER BY lane, seq DESC) s WHERE s.lwm_at >= $1`, since) < 2; {
+		if time.Now().After(deadline) {
+			t.Fatal("the lanes' low-water marks were not stored again")
+		}
+		b.ack("q", "default", receipts(b.receive("q", "default", 5, ""))...)
+	}
+
+	n := b.calls(func(tx pgx.Tx) {
+		ms, err := receiveOn(b.ctx, tx, "q", "default", 5, "")
+		if err != nil || len(ms) != 5 {
+			t.Fatalf("receive: %d messages, %v", len(ms), err)
+		}
+		if _, err := tx.Exec(b.ctx, "SELECT sluice.ack('q', 'default', $1)", receipts(ms)); err != nil {
+			t.Fatal(err)
+		}
+	}, "e_fast_lane", "e_take_fast", "e_pick", "e_prio_pending")
+	if n["e_fast_lane"] != 1 || n["e_take_fast"] != 1 || n["e_pick"] != 0 || n["e_prio_pending"] != 1 {
+		t.Fatalf("receive with completed priorities only called e_fast_lane %d, e_take_fast %d, e_pick %d, e_prio_pending %d times: want 1, 1, 0, 1",
+			n["e_fast_lane"], n["e_take_fast"], n["e_pick"], n["e_prio_pending"])
+	}
+
+	// A prioritized message sent now goes first, whatever the sessions'
+	// marks say (they are at most the last numbered position + 1).
+	b.exec("SELECT sluice.send('q', '{\"urgent\": 2}', priority => 9)")
+	if got := b.receive("q", "default", 1, ""); len(got) != 1 || got[0].Priority != 9 {
+		t.Fatalf("receive after a new prioritized message: %+v, want it", got)
+	}
+
+	// A message below 0 waits until nothing else is ready; until it is
+	// taken, receives take the full path, which delivers it at the end.
+	b.exec("SELECT sluice.send('q', '{\"later\": 1}', priority => -1)")
+	var last msg
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		ms := b.receive("q", "default", 50, "")
+		if len(ms) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the queue did not drain")
+		}
+		last = ms[len(ms)-1]
+		b.ack("q", "default", receipts(ms)...)
+	}
+	if last.Priority != -1 {
+		t.Fatalf("the last message delivered had priority %d, want the one of -1", last.Priority)
+	}
+}

@@ -13,6 +13,11 @@
 #        RUN_AS   the user that runs the server when this runs as root
 #                 (default postgres: PostgreSQL refuses to run as root)
 #        BATCHES  receive sizes (default "1 100")
+#        SETUP    SQL statements run on each sluice database (each its own
+#                 transaction) after the queue 'ic' is made and before the
+#                 preload, e.g. a prioritized message sent and consumed: SETUP="SELECT sluice.send('ic', '{}', priority => 5);
+#                 SELECT sluice.ack('ic', 'default', array_agg(receipt))
+#                 FROM sluice.receive('ic', 'default', 1)"
 #
 # A round is one sluice.receive of the batch size then one sluice.ack of its
 # receipts, each its own transaction (a statement per transaction in
@@ -65,8 +70,10 @@ for bin in "$@"; do
 	i=$((i + 1))
 	psql_ "$(url postgres)" -c "CREATE DATABASE s$i"
 	"$bin" migrate --database-url "$(url s$i)" >/dev/null 2>&1 || { echo "run.sh: $bin migrate failed" >&2; exit 1; }
+	psql_ "$(url s$i)" -c "SELECT sluice.create_queue('ic', '{\"lease\": \"1 hour\", \"rotate_interval\": \"1 day\"}')" >/dev/null
+	# (from standard input: each statement of SETUP its own transaction)
+	[ -z "${SETUP:-}" ] || printf '%s\n' "$SETUP" | psql_ "$(url s$i)" >/dev/null
 	psql_ "$(url s$i)" \
-		-c "SELECT sluice.create_queue('ic', '{\"lease\": \"1 hour\", \"rotate_interval\": \"1 day\"}')" \
 		-c "SELECT count(*) FROM sluice.send_batch('ic', ARRAY(SELECT jsonb_build_object('n', g, 'pad', repeat('x', 64)) FROM generate_series(1, $preload) g))" \
 		>/dev/null
 done

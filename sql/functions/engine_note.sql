@@ -32,7 +32,8 @@
 -- a receive that committed after the note's snapshot, a lease that expires
 -- or a low-water mark that comes due while a note holds, and a group moved
 -- back by seek. (extend only lengthens leases.) A receive of a queue with
--- prioritized messages neither reads nor writes notes on the pick path.
+-- prioritized messages the group may still deliver (e_prio_pending)
+-- neither reads nor writes notes on the pick path.
 -- Format: 'group_id batch_no until_microseconds idle|busy'.
 
 -- e_note: the session's note of a group, if it holds now.

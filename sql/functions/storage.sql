@@ -430,6 +430,11 @@ BEGIN
             EXECUTE format('CREATE TABLE %I.%I PARTITION OF %I.run_acks FOR VALUES IN (%s)', sch, 'run_acks_' || s, sch, s);
         END LOOP;
     END IF;
+    -- The prio rows by position (e_prio_pending: those at or after a group's
+    -- low-water mark); a queue made before it gets it here, new ones too.
+    IF to_regclass(format('%I.prio_pos', sch)) IS NULL THEN
+        EXECUTE format('CREATE INDEX prio_pos ON %I.prio (pos)', sch);
+    END IF;
     -- Drop the old copies first: a template whose result type changed could
     -- not replace its copy.
     FOR f IN SELECT p.oid FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
