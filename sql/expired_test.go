@@ -6,6 +6,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // After many leases expire at once (a consumer that died with thousands of
@@ -147,4 +149,47 @@ func receiveBuffers(t *testing.T, b *bundle, queue string) []int64 {
 	}
 	slices.Sort(reads)
 	return reads
+}
+
+// A receive passes the leases of acked messages that ran out (every lease
+// does, acked or not) in one read when their positions are below the lane's
+// low-water mark, not a window of need + 32 at a time. Keyed messages lease
+// a row each, so a lane read by nobody for a while holds thousands: 3,000
+// here took ~90 windows (an e_expiry_window call and a statement each) in
+// one receive, and each window's end was found by sorting every lease still
+// ahead of it.
+func TestReceivePassesAckedExpiredLeasesInOneRead(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.createQueue("q", `{"lanes": 1, "lease": "3 seconds"}`)
+	b.exec(`SELECT sluice.send_batch('q', array(SELECT jsonb_build_object('n', g) FROM generate_series(1, 3010) g),
+	                                 keys => array(SELECT 'k' || (g % 50) FROM generate_series(1, 3010) g))`)
+	for i := 0; i < 30; i++ {
+		ms := b.receive("q", "default", 100, "")
+		if len(ms) == 0 {
+			t.Fatalf("round %d: nothing received", i)
+		}
+		b.ack("q", "default", receipts(ms)...)
+	}
+	// The lane stores its low-water mark about once a second: past the
+	// acked positions once a receive takes it a second later.
+	time.Sleep(1100 * time.Millisecond)
+	b.ack("q", "default", receipts(b.receive("q", "default", 1, "1 hour"))...)
+	time.Sleep(2500 * time.Millisecond) // every lease of the rounds has run out
+
+	var got []msg
+	n := b.calls(func(tx pgx.Tx) {
+		var err error
+		if got, err = receiveOn(b.ctx, tx, "q", "default", 1, "1 hour"); err != nil {
+			t.Fatal(err)
+		}
+	}, "e_take_expired", "e_expiry_window")
+	if len(got) != 1 || got[0].Attempt != 1 {
+		t.Fatalf("receive: %+v, want one message delivered for the first time", got)
+	}
+	t.Logf("calls: %v", n)
+	if n["e_take_expired"] > 1 || n["e_expiry_window"] > 2 {
+		t.Fatalf("a receive past 3,000 acked expired leases called e_take_expired %d, e_expiry_window %d times: want at most 1 and 2",
+			n["e_take_expired"], n["e_expiry_window"])
+	}
 }

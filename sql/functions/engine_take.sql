@@ -42,6 +42,38 @@ DECLARE
     need int := p_need - cardinality(pk.pos);
     v_upto timestamptz;
 BEGIN
+    -- Leases of positions below the low-water mark are of completed messages:
+    -- pass them in one read, to the first lease that is not (or past them
+    -- all when there is none). Window by window, a lane with thousands of
+    -- them (keyed messages lease a row each, and every lease runs out, acked
+    -- or not) took a statement per window of need + 32: ~50 ms a receive of
+    -- one past 5,000, measured on PostgreSQL 15.
+    v_upto := least((SELECT dd.expires_at FROM deliveries dd
+                     WHERE dd.group_id = p_group_id AND dd.lane = st.lane AND dd.pos >= st.lwm
+                       AND dd.expires_at >= st.scan_from AND dd.expires_at <= p_now
+                     ORDER BY dd.expires_at LIMIT 1),
+                    (SELECT ru.expires_at FROM runs ru
+                     WHERE ru.group_id = p_group_id AND ru.lane = st.lane AND ru.last_pos >= st.lwm
+                       AND ru.expires_at >= st.scan_from AND ru.expires_at <= p_now
+                     ORDER BY ru.expires_at LIMIT 1));
+    IF v_upto IS NULL THEN
+        v_upto := greatest((SELECT dd.expires_at FROM deliveries dd
+                            WHERE dd.group_id = p_group_id AND dd.lane = st.lane
+                              AND dd.expires_at >= st.scan_from AND dd.expires_at <= p_now
+                            ORDER BY dd.expires_at DESC LIMIT 1),
+                           (SELECT ru.expires_at FROM runs ru
+                            WHERE ru.group_id = p_group_id AND ru.lane = st.lane
+                              AND ru.expires_at >= st.scan_from AND ru.expires_at <= p_now
+                            ORDER BY ru.expires_at DESC LIMIT 1));
+        IF v_upto IS NOT NULL THEN
+            st.scan_from := v_upto;
+            st.changed := true;
+        END IF;
+        RETURN;
+    ELSIF v_upto > st.scan_from THEN
+        st.scan_from := v_upto;
+        st.changed := true;
+    END IF;
     LOOP
         v_upto := e_expiry_window(p_group_id, st.lane, st.scan_from, p_now, need + 32);
         EXIT WHEN v_upto IS NULL;
@@ -197,15 +229,36 @@ BEGIN
     IF NOT EXISTS (SELECT FROM e_expiries(p_group_id, p_lane, p_from, p_now)) THEN
         RETURN NULL;
     END IF;
+    -- The first p_positions rows of each table by expiry hold the window's
+    -- end (each row leases at least one position), and the limit makes each
+    -- an ordered index read that stops there (a merge of the slots). Over
+    -- e_expiries (both tables, unlimited) the plan read and sorted every lease
+    -- expired since p_from on each call, and e_take_expired calls this once a
+    -- window until it reaches p_now when the leases are of acked messages:
+    -- quadratic in the leases of a lane (keyed messages lease a row each),
+    -- 0.2-1.8 s receives in a keyed drain of batches of 100.
     v_upto := (SELECT x.expires_at
                FROM (SELECT x.expires_at, sum(x.n) OVER (ORDER BY x.expires_at ROWS UNBOUNDED PRECEDING) AS upto_n
-                     FROM e_expiries(p_group_id, p_lane, p_from, p_now) x) x
+                     FROM ((SELECT dd.expires_at, 1::bigint AS n FROM deliveries dd
+                            WHERE dd.group_id = p_group_id AND dd.lane = p_lane
+                              AND dd.expires_at >= p_from AND dd.expires_at <= p_now
+                            ORDER BY dd.expires_at LIMIT p_positions)
+                           UNION ALL
+                           (SELECT ru.expires_at, ru.last_pos - ru.pos + 1 FROM runs ru
+                            WHERE ru.group_id = p_group_id AND ru.lane = p_lane
+                              AND ru.expires_at >= p_from AND ru.expires_at <= p_now
+                            ORDER BY ru.expires_at LIMIT p_positions)) x) x
                WHERE x.upto_n >= p_positions
                ORDER BY x.expires_at LIMIT 1);
     IF v_upto = p_from THEN
-        v_upto := (SELECT x.expires_at FROM e_expiries(p_group_id, p_lane, p_from, p_now) x
-                   WHERE x.expires_at > p_from
-                   ORDER BY x.expires_at LIMIT 1);
+        v_upto := least((SELECT dd.expires_at FROM deliveries dd
+                         WHERE dd.group_id = p_group_id AND dd.lane = p_lane
+                           AND dd.expires_at > p_from AND dd.expires_at <= p_now
+                         ORDER BY dd.expires_at LIMIT 1),
+                        (SELECT ru.expires_at FROM runs ru
+                         WHERE ru.group_id = p_group_id AND ru.lane = p_lane
+                           AND ru.expires_at > p_from AND ru.expires_at <= p_now
+                         ORDER BY ru.expires_at LIMIT 1));
     END IF;
     RETURN coalesce(v_upto, p_now);
 END
