@@ -388,6 +388,79 @@ func TestPriorityZeroWaitsForHigherInOtherLanes(t *testing.T) {
 	}
 }
 
+// A receive that waits for another group's cut, which numbers the group's
+// first pending prioritized message, takes it before the priority-0 ones of
+// the same cut in other lanes: it looks again at priorities after the wait
+// (found in review: it used what it knew before the wait, so its second look
+// took the lanes in turn, priority 0 first about half the time; the group's
+// earlier prioritized message is completed, so nothing was pending before).
+func TestPriorityAfterWaitingForAnotherGroupsCut(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	bad, checked := 0, 0
+	const trials = 6
+	for trial := 0; trial < trials; trial++ {
+		qn := fmt.Sprintf("q%d", trial)
+		b.createQueue(qn, `{"lanes": 2}`)
+		schema := fmt.Sprintf("sluice_q%d", b.int64("SELECT id FROM sluice.queue WHERE name = $1", qn))
+		b.exec(`SELECT sluice.send($1, '{"old": 1}', priority => 5)`, qn)
+		first := b.receive(qn, "default", 1, "")
+		b.ack(qn, "default", receipts(first)...)
+		// A key with a message in flight and one waiting: the group is never
+		// drained, so no idle note narrows the look after the wait.
+		b.exec(`SELECT sluice.send_batch($1, array['{"k": 1}'::jsonb, '{"k": 2}'::jsonb], keys => array['k', 'k'])`, qn)
+		b.receive(qn, "default", 1, "1 hour")
+		// Both lanes store a low-water mark past the prioritized message.
+		for deadline := time.Now().Add(10 * time.Second); b.int64(`SELECT count(*) FROM (SELECT DISTINCT ON (lane) lwm, cursor
+		        FROM `+schema+`.group_states ORDER BY lane, seq DESC) s WHERE s.lwm > $1 OR s.lwm > s.cursor`, first[0].Pos) < 2; {
+			if time.Now().After(deadline) {
+				t.Fatalf("the lanes' low-water marks did not pass position %d", first[0].Pos)
+			}
+			b.receive(qn, "default", 1, "1 hour")
+			time.Sleep(100 * time.Millisecond)
+		}
+		b.exec("SELECT sluice.create_group($1, 'other', 'latest')", qn)
+		b.exec(`SELECT sluice.send_batch($1, array(SELECT jsonb_build_object('n', g) FROM generate_series(1, 17) g),
+		        priorities => array(SELECT CASE WHEN g = 17 THEN 9 ELSE 0 END FROM generate_series(1, 17) g))`, qn)
+		time.Sleep(1100 * time.Millisecond) // the sessions' marks and notes run out
+		cutter, err := b.pool.Begin(b.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := receiveOn(b.ctx, cutter, qn, "other", 1, ""); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan []msg, 1)
+		go func() {
+			ms, err := receiveOn(b.ctx, b.pool, qn, "default", 1, "")
+			if err != nil {
+				t.Error(err)
+			}
+			done <- ms
+		}()
+		time.Sleep(40 * time.Millisecond) // (it waits for the cut: up to 100 ms)
+		if err := cutter.Commit(b.ctx); err != nil {
+			t.Fatal(err)
+		}
+		ms := <-done
+		if len(ms) == 0 {
+			// (the commit came after the wait's 100 ms: a loaded machine)
+			t.Logf("trial %d: the receive returned before the cut committed", trial)
+			continue
+		}
+		checked++
+		if ms[0].Priority != 9 {
+			bad++
+		}
+	}
+	if bad > 0 {
+		t.Fatalf("%d of %d receives took a priority-0 message before the ready priority-9 one", bad, checked)
+	}
+	if checked == 0 {
+		t.Skip("every receive returned before the cut it waited for committed (a slow machine): nothing checked")
+	}
+}
+
 // Group ids of any size work (the lane lock key is a bigint).
 func TestLaneLockOfALargeGroupID(t *testing.T) {
 	t.Parallel()

@@ -2,7 +2,7 @@
 -- what a template is)
 --
 -- Most receives of a draining queue find the same thing: nothing new to
--- number, no priorities, and a lane whose next batches hold only unkeyed
+-- number, no priorities pending, and a lane whose next batches hold only unkeyed
 -- messages, with no expired lease, blocked key or low-water mark due. For
 -- those, e_receive replaces e_work_lanes, e_pick and e_take (a dozen
 -- statements and as many PL/pgSQL calls per lane) by two statements:
@@ -13,7 +13,7 @@
 -- e_pick would take.
 
 -- e_fast: the fast path of e_receive, for a receive with nothing to number
--- and no priorities: unless the session's idle note says the group is idle
+-- and no priorities pending: unless the session's idle note says the group is idle
 -- (e_idle), lock a lane with work (e_fast_lane) and take from it
 -- (e_take_fast). A lane whose only work was to move its scan past leases of
 -- completed messages gives nothing: then the next lane with work, three

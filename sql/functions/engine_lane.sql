@@ -171,7 +171,7 @@ $$;
 --   p_lanes     the queue's number of lanes
 --   p_now       the receive's time
 --   p_start     the first lane in turn
---   p_prio      whether the queue has prioritized messages
+--   p_prio      whether the group may have prioritized messages pending (e_prio_pending)
 --   p_only      only these lanes (NULL: all)
 -- Returns: (lane, turn, cursor): turn 0 for p_start; cursor NULL for a lane
 --          with no state

@@ -53,7 +53,7 @@ BEGIN
     END IF;
     pk := ROW('{}', '{}', '{}', '{}', '{}', '{}', '{}');
     -- Nothing to number (or the rest of a backlog's round that another
-    -- receive is numbering) and no priorities: the fast path (e_fast). New
+    -- receive is numbering) and no priorities pending: the fast path (e_fast). New
     -- messages to number: the cut first (e_pick); a look at the lanes before
     -- it cost more than it found in steady traffic, where lanes are mostly
     -- empty (measured). The cut lock, when free, is this receive's.
@@ -85,8 +85,9 @@ BEGIN
         v_seen := (SELECT b.batch_no FROM batches b ORDER BY b.batch_no DESC LIMIT 1);
         EXIT WHEN NOT e_wait_for_cut(q.id);
         v_uncut := false;
-        v_lanes := NULL;
-        v_tops := NULL;
+        v_lanes := NULL; v_tops := NULL;
+        -- (that cut may have numbered the group's first pending prioritized message)
+        v_prio := EXISTS (SELECT 1 FROM prio); IF v_prio THEN v_prio := e_prio_pending(q, g, v_now); END IF;
         -- (with an idle note, e_pick looks at the lanes of the batches newer
         -- than the note's: those numbered since include the cut's)
         IF v_prio OR NOT coalesce((e_note(current_setting(sluice._idle_note_name(q.id), true), g.id, v_now)).idle,
@@ -204,7 +205,7 @@ RESET check_function_bodies;
 --   p_lanes     the queue's number of lanes
 --   p_now       the receive's time
 --   p_start     the lane to start from after the prioritized ones
---   p_prio      whether the queue has prioritized messages (else prio is not read)
+--   p_prio      whether the group may have prioritized messages pending (else prio is not read)
 --   p_only      only these lanes (NULL: all)
 -- Returns: lanes, in the order to try them, and tops, the highest priority
 --          above 0 after each one's cursor (NULL: none)
@@ -452,7 +453,7 @@ $$;
 --   pk      what the receive picked so far (from other lanes; INOUT: with
 --           this lane's picks added)
 --   p_need  how many the receive wants in all
---   p_prio  whether the queue has prioritized messages (else step 3 is skipped)
+--   p_prio  whether the group may have prioritized messages pending (else step 3 is skipped)
 --   p_new   whether to take the positions after the cursor (step 4)
 --   p_low   whether to take messages with a priority below 0 (step 5)
 --   p_now   the receive's time
