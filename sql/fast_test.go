@@ -87,6 +87,15 @@ func lanesWithState(b *bundle, schema string) int64 {
 	return b.int64("SELECT count(DISTINCT lane) FROM " + schema + ".group_states")
 }
 
+// lanesWhose counts the lanes of a queue (by its schema) whose newest state
+// (any group's) meets cond, an expression over its columns (s.lwm,
+// s.cursor, s.lwm_at, ...) with args.
+func lanesWhose(b *bundle, schema, cond string, args ...any) int64 {
+	b.t.Helper()
+	return b.int64(`SELECT count(*) FROM (SELECT DISTINCT ON (lane) * FROM `+schema+`.group_states
+	                ORDER BY lane, seq DESC) s WHERE `+cond, args...)
+}
+
 // A receive with nothing to number, on lanes that need nothing but taking,
 // takes the fast path (e_fast_lane, e_take_fast), not e_pick; an ack that
 // names whole runs completes them without looking at each position
@@ -383,11 +392,7 @@ func TestFastPathOnceThePrioritiesAreCompleted(t *testing.T) {
 
 	// Drain until both lanes store a low-water mark past the prioritized
 	// position (a lane stores it about once a second while it is taken from).
-	stored := func() int64 {
-		return b.int64(`SELECT count(*) FROM (SELECT DISTINCT ON (lane) lwm FROM `+schema+`.group_states
-		                 ORDER BY lane, seq DESC) s WHERE s.lwm > $1`, first[0].Pos)
-	}
-	for deadline := time.Now().Add(20 * time.Second); stored() < 2; {
+	for deadline := time.Now().Add(20 * time.Second); lanesWhose(b, schema, "s.lwm > $1", first[0].Pos) < 2; {
 		if time.Now().After(deadline) {
 			t.Fatalf("the lanes' stored low-water marks did not pass position %d", first[0].Pos)
 		}
@@ -399,8 +404,7 @@ func TestFastPathOnceThePrioritiesAreCompleted(t *testing.T) {
 	// due would send the next take down the full path).
 	time.Sleep(1100 * time.Millisecond)
 	since := time.Now()
-	for deadline := time.Now().Add(20 * time.Second); b.int64(`SELECT count(*) FROM (SELECT DISTINCT ON (lane) lwm_at
-	        FROM `+schema+`.group_states ORDER BY lane, seq DESC) s WHERE s.lwm_at >= $1`, since) < 2; {
+	for deadline := time.Now().Add(20 * time.Second); lanesWhose(b, schema, "s.lwm_at >= $1", since) < 2; {
 		if time.Now().After(deadline) {
 			t.Fatal("the lanes' low-water marks were not stored again")
 		}
@@ -428,8 +432,8 @@ func TestFastPathOnceThePrioritiesAreCompleted(t *testing.T) {
 		t.Fatalf("receive after a new prioritized message: %+v, want it", got)
 	}
 
-	// A message below 0 waits until nothing else is ready; until it is
-	// taken, receives take the full path, which delivers it at the end.
+	// A message below 0 waits until nothing else is ready: it is delivered
+	// after every other message (its prio row is at or after the mark).
 	b.exec("SELECT sluice.send('q', '{\"later\": 1}', priority => -1)")
 	var last msg
 	for deadline := time.Now().Add(20 * time.Second); ; {
