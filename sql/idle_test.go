@@ -240,3 +240,46 @@ func TestIdleNoteNarrowsTheLookAfterACut(t *testing.T) {
 	}
 	t.Skip("three attempts whose rounds took over 15 ms each on average: the machine is too loaded for a 25 ms note")
 }
+
+// A receive of several keyed messages leases each with a row of its own,
+// all with the same expiry. Once they have run out, acked, the group is
+// idle: its polls note so and skip the lanes. The scans of expired leases
+// were inclusive of where they stopped, so a lane whose scan had passed two
+// leases tied at that time counted them as work ("two of any",
+// e_lanes_with_work) on every poll, which then took the full path and never
+// noted the group idle.
+func TestIdleNoteOnceTiedKeyedLeasesRanOut(t *testing.T) {
+	b := setup(t)
+	b.createQueue("q", `{"lanes": 1, "lease": "200 milliseconds"}`)
+	b.exec(`SELECT sluice.send_batch('q', array_fill('{}'::jsonb, ARRAY[4]), keys => ARRAY['a', 'b', 'c', 'd'])`)
+	c := b.conn()
+	ms := receiveOnConn(b, c, "default", "")
+	if len(ms) != 4 {
+		t.Fatalf("got %d keyed messages, want 4", len(ms))
+	}
+	if n := b.ack("q", "default", receipts(ms)...); n != 4 {
+		t.Fatalf("acked %d of 4", n)
+	}
+	// past the lease, and past the second after which the lane's
+	// low-water mark is due again (so that it is past the leases)
+	time.Sleep(1100 * time.Millisecond)
+	const polls = 10
+	var note string
+	n := b.calls(func(tx pgx.Tx) {
+		for i := 0; i < polls; i++ {
+			if ms, err := receiveOn(b.ctx, tx, "q", "default", 10, ""); err != nil || len(ms) != 0 {
+				t.Fatalf("poll %d of an idle group: %d messages, %v", i, len(ms), err)
+			}
+		}
+		if err := tx.QueryRow(b.ctx, `SELECT coalesce(current_setting('sluice.idle_' || id, true), '')
+		                              FROM sluice.queue WHERE name = 'q'`).Scan(&note); err != nil {
+			t.Fatal(err)
+		}
+	}, "e_pick")
+	t.Logf("%d polls: e_pick %d, note %q", polls, n["e_pick"], note)
+	// the first polls pass the leases and move the low-water mark (the full
+	// path); from then on the group is idle
+	if !strings.HasSuffix(note, " idle") || n["e_pick"] > 3 {
+		t.Fatalf("%d of %d polls of an idle group took the full path; note %q", n["e_pick"], polls, note)
+	}
+}

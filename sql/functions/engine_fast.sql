@@ -193,8 +193,10 @@ BEGIN
           AND NOT (s.lwm <= s.cursor AND s.lwm_at <= p_now - interval '1 second')
     ), s AS MATERIALIZED (
         -- the leases of the lane that expired since its last scan, when it
-        -- may pass over them: scan_from moves past them
-        SELECT s0.seq, s0.cursor, s0.lwm, greatest(s0.scan_from, ex.upto) AS scan_from, s0.lwm_at, s0.ahead
+        -- may pass over them: scan_from moves past them, all read (just
+        -- after the newest: a scan starts at scan_from inclusive)
+        SELECT s0.seq, s0.cursor, s0.lwm, greatest(s0.scan_from, ex.upto + interval '1 microsecond') AS scan_from,
+               s0.lwm_at, s0.ahead
         FROM s0 CROSS JOIN LATERAL e_passable_expiries(p_group_id, p_lane, s0.scan_from, p_now, s0.lwm) ex
         WHERE ex.passable
     ), b AS MATERIALIZED (

@@ -481,8 +481,8 @@ BEGIN
     IF NOT r.passable THEN
         SELECT * INTO r FROM e_take_expired(g.id, st, pk, p_need, p_now);
         st := r.st; pk := r.pk;
-    ELSIF r.n > 0 AND r.upto > st.scan_from THEN
-        st.scan_from := r.upto;
+    ELSIF r.n > 0 THEN   -- (all read: the scan goes on just after the newest, see e_take_expired)
+        st.scan_from := r.upto + interval '1 microsecond';
         st.changed := true;
     END IF;
     IF cardinality(st.bkeys) > 0 THEN

@@ -68,7 +68,17 @@ BEGIN
                               AND ru.expires_at >= st.scan_from AND ru.expires_at <= p_now
                             ORDER BY ru.expires_at DESC LIMIT 1));
         IF v_upto IS NOT NULL THEN
-            st.scan_from := v_upto;
+            -- Every lease up to v_upto was read: the scan goes on just after
+            -- it. (A scan starts at scan_from inclusive, for a window left
+            -- part-read at a time several leases share, as below: one
+            -- receive's leases all expire at once. Left at v_upto, a lane
+            -- whose scan had passed two such counted them as work on every
+            -- receive, e_lanes_with_work: an idle group's polls then took
+            -- the full path and noted nothing.) A lease written later with
+            -- an expiry at or before the receive's time is not missed by
+            -- this any more than by a scan that stopped later: the nack's
+            -- parked rows are written under the lane's lock, due after it.
+            st.scan_from := v_upto + interval '1 microsecond';
             st.changed := true;
         END IF;
         RETURN;
