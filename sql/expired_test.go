@@ -193,3 +193,39 @@ func TestReceivePassesAckedExpiredLeasesInOneRead(t *testing.T) {
 			n["e_take_expired"], n["e_expiry_window"])
 	}
 }
+
+// A lease that expired and was redelivered stays where the lane's scan
+// passed it. Scans are inclusive of where they stopped (one receive's
+// leases share an expiry time), and one that had looked at a whole window
+// stayed at its last lease: while the redelivered message was in flight
+// (here held for an hour), every receive of its lane counted that lease as
+// work, declined the fast path and read it again (e_take_expired).
+func TestRedeliveredLeaseIsPassedOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.createQueue("q", `{"lanes": 1, "lease": "300 milliseconds"}`)
+	b.send(b.pool, "q", `{"n": "held"}`)
+	first := b.receive("q", "default", 1, "")
+	time.Sleep(400 * time.Millisecond)
+	again := b.receive("q", "default", 1, "1 hour")
+	if len(first) != 1 || len(again) != 1 || again[0].ID != first[0].ID || again[0].Attempt != 2 {
+		t.Fatalf("redelivery: got %+v after %+v", again, first)
+	}
+	b.exec(`SELECT sluice.send_batch('q', array(SELECT jsonb_build_object('n', g) FROM generate_series(1, 40) g))`)
+	if got := b.receiveAndAck(b.pool, "default", 1); got != 1 { // numbers the 40
+		t.Fatalf("got %d", got)
+	}
+	const rounds = 20
+	n := b.calls(func(tx pgx.Tx) {
+		for i := 0; i < rounds; i++ {
+			if got := b.receiveAndAck(tx, "default", 1); got != 1 {
+				t.Fatalf("round %d: got %d", i, got)
+			}
+		}
+	}, "e_take_expired", "e_pick", "e_take_fast")
+	t.Logf("%d receives of 1: %v", rounds, n)
+	if n["e_take_expired"] > 1 || n["e_pick"] > 2 {
+		t.Fatalf("%d receives beside a redelivered message in flight: e_take_expired %d, e_pick %d",
+			rounds, n["e_take_expired"], n["e_pick"])
+	}
+}

@@ -156,8 +156,16 @@ BEGIN
             st.scan_from := r.expires_at;
             st.changed := true;
         END LOOP;
-        -- The next window starts at the end of this one (st.scan_from: the
-        -- expiry time of the last lease looked at, which it read whole).
+        -- The next window starts at the end of this one: just after it when
+        -- every lease of the window was looked at, else at the expiry time
+        -- of the last one looked at, inclusive (others may share it). Left
+        -- inclusive after a whole window, a lease passed there (of a
+        -- message delivered again since, and in flight) sent every receive
+        -- of the lane down this path until the message was completed.
+        IF need > 0 THEN
+            st.scan_from := v_upto + interval '1 microsecond';
+            st.changed := true;
+        END IF;
         EXIT WHEN need = 0 OR v_upto >= p_now;
     END LOOP;
 END
