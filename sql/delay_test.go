@@ -173,3 +173,84 @@ func TestReceiveBesideDelayedMessagesIsBounded(t *testing.T) {
 		}
 	}
 }
+
+// Reclaim copies the messages still delayed in a retired slot into the
+// current one, most of them before it takes the slot's locks (e_reclaim):
+// copied under the locks, as before, 300,000 messages delayed by a day
+// stopped every receive of the queue for 1-2 s at each reclaim. So that the
+// copy is not made in vain at every maintenance while a transaction that
+// touched the slot stays open (the locks could not be had), reclaim first
+// takes and releases the locks. Here: no copy is made while one holds the
+// slot, and once it ends the slot is reclaimed, each message copied once.
+func TestReclaimCopiesNoDelayedMessagesWhileTheSlotIsHeld(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.createQueue("far", `{"rotate_interval": "200 milliseconds", "retention": "0 seconds", "lanes": 1}`)
+	schema := fmt.Sprintf("sluice_q%d", b.queueID("far"))
+	b.exec(`SELECT sluice.send_batch('far', array(SELECT jsonb_build_object('far', g) FROM generate_series(1, 2000) g),
+	                                 delay => '1 day')`)
+	holder, err := b.pool.Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Rollback(b.ctx) //nolint:errcheck
+	if _, err := holder.Exec(b.ctx, fmt.Sprintf("SELECT count(*) FROM %s.messages_0 WHERE false", schema)); err != nil {
+		t.Fatal(err)
+	}
+	// traffic past two rotations, then the lane's next low-water mark past
+	// it all, so that epoch 0 (slot 0) would be reclaimed but for the holder
+	waitFor(t, 10*time.Second, "two rotations", func() bool {
+		b.exec(`SELECT sluice.send('far', '"now"')`)
+		b.receiveAndAckQueue("far", 10)
+		b.exec(`SELECT * FROM sluice.maintain()`)
+		time.Sleep(50 * time.Millisecond)
+		return b.int64(`SELECT max(epoch) FROM sluice.epoch WHERE queue_id = $1`, b.queueID("far")) >= 2
+	})
+	time.Sleep(1100 * time.Millisecond)
+	b.receiveAndAckQueue("far", 10)
+	if n := b.int64(fmt.Sprintf(`SELECT count(*) FROM (SELECT DISTINCT ON (lane) lwm, cursor FROM %s.group_states
+	                             ORDER BY lane, seq DESC) s WHERE s.lwm > s.cursor`, schema)); n != 1 {
+		t.Fatalf("the lane's low-water mark is not past its cursor")
+	}
+	tx, err := b.pool.Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(b.ctx) //nolint:errcheck
+	var reclaimed, copied int64
+	if err := tx.QueryRow(b.ctx, `SELECT reclaimed FROM sluice.maintain() WHERE queue = 'far'`).Scan(&reclaimed); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.QueryRow(b.ctx, `SELECT coalesce(sum(n_tup_ins), 0) FROM pg_stat_xact_user_tables
+	                              WHERE schemaname = $1 AND relname LIKE 'messages_%'`, schema).Scan(&copied); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("while the slot was held: reclaimed %d, %d rows written to the queue's messages (rolled back or not)", reclaimed, copied)
+	if reclaimed != 0 || copied != 0 {
+		t.Fatalf("while the slot was held: reclaimed %d, copied %d messages; want 0 and 0", reclaimed, copied)
+	}
+	if err := tx.Rollback(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := holder.Rollback(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := b.int64(`SELECT coalesce(sum(reclaimed), 0) FROM sluice.maintain() WHERE queue = 'far'`); n < 1 {
+		t.Fatalf("after the holder ended: reclaimed %d epochs, want at least 1", n)
+	}
+	if n := b.int64(fmt.Sprintf(`SELECT count(*) FROM %s.messages WHERE body ? 'far'`, schema)); n != 2000 {
+		t.Fatalf("%d delayed messages after the reclaim, want 2000 (each once)", n)
+	}
+	if n := b.int64(fmt.Sprintf(`SELECT count(*) FROM %s.messages_0`, schema)); n != 0 {
+		t.Fatalf("slot 0 still holds %d messages", n)
+	}
+}
+
+// receiveAndAckQueue receives up to n messages of a queue's default group
+// and acks them.
+func (b *bundle) receiveAndAckQueue(queue string, n int) {
+	b.t.Helper()
+	if ms := b.receive(queue, "default", n, ""); len(ms) > 0 {
+		b.ack(queue, "default", receipts(ms)...)
+	}
+}
