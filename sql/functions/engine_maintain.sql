@@ -57,21 +57,6 @@ $$;
 -- e_reclaim: truncate the slot of retired epoch p_epoch if nothing in it is
 -- needed any more. The caller holds the queue's maint lock.
 --
--- Messages of the slot still delayed past the newest cut are moved into the
--- current slot first (see below), most of them before the slot's locks are
--- taken: every statement on the queue's tables waits while reclaim holds
--- them (a plan locks every slot's partition), and 300,000 messages delayed
--- by a day, copied under the locks, stopped receives for 1-2 s at each
--- reclaim (measured on PostgreSQL 15, pgbench). Copied before, the locks
--- are held for the messages due within the next rotate interval (at least
--- 10 s) and those committed since the copy. The copy itself is then part
--- of the receive that runs maintenance, which does so before it takes
--- anything (e_receive), so that no other receive waits for it.
---
--- Parameters:
---   q           the queue
---   p_epoch     the retired epoch
---   p_current   the current epoch
 -- Returns: true if the slot was truncated
 CREATE OR REPLACE FUNCTION sluice_tmpl.e_reclaim(q sluice.queue, p_epoch bigint, p_current bigint)
 RETURNS boolean
@@ -82,9 +67,6 @@ DECLARE
     v_cur_slot constant smallint := p_current % 4;
     v_retired_at timestamptz;
     v_lock_timeout text;
-    v_far timestamptz;
-    v_copied pg_snapshot;
-    v_t timestamptz;
     t record;
 BEGIN
     -- The checks must see the latest commits: a snapshot held for the whole
@@ -103,40 +85,9 @@ BEGIN
     IF NOT e_reclaimable(q, v_slot) THEN
         RETURN false;
     END IF;
-    v_far := clock_timestamp() + greatest(q.rotate_interval, interval '10 seconds');
 
     v_lock_timeout := current_setting('lock_timeout');
-    -- Before such a copy, make sure the slot's locks can be had at all (a
-    -- transaction that touched the slot and stays open holds them off): taken
-    -- and released at once, in a block rolled back, so that the copy is not
-    -- made in vain at every maintenance while one is open.
-    IF EXISTS (SELECT 1 FROM messages m WHERE m.slot = v_slot AND m.deliver_at > v_far) THEN
-        PERFORM set_config('lock_timeout', '50ms', true);
-        BEGIN
-            FOR t IN SELECT * FROM sluice._slot_tables() LOOP
-                EXECUTE format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', sluice._table(q.id, t.name, v_slot));
-            END LOOP;
-            RAISE EXCEPTION USING ERRCODE = 'SL900', MESSAGE = 'release the slot''s locks';
-        EXCEPTION
-            WHEN SQLSTATE 'SL900' THEN NULL;
-            WHEN lock_not_available THEN
-                PERFORM set_config('lock_timeout', v_lock_timeout, true);
-                RETURN false;
-        END;
-        PERFORM set_config('lock_timeout', v_lock_timeout, true);
-    END IF;
     BEGIN
-        -- Messages delayed past v_far, before the locks; the snapshot of the
-        -- copy tells those committed after it (by a send that was in
-        -- progress at the rotation) from those copied.
-        WITH s AS MATERIALIZED (SELECT pg_current_snapshot() AS snap),
-             c AS (INSERT INTO messages (queue_id, slot, id, txid, sent_at, deliver_at, priority, attempt_base,
-                                         target_group, origin_id, key, dedup_key, headers, body)
-                   SELECT m.queue_id, v_cur_slot, m.id, m.txid, m.sent_at, m.deliver_at, m.priority, m.attempt_base,
-                          m.target_group, m.origin_id, m.key, m.dedup_key, m.headers, m.body
-                   FROM messages m
-                   WHERE m.slot = v_slot AND m.deliver_at > v_far)
-        SELECT s.snap INTO v_copied FROM s;
         -- Keep each group's newest lane states and checkpoints if they live in the slot.
         INSERT INTO group_states (slot, group_id, lane, seq, cursor, lwm, scan_from, lwm_at, bkeys, bheads, lv_prio, lv_pos,
                                   ahead)
@@ -170,33 +121,15 @@ BEGIN
         -- Messages delayed past the newest cut are not numbered yet: move
         -- them into the current slot, as they are (id, txid and due time
         -- kept), so that the cut numbers them there when they come due. Both
-        -- copies are never visible at once: this transaction's copies are
-        -- not visible before it commits, and the slot is truncated with it.
-        -- None of those copied before the locks was numbered meanwhile if
-        -- the newest cut is before v_far (a cut numbers messages due by its
-        -- time; none can cut now): else try again at the next maintenance.
-        -- Then the rest: those due from the newest cut to v_far, and those
-        -- delayed past it that committed after the copy.
-        v_t := (SELECT b.t FROM batches b ORDER BY b.batch_no DESC LIMIT 1);
-        IF v_t >= v_far THEN
-            RAISE EXCEPTION USING ERRCODE = 'SL000', MESSAGE = 'the cut passed the copy';
-        END IF;
+        -- copies are never visible at once: this transaction holds the
+        -- slot's locks until it commits, and the slot is truncated with it.
         INSERT INTO messages (queue_id, slot, id, txid, sent_at, deliver_at, priority, attempt_base, target_group,
                               origin_id, key, dedup_key, headers, body)
         SELECT m.queue_id, v_cur_slot, m.id, m.txid, m.sent_at, m.deliver_at, m.priority, m.attempt_base,
                m.target_group, m.origin_id, m.key, m.dedup_key, m.headers, m.body
         FROM messages m
-        WHERE m.slot = v_slot AND m.deliver_at > v_t AND m.deliver_at <= v_far
-        UNION ALL
-        SELECT m.queue_id, v_cur_slot, m.id, m.txid, m.sent_at, m.deliver_at, m.priority, m.attempt_base,
-               m.target_group, m.origin_id, m.key, m.dedup_key, m.headers, m.body
-        -- (OFFSET 0: looked up by txid, not by due time, which would read
-        -- every message copied above, under the locks)
-        FROM (SELECT mm.* FROM messages mm
-              WHERE mm.slot = v_slot AND (mm.txid >= pg_snapshot_xmax(v_copied)
-                                          OR mm.txid = ANY (ARRAY(SELECT pg_snapshot_xip(v_copied))))
-              OFFSET 0) m
-        WHERE m.deliver_at > v_far;
+        WHERE m.slot = v_slot
+          AND m.deliver_at > (SELECT b.t FROM batches b ORDER BY b.batch_no DESC LIMIT 1);
         FOR t IN SELECT * FROM sluice._slot_tables() LOOP
             EXECUTE format('TRUNCATE %s', sluice._table(q.id, t.name, v_slot));
         END LOOP;

@@ -2,11 +2,7 @@
 
 -- e_receive: the body of sluice.receive for this queue (see there).
 --
--- 0. About once a second per session, reclaim and rotate (e_maintain)
---    unless another session is doing it: first, before this receive holds
---    a lane or the cut lock, which other receives wait for (a reclaim may
---    copy many delayed messages, e_reclaim). Then complete p_ack, if given
---    (e_ack).
+-- 0. Complete p_ack, if given (e_ack).
 -- 1. With nothing to number (or another receive numbering a backlog
 --    larger than one cut) and no priorities pending (e_prio_pending), the fast path
 --    (engine_fast.sql): lock one lane with work and take from it, if that
@@ -23,6 +19,8 @@
 --    then, if it has room, messages with a priority below 0 of the lanes
 --    it holds (a second pass: they go only when nothing else is ready).
 -- 4. Lease what was picked.
+-- 5. About once a second per session, reclaim and rotate (e_maintain) unless
+--    another session is doing it.
 CREATE OR REPLACE FUNCTION sluice_tmpl.e_receive(q sluice.queue, g sluice.consumer_group, max_messages int,
                                                  p_lease interval, p_consumer text, p_ack text[])
 RETURNS SETOF sluice.message
@@ -44,12 +42,6 @@ DECLARE
     v_cutting boolean := false;
     v_seen bigint;
 BEGIN
-    IF extract(epoch FROM v_now) >= coalesce(nullif(current_setting(v_maint, true), ''), '0')::float8 + 1 THEN
-        PERFORM set_config(v_maint, extract(epoch FROM v_now)::text, false);
-        IF pg_try_advisory_xact_lock(sluice._lock_ns('maint'), q.id) THEN
-            PERFORM e_maintain(q.id);
-        END IF;
-    END IF;
     IF cardinality(p_ack) > 0 THEN
         PERFORM e_ack(g.id, p_ack);   -- the previous batch of a consumer loop
     END IF;
@@ -170,6 +162,12 @@ BEGIN
     GET DIAGNOSTICS n = ROW_COUNT;
     IF n < cardinality(pk.pos) THEN
         PERFORM e_lease_leftovers(q, g, pk, v_now);
+    END IF;
+    IF extract(epoch FROM v_now) >= coalesce(nullif(current_setting(v_maint, true), ''), '0')::float8 + 1 THEN
+        PERFORM set_config(v_maint, extract(epoch FROM v_now)::text, false);
+        IF pg_try_advisory_xact_lock(sluice._lock_ns('maint'), q.id) THEN
+            PERFORM e_maintain(q.id);
+        END IF;
     END IF;
 END
 $$;
