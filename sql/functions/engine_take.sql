@@ -156,14 +156,18 @@ BEGIN
             st.scan_from := r.expires_at;
             st.changed := true;
         END LOOP;
-        -- The next window starts at the end of this one: just after it when
-        -- every lease of the window was looked at, else at the expiry time
-        -- of the last one looked at, inclusive (others may share it). Left
-        -- inclusive after a whole window, a lease passed there (of a
-        -- message delivered again since, and in flight) sent every receive
-        -- of the lane down this path until the message was completed.
-        IF need > 0 THEN
-            st.scan_from := v_upto + interval '1 microsecond';
+        -- The next window starts where this one ended (st.scan_from: the
+        -- expiry time of the last lease looked at): just after it when
+        -- every lease of the window was looked at, else there, inclusive
+        -- (others may share it). Left inclusive after a whole window, a
+        -- lease passed there (of a message delivered again since, and in
+        -- flight) sent every receive of the lane down this path until the
+        -- message was completed. (Just after the last lease read, not after
+        -- the window's end, which may be p_now: a lease that a receive which
+        -- began earlier writes later, expiring between the two, would be
+        -- passed unread; found in review.)
+        IF need > 0 AND FOUND THEN
+            st.scan_from := st.scan_from + interval '1 microsecond';
             st.changed := true;
         END IF;
         EXIT WHEN need = 0 OR v_upto >= p_now;
