@@ -451,3 +451,34 @@ func TestFastPathOnceThePrioritiesAreCompleted(t *testing.T) {
 		t.Fatalf("the last message delivered had priority %d, want the one of -1", last.Priority)
 	}
 }
+
+// A group that keeps up in steady traffic numbers a small batch with each
+// receive; a group that falls behind it reads those batches. The fast path
+// looked at four batches a receive, so that group got four messages a
+// receive of 100 while hundreds were ready; it now looks once more, at as
+// many batches as it still needs.
+func TestFastPathTakesManySmallBatches(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.createQueue("q", `{"lanes": 1}`)
+	b.exec("SELECT sluice.create_group('q', 'behind', 'latest')")
+	for i := 0; i < 300; i++ {
+		b.send(b.pool, "q", `{"n": 1}`)
+		if got := b.receiveAndAck(b.pool, "default", 10); got != 1 {
+			t.Fatalf("round %d: the default group got %d", i, got)
+		}
+	}
+	if n := b.int64(fmt.Sprintf("SELECT count(*) FROM sluice_q%d.batches WHERE last_pos >= first_pos", b.queueID("q"))); n < 250 {
+		t.Fatalf("only %d batches for 300 messages: the test tests nothing", n)
+	}
+	b.receiveAndAck(b.pool, "behind", 100) // (its first receive, by the full path)
+	var got int
+	n := b.calls(func(tx pgx.Tx) {
+		got = b.receiveAndAck(tx, "behind", 100)
+	}, "e_take_fast", "e_pick")
+	t.Logf("a receive of 100 over small batches: %d messages; %v", got, n)
+	if got != 100 || n["e_take_fast"] != 1 {
+		t.Fatalf("a receive of 100 over 1-message batches got %d (e_take_fast %d, e_pick %d), want 100 by the fast path",
+			got, n["e_take_fast"], n["e_pick"])
+	}
+}
