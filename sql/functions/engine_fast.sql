@@ -166,7 +166,8 @@ $$;
 -- from those batches the positions after the cursor meant for the group, in
 -- order, up to p_need, and writes the lane's new state (its cursor moved) in
 -- the same statement. When it took those four whole and needs more (small
--- batches), it looks once more, at up to one batch per position needed.
+-- batches), it looks once more, at about as many batches as the ones taken
+-- say are needed.
 --
 -- Parameters:
 --   p_queue_id  queue id
@@ -287,12 +288,13 @@ BEGIN
         EXIT WHEN NOT r.more OR v_round = 2;
         -- Small batches (one receive's cut each, as a group that keeps up
         -- numbers them in steady traffic): the rest in one more look, at as
-        -- many batches as positions still needed (at most 128). With four
-        -- batches a receive, a group that fell behind such a group got four
-        -- messages a receive of 100. The first look stays at four, which a
-        -- drain's batches fill: reading up to 32 there cost a drain of 100s
-        -- ~10% (pgbench, 8 clients, 200,000 preloaded, PostgreSQL 15).
-        v_limit := least(v_need, 128);
+        -- many batches as the ones just taken say are needed (at most 128).
+        -- With four batches a receive, a group that fell behind such a
+        -- group got four messages a receive of 100. The first look stays at
+        -- four, which a drain's batches fill: reading up to 32 there cost a
+        -- drain of 100s ~10% (pgbench, 8 clients, 200,000 preloaded,
+        -- PostgreSQL 15).
+        v_limit := least(v_need / greatest(r.n / v_limit, 1) + 2, 128);
     END LOOP;
     RETURN pk;
 END
