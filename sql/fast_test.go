@@ -455,8 +455,8 @@ func TestFastPathOnceThePrioritiesAreCompleted(t *testing.T) {
 // A group that keeps up in steady traffic numbers a small batch with each
 // receive; a group that falls behind it reads those batches. The fast path
 // looked at four batches a receive, so that group got four messages a
-// receive of 100 while hundreds were ready; it now looks once more, at as
-// many batches as it still needs.
+// receive of 100 while hundreds were ready; it now looks once more, at about
+// as many batches as the four it took say it still needs.
 func TestFastPathTakesManySmallBatches(t *testing.T) {
 	t.Parallel()
 	b := setup(t)

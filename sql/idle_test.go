@@ -252,8 +252,7 @@ func TestIdleNoteOnceTiedKeyedLeasesRanOut(t *testing.T) {
 	b := setup(t)
 	b.createQueue("q", `{"lanes": 1, "lease": "200 milliseconds"}`)
 	b.exec(`SELECT sluice.send_batch('q', array_fill('{}'::jsonb, ARRAY[4]), keys => ARRAY['a', 'b', 'c', 'd'])`)
-	c := b.conn()
-	ms := receiveOnConn(b, c, "default", "")
+	ms := b.receive("q", "default", 10, "")
 	if len(ms) != 4 {
 		t.Fatalf("got %d keyed messages, want 4", len(ms))
 	}
