@@ -190,7 +190,8 @@ func nack(ctx context.Context, db dbtx, queue, group, receipt string, opts *Nack
 }
 
 // Extend renews the leases of receipts (a heartbeat): each current lease
-// then lasts at least until now + lease. It returns how many leases were
+// then lasts at least until now + lease; a lease is never shortened (use
+// Nack to give a message back sooner). It returns how many leases were
 // renewed; stale receipts are not counted.
 func (c *Client) Extend(ctx context.Context, queue, group string, lease time.Duration, receipts ...string) (int, error) {
 	return extend(ctx, c.pool, queue, group, lease, receipts)

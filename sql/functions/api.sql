@@ -244,7 +244,8 @@ END
 $$;
 
 -- extend: renew leases (heartbeat): each current lease then lasts at least
--- until now + lease.
+-- until now + lease. A lease is never shortened (one that ends later keeps
+-- its end); to give a message back sooner, nack it.
 --
 -- Parameters:
 --   queue       queue name

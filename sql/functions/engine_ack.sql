@@ -356,6 +356,17 @@ END
 $$;
 
 -- e_extend: the body of sluice.extend for this queue (see there).
+--
+-- A lease is never shortened: the new row expires at now + p_lease or when
+-- the current lease does, whichever is later. Extend takes no lane lock, so
+-- its row may become visible only after another receive's expiry scan has
+-- gone past its expiry (a transaction left open), and a row expiring before
+-- the current lease would then never be read while hiding the current one
+-- (the newest row is the lease): its message never redelivered. Expiring
+-- no earlier, it is read after the current lease is: when the scan reads
+-- the current lease with the new row not yet visible, that lease is
+-- redelivered (the new row, of an older attempt, is then not current);
+-- else the scan reads the new row when it gets to it.
 CREATE OR REPLACE FUNCTION sluice_tmpl.e_extend(p_group_id int, p_receipts text[], p_lease interval)
 RETURNS int
 LANGUAGE plpgsql
@@ -367,7 +378,15 @@ BEGIN
     -- (a row of its own for each message, also for those leased in a run)
     INSERT INTO deliveries (slot, group_id, lane, pos, attempt, token, msg_id, txid, expires_at, delivered_at)
     SELECT c.slot, p_group_id, c.lane, c.pos, c.attempt, c.token, coalesce(c.msg_id, rm.id), coalesce(c.txid, rm.txid),
-           v_now + p_lease, v_now
+           greatest(v_now + p_lease,
+                    (SELECT max(dd.expires_at) FROM deliveries dd
+                     WHERE dd.slot = c.slot AND dd.group_id = p_group_id AND dd.pos = c.pos
+                       AND dd.attempt = c.attempt AND dd.token = c.token),
+                    (SELECT ru.expires_at FROM runs ru
+                     WHERE c.run IS NOT NULL AND ru.slot = c.slot AND ru.group_id = p_group_id AND ru.pos = c.run
+                       AND ru.token = c.token
+                     LIMIT 1)),
+           v_now
     FROM e_current_deliveries(p_group_id, p_receipts) c
     LEFT JOIN LATERAL e_run_message(c.lane, c.pos) rm ON c.run IS NOT NULL;
     GET DIAGNOSTICS n = ROW_COUNT;

@@ -76,11 +76,11 @@ BEGIN
             -- receive, e_lanes_with_work: an idle group's polls then took
             -- the full path and noted nothing.) v_upto is the newest lease
             -- read, so a lease written later is missed only if it expires
-            -- before one already read, as with the inclusive scan: nack's
-            -- parked rows are written under the lane's lock, due after it;
-            -- a receive's leases shorter than its own waits, or an extend
-            -- that shortens a lease in a transaction left open past the new
-            -- expiry, are the known gap (docs/design.md, Expiry).
+            -- before one already read, as with the inclusive scan, and none
+            -- is written so (docs/design.md, Expiry): nack's parked rows are
+            -- written under the lane's lock, due after it; a receive's leases
+            -- are dated when it holds the lane (e_lease); extend never
+            -- shortens a lease (e_extend).
             st.scan_from := v_upto + interval '1 microsecond';
             st.changed := true;
         END IF;

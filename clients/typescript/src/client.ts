@@ -348,7 +348,7 @@ export class Sluice {
     return rows[0]?.ok === true;
   }
 
-  /** Renews leases to now + lease (ms); returns how many were renewed. */
+  /** Renews leases to at least now + lease (ms; never shorter); returns how many were renewed. */
   async extend(queue: string, group: string, receipts: string[], lease: number, opts?: CallOptions): Promise<number> {
     const rows = await this.query(sql.extend, [queue, group, receipts, lease], opts);
     return num(rows[0]?.n);

@@ -210,7 +210,7 @@ class Client:
         *,
         conn: psycopg.Connection[Any] | None = None,
     ) -> int:
-        """Renew leases to now + lease; returns how many were renewed."""
+        """Renew leases to at least now + lease (never shorter); returns how many were renewed."""
         return int(self._one(_sql.EXTEND, (queue, group, list(receipts), _sql.interval(lease)), conn))
 
     # -- status, dead letters, peek, leases, upkeep ----------------------
