@@ -43,6 +43,11 @@ type QueueOptions struct {
 	// Consumers of a group take lanes side by side; order is kept per key
 	// and per lane. 1 keeps strict commit order for the whole queue.
 	Lanes int
+	// Slots is the number of storage slots, 2 to 4 (2), fixed at creation:
+	// how many epochs the queue keeps apart for reclaim. Fewer cost less on
+	// every call; more keep less retained traffic on disk when Retention is
+	// long (up to about Retention x Slots / (Slots - 1)).
+	Slots int
 }
 
 // options renders o as the jsonb options of create_queue.
@@ -59,6 +64,9 @@ func (o *QueueOptions) options() (json.RawMessage, error) {
 	}
 	if o.Lanes != 0 {
 		m["lanes"] = o.Lanes
+	}
+	if o.Slots != 0 {
+		m["slots"] = o.Slots
 	}
 	for name, d := range map[string]time.Duration{
 		"lease": o.Lease, "backoff_base": o.BackoffBase, "backoff_max": o.BackoffMax,

@@ -40,7 +40,7 @@ type Status struct {
 	// Cursor, LWM and Head are positions: last dispatched, first not
 	// completed, last numbered.
 	Cursor, LWM, Head int64
-	// LiveEpochs is how many storage epochs the queue keeps (1 to 4).
+	// LiveEpochs is how many storage epochs the queue keeps (1 to its slots).
 	LiveEpochs int
 	// HoldsReclaim is true when this group keeps an old epoch from being
 	// reclaimed.

@@ -374,8 +374,17 @@ func TestGroupStartPositions(t *testing.T) {
 // status shows it, and dropping the group releases it.
 func TestRetentionReclaimAndStalledGroup(t *testing.T) {
 	t.Parallel()
+	for _, slots := range []int{2, 3, 4} {
+		t.Run(fmt.Sprintf("slots=%d", slots), func(t *testing.T) {
+			t.Parallel()
+			retentionReclaimAndStalledGroup(t, slots)
+		})
+	}
+}
+
+func retentionReclaimAndStalledGroup(t *testing.T, slots int) {
 	b := setup(t)
-	b.createQueue("q", `{"retention": "0 seconds", "rotate_interval": "100 milliseconds"}`)
+	b.createQueue("q", fmt.Sprintf(`{"retention": "0 seconds", "rotate_interval": "100 milliseconds", "slots": %d}`, slots))
 	b.exec("SELECT sluice.create_group('q', 'stalled')")
 	stalledFirst := b.send(b.pool, "q", `{"first": true}`)
 	if got := b.receive("q", "stalled", 1, ""); len(got) != 1 || got[0].ID != stalledFirst {
@@ -393,7 +402,7 @@ func TestRetentionReclaimAndStalledGroup(t *testing.T) {
 			return cond()
 		})
 	}
-	consumeUntil("all four slots in use", func() bool { return b.status("q")["stalled"].LiveEpochs == 4 })
+	consumeUntil("every slot in use", func() bool { return b.status("q")["stalled"].LiveEpochs == slots })
 	// Give maintenance a few more chances to reclaim: it must not.
 	deadline := time.Now().Add(1500 * time.Millisecond)
 	consumeUntil("more traffic", func() bool { return time.Now().After(deadline) })
@@ -629,14 +638,25 @@ func TestIdempotentSend(t *testing.T) {
 		t.Fatalf("enqueued %v, want one message per key and the one without", bodies)
 	}
 	b.ack("q", "default", receipts(got)...)
-	// Keys are remembered across rotations and reclaim within the window.
-	waitFor(t, 10*time.Second, "a few rotations", func() bool {
+	// Keys are remembered across a rotation, and the slot that holds them
+	// is not reclaimed within the window: with two slots (the default) the
+	// queue then stops rotating.
+	waitFor(t, 10*time.Second, "a rotation", func() bool {
 		b.send(b.pool, "q", `{}`)
 		if got := b.receive("q", "default", 100, ""); len(got) > 0 {
 			b.ack("q", "default", receipts(got)...)
 		}
-		return b.int64("SELECT count(*) FROM sluice.epoch") >= 4
+		return b.int64("SELECT count(*) FROM sluice.epoch") >= 2
 	})
+	for deadline := time.Now().Add(500 * time.Millisecond); time.Now().Before(deadline); {
+		b.send(b.pool, "q", `{}`)
+		if got := b.receive("q", "default", 100, ""); len(got) > 0 {
+			b.ack("q", "default", receipts(got)...)
+		}
+	}
+	if n, r := b.int64("SELECT count(*) FROM sluice.epoch"), b.int64("SELECT count(*) FROM sluice.reclaim"); n != 2 || r != 0 {
+		t.Fatalf("within the dedup window: %d epochs, %d reclaimed, want 2 and 0", n, r)
+	}
 	if again := sendKey(`{"n": 4}`, "order-43"); again != other {
 		t.Fatalf("after rotations a resend returned %d, want %d", again, other)
 	}

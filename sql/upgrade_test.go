@@ -100,6 +100,13 @@ func TestUpgradeFromOneLockPerGroup(t *testing.T) {
 	if n := b.int64(`SELECT (options->>'lanes')::int FROM sluice.list_queues() WHERE queue = 'up'`); n != 1 {
 		t.Fatalf("upgraded queue has %d lanes, want 1", n)
 	}
+	// It keeps its four slots (migration 0016), and its options say so, so
+	// that alter_queue finds them unchanged.
+	if n := b.int64(`SELECT (options->>'slots')::int * 10 + (SELECT slots FROM sluice.queue WHERE name = 'up')
+	                 FROM sluice.list_queues() WHERE queue = 'up'`); n != 44 {
+		t.Fatalf("upgraded queue: slots option and column %d, want 4 and 4", n)
+	}
+	b.exec(`SELECT sluice.alter_queue('up', '{"max_attempts": 1}')`)
 	// leases (new in the upgrade) reads the deliveries the old engine made.
 	var inFlight []int64
 	for _, l := range b.leases("up", nil, 1000) {
@@ -163,6 +170,9 @@ func TestUpgradeFromOneLockPerGroup(t *testing.T) {
 	b.createQueue("fresh", "")
 	if n := b.int64(`SELECT (options->>'lanes')::int FROM sluice.list_queues() WHERE queue = 'fresh'`); n != 8 {
 		t.Fatalf("a queue created after the upgrade has %d lanes, want 8", n)
+	}
+	if n := b.int64(`SELECT slots FROM sluice.queue WHERE name = 'fresh'`); n != 2 {
+		t.Fatalf("a queue created after the upgrade has %d slots, want 2", n)
 	}
 	var redriven int64
 	if err := b.pool.QueryRow(ctx, "SELECT sluice.redrive('up', 'default', NULL)").Scan(&redriven); err != nil || redriven != 1 {

@@ -58,6 +58,7 @@ type appConfig struct {
 	Lease             time.Duration // queue option lease
 	Retention         time.Duration // queue option retention (0: the engine's)
 	Lanes             int           // queue option lanes (0: the engine's)
+	Slots             int           // queue option slots (0: the engine's)
 	Payload           int           // approximate body size in bytes
 }
 
@@ -79,7 +80,7 @@ func (r *runner) appConfig() appConfig {
 		HandlerMin: 10 * time.Millisecond, HandlerMax: 30 * time.Millisecond, SlowPct: 1, Slow: 200 * time.Millisecond,
 		FailPct: 1, PoisonPct: 0.1, ForwardPct: 5,
 		MaxAttempts: 5, BackoffBase: 100 * time.Millisecond, BackoffMax: 2 * time.Second, Lease: 30 * time.Second,
-		Retention: r.o.Retention, Lanes: r.o.Lanes, Payload: r.o.Payload,
+		Retention: r.o.Retention, Lanes: r.o.Lanes, Slots: r.o.Slots, Payload: r.o.Payload,
 	}
 	if c.Rate <= 0 {
 		c.Rate = appDefaultRate
@@ -213,7 +214,8 @@ func (r *runner) app(ctx context.Context) (*Result, error) {
 func (a *appRun) setup(ctx context.Context) error {
 	a.cleanup(ctx)
 	qo := &sluice.QueueOptions{MaxAttempts: a.cfg.MaxAttempts, Lease: a.cfg.Lease, BackoffBase: a.cfg.BackoffBase,
-		BackoffMax: a.cfg.BackoffMax, Retention: a.cfg.Retention, Lanes: a.cfg.Lanes, NoDefaultGroup: true}
+		BackoffMax: a.cfg.BackoffMax, Retention: a.cfg.Retention, Lanes: a.cfg.Lanes, Slots: a.cfg.Slots,
+		NoDefaultGroup: true}
 	for _, q := range []string{appQueue, appQueue2} {
 		if err := a.client.CreateQueue(ctx, q, qo); err != nil {
 			return err

@@ -110,6 +110,7 @@ type Report struct {
 	PayloadBytes int       `json:"payload_bytes"`
 	LeaseSeconds int       `json:"lease_seconds"`
 	Lanes        int       `json:"lanes,omitempty"` // --lanes (0: the engine's default)
+	Slots        int       `json:"slots,omitempty"` // --slots (0: the engine's default)
 	Results      []Result  `json:"results"`
 }
 
@@ -131,6 +132,9 @@ func (r *Report) header(w io.Writer) {
 	}
 	if r.Lanes > 0 {
 		fmt.Fprintf(w, "- lanes: %d (sluice's queues; the engine's default is 8)\n", r.Lanes)
+	}
+	if r.Slots > 0 {
+		fmt.Fprintf(w, "- slots: %d (sluice's queues; the engine's default is 2)\n", r.Slots)
 	}
 	fmt.Fprintln(w)
 }

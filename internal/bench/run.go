@@ -76,6 +76,9 @@ type Options struct {
 	// that make them through the sluice system and of the app scenario's
 	// (0: the engine's default, 8).
 	Lanes int
+	// Slots sets the slots option of the same queues (0: the engine's
+	// default, 2).
+	Slots int
 	// Lease is the lease of sluice's queue and the visibility timeout of
 	// PGMQ's reads (0: 30 s). Shorter than a cell, it shows the cell past
 	// the first expiries: a lease runs out whether or not its message was
@@ -148,7 +151,8 @@ func Run(ctx context.Context, scenarios []string, o Options) (*Report, error) {
 		return &Report{Command: o.Command}, err
 	}
 	r := &runner{o: o, pad: strings.Repeat("x", max(o.Payload-40, 0))}
-	rep := &Report{Command: o.Command, Started: time.Now(), PayloadBytes: o.Payload, LeaseSeconds: lease, Lanes: o.Lanes}
+	rep := &Report{Command: o.Command, Started: time.Now(), PayloadBytes: o.Payload, LeaseSeconds: lease, Lanes: o.Lanes,
+		Slots: o.Slots}
 	env, err := probeEnv(ctx, o.Pool, o.Server)
 	if err != nil {
 		return rep, err

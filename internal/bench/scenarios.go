@@ -34,7 +34,7 @@ func (r *runner) newSystem(name string) (system, error) {
 // sluice returns sluice's system with the run's queue options (retention,
 // lease), acking each batch durably after its receive.
 func (r *runner) sluice() *sluiceSystem {
-	return &sluiceSystem{retention: r.o.Retention, lease: r.o.Lease, lanes: r.o.Lanes}
+	return &sluiceSystem{retention: r.o.Retention, lease: r.o.Lease, lanes: r.o.Lanes, slots: r.o.Slots}
 }
 
 // systems returns the systems named by --systems, else def.

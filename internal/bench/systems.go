@@ -106,6 +106,7 @@ type sluiceSystem struct {
 	retention time.Duration // 0: the engine's default
 	lease     time.Duration // the queue's lease (0: defaultLease)
 	lanes     int           // the queue's lanes (0: the engine's default)
+	slots     int           // the queue's slots (0: the engine's default)
 	// reclaim keeps nothing completed (retention 0) and starts a storage
 	// epoch every 10 s, so that the size of sluice's tables shows what
 	// reclaim leaves (the backlog), not what a retention period keeps.
@@ -161,6 +162,9 @@ func (s *sluiceSystem) setup(ctx context.Context, pool *pgxpool.Pool) error {
 	opts := map[string]any{"lease": fmt.Sprintf("%d milliseconds", lease.Milliseconds())}
 	if s.lanes > 0 {
 		opts["lanes"] = s.lanes
+	}
+	if s.slots > 0 {
+		opts["slots"] = s.slots
 	}
 	switch {
 	case s.reclaim:

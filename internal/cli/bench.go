@@ -140,6 +140,7 @@ func benchCommand() command {
 			fs.StringVar(&o.PGMQWheel, "pgmq-wheel", "", "pgmq wheel `file` to install PGMQ from (default: pip download pgmq --no-deps)")
 			fs.DurationVar(&o.Retention, "retention", 0, "retention option of sluice's benchmark queue (0: the engine's default)")
 			fs.IntVar(&o.Lanes, "lanes", 0, "lanes option of sluice's benchmark queues, the app scenario's included (0: the engine's default, 8)")
+			fs.IntVar(&o.Slots, "slots", 0, "slots option of sluice's benchmark queues, the app scenario's included (0: the engine's default, 2)")
 			fs.DurationVar(&o.Lease, "lease", 0, "lease of sluice's benchmark queue and visibility timeout of PGMQ's reads (whole seconds, at least 1s; 0: 30s)")
 			fs.DurationVar(&o.DrainLimit, "drain-limit", 2*time.Minute, "how long the app scenario waits for its backlog to drain after the push")
 			fs.StringVar(&o.Python, "python", bench.DefaultPython, "Python interpreter `file` of the clients scenario, with the package sluice installed (make test-python makes it)")

@@ -70,6 +70,7 @@ func queueCreateCommand() command {
 			fs.BoolVar(&o.DisableNotify, "no-notify", false, "do not NOTIFY waiting consumers when a send commits (they poll)")
 			fs.BoolVar(&o.NoDefaultGroup, "no-default-group", false, `do not create the consumer group "default"`)
 			fs.IntVar(&o.Lanes, "lanes", 0, "dispatch lanes, fixed at creation; 1 keeps strict commit order (engine default 8)")
+			fs.IntVar(&o.Slots, "slots", 0, "storage slots, 2 to 4, fixed at creation; fewer cost less per call, more keep less retained traffic on disk (engine default 2)")
 			return func(ctx context.Context, args []string) error {
 				for name, d := range map[string]time.Duration{"lease": o.Lease, "backoff-base": o.BackoffBase,
 					"backoff-max": o.BackoffMax, "retention": o.Retention, "rotate-interval": o.RotateInterval,
@@ -78,12 +79,13 @@ func queueCreateCommand() command {
 						return usagef("--%s must not be negative", name)
 					}
 				}
-				for name, n := range map[string]int{"max-attempts": o.MaxAttempts, "max-payload": o.MaxPayload, "lanes": o.Lanes} {
+				for name, n := range map[string]int{"max-attempts": o.MaxAttempts, "max-payload": o.MaxPayload, "lanes": o.Lanes,
+					"slots": o.Slots} {
 					if n < 0 {
 						return usagef("--%s must be positive, got %d", name, n)
 					}
 				}
-				if name := setToZero(fs, "lease", "rotate-interval", "max-attempts", "max-payload", "lanes"); name != "" {
+				if name := setToZero(fs, "lease", "rotate-interval", "max-attempts", "max-payload", "lanes", "slots"); name != "" {
 					return usagef("--%s must be positive (leave it out for the engine's default)", name)
 				}
 				// Zero is a value of its own for these (keep nothing, retry at

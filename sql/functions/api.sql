@@ -342,7 +342,7 @@ $$;
 --   lag                 messages the group has not completed (ready, in flight,
 --                       waiting for a retry, committed but not numbered yet)
 --   cursor, lwm, head   positions: last dispatched, first not completed, last numbered
---   live_epochs         storage epochs the queue keeps (1 to 4)
+--   live_epochs         storage epochs the queue keeps (1 to its slots)
 --   holds_reclaim       true when this group keeps an old epoch from being reclaimed
 -- Errors: SL001, SL002, SL006 (the setting sluice.status_exact_limit is not
 --   a number from 0 to 1000000000)

@@ -67,7 +67,7 @@ BEGIN
     IF redrive.group_name IS NOT NULL THEN
         v_gid := (sluice._get_group(q.id, q.name, redrive.group_name)).id;
     END IF;
-    v_slot := sluice._current_epoch(q.id) % 4;
+    v_slot := (SELECT ns.slot FROM sluice._slot_now(q.id) ns);
     WITH picked AS (
         SELECT d.* FROM sluice.dead_letter d
         WHERE d.queue_id = q.id AND (v_gid IS NULL OR d.group_id = v_gid)

@@ -129,7 +129,7 @@ $$;
 -- not clean (e_current_deliveries) is current: the position is not
 -- completed, and its newest delivery is the run's lease, not expired.
 -- PL/pgSQL, so that its index scans (acks, run_acks, deliveries and runs,
--- four slot partitions each) are set up only for such runs, not on every
+-- a partition per slot each) are set up only for such runs, not on every
 -- ack of a run (see e_is_completed).
 --
 -- Parameters:
@@ -348,7 +348,7 @@ BEGIN
     END IF;
     INSERT INTO sluice.messages (queue_id, slot, id, txid, sent_at, deliver_at, priority, attempt_base,
                                  target_group, origin_id, key, dedup_key, headers, body)
-    VALUES (q.id, (SELECT ne.epoch FROM sluice._epoch_now(q.id) ne) % 4, nextval(q.id_seq), pg_current_xact_id(), m.sent_at,
+    VALUES (q.id, (SELECT ns.slot FROM sluice._slot_now(q.id) ns), nextval(q.id_seq), pg_current_xact_id(), m.sent_at,
             CASE WHEN v_delay > interval '0' THEN v_now + v_delay END,
             m.priority, v_attempts, g.id, coalesce(m.origin_id, m.id), m.key, m.dedup_key, m.headers, m.body);
     RETURN true;

@@ -346,7 +346,7 @@ DECLARE
     b int;
     r record;
 BEGIN
-    v_slot := (SELECT ne.epoch FROM sluice._epoch_now(p_queue_id) ne) % 4;
+    v_slot := (SELECT ns.slot FROM sluice._slot_now(p_queue_id) ns);
     IF n > 0 AND NOT c.any_key THEN
         -- Chunk j (from 0) holds messages j*chunk+1 .. (j+1)*chunk and goes
         -- to lane (p_last_pos + 1 + j) % lanes (as e_lanes deals them); a

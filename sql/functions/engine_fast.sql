@@ -262,7 +262,7 @@ BEGIN
             WHERE t.n > 0 OR (NOT EXISTS (SELECT FROM b) AND s.scan_from > (SELECT s0.scan_from FROM s0))
         ), st AS (
             INSERT INTO group_states (slot, group_id, lane, seq, cursor, lwm, scan_from, lwm_at, ahead)
-            SELECT (SELECT ne.epoch FROM sluice._epoch_now(p_queue_id) ne) % 4,
+            SELECT (SELECT ns.slot FROM sluice._slot_now(p_queue_id) ns),
                    p_group_id, p_lane, nx.seq + 1, nx.cursor, nx.lwm, nx.scan_from, nx.lwm_at, nx.ahead
             FROM nx
             WHERE nx.cursor IS NOT NULL

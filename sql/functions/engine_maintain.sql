@@ -63,8 +63,8 @@ RETURNS boolean
 LANGUAGE plpgsql
 AS $$
 DECLARE
-    v_slot constant smallint := p_epoch % 4;
-    v_cur_slot constant smallint := p_current % 4;
+    v_slot constant smallint := p_epoch % q.slots;
+    v_cur_slot constant smallint := p_current % q.slots;
     v_retired_at timestamptz;
     v_lock_timeout text;
     t record;
@@ -195,13 +195,13 @@ AS $$
 DECLARE
     v_lock_timeout constant text := current_setting('lock_timeout');
     v_names constant name[] := ARRAY(SELECT st.name || '_' || s.slot FROM sluice._slot_tables() st
-                                     CROSS JOIN generate_series(0, 3) AS s(slot));
+                                     CROSS JOIN generate_series(0, q.slots - 1) AS s(slot));
     t record;
     n int := 0;
 BEGIN
     -- Every slot: the current one fills, the others get leases and
     -- completions (those of a message live in its slot), and one that just
-    -- stopped being current may not have been looked at yet. 36 probes of
+    -- stopped being current may not have been looked at yet. 11 probes per slot of
     -- pg_class by name; then, for the few whose statistics say "(nearly)
     -- empty", the size (a file system call); then, for those with pages,
     -- the live rows (statistics, which on PostgreSQL 14 means reading the
@@ -258,7 +258,7 @@ BEGIN
     IF EXISTS (SELECT 1 FROM sluice.consumer_group cg WHERE cg.queue_id = p_queue_id AND cg.ttl IS NOT NULL) THEN
         PERFORM sluice._expire_groups(p_queue_id);   -- before reclaim: what they held back goes now
     END IF;
-    SELECT e.epoch, e.started_at INTO cur FROM sluice.epoch e
+    SELECT e.epoch, e.slot, e.started_at INTO cur FROM sluice.epoch e
     WHERE e.queue_id = p_queue_id ORDER BY e.epoch DESC LIMIT 1;
     oldest := coalesce((SELECT max(r.epoch) FROM sluice.reclaim r WHERE r.queue_id = p_queue_id) + 1, 0);
     WHILE oldest < cur.epoch AND e_reclaim(q, oldest, cur.epoch) LOOP
@@ -269,13 +269,14 @@ BEGIN
     -- messages, or messages sent since the newest cut. (Not for messages
     -- that reclaim moved here because they are due later: a queue that only
     -- holds those would rotate, and copy them, every rotate_interval.)
-    IF clock_timestamp() >= cur.started_at + q.rotate_interval AND cur.epoch - oldest < 3
-       AND (EXISTS (SELECT 1 FROM batches b WHERE b.slot = cur.epoch % 4 AND b.last_pos >= b.first_pos)
+    IF clock_timestamp() >= cur.started_at + q.rotate_interval AND cur.epoch - oldest < q.slots - 1
+       AND (EXISTS (SELECT 1 FROM batches b WHERE b.slot = cur.slot AND b.last_pos >= b.first_pos)
             OR EXISTS (SELECT 1 FROM messages m
-                       WHERE m.slot = cur.epoch % 4
+                       WHERE m.slot = cur.slot
                          AND m.txid >= (SELECT pg_snapshot_xmax(b.snap) FROM batches b
                                         ORDER BY b.batch_no DESC LIMIT 1))) THEN
-        INSERT INTO sluice.epoch (queue_id, epoch, started_at) VALUES (p_queue_id, cur.epoch + 1, clock_timestamp());
+        INSERT INTO sluice.epoch (queue_id, epoch, slot, started_at)
+        VALUES (p_queue_id, cur.epoch + 1, (cur.epoch + 1) % q.slots, clock_timestamp());
         rotated := true;
     END IF;
     PERFORM e_analyze_filled(q);
@@ -306,7 +307,7 @@ BEGIN
     -- so the next cut takes every message committed from now on.
     INSERT INTO batches (slot, batch_no, first_pos, last_pos, done, cut_at, prev_t, t, prev_snap, snap,
                          ids, txids, slots)
-    VALUES ((SELECT ne.epoch FROM sluice._epoch_now(q.id) ne) % 4, head.batch_no + 1, head.last_pos + 1, head.last_pos, true,
+    VALUES ((SELECT ns.slot FROM sluice._slot_now(q.id) ns), head.batch_no + 1, head.last_pos + 1, head.last_pos, true,
             clock_timestamp(), '-infinity', '-infinity', '3:3:', '3:3:', '{}', '{}', '{}');
     RETURN n;
 END

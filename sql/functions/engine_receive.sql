@@ -477,7 +477,7 @@ BEGIN
         FROM unnest(st.lv_prio, st.lv_pos) WITH ORDINALITY AS l(p, pos, o)
         WHERE (l.p > 0 AND l.pos > st.cursor) OR (l.p < 0 AND l.pos >= st.lwm);
     END IF;
-    v_slot := (SELECT ne.epoch FROM sluice._epoch_now(q.id) ne) % 4;
+    v_slot := (SELECT ns.slot FROM sluice._slot_now(q.id) ns);
     st := e_lane_checkpoint(g.id, st, v_slot, p_now);
     IF st.changed THEN
         INSERT INTO group_states (slot, group_id, lane, seq, cursor, lwm, scan_from, lwm_at, bkeys, bheads, lv_prio, lv_pos,

@@ -73,7 +73,7 @@ $$;
 -- e_any_completed, in PL/pgSQL, for the checks a statement makes only when
 -- something may be completed ahead of a lane's cursor (its state's ahead):
 -- the take statements (e_take, e_take_fast, e_take_new). Inlined, those
--- checks put their index scans (four slot partitions each of acks and
+-- checks put their index scans (a partition per slot each of acks and
 -- run_acks) into the caller's plan, and a plan is set up whole each time
 -- it runs, the parts it skips included: that set-up was most of what a take
 -- cost while nothing was ahead (the usual case). Called, they cost a call

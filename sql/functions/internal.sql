@@ -143,7 +143,7 @@ BEGIN
 END
 $$;
 
--- _epoch_now: the current epoch of a queue (its slot is epoch % 4), as a
+-- _epoch_now: the current epoch of a queue (its slot: _slot_now), as a
 -- one-row table: a set-returning SQL function without SET clauses, which
 -- the planner inlines into the calling statement, so that hot paths read it
 -- as (SELECT ne.epoch FROM sluice._epoch_now(id) ne) at the cost of the
@@ -155,7 +155,16 @@ AS $$
     SELECT e.epoch FROM sluice.epoch e WHERE e.queue_id = p_queue_id ORDER BY e.epoch DESC LIMIT 1
 $$;
 
--- _current_epoch: the current epoch of a queue (its slot is epoch % 4), for
+-- _slot_now: the current epoch of a queue and the slot it writes into (see
+-- _epoch_now: inlined the same way).
+CREATE OR REPLACE FUNCTION sluice._slot_now(p_queue_id int)
+RETURNS TABLE (epoch bigint, slot smallint)
+LANGUAGE sql STABLE
+AS $$
+    SELECT e.epoch, e.slot FROM sluice.epoch e WHERE e.queue_id = p_queue_id ORDER BY e.epoch DESC LIMIT 1
+$$;
+
+-- _current_epoch: the current epoch of a queue, for
 -- callers off the hot paths.
 CREATE OR REPLACE FUNCTION sluice._current_epoch(p_queue_id int)
 RETURNS bigint

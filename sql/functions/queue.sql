@@ -24,11 +24,13 @@ DECLARE
         'dedup_window', '1 hour',
         'max_delay', '365 days',
         'lanes', 8,
+        'slots', 2,
         'default_group', true);
     o jsonb := coalesce(p_options, '{}');
     k text;
     v jsonb;
     iv interval;
+    lo bigint;
     hi bigint;
 BEGIN
     IF jsonb_typeof(o) <> 'object' THEN
@@ -42,11 +44,12 @@ BEGIN
                 HINT = 'Known options: ' || (SELECT string_agg(x, ', ' ORDER BY x) FROM jsonb_object_keys(defaults) x) || '.';
         END IF;
         CASE k
-        WHEN 'max_attempts', 'max_payload', 'lanes' THEN
-            hi := CASE k WHEN 'max_attempts' THEN 1000 WHEN 'lanes' THEN 256 ELSE 104857600 END;
-            IF jsonb_typeof(v) <> 'number' OR v::text !~ '^[0-9]+$' OR v::numeric < 1 OR v::numeric > hi THEN
+        WHEN 'max_attempts', 'max_payload', 'lanes', 'slots' THEN
+            lo := CASE k WHEN 'slots' THEN 2 ELSE 1 END;
+            hi := CASE k WHEN 'max_attempts' THEN 1000 WHEN 'lanes' THEN 256 WHEN 'slots' THEN 4 ELSE 104857600 END;
+            IF jsonb_typeof(v) <> 'number' OR v::text !~ '^[0-9]+$' OR v::numeric < lo OR v::numeric > hi THEN
                 RAISE EXCEPTION USING ERRCODE = 'SL007',
-                    MESSAGE = format('option %s must be an integer from 1 to %s, got %s', k, hi, v);
+                    MESSAGE = format('option %s must be an integer from %s to %s, got %s', k, lo, hi, v);
             END IF;
         WHEN 'default_group', 'notify' THEN
             IF jsonb_typeof(v) <> 'boolean' THEN
@@ -105,12 +108,18 @@ $$;
 --                               lanes side by side; order is kept per key and per lane,
 --                               and 1 keeps strict commit order for the whole queue.
 --                               Fixed at creation.
+--              slots            storage slots, 2 to 4 (2): how many epochs the queue keeps
+--                               apart for reclaim. Fewer cost less on every call (each
+--                               table is split into slots, and a statement sets up every
+--                               one); more keep less retained traffic on disk when
+--                               retention is long (up to about retention x slots /
+--                               (slots - 1)). Fixed at creation.
 --              notify           NOTIFY channel 'sluice' (payload: the queue name)
 --                               when a send commits, to wake waiting consumers (true)
 --              default_group    create the group 'default' (true)
 -- Returns: nothing
 -- Errors: SL001 invalid_name, SL004 duplicate_queue, SL007 invalid_option
--- Tables: creates schema sluice_q<id> (7 tables x 4 slots, see sluice._create_storage) and a sequence.
+-- Tables: creates schema sluice_q<id> (11 tables x slots partitions, see sluice._create_storage) and a sequence.
 CREATE OR REPLACE FUNCTION sluice.create_queue(queue text, options jsonb DEFAULT '{}')
 RETURNS void
 LANGUAGE plpgsql
@@ -129,12 +138,12 @@ BEGIN
     END IF;
     INSERT INTO sluice.queue AS q (name, max_attempts, lease, backoff_base, backoff_max, retention,
                                    rotate_interval, max_payload, notify, dedup_window, id_seq, options, lanes,
-                                   max_delay)
+                                   max_delay, slots)
     VALUES (create_queue.queue, (o->>'max_attempts')::int, (o->>'lease')::interval,
             (o->>'backoff_base')::interval, (o->>'backoff_max')::interval, (o->>'retention')::interval,
             (o->>'rotate_interval')::interval, (o->>'max_payload')::int, (o->>'notify')::boolean,
             (o->>'dedup_window')::interval, 'sluice.queue'::regclass, o, (o->>'lanes')::int,
-            (o->>'max_delay')::interval)
+            (o->>'max_delay')::interval, (o->>'slots')::smallint)
     ON CONFLICT (name) DO NOTHING
     RETURNING q.id INTO qid;
     IF qid IS NULL THEN
@@ -146,7 +155,7 @@ BEGIN
     UPDATE sluice.queue SET id_seq = seq::regclass WHERE id = qid;
     PERFORM sluice._create_storage(qid);
     PERFORM sluice._drop_leftovers();
-    INSERT INTO sluice.epoch (queue_id, epoch, started_at) VALUES (qid, 0, clock_timestamp());
+    INSERT INTO sluice.epoch (queue_id, epoch, slot, started_at) VALUES (qid, 0, 0, clock_timestamp());
     EXECUTE format('SELECT %I.e_base()', sluice._qschema(qid));
     IF (o->>'default_group')::boolean THEN
         PERFORM sluice.create_group(create_queue.queue, 'default', 'earliest');
@@ -228,6 +237,11 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'SL007',
             MESSAGE = format('option lanes is fixed when the queue is created (%s), got %s', q.lanes, o->'lanes'),
             HINT = 'Create a new queue with the number of lanes you want.';
+    END IF;
+    IF (o->>'slots')::int <> q.slots THEN
+        RAISE EXCEPTION USING ERRCODE = 'SL007',
+            MESSAGE = format('option slots is fixed when the queue is created (%s), got %s', q.slots, o->'slots'),
+            HINT = 'Create a new queue with the number of slots you want.';
     END IF;
     UPDATE sluice.queue
     SET max_attempts = (o->>'max_attempts')::int, lease = (o->>'lease')::interval,

@@ -57,7 +57,7 @@ BEGIN
     -- sluice._use_queue): taken before the lookup, which then sees a drop.
     PERFORM pg_advisory_xact_lock_shared(sluice._lock_ns('queue'), hashtext(send.queue));
     -- The hot path: one lookup for everything send needs, then one INSERT.
-    SELECT q.id, (SELECT ne.epoch FROM sluice._epoch_now(q.id) ne) % 4,
+    SELECT q.id, (SELECT ns.slot FROM sluice._slot_now(q.id) ns),
            q.id_seq, q.max_payload, q.notify, q.dedup_window, q.max_delay
     INTO v_qid, v_slot, v_seq, v_max, v_notify, v_window, v_max_delay
     FROM sluice.queue q WHERE q.name = send.queue;
@@ -287,7 +287,7 @@ BEGIN
         RETURN QUERY
         WITH ins AS (
             INSERT INTO sluice.messages (queue_id, slot, id, txid, sent_at, deliver_at, priority, key, dedup_key, headers, body)
-            SELECT q.id, (SELECT ne.epoch FROM sluice._epoch_now(q.id) ne) % 4, nextval(q.id_seq), pg_current_xact_id(),
+            SELECT q.id, (SELECT ns.slot FROM sluice._slot_now(q.id) ns), nextval(q.id_seq), pg_current_xact_id(),
                    v_now, CASE WHEN send_batch.delay > interval '0' THEN v_now + send_batch.delay END,
                    coalesce(u.p, 0), u.k, NULL, u.h, u.b
             FROM unnest(send_batch.bodies, send_batch.headers, send_batch.keys, send_batch.priorities)
@@ -311,7 +311,7 @@ BEGIN
         END IF;
     END LOOP;
     before := known;
-    v_slot := (SELECT ne.epoch FROM sluice._epoch_now(q.id) ne) % 4;
+    v_slot := (SELECT ns.slot FROM sluice._slot_now(q.id) ns);
     -- Insert the new messages: no dedup key, or the first occurrence of a key not sent before.
     WITH ins AS (
         INSERT INTO sluice.messages (queue_id, slot, id, txid, sent_at, deliver_at, priority, key, dedup_key, headers, body)

@@ -1,7 +1,7 @@
 -- Group: per-queue storage (internal)
 --
 -- Each queue owns a schema sluice_q<id> holding its data tables, each
--- partitioned by slot 0..3, and a copy of every engine function of schema
+-- partitioned by slot (0 to the queue's slots - 1), and a copy of every engine function of schema
 -- sluice_tmpl. A copy differs from its template only in its search_path, so
 -- its statements name the queue's own tables statically: PL/pgSQL caches
 -- their plans, and no statement plans over other queues' partitions.
@@ -211,7 +211,7 @@ BEGIN
             PRIMARY KEY (group_id, lane, seq, slot)
         ) PARTITION BY LIST (slot);
     $ddl$, sch, sluice._runs_ddl(sch));
-    FOR s IN 0..3 LOOP
+    FOR s IN 0..(SELECT qq.slots FROM sluice.queue qq WHERE qq.id = p_queue_id) - 1 LOOP
         FOR t IN SELECT * FROM sluice._slot_tables() LOOP
             EXECUTE format('CREATE %s TABLE %I.%I PARTITION OF %I.%I FOR VALUES IN (%s)',
                            CASE WHEN t.unlogged THEN 'UNLOGGED' ELSE '' END,

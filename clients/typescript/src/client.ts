@@ -92,6 +92,7 @@ const plainOptions: Readonly<Record<string, string>> = {
   maxAttempts: "max_attempts",
   maxPayload: "max_payload",
   lanes: "lanes",
+  slots: "slots",
   notify: "notify",
   defaultGroup: "default_group",
 };

@@ -120,6 +120,8 @@ export interface QueueOptions {
   dedupWindow?: number;
   /** Dispatch lanes, 1 to 256 (8); fixed at creation. */
   lanes?: number;
+  /** Storage slots, 2 to 4 (2); fixed at creation. Fewer cost less per call; more keep less retained traffic on disk. */
+  slots?: number;
   /** NOTIFY channel 'sluice' when a send commits (true). */
   notify?: boolean;
   /** Create the group 'default' (true); createQueue only. */
