@@ -290,7 +290,8 @@ $$;
 -- yet.
 --
 -- Messages not numbered yet: a committed message is numbered (given its
--- position) by the next receive of any group, at most 4,000 per receive;
+-- position) by the next receive of any group, at most 4,000 per receive
+-- (or its max_messages, rounded up to a thousand, when that is more);
 -- until then status counts it by reading it. It reads at most limit + 1
 -- messages of each of three kinds, in index order, where limit is the
 -- setting sluice.status_exact_limit (10,000 by default; 0 to 1,000,000,000;
@@ -316,7 +317,8 @@ $$;
 -- those counted, and oldest_pending_age, when it comes from messages not
 -- numbered yet, is the oldest of those counted and of the delayed ones.
 -- delayed, in_flight, dead, dead_lettered and the positions are always
--- exact. Receives number a backlog 4,000 messages at a time, so while one is
+-- exact. Receives number a backlog 4,000 messages at a time (more for a
+-- receive of more), so while one is
 -- consumed its numbered part is counted exactly and only the part not
 -- reached yet is estimated.
 --

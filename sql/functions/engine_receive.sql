@@ -233,16 +233,18 @@ DECLARE
 BEGIN
     pk := ROW('{}', '{}', '{}', '{}', '{}', '{}', '{}');
     -- Number what committed since the last cut: at most four cuts (a round
-    -- larger than one cut takes several), before taking, so that the runs of
-    -- a key numbered by them can be taken together. A cut changes which
-    -- lanes have work: find them again then.
+    -- larger than one cut takes several), or as many as max_messages needs
+    -- when that is more (a cut numbers at most 1,000: a receive of 10,000
+    -- over a backlog not yet numbered returned 4,000), before taking, so
+    -- that the runs of a key numbered by them can be taken together. A cut
+    -- changes which lanes have work: find them again then.
     v_lanes := p_lanes;
     v_tops := p_tops;
     cut_busy := false;
     IF p_uncut THEN
         cut_busy := NOT pg_try_advisory_xact_lock(sluice._lock_ns('cut'), q.id);
         IF NOT cut_busy THEN
-            FOR n IN 1..4 LOOP
+            FOR n IN 1..greatest(4, (max_messages + 999) / 1000) LOOP
                 EXIT WHEN e_cut(q.id, q.lanes) IS NULL;
                 v_lanes := NULL;
                 EXIT WHEN (SELECT b.done FROM batches b ORDER BY b.batch_no DESC LIMIT 1);
