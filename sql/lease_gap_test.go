@@ -31,7 +31,7 @@ func TestLeaseOfAReceiveThatWaitedIsDatedWhenItHoldsTheLane(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer x.Rollback(b.ctx) //nolint:errcheck
-	if n := ackOn(t, b.ctx, x, m1[0].Receipt); n != 1 {
+	if n := ackOn(t, b.ctx, x, "q", "default", m1[0].Receipt); n != 1 {
 		t.Fatalf("ack in X = %d", n)
 	}
 	// B receives with a short lease, carrying the same ack: it waits for X.
@@ -189,10 +189,10 @@ func TestExtendNeverShortensALease(t *testing.T) {
 }
 
 // ackOn acks receipts in a transaction or on a connection and returns the count.
-func ackOn(t *testing.T, ctx context.Context, db q, receipts ...string) int {
+func ackOn(t *testing.T, ctx context.Context, db q, queue, group string, receipts ...string) int {
 	t.Helper()
 	var n int
-	if err := db.QueryRow(ctx, `SELECT sluice.ack('q', 'default', $1)`, receipts).Scan(&n); err != nil {
+	if err := db.QueryRow(ctx, `SELECT sluice.ack($1, $2, $3)`, queue, group, receipts).Scan(&n); err != nil {
 		t.Fatalf("ack: %v", err)
 	}
 	return n

@@ -641,18 +641,18 @@ func TestIdempotentSend(t *testing.T) {
 	// Keys are remembered across a rotation, and the slot that holds them
 	// is not reclaimed within the window: with two slots (the default) the
 	// queue then stops rotating.
-	waitFor(t, 10*time.Second, "a rotation", func() bool {
+	traffic := func() {
 		b.send(b.pool, "q", `{}`)
 		if got := b.receive("q", "default", 100, ""); len(got) > 0 {
 			b.ack("q", "default", receipts(got)...)
 		}
+	}
+	waitFor(t, 10*time.Second, "a rotation", func() bool {
+		traffic()
 		return b.int64("SELECT count(*) FROM sluice.epoch") >= 2
 	})
 	for deadline := time.Now().Add(500 * time.Millisecond); time.Now().Before(deadline); {
-		b.send(b.pool, "q", `{}`)
-		if got := b.receive("q", "default", 100, ""); len(got) > 0 {
-			b.ack("q", "default", receipts(got)...)
-		}
+		traffic()
 	}
 	if n, r := b.int64("SELECT count(*) FROM sluice.epoch"), b.int64("SELECT count(*) FROM sluice.reclaim"); n != 2 || r != 0 {
 		t.Fatalf("within the dedup window: %d epochs, %d reclaimed, want 2 and 0", n, r)
