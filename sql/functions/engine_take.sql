@@ -43,6 +43,19 @@ DECLARE
     pv bigint;
     need int := p_need - cardinality(pk.pos);
     v_upto timestamptz;
+    v_any boolean;
+    -- A window's picks, the blocked keys and the scan's point in plain
+    -- variables (see e_take_new: a field of pk or st is rebuilt whole on
+    -- each assignment)
+    a_pos bigint[];
+    a_id bigint[];
+    a_txid xid8[];
+    a_slot smallint[];
+    a_attempt int[];
+    a_key bigint[];
+    v_bkeys bigint[] := st.bkeys;
+    v_bheads bigint[] := st.bheads;
+    v_scan timestamptz;
 BEGIN
     -- Leases of positions below the low-water mark are of completed messages:
     -- pass them in one read, to the first lease that is not (or past them
@@ -92,6 +105,8 @@ BEGIN
     LOOP
         v_upto := e_expiry_window(p_group_id, st.lane, st.scan_from, p_now, need + 32);
         EXIT WHEN v_upto IS NULL;
+        a_pos := '{}'; a_id := '{}'; a_txid := '{}'; a_slot := '{}'; a_attempt := '{}'; a_key := '{}';
+        v_scan := NULL;
         FOR r IN
             -- Every lease that expired in the window is returned, so that
             -- scan_from moves past it; only those at or above the low-water
@@ -135,30 +150,39 @@ BEGIN
                                LIMIT 1) newer ON true
             ORDER BY d.expires_at, e.pos
         LOOP
-            IF r.expired AND NOT r.pos = ANY (pk.pos) THEN
+            IF r.expired AND NOT (r.pos = ANY (pk.pos) OR r.pos = ANY (a_pos)) THEN
                 IF r.key_hash IS NOT NULL THEN
                     pv := e_key_prev(p_group_id, r.key_hash, r.pos);
-                    IF NOT (pv IS NULL OR pv < st.lwm OR pv = ANY (pk.pos) OR e_done(p_group_id, pv)) THEN
+                    IF NOT (pv IS NULL OR pv < st.lwm OR pv = ANY (pk.pos) OR pv = ANY (a_pos)
+                            OR e_done(p_group_id, pv)) THEN
                         -- An earlier message of the key is not completed: this
                         -- one waits for it (step 2 finds it again).
-                        IF NOT r.key_hash = ANY (st.bkeys) THEN
-                            st.bkeys := st.bkeys || r.key_hash;
-                            st.bheads := st.bheads || e_key_head(p_group_id, r.key_hash, pv, st.lwm);
+                        IF NOT r.key_hash = ANY (v_bkeys) THEN
+                            v_bkeys := v_bkeys || r.key_hash;
+                            v_bheads := v_bheads || e_key_head(p_group_id, r.key_hash, pv, st.lwm);
                         END IF;
-                        st.scan_from := r.expires_at;
-                        st.changed := true;
+                        v_scan := r.expires_at;
                         CONTINUE;
                     END IF;
                 END IF;
                 EXIT WHEN need = 0;
-                pk.pos := pk.pos || r.pos; pk.id := pk.id || r.msg_id; pk.txid := pk.txid || r.txid;
-                pk.slot := pk.slot || r.slot; pk.attempt := pk.attempt || (r.attempt + (r.token <> 0)::int);
-                pk.key := pk.key || r.key_hash; pk.lane := pk.lane || st.lane;
+                a_pos := a_pos || r.pos; a_id := a_id || r.msg_id; a_txid := a_txid || r.txid;
+                a_slot := a_slot || r.slot; a_attempt := a_attempt || (r.attempt + (r.token <> 0)::int);
+                a_key := a_key || r.key_hash;
                 need := need - 1;
             END IF;
-            st.scan_from := r.expires_at;
-            st.changed := true;
+            v_scan := r.expires_at;
         END LOOP;
+        v_any := FOUND;
+        pk.pos := pk.pos || a_pos; pk.id := pk.id || a_id; pk.txid := pk.txid || a_txid;
+        pk.slot := pk.slot || a_slot; pk.attempt := pk.attempt || a_attempt; pk.key := pk.key || a_key;
+        pk.lane := pk.lane || array_fill(st.lane, ARRAY[cardinality(a_pos)]);
+        st.bkeys := v_bkeys;
+        st.bheads := v_bheads;
+        IF v_scan IS NOT NULL THEN
+            st.scan_from := v_scan;
+            st.changed := true;
+        END IF;
         -- The next window starts where this one ended (st.scan_from: the
         -- expiry time of the last lease looked at): just after it when
         -- every lease of the window was looked at, else there, inclusive
@@ -172,7 +196,7 @@ BEGIN
         -- (A window with no lease to look at, which only a run whose
         -- batches are gone would give, ends the look: taken again it would
         -- give the same window.)
-        EXIT WHEN NOT FOUND;
+        EXIT WHEN NOT v_any;
         IF need > 0 THEN
             st.scan_from := st.scan_from + interval '1 microsecond';
             st.changed := true;
@@ -315,6 +339,13 @@ DECLARE
     v_keep bigint;
     bk record;
     nx record;
+    -- the picks in plain variables (see e_take_new)
+    a_pos bigint[] := '{}';
+    a_id bigint[] := '{}';
+    a_txid xid8[] := '{}';
+    a_slot smallint[] := '{}';
+    a_attempt int[] := '{}';
+    a_key bigint[] := '{}';
 BEGIN
     IF cardinality(st.bkeys) = 0 OR need = 0 THEN
         RETURN;
@@ -332,7 +363,7 @@ BEGIN
             v_stop := bk.o;
             EXIT;
         END IF;
-        IF bk.h >= st.lwm AND NOT bk.done AND bk.expires_at > p_now AND NOT bk.h = ANY (pk.pos) THEN
+        IF bk.h >= st.lwm AND NOT bk.done AND bk.expires_at > p_now AND NOT (bk.h = ANY (pk.pos) OR bk.h = ANY (a_pos)) THEN
             n_bkeys := n_bkeys || bk.k;   -- head in flight or parked: still blocked
             n_bheads := n_bheads || bk.h;
             CONTINUE;
@@ -353,7 +384,7 @@ BEGIN
             ORDER BY k.pos
         LOOP
             EXIT WHEN v_keep IS NOT NULL AND need = 0;
-            IF nx.pos = ANY (pk.pos) THEN
+            IF nx.pos = ANY (pk.pos) OR nx.pos = ANY (a_pos) THEN
                 v_keep := coalesce(v_keep, nx.pos);
                 CONTINUE;
             END IF;
@@ -362,10 +393,10 @@ BEGIN
             EXIT WHEN nx.attempt IS NOT NULL AND nx.expires_at > p_now;   -- in flight or parked
             EXIT WHEN need = 0;
             -- Take it, and go on with the next ones (a run).
-            pk.pos := pk.pos || nx.pos; pk.id := pk.id || nx.id; pk.txid := pk.txid || nx.txid;
-            pk.slot := pk.slot || nx.mslot; pk.key := pk.key || bk.k; pk.lane := pk.lane || st.lane;
-            pk.attempt := pk.attempt || CASE WHEN nx.attempt IS NULL THEN 1
-                                             WHEN nx.parked THEN nx.attempt ELSE nx.attempt + 1 END;
+            a_pos := a_pos || nx.pos; a_id := a_id || nx.id; a_txid := a_txid || nx.txid;
+            a_slot := a_slot || nx.mslot; a_key := a_key || bk.k;
+            a_attempt := a_attempt || CASE WHEN nx.attempt IS NULL THEN 1
+                                           WHEN nx.parked THEN nx.attempt ELSE nx.attempt + 1 END;
             need := need - 1;
         END LOOP;
         IF v_keep IS NOT NULL THEN
@@ -378,6 +409,9 @@ BEGIN
         n_bkeys := st.bkeys[v_stop:] || n_bkeys;
         n_bheads := st.bheads[v_stop:] || n_bheads;
     END IF;
+    pk.pos := pk.pos || a_pos; pk.id := pk.id || a_id; pk.txid := pk.txid || a_txid;
+    pk.slot := pk.slot || a_slot; pk.attempt := pk.attempt || a_attempt; pk.key := pk.key || a_key;
+    pk.lane := pk.lane || array_fill(st.lane, ARRAY[cardinality(a_pos)]);
     st.bkeys := n_bkeys;
     st.bheads := n_bheads;
     st.changed := true;
@@ -445,6 +479,13 @@ DECLARE
     r record;
     i int;
     need int := p_need - cardinality(pk.pos);
+    -- the picks and the levels' positions in plain variables (see e_take_new)
+    a_pos bigint[] := '{}';
+    a_id bigint[] := '{}';
+    a_txid xid8[] := '{}';
+    a_slot smallint[] := '{}';
+    v_lv_prio int[] := st.lv_prio;
+    v_lv_pos bigint[] := st.lv_pos;
 BEGIN
     IF need = 0 OR NOT EXISTS (SELECT 1 FROM prio p
                                WHERE p.lane = st.lane
@@ -456,19 +497,28 @@ BEGIN
                                        CASE WHEN p_above THEN st.cursor ELSE st.lwm - 1 END,
                                        CASE WHEN p_above THEN NULL ELSE st.cursor END,
                                        need, st.lv_prio, st.lv_pos) LOOP
-        pk.pos := pk.pos || r.pos; pk.id := pk.id || r.id; pk.txid := pk.txid || r.txid;
-        pk.slot := pk.slot || r.mslot; pk.attempt := pk.attempt || 1; pk.key := pk.key || NULL::bigint;
-        pk.lane := pk.lane || st.lane;
-        i := array_position(st.lv_prio, r.priority);
+        a_pos := a_pos || r.pos; a_id := a_id || r.id; a_txid := a_txid || r.txid;
+        a_slot := a_slot || r.mslot;
+        i := array_position(v_lv_prio, r.priority);
         IF i IS NULL THEN
-            st.lv_prio := st.lv_prio || r.priority;
-            st.lv_pos := st.lv_pos || r.pos;
+            v_lv_prio := v_lv_prio || r.priority;
+            v_lv_pos := v_lv_pos || r.pos;
         ELSE
-            st.lv_pos[i] := r.pos;
+            v_lv_pos[i] := r.pos;
         END IF;
-        st.ahead := greatest(st.ahead, r.pos);   -- taken ahead of the cursor
-        st.changed := true;
     END LOOP;
+    IF cardinality(a_pos) > 0 THEN
+        pk.pos := pk.pos || a_pos; pk.id := pk.id || a_id; pk.txid := pk.txid || a_txid;
+        pk.slot := pk.slot || a_slot;
+        pk.attempt := pk.attempt || array_fill(1, ARRAY[cardinality(a_pos)]);
+        pk.key := pk.key || array_fill(NULL::bigint, ARRAY[cardinality(a_pos)]);
+        pk.lane := pk.lane || array_fill(st.lane, ARRAY[cardinality(a_pos)]);
+        st.lv_prio := v_lv_prio;
+        st.lv_pos := v_lv_pos;
+        -- taken ahead of the cursor
+        st.ahead := greatest(st.ahead, (SELECT max(x) FROM unnest(a_pos) x));
+        st.changed := true;
+    END IF;
 END
 $$;
 
@@ -487,6 +537,17 @@ DECLARE
     v_from int;
     v_to int;
     last_taken bigint;
+    -- A keyed batch's picks and the blocked keys, in plain variables:
+    -- appending to a field of pk or st rebuilds the whole composite (every
+    -- array of it) on each append, quadratic in the batch; a variable's
+    -- array grows in place.
+    a_pos bigint[];
+    a_id bigint[];
+    a_txid xid8[];
+    a_slot smallint[];
+    a_key bigint[];
+    v_bkeys bigint[] := st.bkeys;
+    v_bheads bigint[] := st.bheads;
 BEGIN
     WHILE need > 0 LOOP
         SELECT * INTO b FROM batches bb
@@ -521,6 +582,7 @@ BEGIN
             st.changed := true;
             CONTINUE;
         END IF;
+        a_pos := '{}'; a_id := '{}'; a_txid := '{}'; a_slot := '{}'; a_key := '{}';
         FOR r IN
             SELECT b.first_pos + v_from + x.o - 2 AS pos, x.id, x.txid, x.slot, x.k, coalesce(x.pr, 0) AS pr,
                    kp.pos AS pv, pd.hit IS NOT NULL AS pv_done
@@ -542,13 +604,14 @@ BEGIN
             IF r.k IS NOT NULL THEN
                 -- A blocked key waits for step 2, unless this receive picked
                 -- its messages so far (then this one may continue the run).
-                CONTINUE WHEN r.k = ANY (st.bkeys) AND NOT coalesce(r.k = ANY (pk.key), false);
-                IF NOT (r.pv IS NULL OR r.pv < st.lwm OR r.pv = ANY (pk.pos)) THEN
-                    IF r.k = ANY (st.bkeys) THEN
+                CONTINUE WHEN r.k = ANY (v_bkeys)
+                              AND NOT coalesce(r.k = ANY (pk.key) OR r.k = ANY (a_key), false);
+                IF NOT (r.pv IS NULL OR r.pv < st.lwm OR r.pv = ANY (pk.pos) OR r.pv = ANY (a_pos)) THEN
+                    IF r.k = ANY (v_bkeys) THEN
                         CONTINUE;   -- step 2 takes it in turn
                     ELSIF NOT r.pv_done THEN
-                        st.bkeys := st.bkeys || r.k;   -- busy: block the key behind its head
-                        st.bheads := st.bheads || e_key_head(p_group_id, r.k, r.pv, st.lwm);
+                        v_bkeys := v_bkeys || r.k;   -- busy: block the key behind its head
+                        v_bheads := v_bheads || e_key_head(p_group_id, r.k, r.pv, st.lwm);
                         CONTINUE;
                     END IF;
                 END IF;
@@ -558,15 +621,20 @@ BEGIN
             ELSIF r.pr < 0 THEN
                 CONTINUE;   -- step 5
             END IF;
-            pk.pos := pk.pos || r.pos; pk.id := pk.id || r.id; pk.txid := pk.txid || r.txid;
-            pk.slot := pk.slot || r.slot; pk.attempt := pk.attempt || 1; pk.key := pk.key || r.k;
-            pk.lane := pk.lane || st.lane;
+            a_pos := a_pos || r.pos; a_id := a_id || r.id; a_txid := a_txid || r.txid;
+            a_slot := a_slot || r.slot; a_key := a_key || r.k;
             need := need - 1;
             last_taken := r.pos;
             EXIT WHEN need = 0;
         END LOOP;
+        pk.pos := pk.pos || a_pos; pk.id := pk.id || a_id; pk.txid := pk.txid || a_txid;
+        pk.slot := pk.slot || a_slot; pk.key := pk.key || a_key;
+        pk.attempt := pk.attempt || array_fill(1, ARRAY[cardinality(a_pos)]);
+        pk.lane := pk.lane || array_fill(st.lane, ARRAY[cardinality(a_pos)]);
         st.cursor := CASE WHEN need > 0 THEN b.first_pos + v_to - 1 ELSE last_taken END;
         st.changed := true;
     END LOOP;
+    st.bkeys := v_bkeys;
+    st.bheads := v_bheads;
 END
 $$;
