@@ -17,6 +17,66 @@
 -- message of its key is completed or picked by this same receive (a consumer
 -- may get a run of one key).
 
+-- e_expiry_start: where a lane's look at expired leases starts. Leases of
+-- positions below the low-water mark are of completed messages: pass them
+-- in one read, to the first lease that is not (or past them all when there
+-- is none). Window by window, a lane with thousands of them (keyed
+-- messages lease a row each, and every lease runs out, acked or not) took
+-- a statement per window of need + 32: ~50 ms a receive of one past 5,000,
+-- measured on PostgreSQL 15.
+--
+-- Parameters:
+--   p_group_id  group id
+--   p_lane      the lane
+--   p_lwm       the lane's low-water mark
+--   p_from      the lane's scan_from
+--   p_now       the receive's time
+-- Returns: scan_from, where the look starts (NULL: no lease expired from
+--          p_from to p_now), and live: whether a lease that expired in
+--          that time is of a position at or above p_lwm (else there is
+--          nothing to take and scan_from is past every one of them)
+CREATE OR REPLACE FUNCTION sluice_tmpl.e_expiry_start(p_group_id int, p_lane smallint, p_lwm bigint,
+                                                      p_from timestamptz, p_now timestamptz,
+                                                      OUT scan_from timestamptz, OUT live boolean)
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    scan_from := least((SELECT dd.expires_at FROM deliveries dd
+                        WHERE dd.group_id = p_group_id AND dd.lane = p_lane AND dd.pos >= p_lwm
+                          AND dd.expires_at >= p_from AND dd.expires_at <= p_now
+                        ORDER BY dd.expires_at LIMIT 1),
+                       (SELECT ru.expires_at FROM runs ru
+                        WHERE ru.group_id = p_group_id AND ru.lane = p_lane AND ru.last_pos >= p_lwm
+                          AND ru.expires_at >= p_from AND ru.expires_at <= p_now
+                        ORDER BY ru.expires_at LIMIT 1));
+    live := scan_from IS NOT NULL;
+    IF live THEN
+        RETURN;
+    END IF;
+    scan_from := greatest((SELECT dd.expires_at FROM deliveries dd
+                           WHERE dd.group_id = p_group_id AND dd.lane = p_lane
+                             AND dd.expires_at >= p_from AND dd.expires_at <= p_now
+                           ORDER BY dd.expires_at DESC LIMIT 1),
+                          (SELECT ru.expires_at FROM runs ru
+                           WHERE ru.group_id = p_group_id AND ru.lane = p_lane
+                             AND ru.expires_at >= p_from AND ru.expires_at <= p_now
+                           ORDER BY ru.expires_at DESC LIMIT 1))
+                 + interval '1 microsecond';
+    -- Every lease up to the newest one read is passed: the scan goes on just
+    -- after it. (A scan starts at scan_from inclusive, for a window left
+    -- part-read at a time several leases share (e_take_expired): one
+    -- receive's leases all expire at once. Left at the newest one, a lane
+    -- whose scan had passed two such counted them as work on every receive,
+    -- e_lanes_with_work: an idle group's polls then took the full path and
+    -- noted nothing.) That is the newest lease read, so a lease written
+    -- later is missed only if it expires before one already read, as with
+    -- the inclusive scan, and none is written so (docs/design.md, Expiry):
+    -- nack's parked rows are written under the lane's lock, due after it; a
+    -- receive's leases are dated when it holds the lane (e_lease); extend
+    -- never shortens a lease (e_extend).
+END
+$$;
+
 -- e_take_expired: step 1. Leases of the lane that expired since the last
 -- look, oldest expiry first (a run's lease: each of its positions, read
 -- from the lane's batches). A lease is redelivered if it is still the
@@ -40,6 +100,7 @@ LANGUAGE plpgsql
 AS $$
 DECLARE
     r record;
+    x record;
     pv bigint;
     need int := p_need - cardinality(pk.pos);
     v_upto timestamptz;
@@ -57,50 +118,14 @@ DECLARE
     v_bheads bigint[] := st.bheads;
     v_scan timestamptz;
 BEGIN
-    -- Leases of positions below the low-water mark are of completed messages:
-    -- pass them in one read, to the first lease that is not (or past them
-    -- all when there is none). Window by window, a lane with thousands of
-    -- them (keyed messages lease a row each, and every lease runs out, acked
-    -- or not) took a statement per window of need + 32: ~50 ms a receive of
-    -- one past 5,000, measured on PostgreSQL 15.
-    v_upto := least((SELECT dd.expires_at FROM deliveries dd
-                     WHERE dd.group_id = p_group_id AND dd.lane = st.lane AND dd.pos >= st.lwm
-                       AND dd.expires_at >= st.scan_from AND dd.expires_at <= p_now
-                     ORDER BY dd.expires_at LIMIT 1),
-                    (SELECT ru.expires_at FROM runs ru
-                     WHERE ru.group_id = p_group_id AND ru.lane = st.lane AND ru.last_pos >= st.lwm
-                       AND ru.expires_at >= st.scan_from AND ru.expires_at <= p_now
-                     ORDER BY ru.expires_at LIMIT 1));
-    IF v_upto IS NULL THEN
-        v_upto := greatest((SELECT dd.expires_at FROM deliveries dd
-                            WHERE dd.group_id = p_group_id AND dd.lane = st.lane
-                              AND dd.expires_at >= st.scan_from AND dd.expires_at <= p_now
-                            ORDER BY dd.expires_at DESC LIMIT 1),
-                           (SELECT ru.expires_at FROM runs ru
-                            WHERE ru.group_id = p_group_id AND ru.lane = st.lane
-                              AND ru.expires_at >= st.scan_from AND ru.expires_at <= p_now
-                            ORDER BY ru.expires_at DESC LIMIT 1));
-        IF v_upto IS NOT NULL THEN
-            -- Every lease up to v_upto was read: the scan goes on just after
-            -- it. (A scan starts at scan_from inclusive, for a window left
-            -- part-read at a time several leases share, as below: one
-            -- receive's leases all expire at once. Left at v_upto, a lane
-            -- whose scan had passed two such counted them as work on every
-            -- receive, e_lanes_with_work: an idle group's polls then took
-            -- the full path and noted nothing.) v_upto is the newest lease
-            -- read, so a lease written later is missed only if it expires
-            -- before one already read, as with the inclusive scan, and none
-            -- is written so (docs/design.md, Expiry): nack's parked rows are
-            -- written under the lane's lock, due after it; a receive's leases
-            -- are dated when it holds the lane (e_lease); extend never
-            -- shortens a lease (e_extend).
-            st.scan_from := v_upto + interval '1 microsecond';
-            st.changed := true;
-        END IF;
-        RETURN;
-    ELSIF v_upto > st.scan_from THEN
-        st.scan_from := v_upto;
+    -- Past the leases of completed messages in one read (e_expiry_start).
+    SELECT * INTO x FROM e_expiry_start(p_group_id, st.lane, st.lwm, st.scan_from, p_now) x;
+    IF x.scan_from > st.scan_from THEN
+        st.scan_from := x.scan_from;
         st.changed := true;
+    END IF;
+    IF NOT x.live THEN
+        RETURN;
     END IF;
     LOOP
         v_upto := e_expiry_window(p_group_id, st.lane, st.scan_from, p_now, need + 32);
