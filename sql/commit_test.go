@@ -134,7 +134,7 @@ func TestEngineFunctionsTurnJITOff(t *testing.T) {
 	// public callers instead (below).
 	entry := map[string]bool{"e_status": true,
 		"e_maintain": true, "e_purge": true, "e_start_pos": true, "e_base": true, "e_dedup_lookup": true,
-		"e_dedup_record": true, "e_peek": true, "e_leases": true}
+		"e_dedup_record": true, "e_dedup_lookup_all": true, "e_dedup_record_all": true, "e_peek": true, "e_leases": true}
 	// e_peek reads every message the queue stores (there is no index by
 	// id): it keeps sequential scans (sluice._instantiate).
 	seqscan := map[string]string{"e_peek": "enable_seqscan=on"}

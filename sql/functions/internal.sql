@@ -435,6 +435,33 @@ BEGIN
 END
 $$;
 
+-- _dedup_lock_all: _dedup_lock for every key of a batch, in one statement,
+-- in the order of the locks (so that concurrent batches cannot deadlock,
+-- whatever keys share a lock).
+--
+-- Parameters:
+--   p_queue_id  queue id
+--   p_keys      the keys (NULLs skipped)
+-- Errors: SL010 invalid_isolation (not READ COMMITTED), when a key is given
+CREATE OR REPLACE FUNCTION sluice._dedup_lock_all(p_queue_id int, p_keys text[])
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF cardinality(array_remove(p_keys, NULL)) = 0 THEN
+        RETURN;   -- no key
+    END IF;
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        PERFORM sluice._isolation_error('a send with a dedup_key',
+            'Send it in a READ COMMITTED transaction: only then can it see a duplicate sent concurrently.');
+    END IF;
+    PERFORM pg_advisory_xact_lock(sluice._lock_ns('dedup'), l.h)
+    FROM (SELECT DISTINCT hashtext(x) # p_queue_id AS h FROM unnest(p_keys) AS x WHERE x IS NOT NULL) l
+    ORDER BY l.h;
+END
+$$;
+
 -- _receive_commit: let the receiving transaction commit asynchronously
 -- (synchronous_commit off until it ends), remembering the caller's setting.
 -- A receive writes leases and cursors (unlogged: lost in a crash anyway) and

@@ -217,15 +217,6 @@ DECLARE
     q sluice.queue;
     n int := cardinality(send_batch.bodies);
     v_now timestamptz;
-    v_slot smallint;
-    known jsonb := '{}';   -- dedup key -> id of the message sent with it
-    before jsonb;          -- known, as it was before this batch
-    k text;
-    v_id bigint;
-    ids bigint[];
-    dks text[];
-    i int;
-    j int := 0;
 BEGIN
     -- sluice._use_queue, inlined as in send: the queue's shared lock, then
     -- the lookup (_use_queue itself raises SL001 or SL002).
@@ -301,54 +292,83 @@ BEGIN
         END IF;
         RETURN;
     END IF;
-    -- Deduplication: lock every key (in key order, so that concurrent batches
-    -- cannot deadlock), then find those already sent.
-    FOR k IN SELECT DISTINCT x FROM unnest(send_batch.dedup_keys) x WHERE x IS NOT NULL ORDER BY x LOOP
-        PERFORM sluice._dedup_lock(q.id, k);
-        EXECUTE format('SELECT %I.e_dedup_lookup($1, $2)', sluice._qschema(q.id)) INTO v_id USING k, q.dedup_window;
-        IF v_id IS NOT NULL THEN
-            known := known || jsonb_build_object(k, v_id);
-        END IF;
-    END LOOP;
-    before := known;
+    RETURN QUERY SELECT * FROM sluice._send_batch_dedup(q, send_batch.bodies, send_batch.headers, send_batch.keys,
+                                                       send_batch.delay, send_batch.priorities,
+                                                       send_batch.dedup_keys, v_now);
+END
+$$;
+
+-- _send_batch_dedup: the rest of send_batch when dedup_keys are given (the
+-- batch checked): lock every key (_dedup_lock_all), find those sent within
+-- the window, insert the bodies without a key and the first body of each
+-- key not sent before, and remember their keys. A statement for each step,
+-- whatever the number of keys: a statement (and a lookup) per key, and
+-- the keys' ids gathered in a jsonb object one key at a time, made a batch
+-- of 10,000 keys take ~10 s (PostgreSQL 15).
+--
+-- Parameters:
+--   q       the queue's row
+--   bodies  ... dedup_keys: send_batch's arguments
+--   p_now   the batch's sent_at
+-- Returns: one id per body, in the order of bodies (for a duplicate, the id
+--          of the message first sent with its key)
+CREATE OR REPLACE FUNCTION sluice._send_batch_dedup(q sluice.queue, bodies jsonb[], headers jsonb[], keys text[],
+                                                    delay interval, priorities int[], dedup_keys text[],
+                                                    p_now timestamptz)
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    sch constant text := sluice._qschema(q.id);
+    v_slot smallint;
+    -- key -> id, of the keys sent before (a jsonb object: a lookup is a
+    -- binary search; a join with an unnest of arrays was planned as a
+    -- nested loop, estimated at 10 rows, quadratic in the keys)
+    old jsonb;
+    ids bigint[];
+    dks text[];
+BEGIN
+    PERFORM sluice._dedup_lock_all(q.id, dedup_keys);
+    EXECUTE format('SELECT coalesce(jsonb_object_agg(x.dedup_key, x.msg_id), ''{}'') FROM %I.e_dedup_lookup_all($1, $2) x',
+                   sch)
+        INTO old USING dedup_keys, q.dedup_window;
     v_slot := (SELECT ns.slot FROM sluice._slot_now(q.id) ns);
-    -- Insert the new messages: no dedup key, or the first occurrence of a key not sent before.
-    WITH ins AS (
+    -- Insert the new messages: no dedup key, or the first body of a key not
+    -- sent before. Their ids are drawn in body order (after the sort).
+    WITH u AS (
+        SELECT u.*, row_number() OVER (PARTITION BY u.dk ORDER BY u.ord) AS nth, (old ->> u.dk)::bigint AS old_id
+        FROM unnest(bodies, headers, keys, priorities, dedup_keys) WITH ORDINALITY AS u(b, h, k, p, dk, ord)
+    ), ins AS (
         INSERT INTO sluice.messages (queue_id, slot, id, txid, sent_at, deliver_at, priority, key, dedup_key, headers, body)
-        SELECT q.id, v_slot, nextval(q.id_seq), pg_current_xact_id(), v_now,
-               CASE WHEN send_batch.delay > interval '0' THEN v_now + send_batch.delay END,
+        SELECT q.id, v_slot, nextval(q.id_seq), pg_current_xact_id(), p_now,
+               CASE WHEN delay > interval '0' THEN p_now + delay END,
                coalesce(u.p, 0), u.k, u.dk, u.h, u.b
-        FROM unnest(send_batch.bodies, send_batch.headers, send_batch.keys, send_batch.priorities,
-                    send_batch.dedup_keys) WITH ORDINALITY AS u(b, h, k, p, dk, ord)
-        WHERE u.dk IS NULL
-           OR (NOT known ? u.dk
-               AND u.ord = (SELECT min(o) FROM unnest(send_batch.dedup_keys) WITH ORDINALITY AS x(d, o) WHERE x.d = u.dk))
+        FROM u
+        WHERE u.dk IS NULL OR (u.nth = 1 AND u.old_id IS NULL)
         ORDER BY u.ord
         RETURNING id, dedup_key
     )
     SELECT array_agg(ins.id ORDER BY ins.id), array_agg(ins.dedup_key ORDER BY ins.id) INTO ids, dks FROM ins;
     IF ids IS NOT NULL THEN
-        FOR i IN 1..cardinality(ids) LOOP
-            IF dks[i] IS NOT NULL THEN
-                EXECUTE format('SELECT %I.e_dedup_record($1, $2, $3)', sluice._qschema(q.id)) USING v_slot, dks[i], ids[i];
-                known := known || jsonb_build_object(dks[i], ids[i]);
-            END IF;
-        END LOOP;
-    END IF;
-    IF q.notify AND ids IS NOT NULL AND pg_try_advisory_xact_lock(sluice._lock_ns('notify'), q.id) THEN
-        PERFORM pg_notify('sluice', q.name);
-    END IF;
-    -- One id per body, in order. Body i was inserted when it has no dedup key,
-    -- or its key was not sent before and i is the key's first place; ids are
-    -- drawn in insertion order, which is body order.
-    FOR i IN 1..n LOOP
-        k := send_batch.dedup_keys[i];
-        IF k IS NULL OR (NOT before ? k AND array_position(send_batch.dedup_keys, k) = i) THEN
-            j := j + 1;
-            RETURN NEXT ids[j];
-        ELSE
-            RETURN NEXT (known->>k)::bigint;   -- a duplicate
+        EXECUTE format('SELECT %I.e_dedup_record_all($1, $2, $3)', sch) USING v_slot, dks, ids;
+        IF q.notify AND pg_try_advisory_xact_lock(sluice._lock_ns('notify'), q.id) THEN
+            PERFORM pg_notify('sluice', q.name);
         END IF;
-    END LOOP;
+    END IF;
+    -- One id per body: the j-th body inserted (in body order) has ids[j]; a
+    -- key sent before gives its message's id, a key repeated in the batch
+    -- the id of its first body (first_j).
+    RETURN QUERY
+    SELECT CASE WHEN v.old_id IS NOT NULL THEN v.old_id
+                WHEN v.dk IS NULL THEN ids[v.j::int]
+                ELSE ids[v.first_j::int] END
+    FROM (SELECT w.*, first_value(w.j) OVER (PARTITION BY w.dk ORDER BY w.ord) AS first_j
+          FROM (SELECT u.*, count(*) FILTER (WHERE u.inserted) OVER (ORDER BY u.ord) AS j
+                FROM (SELECT x.dk, x.ord, (old ->> x.dk)::bigint AS old_id,
+                             x.dk IS NULL OR (row_number() OVER (PARTITION BY x.dk ORDER BY x.ord) = 1
+                                              AND old ->> x.dk IS NULL) AS inserted
+                      FROM unnest(dedup_keys) WITH ORDINALITY AS x(dk, ord)) u) w) v
+    ORDER BY v.ord;
 END
 $$;
