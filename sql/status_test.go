@@ -1,7 +1,9 @@
 package sqlsrc_test
 
 import (
+	"fmt"
 	"maps"
+	"regexp"
 	"testing"
 	"time"
 )
@@ -221,4 +223,79 @@ func TestStatusDeadLetteredCounts(t *testing.T) {
 	// A queue without groups: NULL, as dead.
 	b.exec("SELECT sluice.drop_group('dl2', 'default')")
 	b.wantDead("of a queue without groups", "dl2", map[string][2]int64{"": {-1, -1}})
+}
+
+// status() of every queue reads each queue in a subtransaction that it then
+// rolls back, so that the locks of one queue's read (its partitions and
+// indexes, ~80) are not all held until the caller's transaction ends: the
+// lock table is shared, and enough queues made status() fail with "out of
+// shared memory". After it, the transaction holds no lock on any queue's
+// tables, and the rows are those of status(queue), queue by queue.
+func TestStatusOfEveryQueueReleasesLocks(t *testing.T) {
+	b := setup(t)
+	for _, name := range []string{"sa", "sb", "sc"} {
+		b.createQueue(name, "")
+		b.send(b.pool, name, `{}`)
+		b.exec(fmt.Sprintf("SELECT sluice.create_group('%s', 'other')", name))
+	}
+	b.receive("sb", "default", 1, "")
+	tx, err := b.pool.Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(b.ctx) //nolint:errcheck
+	all := map[string]string{}
+	rows, err := tx.Query(b.ctx, `SELECT queue, group_name, s::text FROM sluice.status() s WHERE queue IN ('sa', 'sb', 'sc')`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var q, g, row string
+		if err := rows.Scan(&q, &g, &row); err != nil {
+			t.Fatal(err)
+		}
+		all[q+"/"+g] = row
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	var held int64
+	if err := tx.QueryRow(b.ctx, `SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
+	                               JOIN pg_namespace n ON n.oid = c.relnamespace
+	                               WHERE l.pid = pg_backend_pid() AND n.nspname LIKE 'sluice\_q%'`).Scan(&held); err != nil {
+		t.Fatal(err)
+	}
+	if held != 0 {
+		t.Fatalf("after status(), the transaction holds %d locks on the queues' tables, want 0", held)
+	}
+	if len(all) != 6 {
+		t.Fatalf("status() gave %d rows for the 3 queues, want 6: %v", len(all), all)
+	}
+	for _, name := range []string{"sa", "sb", "sc"} {
+		one, err := tx.Query(b.ctx, `SELECT group_name, s::text FROM sluice.status($1) s`, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for one.Next() {
+			var g, row string
+			if err := one.Scan(&g, &row); err != nil {
+				t.Fatal(err)
+			}
+			n++
+			// (oldest_pending_age moves with the clock: compare the rest)
+			if strip(all[name+"/"+g]) != strip(row) {
+				t.Fatalf("%s/%s: status() %s, status(queue) %s", name, g, all[name+"/"+g], row)
+			}
+		}
+		if err := one.Err(); err != nil || n != 2 {
+			t.Fatalf("status(%s): %d rows, %v", name, n, err)
+		}
+	}
+}
+
+// strip drops the interval column (oldest_pending_age) from a queue_status
+// row's text.
+func strip(row string) string {
+	return regexp.MustCompile(`"?\d+ days? \d\d:\d\d:\d\d[.\d]*"?|"?\d\d:\d\d:\d\d[.\d]*"?`).ReplaceAllString(row, "")
 }

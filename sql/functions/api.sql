@@ -287,7 +287,11 @@ $$;
 -- messages numbered after the group's cursors) + delayed messages + dead
 -- letters), plus at most 3 x (limit + 1) messages not numbered yet per
 -- queue: the same whatever the size of a backlog nobody has received from
--- yet.
+-- yet. Of every queue (queue NULL), each queue is read in a subtransaction
+-- whose locks are let go once its rows are kept: the call holds no lock on
+-- the queues' tables when it returns, however many queues there are (a
+-- queue's read takes ~80), and does not fill the lock table that every
+-- session shares.
 --
 -- Messages not numbered yet: a committed message is numbered (given its
 -- position) by the next receive of any group, at most 4,000 per receive
@@ -355,18 +359,35 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     q sluice.queue;
+    v_rows sluice.queue_status[];
 BEGIN
     IF status.queue IS NOT NULL THEN
         q := sluice._use_queue(status.queue);
         RETURN QUERY EXECUTE format('SELECT * FROM %I.e_status($1)', sluice._qschema(q.id)) USING q;
         RETURN;
     END IF;
+    -- Every queue: each read in a subtransaction that is rolled back once
+    -- its rows are kept, which releases the locks it took. A queue's read
+    -- locks ~80 relations (its tables' partitions and indexes) until the
+    -- transaction ends, and the lock table is shared by every session
+    -- (max_locks_per_transaction x max_connections entries, 6,400 by
+    -- default): kept, 112 queues held 7,026 locks, and a few more queues
+    -- made status() (and /metrics, which calls it) fail with "out of shared
+    -- memory", and other sessions' statements with it while it ran.
     FOR q IN SELECT * FROM sluice.queue qq ORDER BY qq.name LOOP
-        -- (waits for a drop of the queue in progress, then skips it)
-        PERFORM pg_advisory_xact_lock_shared(sluice._lock_ns('queue'), hashtext(q.name));
-        CONTINUE WHEN to_regnamespace(sluice._qschema(q.id)) IS NULL
-                   OR NOT EXISTS (SELECT 1 FROM sluice.queue qq WHERE qq.id = q.id);
-        RETURN QUERY EXECUTE format('SELECT * FROM %I.e_status($1)', sluice._qschema(q.id)) USING q;
+        v_rows := NULL;
+        BEGIN
+            -- (waits for a drop of the queue in progress, then skips it)
+            PERFORM pg_advisory_xact_lock_shared(sluice._lock_ns('queue'), hashtext(q.name));
+            IF to_regnamespace(sluice._qschema(q.id)) IS NOT NULL
+               AND EXISTS (SELECT 1 FROM sluice.queue qq WHERE qq.id = q.id) THEN
+                EXECUTE format('SELECT array_agg(s) FROM %I.e_status($1) s', sluice._qschema(q.id)) INTO v_rows USING q;
+            END IF;
+            RAISE EXCEPTION USING ERRCODE = 'SL000';   -- (release the locks; v_rows stays)
+        EXCEPTION WHEN SQLSTATE 'SL000' THEN
+            NULL;
+        END;
+        RETURN QUERY SELECT * FROM unnest(v_rows);
     END LOOP;
 END
 $$;
