@@ -2,6 +2,7 @@ package sqlsrc_test
 
 import (
 	"testing"
+	"time"
 )
 
 // Redriving many dead letters of two groups, a subset by id then the rest:
@@ -35,7 +36,15 @@ func TestRedriveManyToTheirGroups(t *testing.T) {
 	}
 	check := func(group string, want func(n int) bool, count int) {
 		t.Helper()
-		got := b.receive("q", group, 1000, "1 hour")
+		// (a receive takes from the lanes it gets: receive until empty)
+		var got []msg
+		for {
+			ms := b.receive("q", group, 1000, "1 hour")
+			if len(ms) == 0 {
+				break
+			}
+			got = append(got, ms...)
+		}
 		if len(got) != count {
 			t.Fatalf("%s received %d redriven messages, want %d", group, len(got), count)
 		}
@@ -50,4 +59,45 @@ func TestRedriveManyToTheirGroups(t *testing.T) {
 	}
 	check("default", func(n int) bool { return n%3 == 0 }, 200)
 	check("other", func(n int) bool { return n%2 == 0 }, 300)
+}
+
+// Two redrives of the same dead letters at once: the second waits for the
+// first and sends nothing (before, both sent every message, and the group
+// received each twice).
+func TestConcurrentRedriveSendsOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.createQueue("q", `{"max_attempts": 1}`)
+	b.exec(`SELECT sluice.send_batch('q', ARRAY(SELECT jsonb_build_object('n', g) FROM generate_series(1, 5) g))`)
+	b.exec(`SELECT count(*) FROM (SELECT sluice.nack('q', 'default', receipt) FROM sluice.receive('q', 'default', 10)) x`)
+	tx, err := b.pool.Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(b.ctx) //nolint:errcheck
+	var first int64
+	if err := tx.QueryRow(b.ctx, `SELECT sluice.redrive('q')`).Scan(&first); err != nil || first != 5 {
+		t.Fatalf("first redrive: %d, %v", first, err)
+	}
+	second := make(chan error, 1)
+	var n int64
+	go func() { second <- b.pool.QueryRow(b.ctx, `SELECT sluice.redrive('q')`).Scan(&n) }()
+	time.Sleep(300 * time.Millisecond) // the second one waits for the first's locks
+	if err := tx.Commit(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-second; err != nil || n != 0 {
+		t.Fatalf("second redrive: %d, %v; want 0", n, err)
+	}
+	var got []msg
+	for {
+		ms := b.receive("q", "default", 100, "1 hour")
+		if len(ms) == 0 {
+			break
+		}
+		got = append(got, ms...)
+	}
+	if len(got) != 5 {
+		t.Fatalf("received %d redriven messages, want 5 (one each)", len(got))
+	}
 }

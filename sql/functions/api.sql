@@ -291,7 +291,10 @@ $$;
 -- whose locks are let go once its rows are kept: the call holds no lock on
 -- the queues' tables when it returns, however many queues there are (a
 -- queue's read takes ~80), and does not fill the lock table that every
--- session shares.
+-- session shares (a queue whose counts are estimated keeps one lock, on
+-- its id sequence). So, in a REPEATABLE READ transaction, nothing keeps
+-- reclaim from truncating a slot the call read: a later read of that
+-- queue in the same transaction may find the slot empty.
 --
 -- Messages not numbered yet: a committed message is numbered (given its
 -- position) by the next receive of any group, at most 4,000 per receive

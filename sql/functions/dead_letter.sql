@@ -63,14 +63,13 @@ DECLARE
     v_gid int;
     v_slot smallint;
     v_dead bigint[];
-    v_sent bigint[];
     n bigint;
 BEGIN
     IF redrive.group_name IS NOT NULL THEN
         v_gid := (sluice._get_group(q.id, q.name, redrive.group_name)).id;
     END IF;
     v_slot := (SELECT ns.slot FROM sluice._slot_now(q.id) ns);
-    -- Three statements that pass arrays rather than one that joined the
+    -- Two statements that pass an array rather than one that joined the
     -- dead letters picked with the messages sent for them: that join was
     -- planned as a nested loop, quadratic in the dead letters (6,000: 2 s).
     -- The dead letters to redrive, locked, in id order:
@@ -81,22 +80,25 @@ BEGIN
             AND NOT EXISTS (SELECT 1 FROM sluice.redrive r WHERE r.dead_letter_id = d.id)
           ORDER BY d.id
           FOR UPDATE OF d) x;
-    -- a message each, for its group only, ids drawn in that order (after
-    -- the sort, as send_batch's):
-    WITH sent AS (
-        INSERT INTO sluice.messages (queue_id, slot, id, txid, sent_at, priority, attempt_base, target_group,
-                                     origin_id, key, headers, body)
-        SELECT q.id, v_slot, nextval(q.id_seq), pg_current_xact_id(), d.sent_at, d.priority, 0, d.group_id,
-               d.message_id, d.key, d.headers, d.body
-        FROM unnest(v_dead) WITH ORDINALITY AS u(id, ord)
-        JOIN sluice.dead_letter d ON d.id = u.id
+    -- Claimed first (a redrive row each, naming the id of the message it
+    -- sends), then sent: a dead letter that a concurrent redrive claimed
+    -- while this one waited for its lock conflicts and is not sent again
+    -- (FOR UPDATE does not look at the redrive rows again: sent first, both
+    -- redrives sent it). A message each, for its group only.
+    WITH claimed AS (
+        INSERT INTO sluice.redrive (dead_letter_id, redriven_at, message_id)
+        SELECT u.id, clock_timestamp(), nextval(q.id_seq) FROM unnest(v_dead) WITH ORDINALITY AS u(id, ord)
         ORDER BY u.ord
-        RETURNING id
+        ON CONFLICT DO NOTHING
+        RETURNING dead_letter_id, message_id
     )
-    SELECT coalesce(array_agg(sent.id ORDER BY sent.id), '{}') INTO v_sent FROM sent;
-    INSERT INTO sluice.redrive (dead_letter_id, redriven_at, message_id)
-    SELECT u.dead, clock_timestamp(), u.sent FROM unnest(v_dead, v_sent) AS u(dead, sent)
-    ON CONFLICT DO NOTHING;
+    INSERT INTO sluice.messages (queue_id, slot, id, txid, sent_at, priority, attempt_base, target_group,
+                                 origin_id, key, headers, body)
+    SELECT q.id, v_slot, c.message_id, pg_current_xact_id(), d.sent_at, d.priority, 0, d.group_id,
+           d.message_id, d.key, d.headers, d.body
+    FROM claimed c
+    JOIN sluice.dead_letter d ON d.id = c.dead_letter_id
+    ORDER BY c.message_id;
     GET DIAGNOSTICS n = ROW_COUNT;
     RETURN n;
 END
