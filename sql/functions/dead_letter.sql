@@ -44,7 +44,10 @@ $$;
 
 -- redrive: make dead letters deliverable again. Each is sent again to the
 -- group it died in (only that group receives it), with its attempts reset;
--- it keeps its message id, body, headers, key and priority.
+-- it keeps its message id, body, headers, key and priority. A dead letter
+-- is redriven once: a redrive that meets one being redriven by another
+-- waits for it, and then skips it if it committed (in a REPEATABLE READ
+-- transaction it fails instead, with SQLSTATE 40001: retry it).
 --
 -- Parameters:
 --   queue       queue name
