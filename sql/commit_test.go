@@ -133,8 +133,8 @@ func TestEngineFunctionsTurnJITOff(t *testing.T) {
 	// e_receive, e_ack, e_nack and e_extend run with the settings of their
 	// public callers instead (below).
 	entry := map[string]bool{"e_status": true,
-		"e_maintain": true, "e_purge": true, "e_start_pos": true, "e_base": true, "e_dedup_lookup": true,
-		"e_dedup_record": true, "e_dedup_lookup_all": true, "e_dedup_record_all": true, "e_peek": true, "e_leases": true}
+		"e_maintain": true, "e_purge": true, "e_start_pos": true, "e_base": true,
+		"e_dedup_lookup_all": true, "e_dedup_record_all": true, "e_peek": true, "e_leases": true}
 	// e_peek reads every message the queue stores (there is no index by
 	// id): it keeps sequential scans (sluice._instantiate).
 	seqscan := map[string]string{"e_peek": "enable_seqscan=on"}

@@ -1,30 +1,13 @@
 -- Group: engine templates - idempotent send (see engine_cut.sql for what a template is)
 
--- e_dedup_lookup: the id of the message sent with this deduplication key
--- within the window, or NULL. The caller holds the key's advisory lock.
-CREATE OR REPLACE FUNCTION sluice_tmpl.e_dedup_lookup(p_key text, p_window interval)
-RETURNS bigint
-LANGUAGE plpgsql STABLE
-AS $$
-BEGIN
-    RETURN (SELECT d.msg_id FROM dedup d
-            WHERE d.dedup_key = p_key AND d.at > clock_timestamp() - p_window
-            ORDER BY d.at DESC LIMIT 1);
-END
-$$;
+-- (send and send_batch both use the functions below, a key or many: the
+-- one-key forms e_dedup_lookup and e_dedup_record are gone)
+DROP FUNCTION IF EXISTS sluice_tmpl.e_dedup_lookup(text, interval);
+DROP FUNCTION IF EXISTS sluice_tmpl.e_dedup_record(smallint, text, bigint);
 
--- e_dedup_record: remember that message p_id was sent with key p_key.
-CREATE OR REPLACE FUNCTION sluice_tmpl.e_dedup_record(p_slot smallint, p_key text, p_id bigint)
-RETURNS void
-LANGUAGE plpgsql
-AS $$
-BEGIN
-    INSERT INTO dedup (slot, dedup_key, msg_id, at) VALUES (p_slot, p_key, p_id, clock_timestamp());
-END
-$$;
-
--- e_dedup_lookup_all: e_dedup_lookup for many keys in one statement (the
--- dedup keys of a send_batch). The caller holds every key's advisory lock.
+-- e_dedup_lookup_all: the ids of the messages sent with these deduplication
+-- keys within the window, in one statement (a send's key, or a
+-- send_batch's). The caller holds every key's advisory lock.
 --
 -- Parameters:
 --   p_keys    the keys (NULLs and repeats allowed)
@@ -43,7 +26,8 @@ BEGIN
 END
 $$;
 
--- e_dedup_record_all: e_dedup_record for many messages in one statement.
+-- e_dedup_record_all: remember that these messages were sent with these
+-- keys, in one statement.
 --
 -- Parameters:
 --   p_slot  the slot the messages were written to

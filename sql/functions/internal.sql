@@ -415,29 +415,15 @@ BEGIN
 END
 $$;
 
--- _dedup_lock: take the transaction-scoped lock of a queue's deduplication
--- key, so that concurrent sends of one key enqueue one message. Under
--- REPEATABLE READ or SERIALIZABLE a send could not see the message a
--- concurrent send committed after its snapshot: it raises SL010 instead.
---
--- Errors: SL010 invalid_isolation
-CREATE OR REPLACE FUNCTION sluice._dedup_lock(p_queue_id int, p_key text)
-RETURNS void
-LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-    IF current_setting('transaction_isolation') <> 'read committed' THEN
-        PERFORM sluice._isolation_error('a send with a dedup_key',
-            'Send it in a READ COMMITTED transaction: only then can it see a duplicate sent concurrently.');
-    END IF;
-    PERFORM pg_advisory_xact_lock(sluice._lock_ns('dedup'), hashtext(p_key) # p_queue_id);
-END
-$$;
+DROP FUNCTION IF EXISTS sluice._dedup_lock(int, text);   -- (one key: _dedup_lock_all takes an array)
 
--- _dedup_lock_all: _dedup_lock for every key of a batch, in one statement,
--- in the order of the locks (so that concurrent batches cannot deadlock,
--- whatever keys share a lock).
+-- _dedup_lock_all: take the transaction-scoped locks of a queue's
+-- deduplication keys (a send's, or a send_batch's), so that concurrent
+-- sends of one key enqueue one message: in one statement, in the order of
+-- the locks (so that concurrent batches cannot deadlock, whatever keys
+-- share a lock). Under REPEATABLE READ or SERIALIZABLE a send could not see
+-- the message a concurrent send committed after its snapshot: it raises
+-- SL010 instead.
 --
 -- Parameters:
 --   p_queue_id  queue id

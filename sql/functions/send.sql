@@ -92,9 +92,9 @@ BEGIN
                              v_size, quote_literal(send.queue), v_max);
     END IF;
     IF send.dedup_key IS NOT NULL THEN
-        PERFORM sluice._dedup_lock(v_qid, send.dedup_key);
-        EXECUTE format('SELECT %I.e_dedup_lookup($1, $2)', sluice._qschema(v_qid))
-            INTO v_id USING send.dedup_key, v_window;
+        PERFORM sluice._dedup_lock_all(v_qid, ARRAY[send.dedup_key]);
+        EXECUTE format('SELECT x.msg_id FROM %I.e_dedup_lookup_all($1, $2) x', sluice._qschema(v_qid))
+            INTO v_id USING ARRAY[send.dedup_key], v_window;
         IF v_id IS NOT NULL THEN
             RETURN v_id;   -- a duplicate: nothing is enqueued
         END IF;
@@ -106,8 +106,8 @@ BEGIN
             send.priority, send.key, send.dedup_key, send.headers, send.body)
     RETURNING id INTO v_id;
     IF send.dedup_key IS NOT NULL THEN
-        EXECUTE format('SELECT %I.e_dedup_record($1, $2, $3)', sluice._qschema(v_qid))
-            USING v_slot, send.dedup_key, v_id;
+        EXECUTE format('SELECT %I.e_dedup_record_all($1, $2, $3)', sluice._qschema(v_qid))
+            USING v_slot, ARRAY[send.dedup_key], ARRAY[v_id];
     END IF;
     -- One notifier per queue at a time: a send whose concurrent peer already
     -- holds the gate leaves the wake-up to the peer's commit (see docs/design.md).
