@@ -243,8 +243,13 @@ $$;
 -- rows but the statistics of an empty table (e_analyze_filled). The caller
 -- holds the queue's maint lock.
 --
--- Returns: (rotated, reclaimed): whether a new epoch started, how many slots were truncated
-CREATE OR REPLACE FUNCTION sluice_tmpl.e_maintain(p_queue_id int, OUT rotated boolean, OUT reclaimed int)
+-- Returns: (rotated, reclaimed, changed): whether a new epoch started, how
+--          many slots were truncated, and whether it wrote anything at all
+--          (those, a group dropped, a partition analyzed): when not, the
+--          caller may roll it back (sluice.maintain)
+DROP FUNCTION IF EXISTS sluice_tmpl.e_maintain(int);   -- (before changed)
+CREATE OR REPLACE FUNCTION sluice_tmpl.e_maintain(p_queue_id int, OUT rotated boolean, OUT reclaimed int,
+                                                  OUT changed boolean)
 LANGUAGE plpgsql
 AS $$
 DECLARE
@@ -254,9 +259,10 @@ DECLARE
 BEGIN
     rotated := false;
     reclaimed := 0;
+    changed := false;
     SELECT * INTO q FROM sluice.queue qq WHERE qq.id = p_queue_id;
     IF EXISTS (SELECT 1 FROM sluice.consumer_group cg WHERE cg.queue_id = p_queue_id AND cg.ttl IS NOT NULL) THEN
-        PERFORM sluice._expire_groups(p_queue_id);   -- before reclaim: what they held back goes now
+        changed := sluice._expire_groups(p_queue_id) > 0;   -- before reclaim: what they held back goes now
     END IF;
     SELECT e.epoch, e.slot, e.started_at INTO cur FROM sluice.epoch e
     WHERE e.queue_id = p_queue_id ORDER BY e.epoch DESC LIMIT 1;
@@ -279,7 +285,7 @@ BEGIN
         VALUES (p_queue_id, cur.epoch + 1, (cur.epoch + 1) % q.slots, clock_timestamp());
         rotated := true;
     END IF;
-    PERFORM e_analyze_filled(q);
+    changed := e_analyze_filled(q) > 0 OR changed OR rotated OR reclaimed > 0;
 END
 $$;
 
