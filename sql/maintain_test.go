@@ -70,3 +70,25 @@ func TestMaintainLetsIdleQueuesLocksGo(t *testing.T) {
 		t.Fatalf("busy has %d epochs after the commit, want 2", n)
 	}
 }
+
+// maintain() skips a queue whose maintenance another transaction is running
+// (its maint lock held), the first queue included, and goes on with the
+// others.
+func TestMaintainSkipsAQueueInMaintenance(t *testing.T) {
+	b := setup(t)
+	b.createQueue("first", "")
+	b.createQueue("second", "")
+	tx, err := b.pool.Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(b.ctx) //nolint:errcheck
+	if _, err := tx.Exec(b.ctx, `SELECT pg_advisory_xact_lock(sluice._lock_ns('maint'), id) FROM sluice.queue WHERE name = 'first'`); err != nil {
+		t.Fatal(err)
+	}
+	got := b.int64s(`SELECT q.id FROM sluice.maintain() m JOIN sluice.queue q ON q.name = m.queue`)
+	want := b.int64s(`SELECT id FROM sluice.queue WHERE name = 'second'`)
+	if len(got) != 1 || got[0] != want[0] {
+		t.Fatalf("maintain() ran on queues %v, want only second (%v)", got, want)
+	}
+}

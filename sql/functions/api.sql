@@ -504,6 +504,7 @@ DECLARE
     q sluice.queue;
     r record;
     v_ran boolean;
+    v_changed boolean;
 BEGIN
     PERFORM sluice._drop_leftovers();
     FOR q IN SELECT * FROM sluice.queue qq ORDER BY qq.id LOOP
@@ -513,6 +514,7 @@ BEGIN
         -- hundred could fill the lock table every session shares). What it
         -- wrote stays, with its locks.
         v_ran := false;
+        v_changed := false;
         BEGIN
             -- Skip a queue being dropped (its lock is exclusive) or gone since.
             IF pg_try_advisory_xact_lock_shared(sluice._lock_ns('queue'), hashtext(q.name))
@@ -520,8 +522,10 @@ BEGIN
                AND pg_try_advisory_xact_lock(sluice._lock_ns('maint'), q.id) THEN
                 EXECUTE format('SELECT * FROM %I.e_maintain($1)', sluice._qschema(q.id)) INTO r USING q.id;
                 v_ran := true;
+                v_changed := r.changed;
             END IF;
-            IF NOT (v_ran AND r.changed) THEN
+            -- (r is not assigned before the first queue that ran: not read here)
+            IF NOT v_changed THEN
                 RAISE EXCEPTION USING ERRCODE = 'SL000';   -- (let the locks go; v_ran and r stay)
             END IF;
         EXCEPTION WHEN SQLSTATE 'SL000' THEN
