@@ -121,6 +121,10 @@ BEGIN
     PERFORM sluice._receive_commit();
     -- The queue's copy, called statically through its path (_queue_path).
     PERFORM set_config('search_path', sluice._queue_path(q.id), true);
+    IF q.engine = 2 THEN
+        RETURN QUERY SELECT * FROM e2_receive(q, g, max_messages, v_lease, receive.consumer, receive.ack);
+        RETURN;
+    END IF;
     RETURN QUERY SELECT * FROM e_receive(q, g, max_messages, v_lease, receive.consumer, receive.ack);
 END
 $$;
@@ -182,7 +186,11 @@ BEGIN
         PERFORM sluice._parse_receipts(ack.receipts);   -- raises SL008, naming the receipt
     END IF;
     PERFORM set_config('search_path', sluice._queue_path(q.id), true);
-    n := e_ack(g.id, ack.receipts);   -- the queue's copy (_queue_path)
+    IF q.engine = 2 THEN
+        n := e2_ack(g.id, ack.receipts);
+    ELSE
+        n := e_ack(g.id, ack.receipts);   -- the queue's copy (_queue_path)
+    END IF;
     IF NOT ack.durable THEN
         PERFORM set_config('synchronous_commit', 'off', true);
     END IF;
@@ -235,6 +243,9 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'SL006', MESSAGE = 'error must be at most 10000 characters';
     END IF;
     PERFORM set_config('search_path', sluice._queue_path(q.id), true);
+    IF q.engine = 2 THEN
+        RETURN e2_nack(q, g, nack.receipt, nack.delay, nack.error);
+    END IF;
     ok := e_nack(q, g, nack.receipt, nack.delay, nack.error);   -- the queue's copy (_queue_path)
     -- What this nack makes due, this session's next receive sees at once
     -- (its idle note goes: e_idle); other sessions' within their note's bound.
@@ -275,6 +286,9 @@ BEGIN
         RETURN 0;
     END IF;
     PERFORM set_config('search_path', sluice._queue_path(q.id), true);
+    IF q.engine = 2 THEN
+        RETURN e2_extend(g.id, extend.receipts, extend.lease);
+    END IF;
     n := e_extend(g.id, extend.receipts, extend.lease);   -- the queue's copy (_queue_path)
     RETURN n;
 END

@@ -25,6 +25,7 @@ DECLARE
         'max_delay', '365 days',
         'lanes', 8,
         'slots', 2,
+        'engine', 1,
         'default_group', true);
     o jsonb := coalesce(p_options, '{}');
     k text;
@@ -44,9 +45,10 @@ BEGIN
                 HINT = 'Known options: ' || (SELECT string_agg(x, ', ' ORDER BY x) FROM jsonb_object_keys(defaults) x) || '.';
         END IF;
         CASE k
-        WHEN 'max_attempts', 'max_payload', 'lanes', 'slots' THEN
+        WHEN 'max_attempts', 'max_payload', 'lanes', 'slots', 'engine' THEN
             lo := CASE k WHEN 'slots' THEN 2 ELSE 1 END;
-            hi := CASE k WHEN 'max_attempts' THEN 1000 WHEN 'lanes' THEN 256 WHEN 'slots' THEN 4 ELSE 104857600 END;
+            hi := CASE k WHEN 'max_attempts' THEN 1000 WHEN 'lanes' THEN 256 WHEN 'slots' THEN 4 WHEN 'engine' THEN 2
+                         ELSE 104857600 END;
             IF jsonb_typeof(v) <> 'number' OR v::text !~ '^[0-9]+$' OR v::numeric < lo OR v::numeric > hi THEN
                 RAISE EXCEPTION USING ERRCODE = 'SL007',
                     MESSAGE = format('option %s must be an integer from %s to %s, got %s', k, lo, hi, v);
@@ -114,6 +116,14 @@ $$;
 --                               one); more keep less retained traffic on disk when
 --                               retention is long (up to about retention x slots /
 --                               (slots - 1)). Fixed at creation.
+--              engine           storage engine, 1 or 2 (1). 2 is engine v2 (docs/design.md,
+--                               "Engine v2"): each call a few statements over
+--                               tables that are not partitioned where the hot path
+--                               reads them. In this release it supports send and
+--                               send_batch without key, priority or dedup_key,
+--                               receive, ack, nack, extend, dead letters, groups
+--                               (create, drop) and status; the rest raises SL011
+--                               (not supported yet). Fixed at creation.
 --              notify           NOTIFY channel 'sluice' (payload: the queue name)
 --                               when a send commits, to wake waiting consumers (true)
 --              default_group    create the group 'default' (true)
@@ -138,12 +148,12 @@ BEGIN
     END IF;
     INSERT INTO sluice.queue AS q (name, max_attempts, lease, backoff_base, backoff_max, retention,
                                    rotate_interval, max_payload, notify, dedup_window, id_seq, options, lanes,
-                                   max_delay, slots)
+                                   max_delay, slots, engine)
     VALUES (create_queue.queue, (o->>'max_attempts')::int, (o->>'lease')::interval,
             (o->>'backoff_base')::interval, (o->>'backoff_max')::interval, (o->>'retention')::interval,
             (o->>'rotate_interval')::interval, (o->>'max_payload')::int, (o->>'notify')::boolean,
             (o->>'dedup_window')::interval, 'sluice.queue'::regclass, o, (o->>'lanes')::int,
-            (o->>'max_delay')::interval, (o->>'slots')::smallint)
+            (o->>'max_delay')::interval, (o->>'slots')::smallint, (o->>'engine')::smallint)
     ON CONFLICT (name) DO NOTHING
     RETURNING q.id INTO qid;
     IF qid IS NULL THEN
@@ -153,10 +163,14 @@ BEGIN
     seq := format('sluice.%I', 'message_id_' || qid);
     EXECUTE format('CREATE SEQUENCE %s AS bigint', seq);
     UPDATE sluice.queue SET id_seq = seq::regclass WHERE id = qid;
-    PERFORM sluice._create_storage(qid);
     PERFORM sluice._drop_leftovers();
     INSERT INTO sluice.epoch (queue_id, epoch, slot, started_at) VALUES (qid, 0, 0, clock_timestamp());
-    EXECUTE format('SELECT %I.e_base()', sluice._qschema(qid));
+    IF (o->>'engine')::int = 2 THEN
+        PERFORM sluice._create_storage_v2(qid);
+    ELSE
+        PERFORM sluice._create_storage(qid);
+        EXECUTE format('SELECT %I.e_base()', sluice._qschema(qid));
+    END IF;
     IF (o->>'default_group')::boolean THEN
         PERFORM sluice.create_group(create_queue.queue, 'default', 'earliest');
     END IF;
@@ -237,6 +251,11 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'SL007',
             MESSAGE = format('option lanes is fixed when the queue is created (%s), got %s', q.lanes, o->'lanes'),
             HINT = 'Create a new queue with the number of lanes you want.';
+    END IF;
+    IF (o->>'engine')::int <> q.engine THEN
+        RAISE EXCEPTION USING ERRCODE = 'SL007',
+            MESSAGE = format('option engine is fixed when the queue is created (%s), got %s', q.engine, o->'engine'),
+            HINT = 'Create a new queue with the engine you want.';
     END IF;
     IF (o->>'slots')::int <> q.slots THEN
         RAISE EXCEPTION USING ERRCODE = 'SL007',
