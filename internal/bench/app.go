@@ -230,7 +230,7 @@ func (a *appRun) setup(ctx context.Context) error {
 			return err
 		}
 	}
-	return nil
+	return a.r.recordQueues(ctx, a.r.o.Pool, "sluice", appQueue, appQueue2)
 }
 
 // cleanup drops the scenario's queues, even when ctx was cancelled.

@@ -60,3 +60,22 @@ func (r *AppRun) Finish(ctx context.Context) (*Result, *AppCheck, error) {
 
 // Cleanup drops the run's queues.
 func (r *AppRun) Cleanup(ctx context.Context) { r.a.cleanup(ctx) }
+
+// XminQueueOptions makes the queue of each system of the xmin scenario
+// with o as the scenario would, and returns their options read back from
+// sluice.list_queues(); the queues are dropped afterwards.
+func XminQueueOptions(ctx context.Context, o Options) ([]QueueRecord, error) {
+	o.defaults()
+	r := &runner{o: o}
+	systems, err := r.xminSystems()
+	if err != nil {
+		return nil, err
+	}
+	defer r.cleanupAll(ctx, systems...)
+	for _, s := range systems {
+		if err := r.setupSystem(ctx, s); err != nil {
+			return nil, err
+		}
+	}
+	return r.queues.take(), nil
+}
