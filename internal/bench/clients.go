@@ -147,6 +147,9 @@ func (r *runner) clientCell(ctx context.Context, c *sluice.Client, op clientOp, 
 	if err := c.CreateQueue(ctx, clientsQueue, &sluice.QueueOptions{Lease: 30 * time.Second}); err != nil {
 		return 0, err
 	}
+	if err := r.recordQueues(ctx, r.o.Pool, "sluice", clientsQueue); err != nil {
+		return 0, err
+	}
 	if op.preload {
 		if _, err := r.o.Pool.Exec(ctx, `SELECT count(*) FROM sluice.send_batch($1, ARRAY(SELECT $2::jsonb FROM generate_series(1, $3::int)))`,
 			clientsQueue, clientsBody, n); err != nil {

@@ -296,6 +296,50 @@ func TestDemo(t *testing.T) {
 	b.fails(1, "--reset", "demo", "--duration", "1s")
 }
 
+// TestDemoCountsWaitingOrders reads the status of a demo queue where a
+// customer's first order is in flight and their two others wait behind it
+// (status: waiting, not ready): the demo must not take the queue for
+// settled, and its summary must count the waiting orders as pending.
+func TestDemoCountsWaitingOrders(t *testing.T) {
+	t.Parallel()
+	b := setupCmd(t)
+	ctx := context.Background()
+	if err := b.client.CreateQueue(ctx, "orders", &sluice.QueueOptions{NoDefaultGroup: true}); err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range []string{"billing", "shipping"} {
+		if err := b.client.CreateGroup(ctx, "orders", g, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 3 {
+		if _, err := b.client.Send(ctx, "orders", []byte(`{}`), &sluice.SendOptions{Key: "c-01"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, g := range []string{"billing", "shipping"} {
+		if got, err := b.client.Receive(ctx, "orders", g, nil); err != nil || len(got) != 1 {
+			t.Fatalf("receive for %s: %d, %v", g, len(got), err)
+		}
+	}
+	st, err := b.client.Status(ctx, "orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range st {
+		if s.Ready != 0 || s.Delayed != 0 || s.InFlight != 1 || s.Waiting != 2 {
+			t.Fatalf("status %+v: want 1 in flight and 2 waiting", s)
+		}
+	}
+	if cli.Settled(st) {
+		t.Errorf("settled with 2 orders waiting in each group: %+v", st)
+	}
+	var out bytes.Buffer
+	cli.DemoSummary(&out, st, 3, map[string]int64{})
+	contains(t, "summary", out.String(), "billing   acked 0, retried 0, dead letters 0, pending 3",
+		"shipping  acked 0, retried 0, dead letters 0, pending 3", "some orders were still pending")
+}
+
 // TestEmbeddedDefault runs commands with no database configured: they
 // start the embedded server on a data directory of their own, keep their
 // data across runs and stop the server on exit.

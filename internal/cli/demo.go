@@ -319,10 +319,11 @@ func (d *demo) handler(g string) sluice.Handler {
 	}
 }
 
-// settled reports whether every group has handled everything.
+// settled reports whether every group has handled everything: the engine
+// holds nothing for it, waiting messages included (sluice.Status.Pending).
 func settled(st []sluice.Status) bool {
 	for _, s := range st {
-		if s.Ready+s.Delayed+s.InFlight > 0 {
+		if s.Pending() > 0 {
 			return false
 		}
 	}
@@ -437,7 +438,7 @@ func (d *demo) summary(st []sluice.Status, interrupted bool) {
 		gs.mu.Unlock()
 		slices.Sort(lat)
 		acked := gs.acked.Load()
-		pending := s.Ready + s.Delayed + s.InFlight
+		pending := s.Pending() // ready, waiting behind an earlier order of the customer, delayed, in flight
 		if acked+s.Dead != sent || pending > 0 {
 			all = false
 		}
