@@ -58,8 +58,34 @@ type ConsumeOptions struct {
 	// receives (at most 200 characters).
 	Consumer string
 	// Logger receives the errors Consume recovers from (a failed ack,
-	// heartbeat or receive that is retried). Default slog.Default().
+	// heartbeat or receive that is retried) and, unless OnHandlerError is
+	// set, a warning for each failed handler. Default slog.Default().
 	Logger *slog.Logger
+	// OnHandlerError is called after a handler failed (returned an error or
+	// panicked) and its message was given back, on the handler's
+	// goroutine: keep it short. Default: a warning on Logger, "sluice:
+	// handler failed", with the queue, group, message id, attempt,
+	// max_attempts, whether the message is retried or dead-lettered, and the
+	// error (never the message's body).
+	OnHandlerError func(HandlerFailure)
+}
+
+// HandlerFailure describes a failed handler, for
+// ConsumeOptions.OnHandlerError.
+type HandlerFailure struct {
+	Queue, Group string
+	// Message is the message whose handler failed.
+	Message *Message
+	// Err is what the handler returned, or the panic as an error.
+	Err error
+	// Attempt is the delivery that failed, from 1 (Message.Attempt), and
+	// MaxAttempts the queue's max_attempts when Consume started.
+	Attempt, MaxAttempts int
+	// DeadLettered is true when the failed attempt was the last one and the
+	// message became a dead letter; otherwise the message is retried (after
+	// the queue's backoff, or when its lease expires if giving it back
+	// failed).
+	DeadLettered bool
 }
 
 // Defaults of ConsumeOptions.
@@ -118,6 +144,7 @@ type worker struct {
 	queue, group string
 	handler      Handler
 	o            ConsumeOptions
+	maxAttempts  int // the queue's max_attempts when Consume started
 
 	bg        context.Context // for acks, nacks, heartbeats, receives: outlives ctx until the end
 	handlerCx context.Context // for handlers: cancelled after the drain timeout
@@ -165,11 +192,11 @@ func (c *Client) newWorker(ctx context.Context, queue, group string, handler Han
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
+	lease, maxAttempts, err := queueSettings(ctx, c.pool, queue)
+	if err != nil {
+		return nil, fmt.Errorf("consuming: %w", err)
+	}
 	if o.Lease <= 0 {
-		lease, err := queueLease(ctx, c.pool, queue)
-		if err != nil {
-			return nil, fmt.Errorf("consuming: %w", err)
-		}
 		o.Lease = lease
 	}
 	if o.HeartbeatInterval <= 0 {
@@ -180,7 +207,7 @@ func (c *Client) newWorker(ctx context.Context, queue, group string, handler Han
 			queue, group, ErrInvalidArgument, o.HeartbeatInterval, o.Lease)
 	}
 	return &worker{
-		client: c, queue: queue, group: group, handler: handler, o: o,
+		client: c, queue: queue, group: group, handler: handler, o: o, maxAttempts: maxAttempts,
 		inflight: make(map[string]*job),
 		wake:     make(chan struct{}, 1),
 		freed:    make(chan struct{}, o.Concurrency),
@@ -416,12 +443,30 @@ func (w *worker) handle(j *job, ackNow bool) bool {
 		if len(text) > maxErrorText {
 			text = text[:maxErrorText]
 		}
-		if _, nerr := nack(w.bg, w.client.pool, w.queue, w.group, j.msg.Receipt, &NackOptions{Error: text}); nerr != nil {
+		ok, nerr := nack(w.bg, w.client.pool, w.queue, w.group, j.msg.Receipt, &NackOptions{Error: text})
+		if nerr != nil {
 			w.o.Logger.Error("sluice: nack failed; the message is redelivered when its lease expires",
 				"queue", w.queue, "group", w.group, "id", j.msg.ID, "error", nerr)
 		}
+		w.handlerFailed(&j.msg, err, ok && j.msg.Attempt >= w.maxAttempts)
 	}
 	return err == nil
+}
+
+// handlerFailed reports a failed handler to OnHandlerError, or logs it.
+func (w *worker) handlerFailed(msg *Message, err error, dead bool) {
+	f := HandlerFailure{Queue: w.queue, Group: w.group, Message: msg, Err: err,
+		Attempt: msg.Attempt, MaxAttempts: w.maxAttempts, DeadLettered: dead}
+	if w.o.OnHandlerError != nil {
+		w.o.OnHandlerError(f)
+		return
+	}
+	outcome := "retried"
+	if dead {
+		outcome = "dead-lettered"
+	}
+	w.o.Logger.Warn("sluice: handler failed", "queue", w.queue, "group", w.group, "id", msg.ID,
+		"attempt", msg.Attempt, "max_attempts", w.maxAttempts, "outcome", outcome, "error", err)
 }
 
 // call runs the handler, turning a panic into an error.

@@ -48,7 +48,8 @@ FROM sluice.receive($1, $2, $3::int, ${ms(4)}, $5::text, $6::text[])`,
   alterQueue: `SELECT sluice.alter_queue($1, $2::jsonb) AS options`,
   dropQueue: `SELECT sluice.drop_queue($1) AS ok`,
   listQueues: `SELECT queue, created_at, options, groups FROM sluice.list_queues()`,
-  queueLease: `SELECT extract(epoch FROM (options->>'lease')::interval) * 1000 AS lease
+  queueLease: `SELECT extract(epoch FROM (options->>'lease')::interval) * 1000 AS lease,
+       (options->>'max_attempts')::int AS max_attempts
 FROM sluice.list_queues() WHERE queue = $1`,
   purgeQueue: `SELECT sluice.purge_queue($1) AS n`,
   createGroup: `SELECT sluice.create_group($1, $2, $3::text)`,
@@ -472,7 +473,16 @@ export class Sluice {
 
   /** The queue's lease option in ms, or undefined when there is no such queue. */
   async queueLease(queue: string, opts?: CallOptions): Promise<number | undefined> {
+    return (await this.queueSettings(queue, opts))?.lease;
+  }
+
+  /**
+   * The queue's lease (ms) and max_attempts options, or undefined when there
+   * is no such queue.
+   */
+  async queueSettings(queue: string, opts?: CallOptions): Promise<{ lease: number; maxAttempts: number } | undefined> {
     const rows = await this.query(sql.queueLease, [queue], opts);
-    return rows.length === 0 ? undefined : num(rows[0]?.lease);
+    const row = rows[0];
+    return row === undefined ? undefined : { lease: num(row.lease), maxAttempts: num(row.max_attempts) };
   }
 }

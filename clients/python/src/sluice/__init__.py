@@ -27,7 +27,7 @@ from .errors import (
     SchemaMissing,
     SluiceError,
 )
-from .types import DeadLetter, Lease, MaintainResult, Message, PeekedMessage, QueueInfo, QueueStatus
+from .types import DeadLetter, HandlerFailure, Lease, MaintainResult, Message, PeekedMessage, QueueInfo, QueueStatus
 from .worker import Worker
 
 __version__ = "0.1.0"
@@ -39,6 +39,7 @@ __all__ = [
     "DeadLetter",
     "GroupExists",
     "GroupNotFound",
+    "HandlerFailure",
     "InvalidArgument",
     "InvalidIsolation",
     "InvalidName",

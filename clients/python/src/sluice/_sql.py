@@ -58,8 +58,9 @@ LEASES = (
 )
 MAINTAIN = "SELECT queue, rotated, reclaimed FROM sluice.maintain()"
 VERSION = "SELECT sluice.version()"
-QUEUE_LEASE = (
-    "SELECT (options->>'lease')::interval FROM sluice.list_queues() WHERE queue = %s"
+QUEUE_SETTINGS = (
+    "SELECT (options->>'lease')::interval, (options->>'max_attempts')::int"
+    " FROM sluice.list_queues() WHERE queue = %s"
 )
 LISTEN = "LISTEN sluice"
 NOTIFY_CHANNEL = "sluice"

@@ -36,7 +36,19 @@ from typing import Any
 import psycopg
 
 from . import _sql
-from ._routes import HOT_PERIOD, HOT_POLL, SHUTDOWN_ERROR, LeaseLost, Registry, Route, error_text, log, split
+from ._routes import (
+    HOT_PERIOD,
+    HOT_POLL,
+    SHUTDOWN_ERROR,
+    LeaseLost,
+    OnHandlerError,
+    Registry,
+    Route,
+    error_text,
+    log,
+    report_failure,
+    split,
+)
 from .client import Client
 from .errors import QueueNotFound, SluiceError
 from .types import Message
@@ -54,7 +66,10 @@ class Worker(Registry[Handler]):
     wake-up before it looks again; ``drain_timeout`` (seconds) how long
     :meth:`stop` lets running handlers finish; ``listen=False`` turns off
     LISTEN wake-ups (behind a transaction-mode pooler such as PgBouncer);
-    ``consumer`` names this worker in its receives.
+    ``consumer`` names this worker in its receives. ``on_handler_error`` is
+    called with a :class:`~sluice.HandlerFailure` each time a handler raises
+    (on the handler's thread); by default a WARNING is logged on the
+    ``sluice`` logger.
     """
 
     def __init__(
@@ -66,9 +81,11 @@ class Worker(Registry[Handler]):
         drain_timeout: float = 10.0,
         listen: bool = True,
         consumer: str | None = None,
+        on_handler_error: OnHandlerError | None = None,
     ) -> None:
         super().__init__(concurrency)
         self.client = client
+        self.on_handler_error = on_handler_error
         self.poll_interval = poll_interval
         self.drain_timeout = drain_timeout
         self.listen = listen
@@ -165,7 +182,8 @@ class _Consumer:
 
     def __init__(self, worker: Worker, route: Route[Handler]) -> None:
         self.w, self.route, self.c = worker, route, worker.client
-        self.lease = route.lease or self._queue_lease()
+        lease, self.max_attempts = self._queue_settings()
+        self.lease = route.lease or lease
         self.heartbeat = route.heartbeat or self.lease / 3
         if self.heartbeat >= self.lease:
             raise ValueError(f"heartbeat {self.heartbeat} must be shorter than the lease {self.lease}")
@@ -179,12 +197,13 @@ class _Consumer:
         self.threads: list[threading.Thread] = []
         self.hb_stop = threading.Event()
 
-    def _queue_lease(self) -> timedelta:
-        rows = self.c._all(_sql.QUEUE_LEASE, (self.route.queue,), None)
+    def _queue_settings(self) -> tuple[timedelta, int]:
+        rows = self.c._all(_sql.QUEUE_SETTINGS, (self.route.queue,), None)
         if not rows:
             raise QueueNotFound(f"queue '{self.route.queue}' does not exist")
         lease: timedelta = rows[0][0]
-        return lease
+        max_attempts: int = rows[0][1]
+        return lease, max_attempts
 
     def start(self) -> None:
         for target in (self._fetch, self._heartbeat):
@@ -308,12 +327,17 @@ class _Consumer:
                     self.acks.append(m.receipt)
                 self.cond.notify_all()
             return True
-        if self._untrack(job) or isinstance(err, LeaseLost):
+        if self._untrack(job):
             return False
+        if isinstance(err, LeaseLost):
+            report_failure(self.w.on_handler_error, r, m, err, self.max_attempts, False)
+            return False
+        nacked = False
         try:
-            self.c.nack(r.queue, r.group, m.receipt, error=error_text(err))
+            nacked = self.c.nack(r.queue, r.group, m.receipt, error=error_text(err))
         except Exception as nerr:  # noqa: BLE001
             log.error("sluice: nack of message %d failed; it comes back when its lease expires: %s", m.id, nerr)
+        report_failure(self.w.on_handler_error, r, m, err, self.max_attempts, nacked)
         return False
 
     # -- heartbeat and shutdown ------------------------------------------
