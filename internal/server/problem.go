@@ -25,6 +25,11 @@ type Problem struct {
 	Instance string `json:"instance,omitempty"`
 	Code     string `json:"code,omitempty"`
 	Field    string `json:"field,omitempty"`
+	// RequestID is the request's X-Request-Id, to find its log lines.
+	RequestID string `json:"request_id,omitempty"`
+
+	// cause is the error the problem was made from, for the log.
+	cause error
 }
 
 func (p *Problem) Error() string { return p.Detail }
@@ -135,11 +140,14 @@ func isConnectError(err error) bool {
 	return errors.As(err, &ce)
 }
 
-// writeProblem writes p as application/problem+json.
+// writeProblem writes p as application/problem+json, with the request's
+// id; a 5xx is logged with its cause (logProblem).
 func writeProblem(w http.ResponseWriter, r *http.Request, p *Problem) {
 	if p.Instance == "" {
 		p.Instance = r.URL.Path
 	}
+	p.RequestID = requestID(r.Context())
+	logProblem(r, p)
 	if p.Status == http.StatusTooManyRequests || p.Status == http.StatusServiceUnavailable {
 		w.Header().Set("Retry-After", "1")
 	}
