@@ -277,10 +277,14 @@ func TestSubcommandHelp(t *testing.T) {
 	}
 }
 
-// TestDemo runs a short demo on a harness database.
+// TestDemo runs a short demo on a harness database that holds a user's
+// queue named orders (the name the README's tours use): the demo works on a
+// queue of its own, drops only that one, and refuses a --queue that exists.
 func TestDemo(t *testing.T) {
 	t.Parallel()
 	b := setupCmd(t)
+	b.ok("queue", "create", "orders")
+	b.ok("send", "orders", `{"mine": true}`)
 	code, out, errOut := b.sluice("", "demo", "--duration", "5s", "--rate", "200")
 	if code != 0 {
 		t.Fatalf("demo: status %d\n%s%s", code, out, errOut)
@@ -292,8 +296,30 @@ func TestDemo(t *testing.T) {
 			t.Errorf("demo printed a line of %d characters, more than 120: %q", len(line), line)
 		}
 	}
-	// On a named server an existing demo queue is left alone without --reset.
-	b.fails(1, "--reset", "demo", "--duration", "1s")
+	userQueueIntact := func(when string) {
+		t.Helper()
+		qs, err := b.client.ListQueues(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(qs) != 1 || qs[0].Name != "orders" {
+			t.Errorf("%s: queues %+v, want the user's orders alone", when, qs)
+		}
+		st, err := b.client.Status(context.Background(), "orders")
+		if err != nil || len(st) != 1 || st[0].Ready != 1 {
+			t.Errorf("%s: the user's queue orders lost its message: %+v, %v", when, st, err)
+		}
+	}
+	userQueueIntact("after the demo")
+	// A --queue that exists is not the demo's: refused, left alone.
+	b.fails(1, "is not the demo's", "demo", "--duration", "1s", "--queue", "orders")
+	userQueueIntact("after demo --queue orders")
+	// --keep leaves the demo's own queue.
+	out = b.ok("demo", "--duration", "1s", "--rate", "50", "--queue", "demo_kept", "--keep")
+	contains(t, "demo --keep", out, "kept queue demo_kept")
+	if _, err := b.client.Status(context.Background(), "demo_kept"); err != nil {
+		t.Errorf("demo --keep: %v", err)
+	}
 }
 
 // TestEmbeddedDefault runs commands with no database configured: they
