@@ -99,7 +99,7 @@ func TestQueueAndGroupCommands(t *testing.T) {
 	contains(t, "group drop --if-exists", b.ok("group", "drop", "orders", "billing", "--if-exists"), "no group billing")
 
 	b.ok("send", "orders", `{"n": 1}`)
-	contains(t, "purge", b.ok("queue", "purge", "orders"), "purged 1 messages")
+	contains(t, "purge", b.ok("queue", "purge", "orders"), "purged 1 message from")
 	contains(t, "drop", b.ok("queue", "drop", "orders"), "dropped queue orders")
 	b.fails(1, "sluice queue list", "queue", "drop", "orders")
 	contains(t, "drop --if-exists", b.ok("queue", "drop", "orders", "--if-exists"), "no queue orders")
@@ -119,7 +119,7 @@ func TestSendAndReceiveCommands(t *testing.T) {
 		t.Fatalf("send from stdin: %d %q %q", code, out, errOut)
 	}
 	code, out, errOut = b.sluice("{\"id\": 5}\n", "send", "orders", "--dedup-key", "d-5")
-	if code != 0 || !strings.Contains(out, "sent 1 messages") {
+	if code != 0 || !strings.Contains(out, "sent 1 message to") {
 		t.Fatalf("send from stdin with a dedup key: %d %q %q", code, out, errOut)
 	}
 
@@ -220,7 +220,7 @@ func TestStatusAndDLQCommands(t *testing.T) {
 	contains(t, "dlq list", b.ok("dlq", "list", "jobs"), "ID", "it exploded", `{"job": "poison"}`)
 	contains(t, "dlq list --json", b.ok("dlq", "list", "jobs", "--json", "--group", "default"), `"error":"it exploded\nstack..."`, `"attempts":1`)
 	b.fails(2, "not a positive integer", "dlq", "redrive", "jobs", "x")
-	contains(t, "redrive", b.ok("dlq", "redrive", "jobs", "--group", "default"), "redrove 1 dead letters")
+	contains(t, "redrive", b.ok("dlq", "redrive", "jobs", "--group", "default"), "redrove 1 dead letter of")
 	contains(t, "dlq list after redrive", b.ok("dlq", "list", "jobs"), "no dead letters")
 
 	var out bytes.Buffer
