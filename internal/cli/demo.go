@@ -96,10 +96,10 @@ type demoConfig struct {
 }
 
 type demo struct {
-	e        *env
-	db       *database
-	cfg      demoConfig
-	tty      bool
+	e   *env
+	db  *database
+	cfg demoConfig
+	tty bool
 
 	sent   atomic.Int64
 	groups map[string]*groupStats
