@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-import sluice
+import sluicemq as sluice
 from test_worker import idle, running, running_async, wait_until
 
 
@@ -58,13 +58,13 @@ def test_async_worker_reports_handler_failures(dsn: str, client: sluice.Client, 
 
 
 def _warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.name == "sluice" and r.levelno == logging.WARNING]
+    return [r.getMessage() for r in caplog.records if r.name == "sluicemq" and r.levelno == logging.WARNING]
 
 
 def test_worker_logs_handler_failures_by_default(
     client: sluice.Client, queue: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="sluice")
+    caplog.set_level(logging.INFO, logger="sluicemq")
     client.create_queue(queue, {"max_attempts": 2, "backoff_base": 0.05})
     worker = sluice.Worker(client)
 
@@ -87,7 +87,7 @@ def test_worker_logs_handler_failures_by_default(
 def test_async_worker_logs_handler_failures_by_default(
     dsn: str, client: sluice.Client, queue: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="sluice")
+    caplog.set_level(logging.INFO, logger="sluicemq")
     client.create_queue(queue, {"max_attempts": 1})
 
     def setup(w: sluice.AsyncWorker) -> None:

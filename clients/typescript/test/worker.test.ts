@@ -13,7 +13,7 @@ import {
   type HandlerFailure,
   type Message,
   type WorkerOptions,
-} from "sluice";
+} from "sluicemq";
 
 import { eventually, newSluice, uniqueName } from "./helpers.js";
 

@@ -1,14 +1,14 @@
 """AsyncWorker: consume queues with async handlers on one event loop.
 
-    worker = sluice.AsyncWorker(client, concurrency=50)
+    worker = sluicemq.AsyncWorker(client, concurrency=50)
 
     @worker.handler("emails")
-    async def send_email(msg: sluice.Message) -> None:
+    async def send_email(msg: sluicemq.Message) -> None:
         ...
 
     asyncio.run(worker.run())   # until SIGTERM or SIGINT
 
-The behaviour is the Worker's (see sluice.worker), with tasks for threads.
+The behaviour is the Worker's (see sluicemq.worker), with tasks for threads.
 At stop, handlers still running after the drain timeout are cancelled and
 their messages given back for immediate redelivery.
 """
@@ -51,7 +51,7 @@ AsyncHandler = Callable[..., Awaitable[Any]]
 
 class AsyncWorker(Registry[AsyncHandler]):
     """Runs the async handlers registered with :meth:`handler` (same options as
-    :class:`sluice.Worker`; ``on_handler_error`` is a plain function, called
+    :class:`sluicemq.Worker`; ``on_handler_error`` is a plain function, called
     on the worker's loop)."""
 
     def __init__(

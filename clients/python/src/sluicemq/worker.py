@@ -1,9 +1,9 @@
 """Worker: consume queues with handlers on threads.
 
-    worker = sluice.Worker(client, concurrency=8)
+    worker = sluicemq.Worker(client, concurrency=8)
 
     @worker.handler("emails", lease=30)
-    def send_email(msg: sluice.Message) -> None:
+    def send_email(msg: sluicemq.Message) -> None:
         ...
 
     worker.run()   # until SIGTERM or SIGINT
@@ -67,9 +67,9 @@ class Worker(Registry[Handler]):
     :meth:`stop` lets running handlers finish; ``listen=False`` turns off
     LISTEN wake-ups (behind a transaction-mode pooler such as PgBouncer);
     ``consumer`` names this worker in its receives. ``on_handler_error`` is
-    called with a :class:`~sluice.HandlerFailure` each time a handler raises
+    called with a :class:`~sluicemq.HandlerFailure` each time a handler raises
     (on the handler's thread); by default a WARNING is logged on the
-    ``sluice`` logger.
+    ``sluicemq`` logger.
     """
 
     def __init__(

@@ -13,7 +13,7 @@ from .types import HandlerFailure, Message
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-log = logging.getLogger("sluice")
+log = logging.getLogger("sluicemq")
 
 # While messages flow (for HOT_PERIOD seconds after the last ones or the last
 # wake-up), an empty receive is retried after HOT_POLL rather than the poll
@@ -65,7 +65,7 @@ class Registry(Generic[F]):
     ) -> Callable[[F], F]:
         """Register the decorated function as the handler of ``queue`` for ``group``.
 
-        The handler gets the :class:`~sluice.Message` (and, with
+        The handler gets the :class:`~sluicemq.Message` (and, with
         ``transaction=True``, a connection in a transaction that the ack
         joins: the handler's writes and the ack commit together). Returning
         acks the message; raising gives it back (nack) with the exception's
