@@ -61,6 +61,12 @@ type ConsumeOptions struct {
 	// heartbeat or receive that is retried) and, unless OnHandlerError is
 	// set, a warning for each failed handler. Default slog.Default().
 	Logger *slog.Logger
+	// AsyncCommitAcks lets the consumer's acknowledgements commit without
+	// waiting for the disk: they ride on the next receive (one round trip and
+	// one transaction for both), or go alone with AckAsyncCommit. A crash of
+	// the server may then lose acks, and their messages come again. Off by
+	// default: acks are durable, sent in their own transactions (batched).
+	AsyncCommitAcks bool
 	// OnHandlerError is called after a handler failed (returned an error or
 	// panicked) and its message was given back, on the handler's
 	// goroutine: keep it short. Default: a warning on Logger, "sluice:
@@ -116,10 +122,11 @@ const maxErrorText = 10000
 // It receives in batches, in short transactions of their own; renews the
 // leases of running handlers (heartbeat); acknowledges a message when its
 // handler returns nil (acks are batched: those that complete while an ack is
-// in flight go together in the next one, or with the next receive, which
-// commits asynchronously: a crash of the server may lose them, and the
-// messages come again; within a run of one key's messages each is
-// acknowledged before the next is handled) and gives it back with the error
+// in flight go together in the next one, durably; with
+// opts.AsyncCommitAcks they ride on the next receive instead, which commits
+// asynchronously: a crash of the server may lose them, and the messages come
+// again; within a run of one key's messages each is acknowledged before the
+// next is handled) and gives it back with the error
 // text when the handler fails or panics. When the queue is empty it waits
 // for a NOTIFY from a committed send (LISTEN on a dedicated connection taken
 // from the pool) or for the poll interval, whichever comes first.
@@ -287,9 +294,14 @@ func (w *worker) fetch(ctx context.Context, handlers *sync.WaitGroup) error {
 		}
 
 		// bg, not ctx: a receive cut short could lease messages nobody sees
-		// until their lease expires. The acks waiting for the acker go with
-		// it: one round trip and one transaction for both.
+		// until their lease expires. The acks waiting for the acker go first:
+		// durably on their own, or with AsyncCommitAcks with the receive (one
+		// round trip and one transaction for both, committed asynchronously).
 		done := w.takeAcks()
+		if len(done) > 0 && !w.o.AsyncCommitAcks {
+			w.ackBatch(done)
+			done = nil
+		}
 		msgs, err := receive(w.bg, w.client.pool, w.queue, w.group,
 			&ReceiveOptions{Max: min(free, w.o.BatchSize), Lease: w.o.Lease, Consumer: w.o.Consumer, Ack: done})
 		if err != nil && len(done) > 0 {
@@ -431,7 +443,7 @@ func (w *worker) handle(j *job, ackNow bool) bool {
 	switch released := w.untrack(j); {
 	case released:
 	case err == nil && ackNow:
-		if _, aerr := ack(w.bg, w.client.pool, w.queue, w.group, []string{j.msg.Receipt}, false); aerr != nil {
+		if _, aerr := ack(w.bg, w.client.pool, w.queue, w.group, []string{j.msg.Receipt}, !w.o.AsyncCommitAcks); aerr != nil {
 			w.o.Logger.Error("sluice: ack failed; the message and the rest of its key's run are redelivered when their leases expire",
 				"queue", w.queue, "group", w.group, "id", j.msg.ID, "error", aerr)
 			return false
@@ -562,14 +574,20 @@ func (w *worker) acker() {
 			closed = true
 		}
 		for batch := w.takeAcks(); len(batch) > 0; batch = w.takeAcks() {
-			if _, err := ack(w.bg, w.client.pool, w.queue, w.group, batch, false); err != nil {
-				w.o.Logger.Error("sluice: ack failed; the messages are redelivered when their leases expire",
-					"queue", w.queue, "group", w.group, "messages", len(batch), "error", err)
-			}
+			w.ackBatch(batch)
 		}
 		if closed {
 			return
 		}
+	}
+}
+
+// ackBatch acknowledges receipts in one call: durably unless
+// AsyncCommitAcks.
+func (w *worker) ackBatch(receipts []string) {
+	if _, err := ack(w.bg, w.client.pool, w.queue, w.group, receipts, !w.o.AsyncCommitAcks); err != nil {
+		w.o.Logger.Error("sluice: ack failed; the messages are redelivered when their leases expire",
+			"queue", w.queue, "group", w.group, "messages", len(receipts), "error", err)
 	}
 }
 

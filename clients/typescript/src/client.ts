@@ -8,6 +8,7 @@ import { translate } from "./errors.js";
 import { messages, type MessagesOptions } from "./iterate.js";
 import { Worker, type Handler, type WorkerOptions } from "./worker.js";
 import type {
+  AckOptions,
   BatchMessage,
   CallOptions,
   CreateGroupOptions,
@@ -41,7 +42,7 @@ export const sql = {
   sendBatch: `SELECT id FROM sluice.send_batch($1, $2::text[]::jsonb[], $3::text[]::jsonb[], $4::text[], ${ms(5)}, $6::int[], $7::text[]) AS s(id)`,
   receive: `SELECT id, body, headers, key, priority, attempt, sent_at, receipt, lease_expires_at, pos
 FROM sluice.receive($1, $2, $3::int, ${ms(4)}, $5::text, $6::text[])`,
-  ack: `SELECT sluice.ack($1, $2, $3::text[]) AS n`,
+  ack: `SELECT sluice.ack($1, $2, $3::text[], $4::boolean) AS n`,
   nack: `SELECT sluice.nack($1, $2, $3, ${ms(4)}, $5::text) AS ok`,
   extend: `SELECT sluice.extend($1, $2, $3::text[], ${ms(4)}) AS n`,
   createQueue: `SELECT sluice.create_queue($1, $2::jsonb)`,
@@ -339,8 +340,8 @@ export class Sluice {
   }
 
   /** Completes messages; returns how many were completed now (stale receipts are not counted). */
-  async ack(queue: string, group: string, receipts: string[], opts?: CallOptions): Promise<number> {
-    const rows = await this.query(sql.ack, [queue, group, receipts], opts);
+  async ack(queue: string, group: string, receipts: string[], opts?: AckOptions): Promise<number> {
+    const rows = await this.query(sql.ack, [queue, group, receipts, opts?.durable ?? true], opts);
     return num(rows[0]?.n);
   }
 

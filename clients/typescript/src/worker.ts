@@ -80,6 +80,14 @@ export interface WorkerOptions {
   /** Called with the errors the worker recovers from (default: console.error). */
   onError?: (err: unknown, op: WorkerOperation) => void;
   /**
+   * Let acknowledgements commit without waiting for the disk: they ride on
+   * the next receive (one round trip for both), which commits
+   * asynchronously, or go alone with durable: false. A server crash may then
+   * lose acks, and their messages come again. Default false: acks are
+   * durable, each batch in its own transaction.
+   */
+  asyncCommitAcks?: boolean;
+  /**
    * Called each time a handler throws, after its message was given back
    * (default: warnHandlerFailure, a console.warn line). Errors it throws are
    * reported to onError as "handler".
@@ -166,6 +174,7 @@ export class Worker<B = JSONValue> {
       drainTimeout: options.drainTimeout !== undefined && options.drainTimeout > 0 ? options.drainTimeout : defaults.drainTimeout,
       onError: options.onError ?? ((err, op) => console.error(`sluice: ${op} failed (queue ${queue}, group ${group}):`, err)),
       onHandlerError: (options.onHandlerError as ((f: HandlerFailure<B>) => void) | undefined) ?? warnHandlerFailure,
+      asyncCommitAcks: options.asyncCommitAcks ?? false,
     };
     if (options.lease !== undefined) {
       this.#o.lease = options.lease;
@@ -264,8 +273,14 @@ export class Worker<B = JSONValue> {
         continue;
       }
       // The receive is not cut short by the signal: it could lease messages
-      // nobody sees until their lease expires. The acks waiting go with it.
-      const done = this.#acks.splice(0, maxAckBatch);
+      // nobody sees until their lease expires. The acks waiting go first,
+      // durably on their own, or with asyncCommitAcks with the receive (one
+      // round trip, committed asynchronously).
+      let done = this.#acks.splice(0, maxAckBatch);
+      if (done.length > 0 && !this.#o.asyncCommitAcks) {
+        await this.#ackNow(done);
+        done = [];
+      }
       let msgs: Message<B>[] = [];
       try {
         msgs = await this.#sluice.receive<B>(this.#queue, this.#group, {
@@ -403,7 +418,7 @@ export class Worker<B = JSONValue> {
 
   async #ackNow(receipts: string[]): Promise<boolean> {
     try {
-      await this.#sluice.ack(this.#queue, this.#group, receipts);
+      await this.#sluice.ack(this.#queue, this.#group, receipts, { durable: !this.#o.asyncCommitAcks });
       return true;
     } catch (err) {
       this.#o.onError(err, "ack");

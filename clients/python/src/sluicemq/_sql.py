@@ -26,7 +26,7 @@ RECEIVE = (
     "SELECT id, body, headers, key, priority, attempt, sent_at, receipt, lease_expires_at, pos"
     " FROM sluice.receive(%s, %s, %s::int, %s::interval, %s::text, %s::text[])"
 )
-ACK = "SELECT sluice.ack(%s, %s, %s::text[])"
+ACK = "SELECT sluice.ack(%s, %s, %s::text[], %s::boolean)"
 NACK = "SELECT sluice.nack(%s, %s, %s, %s::interval, %s::text)"
 EXTEND = "SELECT sluice.extend(%s, %s, %s::text[], %s::interval)"
 CREATE_QUEUE = "SELECT sluice.create_queue(%s, %s::jsonb)"

@@ -64,10 +64,12 @@ class AsyncWorker(Registry[AsyncHandler]):
         listen: bool = True,
         consumer: str | None = None,
         on_handler_error: OnHandlerError | None = None,
+        async_commit_acks: bool = False,
     ) -> None:
         super().__init__(concurrency)
         self.client = client
         self.on_handler_error = on_handler_error
+        self.async_commit_acks = async_commit_acks
         self.poll_interval = poll_interval
         self.drain_timeout = drain_timeout
         self.listen = listen
@@ -204,6 +206,9 @@ class _Consumer:
                     return
                 n = min(self.free, self.route.batch_size)
                 acks, self.acks = self.acks, []
+            if acks and not self.w.async_commit_acks:
+                await self._ack_alone(acks)  # durable, in its own transaction
+                acks = []
             try:
                 msgs = await self.c.receive(
                     q, g, max_messages=n, lease=self.lease, consumer=self.w.consumer, ack=acks or None
@@ -248,7 +253,7 @@ class _Consumer:
         if not acks:
             return
         try:
-            await self.c.ack(self.route.queue, self.route.group, acks)
+            await self.c.ack(self.route.queue, self.route.group, acks, durable=not self.w.async_commit_acks)
         except Exception as err:  # noqa: BLE001
             log.error("sluice: ack failed; the messages are redelivered when their leases expire: %s", err)
 
@@ -301,7 +306,7 @@ class _Consumer:
         nacked = False
         try:
             if err is None:
-                await self.c.ack(r.queue, r.group, [m.receipt])
+                await self.c.ack(r.queue, r.group, [m.receipt], durable=not self.w.async_commit_acks)
                 return True
             nacked = await self.c.nack(r.queue, r.group, m.receipt, error=error_text(err))
         except Exception as aerr:  # noqa: BLE001

@@ -69,7 +69,9 @@ class Worker(Registry[Handler]):
     ``consumer`` names this worker in its receives. ``on_handler_error`` is
     called with a :class:`~sluicemq.HandlerFailure` each time a handler raises
     (on the handler's thread); by default a WARNING is logged on the
-    ``sluicemq`` logger.
+    ``sluicemq`` logger. Acks are durable (each batch its own transaction, waiting for the
+    disk); ``async_commit_acks=True`` lets them ride on the next receive, which commits
+    asynchronously: a server crash may then lose acks, and their messages come again.
     """
 
     def __init__(
@@ -82,10 +84,12 @@ class Worker(Registry[Handler]):
         listen: bool = True,
         consumer: str | None = None,
         on_handler_error: OnHandlerError | None = None,
+        async_commit_acks: bool = False,
     ) -> None:
         super().__init__(concurrency)
         self.client = client
         self.on_handler_error = on_handler_error
+        self.async_commit_acks = async_commit_acks
         self.poll_interval = poll_interval
         self.drain_timeout = drain_timeout
         self.listen = listen
@@ -228,6 +232,9 @@ class _Consumer:
                     return
                 n = min(self.free, self.route.batch_size)
                 acks, self.acks = self.acks, []
+            if acks and not self.w.async_commit_acks:
+                self._ack_alone(acks)  # durable, in its own transaction
+                acks = []
             try:
                 msgs = self.c.receive(q, g, max_messages=n, lease=self.lease, consumer=self.w.consumer, ack=acks or None)
             except Exception as err:  # noqa: BLE001
@@ -267,7 +274,7 @@ class _Consumer:
         if not acks:
             return
         try:
-            self.c.ack(self.route.queue, self.route.group, acks)
+            self.c.ack(self.route.queue, self.route.group, acks, durable=not self.w.async_commit_acks)
         except Exception as err:  # noqa: BLE001
             log.error("sluice: ack failed; the messages are redelivered when their leases expire: %s", err)
 
@@ -314,7 +321,7 @@ class _Consumer:
             if released:
                 return False
             try:
-                self.c.ack(r.queue, r.group, [m.receipt])
+                self.c.ack(r.queue, r.group, [m.receipt], durable=not self.w.async_commit_acks)
                 return True
             except Exception as aerr:  # noqa: BLE001
                 log.error("sluice: ack of message %d failed; it and the rest of its run come back: %s", m.id, aerr)
