@@ -47,3 +47,21 @@ func TestPackageNames(t *testing.T) {
 		}
 	}
 }
+
+// The first Python example of docs/pgmq.md is the one that works against
+// the layer: the pgmq client's default init_extension=True runs CREATE
+// EXTENSION pgmq, which fails there.
+func TestPGMQFirstExampleWorks(t *testing.T) {
+	b, err := os.ReadFile("../../docs/pgmq.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(b), "```python\n")
+	if !ok {
+		t.Fatal("docs/pgmq.md has no Python example")
+	}
+	block, _, _ := strings.Cut(rest, "```")
+	if !strings.Contains(block, "PGMQueue(") || !strings.Contains(block, "init_extension=False") {
+		t.Errorf("the first Python example of docs/pgmq.md does not turn init_extension off:\n%s", block)
+	}
+}
