@@ -200,12 +200,23 @@ BEGIN
     END IF;
     -- Malformed input raises SL008 before anything changes (e_ack reads
     -- receipts that are well-formed).
-    IF EXISTS (SELECT 1 FROM unnest(ack.receipts) AS x WHERE x IS NULL OR NOT sluice._receipt_ok(x)) THEN
+    -- (one receipt, as a consumer of one message acks: an expression, no
+    -- statement)
+    IF (CASE WHEN cardinality(ack.receipts) = 1 THEN sluice._receipt_ok(ack.receipts[1]) IS NOT TRUE
+             ELSE EXISTS (SELECT 1 FROM unnest(ack.receipts) AS x WHERE x IS NULL OR NOT sluice._receipt_ok(x)) END) THEN
         PERFORM sluice._parse_receipts(ack.receipts);   -- raises SL008, naming the receipt
     END IF;
     PERFORM set_config('search_path', sluice._queue_path(q.id), true);
     IF q.engine = 2 THEN
-        n := e2_ack(g.id, ack.receipts);
+        -- a receipt names its lease's slot: one receipt of slot 0 or 1 goes
+        -- to that slot's copy at once
+        IF cardinality(ack.receipts) = 1 AND ack.receipts[1] LIKE '0.%' THEN
+            n := e2_ack_0(g.id, ack.receipts, clock_timestamp(), 0::smallint);
+        ELSIF cardinality(ack.receipts) = 1 AND ack.receipts[1] LIKE '1.%' THEN
+            n := e2_ack_1(g.id, ack.receipts, clock_timestamp(), 1::smallint);
+        ELSE
+            n := e2_ack(g.id, ack.receipts);
+        END IF;
     ELSE
         n := e_ack(g.id, ack.receipts);   -- the queue's copy (_queue_path)
     END IF;

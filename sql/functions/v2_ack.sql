@@ -58,7 +58,32 @@ LANGUAGE plpgsql
 AS $$
 DECLARE
     n int;
+    v_pos bigint;
+    v_lane smallint;
+    v_no bigint;
+    v_token bigint;
 BEGIN
+    IF cardinality(p_receipts) = 1 THEN
+        -- One receipt: the position alone, or the whole lease when it is
+        -- the lease's only one (pos 0), in one statement.
+        v_pos := split_part(p_receipts[1], '.', 2)::bigint;
+        v_lane := split_part(p_receipts[1], '.', 3)::smallint;
+        v_no := split_part(p_receipts[1], '.', 4)::bigint;
+        v_token := split_part(p_receipts[1], '.', 5)::bigint;
+        INSERT INTO ack__s (slot, group_id, lane, lease_no, pos, kind, at)
+        SELECT p_slot, p_group, v_lane, v_no, CASE WHEN l.n = 1 THEN 0 ELSE v_pos END, 'a', p_now
+        FROM lease__s l
+        WHERE l.group_id = p_group AND l.lane = v_lane AND l.lease_no = v_no AND l.kind = 'r' AND l.token = v_token
+          AND (v_pos BETWEEN l.first_pos AND l.last_pos OR v_pos = ANY (l.redo_pos))
+          AND (l.expires_at > p_now
+               OR EXISTS (SELECT 1 FROM ext__s e WHERE e.group_id = p_group AND e.lane = v_lane
+                                                   AND e.lease_no = v_no AND e.expires_at > p_now))
+          AND NOT EXISTS (SELECT 1 FROM ack__s a WHERE a.group_id = p_group AND a.lane = v_lane
+                                                   AND a.lease_no = v_no AND a.pos IN (0, v_pos))
+        ON CONFLICT DO NOTHING;
+        GET DIAGNOSTICS n = ROW_COUNT;
+        RETURN n;
+    END IF;
     WITH r AS (
         SELECT DISTINCT split_part(x, '.', 2)::bigint AS pos, split_part(x, '.', 3)::smallint AS lane,
                         split_part(x, '.', 4)::bigint AS lease_no, split_part(x, '.', 5)::bigint AS token

@@ -100,12 +100,12 @@ BEGIN
         SELECT p_slot, f.due, f.slot, f.txid, f.id FROM fresh f WHERE f.due > p_now
         RETURNING 1
     ), due AS (
-        SELECT x.txid, x.id, x.target, row_number() OVER (ORDER BY x.k, x.txid, x.id) - 1 AS i
-        FROM (SELECT p.txid, p.id, m.target, 0 AS k
+        SELECT x.txid, x.id, x.mslot, x.target, row_number() OVER (ORDER BY x.k, x.txid, x.id) - 1 AS i
+        FROM (SELECT p.txid, p.id, p.mslot, m.target, 0 AS k
               FROM c JOIN pending p ON p.due > c.due_upto AND p.due <= p_now
               JOIN msg m ON m.slot = p.mslot AND m.txid = p.txid AND m.id = p.id
               UNION ALL
-              SELECT f.txid, f.id, f.target, 1 FROM fresh f WHERE f.due IS NULL OR f.due <= p_now) x
+              SELECT f.txid, f.id, f.slot, f.target, 1 FROM fresh f WHERE f.due IS NULL OR f.due <= p_now) x
     ), k AS (
         SELECT count(*) AS n, greatest(1, least(64, ceil(count(*)::numeric / p_lanes)))::bigint AS chunk FROM due
     ), laned AS (
@@ -115,8 +115,9 @@ BEGIN
         SELECT l.*, c.heads[l.lane + 1] + row_number() OVER (PARTITION BY l.lane ORDER BY l.i) AS pos
         FROM laned l CROSS JOIN c
     ), rows AS (
-        INSERT INTO batch (slot, lane, first_pos, last_pos, ids, txids, targets, cut_no)
+        INSERT INTO batch (slot, lane, first_pos, last_pos, ids, txids, mslots, targets, cut_no)
         SELECT p_slot, p.lane, min(p.pos), max(p.pos), array_agg(p.id ORDER BY p.pos), array_agg(p.txid ORDER BY p.pos),
+               array_agg(p.mslot ORDER BY p.pos),
                CASE WHEN bool_or(p.target IS NOT NULL) THEN array_agg(p.target ORDER BY p.pos) END,
                (SELECT c.cut_no + 1 FROM c)
         FROM placed p

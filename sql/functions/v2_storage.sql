@@ -56,6 +56,7 @@ BEGIN
         CREATE TABLE %1$I.batch (
             slot smallint NOT NULL, lane smallint NOT NULL, first_pos bigint NOT NULL,
             last_pos bigint NOT NULL, ids bigint[] NOT NULL, txids xid8[] NOT NULL,
+            mslots smallint[] NOT NULL,   -- the slot each message is stored in
             targets int[], cut_no bigint NOT NULL,
             PRIMARY KEY (lane, last_pos, slot)
         ) PARTITION BY LIST (slot);

@@ -50,18 +50,19 @@ BEGIN
                array_agg(x.pos ORDER BY x.pos) FILTER (WHERE x.k <= p_need) AS pos,
                array_agg(x.id ORDER BY x.pos) FILTER (WHERE x.k <= p_need) AS ids,
                array_agg(x.txid ORDER BY x.pos) FILTER (WHERE x.k <= p_need) AS txids,
+               array_agg(x.mslot ORDER BY x.pos) FILTER (WHERE x.k <= p_need) AS mslots,
                max(x.pos) FILTER (WHERE x.k <= p_need) AS last, max(x.last_pos) AS blast,
                min(x.first_pos) AS bfirst
         FROM (SELECT b.first_pos, least(b.last_pos, p_cursor + p_need + 3) AS last_pos,
-                     b.first_pos + b.vfrom + u.o - 2 AS pos, u.id, u.txid,
+                     b.first_pos + b.vfrom + u.o - 2 AS pos, u.id, u.txid, u.mslot,
                      count(u.id) OVER (ORDER BY b.last_pos, u.o ROWS UNBOUNDED PRECEDING) AS k
-              FROM (SELECT bb.first_pos, bb.last_pos, bb.ids, bb.txids, bb.targets,
+              FROM (SELECT bb.first_pos, bb.last_pos, bb.ids, bb.txids, bb.mslots, bb.targets,
                            greatest(p_cursor - bb.first_pos + 2, 1)::int AS vfrom,
                            (least(bb.last_pos, p_cursor + p_need + 3) - bb.first_pos + 1)::int AS vto
                     FROM batch__s bb WHERE bb.lane = p_lane AND bb.last_pos > p_cursor
                     ORDER BY bb.last_pos LIMIT least(p_need, 4)) b
-              LEFT JOIN LATERAL (SELECT u.* FROM unnest(b.ids[b.vfrom:b.vto], b.txids[b.vfrom:b.vto],
-                                                        b.targets[b.vfrom:b.vto]) WITH ORDINALITY AS u(id, txid, tg, o)
+              LEFT JOIN LATERAL (SELECT u.* FROM unnest(b.ids[b.vfrom:b.vto], b.txids[b.vfrom:b.vto], b.mslots[b.vfrom:b.vto],
+                                                        b.targets[b.vfrom:b.vto]) WITH ORDINALITY AS u(id, txid, mslot, tg, o)
                                  WHERE u.tg IS NULL OR u.tg = p_group) u ON true
               WHERE b.vfrom <= b.vto) x
     ), ins AS (
@@ -80,8 +81,8 @@ BEGIN
     )
     SELECT m.id, m.body, m.headers, NULL::text, 0, m.attempt, m.sent_at,
            p_slot || '.' || u.pos || '.' || p_lane || '.' || ins.lease_no || '.' || ins.token, ins.expires_at, u.pos
-    FROM ins CROSS JOIN t CROSS JOIN LATERAL unnest(t.pos, t.ids, t.txids) WITH ORDINALITY AS u(pos, id, txid, o)
-    JOIN msg m ON m.txid = u.txid AND m.id = u.id
+    FROM ins CROSS JOIN t CROSS JOIN LATERAL unnest(t.pos, t.ids, t.txids, t.mslots) WITH ORDINALITY AS u(pos, id, txid, mslot, o)
+    JOIN msg m ON m.slot = u.mslot AND m.txid = u.txid AND m.id = u.id   -- (one partition looked at a row)
     ORDER BY u.o;
 END
 $$;
