@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // Helpers of the engine v2 tests (v2_*_test.go): black-box, through the
@@ -265,4 +266,19 @@ func v2forge(receipt string, i int, v string) string {
 	parts := strings.Split(receipt, ".")
 	parts[i] = v
 	return strings.Join(parts, ".")
+}
+
+// v2widen replaces the bundle's pool by one of up to n connections on the
+// same database (the default pool has max(4, CPUs) connections: too few for
+// tests that hold several transactions open at once).
+func (b *bundle) v2widen(n int32) {
+	b.t.Helper()
+	cfg := b.pool.Config()
+	cfg.MaxConns = n
+	pool, err := pgxpool.NewWithConfig(b.ctx, cfg)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	b.t.Cleanup(pool.Close)
+	b.pool = pool
 }
