@@ -101,7 +101,7 @@ const reclaimRotation = "10 seconds"
 
 type sluiceSystem struct {
 	ackWithReceive bool
-	// asyncAck acks with durable => false (as the Go library's Ack does):
+	// asyncAck acks with durable => false (as Client.AckAsyncCommit does):
 	// the ack's transaction commits without waiting for the disk.
 	asyncAck  bool
 	pending   sync.Map      // *pgxpool.Conn -> []string, receipts the next receive acks

@@ -99,7 +99,7 @@ func TestQueueAndGroupCommands(t *testing.T) {
 	contains(t, "group drop --if-exists", b.ok("group", "drop", "orders", "billing", "--if-exists"), "no group billing")
 
 	b.ok("send", "orders", `{"n": 1}`)
-	contains(t, "purge", b.ok("queue", "purge", "orders"), "purged 1 messages")
+	contains(t, "purge", b.ok("queue", "purge", "orders"), "purged 1 message from")
 	contains(t, "drop", b.ok("queue", "drop", "orders"), "dropped queue orders")
 	b.fails(1, "sluice queue list", "queue", "drop", "orders")
 	contains(t, "drop --if-exists", b.ok("queue", "drop", "orders", "--if-exists"), "no queue orders")
@@ -119,7 +119,7 @@ func TestSendAndReceiveCommands(t *testing.T) {
 		t.Fatalf("send from stdin: %d %q %q", code, out, errOut)
 	}
 	code, out, errOut = b.sluice("{\"id\": 5}\n", "send", "orders", "--dedup-key", "d-5")
-	if code != 0 || !strings.Contains(out, "sent 1 messages") {
+	if code != 0 || !strings.Contains(out, "sent 1 message to") {
 		t.Fatalf("send from stdin with a dedup key: %d %q %q", code, out, errOut)
 	}
 
@@ -220,7 +220,7 @@ func TestStatusAndDLQCommands(t *testing.T) {
 	contains(t, "dlq list", b.ok("dlq", "list", "jobs"), "ID", "it exploded", `{"job": "poison"}`)
 	contains(t, "dlq list --json", b.ok("dlq", "list", "jobs", "--json", "--group", "default"), `"error":"it exploded\nstack..."`, `"attempts":1`)
 	b.fails(2, "not a positive integer", "dlq", "redrive", "jobs", "x")
-	contains(t, "redrive", b.ok("dlq", "redrive", "jobs", "--group", "default"), "redrove 1 dead letters")
+	contains(t, "redrive", b.ok("dlq", "redrive", "jobs", "--group", "default"), "redrove 1 dead letter of")
 	contains(t, "dlq list after redrive", b.ok("dlq", "list", "jobs"), "no dead letters")
 
 	var out bytes.Buffer
@@ -277,10 +277,14 @@ func TestSubcommandHelp(t *testing.T) {
 	}
 }
 
-// TestDemo runs a short demo on a harness database.
+// TestDemo runs a short demo on a harness database that holds a user's
+// queue named orders (the name the README's tours use): the demo works on a
+// queue of its own, drops only that one, and refuses a --queue that exists.
 func TestDemo(t *testing.T) {
 	t.Parallel()
 	b := setupCmd(t)
+	b.ok("queue", "create", "orders")
+	b.ok("send", "orders", `{"mine": true}`)
 	code, out, errOut := b.sluice("", "demo", "--duration", "5s", "--rate", "200")
 	if code != 0 {
 		t.Fatalf("demo: status %d\n%s%s", code, out, errOut)
@@ -292,8 +296,30 @@ func TestDemo(t *testing.T) {
 			t.Errorf("demo printed a line of %d characters, more than 120: %q", len(line), line)
 		}
 	}
-	// On a named server an existing demo queue is left alone without --reset.
-	b.fails(1, "--reset", "demo", "--duration", "1s")
+	userQueueIntact := func(when string) {
+		t.Helper()
+		qs, err := b.client.ListQueues(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(qs) != 1 || qs[0].Name != "orders" {
+			t.Errorf("%s: queues %+v, want the user's orders alone", when, qs)
+		}
+		st, err := b.client.Status(context.Background(), "orders")
+		if err != nil || len(st) != 1 || st[0].Ready != 1 {
+			t.Errorf("%s: the user's queue orders lost its message: %+v, %v", when, st, err)
+		}
+	}
+	userQueueIntact("after the demo")
+	// A --queue that exists is not the demo's: refused, left alone.
+	b.fails(1, "is not the demo's", "demo", "--duration", "1s", "--queue", "orders")
+	userQueueIntact("after demo --queue orders")
+	// --keep leaves the demo's own queue.
+	out = b.ok("demo", "--duration", "1s", "--rate", "50", "--queue", "demo_kept", "--keep")
+	contains(t, "demo --keep", out, "kept queue demo_kept")
+	if _, err := b.client.Status(context.Background(), "demo_kept"); err != nil {
+		t.Errorf("demo --keep: %v", err)
+	}
 }
 
 // TestDemoCountsWaitingOrders reads the status of a demo queue where a

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -25,6 +26,11 @@ type Problem struct {
 	Instance string `json:"instance,omitempty"`
 	Code     string `json:"code,omitempty"`
 	Field    string `json:"field,omitempty"`
+	// RequestID is the request's X-Request-Id, to find its log lines.
+	RequestID string `json:"request_id,omitempty"`
+
+	// cause is the error the problem was made from, for the log.
+	cause error
 }
 
 func (p *Problem) Error() string { return p.Detail }
@@ -130,16 +136,34 @@ func schemaMissingProblem(detail, code string) *Problem {
 		Status: http.StatusServiceUnavailable, Detail: detail + " (start the server with --migrate)", Code: code}
 }
 
+// restateHint rewrites a problem whose detail is an engine error with a
+// hint that names SQL functions ("Create it with sluice.create_queue()")
+// into the API's words (sqlstate.Hint).
+func restateHint(p *Problem) {
+	var se *sluice.Error
+	if p.cause == nil || !errors.As(p.cause, &se) || se.Hint == "" || p.Detail != se.Error() {
+		return
+	}
+	p.Detail = se.Message
+	if h := sqlstate.Hint(se.Hint, sqlstate.HTTP); h != "" {
+		p.Detail += " (" + strings.TrimSuffix(h, ".") + ")"
+	}
+}
+
 func isConnectError(err error) bool {
 	var ce *pgconn.ConnectError
 	return errors.As(err, &ce)
 }
 
-// writeProblem writes p as application/problem+json.
+// writeProblem writes p as application/problem+json, with the request's
+// id; a 5xx is logged with its cause (logProblem).
 func writeProblem(w http.ResponseWriter, r *http.Request, p *Problem) {
 	if p.Instance == "" {
 		p.Instance = r.URL.Path
 	}
+	p.RequestID = requestID(r.Context())
+	restateHint(p)
+	logProblem(r, p)
 	if p.Status == http.StatusTooManyRequests || p.Status == http.StatusServiceUnavailable {
 		w.Header().Set("Retry-After", "1")
 	}

@@ -64,7 +64,7 @@ func (s *Server) buildMux() http.Handler {
 		mux.Handle(rt.method+" "+rt.path, s.wrap(rt))
 	}
 	s.registerDashboard(mux)
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return s.withRequestLog(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h, pattern := mux.Handler(r)
 		if pattern != "" {
 			mux.ServeHTTP(w, r) // sets the path values
@@ -80,7 +80,7 @@ func (s *Server) buildMux() http.Handler {
 			return
 		}
 		writeProblem(w, r, problemf(http.StatusNotFound, "not_found", "no endpoint %s %s (see /v1/openapi.json)", r.Method, r.URL.Path))
-	})
+	}))
 }
 
 // headerOnly is a ResponseWriter that keeps the headers and drops the rest.
@@ -97,7 +97,9 @@ func (s *Server) wrap(rt route) http.Handler {
 		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
 		defer func() { s.metrics.observe(name, sw.status, time.Since(start)) }()
 		if err := s.serve(rt, sw, r); err != nil {
-			writeProblem(sw, r, toProblem(err))
+			p := toProblem(err)
+			p.cause = err
+			writeProblem(sw, r, p)
 		}
 	})
 }

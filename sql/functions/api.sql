@@ -86,6 +86,9 @@ DECLARE
     q sluice.queue;
     g sluice.consumer_group;
     v_lease interval;
+    v_epoch bigint;
+    v_slot smallint;
+    v_started timestamptz;
 BEGIN
     IF max_messages IS NULL OR max_messages < 1 OR max_messages > 10000 THEN
         RAISE EXCEPTION USING ERRCODE = 'SL006',
@@ -122,7 +125,22 @@ BEGIN
     -- The queue's copy, called statically through its path (_queue_path).
     PERFORM set_config('search_path', sluice._queue_path(q.id), true);
     IF q.engine = 2 THEN
-        RETURN QUERY SELECT * FROM e2_receive(q, g, max_messages, v_lease, receive.consumer, receive.ack);
+        -- the copy of the current epoch's slot (its statements name the slot's tables)
+        SELECT e.epoch, e.slot, e.started_at INTO v_epoch, v_slot, v_started
+        FROM sluice.epoch e WHERE e.queue_id = q.id ORDER BY e.epoch DESC LIMIT 1;
+        IF v_slot = 0 THEN
+            RETURN QUERY SELECT * FROM e2_receive_0(q, g, max_messages, v_lease, receive.consumer, receive.ack,
+                                                    v_epoch, v_started, v_slot);
+        ELSIF v_slot = 1 THEN
+            RETURN QUERY SELECT * FROM e2_receive_1(q, g, max_messages, v_lease, receive.consumer, receive.ack,
+                                                    v_epoch, v_started, v_slot);
+        ELSIF v_slot = 2 THEN
+            RETURN QUERY SELECT * FROM e2_receive_2(q, g, max_messages, v_lease, receive.consumer, receive.ack,
+                                                    v_epoch, v_started, v_slot);
+        ELSE
+            RETURN QUERY SELECT * FROM e2_receive_3(q, g, max_messages, v_lease, receive.consumer, receive.ack,
+                                                    v_epoch, v_started, v_slot);
+        END IF;
         RETURN;
     END IF;
     RETURN QUERY SELECT * FROM e_receive(q, g, max_messages, v_lease, receive.consumer, receive.ack);

@@ -188,6 +188,10 @@ $$;
 -- if that can be done at once; otherwise it is emptied now and dropped later
 -- (by maintain, create_queue or drop_queue).
 --
+-- It raises no NOTICE (client_min_messages is warning while it runs): the
+-- DROP SCHEMA ... CASCADE of the queue's storage would list each of its ~90
+-- objects, none of them the caller's.
+--
 -- Parameters:
 --   queue  name
 -- Returns: true if the queue existed, false if there was no such queue
@@ -196,6 +200,7 @@ CREATE OR REPLACE FUNCTION sluice.drop_queue(queue text)
 RETURNS boolean
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
+SET client_min_messages = warning
 AS $$
 DECLARE
     q sluice.queue;

@@ -120,7 +120,7 @@ BEGIN
                CASE WHEN bool_or(p.target IS NOT NULL) THEN array_agg(p.target ORDER BY p.pos) END,
                (SELECT c.cut_no + 1 FROM c)
         FROM placed p
-        GROUP BY p.lane, (p.pos - 1) / 1024
+        GROUP BY p.lane, (p.pos - 1) / 64
         RETURNING lane, last_pos
     ), cutrow AS (
         INSERT INTO cut (slot, cut_no, snap, snap_xmax, snap_xip, heads, rr, due_upto, at, epoch)

@@ -1,112 +1,140 @@
 -- Group: engine v2 - receive and a group's start (templates, schema sluice_tmpl2)
 
--- e2_receive: sluice.receive of a queue of engine 2. Numbers what is
--- committed if anything is (e2_unnumbered, e2_cut), then takes from the
--- first free lane with work: the hot path of the current slot
--- (e2_take_<slot>), or the slow path for a lane it declines (e2_slow);
--- while it has fewer than max_messages, the next free lane with work,
--- three lanes at most.
+-- e2_receive__s: sluice.receive of a queue of engine 2 whose current slot
+-- is this copy's. Takes from the first free lane with work (e2_take__s, or
+-- the slow path e2_slow for a lane the hot path does not serve); while it
+-- has fewer than max_messages, from the next free lane with work. When no
+-- free lane has work, it numbers what is committed and not numbered yet, if
+-- anything is and no other receive is at it (e2_unnumbered, e2_cut), and
+-- looks again. So a backlog already numbered is taken without probing for
+-- new messages: these come after it in every lane anyway. Six looks at most.
+-- Rotation and reclaim (e_maintain) run here too when the current epoch is
+-- older than rotate_interval, at most once a second per session, if no other
+-- call is at them.
 --
--- Parameters: as sluice.receive (q and g looked up, lease resolved)
+-- Parameters: as sluice.receive (q and g looked up, lease resolved), and
+--   p_epoch, p_started  the current epoch and when it started
+--   p_slot              its slot (this copy's)
 -- Returns: the messages leased, as sluice.receive
--- Rotation and reclaim (e_maintain) run here too, when the current epoch
--- is older than rotate_interval, at most once a second per session, if no
--- other call is at them.
---
--- Calls: e2_ack, e_maintain, e2_unnumbered, e2_cut, e2_lane_<slot>,
---   e2_take_<slot>, e2_slow
-CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_receive(q sluice.queue, g sluice.consumer_group, max_messages int,
-                                                  p_lease interval, p_consumer text, p_ack text[])
+-- Calls: e2_ack, e_maintain, e2_unnumbered, e2_cut, e2_take__s, e2_slow
+CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_receive__s(q sluice.queue, g sluice.consumer_group, max_messages int,
+                                                     p_lease interval, p_consumer text, p_ack text[],
+                                                     p_epoch bigint, p_started timestamptz, p_slot smallint)
 RETURNS SETOF sluice.message
 LANGUAGE plpgsql
 AS $$
 DECLARE
     v_now constant timestamptz := clock_timestamp();
-    v_epoch bigint;
-    v_slot smallint;
-    v_started timestamptz;
     v_maint_note constant text := 'sluice.maint_' || q.id;
     v_start int := floor(random() * q.lanes)::int;
-    t record;
-    r record;
-    v_lane smallint[] := '{}';
-    v_no bigint[] := '{}';
-    v_token bigint[] := '{}';
-    v_exp timestamptz[] := '{}';
-    v_pos bigint[] := '{}';
-    v_ids bigint[] := '{}';
-    v_txids xid8[] := '{}';
-    v_atts int[] := '{}';
-    v_try int;
-    v_lane1 smallint;
     v_need int := max_messages;
+    v_cut boolean := false;
+    v_n int;
+    v_try int;
+    s record;
+    v_ex_t timestamptz;     -- the lane's first ended lease past its scan point (e2_expired__s)
+    v_ex_no bigint;
+    v_settled boolean;
+    v_next timestamptz;
 BEGIN
     IF p_ack IS NOT NULL THEN
         PERFORM e2_ack(g.id, p_ack);
     END IF;
-    SELECT e.epoch, e.slot, e.started_at INTO v_epoch, v_slot, v_started
-    FROM sluice.epoch e WHERE e.queue_id = q.id ORDER BY e.epoch DESC LIMIT 1;
-    IF v_now >= v_started + q.rotate_interval
+    IF v_now >= p_started + q.rotate_interval
        AND coalesce(current_setting(v_maint_note, true), '') < to_char(v_now - interval '1 second', 'YYYYMMDDHH24MISSUS')
        AND pg_try_advisory_xact_lock(sluice._lock_ns('maint'), q.id) THEN
-        -- rotation or reclaim due: this session tries at most once a second
         PERFORM set_config(v_maint_note, to_char(v_now, 'YYYYMMDDHH24MISSUS'), false);
         PERFORM e_maintain(q.id);
-        SELECT e.epoch, e.slot INTO v_epoch, v_slot
-        FROM sluice.epoch e WHERE e.queue_id = q.id ORDER BY e.epoch DESC LIMIT 1;
     END IF;
-    IF e2_unnumbered(v_now) THEN
-        PERFORM e2_cut(q.id, q.lanes, v_slot, v_epoch);
-    END IF;
-    FOR v_try IN 1..3 LOOP
-        -- (a copy per slot: each statement names only the slot's leaves)
-        IF v_slot = 0 THEN
-            v_lane1 := e2_lane_0(g.id, q.lanes, v_start, v_now);
-            EXIT WHEN v_lane1 IS NULL;
-            SELECT * INTO t FROM e2_take_0(q.id, g.id, v_lane1, v_need, p_lease, p_consumer, v_now, v_slot);
-        ELSIF v_slot = 1 THEN
-            v_lane1 := e2_lane_1(g.id, q.lanes, v_start, v_now);
-            EXIT WHEN v_lane1 IS NULL;
-            SELECT * INTO t FROM e2_take_1(q.id, g.id, v_lane1, v_need, p_lease, p_consumer, v_now, v_slot);
-        ELSIF v_slot = 2 THEN
-            v_lane1 := e2_lane_2(g.id, q.lanes, v_start, v_now);
-            EXIT WHEN v_lane1 IS NULL;
-            SELECT * INTO t FROM e2_take_2(q.id, g.id, v_lane1, v_need, p_lease, p_consumer, v_now, v_slot);
-        ELSE
-            v_lane1 := e2_lane_3(g.id, q.lanes, v_start, v_now);
-            EXIT WHEN v_lane1 IS NULL;
-            SELECT * INTO t FROM e2_take_3(q.id, g.id, v_lane1, v_need, p_lease, p_consumer, v_now, v_slot);
+    FOR v_try IN 1..6 LOOP
+        -- the first lane in turn with work (or with no state here: the slow
+        -- path looks) whose lock is free, and its state (read before the
+        -- lock: it may be stale, see e2_take__s)
+        SELECT l.lane, h.heads[l.lane + 1] AS head, st.kind, st.lease_no, st.cursor, st.scan_t, st.scan_no,
+               st.old_due, st.next_exp
+        INTO s
+        FROM (SELECT c.heads FROM cut__s c ORDER BY c.cut_no DESC LIMIT 1) h
+        CROSS JOIN generate_series(0, q.lanes - 1) o
+        CROSS JOIN LATERAL (SELECT ((o + v_start) % q.lanes)::smallint AS lane) l
+        LEFT JOIN LATERAL (SELECT x.kind, x.lease_no, x.cursor, x.scan_t, x.scan_no, x.old_due, x.next_exp
+                           FROM lease__s x WHERE x.group_id = g.id AND x.lane = l.lane
+                           ORDER BY x.lease_no DESC LIMIT 1) st ON true
+        WHERE CASE WHEN st.lease_no IS NULL OR st.kind = 'f' OR h.heads[l.lane + 1] > st.cursor
+                        OR st.old_due <= v_now OR st.next_exp <= v_now
+                   THEN pg_try_advisory_xact_lock(sluice._lane_lock(g.id, l.lane)) ELSE false END
+        LIMIT 1;
+        IF NOT FOUND THEN
+            -- no free lane with work: number what is committed, if anything
+            -- is and no other receive is at it, and look again (once)
+            EXIT WHEN v_cut OR v_need < max_messages OR NOT e2_unnumbered(v_now)
+                      OR coalesce(e2_cut(q.id, q.lanes, p_slot, p_epoch), 0) = 0;
+            v_cut := true;
+            CONTINUE;
         END IF;
-        IF NOT t.declined THEN
-            IF cardinality(t.pos) > 0 THEN
-                v_lane := v_lane || array_fill(v_lane1, ARRAY[cardinality(t.pos)]);
-                v_no := v_no || array_fill(t.lease_no, ARRAY[cardinality(t.pos)]);
-                v_token := v_token || array_fill(t.token, ARRAY[cardinality(t.pos)]);
-                v_exp := v_exp || array_fill(t.expires_at, ARRAY[cardinality(t.pos)]);
-                v_pos := v_pos || t.pos; v_ids := v_ids || t.ids; v_txids := v_txids || t.txids;
-                v_atts := v_atts || array_fill(NULL::int, ARRAY[cardinality(t.pos)]);
+        v_start := s.lane + 1;
+        v_ex_t := NULL; v_ex_no := NULL; v_settled := NULL; v_next := s.next_exp;
+        IF s.kind IN ('r', 'c') AND s.old_due > v_now AND s.next_exp <= v_now THEN
+            SELECT * INTO v_ex_t, v_ex_no, v_settled, v_next FROM e2_expired__s(g.id, s.lane, s.scan_t, s.scan_no, v_now);
+        END IF;
+        IF s.lease_no IS NULL OR s.kind NOT IN ('r', 'c') OR s.old_due <= v_now OR v_settled IS FALSE THEN
+            RETURN QUERY SELECT * FROM e2_slow(q, g, s.lane, v_need, p_lease, p_consumer, v_now, p_slot);
+            GET DIAGNOSTICS v_n = ROW_COUNT;
+        ELSE
+            RETURN QUERY SELECT * FROM e2_take__s(g.id, s.lane, s.lease_no, s.cursor, coalesce(v_ex_t, s.scan_t),
+                                                  coalesce(v_ex_no, s.scan_no), s.old_due, v_next,
+                                                  v_settled IS TRUE OR v_next IS DISTINCT FROM s.next_exp,
+                                                  v_need, p_lease, p_consumer, v_now, p_slot);
+            GET DIAGNOSTICS v_n = ROW_COUNT;
+            IF v_n = 0 AND s.head > s.cursor THEN
+                -- the next positions are in another slot's batches (or the
+                -- state read was stale): the slow path reads them
+                RETURN QUERY SELECT * FROM e2_slow(q, g, s.lane, v_need, p_lease, p_consumer, v_now, p_slot);
+                GET DIAGNOSTICS v_n = ROW_COUNT;
             END IF;
-        ELSE
-            FOR r IN SELECT * FROM e2_slow(q, g, v_lane1, v_need, p_lease, p_consumer, v_now, v_slot) LOOP
-                v_lane := v_lane || array_fill(r.lane, ARRAY[cardinality(r.pos)]);
-                v_no := v_no || array_fill(r.lease_no, ARRAY[cardinality(r.pos)]);
-                v_token := v_token || array_fill(r.token, ARRAY[cardinality(r.pos)]);
-                v_exp := v_exp || array_fill(r.expires_at, ARRAY[cardinality(r.pos)]);
-                v_pos := v_pos || r.pos; v_ids := v_ids || r.ids; v_txids := v_txids || r.txids;
-                v_atts := v_atts || coalesce(r.atts, array_fill(NULL::int, ARRAY[cardinality(r.pos)]));
-            END LOOP;
         END IF;
-        v_need := max_messages - cardinality(v_pos);
+        v_need := v_need - v_n;
         EXIT WHEN v_need = 0;
-        v_start := v_lane1 + 1;
     END LOOP;
-    RETURN QUERY
-    SELECT m.id, m.body, m.headers, NULL::text, 0, coalesce(x.att, m.attempt), m.sent_at,
-           v_slot || '.' || x.pos || '.' || x.lane || '.' || x.lease_no || '.' || x.token, x.exp, x.pos
-    FROM unnest(v_lane, v_no, v_token, v_exp, v_pos, v_ids, v_txids, v_atts)
-         WITH ORDINALITY AS x(lane, lease_no, token, exp, pos, id, txid, att, o)
-    JOIN msg m ON m.txid = x.txid AND m.id = x.id
-    ORDER BY x.o;
+END
+$$;
+
+-- e2_expired__s: a lane's first lease in this slot past its scan point that
+-- has ended, and whether it is settled (acked whole, or every position
+-- completed, and not extended): the hot path passes a settled one, the slow
+-- path handles the rest. Also when the next lease past it (or past the scan
+-- point, when none has ended) ends: the lane's new next_exp.
+--
+-- Parameters:
+--   p_group, p_lane    group and lane
+--   p_scan_t, p_scan_no  the lane's scan point
+--   p_now              now
+-- Returns: expires_at, lease_no (NULL: none has ended), settled, next_exp
+CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_expired__s(p_group int, p_lane smallint, p_scan_t timestamptz,
+                                                     p_scan_no bigint, p_now timestamptz,
+                                                     OUT expires_at timestamptz, OUT lease_no bigint,
+                                                     OUT settled boolean, OUT next_exp timestamptz)
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    SELECT x.expires_at, x.lease_no,
+           x.kind = 'r' AND (EXISTS (SELECT 1 FROM ack__s a WHERE a.group_id = p_group AND a.lane = p_lane
+                                                           AND a.lease_no = x.lease_no AND a.pos = 0)
+                             OR (SELECT count(*) FROM ack__s a WHERE a.group_id = p_group AND a.lane = p_lane
+                                                                 AND a.lease_no = x.lease_no) = x.n)
+           AND NOT EXISTS (SELECT 1 FROM ext__s t WHERE t.group_id = p_group AND t.lane = p_lane
+                                                    AND t.lease_no = x.lease_no AND t.expires_at > p_now),
+           coalesce((SELECT y.expires_at FROM lease__s y
+                     WHERE y.group_id = p_group AND y.lane = p_lane AND y.expires_at > '-infinity'
+                       AND y.expires_at >= coalesce(x.expires_at, p_scan_t)
+                       AND (y.expires_at, y.lease_no) > (coalesce(x.expires_at, p_scan_t), coalesce(x.lease_no, p_scan_no))
+                     ORDER BY y.expires_at, y.lease_no LIMIT 1), 'infinity')
+    INTO expires_at, lease_no, settled, next_exp
+    FROM (SELECT 1) one
+    LEFT JOIN LATERAL (SELECT x.* FROM lease__s x
+                       WHERE x.group_id = p_group AND x.lane = p_lane AND x.expires_at > '-infinity'
+                         AND x.expires_at >= p_scan_t AND x.expires_at <= p_now
+                         AND (x.expires_at, x.lease_no) > (p_scan_t, p_scan_no)
+                       ORDER BY x.expires_at, x.lease_no LIMIT 1) x ON true;
 END
 $$;
 

@@ -17,52 +17,58 @@
 --   p_consumer  consumer name
 --   p_now       the receive's time
 --   p_slot      the current slot
--- Returns: one row per lease written that delivers something: lane,
---   lease_no, token, expires_at, positions, message ids and txids, and the
---   attempts (NULL: the messages' own)
+-- Returns: the messages delivered (as sluice.receive), and possibly the
+--   sentinel rows of e2_take (id NULL) for the caller to skip
 -- Calls: e2_old_due, e2_expire, e2_take
 CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_slow(q sluice.queue, g sluice.consumer_group, p_lane smallint,
                                                p_need int, p_lease interval, p_consumer text,
                                                p_now timestamptz, p_slot smallint)
-RETURNS TABLE (lane smallint, lease_no bigint, token bigint, expires_at timestamptz,
-               pos bigint[], ids bigint[], txids xid8[], atts int[])
+RETURNS SETOF sluice.message
 LANGUAGE plpgsql
 AS $$
 DECLARE
     st record;
     r record;
-    t record;
+    v_no bigint;
+    n int;
 BEGIN
     -- the lane's state: its newest lease row, of any slot (every lane of a
     -- group has one from the group's creation)
     SELECT s.* INTO STRICT st FROM lease s WHERE s.group_id = g.id AND s.lane = p_lane
     ORDER BY s.lease_no DESC LIMIT 1;
+    v_no := st.lease_no;
+    IF st.slot <> p_slot THEN
+        -- moving the lane: a fence in its old slot first, so that a receive
+        -- there with a stale state writes nothing (e2_take)
+        v_no := v_no + 1;
+        INSERT INTO lease (slot, group_id, lane, lease_no, kind, first_pos, last_pos, n, token, expires_at,
+                           delivered_at, cursor, scan_t, scan_no, old_due)
+        VALUES (st.slot, g.id, p_lane, v_no, 'f', 1, 0, 0, 0, '-infinity', p_now, st.cursor,
+                st.scan_t, st.scan_no, 'infinity');
+    END IF;
     -- the next expired lease past the scan point, of any slot
     SELECT e.* INTO r FROM lease e
     WHERE e.group_id = g.id AND e.lane = p_lane AND e.expires_at >= st.scan_t AND e.expires_at > '-infinity'
       AND e.expires_at <= p_now AND (e.expires_at, e.lease_no) > (st.scan_t, st.scan_no)
     ORDER BY e.expires_at, e.lease_no LIMIT 1;
     IF FOUND THEN
-        FOR t IN SELECT * FROM e2_expire(q, g, p_lane, st.lease_no, st.cursor, r.lease_no, p_need, p_lease, p_consumer, p_now, p_slot) LOOP
-            lane := p_lane; lease_no := t.lease_no; token := t.token; expires_at := t.expires_at;
-            pos := t.pos; ids := t.ids; txids := t.txids; atts := t.atts;
-            p_need := p_need - cardinality(t.pos);
-            RETURN NEXT;
-        END LOOP;
+        RETURN QUERY SELECT * FROM e2_expire(q, g, p_lane, v_no, st.cursor, r.lease_no, p_need, p_lease, p_consumer,
+                                             p_now, p_slot);
+        GET DIAGNOSTICS n = ROW_COUNT;
+        p_need := p_need - n;
     ELSIF st.slot <> p_slot OR st.old_due <= p_now THEN
         -- carry the state into the current slot, with what older slots hold
         INSERT INTO lease (slot, group_id, lane, lease_no, kind, first_pos, last_pos, n, token, expires_at,
                            delivered_at, cursor, scan_t, scan_no, old_due)
-        VALUES (p_slot, g.id, p_lane, st.lease_no + 1, 'c', 1, 0, 0, 0, '-infinity', p_now, st.cursor,
+        VALUES (p_slot, g.id, p_lane, v_no + 1, 'c', 1, 0, 0, 0, '-infinity', p_now, st.cursor,
                 st.scan_t, st.scan_no, e2_old_due(g.id, p_lane, p_slot, st.scan_t, st.scan_no));
     END IF;
     IF p_need > 0 THEN
-        SELECT * INTO t FROM e2_take(q.id, g.id, p_lane, p_need, p_lease, p_consumer, p_now, p_slot);
-        IF t.lease_no IS NOT NULL AND cardinality(t.pos) > 0 THEN
-            lane := p_lane; lease_no := t.lease_no; token := t.token; expires_at := t.expires_at;
-            pos := t.pos; ids := t.ids; txids := t.txids; atts := NULL;
-            RETURN NEXT;
-        END IF;
+        -- new positions, through the parents, from the state just written
+        SELECT s.* INTO STRICT st FROM lease s WHERE s.group_id = g.id AND s.lane = p_lane
+        ORDER BY s.lease_no DESC LIMIT 1;
+        RETURN QUERY SELECT * FROM e2_take(g.id, p_lane, st.lease_no, st.cursor, st.scan_t, st.scan_no, st.old_due,
+                                           '-infinity', false, p_need, p_lease, p_consumer, p_now, p_slot);
     END IF;
 END
 $$;
@@ -104,19 +110,19 @@ $$;
 --   p_cursor    the lane's cursor
 --   p_e_no      the expired lease's lease_no
 --   p_need, p_lease, p_consumer, p_now, p_slot: as e2_slow
--- Returns: the lease that delivers again, if any (as e2_slow)
+-- Returns: the messages delivered again (as sluice.receive)
 -- Tables: lease (deferral, parked, delivery or carry row: the last is the
 --   lane's new state), ack and sluice.dead_letter (dead letters)
 CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_expire(q sluice.queue, g sluice.consumer_group, p_lane smallint,
                                                  p_st_no bigint, p_cursor bigint, p_e_no bigint, p_need int,
                                                  p_lease interval, p_consumer text, p_now timestamptz,
                                                  p_slot smallint)
-RETURNS TABLE (lease_no bigint, token bigint, expires_at timestamptz,
-               pos bigint[], ids bigint[], txids xid8[], atts int[])
+RETURNS SETOF sluice.message
 LANGUAGE plpgsql
 AS $$
 DECLARE
     e record;
+    l record;
     r record;
     v_end timestamptz;
     v_no bigint := p_st_no;
@@ -153,17 +159,19 @@ BEGIN
         v_token := 1 + (random() * 4503599627370495)::bigint;
         v_exp := p_now + p_lease;
     END IF;
-    INSERT INTO lease AS l (slot, group_id, lane, lease_no, kind, first_pos, last_pos, n, redo_pos, redo_att,
+    INSERT INTO lease AS x (slot, group_id, lane, lease_no, kind, first_pos, last_pos, n, redo_pos, redo_att,
                             redo_ids, redo_txids, token, expires_at, delivered_at, cursor, scan_t, scan_no,
                             old_due, consumer)
     VALUES (p_slot, g.id, p_lane, v_no + 1, v_kind, 1, 0, coalesce(cardinality(u.pos), 0), u.pos,
             (SELECT array_agg(a + 1) FROM unnest(u.att) a), u.ids, u.txids, v_token, v_exp, p_now, p_cursor,
             e.expires_at, e.lease_no, e2_old_due(g.id, p_lane, p_slot, e.expires_at, e.lease_no), p_consumer)
-    RETURNING l.lease_no, l.token, l.expires_at, l.redo_pos, l.redo_ids, l.redo_txids, l.redo_att
-    INTO lease_no, token, expires_at, pos, ids, txids, atts;
-    IF cardinality(pos) > 0 THEN
-        RETURN NEXT;
-    END IF;
+    RETURNING * INTO l;
+    RETURN QUERY
+    SELECT m.id, m.body, m.headers, NULL::text, 0, w.att, m.sent_at,
+           p_slot || '.' || w.pos || '.' || p_lane || '.' || l.lease_no || '.' || l.token, l.expires_at, w.pos
+    FROM unnest(l.redo_pos, l.redo_ids, l.redo_txids, l.redo_att) WITH ORDINALITY AS w(pos, id, txid, att, o)
+    JOIN msg m ON m.txid = w.txid AND m.id = w.id
+    ORDER BY w.o;
 END
 $$;
 

@@ -70,6 +70,7 @@ BEGIN
             token bigint NOT NULL, expires_at timestamptz NOT NULL, delivered_at timestamptz NOT NULL,
             cursor bigint NOT NULL, scan_t timestamptz NOT NULL, scan_no bigint NOT NULL,
             old_due timestamptz NOT NULL, consumer text,
+            next_exp timestamptz NOT NULL DEFAULT '-infinity',   -- no lease of the lane here past the scan point ends before
             PRIMARY KEY (group_id, lane, lease_no, slot)
         ) PARTITION BY LIST (slot);
         CREATE INDEX ON %1$I.lease (group_id, lane, expires_at, lease_no);

@@ -8,7 +8,7 @@ from datetime import timedelta
 import psycopg
 import pytest
 
-import sluice
+import sluicemq as sluice
 from conftest import run
 
 
