@@ -163,12 +163,14 @@ BEGIN
     seq := format('sluice.%I', 'message_id_' || qid);
     EXECUTE format('CREATE SEQUENCE %s AS bigint', seq);
     UPDATE sluice.queue SET id_seq = seq::regclass WHERE id = qid;
-    PERFORM sluice._drop_leftovers();
-    INSERT INTO sluice.epoch (queue_id, epoch, slot, started_at) VALUES (qid, 0, 0, clock_timestamp());
     IF (o->>'engine')::int = 2 THEN
         PERFORM sluice._create_storage_v2(qid);
     ELSE
         PERFORM sluice._create_storage(qid);
+    END IF;
+    PERFORM sluice._drop_leftovers();
+    INSERT INTO sluice.epoch (queue_id, epoch, slot, started_at) VALUES (qid, 0, 0, clock_timestamp());
+    IF (o->>'engine')::int <> 2 THEN
         EXECUTE format('SELECT %I.e_base()', sluice._qschema(qid));
     END IF;
     IF (o->>'default_group')::boolean THEN

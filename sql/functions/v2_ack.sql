@@ -22,21 +22,21 @@ LANGUAGE plpgsql
 AS $$
 DECLARE
     v_now constant timestamptz := clock_timestamp();
-    v_slot smallint;
+    v_slot int;
     v_part text[];
     n int := 0;
 BEGIN
     FOR v_slot, v_part IN
-        SELECT split_part(x, '.', 1)::smallint, array_agg(x) FROM unnest(p_receipts) x GROUP BY 1
+        SELECT split_part(x, '.', 1)::int, array_agg(x) FROM unnest(p_receipts) x GROUP BY 1
     LOOP
         IF v_slot = 0 THEN
-            n := n + e2_ack_0(p_group, v_part, v_now, v_slot);
+            n := n + e2_ack_0(p_group, v_part, v_now, 0::smallint);
         ELSIF v_slot = 1 THEN
-            n := n + e2_ack_1(p_group, v_part, v_now, v_slot);
+            n := n + e2_ack_1(p_group, v_part, v_now, 1::smallint);
         ELSIF v_slot = 2 AND to_regprocedure('e2_ack_2(int, text[], timestamptz, smallint)') IS NOT NULL THEN
-            n := n + e2_ack_2(p_group, v_part, v_now, v_slot);
+            n := n + e2_ack_2(p_group, v_part, v_now, 2::smallint);
         ELSIF v_slot = 3 AND to_regprocedure('e2_ack_3(int, text[], timestamptz, smallint)') IS NOT NULL THEN
-            n := n + e2_ack_3(p_group, v_part, v_now, v_slot);
+            n := n + e2_ack_3(p_group, v_part, v_now, 3::smallint);
         END IF;
     END LOOP;
     RETURN n;
@@ -59,7 +59,7 @@ AS $$
 DECLARE
     n int;
     v_pos bigint;
-    v_lane smallint;
+    v_lane int;
     v_no bigint;
     v_token bigint;
 BEGIN
@@ -67,9 +67,9 @@ BEGIN
         -- One receipt: the position alone, or the whole lease when it is
         -- the lease's only one (pos 0), in one statement.
         v_pos := split_part(p_receipts[1], '.', 2)::bigint;
-        v_lane := split_part(p_receipts[1], '.', 3)::smallint;
+        v_lane := split_part(p_receipts[1], '.', 3)::int;
         v_no := split_part(p_receipts[1], '.', 4)::bigint;
-        v_token := split_part(p_receipts[1], '.', 5)::bigint;
+        v_token := nullif(split_part(p_receipts[1], '.', 5), '')::bigint;
         INSERT INTO ack__s (slot, group_id, lane, lease_no, pos, kind, at)
         SELECT p_slot, p_group, v_lane, v_no, CASE WHEN l.n = 1 THEN 0 ELSE v_pos END, 'a', p_now
         FROM lease__s l
@@ -85,8 +85,8 @@ BEGIN
         RETURN n;
     END IF;
     WITH r AS (
-        SELECT DISTINCT split_part(x, '.', 2)::bigint AS pos, split_part(x, '.', 3)::smallint AS lane,
-                        split_part(x, '.', 4)::bigint AS lease_no, split_part(x, '.', 5)::bigint AS token
+        SELECT DISTINCT split_part(x, '.', 2)::bigint AS pos, split_part(x, '.', 3)::int AS lane,
+                        split_part(x, '.', 4)::bigint AS lease_no, nullif(split_part(x, '.', 5), '')::bigint AS token
         FROM unnest(p_receipts) x
     ), v AS MATERIALIZED (
         SELECT r.pos, r.lane, r.lease_no, l.n
@@ -130,9 +130,9 @@ BEGIN
     RETURN QUERY
     SELECT l.slot, l.lane, l.lease_no, r.pos, coalesce(l.redo_txids[x.i], b.txid), coalesce(l.redo_ids[x.i], b.id),
            coalesce(l.redo_att[x.i], m.attempt)
-    FROM (SELECT split_part(p_receipt, '.', 1)::smallint AS slot, split_part(p_receipt, '.', 2)::bigint AS pos,
-                 split_part(p_receipt, '.', 3)::smallint AS lane, split_part(p_receipt, '.', 4)::bigint AS lease_no,
-                 split_part(p_receipt, '.', 5)::bigint AS token) r
+    FROM (SELECT split_part(p_receipt, '.', 1)::int AS slot, split_part(p_receipt, '.', 2)::bigint AS pos,
+                 split_part(p_receipt, '.', 3)::int AS lane, split_part(p_receipt, '.', 4)::bigint AS lease_no,
+                 nullif(split_part(p_receipt, '.', 5), '')::bigint AS token) r
     JOIN lease l ON l.group_id = p_group AND l.lane = r.lane AND l.lease_no = r.lease_no AND l.slot = r.slot
                 AND l.kind = 'r' AND l.token = r.token
     CROSS JOIN LATERAL (SELECT array_position(l.redo_pos, r.pos) AS i) x
@@ -151,7 +151,8 @@ $$;
 
 -- e2_nack: give a message back (sluice.nack of a queue of engine 2): its
 -- position is completed in its lease (kind n) and a retry copy is sent for
--- the group, due after the delay, with attempt + 1; once the message has had
+-- the group (with an id of its own; receive shows the message's), due after
+-- the delay, with attempt + 1; once the message has had
 -- max_attempts deliveries it becomes a dead letter instead.
 --
 -- Parameters: as sluice.nack (q and g looked up)
@@ -184,12 +185,14 @@ BEGIN
     IF v_dead THEN
         INSERT INTO sluice.dead_letter (queue_id, group_id, message_id, attempts, error, died_at, sent_at, priority,
                                         key, headers, body)
-        VALUES (q.id, g.id, m.id, c.attempt, p_error, v_now, m.sent_at, 0, NULL, m.headers, m.body);
+        VALUES (q.id, g.id, coalesce(m.orig, m.id), c.attempt, p_error, v_now, m.sent_at, 0, NULL, m.headers, m.body);
         RETURN true;
     END IF;
     v_delay := coalesce(p_delay, least(q.backoff_base * power(2, c.attempt - 1), q.backoff_max));
-    INSERT INTO msg (slot, id, txid, attempt, target, due, sent_at, headers, body)
-    SELECT ns.slot, m.id, pg_current_xact_id(), c.attempt + 1, g.id,
+    -- (a new id: two retries of one message in one transaction, for two
+    -- groups, must not share (txid, id))
+    INSERT INTO msg (slot, id, txid, orig, attempt, target, due, sent_at, headers, body)
+    SELECT ns.slot, nextval(q.id_seq), pg_current_xact_id(), coalesce(m.orig, m.id), c.attempt + 1, g.id,
            CASE WHEN v_delay > interval '0' THEN v_now + v_delay END, m.sent_at, m.headers, m.body
     FROM sluice._slot_now(q.id) ns;
     RETURN true;

@@ -53,7 +53,8 @@ $$;
 
 -- e2_rotate: start epoch p_epoch in its slot, under the cut lock (waited
 -- for: a cut is short), with a copy of the newest cut there, which the hot
--- path of the new slot reads the lanes' heads from.
+-- path of the new slot reads the lanes' heads from, and the state of every
+-- lane not held by a receive carried there (e2_carry_idle).
 --
 -- Parameters:
 --   q        the queue
@@ -70,6 +71,9 @@ BEGIN
     INSERT INTO cut (slot, cut_no, snap, snap_xmax, snap_xip, heads, rr, due_upto, at, epoch)
     SELECT v_slot, c.cut_no + 1, c.snap, c.snap_xmax, c.snap_xip, c.heads, c.rr, c.due_upto, clock_timestamp(), p_epoch
     FROM cut c ORDER BY c.cut_no DESC LIMIT 1;
+    -- every lane no receive holds moves now, so that the hot path finds it
+    -- here (one a receive holds moves with its next receive)
+    PERFORM e2_carry_idle(q, ((p_epoch - 1) % q.slots)::smallint, v_slot);
 END
 $$;
 
@@ -90,19 +94,28 @@ AS $$
 DECLARE
     n int;
 BEGIN
-    WITH st AS (
+    WITH st AS MATERIALIZED (
         SELECT s.*
         FROM sluice.consumer_group g CROSS JOIN generate_series(0, q.lanes - 1) l(lane)
         CROSS JOIN LATERAL (SELECT s.* FROM lease s WHERE s.group_id = g.id AND s.lane = l.lane
                             ORDER BY s.lease_no DESC LIMIT 1) s
         WHERE g.queue_id = q.id AND s.slot = p_slot
-    ), ins AS (
+          AND pg_try_advisory_xact_lock(sluice._lane_lock(s.group_id, s.lane))
+    ), fence AS (
+        -- (as e2_slow: a receive there with a stale state writes nothing)
         INSERT INTO lease (slot, group_id, lane, lease_no, kind, first_pos, last_pos, n, token, expires_at,
                            delivered_at, cursor, scan_t, scan_no, old_due)
-        SELECT p_cur, st.group_id, st.lane, st.lease_no + 1, 'c', 1, 0, 0, 0, '-infinity', clock_timestamp(),
-               st.cursor, st.scan_t, st.scan_no, e2_old_due(st.group_id, st.lane, p_cur, st.scan_t, st.scan_no)
+        SELECT st.slot, st.group_id, st.lane, st.lease_no + 1, 'f', 1, 0, 0, 0, '-infinity', clock_timestamp(),
+               st.cursor, st.scan_t, st.scan_no, 'infinity'
         FROM st
-        WHERE pg_try_advisory_xact_lock(sluice._lane_lock(st.group_id, st.lane))
+        RETURNING 1
+    ), ins AS (
+        INSERT INTO lease (slot, group_id, lane, lease_no, kind, first_pos, last_pos, n, token, expires_at,
+                           delivered_at, cursor, scan_t, scan_no, old_due, next_exp)
+        SELECT p_cur, st.group_id, st.lane, st.lease_no + 2, 'c', 1, 0, 0, 0, '-infinity', clock_timestamp(),
+               st.cursor, st.scan_t, st.scan_no, e2_old_due(st.group_id, st.lane, p_cur, st.scan_t, st.scan_no),
+               e2_next_exp(st.group_id, st.lane, p_cur, st.scan_t, st.scan_no)
+        FROM st
         RETURNING 1
     )
     SELECT count(*) INTO n FROM ins;
@@ -112,11 +125,13 @@ $$;
 
 -- e2_reclaimable: whether slot p_slot (of epoch p_epoch, not current) holds
 -- nothing still needed: its retention passed (the next epoch began that
--- long ago); every message in it numbered, none waiting in pending; no
--- lane's state in it; every group's cursor past its batches, with no lease
--- of any slot not yet scanned past whose range reaches into them; every
--- lease in it scanned past by its lane; no lease put off (kind x) not yet
--- scanned past, anywhere. Groups dropped do not count.
+-- long ago); every message in it numbered, none waiting in pending; and, for
+-- every lane of every group: its state not in it, its leases in it all
+-- scanned past (and their extensions ended), no deferred lease (kind x) not
+-- yet scanned past, and every position whose message or batch is in the
+-- slot below the lane's low-water mark (the least of cursor + 1 and the
+-- positions of leases not yet scanned past: below it, everything is
+-- completed). Groups dropped do not count.
 --
 -- Parameters:
 --   q        the queue
@@ -136,8 +151,8 @@ BEGIN
     END IF;
     SELECT * INTO STRICT c FROM cut x ORDER BY x.cut_no DESC LIMIT 1;
     IF EXISTS (SELECT 1 FROM msg m WHERE m.slot = p_slot AND NOT pg_visible_in_snapshot(m.txid, c.snap))
-       OR EXISTS (SELECT 1 FROM msg m WHERE m.slot = p_slot AND m.txid >= c.snap_xmax)
-       OR EXISTS (SELECT 1 FROM pending p WHERE (p.mslot = p_slot OR p.slot = p_slot) AND p.due > c.due_upto) THEN
+       OR EXISTS (SELECT 1 FROM pending p WHERE (p.mslot = p_slot OR p.slot = p_slot) AND p.due > c.due_upto)
+       OR EXISTS (SELECT 1 FROM ext x WHERE x.slot = p_slot AND x.expires_at > clock_timestamp()) THEN
         RETURN false;
     END IF;
     RETURN NOT EXISTS (
@@ -145,14 +160,19 @@ BEGIN
         FROM sluice.consumer_group g CROSS JOIN generate_series(0, q.lanes - 1) l(lane)
         CROSS JOIN LATERAL (SELECT s.* FROM lease s WHERE s.group_id = g.id AND s.lane = l.lane
                             ORDER BY s.lease_no DESC LIMIT 1) s
-        CROSS JOIN LATERAL (SELECT max(b.last_pos) AS last FROM batch b WHERE b.slot = p_slot AND b.lane = l.lane) b
+        CROSS JOIN LATERAL (
+            -- the leases not scanned past: the low-water mark, and whether
+            -- one is deferred or lives in the slot
+            SELECT least(s.cursor + 1, min(CASE WHEN e.last_pos >= e.first_pos THEN e.first_pos END),
+                         min((SELECT min(r) FROM unnest(e.redo_pos) r))) AS lwm,
+                   bool_or(e.kind = 'x' OR e.slot = p_slot) AS holds
+            FROM lease e
+            WHERE e.group_id = g.id AND e.lane = l.lane AND e.expires_at > '-infinity'
+              AND e.expires_at >= s.scan_t AND (e.expires_at, e.lease_no) > (s.scan_t, s.scan_no)) w
+        CROSS JOIN LATERAL (SELECT max(b.last_pos) AS last FROM batch b
+                            WHERE b.lane = l.lane AND (b.slot = p_slot OR p_slot = ANY (b.mslots))) b
         WHERE g.queue_id = q.id
-          AND (s.slot = p_slot OR s.cursor < coalesce(b.last, 0)
-               OR EXISTS (SELECT 1 FROM lease e
-                          WHERE e.group_id = g.id AND e.lane = l.lane AND e.expires_at > '-infinity'
-                            AND e.expires_at >= s.scan_t AND (e.expires_at, e.lease_no) > (s.scan_t, s.scan_no)
-                            AND (e.slot = p_slot OR e.kind = 'x'
-                                 OR (e.kind = 'r' AND e.first_pos <= coalesce(b.last, 0) AND e.last_pos >= e.first_pos)))));
+          AND (s.slot = p_slot OR coalesce(w.holds, false) OR coalesce(b.last, 0) >= w.lwm));
 END
 $$;
 

@@ -1,13 +1,16 @@
 -- Group: engine v2 - receive and a group's start (templates, schema sluice_tmpl2)
 
 -- e2_receive__s: sluice.receive of a queue of engine 2 whose current slot
--- is this copy's. Takes from the first free lane with work (e2_take__s, or
--- the slow path e2_slow for a lane the hot path does not serve); while it
--- has fewer than max_messages, from the next free lane with work. When no
--- free lane has work, it numbers what is committed and not numbered yet, if
--- anything is and no other receive is at it (e2_unnumbered, e2_cut), and
--- looks again. So a backlog already numbered is taken without probing for
--- new messages: these come after it in every lane anyway. Six looks at most.
+-- is this copy's. Takes from the first free lane with positions to take
+-- (e2_take__s, or the slow path e2_slow for a lane the hot path does not
+-- serve); while it has fewer than max_messages, from the next one. When no
+-- free lane has positions, it numbers what is committed and not numbered
+-- yet, if anything is and no other receive is at it (e2_unnumbered,
+-- e2_cut), and looks again; then it looks at the lanes whose leases ended
+-- (to deliver them again, or pass them when completed). So a backlog
+-- already numbered is taken without probing for new messages (these come
+-- after it in every lane anyway), and a lane taken for its positions looks
+-- at its own ended leases first. Eight looks at most.
 -- Rotation and reclaim (e_maintain) run here too when the current epoch is
 -- older than rotate_interval, at most once a second per session, if no other
 -- call is at them.
@@ -29,8 +32,9 @@ DECLARE
     v_start int := floor(random() * q.lanes)::int;
     v_need int := max_messages;
     v_cut boolean := false;
+    v_ended boolean := false;   -- looking at lanes whose leases ended
     v_n int;
-    v_try int;
+    v_try int := 0;
     s record;
     v_ex_t timestamptz;     -- the lane's first ended lease past its scan point (e2_expired__s)
     v_ex_no bigint;
@@ -46,7 +50,8 @@ BEGIN
         PERFORM set_config(v_maint_note, to_char(v_now, 'YYYYMMDDHH24MISSUS'), false);
         PERFORM e_maintain(q.id);
     END IF;
-    FOR v_try IN 1..6 LOOP
+    WHILE v_try < 8 LOOP
+        v_try := v_try + 1;
         -- the first lane in turn with work (or with no state here: the slow
         -- path looks) whose lock is free, and its state (read before the
         -- lock: it may be stale, see e2_take__s)
@@ -59,16 +64,21 @@ BEGIN
         LEFT JOIN LATERAL (SELECT x.kind, x.lease_no, x.cursor, x.scan_t, x.scan_no, x.old_due, x.next_exp
                            FROM lease__s x WHERE x.group_id = g.id AND x.lane = l.lane
                            ORDER BY x.lease_no DESC LIMIT 1) st ON true
-        WHERE CASE WHEN st.lease_no IS NULL OR st.kind = 'f' OR h.heads[l.lane + 1] > st.cursor
-                        OR st.old_due <= v_now OR st.next_exp <= v_now
+        WHERE CASE WHEN CASE WHEN v_ended THEN st.next_exp <= v_now
+                             ELSE st.lease_no IS NULL OR st.kind = 'f' OR h.heads[l.lane + 1] > st.cursor
+                                  OR st.old_due <= v_now END
                    THEN pg_try_advisory_xact_lock(sluice._lane_lock(g.id, l.lane)) ELSE false END
         LIMIT 1;
         IF NOT FOUND THEN
-            -- no free lane with work: number what is committed, if anything
-            -- is and no other receive is at it, and look again (once)
-            EXIT WHEN v_cut OR v_need < max_messages OR NOT e2_unnumbered(v_now)
-                      OR coalesce(e2_cut(q.id, q.lanes, p_slot, p_epoch), 0) = 0;
-            v_cut := true;
+            -- No free lane with positions: number what is committed, if
+            -- anything is and no other receive is at it, and look again
+            -- (once); then look at the lanes with leases that ended.
+            IF NOT v_cut AND NOT v_ended AND v_need = max_messages THEN
+                v_cut := true;
+                CONTINUE WHEN e2_unnumbered(v_now) AND coalesce(e2_cut(q.id, q.lanes, p_slot, p_epoch), 0) > 0;
+            END IF;
+            EXIT WHEN v_ended;
+            v_ended := true;
             CONTINUE;
         END IF;
         v_start := s.lane + 1;
@@ -79,6 +89,9 @@ BEGIN
         IF s.lease_no IS NULL OR s.kind NOT IN ('r', 'c') OR s.old_due <= v_now OR v_settled IS FALSE THEN
             RETURN QUERY SELECT * FROM e2_slow(q, g, s.lane, v_need, p_lease, p_consumer, v_now, p_slot);
             GET DIAGNOSTICS v_n = ROW_COUNT;
+            IF s.lease_no IS NULL AND v_n = 0 THEN
+                v_try := v_try - 1;   -- (a lane only carried here: not a look, at most once a lane)
+            END IF;
         ELSE
             RETURN QUERY SELECT * FROM e2_take__s(g.id, s.lane, s.lease_no, s.cursor, coalesce(v_ex_t, s.scan_t),
                                                   coalesce(v_ex_no, s.scan_no), s.old_due, v_next,
@@ -166,14 +179,14 @@ BEGIN
         PERFORM e2_cut_store(q.lanes, v_slot, v_epoch, clock_timestamp());
     END IF;
     INSERT INTO lease (slot, group_id, lane, lease_no, kind, first_pos, last_pos, n, token, expires_at,
-                       delivered_at, cursor, scan_t, scan_no, old_due)
+                       delivered_at, cursor, scan_t, scan_no, old_due, next_exp)
     SELECT v_slot, p_group, l.lane, 1, 'c', 1, 0, 0, 0, '-infinity', clock_timestamp(),
            CASE WHEN p_earliest THEN coalesce((SELECT min(b.first_pos) - 1 FROM batch b WHERE b.lane = l.lane), h.heads[l.lane + 1])
                 WHEN p_ts IS NULL THEN h.heads[l.lane + 1]
                 ELSE coalesce((SELECT max(b.last_pos) FROM batch b JOIN cut c ON c.cut_no = b.cut_no
                                WHERE b.lane = l.lane AND c.at < p_ts),
                               (SELECT min(b.first_pos) - 1 FROM batch b WHERE b.lane = l.lane), h.heads[l.lane + 1]) END,
-           '-infinity', 0, 'infinity'
+           '-infinity', 0, 'infinity', 'infinity'
     FROM (SELECT c.heads FROM cut c ORDER BY c.cut_no DESC LIMIT 1) h
     CROSS JOIN LATERAL generate_series(0, q.lanes - 1) AS l(lane);
 END

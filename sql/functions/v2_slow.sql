@@ -19,7 +19,7 @@
 --   p_slot      the current slot
 -- Returns: the messages delivered (as sluice.receive), and possibly the
 --   sentinel rows of e2_take (id NULL) for the caller to skip
--- Calls: e2_old_due, e2_expire, e2_take
+-- Calls: e2_settled_run, e2_old_due, e2_next_exp, e2_expire, e2_take
 CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_slow(q sluice.queue, g sluice.consumer_group, p_lane smallint,
                                                p_need int, p_lease interval, p_consumer text,
                                                p_now timestamptz, p_slot smallint)
@@ -30,6 +30,8 @@ DECLARE
     st record;
     r record;
     v_no bigint;
+    v_t timestamptz;
+    v_tno bigint;
     n int;
 BEGIN
     -- the lane's state: its newest lease row, of any slot (every lane of a
@@ -46,6 +48,14 @@ BEGIN
         VALUES (st.slot, g.id, p_lane, v_no, 'f', 1, 0, 0, 0, '-infinity', p_now, st.cursor,
                 st.scan_t, st.scan_no, 'infinity');
     END IF;
+    -- the run of ended leases past the scan point (of any slot) that are
+    -- completed, passed at once: after a rotation the older slot's leases
+    -- of a busy lane end one after another
+    SELECT x.expires_at, x.lease_no INTO v_t, v_tno FROM e2_settled_run(g.id, p_lane, st.scan_t, st.scan_no, p_now) x;
+    IF v_tno IS NOT NULL THEN
+        st.scan_t := v_t;
+        st.scan_no := v_tno;
+    END IF;
     -- the next expired lease past the scan point, of any slot
     SELECT e.* INTO r FROM lease e
     WHERE e.group_id = g.id AND e.lane = p_lane AND e.expires_at >= st.scan_t AND e.expires_at > '-infinity'
@@ -53,22 +63,23 @@ BEGIN
     ORDER BY e.expires_at, e.lease_no LIMIT 1;
     IF FOUND THEN
         RETURN QUERY SELECT * FROM e2_expire(q, g, p_lane, v_no, st.cursor, r.lease_no, p_need, p_lease, p_consumer,
-                                             p_now, p_slot);
+                                             p_now, p_slot);   -- (its state row passes r, after the run)
         GET DIAGNOSTICS n = ROW_COUNT;
         p_need := p_need - n;
-    ELSIF st.slot <> p_slot OR st.old_due <= p_now THEN
+    ELSIF st.slot <> p_slot OR st.old_due <= p_now OR v_tno IS NOT NULL THEN
         -- carry the state into the current slot, with what older slots hold
         INSERT INTO lease (slot, group_id, lane, lease_no, kind, first_pos, last_pos, n, token, expires_at,
-                           delivered_at, cursor, scan_t, scan_no, old_due)
+                           delivered_at, cursor, scan_t, scan_no, old_due, next_exp)
         VALUES (p_slot, g.id, p_lane, v_no + 1, 'c', 1, 0, 0, 0, '-infinity', p_now, st.cursor,
-                st.scan_t, st.scan_no, e2_old_due(g.id, p_lane, p_slot, st.scan_t, st.scan_no));
+                st.scan_t, st.scan_no, e2_old_due(g.id, p_lane, p_slot, st.scan_t, st.scan_no),
+                e2_next_exp(g.id, p_lane, p_slot, st.scan_t, st.scan_no));
     END IF;
     IF p_need > 0 THEN
         -- new positions, through the parents, from the state just written
         SELECT s.* INTO STRICT st FROM lease s WHERE s.group_id = g.id AND s.lane = p_lane
         ORDER BY s.lease_no DESC LIMIT 1;
         RETURN QUERY SELECT * FROM e2_take(g.id, p_lane, st.lease_no, st.cursor, st.scan_t, st.scan_no, st.old_due,
-                                           '-infinity', false, p_need, p_lease, p_consumer, p_now, p_slot);
+                                           st.next_exp, false, p_need, p_lease, p_consumer, p_now, p_slot);
     END IF;
 END
 $$;
@@ -129,7 +140,7 @@ DECLARE
     u record;
     v_kind "char" := 'c';
     v_token bigint := 0;
-    v_exp timestamptz := '-infinity';
+    v_exp timestamptz := 'infinity';
 BEGIN
     SELECT * INTO STRICT e FROM lease x WHERE x.group_id = g.id AND x.lane = p_lane AND x.lease_no = p_e_no;
     r := e;
@@ -161,13 +172,15 @@ BEGIN
     END IF;
     INSERT INTO lease AS x (slot, group_id, lane, lease_no, kind, first_pos, last_pos, n, redo_pos, redo_att,
                             redo_ids, redo_txids, token, expires_at, delivered_at, cursor, scan_t, scan_no,
-                            old_due, consumer)
+                            old_due, consumer, next_exp)
     VALUES (p_slot, g.id, p_lane, v_no + 1, v_kind, 1, 0, coalesce(cardinality(u.pos), 0), u.pos,
-            (SELECT array_agg(a + 1) FROM unnest(u.att) a), u.ids, u.txids, v_token, v_exp, p_now, p_cursor,
-            e.expires_at, e.lease_no, e2_old_due(g.id, p_lane, p_slot, e.expires_at, e.lease_no), p_consumer)
+            (SELECT array_agg(a + 1) FROM unnest(u.att) a), u.ids, u.txids, v_token,
+            CASE WHEN v_kind = 'r' THEN v_exp ELSE '-infinity' END, p_now, p_cursor,
+            e.expires_at, e.lease_no, e2_old_due(g.id, p_lane, p_slot, e.expires_at, e.lease_no), p_consumer,
+            least(v_exp, e2_next_exp(g.id, p_lane, p_slot, e.expires_at, e.lease_no)))
     RETURNING * INTO l;
     RETURN QUERY
-    SELECT m.id, m.body, m.headers, NULL::text, 0, w.att, m.sent_at,
+    SELECT coalesce(m.orig, m.id), m.body, m.headers, NULL::text, 0, w.att, m.sent_at,
            p_slot || '.' || w.pos || '.' || p_lane || '.' || l.lease_no || '.' || l.token, l.expires_at, w.pos
     FROM unnest(l.redo_pos, l.redo_ids, l.redo_txids, l.redo_att) WITH ORDINALITY AS w(pos, id, txid, att, o)
     JOIN msg m ON m.txid = w.txid AND m.id = w.id
@@ -230,7 +243,7 @@ BEGIN
     )
     INSERT INTO sluice.dead_letter (queue_id, group_id, message_id, attempts, error, died_at, sent_at, priority,
                                     key, headers, body)
-    SELECT p_queue_id, p_group, m.id, u.att, 'lease expired', p_now, m.sent_at, 0, NULL, m.headers, m.body
+    SELECT p_queue_id, p_group, coalesce(m.orig, m.id), u.att, 'lease expired', p_now, m.sent_at, 0, NULL, m.headers, m.body
     FROM unnest(a_pos, a_ids, a_txids, a_att) u(pos, id, txid, att)
     JOIN dead d ON d.pos = u.pos JOIN msg m ON m.txid = u.txid AND m.id = u.id;
     SELECT array_agg(u.pos ORDER BY u.k) FILTER (WHERE u.k <= p_need), array_agg(u.id ORDER BY u.k) FILTER (WHERE u.k <= p_need),
@@ -240,5 +253,62 @@ BEGIN
     INTO pos, ids, txids, att, park_pos, park_ids, park_txids, park_att
     FROM (SELECT x.*, row_number() OVER (ORDER BY x.pos) AS k
           FROM unnest(a_pos, a_ids, a_txids, a_att) x(pos, id, txid, att) WHERE x.att < p_max) u;
+END
+$$;
+
+-- e2_next_exp: when the first lease of a lane in the current slot, past the
+-- given scan point, ends (a lane state's next_exp: the hot path looks for an
+-- ended lease only from then).
+--
+-- Parameters: as e2_old_due
+-- Returns: that time, or infinity
+CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_next_exp(p_group int, p_lane smallint, p_slot smallint,
+                                                   p_t timestamptz, p_no bigint)
+RETURNS timestamptz
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    RETURN coalesce((SELECT min(e.expires_at) FROM lease e
+                     WHERE e.group_id = p_group AND e.lane = p_lane AND e.slot = p_slot
+                       AND e.expires_at >= p_t AND e.expires_at > '-infinity'
+                       AND (e.expires_at, e.lease_no) > (p_t, p_no)), 'infinity');
+END
+$$;
+
+-- e2_settled_run: the last of the run of a lane's ended leases, from its
+-- scan point on in scan order (of any slot), that are all completed (acked
+-- whole or every position completed, and not extended): the slow path
+-- passes them at once. At most 1,000.
+--
+-- Parameters:
+--   p_group, p_lane  group and lane
+--   p_t, p_no        the scan point
+--   p_now            now
+-- Returns: expires_at and lease_no of the last of the run; NULL when the
+--   first ended lease is not completed (or none has ended)
+CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_settled_run(p_group int, p_lane smallint, p_t timestamptz, p_no bigint,
+                                                      p_now timestamptz, OUT expires_at timestamptz,
+                                                      OUT lease_no bigint)
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    SELECT x.expires_at, x.lease_no INTO expires_at, lease_no
+    FROM (SELECT e.expires_at, e.lease_no,
+                 bool_and(e.kind = 'r'
+                          AND (EXISTS (SELECT 1 FROM ack a WHERE a.slot = e.slot AND a.group_id = p_group
+                                                             AND a.lane = p_lane AND a.lease_no = e.lease_no AND a.pos = 0)
+                               OR (SELECT count(*) FROM ack a WHERE a.slot = e.slot AND a.group_id = p_group
+                                                                AND a.lane = p_lane AND a.lease_no = e.lease_no) = e.n)
+                          AND NOT EXISTS (SELECT 1 FROM ext x WHERE x.slot = e.slot AND x.group_id = p_group
+                                                                AND x.lane = p_lane AND x.lease_no = e.lease_no
+                                                                AND x.expires_at > p_now))
+                     OVER (ORDER BY e.expires_at, e.lease_no ROWS UNBOUNDED PRECEDING) AS done
+          FROM (SELECT e.* FROM lease e
+                WHERE e.group_id = p_group AND e.lane = p_lane AND e.expires_at > '-infinity'
+                  AND e.expires_at >= p_t AND e.expires_at <= p_now AND (e.expires_at, e.lease_no) > (p_t, p_no)
+                ORDER BY e.expires_at, e.lease_no LIMIT 1000) e) x
+    WHERE x.done
+    ORDER BY x.expires_at DESC, x.lease_no DESC
+    LIMIT 1;
 END
 $$;

@@ -43,6 +43,7 @@ BEGIN
     EXECUTE format($ddl$
         CREATE TABLE %1$I.msg (
             slot smallint NOT NULL, id bigint NOT NULL, txid xid8 NOT NULL,
+            orig bigint,   -- a retry's: the id of the message it retries (its own id is new)
             attempt int NOT NULL DEFAULT 1, target int, due timestamptz,
             sent_at timestamptz NOT NULL, headers jsonb, body jsonb NOT NULL
         ) PARTITION BY LIST (slot);

@@ -79,7 +79,7 @@ BEGIN
         ON CONFLICT DO NOTHING
         RETURNING i.lease_no, i.token, i.expires_at
     )
-    SELECT m.id, m.body, m.headers, NULL::text, 0, m.attempt, m.sent_at,
+    SELECT coalesce(m.orig, m.id), m.body, m.headers, NULL::text, 0, m.attempt, m.sent_at,
            p_slot || '.' || u.pos || '.' || p_lane || '.' || ins.lease_no || '.' || ins.token, ins.expires_at, u.pos
     FROM ins CROSS JOIN t CROSS JOIN LATERAL unnest(t.pos, t.ids, t.txids, t.mslots) WITH ORDINALITY AS u(pos, id, txid, mslot, o)
     JOIN msg m ON m.slot = u.mslot AND m.txid = u.txid AND m.id = u.id   -- (one partition looked at a row)
