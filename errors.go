@@ -46,6 +46,9 @@ var (
 	// ErrInvalidIsolation (SL010) is a receive, or a send with a
 	// deduplication key, in a transaction that is not READ COMMITTED.
 	ErrInvalidIsolation = errors.New("sluice: READ COMMITTED isolation needed")
+	// ErrNotSupported (SL011) is a call or an argument that the queue's
+	// engine does not support yet (a key on a queue of engine 2, say).
+	ErrNotSupported = errors.New("sluice: not supported by the queue's engine")
 	// ErrSchemaMissing means the database has no sluice schema, or an older
 	// one without the function called: install or upgrade it with
 	// "sluice migrate" (or package migrate).
@@ -64,6 +67,7 @@ var sentinels = map[string]error{
 	"SL008": ErrInvalidReceipt,
 	"SL009": ErrPayloadTooLarge,
 	"SL010": ErrInvalidIsolation,
+	"SL011": ErrNotSupported,
 }
 
 // Error is a failure reported by the sluice engine or a missing schema. It

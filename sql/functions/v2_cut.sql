@@ -1,7 +1,7 @@
 -- Group: engine v2 - numbering (templates, schema sluice_tmpl2)
 --
 -- A message gets its position when a cut numbers it: a receive that finds
--- committed messages not numbered yet (e2_unnumbered) takes the queue's cut
+-- committed messages not numbered yet (e2_unnumbered__s) takes the queue's cut
 -- lock if it is free and numbers them (e2_cut); if another receive holds it,
 -- that one numbers them. A cut numbers exactly the messages whose
 -- transaction is visible in its snapshot and was not in the previous cut's:
@@ -11,28 +11,26 @@
 -- Messages not due yet go to pending and are numbered by the first cut at
 -- or after their due time.
 
--- e2_unnumbered: whether a cut would number anything: a committed message
--- not numbered yet, or a pending one come due. Read only; one index probe
--- per slot and kind.
+-- e2_unnumbered__s: the newest cut's number (of this slot's cuts: the
+-- current slot's copy is called) and whether a cut would number anything: a
+-- committed message not numbered yet, or a pending one come due. Read only;
+-- one index probe per slot and kind; an idle receive's only look.
 --
 -- Parameters:
 --   p_now  the receive's time
--- Returns: true when a cut is due
-CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_unnumbered(p_now timestamptz)
-RETURNS boolean
+-- Returns: cut_no, due
+CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_unnumbered__s(p_now timestamptz, OUT cut_no bigint, OUT due boolean)
 LANGUAGE plpgsql
 AS $$
 BEGIN
-    RETURN EXISTS (SELECT 1
-                   FROM (SELECT c.snap, c.snap_xmax, c.snap_xip, c.due_upto FROM cut c ORDER BY c.cut_no DESC LIMIT 1) c
-                   WHERE EXISTS (SELECT 1 FROM msg m
-                                 WHERE m.txid >= c.snap_xmax
-                                   AND pg_visible_in_snapshot(m.txid, pg_current_snapshot()))
-                      OR (cardinality(c.snap_xip) > 0
-                          AND EXISTS (SELECT 1 FROM msg m
-                                      WHERE m.txid = ANY (c.snap_xip)
-                                        AND pg_visible_in_snapshot(m.txid, pg_current_snapshot())))
-                      OR EXISTS (SELECT 1 FROM pending p WHERE p.due > c.due_upto AND p.due <= p_now));
+    SELECT c.cut_no,
+           EXISTS (SELECT 1 FROM msg m WHERE m.txid >= c.snap_xmax AND pg_visible_in_snapshot(m.txid, pg_current_snapshot()))
+           OR (cardinality(c.snap_xip) > 0
+               AND EXISTS (SELECT 1 FROM msg m
+                           WHERE m.txid = ANY (c.snap_xip) AND pg_visible_in_snapshot(m.txid, pg_current_snapshot())))
+           OR EXISTS (SELECT 1 FROM pending p WHERE p.due > c.due_upto AND p.due <= p_now)
+    INTO cut_no, due
+    FROM cut__s c ORDER BY c.cut_no DESC LIMIT 1;
 END
 $$;
 

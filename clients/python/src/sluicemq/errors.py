@@ -27,6 +27,7 @@ __all__ = [
     "InvalidReceipt",
     "PayloadTooLarge",
     "InvalidIsolation",
+    "NotSupported",
     "SchemaMissing",
     "translate",
 ]
@@ -117,6 +118,12 @@ class InvalidIsolation(SluiceError):
     code = "SL010"
 
 
+class NotSupported(SluiceError):
+    """SL011: a call or argument the queue's engine does not support yet (a key on engine 2)."""
+
+    code = "SL011"
+
+
 class SchemaMissing(SluiceError):
     """The database has no sluice schema, or an older one: run ``sluice migrate``."""
 
@@ -134,6 +141,7 @@ _BY_CODE: dict[str, type[SluiceError]] = {
         InvalidReceipt,
         PayloadTooLarge,
         InvalidIsolation,
+        NotSupported,
     )
 }
 
