@@ -512,3 +512,24 @@ BEGIN
     END IF;
 END
 $$;
+
+-- _numbering_holder: the backend that holds a queue's cut lock (a receive
+-- that numbered new messages and has not committed yet: they reach no group
+-- until it does), and how long its transaction has been open (NULL when the
+-- caller may not see that session's xact_start: pg_read_all_stats). No row
+-- when nobody holds it.
+--
+-- Parameters:
+--   p_queue_id  queue id
+-- Returns: pid, held_for
+CREATE OR REPLACE FUNCTION sluice._numbering_holder(p_queue_id int, OUT pid int, OUT held_for interval)
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT l.pid, clock_timestamp() - a.xact_start
+    FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid
+    WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
+      AND l.database = (SELECT d.oid FROM pg_database d WHERE d.datname = current_database())
+      AND l.classid = sluice._lock_ns('cut')::oid AND l.objid = p_queue_id::oid
+    LIMIT 1
+$$;

@@ -40,8 +40,9 @@ BEGIN
                                       AND pg_visible_in_snapshot(m.txid, pg_current_snapshot())
                                       AND NOT pg_visible_in_snapshot(m.txid, c.snap))),
            s.head - s.cursor + v_unnumbered + v_delayed + f.in_flight, s.cursor, s.cursor - f.in_flight, s.head,
-           (SELECT count(DISTINCT x.slot)::int FROM cut x), false, 0::bigint, false, d.dead_lettered
+           (SELECT count(DISTINCT x.slot)::int FROM cut x), false, 0::bigint, false, d.dead_lettered, h.pid, h.held_for
     FROM sluice.consumer_group g
+    LEFT JOIN sluice._numbering_holder(q.id) h ON true
     CROSS JOIN LATERAL (
         SELECT sum(st.cursor)::bigint AS cursor, sum(c.heads[st.lane + 1])::bigint AS head,
                min((SELECT m.sent_at FROM batch b JOIN msg m ON m.txid = b.txids[st.cursor + 1 - b.first_pos + 1]
