@@ -104,3 +104,33 @@ func TestV2UncommittedCompletionsFreezeNothing(t *testing.T) {
 		}
 	}
 }
+
+// status of a queue of engine 2 adds up: what is numbered and not taken,
+// what is in flight, what ended without an ack (ready again), what is
+// delayed, what is not numbered yet; lag is their sum.
+func TestV2StatusCounts(t *testing.T) {
+	b := setup(t)
+	b.createV2("v2st", `"lanes": 1`)
+	b.v2sendN("v2st", 6)
+	short := b.v2receive("v2st", "default", 2, "200 milliseconds") // will end unacked
+	long := b.v2receive("v2st", "default", 2, "1 hour")            // in flight
+	if len(short) != 2 || len(long) != 2 {
+		t.Fatalf("receives: %d, %d", len(short), len(long))
+	}
+	b.ack("v2st", "default", long[0].Receipt)
+	b.exec("SELECT sluice.send('v2st', '{}', delay => '1 hour')")
+	b.v2sendN("v2st", 1) // not numbered yet
+	time.Sleep(300 * time.Millisecond)
+	s := b.status("v2st")["default"]
+	// numbered and not taken: 2; ended unacked: 2; not numbered: 1
+	if s.Ready != 5 || s.InFlight != 1 || s.Delayed != 1 || s.Lag == nil || *s.Lag != 7 {
+		t.Fatalf("status %+v (lag %v): want ready 5, in flight 1, delayed 1, lag 7", s, deref(s.Lag))
+	}
+}
+
+func deref(p *int64) int64 {
+	if p == nil {
+		return -1
+	}
+	return *p
+}
