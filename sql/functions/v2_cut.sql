@@ -29,14 +29,16 @@ BEGIN
                AND EXISTS (SELECT 1 FROM msg m
                            WHERE m.txid = ANY (c.snap_xip) AND pg_visible_in_snapshot(m.txid, pg_current_snapshot())))
            OR EXISTS (SELECT 1 FROM pending p WHERE p.due > c.due_upto AND p.due <= p_now)
+           OR c.work_snap IS NOT NULL
     INTO cut_no, due
     FROM cut__s c ORDER BY c.cut_no DESC LIMIT 1;
 END
 $$;
 
--- e2_cut: number what is committed and not numbered yet, if this receive
--- gets the queue's cut lock (held until it commits: the next cut must see
--- this one). Positions are per lane; unkeyed messages are dealt out to the
+-- e2_cut: number what is committed and not numbered yet, at most 4,096
+-- messages (a backlog is numbered in steps: the rest of a snapshot by the
+-- next cuts, before any newer message), if this receive gets the queue's
+-- cut lock (held until it commits: the next cut must see this one). Positions are per lane; unkeyed messages are dealt out to the
 -- lanes in chunks (at most 64, fewer when there are few: every lane gets
 -- some), from where the last cut stopped. One batch row per lane and 1,024
 -- positions. The snapshot the cut numbers by is its statement's own, so a
@@ -88,11 +90,33 @@ BEGIN
     WITH c AS MATERIALIZED (
         SELECT * FROM cut c ORDER BY c.cut_no DESC LIMIT 1
     ), s AS MATERIALIZED (
-        SELECT pg_current_snapshot() AS snap
+        -- the snapshot numbered by: the one a cut left partly numbered, else
+        -- this statement's
+        SELECT coalesce(c.work_snap, pg_current_snapshot()) AS snap FROM c
+    ), cand AS MATERIALIZED (
+        -- the first 4,097 messages visible in it and not in the last full
+        -- cut's snapshot, after what a partial cut numbered of it, in
+        -- (txid, id) order (two ordered index scans: the last snapshot's
+        -- transactions in progress, and those at or after its xmax)
+        SELECT x.* FROM (
+            SELECT m.slot, m.txid, m.id, m.due, m.target
+            FROM c JOIN msg m ON m.txid = ANY (c.snap_xip)
+            WHERE (c.work_txid IS NULL OR (m.txid, m.id) > (c.work_txid, c.work_id))
+            UNION ALL
+            SELECT m.slot, m.txid, m.id, m.due, m.target
+            FROM c JOIN msg m ON m.txid >= c.snap_xmax
+            WHERE (c.work_txid IS NULL OR (m.txid, m.id) > (c.work_txid, c.work_id))) x
+        CROSS JOIN s
+        WHERE pg_visible_in_snapshot(x.txid, s.snap)
+        ORDER BY x.txid, x.id
+        LIMIT 4097
     ), fresh AS MATERIALIZED (
-        SELECT m.slot, m.txid, m.id, m.due, m.target
-        FROM c CROSS JOIN s JOIN msg m ON m.txid >= c.snap_xmax OR m.txid = ANY (c.snap_xip)
-        WHERE pg_visible_in_snapshot(m.txid, s.snap) AND NOT pg_visible_in_snapshot(m.txid, c.snap)
+        SELECT f.* FROM cand f ORDER BY f.txid, f.id LIMIT 4096
+    ), w AS (
+        -- more to number in this snapshot: where this cut stopped
+        SELECT (SELECT count(*) FROM cand) > 4096 AS more,
+               (SELECT f.txid FROM fresh f ORDER BY f.txid DESC, f.id DESC LIMIT 1) AS txid,
+               (SELECT f.id FROM fresh f ORDER BY f.txid DESC, f.id DESC LIMIT 1) AS id
     ), later AS (
         INSERT INTO pending (slot, due, mslot, txid, id)
         SELECT p_slot, f.due, f.slot, f.txid, f.id FROM fresh f WHERE f.due > p_now
@@ -122,13 +146,18 @@ BEGIN
         GROUP BY p.lane, (p.pos - 1) / 64
         RETURNING lane, last_pos
     ), cutrow AS (
-        INSERT INTO cut (slot, cut_no, snap, snap_xmax, snap_xip, heads, rr, due_upto, at, epoch)
-        SELECT p_slot, c.cut_no + 1, s.snap, pg_snapshot_xmax(s.snap), ARRAY(SELECT pg_snapshot_xip(s.snap)),
+        INSERT INTO cut (slot, cut_no, snap, snap_xmax, snap_xip, heads, rr, due_upto, at, epoch,
+                         work_snap, work_txid, work_id)
+        SELECT p_slot, c.cut_no + 1,
+               CASE WHEN w.more THEN c.snap ELSE s.snap END,
+               CASE WHEN w.more THEN c.snap_xmax ELSE pg_snapshot_xmax(s.snap) END,
+               CASE WHEN w.more THEN c.snap_xip ELSE ARRAY(SELECT pg_snapshot_xip(s.snap)) END,
                ARRAY(SELECT greatest(c.heads[o.o], coalesce((SELECT max(r.last_pos) FROM rows r WHERE r.lane = o.o - 1), 0))
                      FROM generate_series(1, p_lanes) o ORDER BY o.o),
-               ((c.rr + ceil(k.n::numeric / k.chunk)) % p_lanes)::int, p_now, clock_timestamp(), p_epoch
-        FROM c CROSS JOIN s CROSS JOIN k
-        WHERE k.n > 0 OR EXISTS (SELECT FROM later)
+               ((c.rr + ceil(k.n::numeric / k.chunk)) % p_lanes)::int, p_now, clock_timestamp(), p_epoch,
+               CASE WHEN w.more THEN s.snap END, CASE WHEN w.more THEN w.txid END, CASE WHEN w.more THEN w.id END
+        FROM c CROSS JOIN s CROSS JOIN k CROSS JOIN w
+        WHERE k.n > 0 OR EXISTS (SELECT FROM later) OR c.work_snap IS NOT NULL
         RETURNING 1
     )
     SELECT k.n INTO n FROM k WHERE EXISTS (SELECT FROM cutrow) OR k.n = 0;

@@ -35,14 +35,18 @@ BEGIN
     INTO v_unnumbered, v_delayed
     FROM msg m
     WHERE (m.txid >= c.snap_xmax OR m.txid = ANY (c.snap_xip))
-      AND pg_visible_in_snapshot(m.txid, pg_current_snapshot()) AND NOT pg_visible_in_snapshot(m.txid, c.snap);
+      AND pg_visible_in_snapshot(m.txid, pg_current_snapshot()) AND NOT pg_visible_in_snapshot(m.txid, c.snap)
+      -- (not those a partial cut numbered)
+      AND NOT coalesce(pg_visible_in_snapshot(m.txid, c.work_snap) AND (m.txid, m.id) <= (c.work_txid, c.work_id), false);
     v_delayed := v_delayed + (SELECT count(*) FROM pending p WHERE p.due > v_now);
     RETURN QUERY
     SELECT q.name, g.name, s.head - s.cursor + s.again + v_unnumbered, v_delayed, s.in_flight, d.dead,
            v_now - least(s.oldest, (SELECT min(m.sent_at) FROM msg m
                                     WHERE (m.txid >= c.snap_xmax OR m.txid = ANY (c.snap_xip))
                                       AND pg_visible_in_snapshot(m.txid, pg_current_snapshot())
-                                      AND NOT pg_visible_in_snapshot(m.txid, c.snap))),
+                                      AND NOT pg_visible_in_snapshot(m.txid, c.snap)
+                                      AND NOT coalesce(pg_visible_in_snapshot(m.txid, c.work_snap)
+                                                       AND (m.txid, m.id) <= (c.work_txid, c.work_id), false))),
            s.head - s.cursor + s.again + v_unnumbered + v_delayed + s.in_flight, s.cursor,
            s.cursor - s.in_flight - s.again, s.head,
            (SELECT count(DISTINCT x.slot)::int FROM cut x), false, 0::bigint, false, d.dead_lettered, h.pid, h.held_for
