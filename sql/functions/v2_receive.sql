@@ -93,7 +93,16 @@ BEGIN
             -- (once); then look at the lanes with leases that ended.
             IF NOT v_cut AND NOT v_ended AND v_need = max_messages THEN
                 v_cut := true;
-                CONTINUE WHEN (e2_unnumbered__s(v_now)).due AND coalesce(e2_cut(q.id, q.lanes, p_slot, p_epoch), 0) > 0;
+                IF (e2_unnumbered__s(v_now)).due THEN
+                    v_n := e2_cut(q.id, q.lanes, p_slot, p_epoch);
+                    IF v_n IS NULL AND e2_wait_cut(q.id) THEN
+                        -- another receive was numbering: its positions
+                        -- (committed now), and what came since
+                        v_n := e2_cut(q.id, q.lanes, p_slot, p_epoch);
+                        CONTINUE;
+                    END IF;
+                    CONTINUE WHEN v_n > 0;
+                END IF;
             END IF;
             IF v_ended THEN
                 IF v_need = max_messages THEN   -- every lane idle: note it
