@@ -55,7 +55,8 @@ type Result struct {
 	// when the database was already up to date.
 	Applied []Migration
 	// Functions holds the paths of the function files reloaded, in manifest
-	// order.
+	// order; it is empty when they were loaded as they are before and no
+	// migration was applied (then Apply changed nothing: no DDL).
 	Functions []string
 	// Version is the highest migration version recorded in the database
 	// after the call (0 when the schema has no migrations).
@@ -122,10 +123,16 @@ func Apply(ctx context.Context, conn *pgx.Conn, fsys fs.FS) (res Result, err err
 		res.Applied = append(res.Applied, m)
 	}
 
-	if err := reloadFunctions(ctx, conn, src); err != nil {
+	loaded, err := functionsLoaded(ctx, conn, src)
+	if err != nil {
 		return res, err
 	}
-	res.Functions = src.functions
+	if len(res.Applied) > 0 || !loaded {
+		if err := reloadFunctions(ctx, conn, src); err != nil {
+			return res, err
+		}
+		res.Functions = src.functions
+	}
 	res.Version = src.latest()
 	if res.SuperuserOwner, err = superuserOwner(ctx, conn); err != nil {
 		return res, err
@@ -204,6 +211,28 @@ func applyMigration(ctx context.Context, conn *pgx.Conn, m Migration, body strin
 	}, m.Path)
 }
 
+// functionsLoaded reports whether the function files of src, as they are,
+// were loaded already (their digest is in sluice.function_load; a schema
+// without that table has not recorded any).
+func functionsLoaded(ctx context.Context, conn *pgx.Conn, src *source) (bool, error) {
+	if len(src.functions) == 0 {
+		return true, nil
+	}
+	var has, loaded bool
+	if err := conn.QueryRow(ctx, `SELECT to_regclass('sluice.function_load') IS NOT NULL`).Scan(&has); err != nil {
+		return false, fmt.Errorf("looking for sluice.function_load: %w", err)
+	}
+	if !has {
+		return false, nil
+	}
+	err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT FROM sluice.function_load WHERE digest = $1)`,
+		src.functionsDigest()).Scan(&loaded)
+	if err != nil {
+		return false, fmt.Errorf("reading sluice.function_load: %w", err)
+	}
+	return loaded, nil
+}
+
 func reloadFunctions(ctx context.Context, conn *pgx.Conn, src *source) error {
 	if len(src.functions) == 0 {
 		return nil
@@ -214,6 +243,18 @@ func reloadFunctions(ctx context.Context, conn *pgx.Conn, src *source) error {
 			if _, err := tx.Exec(ctx, body); err != nil {
 				return newFileError(p, body, err)
 			}
+		}
+		// (a schema without sluice.function_load, migration 0018, records none)
+		var has bool
+		if err := tx.QueryRow(ctx, `SELECT to_regclass('sluice.function_load') IS NOT NULL`).Scan(&has); err != nil {
+			return fmt.Errorf("looking for sluice.function_load: %w", err)
+		}
+		if !has {
+			return nil
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO sluice.function_load (digest) VALUES ($1) ON CONFLICT DO NOTHING`,
+			src.functionsDigest()); err != nil {
+			return fmt.Errorf("recording the function files' digest: %w", err)
 		}
 		return nil
 	}, manifestPath)

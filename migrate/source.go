@@ -2,6 +2,8 @@ package migrate
 
 import (
 	"bufio"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -146,6 +148,16 @@ type source struct {
 	migrSQL    map[string]string // path -> contents
 	functions  []string
 	funcSQL    map[string]string
+}
+
+// functionsDigest is the SHA-256 of the function files, their paths and
+// contents in manifest order: what sluice.function_load records.
+func (s *source) functionsDigest() string {
+	h := sha256.New()
+	for _, p := range s.functions {
+		fmt.Fprintf(h, "%s\x00%d\x00%s\x00", p, len(s.funcSQL[p]), s.funcSQL[p])
+	}
+	return hex.EncodeToString(h.Sum(nil))
 }
 
 // latest returns the highest migration version, or 0 when there is none.

@@ -92,7 +92,11 @@ func runMigrate(ctx context.Context, e *env, flagURL string, withPGMQ bool) erro
 	} else {
 		fmt.Fprintf(e.stdout, "schema sluice is at version %d\n", res.Version)
 	}
-	fmt.Fprintf(e.stdout, "reloaded %d function files\n", len(res.Functions))
+	if len(res.Functions) == 0 {
+		fmt.Fprintln(e.stdout, "function files unchanged: nothing reloaded")
+	} else {
+		fmt.Fprintf(e.stdout, "reloaded %d function files\n", len(res.Functions))
+	}
 	if res.SuperuserOwner != "" {
 		fmt.Fprintf(e.stderr, "warning: the sluice functions are owned by superuser %q: the SECURITY DEFINER ones (every\n"+
 			"  function of the API) run as superuser for whoever may call them. Migrate as a dedicated owner\n"+

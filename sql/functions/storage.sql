@@ -389,6 +389,30 @@ BEGIN
 END
 $$;
 
+-- _replace_function: run a CREATE OR REPLACE FUNCTION statement; when it
+-- fails because the function's result type changed (42P13), drop the
+-- function (p_signature) and create it. Used by the copiers, so that an
+-- upgrade replaces a queue's copies in place.
+--
+-- Parameters:
+--   p_def        the CREATE OR REPLACE FUNCTION statement
+--   p_signature  the function's regprocedure text (schema.name(args))
+CREATE OR REPLACE FUNCTION sluice._replace_function(p_def text, p_signature text)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+SET check_function_bodies = off
+AS $$
+BEGIN
+    BEGIN
+        EXECUTE p_def;
+    EXCEPTION WHEN invalid_function_definition THEN
+        EXECUTE format('DROP FUNCTION %s', p_signature);
+        EXECUTE p_def;
+    END;
+END
+$$;
+
 -- _instantiate: (re)create a queue's copies of the engine functions from the
 -- templates in schema sluice_tmpl. Run for every queue on each migrate.
 --
@@ -435,15 +459,21 @@ BEGIN
     IF to_regclass(format('%I.prio_pos', sch)) IS NULL THEN
         EXECUTE format('CREATE INDEX prio_pos ON %I.prio (pos)', sch);
     END IF;
-    -- Drop the old copies first: a template whose result type changed could
-    -- not replace its copy.
-    FOR f IN SELECT p.oid FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
-             WHERE n.nspname = sch LOOP
-        EXECUTE format('DROP FUNCTION %s', f.oid::regprocedure);
-    END LOOP;
+    -- Replace the copies in place (CREATE OR REPLACE keeps a function's oid:
+    -- a session calling the old copy meanwhile goes on, where a DROP made it
+    -- fail with "cache lookup failed for function"); drop one only when its
+    -- result type changed, and the copies whose template is gone.
     FOR f IN SELECT p.oid, p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
              WHERE n.nspname = 'sluice_tmpl' ORDER BY p.proname LOOP
-        EXECUTE replace(pg_get_functiondef(f.oid), 'sluice_tmpl', sch);
+        PERFORM sluice._replace_function(replace(pg_get_functiondef(f.oid), 'sluice_tmpl', sch),
+                                         replace(f.oid::regprocedure::text, 'sluice_tmpl.', quote_ident(sch) || '.'));
+    END LOOP;
+    FOR f IN SELECT p.oid FROM pg_proc p
+             WHERE p.pronamespace = sch::regnamespace
+               AND NOT EXISTS (SELECT FROM pg_proc t WHERE t.pronamespace = 'sluice_tmpl'::regnamespace
+                                                       AND t.proname = p.proname
+                                                       AND t.proargtypes = p.proargtypes) LOOP
+        EXECUTE format('DROP FUNCTION %s', f.oid::regprocedure);
     END LOOP;
     FOR f IN SELECT p.oid, p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
              WHERE n.nspname = sch AND p.proname = ANY (entry_points) LOOP

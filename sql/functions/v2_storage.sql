@@ -146,22 +146,31 @@ DECLARE
                                           'e_purge', 'e_start_pos'];
     f record;
     def text;
+    sig text;
+    names text[] := '{}';
     s int;
 BEGIN
-    FOR f IN SELECT p.oid FROM pg_proc p WHERE p.pronamespace = sch::regnamespace LOOP
-        EXECUTE format('DROP FUNCTION %s', f.oid::regprocedure);
-    END LOOP;
+    -- (replaced in place, see sluice._instantiate; then the copies whose
+    -- template is gone are dropped)
     FOR f IN SELECT p.oid, p.proname FROM pg_proc p
              WHERE p.pronamespace = 'sluice_tmpl2'::regnamespace ORDER BY p.proname LOOP
         def := replace(pg_get_functiondef(f.oid), 'sluice_tmpl2.', quote_ident(sch) || '.');
+        sig := replace(f.oid::regprocedure::text, 'sluice_tmpl2.', quote_ident(sch) || '.');
         IF f.proname LIKE '%\_\_s' THEN
             FOR s IN 0..v_slots - 1 LOOP
-                EXECUTE replace(def, '__s', '_' || s);
+                PERFORM sluice._replace_function(replace(def, '__s', '_' || s), replace(sig, '__s', '_' || s));
+                names := names || replace(f.proname, '__s', '_' || s);
             END LOOP;
-            EXECUTE replace(def, '__s', '');   -- the copy through the parents
+            -- the copy through the parents
+            PERFORM sluice._replace_function(replace(def, '__s', ''), replace(sig, '__s', ''));
+            names := names || replace(f.proname, '__s', '');
         ELSE
-            EXECUTE def;
+            PERFORM sluice._replace_function(def, sig);
+            names := names || f.proname::text;
         END IF;
+    END LOOP;
+    FOR f IN SELECT p.oid FROM pg_proc p WHERE p.pronamespace = sch::regnamespace AND NOT p.proname = ANY (names) LOOP
+        EXECUTE format('DROP FUNCTION %s', f.oid::regprocedure);
     END LOOP;
     FOR f IN SELECT p.oid FROM pg_proc p
              WHERE p.pronamespace = sch::regnamespace AND p.proname = ANY (entry_points) LOOP
