@@ -18,8 +18,9 @@
 --
 -- Parameters:
 --   p_now  the receive's time
--- Returns: cut_no, due
-CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_unnumbered__s(p_now timestamptz, OUT cut_no bigint, OUT due boolean)
+-- Returns: cut_no, due, and rr (the lane the next cut deals to first)
+CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_unnumbered__s(p_now timestamptz, OUT cut_no bigint, OUT due boolean,
+                                                         OUT rr int)
 LANGUAGE plpgsql
 AS $$
 BEGIN
@@ -29,8 +30,9 @@ BEGIN
                AND EXISTS (SELECT 1 FROM msg m
                            WHERE m.txid = ANY (c.snap_xip) AND pg_visible_in_snapshot(m.txid, pg_current_snapshot())))
            OR EXISTS (SELECT 1 FROM pending p WHERE p.due > c.due_upto AND p.due <= p_now)
-           OR c.work_snap IS NOT NULL
-    INTO cut_no, due
+           OR c.work_snap IS NOT NULL,
+           c.rr
+    INTO cut_no, due, rr
     FROM cut__s c ORDER BY c.cut_no DESC LIMIT 1;
 END
 $$;

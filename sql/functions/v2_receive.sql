@@ -38,6 +38,7 @@ DECLARE
     v_note text := current_setting(v_idle_note, true);
     v_cut_no bigint;
     v_due boolean;
+    v_rr int;
     v_start int := floor(random() * q.lanes)::int;
     v_need int := max_messages;
     v_cut boolean := false;
@@ -93,7 +94,9 @@ BEGIN
             -- (once); then look at the lanes with leases that ended.
             IF NOT v_cut AND NOT v_ended AND v_need = max_messages THEN
                 v_cut := true;
-                IF (e2_unnumbered__s(v_now)).due THEN
+                SELECT x.due, x.rr INTO v_due, v_rr FROM e2_unnumbered__s(v_now) x;
+                IF v_due THEN
+                    v_start := v_rr;   -- (the lane the cut deals to first: looked at first)
                     v_n := e2_cut(q.id, q.lanes, p_slot, p_epoch);
                     IF v_n IS NULL AND e2_wait_cut(q.id) THEN
                         -- another receive was numbering: its positions
