@@ -88,28 +88,44 @@ LANGUAGE plpgsql
 AS $$
 DECLARE
     n bigint;
+    v_xip xid8[];
+    v_xmax xid8;
+    v_from_txid xid8;
+    v_from_id bigint;
+    v_snap pg_snapshot;
 BEGIN
+    -- The last cut, and the snapshot to number by: the one a cut left partly
+    -- numbered, else this one (taken before the messages are read: what
+    -- commits in between is left to the next cut). Read here, apart, so
+    -- that the candidates' statement has plain values to scan the index
+    -- from, in order.
+    SELECT c.snap_xip, c.snap_xmax, coalesce(c.work_txid, '0'::xid8), coalesce(c.work_id, 0),
+           coalesce(c.work_snap, pg_current_snapshot())
+    INTO v_xip, v_xmax, v_from_txid, v_from_id, v_snap
+    FROM cut c ORDER BY c.cut_no DESC LIMIT 1;
     WITH c AS MATERIALIZED (
         SELECT * FROM cut c ORDER BY c.cut_no DESC LIMIT 1
     ), s AS MATERIALIZED (
-        -- the snapshot numbered by: the one a cut left partly numbered, else
-        -- this statement's
-        SELECT coalesce(c.work_snap, pg_current_snapshot()) AS snap FROM c
+        SELECT v_snap AS snap
     ), cand AS MATERIALIZED (
         -- the first 4,097 messages visible in it and not in the last full
         -- cut's snapshot, after what a partial cut numbered of it, in
-        -- (txid, id) order (two ordered index scans: the last snapshot's
-        -- transactions in progress, and those at or after its xmax)
+        -- (txid, id) order: two index scans in that order, each stopped at
+        -- 4,097 (the last snapshot's transactions in progress, and those
+        -- at or after its xmax), so that a backlog is not read whole by
+        -- every cut
         SELECT x.* FROM (
-            SELECT m.slot, m.txid, m.id, m.due, m.target
-            FROM c JOIN msg m ON m.txid = ANY (c.snap_xip)
-            WHERE (c.work_txid IS NULL OR (m.txid, m.id) > (c.work_txid, c.work_id))
+            (SELECT m.slot, m.txid, m.id, m.due, m.target
+             FROM msg m
+             WHERE m.txid = ANY (v_xip) AND (m.txid, m.id) > (v_from_txid, v_from_id)
+               AND pg_visible_in_snapshot(m.txid, v_snap)
+             ORDER BY m.txid, m.id LIMIT 4097)
             UNION ALL
-            SELECT m.slot, m.txid, m.id, m.due, m.target
-            FROM c JOIN msg m ON m.txid >= c.snap_xmax
-            WHERE (c.work_txid IS NULL OR (m.txid, m.id) > (c.work_txid, c.work_id))) x
-        CROSS JOIN s
-        WHERE pg_visible_in_snapshot(x.txid, s.snap)
+            (SELECT m.slot, m.txid, m.id, m.due, m.target
+             FROM msg m
+             WHERE m.txid >= v_xmax AND (m.txid, m.id) > (v_from_txid, v_from_id)
+               AND pg_visible_in_snapshot(m.txid, v_snap)
+             ORDER BY m.txid, m.id LIMIT 4097)) x
         ORDER BY x.txid, x.id
         LIMIT 4097
     ), fresh AS MATERIALIZED (

@@ -177,6 +177,12 @@ BEGIN
         EXECUTE format('ALTER FUNCTION %s SET search_path = %s %s', f.oid::regprocedure,
                        sluice._queue_path(p_queue_id), sluice._engine_settings());
     END LOOP;
+    -- The cut reads a backlog 4,096 messages at a time in (txid, id) order:
+    -- by ordered index scans that stop there, not a bitmap scan of all of it
+    -- sorted (each cut read the whole backlog; 30,000 preloaded: 17 ms a cut).
+    FOR f IN SELECT p.oid FROM pg_proc p WHERE p.pronamespace = sch::regnamespace AND p.proname = 'e2_cut_store' LOOP
+        EXECUTE format('ALTER FUNCTION %s SET enable_bitmapscan = off', f.oid::regprocedure);
+    END LOOP;
     EXECUTE format('REVOKE ALL ON ALL FUNCTIONS IN SCHEMA %I FROM PUBLIC', sch);
 END
 $$;
