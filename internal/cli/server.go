@@ -66,6 +66,7 @@ func serverCommand() command {
 			headerTimeout := fs.Duration("read-header-timeout", 10*time.Second, "time allowed to read a request's headers")
 			grace := fs.Duration("shutdown-grace", 30*time.Second, "how long requests in progress may take to end at shutdown")
 			events := fs.Duration("events-interval", time.Second, "how often /v1/events (the dashboard's stream) sends the status: one sluice.status per interval and role")
+			hosts := fs.String("allowed-host", "", "host `names` (comma-separated) the server answers to besides its listen address, such as a reverse proxy's; requests naming another Host or Origin are refused")
 			return func(ctx context.Context, _ []string) error {
 				auth := server.AuthConfig{Insecure: *insecure, TokensFile: *tokens, Audience: *audience}
 				if *hsFile != "" {
@@ -121,6 +122,7 @@ func serverCommand() command {
 					srv, err := server.New(server.Config{
 						Pool: db.pool, Auth: auth, MaxBody: *maxBody, MaxBatch: *maxBatch, MaxConcurrent: *maxConc,
 						MaxWait: *maxWait, PollInterval: *poll, ReadHeaderTimeout: *headerTimeout, EventsInterval: *events,
+						Hosts:  splitList(*hosts),
 						Logger: slog.New(slog.NewTextHandler(e.stderr, nil)),
 					})
 					if err != nil {
@@ -141,6 +143,17 @@ func serverCommand() command {
 			}
 		},
 	}
+}
+
+// splitList splits a comma-separated flag value, dropping empty items.
+func splitList(s string) []string {
+	var out []string
+	for _, v := range strings.Split(s, ",") {
+		if v = strings.TrimSpace(v); v != "" {
+			out = append(out, v)
+		}
+	}
+	return out
 }
 
 func isLoopback(host string) bool {

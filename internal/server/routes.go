@@ -57,7 +57,8 @@ func (s *Server) routeTable() []route {
 }
 
 // buildMux registers the routes, each wrapped in the middleware: request
-// metrics, authentication, the per-token concurrency limit, the body limit.
+// metrics, authentication, the per-token concurrency limit, the body limit;
+// every request passes guardBrowser first.
 func (s *Server) buildMux() http.Handler {
 	mux := http.NewServeMux()
 	for _, rt := range s.routes {
@@ -65,6 +66,10 @@ func (s *Server) buildMux() http.Handler {
 	}
 	s.registerDashboard(mux)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if p := s.guardBrowser(r); p != nil {
+			writeProblem(w, r, p)
+			return
+		}
 		h, pattern := mux.Handler(r)
 		if pattern != "" {
 			mux.ServeHTTP(w, r) // sets the path values

@@ -15,7 +15,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -58,6 +60,11 @@ type Config struct {
 	// sluice.status call per interval and role, shared by the streams of
 	// that role (default 1s).
 	EventsInterval time.Duration
+	// Hosts are the host names (or addresses) the server answers to besides
+	// the address it listens on, such as the name a reverse proxy or DNS
+	// gives it: a request whose Host is neither is refused (421), and so
+	// is one whose Origin is neither (guardBrowser).
+	Hosts []string
 }
 
 func (c *Config) defaults() {
@@ -101,6 +108,10 @@ type Server struct {
 	routes  []route
 	// batches keeps batch sends' memory between requests (batchScratch).
 	batches sync.Pool
+	// hosts are cfg.Hosts in lower case; listenIP is the address Serve
+	// listens on (nil before Serve).
+	hosts    []string
+	listenIP atomic.Pointer[net.IP]
 
 	// draining is closed when shutdown starts: long polls return.
 	draining  chan struct{}
@@ -126,6 +137,9 @@ func New(cfg Config) (*Server, error) {
 		limiter:  newLimiter(cfg.MaxConcurrent),
 		draining: make(chan struct{}),
 	}
+	for _, h := range cfg.Hosts {
+		s.hosts = append(s.hosts, strings.ToLower(strings.TrimSuffix(strings.Trim(h, "[]"), ".")))
+	}
 	s.batches.New = func() any { return new(batchScratch) }
 	s.metrics = newMetrics(s)
 	s.hub = newEventHub(s)
@@ -145,6 +159,10 @@ func (s *Server) Registry() *prometheus.Registry { return s.metrics.reg }
 // (for up to grace), the listener closes. It returns nil after a clean
 // shutdown.
 func (s *Server) Serve(ctx context.Context, ln net.Listener, grace time.Duration) error {
+	if a, ok := ln.Addr().(*net.TCPAddr); ok {
+		ip := a.IP
+		s.listenIP.Store(&ip)
+	}
 	hs := &http.Server{
 		Handler:           s.handler,
 		ReadHeaderTimeout: s.cfg.ReadHeaderTimeout,
