@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"strconv"
@@ -215,15 +216,46 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) error {
 		return forbidQueue(queue)
 	}
 	var rows []sluice.Status
-	err := s.one(r.Context(), p, func(tx pgx.Tx) (err error) {
-		rows, err = s.client.StatusTx(r.Context(), tx, queue)
-		return err
-	})
+	var err error
+	if queue != "" || len(p.Queues) == 0 {
+		err = s.one(r.Context(), p, func(tx pgx.Tx) (err error) {
+			rows, err = s.client.StatusTx(r.Context(), tx, queue)
+			return err
+		})
+	} else {
+		err = s.tx(r.Context(), p, func(tx pgx.Tx) (err error) {
+			rows, err = s.allowedStatus(r.Context(), tx, p)
+			return err
+		})
+	}
 	if err != nil {
 		return err
 	}
 	writeJSON(w, http.StatusOK, statusBody(p, rows))
 	return nil
+}
+
+// allowedStatus reads the status of the queues p may use, one by one: a
+// token limited to a few queues costs what those queues cost, not what
+// every queue of the database does (sluice.status of every queue took 196
+// ms with 21 queues, of one 4 ms, and 64 such calls held the whole pool).
+func (s *Server) allowedStatus(ctx context.Context, tx pgx.Tx, p *Principal) ([]sluice.Status, error) {
+	qs, err := s.client.ListQueuesTx(ctx, tx)
+	if err != nil {
+		return nil, err
+	}
+	var rows []sluice.Status
+	for _, q := range qs {
+		if !p.Allows(q.Name) {
+			continue
+		}
+		st, err := s.client.StatusTx(ctx, tx, q.Name)
+		if err != nil {
+			return nil, err
+		}
+		rows = append(rows, st...)
+	}
+	return rows, nil
 }
 
 type createGroupRequest struct {

@@ -17,9 +17,29 @@ type route struct {
 	// public routes need no token.
 	public bool
 	// admin routes need role sluice_admin (when auth is on).
-	admin  bool
+	admin bool
+	// use says how the route uses the database pool (connGated if unset).
+	use    connUse
 	handle func(w http.ResponseWriter, r *http.Request) error
 }
+
+// connUse is how a route uses the database pool.
+type connUse int
+
+const (
+	// connGated routes hold a connection for work whose cost grows with
+	// what the database holds (status, lists, peek, administration): they
+	// share the pool less its reserve (Config.ReservedConns), waiting for
+	// a place (gate).
+	connGated connUse = iota
+	// connMessage routes are the message endpoints, a few statements each:
+	// they alone may use the reserve, so that one token's administration
+	// or status calls cannot make other tokens' sends and receives wait.
+	connMessage
+	// connNone routes hold no connection of their own (the event stream
+	// reads from a shared feed).
+	connNone
+)
 
 func (s *Server) routeTable() []route {
 	return []route{
@@ -35,19 +55,19 @@ func (s *Server) routeTable() []route {
 		{method: "DELETE", path: "/v1/queues/{queue}", handle: s.dropQueue},
 		{method: "POST", path: "/v1/queues/{queue}/purge", handle: s.purgeQueue},
 		{method: "GET", path: "/v1/status", handle: s.status},
-		{method: "GET", path: "/v1/events", handle: s.serveEvents},
+		{method: "GET", path: "/v1/events", use: connNone, handle: s.serveEvents},
 
 		{method: "POST", path: "/v1/queues/{queue}/groups", handle: s.createGroup},
 		{method: "DELETE", path: "/v1/queues/{queue}/groups/{group}", handle: s.dropGroup},
 		{method: "POST", path: "/v1/queues/{queue}/groups/{group}/seek", handle: s.seekGroup},
 
-		{method: "POST", path: "/v1/queues/{queue}/messages", handle: s.send},
-		{method: "POST", path: "/v1/queues/{queue}/messages/batch", handle: s.sendBatch},
-		{method: "POST", path: "/v1/queues/{queue}/groups/{group}/receive", handle: s.receive},
-		{method: "POST", path: "/v1/queues/{queue}/groups/{group}/ack", handle: s.ack},
-		{method: "POST", path: "/v1/queues/{queue}/groups/{group}/nack", handle: s.nack},
-		{method: "POST", path: "/v1/queues/{queue}/groups/{group}/extend", handle: s.extend},
-		{method: "POST", path: "/v1/transaction", handle: s.transaction},
+		{method: "POST", path: "/v1/queues/{queue}/messages", use: connMessage, handle: s.send},
+		{method: "POST", path: "/v1/queues/{queue}/messages/batch", use: connMessage, handle: s.sendBatch},
+		{method: "POST", path: "/v1/queues/{queue}/groups/{group}/receive", use: connMessage, handle: s.receive},
+		{method: "POST", path: "/v1/queues/{queue}/groups/{group}/ack", use: connMessage, handle: s.ack},
+		{method: "POST", path: "/v1/queues/{queue}/groups/{group}/nack", use: connMessage, handle: s.nack},
+		{method: "POST", path: "/v1/queues/{queue}/groups/{group}/extend", use: connMessage, handle: s.extend},
+		{method: "POST", path: "/v1/transaction", use: connMessage, handle: s.transaction},
 
 		{method: "GET", path: "/v1/queues/{queue}/messages", handle: s.peek},
 		{method: "GET", path: "/v1/queues/{queue}/leases", handle: s.leases},
@@ -126,6 +146,12 @@ func (s *Server) serve(rt route, w http.ResponseWriter, r *http.Request) error {
 	r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBody)
 	if q := r.PathValue("queue"); q != "" && !p.Allows(q) {
 		return forbidQueue(q)
+	}
+	if rt.use == connGated {
+		if err := s.gate.enter(r.Context()); err != nil {
+			return err
+		}
+		defer s.gate.leave()
 	}
 	return rt.handle(w, r.WithContext(withPrincipal(r.Context(), p)))
 }

@@ -65,6 +65,14 @@ type Config struct {
 	// gives it: a request whose Host is neither is refused (421), and so
 	// is one whose Origin is neither (guardBrowser).
 	Hosts []string
+	// ReservedConns is how many of the pool's connections are kept for the
+	// message endpoints (send, batch send, receive, ack, nack, extend,
+	// transaction): every other request that uses the database (status,
+	// lists, peek, leases, dead letters, administration, /metrics) waits
+	// for a place among the rest, server-wide, so that no token's such
+	// calls can hold the whole pool (default: a quarter of the pool, at
+	// least 2; the others get at least 1).
+	ReservedConns int
 }
 
 func (c *Config) defaults() {
@@ -104,6 +112,7 @@ type Server struct {
 	limiter *limiter
 	metrics *metrics
 	hub     *eventHub
+	gate    *gate
 	handler http.Handler
 	routes  []route
 	// batches keeps batch sends' memory between requests (batchScratch).
@@ -140,6 +149,12 @@ func New(cfg Config) (*Server, error) {
 	for _, h := range cfg.Hosts {
 		s.hosts = append(s.hosts, strings.ToLower(strings.TrimSuffix(strings.Trim(h, "[]"), ".")))
 	}
+	poolMax := int(cfg.Pool.Config().MaxConns)
+	reserve := cfg.ReservedConns
+	if reserve <= 0 {
+		reserve = max(2, poolMax/4)
+	}
+	s.gate = newGate(max(1, poolMax-reserve), gateWait)
 	s.batches.New = func() any { return new(batchScratch) }
 	s.metrics = newMetrics(s)
 	s.hub = newEventHub(s)
