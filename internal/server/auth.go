@@ -33,7 +33,8 @@ var roles = []string{RoleProducer, RoleConsumer, RoleAdmin}
 // Principal is who makes a request: the PostgreSQL role its SQL runs under
 // and the queues it may name.
 type Principal struct {
-	// Subject is the JWT's sub, or the static token's name; recorded with
+	// Subject is the JWT's sub (required), or the static token's name
+	// (unique in the tokens file); recorded with
 	// each message sent as header "sluice_sub".
 	Subject string
 	// Role is one of RoleProducer, RoleConsumer, RoleAdmin; "" when
@@ -139,7 +140,7 @@ func LoadTokens(file string) ([]StaticToken, error) {
 	if err := dec.Decode(&f); err != nil {
 		return nil, fmt.Errorf("reading the tokens file %s: %w", file, err)
 	}
-	seen := map[string]bool{}
+	seen, names := map[string]bool{}, map[string]bool{}
 	for i, t := range f.Tokens {
 		where := fmt.Sprintf("tokens file %s, token %d (%q)", file, i+1, t.Name)
 		switch {
@@ -151,11 +152,15 @@ func LoadTokens(file string) ([]StaticToken, error) {
 			return nil, fmt.Errorf("%s: role %q is not one of %s", where, t.Role, strings.Join(roles, ", "))
 		case seen[t.Token]:
 			return nil, fmt.Errorf("%s: the same token is given twice", where)
+		case names[t.Name]:
+			// (the name identifies the token: for the concurrency limit,
+			// and as the sender of its messages)
+			return nil, fmt.Errorf("%s: another token has the same name", where)
 		}
 		if err := checkPatterns(t.Queues); err != nil {
 			return nil, fmt.Errorf("%s: %w", where, err)
 		}
-		seen[t.Token] = true
+		seen[t.Token], names[t.Name] = true, true
 	}
 	return f.Tokens, nil
 }
@@ -240,6 +245,12 @@ func (a *authenticator) authenticate(r *http.Request) (*Principal, error) {
 	}, opts...)
 	if err != nil {
 		return nil, problemf(http.StatusUnauthorized, "unauthorized", "the bearer token is not valid: %v", err)
+	}
+	if c.Subject == "" {
+		// sub identifies the caller: the concurrency limit is per sub, and
+		// it is recorded with the messages the token sends. Tokens without
+		// one shared one limit, across roles.
+		return nil, problemf(http.StatusUnauthorized, "unauthorized", "the bearer token is not valid: it has no sub claim (who the caller is)")
 	}
 	if !slices.Contains(roles, c.Role) {
 		return nil, problemf(http.StatusForbidden, "forbidden", "the token's role claim %q is not one of %s", c.Role, strings.Join(roles, ", "))

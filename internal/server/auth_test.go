@@ -152,6 +152,10 @@ func TestLoadTokensRejectsBadFiles(t *testing.T) {
 		"unknown": map[string]any{"tokens": []any{map[string]any{"name": "a", "token": "0123456789abcdef", "role": server.RoleAdmin, "x": 1}}},
 		"pattern": map[string]any{"tokens": []any{map[string]any{"name": "a", "token": "0123456789abcdef", "role": server.RoleAdmin, "queues": []string{"["}}}},
 		"noname":  map[string]any{"tokens": []any{map[string]any{"token": "0123456789abcdef", "role": server.RoleAdmin}}},
+		// (a name identifies a token: its concurrency limit, its messages' sender)
+		"dupname": map[string]any{"tokens": []any{
+			map[string]any{"name": "a", "token": "0123456789abcdef", "role": server.RoleAdmin},
+			map[string]any{"name": "a", "token": "fedcba9876543210", "role": server.RoleProducer}}},
 	} {
 		f := dir + "/" + name
 		writeJSON(t, f, content)
@@ -224,4 +228,48 @@ func TestBatchRecordsSender(t *testing.T) {
 			t.Errorf("message %d: headers %s, want %s", i+1, b, want[i])
 		}
 	}
+}
+
+// A JWT must say who it is (sub): those without one shared one concurrency
+// limit across roles (64 long polls of a consumer made a producer's send
+// get 429), and sent messages without a sender.
+func TestJWTNeedsSubject(t *testing.T) {
+	ts := start(t)
+	ts.must(201, "POST", "/v1/queues", tokAdmin, map[string]any{"name": "q"})
+	noSub := claims("", server.RoleConsumer)
+	delete(noSub, "sub")
+	p := ts.problem(401, "GET", "/v1/queues/q/leases", hs256(t, hsSecret, noSub), nil)
+	if !strings.Contains(p["detail"].(string), "sub") {
+		t.Fatalf("401 of a JWT without sub: %v", p)
+	}
+	ts.problem(401, "GET", "/v1/queues/q/leases", ts.eddsa(claims("", server.RoleConsumer)), nil)
+}
+
+// A priority outside PostgreSQL's int is a 400 naming the member, for a
+// send, a batch send and a transaction, and nothing is sent (a batch
+// stored 3000000000 as -1294967296 with a 201).
+func TestPriorityOutOfRange(t *testing.T) {
+	ts := start(t)
+	ts.must(201, "POST", "/v1/queues", tokAdmin, map[string]any{"name": "q"})
+	for _, c := range []struct {
+		path, field string
+		body        any
+	}{
+		{"/v1/queues/q/messages", "priority", map[string]any{"body": 1, "priority": 3000000000}},
+		{"/v1/queues/q/messages", "priority", map[string]any{"body": 1, "priority": -2147483649}},
+		{"/v1/queues/q/messages/batch", "messages[1].priority", map[string]any{"messages": []any{
+			map[string]any{"body": 1}, map[string]any{"body": 2, "priority": 3000000000}}}},
+		{"/v1/transaction", "send[0].priority", map[string]any{"send": []any{
+			map[string]any{"queue": "q", "body": 1, "priority": 3000000000}}}},
+	} {
+		p := ts.problem(400, "POST", c.path, tokAdmin, c.body)
+		if p["field"] != c.field {
+			t.Errorf("%s: field %v, want %s (%v)", c.path, p["field"], c.field, p["detail"])
+		}
+	}
+	if msgs := ts.must(200, "GET", "/v1/queues/q/messages", tokAdmin, nil)["messages"].([]any); len(msgs) != 0 {
+		t.Fatalf("stored %v", msgs)
+	}
+	ts.must(201, "POST", "/v1/queues/q/messages/batch", tokAdmin, map[string]any{"messages": []any{
+		map[string]any{"body": 1, "priority": 2147483647}, map[string]any{"body": 2, "priority": -2147483648}}})
 }

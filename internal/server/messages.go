@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"math"
 	"net/http"
 	"time"
 
@@ -93,11 +94,23 @@ func sendOptions(p *Principal, req *sendRequest, prefix string) (*sluice.SendOpt
 	if err != nil {
 		return nil, err
 	}
+	if err := checkPriority(prefix+"priority", req.Priority); err != nil {
+		return nil, err
+	}
 	h, err := headers(p, req.Headers, func() string { return prefix + "headers" })
 	if err != nil {
 		return nil, err
 	}
 	return &sluice.SendOptions{Headers: h, Key: req.Key, Delay: d, Priority: req.Priority, DedupKey: req.DedupKey}, nil
+}
+
+// checkPriority refuses a priority the engine cannot store (an int: it
+// was stored wrapped around, 3000000000 as -1294967296).
+func checkPriority(field string, v int) error {
+	if v < math.MinInt32 || v > math.MaxInt32 {
+		return fieldProblem(field, "%s must be between %d and %d, got %d", field, math.MinInt32, math.MaxInt32, v)
+	}
+	return nil
 }
 
 type batchMessage struct {
