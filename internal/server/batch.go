@@ -111,6 +111,9 @@ func (b *batchScratch) messages(p *Principal) ([]sluice.BatchMessage, error) {
 		if m.Priority < math.MinInt32 || m.Priority > math.MaxInt32 {
 			return nil, checkPriority("messages["+itoa(i)+"].priority", m.Priority)
 		}
+		if nulMember(m.Body, m.Headers, m.Key, m.DedupKey) != "" {
+			return nil, checkNUL("messages["+itoa(i)+"].", m.Body, m.Headers, m.Key, m.DedupKey)
+		}
 		h, err := headers(p, m.Headers, func() string { return "messages[" + itoa(i) + "].headers" })
 		if err != nil {
 			return nil, err

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"math"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -97,6 +98,9 @@ func sendOptions(p *Principal, req *sendRequest, prefix string) (*sluice.SendOpt
 	if err := checkPriority(prefix+"priority", req.Priority); err != nil {
 		return nil, err
 	}
+	if err := checkNUL(prefix, req.Body, req.Headers, req.Key, req.DedupKey); err != nil {
+		return nil, err
+	}
 	h, err := headers(p, req.Headers, func() string { return prefix + "headers" })
 	if err != nil {
 		return nil, err
@@ -111,6 +115,54 @@ func checkPriority(field string, v int) error {
 		return fieldProblem(field, "%s must be between %d and %d, got %d", field, math.MinInt32, math.MaxInt32, v)
 	}
 	return nil
+}
+
+// checkNUL refuses a NUL character, which PostgreSQL cannot store in text
+// or jsonb (a 500 with the database's message before): "\u0000" in body or
+// headers, a NUL in key or dedup_key. prefix names the message in the
+// problem ("", "messages[3].").
+func checkNUL(prefix string, body, headers json.RawMessage, key, dedupKey string) error {
+	m := nulMember(body, headers, key, dedupKey)
+	switch m {
+	case "":
+		return nil
+	case "body", "headers":
+		return fieldProblem(prefix+m, "%s%s holds \\u0000, which PostgreSQL cannot store", prefix, m)
+	}
+	return fieldProblem(prefix+m, "%s%s holds a NUL character, which PostgreSQL cannot store", prefix, m)
+}
+
+// nulMember is the member of a message that holds a NUL, or "".
+func nulMember(body, headers json.RawMessage, key, dedupKey string) string {
+	switch {
+	case jsonHasNUL(body):
+		return "body"
+	case jsonHasNUL(headers):
+		return "headers"
+	case strings.IndexByte(key, 0) >= 0:
+		return "key"
+	case strings.IndexByte(dedupKey, 0) >= 0:
+		return "dedup_key"
+	}
+	return ""
+}
+
+// jsonHasNUL reports whether the JSON text v has the escape \u0000 (a
+// backslash that is itself escaped, as in "\\u0000", does not count).
+func jsonHasNUL(v []byte) bool {
+	if !bytes.Contains(v, []byte(`\u0000`)) {
+		return false
+	}
+	for i := 0; i < len(v); i++ {
+		if v[i] != '\\' {
+			continue
+		}
+		if bytes.HasPrefix(v[i+1:], []byte("u0000")) {
+			return true
+		}
+		i++ // the escaped character
+	}
+	return false
 }
 
 type batchMessage struct {

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -25,6 +27,10 @@ type Problem struct {
 	Instance string `json:"instance,omitempty"`
 	Code     string `json:"code,omitempty"`
 	Field    string `json:"field,omitempty"`
+	// cause, when set, is the error behind a problem whose detail says
+	// nothing of it (a 500, a lost database): it goes to the log, with the
+	// request id, not to the client.
+	cause error
 }
 
 func (p *Problem) Error() string { return p.Detail }
@@ -60,9 +66,12 @@ var engineStatus = map[string]struct {
 }
 
 // toProblem turns any error of a handler into a problem: the engine's errors
-// keep their code and message, a missing privilege is 403, a database that
-// cannot be reached or refuses the connection, or a schema that is missing
-// (also for SQL the library did not run), is 503.
+// keep their code and message, a missing privilege is 403, data PostgreSQL
+// refuses (class 22: a NUL, a number out of range) is 422, a database that
+// cannot be reached, refuses the connection or loses it, or a schema that is
+// missing (also for SQL the library did not run), is 503. Other errors are
+// 500. What the client is told of a 500 or a 503 is generic: the error
+// itself (SQL, addresses, role names) is the problem's cause, for the log.
 func toProblem(err error) *Problem {
 	var p *Problem
 	if errors.As(err, &p) {
@@ -84,12 +93,11 @@ func toProblem(err error) *Problem {
 		// database dropped or not accepting connections, a password
 		// refused): whatever PostgreSQL said, the server has no database to
 		// work on.
+		p := unavailable(err)
 		if errors.As(err, &pg) {
-			p := problemf(http.StatusServiceUnavailable, "unavailable", "the database is unavailable: %s", pg.Message)
 			p.Code = pg.Code
-			return p
 		}
-		return problemf(http.StatusServiceUnavailable, "unavailable", "the database is unavailable: %v", err)
+		return p
 	}
 	if errors.As(err, &pg) {
 		if m, ok := engineStatus[pg.Code]; ok {
@@ -106,20 +114,39 @@ func toProblem(err error) *Problem {
 		case pg.Code == "42501": // insufficient_privilege
 			return &Problem{Type: "urn:sluice:problem:forbidden", Title: http.StatusText(http.StatusForbidden),
 				Status: http.StatusForbidden, Detail: pg.Message, Code: pg.Code}
-		case pg.Code == "22P02" || pg.Code == "22007" || pg.Code == "22008" || pg.Code == "22023": // bad text representation, datetime, parameter
+		case pg.Code[:2] == "22": // data exception: what the client sent (a NUL, 1e999999, a bad time)
 			return &Problem{Type: "urn:sluice:problem:invalid_argument", Title: http.StatusText(http.StatusUnprocessableEntity),
 				Status: http.StatusUnprocessableEntity, Detail: pg.Message, Code: pg.Code}
 		case pg.Code == "57014" || pg.Code[:2] == "08" || pg.Code[:2] == "53" || pg.Code[:2] == "57": // canceled, connection, resources, operator intervention
-			return &Problem{Type: "urn:sluice:problem:unavailable", Title: http.StatusText(http.StatusServiceUnavailable),
-				Status: http.StatusServiceUnavailable, Detail: pg.Message, Code: pg.Code}
+			p := unavailable(err)
+			p.Code = pg.Code
+			return p
 		}
 		return &Problem{Type: "urn:sluice:problem:database_error", Title: http.StatusText(http.StatusInternalServerError),
-			Status: http.StatusInternalServerError, Detail: pg.Message, Code: pg.Code}
+			Status: http.StatusInternalServerError, Detail: "the database failed the request", Code: pg.Code, cause: err}
 	}
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || pgconn.SafeToRetry(err) {
-		return problemf(http.StatusServiceUnavailable, "unavailable", "the database is unavailable: %v", err)
+	if lostConnection(err) {
+		return unavailable(err)
 	}
-	return problemf(http.StatusInternalServerError, "internal", "%v", err)
+	p = problemf(http.StatusInternalServerError, "internal", "internal server error")
+	p.cause = err
+	return p
+}
+
+// unavailable is the 503 of a database the server cannot use now.
+func unavailable(cause error) *Problem {
+	p := problemf(http.StatusServiceUnavailable, "unavailable", "the database is unavailable: try again later")
+	p.cause = cause
+	return p
+}
+
+// lostConnection reports whether err is the loss of a database connection
+// (or of the request: canceled, timed out) rather than a failed statement.
+func lostConnection(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || pgconn.SafeToRetry(err) ||
+		pgconn.Timeout(err) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) ||
+		errors.Is(err, net.ErrClosed) || errors.As(err, &ne)
 }
 
 // schemaMissingProblem is the 503 of a database without the sluice schema,

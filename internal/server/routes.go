@@ -1,6 +1,9 @@
 package server
 
 import (
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
 	"net/http"
 	"time"
 
@@ -121,8 +124,14 @@ func (s *Server) wrap(rt route) http.Handler {
 		start := time.Now()
 		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
 		defer func() { s.metrics.observe(name, sw.status, time.Since(start)) }()
+		id := fmt.Sprintf("%016x", rand.Uint64())
+		w.Header().Set("X-Request-Id", id)
 		if err := s.serve(rt, sw, r); err != nil {
-			writeProblem(sw, r, toProblem(err))
+			p := toProblem(err)
+			if p.Status >= 500 {
+				s.logProblem(r, id, p, err)
+			}
+			writeProblem(sw, r, p)
 		}
 	})
 }
@@ -154,6 +163,22 @@ func (s *Server) serve(rt route, w http.ResponseWriter, r *http.Request) error {
 		defer s.gate.leave()
 	}
 	return rt.handle(w, r.WithContext(withPrincipal(r.Context(), p)))
+}
+
+// logProblem logs a 5xx answer with the request id, which the client sees
+// in the X-Request-Id header and, for a problem whose cause is kept from
+// it, in the detail.
+func (s *Server) logProblem(r *http.Request, id string, p *Problem, err error) {
+	level := slog.LevelError
+	if p.Status == http.StatusServiceUnavailable {
+		level = slog.LevelWarn
+	}
+	if p.cause != nil {
+		err = p.cause
+		p.Detail += " (request id " + id + ": the server's log has the cause)"
+	}
+	s.cfg.Logger.Log(r.Context(), level, "sluice server: request failed", "request_id", id, "method", r.Method,
+		"path", r.URL.Path, "status", p.Status, "type", p.Type, "error", err.Error())
 }
 
 // statusWriter records the status of a response.
