@@ -61,6 +61,7 @@ func serverCommand() command {
 			maxBody := fs.Int64("max-body", 8<<20, "largest request body in `bytes`")
 			maxBatch := fs.Int("max-batch", 1000, "most messages of one batch send, receive or transaction")
 			maxConc := fs.Int("max-concurrent", 64, "most requests in progress per token (more get 429)")
+			maxTxQueues := fs.Int("max-tx-queues", 16, "most distinct queues one /v1/transaction may name")
 			reserved := fs.Int("reserved-conns", 0, "database connections kept for sends, receives, acks, nacks, extends and transactions; other requests share the rest of the pool (default: a quarter of the pool, at least 2)")
 			maxWait := fs.Duration("max-wait", 30*time.Second, "longest long poll (wait of receive)")
 			poll := fs.Duration("poll-interval", 5*time.Second, "how often the queues that long polls wait on are checked, for delays and retries coming due")
@@ -123,7 +124,7 @@ func serverCommand() command {
 					srv, err := server.New(server.Config{
 						Pool: db.pool, Auth: auth, MaxBody: *maxBody, MaxBatch: *maxBatch, MaxConcurrent: *maxConc,
 						MaxWait: *maxWait, PollInterval: *poll, ReadHeaderTimeout: *headerTimeout, EventsInterval: *events,
-						Hosts: splitList(*hosts), ReservedConns: *reserved,
+						Hosts: splitList(*hosts), ReservedConns: *reserved, MaxTxQueues: *maxTxQueues,
 						Logger: slog.New(slog.NewTextHandler(e.stderr, nil)),
 					})
 					if err != nil {

@@ -147,11 +147,12 @@ func TestInsecure(t *testing.T) {
 func TestLoadTokensRejectsBadFiles(t *testing.T) {
 	dir := t.TempDir()
 	for name, content := range map[string]any{
-		"short":   map[string]any{"tokens": []any{map[string]any{"name": "a", "token": "short", "role": server.RoleAdmin}}},
-		"role":    map[string]any{"tokens": []any{map[string]any{"name": "a", "token": "0123456789abcdef", "role": "postgres"}}},
-		"unknown": map[string]any{"tokens": []any{map[string]any{"name": "a", "token": "0123456789abcdef", "role": server.RoleAdmin, "x": 1}}},
-		"pattern": map[string]any{"tokens": []any{map[string]any{"name": "a", "token": "0123456789abcdef", "role": server.RoleAdmin, "queues": []string{"["}}}},
-		"noname":  map[string]any{"tokens": []any{map[string]any{"token": "0123456789abcdef", "role": server.RoleAdmin}}},
+		"short":    map[string]any{"tokens": []any{map[string]any{"name": "a", "token": "short", "role": server.RoleAdmin}}},
+		"role":     map[string]any{"tokens": []any{map[string]any{"name": "a", "token": "0123456789abcdef", "role": "postgres"}}},
+		"unknown":  map[string]any{"tokens": []any{map[string]any{"name": "a", "token": "0123456789abcdef", "role": server.RoleAdmin, "x": 1}}},
+		"pattern":  map[string]any{"tokens": []any{map[string]any{"name": "a", "token": "0123456789abcdef", "role": server.RoleAdmin, "queues": []string{"["}}}},
+		"noname":   map[string]any{"tokens": []any{map[string]any{"token": "0123456789abcdef", "role": server.RoleAdmin}}},
+		"noqueues": map[string]any{"tokens": []any{map[string]any{"name": "a", "token": "0123456789abcdef", "role": server.RoleAdmin, "queues": []string{}}}},
 		// (a name identifies a token: its concurrency limit, its messages' sender)
 		"dupname": map[string]any{"tokens": []any{
 			map[string]any{"name": "a", "token": "0123456789abcdef", "role": server.RoleAdmin},

@@ -548,6 +548,17 @@ func (s *Server) transaction(w http.ResponseWriter, r *http.Request) error {
 			return forbidQueue(a.Queue)
 		}
 	}
+	queues := map[string]bool{}
+	for _, a := range req.Ack {
+		queues[a.Queue] = true
+	}
+	for _, m := range req.Send {
+		queues[m.Queue] = true
+	}
+	if len(queues) > s.cfg.MaxTxQueues {
+		return problemf(http.StatusUnprocessableEntity, "too_many_queues",
+			"the transaction names %d queues, more than the server's limit of %d (--max-tx-queues)", len(queues), s.cfg.MaxTxQueues)
+	}
 	out := TransactionResponse{Acked: make([]int, len(req.Ack)), IDs: make([]int64, len(req.Send))}
 	err := s.tx(r.Context(), p, func(tx pgx.Tx) error {
 		for i, a := range req.Ack {

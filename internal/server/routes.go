@@ -142,19 +142,19 @@ func (s *Server) serve(rt route, w http.ResponseWriter, r *http.Request) error {
 	}
 	p, err := s.auth.authenticate(r)
 	if err != nil {
-		return err
+		return s.unread(w, err)
 	}
 	if rt.admin && p.Role != "" && (p.Role != RoleAdmin || len(p.Queues) > 0) {
-		return problemf(http.StatusForbidden, "forbidden", "%s needs role %s for every queue (a token without queue patterns)", rt.path, RoleAdmin)
+		return s.unread(w, problemf(http.StatusForbidden, "forbidden", "%s needs role %s for every queue (a token without queue patterns)", rt.path, RoleAdmin))
 	}
 	if !s.limiter.acquire(p.key) {
-		return problemf(http.StatusTooManyRequests, "too_many_requests",
-			"this token has %d requests in progress, the server's limit (--max-concurrent)", s.cfg.MaxConcurrent)
+		return s.unread(w, problemf(http.StatusTooManyRequests, "too_many_requests",
+			"this token has %d requests in progress, the server's limit (--max-concurrent)", s.cfg.MaxConcurrent))
 	}
 	defer s.limiter.release(p.key)
 	r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBody)
 	if q := r.PathValue("queue"); q != "" && !p.Allows(q) {
-		return forbidQueue(q)
+		return s.unread(w, forbidQueue(q))
 	}
 	if rt.use == connGated {
 		if err := s.gate.enter(r.Context()); err != nil {
@@ -163,6 +163,17 @@ func (s *Server) serve(rt route, w http.ResponseWriter, r *http.Request) error {
 		defer s.gate.leave()
 	}
 	return rt.handle(w, r.WithContext(withPrincipal(r.Context(), p)))
+}
+
+// unread answers a request refused before its body was read without
+// reading it: net/http would read what is left of it after the answer (up
+// to 256 KiB, to reuse the connection), for as long as the read timeout
+// allows, and a client without a token could dribble it for 70s per
+// connection. The connection closes after the answer instead.
+func (s *Server) unread(w http.ResponseWriter, err error) error {
+	w.Header().Set("Connection", "close")
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now())
+	return err
 }
 
 // logProblem logs a 5xx answer with the request id, which the client sees

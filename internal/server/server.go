@@ -73,6 +73,10 @@ type Config struct {
 	// calls can hold the whole pool (default: a quarter of the pool, at
 	// least 2; the others get at least 1).
 	ReservedConns int
+	// MaxTxQueues is the most distinct queues one POST /v1/transaction may
+	// name (default 16): each queue's tables take locks until the commit,
+	// and about 330 exhausted PostgreSQL's lock table.
+	MaxTxQueues int
 }
 
 func (c *Config) defaults() {
@@ -99,6 +103,9 @@ func (c *Config) defaults() {
 	}
 	if c.EventsInterval <= 0 {
 		c.EventsInterval = time.Second
+	}
+	if c.MaxTxQueues <= 0 {
+		c.MaxTxQueues = 16
 	}
 }
 
@@ -136,7 +143,7 @@ func New(cfg Config) (*Server, error) {
 	if !cfg.Auth.Insecure && !cfg.Auth.Enabled() {
 		return nil, errors.New("sluice server: no authentication configured (tokens file or JWT keys), and not insecure")
 	}
-	a, err := newAuthenticator(cfg.Auth)
+	a, err := newAuthenticator(cfg.Auth, cfg.Logger)
 	if err != nil {
 		return nil, err
 	}
