@@ -46,6 +46,10 @@ var (
 	// ErrInvalidIsolation (SL010) is a receive, or a send with a
 	// deduplication key, in a transaction that is not READ COMMITTED.
 	ErrInvalidIsolation = errors.New("sluice: READ COMMITTED isolation needed")
+	// ErrJSONTooDeep (SL011) is a message whose body or headers are nested
+	// deeper than 512 levels (arrays and objects), more than every client
+	// can read back.
+	ErrJSONTooDeep = errors.New("sluice: JSON nested too deep")
 	// ErrSchemaMissing means the database has no sluice schema, or an older
 	// one without the function called: install or upgrade it with
 	// "sluice migrate" (or package migrate).
@@ -64,6 +68,7 @@ var sentinels = map[string]error{
 	"SL008": ErrInvalidReceipt,
 	"SL009": ErrPayloadTooLarge,
 	"SL010": ErrInvalidIsolation,
+	"SL011": ErrJSONTooDeep,
 }
 
 // Error is a failure reported by the sluice engine or a missing schema. It

@@ -63,6 +63,7 @@ var engineStatus = map[string]struct {
 	"SL008": {http.StatusUnprocessableEntity, "invalid_receipt"},
 	"SL009": {http.StatusRequestEntityTooLarge, "payload_too_large"},
 	"SL010": {http.StatusInternalServerError, "invalid_isolation"},
+	"SL011": {http.StatusUnprocessableEntity, "json_too_deep"},
 }
 
 // toProblem turns any error of a handler into a problem: the engine's errors
@@ -179,12 +180,28 @@ func writeProblem(w http.ResponseWriter, r *http.Request, p *Problem) {
 	_ = json.NewEncoder(w).Encode(p)
 }
 
-// writeJSON writes v as a JSON response with status.
+// writeJSON writes v as a JSON response with status. It encodes v before
+// writing anything: a value it cannot encode (a message nested deeper than
+// encoding/json's 10,000 levels, stored before the engine refused such
+// messages) is a 500 problem, logged by wrap with the request id, never a
+// 200 with an empty body (as receive, peek and dead letters answered).
 func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		p := problemf(http.StatusInternalServerError, "unwritable_response", "the answer could not be written as JSON")
+		if f, ok := w.(interface{ fail(error) string }); ok {
+			p.Detail += " (request id " + f.fail(err) + ": the server's log has the cause)"
+		}
+		w.Header().Set("Content-Type", "application/problem+json")
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		w.WriteHeader(p.Status)
+		_ = json.NewEncoder(w).Encode(p)
+		return
+	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
+	_, _ = w.Write(append(b, '\n'))
 }
 
 // wrapSQL adds what was being done to an error of a statement.

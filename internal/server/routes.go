@@ -122,10 +122,16 @@ func (s *Server) wrap(rt route) http.Handler {
 	name := rt.method + " " + rt.path
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
-		defer func() { s.metrics.observe(name, sw.status, time.Since(start)) }()
 		id := fmt.Sprintf("%016x", rand.Uint64())
+		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK, id: id}
+		defer func() { s.metrics.observe(name, sw.status, time.Since(start)) }()
 		w.Header().Set("X-Request-Id", id)
+		defer func() {
+			if sw.failure != nil {
+				s.cfg.Logger.Error("sluice server: the answer could not be written", "request_id", id, "method", r.Method,
+					"path", r.URL.Path, "error", sw.failure.Error())
+			}
+		}()
 		if err := s.serve(rt, sw, r); err != nil {
 			p := toProblem(err)
 			if p.Status >= 500 {
@@ -192,10 +198,19 @@ func (s *Server) logProblem(r *http.Request, id string, p *Problem, err error) {
 		"path", r.URL.Path, "status", p.Status, "type", p.Type, "error", err.Error())
 }
 
-// statusWriter records the status of a response.
+// statusWriter records the status of a response, and a failure to encode
+// it (writeJSON), which wrap logs under the request id.
 type statusWriter struct {
 	http.ResponseWriter
-	status int
+	status  int
+	id      string
+	failure error
+}
+
+// fail records err, and returns the request id.
+func (w *statusWriter) fail(err error) string {
+	w.failure = err
+	return w.id
 }
 
 func (w *statusWriter) WriteHeader(code int) {

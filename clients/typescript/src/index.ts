@@ -16,6 +16,7 @@ export {
   InvalidReceiptError,
   PayloadTooLargeError,
   InvalidIsolationError,
+  JSONTooDeepError,
   SchemaMissingError,
   errorClasses,
   translate,

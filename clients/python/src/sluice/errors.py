@@ -27,6 +27,7 @@ __all__ = [
     "InvalidReceipt",
     "PayloadTooLarge",
     "InvalidIsolation",
+    "JSONTooDeep",
     "SchemaMissing",
     "translate",
 ]
@@ -117,6 +118,12 @@ class InvalidIsolation(SluiceError):
     code = "SL010"
 
 
+class JSONTooDeep(SluiceError):
+    """SL011: body or headers nested deeper than 512 levels."""
+
+    code = "SL011"
+
+
 class SchemaMissing(SluiceError):
     """The database has no sluice schema, or an older one: run ``sluice migrate``."""
 
@@ -134,6 +141,7 @@ _BY_CODE: dict[str, type[SluiceError]] = {
         InvalidReceipt,
         PayloadTooLarge,
         InvalidIsolation,
+        JSONTooDeep,
     )
 }
 
