@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -157,5 +158,23 @@ func TestLostConnectionIs503(t *testing.T) {
 		if id == "" || !strings.Contains(body, id) || !strings.Contains(log.String(), "request_id="+id) {
 			t.Errorf("request id %q: in the body %s; the log:\n%s", id, body, log.String())
 		}
+	}
+}
+
+// A client that gives up its long poll is not a failure to log (every
+// disconnecting consumer would be a WARN line).
+func TestClientGoneIsNotLogged(t *testing.T) {
+	var log syncBuffer
+	ts := start(t, func(c *server.Config) { c.Logger = slog.New(slog.NewTextHandler(&log, nil)) })
+	ts.must(201, "POST", "/v1/queues", tokAdmin, map[string]any{"name": "q"})
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if status, _ := postWithin(ctx, ts.url+"/v1/queues/q/groups/default/receive", tokAdmin, `{"wait": "10s"}`); status != 0 {
+		t.Fatalf("the long poll answered %d before the client gave up", status)
+	}
+	// (the server counts the request once its handler is done, after it logged)
+	ts.waitMetric(`sluice_http_request_duration_seconds_count{code="503",route="POST /v1/queues/{queue}/groups/{group}/receive"} 1`)
+	if strings.Contains(log.String(), "request failed") {
+		t.Fatalf("the log:\n%s", log.String())
 	}
 }

@@ -134,7 +134,9 @@ func (s *Server) wrap(rt route) http.Handler {
 		}()
 		if err := s.serve(rt, sw, r); err != nil {
 			p := toProblem(err)
-			if p.Status >= 500 {
+			// (not for a client that went away, such as from a long poll:
+			// nobody reads the answer, and it is no failure of the server)
+			if p.Status >= 500 && r.Context().Err() == nil {
 				s.logProblem(r, id, p, err)
 			}
 			writeProblem(sw, r, p)
