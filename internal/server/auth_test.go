@@ -2,6 +2,8 @@ package server_test
 
 import (
 	"context"
+	"crypto/ed25519"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -274,3 +276,56 @@ func TestPriorityOutOfRange(t *testing.T) {
 	ts.must(201, "POST", "/v1/queues/q/messages/batch", tokAdmin, map[string]any{"messages": []any{
 		map[string]any{"body": 1, "priority": 2147483647}, map[string]any{"body": 2, "priority": -2147483648}}})
 }
+
+// What held when the server was probed as an attacker would (issue 39),
+// kept with a test: queue patterns are matched on the decoded name, so
+// encodings and dot segments do not reach another queue; JWTs with alg
+// "none", HS256 signed with the public key, or a role that is almost one
+// are refused.
+func TestTokensHoldAgainstTricks(t *testing.T) {
+	ts := start(t)
+	ts.must(201, "POST", "/v1/queues", tokAdmin, map[string]any{"name": "orders"})
+	ts.must(201, "POST", "/v1/queues", tokAdmin, map[string]any{"name": "secret"})
+	ts.must(201, "POST", "/v1/queues/secret/messages", tokAdmin, map[string]any{"body": "kept"})
+	for _, path := range []string{
+		"/v1/queues/%73ecret/messages",
+		"/v1/queues/orders%2F..%2Fsecret/messages",
+		"/v1/queues/orders%2f..%2fsecret/messages",
+		"/v1/queues/orders/../secret/messages",
+		"/v1/queues/./secret/messages",
+		"/v1/queues/SECRET/messages",
+		"/v1/queues/secret%00/messages",
+		"/v1/queues/orders.%2E%2E%2Fsecret/messages",
+	} {
+		for _, method := range []string{"GET", "POST"} {
+			var body any
+			if method == "POST" {
+				body = map[string]any{"body": "spoofed"}
+			}
+			r := ts.do(method, path, tokOrders, body)
+			if r.status < 400 {
+				t.Errorf("%s %s with the orders token: %d %s", method, path, r.status, r.body)
+			}
+		}
+	}
+	msgs := ts.must(200, "GET", "/v1/queues/secret/messages", tokAdmin, nil)["messages"].([]any)
+	if len(msgs) != 1 || msgs[0].(map[string]any)["body"] != "kept" {
+		t.Fatalf("secret holds %v", msgs)
+	}
+
+	none := strings.Join([]string{
+		base64url(`{"alg":"none","typ":"JWT"}`),
+		base64url(fmt.Sprintf(`{"sub":"x","role":"sluice_admin","exp":%d}`, time.Now().Add(time.Hour).Unix())), ""}, ".")
+	ts.problem(401, "GET", "/v1/queues", none, nil)
+	pub := ts.edPriv.Public().(ed25519.PublicKey)
+	confused, err := jwt.NewWithClaims(jwt.SigningMethodHS256, claims("x", server.RoleAdmin)).SignedString([]byte(pub))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts.problem(401, "GET", "/v1/queues", confused, nil)
+	for _, role := range []string{"sluice_admin ", "SLUICE_ADMIN", "postgres", ""} {
+		ts.problem(403, "GET", "/v1/queues", hs256(t, hsSecret, claims("x", role)), nil)
+	}
+}
+
+func base64url(s string) string { return base64.RawURLEncoding.EncodeToString([]byte(s)) }
