@@ -46,7 +46,7 @@ var (
 	// ErrInvalidIsolation (SL010) is a receive, or a send with a
 	// deduplication key, in a transaction that is not READ COMMITTED.
 	ErrInvalidIsolation = errors.New("sluice: READ COMMITTED isolation needed")
-	// ErrJSONTooDeep (SL011) is a message whose body or headers are nested
+	// ErrJSONTooDeep (SL012) is a message whose body or headers are nested
 	// deeper than 512 levels (arrays and objects), more than every client
 	// can read back.
 	ErrJSONTooDeep = errors.New("sluice: JSON nested too deep")
@@ -68,7 +68,7 @@ var sentinels = map[string]error{
 	"SL008": ErrInvalidReceipt,
 	"SL009": ErrPayloadTooLarge,
 	"SL010": ErrInvalidIsolation,
-	"SL011": ErrJSONTooDeep,
+	"SL012": ErrJSONTooDeep,
 }
 
 // Error is a failure reported by the sluice engine or a missing schema. It

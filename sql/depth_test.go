@@ -13,7 +13,7 @@ func nested(d int, objects bool) string {
 	return strings.Repeat("[", d) + strings.Repeat("]", d)
 }
 
-// Every send path refuses JSON nested deeper than 512 levels with SL011
+// Every send path refuses JSON nested deeper than 512 levels with SL012
 // and sends nothing: 12,000 levels were stored, and wedged the HTTP
 // consumers (the server could not write them back). 512 levels are sent.
 func TestJSONDepthLimit(t *testing.T) {
@@ -43,8 +43,8 @@ func TestJSONDepthLimit(t *testing.T) {
 			[]any{nested(513, false)}, "bodies[2] is nested deeper"},
 	} {
 		_, err := b.pool.Exec(b.ctx, c.sql, c.args...)
-		if sqlstate(err) != "SL011" || !strings.Contains(err.Error(), strings.TrimSuffix(c.message, " are")) {
-			t.Errorf("%s: %v, want SL011 %q", c.name, err, c.message)
+		if sqlstate(err) != "SL012" || !strings.Contains(err.Error(), strings.TrimSuffix(c.message, " are")) {
+			t.Errorf("%s: %v, want SL012 %q", c.name, err, c.message)
 		}
 	}
 	if n := b.int64(`SELECT count(*) FROM sluice.peek('q', 100)`); n != 0 {

@@ -58,7 +58,7 @@ func TestNullMessages(t *testing.T) {
 }
 
 // pgmq's sends go through sluice's: JSON nested deeper than 512 levels is
-// refused there too (SL011), and nothing is sent.
+// refused there too (SL012), and nothing is sent.
 func TestSendRefusesDeepJSON(t *testing.T) {
 	db := newDB(t)
 	exec(t, db, `SELECT pgmq.create('deep')`)
@@ -66,8 +66,8 @@ func TestSendRefusesDeepJSON(t *testing.T) {
 	for _, sql := range []string{`SELECT pgmq.send('deep', $1::jsonb)`, `SELECT pgmq.send_batch('deep', ARRAY['1'::jsonb, $1::jsonb])`} {
 		_, err := db.Exec(ctxT(t), sql, deep)
 		var pg *pgconn.PgError
-		if !errors.As(err, &pg) || pg.Code != "SL011" {
-			t.Errorf("%s: %v, want SL011", sql, err)
+		if !errors.As(err, &pg) || pg.Code != "SL012" {
+			t.Errorf("%s: %v, want SL012", sql, err)
 		}
 	}
 	if got := msgs(t, db, `pgmq.read('deep', 30, 10)`); len(got) != 0 {

@@ -10,7 +10,7 @@ import (
 )
 
 // A message nested deeper than 512 levels is refused at the send (422, the
-// engine's SL011), whether the server's JSON decoder would take it or not.
+// engine's SL012), whether the server's JSON decoder would take it or not.
 func TestDeepJSONRefused(t *testing.T) {
 	ts := start(t)
 	ts.must(201, "POST", "/v1/queues", tokAdmin, map[string]any{"name": "q"})
@@ -21,7 +21,7 @@ func TestDeepJSONRefused(t *testing.T) {
 		{"/v1/transaction", `{"send": [{"queue": "q", "body": ` + deep + `}]}`},
 	} {
 		p := ts.problem(422, "POST", c.path, tokAdmin, c.body)
-		if p["code"] != "SL011" || p["type"] != "urn:sluice:problem:json_too_deep" {
+		if p["code"] != "SL012" || p["type"] != "urn:sluice:problem:json_too_deep" {
 			t.Errorf("%s: %v", c.path, p)
 		}
 	}

@@ -63,7 +63,7 @@ var engineStatus = map[string]struct {
 	"SL008": {http.StatusUnprocessableEntity, "invalid_receipt"},
 	"SL009": {http.StatusRequestEntityTooLarge, "payload_too_large"},
 	"SL010": {http.StatusInternalServerError, "invalid_isolation"},
-	"SL011": {http.StatusUnprocessableEntity, "json_too_deep"},
+	"SL012": {http.StatusUnprocessableEntity, "json_too_deep"},
 }
 
 // toProblem turns any error of a handler into a problem: the engine's errors

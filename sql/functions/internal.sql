@@ -11,7 +11,7 @@
 --   SL008 invalid_receipt    a receipt that is not of sluice's form
 --   SL009 payload_too_large  body + headers larger than the queue's max_payload
 --   SL010 invalid_isolation  receive called outside READ COMMITTED
---   SL011 json_too_deep      body or headers nested deeper than 512 levels
+--   SL012 json_too_deep      body or headers nested deeper than 512 levels
 
 -- _lock_ns: advisory-lock namespaces (first key of pg_advisory_xact_lock(int, int)).
 -- No SET clause, so that callers inline it into a constant (it names nothing
@@ -190,7 +190,7 @@ $$;
 --   p   the JSON value (NULL: false)
 -- Returns: true when some item sits at level 512 below the top (513 levels
 --          of nesting or more)
--- Errors: none (the caller raises SL011 json_too_deep)
+-- Errors: none (the caller raises SL012 json_too_deep)
 -- Calls: jsonb_path_exists
 CREATE OR REPLACE FUNCTION sluice._json_too_deep(p jsonb)
 RETURNS boolean

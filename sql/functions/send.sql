@@ -1,12 +1,12 @@
 -- Group: sending
 
--- _json_too_deep_error: raise SL011 for a message's JSON nested deeper than
+-- _json_too_deep_error: raise SL012 for a message's JSON nested deeper than
 -- the limit (see _json_too_deep).
 --
 -- Parameters:
 --   what  the argument, as the message names it ('body', 'bodies[3]', ...)
 -- Returns: never
--- Errors: SL011 json_too_deep, always
+-- Errors: SL012 json_too_deep, always
 -- Calls: nothing
 CREATE OR REPLACE FUNCTION sluice._json_too_deep_error(what text)
 RETURNS void
@@ -14,7 +14,7 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    RAISE EXCEPTION USING ERRCODE = 'SL011',
+    RAISE EXCEPTION USING ERRCODE = 'SL012',
         MESSAGE = format('%s is nested deeper than 512 levels', _json_too_deep_error.what),
         HINT = 'JSON nested deeper than 512 levels (arrays and objects) cannot be read back by every client.';
 END
@@ -49,7 +49,7 @@ $$;
 --         queue's max_delay, NULL priority,
 --         key or dedup_key over 512 bytes), SL009 payload_too_large (body,
 --         headers and key over max_payload, uncompressed), SL010 invalid_isolation (dedup_key outside
---         READ COMMITTED), SL011 json_too_deep (body or headers nested deeper than 512 levels)
+--         READ COMMITTED), SL012 json_too_deep (body or headers nested deeper than 512 levels)
 -- Tables: inserts one row into sluice.messages
 CREATE OR REPLACE FUNCTION sluice.send(queue text, body jsonb, headers jsonb DEFAULT NULL, key text DEFAULT NULL,
                                        delay interval DEFAULT NULL, priority int DEFAULT 0,
@@ -235,7 +235,7 @@ $$;
 --               given twice in the batch enqueues its first message
 -- Returns: one id per body, in the order of bodies (for a duplicate, the id
 --          of the message first sent with its key)
--- Errors: as send (SL011 json_too_deep naming bodies[i] or headers[i]), and SL006 when an array
+-- Errors: as send (SL012 json_too_deep naming bodies[i] or headers[i]), and SL006 when an array
 --         differs in length from bodies
 -- Tables: inserts into sluice.messages
 CREATE OR REPLACE FUNCTION sluice.send_batch(queue text, bodies jsonb[], headers jsonb[] DEFAULT NULL,

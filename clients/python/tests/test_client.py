@@ -72,7 +72,7 @@ def test_json_nested_too_deep_is_refused(client: sluice.Client, queue: str) -> N
         deep = [deep]
     with pytest.raises(sluice.JSONTooDeep) as err:
         client.send(queue, deep)
-    assert err.value.code == "SL011"
+    assert err.value.code == "SL012"
     assert client.receive(queue, max_messages=10) == []
 
 

@@ -56,7 +56,7 @@ export class InvalidReceiptError extends SluiceError {}
 export class PayloadTooLargeError extends SluiceError {}
 /** SL010: receive (or send with a dedup key) outside READ COMMITTED. */
 export class InvalidIsolationError extends SluiceError {}
-/** SL011: body or headers nested deeper than 512 levels. */
+/** SL012: body or headers nested deeper than 512 levels. */
 export class JSONTooDeepError extends SluiceError {}
 /**
  * The database has no sluice schema, or an older one without the function
@@ -79,7 +79,7 @@ export const errorClasses: Readonly<Record<string, ErrorClass>> = Object.freeze(
   SL008: InvalidReceiptError,
   SL009: PayloadTooLargeError,
   SL010: InvalidIsolationError,
-  SL011: JSONTooDeepError,
+  SL012: JSONTooDeepError,
 });
 
 function isDriverError(err: unknown): err is DriverError {

@@ -230,7 +230,7 @@ describe("bad input", () => {
       }
     }));
 
-  test("JSON nested deeper than 512 levels is SL011", () =>
+  test("JSON nested deeper than 512 levels is SL012", () =>
     withQueue(async (q) => {
       let deep: JSONValue = [];
       for (let i = 0; i < 600; i++) deep = [deep];

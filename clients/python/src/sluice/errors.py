@@ -119,9 +119,9 @@ class InvalidIsolation(SluiceError):
 
 
 class JSONTooDeep(SluiceError):
-    """SL011: body or headers nested deeper than 512 levels."""
+    """SL012: body or headers nested deeper than 512 levels."""
 
-    code = "SL011"
+    code = "SL012"
 
 
 class SchemaMissing(SluiceError):
