@@ -115,10 +115,10 @@ build-python: $(PY_VENV)/.installed
 	cd $(PY_DIR) && .venv/bin/python -m build --no-isolation --outdir dist .
 
 ## test-typescript: the TypeScript client (clients/typescript): npm ci from
-## its package-lock.json, compile with tsc (strict), then its tests (node
-## --test: calls, worker, crash, the conformance vectors of
-## test/conformance/) on a fresh database (a private PostgreSQL, or one on
-## DATABASE_URL).
+## its package-lock.json, then npm test, as on a fresh clone: compile with tsc
+## (strict), then its tests (node --test: calls, worker, crash, the
+## conformance vectors of test/conformance/) on a fresh database (a private
+## PostgreSQL, or one on DATABASE_URL) made by pgmqcompat-run (go run).
 TS_DIR := clients/typescript
 
 $(TS_DIR)/node_modules/.installed: $(TS_DIR)/package-lock.json
@@ -127,9 +127,7 @@ $(TS_DIR)/node_modules/.installed: $(TS_DIR)/package-lock.json
 
 .PHONY: test-typescript pack-typescript
 test-typescript: $(TS_DIR)/node_modules/.installed
-	cd $(TS_DIR) && $(NPM) run --silent build
-	$(GO) build -o $(BIN)/pgmqcompat-run ./internal/pgmqcompat/cmd/pgmqcompat-run
-	$(BIN)/pgmqcompat-run sh -c 'cd $(TS_DIR) && node --test --test-concurrency=1 build/test/*.test.js'
+	cd $(TS_DIR) && $(NPM) test
 
 ## pack-typescript: build the npm package of the TypeScript client into bin/
 pack-typescript: $(TS_DIR)/node_modules/.installed

@@ -567,3 +567,36 @@ func TestSendPriorityOutOfRange(t *testing.T) {
 		t.Fatalf("received priorities %v, want only the two in range", prios)
 	}
 }
+
+// TestStatusPendingCountsWaiting checks that Pending counts every message
+// the engine holds for a group: with the first message of a key in
+// flight, the rest of the key are waiting (not ready), and a sum that left
+// them out would take a group with 4 messages to handle for one with 2.
+func TestStatusPendingCountsWaiting(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.createQueue("keyed", nil)
+	for range 3 {
+		if _, err := b.client.Send(b.ctx, "keyed", []byte(`1`), &sluice.SendOptions{Key: "hot"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.send("keyed", `2`)
+	got, err := b.client.Receive(b.ctx, "keyed", "default", &sluice.ReceiveOptions{Max: 1})
+	if err != nil || len(got) != 1 || got[0].Key != "hot" {
+		t.Fatalf("receive: %+v, %v: want the first message of key hot", got, err)
+	}
+	s := b.status("keyed", "default")
+	if s.InFlight != 1 || s.Waiting != 2 || s.Ready != 1 || s.Delayed != 0 {
+		t.Fatalf("status %+v: want 1 in flight, 2 waiting, 1 ready", s)
+	}
+	if s.Pending() != 4 {
+		t.Errorf("Pending() = %d, want 4 (ready, waiting, delayed and in flight)", s.Pending())
+	}
+	if _, err := b.client.Ack(b.ctx, "keyed", "default", got[0].Receipt); err != nil {
+		t.Fatal(err)
+	}
+	if s := b.status("keyed", "default"); s.Pending() != 3 {
+		t.Errorf("after the ack: %+v, Pending() = %d, want 3", s, s.Pending())
+	}
+}

@@ -26,9 +26,11 @@ FROM sluice.receive($1, $2, $3::int, $4::interval, $5::text, $6::text[])`
 
 	sqlListQueues = `SELECT queue, created_at, options, groups FROM sluice.list_queues()`
 
-	// sqlQueueLease reads one queue's lease option in microseconds, and
-	// tells whether the queue exists (no row when it does not).
-	sqlQueueLease = `SELECT (extract(epoch FROM (options->>'lease')::interval) * 1000000)::bigint
+	// sqlQueueSettings reads one queue's lease option in microseconds and
+	// its max_attempts, and tells whether the queue exists (no row when it
+	// does not).
+	sqlQueueSettings = `SELECT (extract(epoch FROM (options->>'lease')::interval) * 1000000)::bigint,
+       (options->>'max_attempts')::int
 FROM sluice.list_queues() WHERE queue = $1`
 
 	sqlPurgeQueue = `SELECT sluice.purge_queue($1)`

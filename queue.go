@@ -214,16 +214,17 @@ func listQueues(ctx context.Context, db dbtx) ([]QueueInfo, error) {
 	return qs, nil
 }
 
-// queueLease returns the lease option of queue, or ErrQueueNotFound.
-func queueLease(ctx context.Context, db dbtx, queue string) (time.Duration, error) {
+// queueSettings returns the lease and max_attempts options of queue, or
+// ErrQueueNotFound.
+func queueSettings(ctx context.Context, db dbtx, queue string) (lease time.Duration, maxAttempts int, err error) {
 	var us int64
-	if err := db.QueryRow(ctx, sqlQueueLease, queue).Scan(&us); err != nil {
+	if err := db.QueryRow(ctx, sqlQueueSettings, queue).Scan(&us, &maxAttempts); err != nil {
 		if errors.Is(err, pgx.ErrNoRows) {
 			err = &Error{Code: "SL002", Message: fmt.Sprintf("queue '%s' does not exist", queue), kind: ErrQueueNotFound}
 		}
-		return 0, translate(err, "reading the options of queue %q", queue)
+		return 0, 0, translate(err, "reading the options of queue %q", queue)
 	}
-	return time.Duration(us) * time.Microsecond, nil
+	return time.Duration(us) * time.Microsecond, maxAttempts, nil
 }
 
 // PurgeQueue removes every message of a queue at once, pending or not, and

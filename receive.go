@@ -116,12 +116,20 @@ func receive(ctx context.Context, db dbtx, queue, group string, opts *ReceiveOpt
 // completed now. A stale receipt (lease expired, message delivered again or
 // already completed) changes nothing and is not counted.
 //
-// Ack is its own transaction, and it commits without waiting for the disk
-// (sluice.ack's durable => false): a server crash right after it may lose the
-// ack, and then the messages are delivered again, as at-least-once delivery
-// allows; nothing is ever lost. Use AckTx to complete messages together with
-// other writes, durably.
+// Ack is its own transaction, and it is durable: it returns once its commit
+// is on disk, as in every client and the HTTP API. AckAsyncCommit does not
+// wait for the disk. Use AckTx to complete messages together with other
+// writes.
 func (c *Client) Ack(ctx context.Context, queue, group string, receipts ...string) (int, error) {
+	return ack(ctx, c.pool, queue, group, receipts, true)
+}
+
+// AckAsyncCommit is Ack committed asynchronously (sluice.ack's durable =>
+// false): it does not wait for the disk, so it costs no flush, but a server
+// crash right after it may lose the ack, and then the messages are delivered
+// again, as at-least-once delivery allows; nothing is ever lost. An explicit
+// opt-in, for consumers that tolerate redelivery after a crash.
+func (c *Client) AckAsyncCommit(ctx context.Context, queue, group string, receipts ...string) (int, error) {
 	return ack(ctx, c.pool, queue, group, receipts, false)
 }
 

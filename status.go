@@ -55,6 +55,13 @@ type Status struct {
 	DeadLettered int64
 }
 
+// Pending counts every message the engine still holds for the group:
+// ready, waiting, delayed and in flight (dead letters, which no receive
+// delivers again unless redriven, excepted). A group has handled
+// everything sent to it when it is 0. Sums that leave out Waiting take
+// keyed messages held behind an earlier one of their key for handled.
+func (s Status) Pending() int64 { return s.Ready + s.Waiting + s.Delayed + s.InFlight }
+
 // Status returns one row per consumer group of queue, or of every queue
 // when queue is "".
 func (c *Client) Status(ctx context.Context, queue string) ([]Status, error) {

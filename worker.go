@@ -58,8 +58,40 @@ type ConsumeOptions struct {
 	// receives (at most 200 characters).
 	Consumer string
 	// Logger receives the errors Consume recovers from (a failed ack,
-	// heartbeat or receive that is retried). Default slog.Default().
+	// heartbeat or receive that is retried) and, unless OnHandlerError is
+	// set, a warning for each failed handler. Default slog.Default().
 	Logger *slog.Logger
+	// AsyncCommitAcks lets the consumer's acknowledgements commit without
+	// waiting for the disk: they ride on the next receive (one round trip and
+	// one transaction for both), or go alone with AckAsyncCommit. A crash of
+	// the server may then lose acks, and their messages come again. Off by
+	// default: acks are durable, sent in their own transactions (batched).
+	AsyncCommitAcks bool
+	// OnHandlerError is called after a handler failed (returned an error or
+	// panicked) and its message was given back, on the handler's
+	// goroutine: keep it short. Default: a warning on Logger, "sluice:
+	// handler failed", with the queue, group, message id, attempt,
+	// max_attempts, whether the message is retried or dead-lettered, and the
+	// error (never the message's body).
+	OnHandlerError func(HandlerFailure)
+}
+
+// HandlerFailure describes a failed handler, for
+// ConsumeOptions.OnHandlerError.
+type HandlerFailure struct {
+	Queue, Group string
+	// Message is the message whose handler failed.
+	Message *Message
+	// Err is what the handler returned, or the panic as an error.
+	Err error
+	// Attempt is the delivery that failed, from 1 (Message.Attempt), and
+	// MaxAttempts the queue's max_attempts when Consume started.
+	Attempt, MaxAttempts int
+	// DeadLettered is true when the failed attempt was the last one and the
+	// message became a dead letter; otherwise the message is retried (after
+	// the queue's backoff, or when its lease expires if giving it back
+	// failed).
+	DeadLettered bool
 }
 
 // Defaults of ConsumeOptions.
@@ -90,10 +122,11 @@ const maxErrorText = 10000
 // It receives in batches, in short transactions of their own; renews the
 // leases of running handlers (heartbeat); acknowledges a message when its
 // handler returns nil (acks are batched: those that complete while an ack is
-// in flight go together in the next one, or with the next receive, which
-// commits asynchronously: a crash of the server may lose them, and the
-// messages come again; within a run of one key's messages each is
-// acknowledged before the next is handled) and gives it back with the error
+// in flight go together in the next one, durably; with
+// opts.AsyncCommitAcks they ride on the next receive instead, which commits
+// asynchronously: a crash of the server may lose them, and the messages come
+// again; within a run of one key's messages each is acknowledged before the
+// next is handled) and gives it back with the error
 // text when the handler fails or panics. When the queue is empty it waits
 // for a NOTIFY from a committed send (LISTEN on a dedicated connection taken
 // from the pool) or for the poll interval, whichever comes first.
@@ -118,6 +151,7 @@ type worker struct {
 	queue, group string
 	handler      Handler
 	o            ConsumeOptions
+	maxAttempts  int // the queue's max_attempts when Consume started
 
 	bg        context.Context // for acks, nacks, heartbeats, receives: outlives ctx until the end
 	handlerCx context.Context // for handlers: cancelled after the drain timeout
@@ -165,11 +199,11 @@ func (c *Client) newWorker(ctx context.Context, queue, group string, handler Han
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
+	lease, maxAttempts, err := queueSettings(ctx, c.pool, queue)
+	if err != nil {
+		return nil, fmt.Errorf("consuming: %w", err)
+	}
 	if o.Lease <= 0 {
-		lease, err := queueLease(ctx, c.pool, queue)
-		if err != nil {
-			return nil, fmt.Errorf("consuming: %w", err)
-		}
 		o.Lease = lease
 	}
 	if o.HeartbeatInterval <= 0 {
@@ -180,7 +214,7 @@ func (c *Client) newWorker(ctx context.Context, queue, group string, handler Han
 			queue, group, ErrInvalidArgument, o.HeartbeatInterval, o.Lease)
 	}
 	return &worker{
-		client: c, queue: queue, group: group, handler: handler, o: o,
+		client: c, queue: queue, group: group, handler: handler, o: o, maxAttempts: maxAttempts,
 		inflight: make(map[string]*job),
 		wake:     make(chan struct{}, 1),
 		freed:    make(chan struct{}, o.Concurrency),
@@ -260,9 +294,14 @@ func (w *worker) fetch(ctx context.Context, handlers *sync.WaitGroup) error {
 		}
 
 		// bg, not ctx: a receive cut short could lease messages nobody sees
-		// until their lease expires. The acks waiting for the acker go with
-		// it: one round trip and one transaction for both.
+		// until their lease expires. The acks waiting for the acker go first:
+		// durably on their own, or with AsyncCommitAcks with the receive (one
+		// round trip and one transaction for both, committed asynchronously).
 		done := w.takeAcks()
+		if len(done) > 0 && !w.o.AsyncCommitAcks {
+			w.ackBatch(done)
+			done = nil
+		}
 		msgs, err := receive(w.bg, w.client.pool, w.queue, w.group,
 			&ReceiveOptions{Max: min(free, w.o.BatchSize), Lease: w.o.Lease, Consumer: w.o.Consumer, Ack: done})
 		if err != nil && len(done) > 0 {
@@ -404,7 +443,7 @@ func (w *worker) handle(j *job, ackNow bool) bool {
 	switch released := w.untrack(j); {
 	case released:
 	case err == nil && ackNow:
-		if _, aerr := ack(w.bg, w.client.pool, w.queue, w.group, []string{j.msg.Receipt}, false); aerr != nil {
+		if _, aerr := ack(w.bg, w.client.pool, w.queue, w.group, []string{j.msg.Receipt}, !w.o.AsyncCommitAcks); aerr != nil {
 			w.o.Logger.Error("sluice: ack failed; the message and the rest of its key's run are redelivered when their leases expire",
 				"queue", w.queue, "group", w.group, "id", j.msg.ID, "error", aerr)
 			return false
@@ -416,12 +455,30 @@ func (w *worker) handle(j *job, ackNow bool) bool {
 		if len(text) > maxErrorText {
 			text = text[:maxErrorText]
 		}
-		if _, nerr := nack(w.bg, w.client.pool, w.queue, w.group, j.msg.Receipt, &NackOptions{Error: text}); nerr != nil {
+		ok, nerr := nack(w.bg, w.client.pool, w.queue, w.group, j.msg.Receipt, &NackOptions{Error: text})
+		if nerr != nil {
 			w.o.Logger.Error("sluice: nack failed; the message is redelivered when its lease expires",
 				"queue", w.queue, "group", w.group, "id", j.msg.ID, "error", nerr)
 		}
+		w.handlerFailed(&j.msg, err, ok && j.msg.Attempt >= w.maxAttempts)
 	}
 	return err == nil
+}
+
+// handlerFailed reports a failed handler to OnHandlerError, or logs it.
+func (w *worker) handlerFailed(msg *Message, err error, dead bool) {
+	f := HandlerFailure{Queue: w.queue, Group: w.group, Message: msg, Err: err,
+		Attempt: msg.Attempt, MaxAttempts: w.maxAttempts, DeadLettered: dead}
+	if w.o.OnHandlerError != nil {
+		w.o.OnHandlerError(f)
+		return
+	}
+	outcome := "retried"
+	if dead {
+		outcome = "dead-lettered"
+	}
+	w.o.Logger.Warn("sluice: handler failed", "queue", w.queue, "group", w.group, "id", msg.ID,
+		"attempt", msg.Attempt, "max_attempts", w.maxAttempts, "outcome", outcome, "error", err)
 }
 
 // call runs the handler, turning a panic into an error.
@@ -517,14 +574,20 @@ func (w *worker) acker() {
 			closed = true
 		}
 		for batch := w.takeAcks(); len(batch) > 0; batch = w.takeAcks() {
-			if _, err := ack(w.bg, w.client.pool, w.queue, w.group, batch, false); err != nil {
-				w.o.Logger.Error("sluice: ack failed; the messages are redelivered when their leases expire",
-					"queue", w.queue, "group", w.group, "messages", len(batch), "error", err)
-			}
+			w.ackBatch(batch)
 		}
 		if closed {
 			return
 		}
+	}
+}
+
+// ackBatch acknowledges receipts in one call: durably unless
+// AsyncCommitAcks.
+func (w *worker) ackBatch(receipts []string) {
+	if _, err := ack(w.bg, w.client.pool, w.queue, w.group, receipts, !w.o.AsyncCommitAcks); err != nil {
+		w.o.Logger.Error("sluice: ack failed; the messages are redelivered when their leases expire",
+			"queue", w.queue, "group", w.group, "messages", len(receipts), "error", err)
 	}
 }
 

@@ -6,9 +6,11 @@
 # embedded SQL, so binaries built at two commits compare the two engines),
 # and a DIY SKIP LOCKED dequeue as the reference.
 #
-# usage: bench/instructions/run.sh SLUICE_BINARY...
+# usage: bench/instructions/run.sh SLUICE_BINARY[@OPTIONS]...
 #   e.g. go build -o /tmp/sluice-a ./cmd/sluice; git checkout X; go build -o /tmp/sluice-b ./cmd/sluice
 #        bench/instructions/run.sh /tmp/sluice-a /tmp/sluice-b
+#   OPTIONS: create_queue options merged over the defaults below, e.g. the
+#   same binary's two engines: bench/instructions/run.sh bin/sluice 'bin/sluice@{"engine": 2}'
 # env:   PGBIN    PostgreSQL server binaries (default: pg_config --bindir)
 #        RUN_AS   the user that runs the server when this runs as root
 #                 (default postgres: PostgreSQL refuses to run as root)
@@ -66,11 +68,15 @@ psql_() { "$PGBIN/psql" -X -q -v ON_ERROR_STOP=1 "$@"; }
 
 start
 i=0
-for bin in "$@"; do
+for arg in "$@"; do
 	i=$((i + 1))
+	bin=${arg%%@*}
+	opts='{}'
+	[ "$bin" = "$arg" ] || opts=${arg#*@}
 	psql_ "$(url postgres)" -c "CREATE DATABASE s$i"
 	"$bin" migrate --database-url "$(url s$i)" >/dev/null 2>&1 || { echo "run.sh: $bin migrate failed" >&2; exit 1; }
-	psql_ "$(url s$i)" -c "SELECT sluice.create_queue('ic', '{\"lease\": \"1 hour\", \"rotate_interval\": \"1 day\"}')" >/dev/null
+	psql_ "$(url s$i)" \
+		-c "SELECT sluice.create_queue('ic', '{\"lease\": \"1 hour\", \"rotate_interval\": \"1 day\"}'::jsonb || '${opts//\'/\'\'}'::jsonb)" >/dev/null
 	# (from standard input: each statement of SETUP its own transaction)
 	[ -z "${SETUP:-}" ] || printf '%s\n' "$SETUP" | psql_ "$(url s$i)" >/dev/null
 	psql_ "$(url s$i)" \
@@ -122,7 +128,7 @@ printf '| engine | %s |\n|---|%s\n' "$(for b in $BATCHES; do printf 'batch %s: i
 	"$(for b in $BATCHES; do printf -- '--:|'; done)"
 dbs=(); labels=()
 i=0
-for bin in "$@"; do i=$((i + 1)); dbs+=("s$i"); labels+=("sluice ($bin)"); done
+for arg in "$@"; do i=$((i + 1)); dbs+=("s$i"); labels+=("sluice ($arg)"); done
 dbs+=(sl); labels+=("SKIP LOCKED DELETE (reference)")
 for k in "${!dbs[@]}"; do
 	db=${dbs[$k]}

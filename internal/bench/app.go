@@ -230,7 +230,7 @@ func (a *appRun) setup(ctx context.Context) error {
 			return err
 		}
 	}
-	return nil
+	return a.r.recordQueues(ctx, a.r.o.Pool, "sluice", appQueue, appQueue2)
 }
 
 // cleanup drops the scenario's queues, even when ctx was cancelled.
@@ -263,8 +263,12 @@ func (a *appRun) produce(ctx context.Context, rate float64, deadline time.Time) 
 // sendOne sends one message of a Zipf-drawn key, with the key's next
 // sequence number.
 func (a *appRun) sendOne(ctx context.Context) error {
-	k := zipfKey(rand.Float64(), a.cfg.Keys, a.cfg.ZipfS)
-	u := rand.Float64() * 100
+	return a.send(ctx, zipfKey(rand.Float64(), a.cfg.Keys, a.cfg.ZipfS), rand.Float64()*100)
+}
+
+// send sends one message of key k with the key's next sequence number; u,
+// in [0, 100), decides whether it is poison or forwarded (100: neither).
+func (a *appRun) send(ctx context.Context, k int32, u float64) error {
 	poison := u < a.cfg.PoisonPct
 	fwd := !poison && u < a.cfg.PoisonPct+a.cfg.ForwardPct
 	ks := &a.keys[k]
@@ -492,8 +496,10 @@ func (a *appRun) monitor(ctx context.Context, start time.Time, pushDone <-chan s
 	}
 }
 
-// pending returns, per group, the messages the engine holds (ready,
-// delayed or in flight).
+// pending returns, per group, the messages the engine holds: ready,
+// waiting behind an earlier message of their key, delayed or in flight
+// (sluice.Status.Pending). Leaving the waiting ones out took the messages
+// of a hot key that the drain had not reached for lost ones.
 func (a *appRun) pending(ctx context.Context) ([appGroups]int64, error) {
 	var out [appGroups]int64
 	for _, q := range []string{appQueue, appQueue2} {
@@ -504,7 +510,7 @@ func (a *appRun) pending(ctx context.Context) ([appGroups]int64, error) {
 		for _, s := range st {
 			for g, name := range appGroupNames {
 				if name == s.Group {
-					out[g] = s.Ready + s.Delayed + s.InFlight
+					out[g] = s.Pending()
 				}
 			}
 		}
@@ -536,14 +542,20 @@ func (a *appRun) deadLetters(ctx context.Context) ([appGroups]map[int64]int, boo
 	return out, truncated, nil
 }
 
-// runApp runs the app scenario with cfg and returns its result and the
-// checker's verdict.
-func (r *runner) runApp(ctx context.Context, cfg appConfig) (*Result, *appCheck, error) {
+// newAppRun returns a run of the app scenario with cfg, not set up yet.
+func (r *runner) newAppRun(cfg appConfig) *appRun {
 	a := &appRun{r: r, cfg: cfg, client: sluice.NewClient(r.o.Pool), h: newAppHistory(),
 		pad: strings.Repeat("x", max(cfg.Payload-40, 0)), keys: make([]appKeyState, cfg.Keys+1)}
 	for g := range a.logs {
 		a.logs[g] = &appLog{}
 	}
+	return a
+}
+
+// runApp runs the app scenario with cfg and returns its result and the
+// checker's verdict.
+func (r *runner) runApp(ctx context.Context, cfg appConfig) (*Result, *appCheck, error) {
+	a := r.newAppRun(cfg)
 	if err := a.setup(ctx); err != nil {
 		return nil, nil, err
 	}
@@ -598,8 +610,12 @@ func (r *runner) runApp(ctx context.Context, cfg appConfig) (*Result, *appCheck,
 	if err != nil {
 		return nil, nil, err
 	}
+	return a.finish(ctx, s)
+}
 
-	// The offline check.
+// finish checks the history offline, against the dead letters and what the
+// engine still holds, and returns the result and the checker's verdict.
+func (a *appRun) finish(ctx context.Context, s *appSeries) (*Result, *appCheck, error) {
 	dead, truncated, err := a.deadLetters(ctx)
 	if err != nil {
 		return nil, nil, err
@@ -609,7 +625,7 @@ func (r *runner) runApp(ctx context.Context, cfg appConfig) (*Result, *appCheck,
 		return nil, nil, err
 	}
 	s.pending = pending
-	in := appCheckInput{MaxAttempts: cfg.MaxAttempts, Dead: dead, Pending: pending}
+	in := appCheckInput{MaxAttempts: a.cfg.MaxAttempts, Dead: dead, Pending: pending}
 	a.h.mu.Lock()
 	in.Sends, in.Forwards, in.Events = a.h.sends, a.h.fwds, a.h.events
 	a.h.mu.Unlock()
@@ -619,6 +635,35 @@ func (r *runner) runApp(ctx context.Context, cfg appConfig) (*Result, *appCheck,
 	check := checkApp(in)
 	res := a.result(s, check, truncated)
 	return res, check, nil
+}
+
+// behindNote says which keys were still behind when the drain limit ended
+// the run, and how many of their messages: when one key holds most of
+// them, its messages, handled one at a time per group, bound the drain.
+func behindNote(c *appCheck) string {
+	var parts []string
+	for g := range appGroups {
+		unfinished := c.Groups[g].Unfinished
+		if unfinished == 0 {
+			parts = append(parts, appGroupNames[g]+": none")
+			continue
+		}
+		var ks []string
+		for _, k := range c.Behind[g] {
+			ks = append(ks, fmt.Sprintf("key %d: %d", k.Key, k.Messages))
+		}
+		part := fmt.Sprintf("%s: %d messages of %d keys (%s", appGroupNames[g], unfinished, c.BehindKeys[g], strings.Join(ks, ", "))
+		if n := c.BehindKeys[g] - len(c.Behind[g]); n > 0 {
+			part += fmt.Sprintf(", %d more keys", n)
+		}
+		part += ")"
+		if top := c.Behind[g][0]; 2*top.Messages > unfinished {
+			part += fmt.Sprintf(", %.0f%% of them of key %d", 100*float64(top.Messages)/float64(unfinished), top.Key)
+		}
+		parts = append(parts, part)
+	}
+	return "Still behind when the drain limit ended the run (messages sent and not finished, by key, the most first): " + strings.Join(parts, "; ") +
+		". A key's messages run one at a time in each group, so a key with many left bounds the drain, however many handlers are idle."
 }
 
 // result builds the scenario's tables, charts and notes.
@@ -672,8 +717,9 @@ func (a *appRun) result(s *appSeries, c *appCheck, truncated bool) *Result {
 	}
 	notes := []string{verdict}
 	if !s.drained {
-		notes = append(notes, fmt.Sprintf("The backlog did not drain within the drain limit (%s): the engine still held %d / %d / %d messages (a / b / stage 2); they are counted as not drained, not lost.",
+		notes = append(notes, fmt.Sprintf("The backlog did not drain within the drain limit (%s): the engine still held %d / %d / %d messages (a / b / stage 2: ready, waiting behind an earlier message of their key, delayed or in flight); they are counted as not drained, not lost.",
 			cfg.DrainLimit, s.pending[0], s.pending[1], s.pending[2]))
+		notes = append(notes, behindNote(c))
 	}
 	notes = append(notes,
 		fmt.Sprintf("Workload (Queen's app mode, scaled): queue %s read by two fan-out groups (%s, %s), each a Consume worker with %d handlers; handlers sleep %s-%s (uniform), %.0f%% of them %s (mean %s); %.0f%% of first deliveries fail once; %.1f%% of messages are poison (always fail: dead letters after max_attempts %d, backoff %s doubling); %.0f%% are completed by %s with AckTx + SendTx in one transaction into %s, read by group %s (%d handlers).",
@@ -681,7 +727,7 @@ func (a *appRun) result(s *appSeries, c *appCheck, truncated bool) *Result {
 			cfg.FailPct, cfg.PoisonPct, cfg.MaxAttempts, cfg.BackoffBase, cfg.ForwardPct, appGroupNames[0], appQueue2, appGroupNames[2], cfg.Stage2Concurrency),
 		fmt.Sprintf("Handler capacity of a fan-out group: %d handlers / %s = %.0f msg/s; offered %d msg/s (%.2fx). The hottest key carries %.1f%% of the messages (%.0f msg/s) and runs one handler at a time per group: at most about %.0f msg/s.",
 			cfg.Concurrency, mean.Round(100*time.Microsecond), capacity, cfg.Rate, float64(cfg.Rate)/capacity, share*100, share*float64(cfg.Rate), 1/mean.Seconds()),
-		"Backlog = committed sends (stage 2: forwards) minus messages finished by the group, counted by the client; the end of the drain is confirmed by sluice.status (ready + delayed + in flight = 0 in every group). e2e = send (or forward commit) → first handler start, client clock.",
+		"Backlog = committed sends (stage 2: forwards) minus messages finished by the group, counted by the client; the end of the drain is confirmed by sluice.status (ready + waiting + delayed + in flight = 0 in every group). e2e = send (or forward commit) → first handler start, client clock.",
 		fmt.Sprintf("Checker: every committed send completed or dead-lettered in both fan-out groups and every forward in %s; duplicates allowed only after a failed ack; per key and group, no handler starts before every earlier message of its key finished and successes follow send order; poison messages dead after %d attempts, nothing else dead; each flagged message forwarded exactly once. Redeliveries: %d / %d / %d (failures and retries), worker errors logged: %d / %d / %d.",
 			appGroupNames[2], cfg.MaxAttempts, c.Groups[0].Redeliveries, c.Groups[1].Redeliveries, c.Groups[2].Redeliveries, a.logs[0].n.Load(), a.logs[1].n.Load(), a.logs[2].n.Load()))
 	if un := c.Groups[0].Unhandled + c.Groups[1].Unhandled + c.Groups[2].Unhandled; un > 0 {

@@ -131,7 +131,7 @@ type appCheckInput struct {
 	// Dead maps, per group, the id of each dead letter to its attempts.
 	Dead [appGroups]map[int64]int
 	// Pending is, per group, what the engine still holds at the end
-	// (ready + delayed + in flight).
+	// (ready + waiting + delayed + in flight: sluice.Status.Pending).
 	Pending [appGroups]int64
 	// WorkerErrors counts, per group, the failed acks, nacks, lease
 	// renewals and receives its worker reported: the acks whose outcome was
@@ -174,8 +174,47 @@ type appCheck struct {
 	DeadLetter int64 `json:"dead_letter_violations"`
 	Forward    int64 `json:"forward_violations"`
 	Phantom    int64 `json:"phantom_violations"`
+	// Behind lists, per group, the keys with messages the group had not
+	// finished (neither completed nor dead-lettered) when the run ended,
+	// the most such messages first, at most maxAppBehind keys: what the
+	// drain had not reached yet, when the drain limit ended the run.
+	Behind [appGroups][]appKeyCount `json:"behind,omitempty"`
+	// BehindKeys counts, per group, every key with unfinished messages.
+	BehindKeys [appGroups]int `json:"behind_keys,omitempty"`
 	// Details describes the first violations.
 	Details []string `json:"details,omitempty"`
+}
+
+// appKeyCount is a key and a number of its messages.
+type appKeyCount struct {
+	Key      int32 `json:"key"` // -1: a stage-2 message whose source is unknown
+	Messages int64 `json:"messages"`
+}
+
+// maxAppBehind bounds each group's appCheck.Behind.
+const maxAppBehind = 5
+
+// behind returns the keys of unfinished, the most messages first (then by
+// key), at most maxAppBehind, and how many keys there are.
+func behind(unfinished []*appMsg) ([]appKeyCount, int) {
+	if len(unfinished) == 0 {
+		return nil, 0
+	}
+	byKey := map[int32]int64{}
+	for _, m := range unfinished {
+		byKey[m.key]++
+	}
+	out := make([]appKeyCount, 0, len(byKey))
+	for k, n := range byKey {
+		out = append(out, appKeyCount{Key: k, Messages: n})
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Messages != out[j].Messages {
+			return out[i].Messages > out[j].Messages
+		}
+		return out[i].Key < out[j].Key
+	})
+	return out[:min(len(out), maxAppBehind)], len(out)
 }
 
 // violations is the number of violations of every kind.
@@ -403,6 +442,7 @@ func checkApp(in appCheckInput) *appCheck {
 		slices.Sort(lat)
 		gc.Latency = Summarize(lat)
 		gc.Pending = in.Pending[g]
+		c.Behind[g], c.BehindKeys[g] = behind(unfinished)
 		gc.Lost = max(gc.Unfinished-gc.Pending, 0)
 		if gc.Lost > 0 {
 			c.Lost += gc.Lost

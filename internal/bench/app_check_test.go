@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -169,6 +170,56 @@ func TestAppCheckLoss(t *testing.T) {
 	h.send(7, 9, 1, "fwd").ok(appGroupB, 7, 1).forward(7, 101).ok(appGroupA, 7, 1)
 	c = checkOf(t, h)
 	wantOnly(t, c, "loss", c.Lost, "group stage2: message 101")
+}
+
+// TestAppCheckBehind checks that messages of a hot key the drain had not
+// reached, all still held by the engine, are not drained, not lost, and
+// that the check names the keys behind, the most messages first.
+func TestAppCheckBehind(t *testing.T) {
+	h := valid()
+	for seq := int64(1); seq <= 6; seq++ {
+		h.send(10+seq, 1, seq) // key 1, the hot key
+	}
+	h.send(20, 2, 1).send(21, 3, 1).ok(appGroupA, 21, 1).ok(appGroupB, 21, 1)
+	h.ok(appGroupA, 11, 1).ok(appGroupA, 12, 1)
+	h.in.Pending = [appGroups]int64{5, 7, 0} // a: 4 of key 1 and key 2; b: 6 of key 1 and key 2
+	c := checkOf(t, h)
+	if !c.ok() {
+		t.Fatalf("hot key not drained: %+v", c)
+	}
+	for g, want := range [][]appKeyCount{{{1, 4}, {2, 1}}, {{1, 6}, {2, 1}}, nil} {
+		if got := c.Behind[g]; !slices.Equal(got, want) || c.BehindKeys[g] != len(want) {
+			t.Errorf("group %s: behind %v (%d keys), want %v", appGroupNames[g], got, c.BehindKeys[g], want)
+		}
+		if gc := c.Groups[g]; gc.Lost != 0 || gc.Unfinished != gc.Pending {
+			t.Errorf("group %s: %+v: want as many unfinished as pending, none lost", appGroupNames[g], gc)
+		}
+	}
+	note := behindNote(c)
+	for _, want := range []string{"fanout_a: 5 messages of 2 keys (key 1: 4, key 2: 1), 80% of them of key 1", "fanout_b: 7 messages of 2 keys (key 1: 6, key 2: 1), 86% of them of key 1", "stage2: none"} {
+		if !strings.Contains(note, want) {
+			t.Errorf("note %q: want %q in it", note, want)
+		}
+	}
+
+	// The engine holding fewer than are unfinished: the rest are lost.
+	h.in.Pending[appGroupB] = 1
+	c = checkOf(t, h)
+	wantOnly(t, c, "loss", c.Lost, "7 messages unfinished, the engine holds 1: 6 lost")
+
+	// More keys than the check names.
+	h = newHist()
+	for k := int32(1); k <= maxAppBehind+2; k++ {
+		h.send(int64(k), k, 1)
+	}
+	h.in.Pending = [appGroups]int64{maxAppBehind + 2, maxAppBehind + 2, 0}
+	c = checkOf(t, h)
+	if len(c.Behind[appGroupA]) != maxAppBehind || c.BehindKeys[appGroupA] != maxAppBehind+2 || c.Behind[appGroupA][0] != (appKeyCount{1, 1}) {
+		t.Errorf("behind %v of %d keys: want the first %d of %d, by key", c.Behind[appGroupA], c.BehindKeys[appGroupA], maxAppBehind, maxAppBehind+2)
+	}
+	if note := behindNote(c); !strings.Contains(note, "key 5: 1, 2 more keys)") {
+		t.Errorf("note %q: want the keys left out counted", note)
+	}
 }
 
 func TestAppCheckDuplicates(t *testing.T) {

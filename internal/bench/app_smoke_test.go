@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/sluicemq/sluice"
 	"github.com/sluicemq/sluice/internal/bench"
 )
 
@@ -84,5 +86,83 @@ func TestAppSmoke(t *testing.T) {
 	}
 	if left != 0 {
 		t.Errorf("%d queues left behind", left)
+	}
+}
+
+// TestAppUndrainedHotKey ends an app run while the engine still holds the
+// messages of a hot key: in group fanout_a the key's first message is in
+// flight and its 19 others wait behind it (status counts them as waiting,
+// not ready); group fanout_b received nothing. The checker must count all
+// of them as not drained, none as lost, and the report must name the key
+// behind and how many of its messages.
+func TestAppUndrainedHotKey(t *testing.T) {
+	pool := server.NewPool(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	o := bench.Options{Pool: pool, Out: &bytes.Buffer{}, Command: "test"}
+	run, err := bench.NewAppRun(ctx, o, bench.DefaultAppConfig(o))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer run.Cleanup(ctx)
+	send := func(k int32) {
+		t.Helper()
+		if err := run.Send(ctx, k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 20 {
+		send(1)
+	}
+	client := sluice.NewClient(pool)
+	got, err := client.Receive(ctx, bench.AppQueue, "fanout_a", nil)
+	if err != nil || len(got) != 1 || got[0].Key != "k1" {
+		t.Fatalf("receive: %+v, %v: want the first message of key 1", got, err)
+	}
+	for k := int32(2); k <= 4; k++ {
+		send(k)
+	}
+	st, err := client.Status(ctx, bench.AppQueue)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range st {
+		if s.Pending() != 23 || s.Group == "fanout_a" && (s.InFlight != 1 || s.Waiting != 19) {
+			t.Fatalf("status %+v: want 23 held in each group, of fanout_a's 1 in flight and 19 waiting", s)
+		}
+	}
+
+	res, check, err := run.Finish(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("check: %+v", *check)
+	if n := check.Violations(); n != 0 || check.Lost != 0 {
+		t.Errorf("%d violations, %d lost: %v", n, check.Lost, check.Details)
+	}
+	for g, gc := range check.Groups[:2] {
+		if gc.Expected != 23 || gc.Unfinished != 23 || gc.Pending != 23 || gc.Lost != 0 {
+			t.Errorf("group %d: %+v: want 23 expected, unfinished and pending, none lost", g, gc)
+		}
+		if b := check.Behind[g]; len(b) != 4 || b[0].Key != 1 || b[0].Messages != 20 {
+			t.Errorf("group %d: behind %+v: want key 1 first, with 20 messages, then 3 keys", g, b)
+		}
+	}
+	tk := res.Tables[2] // the offline check: group, expected, completed, dead, not drained, lost, ...
+	for _, row := range tk.Rows[:2] {
+		if row[4] != "23" || row[5] != "0" {
+			t.Errorf("check row %v: want 23 not drained, 0 lost", row)
+		}
+	}
+	notes := strings.Join(res.Notes, "\n")
+	t.Logf("notes:\n%s", notes)
+	for _, want := range []string{"checker: PASS", "they are counted as not drained, not lost",
+		"fanout_a: 23 messages of 4 keys (key 1: 20, key 2: 1, key 3: 1, key 4: 1), 87% of them of key 1", "stage2: none"} {
+		if !strings.Contains(notes, want) {
+			t.Errorf("notes want %q:\n%s", want, notes)
+		}
+	}
+	if strings.Contains(notes, "FAIL") || strings.Contains(notes, "lost:") {
+		t.Errorf("notes report a loss:\n%s", notes)
 	}
 }

@@ -23,7 +23,7 @@ const clientsQueue = "bench_clients"
 var clientsBody = json.RawMessage(`{"pad": "` + strings.Repeat("x", 60) + `"}`)
 
 // Defaults of the clients scenario: the Python interpreter (with the
-// package sluice installed, as make test-python does), node, and their
+// package sluicemq installed, as make test-python does), node, and their
 // bench scripts (the TypeScript one compiled by make test-typescript).
 const (
 	DefaultPython           = "clients/python/.venv/bin/python"
@@ -145,6 +145,9 @@ func (r *runner) clientCell(ctx context.Context, c *sluice.Client, op clientOp, 
 		return 0, err
 	}
 	if err := c.CreateQueue(ctx, clientsQueue, &sluice.QueueOptions{Lease: 30 * time.Second}); err != nil {
+		return 0, err
+	}
+	if err := r.recordQueues(ctx, r.o.Pool, "sluice", clientsQueue); err != nil {
 		return 0, err
 	}
 	if op.preload {

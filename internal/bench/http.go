@@ -229,7 +229,11 @@ func (r *runner) startHTTP(ctx context.Context) (*httpBench, func(), error) {
 	}
 	cleanup()
 	for _, q := range []string{httpQueue, httpIdleQueue} {
-		if err := h.sql.CreateQueue(ctx, q, &sluice.QueueOptions{Retention: r.o.Retention, Lease: r.o.Lease}); err != nil {
+		err := h.sql.CreateQueue(ctx, q, &sluice.QueueOptions{Retention: r.o.Retention, Lease: r.o.Lease})
+		if err == nil {
+			err = r.recordQueues(ctx, sqlPool, "sluice", q)
+		}
+		if err != nil {
 			cleanup()
 			srvPool.Close()
 			sqlPool.Close()

@@ -89,7 +89,11 @@ func (r *runner) memory(ctx context.Context) (*Result, error) {
 		if _, ok := s.(*sluiceSystem); !ok {
 			d = pgmqMemory
 		}
-		one, all, err := memoryOf(ctx, r.poolOf(s), d)
+		var record func(queue string) error
+		if _, ok := s.(sluiceQueued); ok {
+			record = func(queue string) error { return r.recordQueues(ctx, r.poolOf(s), s.name(), queue) }
+		}
+		one, all, err := memoryOf(ctx, r.poolOf(s), d, record)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", s.name(), err)
 		}
@@ -112,8 +116,9 @@ func (r *runner) memory(ctx context.Context) (*Result, error) {
 // memoryOf makes memoryQueues queues with d on pool (dropping any of their
 // names first), with one message each, and returns the memory in MB of a new
 // connection after it consumed from the first queue and after it consumed
-// from all of them; the queues are dropped afterwards.
-func memoryOf(ctx context.Context, pool *pgxpool.Pool, d memoryDialect) (one, all float64, err error) {
+// from all of them; the queues are dropped afterwards. record, if not nil,
+// is called with each queue once made.
+func memoryOf(ctx context.Context, pool *pgxpool.Pool, d memoryDialect, record func(queue string) error) (one, all float64, err error) {
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
@@ -129,6 +134,11 @@ func memoryOf(ctx context.Context, pool *pgxpool.Pool, d memoryDialect) (one, al
 		}
 		if _, err := pool.Exec(ctx, d.create, memoryQueue(i)); err != nil {
 			return 0, 0, fmt.Errorf("creating queue %s: %w", memoryQueue(i), err)
+		}
+		if record != nil {
+			if err := record(memoryQueue(i)); err != nil {
+				return 0, 0, err
+			}
 		}
 		if _, err := pool.Exec(ctx, d.send, memoryQueue(i)); err != nil {
 			return 0, 0, fmt.Errorf("sending to queue %s: %w", memoryQueue(i), err)

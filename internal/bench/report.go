@@ -100,6 +100,9 @@ type Result struct {
 	Tables   []Table       `json:"tables"`
 	Charts   []Chart       `json:"charts"`
 	Notes    []string      `json:"notes,omitempty"`
+	// Queues are the options of the scenario's sluice queues, read back
+	// from sluice.list_queues() once they were made.
+	Queues []QueueRecord `json:"queues,omitempty"`
 }
 
 // Report is a whole run: results.json holds it.

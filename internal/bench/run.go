@@ -140,6 +140,9 @@ func (o *Options) leaseSeconds() (int, error) {
 type runner struct {
 	o   Options
 	pad string
+	// queues records the options of the sluice queues the scenario that
+	// runs made, as sluice.list_queues() gives them.
+	queues queueLog
 }
 
 // Run runs the scenarios in order and returns the report, with what was
@@ -165,6 +168,7 @@ func Run(ctx context.Context, scenarios []string, o Options) (*Report, error) {
 	fmt.Fprintf(o.Out, "sluice bench: %s\n%d CPUs (%s), %.1f GiB; %s\n%s\n\n", strings.Join(scenarios, " "), env.CPUs, env.CPUModel, env.MemoryGiB, env.PGVersion, strings.Join(s, ", "))
 	for _, name := range scenarios {
 		start := time.Now()
+		r.queues.take()
 		var res *Result
 		switch name {
 		case "send":
@@ -198,6 +202,9 @@ func Run(ctx context.Context, scenarios []string, o Options) (*Report, error) {
 			return rep, fmt.Errorf("scenario %s: %w", name, err)
 		}
 		res.Scenario, res.Started, res.Elapsed = name, start, time.Since(start)
+		if res.Queues = r.queues.take(); len(res.Queues) > 0 {
+			res.Notes = append(res.Notes, queueOptionsNote(res.Queues))
+		}
 		fmt.Fprintf(o.Out, "\n## %s\n\n", name)
 		for _, t := range res.Tables {
 			t.Markdown(o.Out)

@@ -121,7 +121,7 @@ func produceAndConsume(producers, consumers func() error, stopped *atomic.Bool) 
 
 // sendCell measures p producers sending batches of b for d.
 func (r *runner) sendCell(ctx context.Context, s system, p, b int, d time.Duration) (*cell, error) {
-	if err := s.setup(ctx, r.poolOf(s)); err != nil {
+	if err := r.setupSystem(ctx, s); err != nil {
 		return nil, err
 	}
 	c := &counters{}
@@ -136,7 +136,7 @@ func (r *runner) sendCell(ctx context.Context, s system, p, b int, d time.Durati
 // drainCell preloads n messages and measures c consumers receiving
 // batches of b until the queue is empty or d has passed.
 func (r *runner) drainCell(ctx context.Context, s system, consumers, b, n int, d time.Duration) (*cell, error) {
-	if err := s.setup(ctx, r.poolOf(s)); err != nil {
+	if err := r.setupSystem(ctx, s); err != nil {
 		return nil, err
 	}
 	if err := r.preload(ctx, s, n); err != nil {
@@ -155,7 +155,7 @@ func (r *runner) drainCell(ctx context.Context, s system, consumers, b, n int, d
 // consumers go on for up to 2 s after the producers stop, to catch up.
 // sample, if not nil, is called every interval with the counters.
 func (r *runner) steadyCell(ctx context.Context, label string, s system, p, consumers, b, rate int, d time.Duration, sendLat, e2e *recorder) (*cell, *counters, error) {
-	if err := s.setup(ctx, r.poolOf(s)); err != nil {
+	if err := r.setupSystem(ctx, s); err != nil {
 		return nil, nil, err
 	}
 	c := &counters{}
@@ -361,7 +361,7 @@ func (r *runner) latency(ctx context.Context) (*Result, error) {
 // receiveLatency preloads n messages and times receives of b messages
 // (each then completed) until the backlog is gone or d has passed.
 func (r *runner) receiveLatency(ctx context.Context, s system, b, n int, d time.Duration) ([]float64, error) {
-	if err := s.setup(ctx, r.poolOf(s)); err != nil {
+	if err := r.setupSystem(ctx, s); err != nil {
 		return nil, err
 	}
 	if err := r.preload(ctx, s, n); err != nil {

@@ -3,6 +3,7 @@ package bench_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -27,13 +28,21 @@ func TestSendSmoke(t *testing.T) {
 	defer cancel()
 	var out bytes.Buffer
 	rep, err := bench.Run(ctx, []string{"send"}, bench.Options{
-		Pool: pool, Out: &out, Producers: []int{1}, Batches: []int{1}, Duration: time.Second, Command: "test",
+		Pool: pool, Out: &out, Producers: []int{1}, Batches: []int{1}, Duration: time.Second, Command: "test", Lanes: 2,
 	})
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out.String())
 	}
 	if len(rep.Results) != 1 || len(rep.Results[0].Tables) != 1 || len(rep.Results[0].Tables[0].Rows) != 1 {
 		t.Fatalf("results: %+v", rep.Results)
+	}
+	// The report states the queue's options as the engine has them: the
+	// lanes given, the defaults filled in.
+	if q := rep.Results[0].Queues; len(q) != 1 || q[0].System != "sluice" || fmt.Sprint(q[0].Options["lanes"]) != "2" || q[0].Options["retention"] != "1 hour" {
+		t.Errorf("queues %+v: want sluice's queue with lanes 2 and the default retention 1 hour", q)
+	}
+	if notes := strings.Join(rep.Results[0].Notes, "\n"); !strings.Contains(notes, "sluice, queue bench: backoff_base 1 second,") || !strings.Contains(notes, "lanes 2, lease 30 seconds,") {
+		t.Errorf("notes %q: want the queue's options", notes)
 	}
 	row := rep.Results[0].Tables[0].Rows[0]
 	for _, cell := range row[2:4] {

@@ -15,6 +15,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/sluicemq/sluice"
 )
 
 // benchQueue is the name of the queue every scenario makes afresh.
@@ -99,7 +101,7 @@ const reclaimRotation = "10 seconds"
 
 type sluiceSystem struct {
 	ackWithReceive bool
-	// asyncAck acks with durable => false (as the Go library's Ack does):
+	// asyncAck acks with durable => false (as Client.AckAsyncCommit does):
 	// the ack's transaction commits without waiting for the disk.
 	asyncAck  bool
 	pending   sync.Map      // *pgxpool.Conn -> []string, receipts the next receive acks
@@ -159,7 +161,7 @@ func (s *sluiceSystem) setup(ctx context.Context, pool *pgxpool.Pool) error {
 	if lease <= 0 {
 		lease = defaultLease
 	}
-	opts := map[string]any{"lease": fmt.Sprintf("%d milliseconds", lease.Milliseconds())}
+	opts := map[string]any{"lease": sluice.IntervalString(lease)}
 	if s.lanes > 0 {
 		opts["lanes"] = s.lanes
 	}
@@ -170,7 +172,7 @@ func (s *sluiceSystem) setup(ctx context.Context, pool *pgxpool.Pool) error {
 	case s.reclaim:
 		opts["retention"], opts["rotate_interval"] = "0 seconds", reclaimRotation
 	case s.retention > 0:
-		opts["retention"] = fmt.Sprintf("%d milliseconds", s.retention.Milliseconds())
+		opts["retention"] = sluice.IntervalString(s.retention)
 	}
 	if _, err := pool.Exec(ctx, `SELECT sluice.create_queue($1, $2::jsonb)`, benchQueue, opts); err != nil {
 		return fmt.Errorf("sluice: creating queue %s: %w", benchQueue, err)

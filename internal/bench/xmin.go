@@ -12,14 +12,27 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-func (r *runner) xmin(ctx context.Context) (*Result, error) {
+// xminSystems returns the systems of the xmin scenario: --xmin-systems,
+// else --systems, else sluice. Whichever they are, each sluice queue among
+// them (sluice's, pgmq-compat's) keeps nothing after completion and
+// rotates every reclaimRotation, so that its size shows what reclaim
+// leaves (the backlog), not a retention period. (The fallback once took
+// r.systems("sluice") as it was, with the default retention of 1 hour and
+// rotation of 1 minute, under a note that said otherwise.)
+func (r *runner) xminSystems() ([]system, error) {
+	names := r.o.XminSystems
+	if len(names) == 0 {
+		names = r.o.Systems
+	}
+	if len(names) == 0 {
+		names = []string{"sluice"}
+	}
 	var systems []system
-	for _, n := range r.o.XminSystems {
+	for _, n := range names {
 		s, err := r.newSystem(n)
 		if err != nil {
 			return nil, err
 		}
-		// the size must show the backlog, not a retention period
 		switch sys := s.(type) {
 		case *sluiceSystem:
 			sys.reclaim = true
@@ -28,11 +41,13 @@ func (r *runner) xmin(ctx context.Context) (*Result, error) {
 		}
 		systems = append(systems, s)
 	}
-	if len(systems) == 0 {
-		var err error
-		if systems, err = r.systems("sluice"); err != nil {
-			return nil, err
-		}
+	return systems, nil
+}
+
+func (r *runner) xmin(ctx context.Context) (*Result, error) {
+	systems, err := r.xminSystems()
+	if err != nil {
+		return nil, err
 	}
 	systems, notes, remove := r.prepare(ctx, systems)
 	defer remove()
@@ -73,7 +88,10 @@ func (r *runner) xmin(ctx context.Context) (*Result, error) {
 		latency = append(latency, Series{Name: s.name() + " p50", Points: p50}, Series{Name: s.name() + " p99", Points: p99})
 	}
 	notes = append(notes, "/ first: the interval's consumed/s over the first interval's. e2e p50/p99: of the messages consumed in the interval, by the server clock.",
-		"dead tuples: sum of n_dead_tup, size: sum of pg_total_relation_size (indexes and TOAST included) over the tables of the system's schemas (sluice%: metadata and every queue schema; pgmq-compat: sluice% and pgmq, in its own database, where its xid holder connects too). sluice's and pgmq-compat's queues keep nothing after completion (retention 0) and rotate every 10 s, so that their size shows what reclaim leaves, not a retention period.")
+		"dead tuples: sum of n_dead_tup, size: sum of pg_total_relation_size (indexes and TOAST included) over the tables of the system's schemas (sluice%: metadata and every queue schema; pgmq-compat: sluice% and pgmq, in its own database, where its xid holder connects too).")
+	if n := xminRetentionNote(r.queues.snapshot()); n != "" {
+		notes = append(notes, n)
+	}
 	tables := []Table{t, worst}
 	if ct, ok := compatXminTable(summaries); ok {
 		tables = append(tables, ct)
@@ -90,6 +108,28 @@ func (r *runner) xmin(ctx context.Context) (*Result, error) {
 		},
 		Notes: notes,
 	}, nil
+}
+
+// xminRetentionNote says, for each system's sluice queue of the run, the
+// retention and rotation it had (read back from sluice.list_queues()) and
+// so what its size shows: what reclaim leaves, or also what a retention
+// period keeps.
+func xminRetentionNote(recs []QueueRecord) string {
+	var parts []string
+	for _, rec := range recs {
+		o := rec.Options
+		part := fmt.Sprintf("%s's %s had retention %v and rotate_interval %v", rec.System, queueNames(rec.Queues), o["retention"], o["rotate_interval"])
+		if reclaimOptions(o) {
+			part += ": it keeps nothing after completion, so its size shows what reclaim leaves, not a retention period"
+		} else {
+			part += ": its size includes the completed messages its retention keeps, not only what reclaim leaves"
+		}
+		parts = append(parts, part)
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return "As sluice.list_queues() gave them once made: " + strings.Join(parts, "; ") + "."
 }
 
 // tableStats returns the dead tuples and total size of the tables of s
@@ -272,7 +312,7 @@ func (s xminSummary) latencySeries() (p50, p99 []Point) {
 
 // xminSteady is steadyCell that hands its counters to the sampler.
 func (r *runner) xminSteady(ctx context.Context, s system, p, consumers, b, rate int, d time.Duration, e2e *recorder, ready chan<- *counters) (*cell, error) {
-	if err := s.setup(ctx, r.poolOf(s)); err != nil {
+	if err := r.setupSystem(ctx, s); err != nil {
 		ready <- nil
 		return nil, err
 	}

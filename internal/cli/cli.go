@@ -113,6 +113,8 @@ func run(ctx context.Context, args []string, e *env) int {
 			return exitOK
 		}
 		return run(ctx, append(rest, "--help"), e)
+	case "--version", "-version":
+		return dispatch(ctx, "sluice", commands(), "version", rest, e)
 	}
 	return dispatch(ctx, "sluice", commands(), name, rest, e)
 }
@@ -141,8 +143,66 @@ func dispatch(ctx context.Context, prefix string, cmds []command, name string, r
 		}
 		return dispatch(ctx, path, c.sub, rest[0], rest[1:], e)
 	}
-	fmt.Fprintf(e.stderr, "%s: unknown command %q\n%s", prefix, name, seeHelp(prefix))
+	fmt.Fprintf(e.stderr, "%s: unknown command %q\n", prefix, name)
+	if near := nearest(name, cmds); near != "" {
+		fmt.Fprintf(e.stderr, "Did you mean %q?\n", prefix+" "+near)
+	}
+	fmt.Fprint(e.stderr, seeHelp(prefix))
 	return exitUsage
+}
+
+// nearest returns the command whose name is closest to a mistyped one: a
+// typo or two away (edit distance, a swap of two letters counting one), or
+// a prefix of at least two letters; "" when none is.
+func nearest(name string, cmds []command) string {
+	best, bestD := "", 3
+	if len(name) < 4 {
+		bestD = 2 // "sned" is send; "qu" is not a word to fix, but a prefix
+	}
+	for _, c := range cmds {
+		if len(name) >= 2 && strings.HasPrefix(c.name, name) {
+			return c.name
+		}
+		if d := editDistance(strings.ToLower(name), c.name); d < bestD {
+			best, bestD = c.name, d
+		}
+	}
+	return best
+}
+
+// editDistance is the optimal string alignment distance of a and b:
+// insertions, deletions, substitutions and swaps of adjacent letters.
+func editDistance(a, b string) int {
+	ra, rb := []rune(a), []rune(b)
+	d := make([][]int, len(ra)+1)
+	for i := range d {
+		d[i] = make([]int, len(rb)+1)
+		d[i][0] = i
+	}
+	for j := range d[0] {
+		d[0][j] = j
+	}
+	for i := 1; i <= len(ra); i++ {
+		for j := 1; j <= len(rb); j++ {
+			cost := 1
+			if ra[i-1] == rb[j-1] {
+				cost = 0
+			}
+			d[i][j] = min(d[i-1][j]+1, d[i][j-1]+1, d[i-1][j-1]+cost)
+			if i > 1 && j > 1 && ra[i-1] == rb[j-2] && ra[i-2] == rb[j-1] {
+				d[i][j] = min(d[i][j], d[i-2][j-2]+1)
+			}
+		}
+	}
+	return d[len(ra)][len(rb)]
+}
+
+// plural says n things: "1 message", "3 messages".
+func plural[N int | int64](n N, one, many string) string {
+	if n == 1 {
+		return fmt.Sprintf("%d %s", n, one)
+	}
+	return fmt.Sprintf("%d %s", n, many)
 }
 
 // printGroupUsage prints the usage of a group of commands: usage has one %s

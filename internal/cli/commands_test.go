@@ -99,7 +99,7 @@ func TestQueueAndGroupCommands(t *testing.T) {
 	contains(t, "group drop --if-exists", b.ok("group", "drop", "orders", "billing", "--if-exists"), "no group billing")
 
 	b.ok("send", "orders", `{"n": 1}`)
-	contains(t, "purge", b.ok("queue", "purge", "orders"), "purged 1 messages")
+	contains(t, "purge", b.ok("queue", "purge", "orders"), "purged 1 message from")
 	contains(t, "drop", b.ok("queue", "drop", "orders"), "dropped queue orders")
 	b.fails(1, "sluice queue list", "queue", "drop", "orders")
 	contains(t, "drop --if-exists", b.ok("queue", "drop", "orders", "--if-exists"), "no queue orders")
@@ -119,7 +119,7 @@ func TestSendAndReceiveCommands(t *testing.T) {
 		t.Fatalf("send from stdin: %d %q %q", code, out, errOut)
 	}
 	code, out, errOut = b.sluice("{\"id\": 5}\n", "send", "orders", "--dedup-key", "d-5")
-	if code != 0 || !strings.Contains(out, "sent 1 messages") {
+	if code != 0 || !strings.Contains(out, "sent 1 message to") {
 		t.Fatalf("send from stdin with a dedup key: %d %q %q", code, out, errOut)
 	}
 
@@ -220,7 +220,7 @@ func TestStatusAndDLQCommands(t *testing.T) {
 	contains(t, "dlq list", b.ok("dlq", "list", "jobs"), "ID", "it exploded", `{"job": "poison"}`)
 	contains(t, "dlq list --json", b.ok("dlq", "list", "jobs", "--json", "--group", "default"), `"error":"it exploded\nstack..."`, `"attempts":1`)
 	b.fails(2, "not a positive integer", "dlq", "redrive", "jobs", "x")
-	contains(t, "redrive", b.ok("dlq", "redrive", "jobs", "--group", "default"), "redrove 1 dead letters")
+	contains(t, "redrive", b.ok("dlq", "redrive", "jobs", "--group", "default"), "redrove 1 dead letter of")
 	contains(t, "dlq list after redrive", b.ok("dlq", "list", "jobs"), "no dead letters")
 
 	var out bytes.Buffer
@@ -277,10 +277,14 @@ func TestSubcommandHelp(t *testing.T) {
 	}
 }
 
-// TestDemo runs a short demo on a harness database.
+// TestDemo runs a short demo on a harness database that holds a user's
+// queue named orders (the name the README's tours use): the demo works on a
+// queue of its own, drops only that one, and refuses a --queue that exists.
 func TestDemo(t *testing.T) {
 	t.Parallel()
 	b := setupCmd(t)
+	b.ok("queue", "create", "orders")
+	b.ok("send", "orders", `{"mine": true}`)
 	code, out, errOut := b.sluice("", "demo", "--duration", "5s", "--rate", "200")
 	if code != 0 {
 		t.Fatalf("demo: status %d\n%s%s", code, out, errOut)
@@ -292,8 +296,74 @@ func TestDemo(t *testing.T) {
 			t.Errorf("demo printed a line of %d characters, more than 120: %q", len(line), line)
 		}
 	}
-	// On a named server an existing demo queue is left alone without --reset.
-	b.fails(1, "--reset", "demo", "--duration", "1s")
+	userQueueIntact := func(when string) {
+		t.Helper()
+		qs, err := b.client.ListQueues(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(qs) != 1 || qs[0].Name != "orders" {
+			t.Errorf("%s: queues %+v, want the user's orders alone", when, qs)
+		}
+		st, err := b.client.Status(context.Background(), "orders")
+		if err != nil || len(st) != 1 || st[0].Ready != 1 {
+			t.Errorf("%s: the user's queue orders lost its message: %+v, %v", when, st, err)
+		}
+	}
+	userQueueIntact("after the demo")
+	// A --queue that exists is not the demo's: refused, left alone.
+	b.fails(1, "is not the demo's", "demo", "--duration", "1s", "--queue", "orders")
+	userQueueIntact("after demo --queue orders")
+	// --keep leaves the demo's own queue.
+	out = b.ok("demo", "--duration", "1s", "--rate", "50", "--queue", "demo_kept", "--keep")
+	contains(t, "demo --keep", out, "kept queue demo_kept")
+	if _, err := b.client.Status(context.Background(), "demo_kept"); err != nil {
+		t.Errorf("demo --keep: %v", err)
+	}
+}
+
+// TestDemoCountsWaitingOrders reads the status of a demo queue where a
+// customer's first order is in flight and their two others wait behind it
+// (status: waiting, not ready): the demo must not take the queue for
+// settled, and its summary must count the waiting orders as pending.
+func TestDemoCountsWaitingOrders(t *testing.T) {
+	t.Parallel()
+	b := setupCmd(t)
+	ctx := context.Background()
+	if err := b.client.CreateQueue(ctx, "orders", &sluice.QueueOptions{NoDefaultGroup: true}); err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range []string{"billing", "shipping"} {
+		if err := b.client.CreateGroup(ctx, "orders", g, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 3 {
+		if _, err := b.client.Send(ctx, "orders", []byte(`{}`), &sluice.SendOptions{Key: "c-01"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, g := range []string{"billing", "shipping"} {
+		if got, err := b.client.Receive(ctx, "orders", g, nil); err != nil || len(got) != 1 {
+			t.Fatalf("receive for %s: %d, %v", g, len(got), err)
+		}
+	}
+	st, err := b.client.Status(ctx, "orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range st {
+		if s.Ready != 0 || s.Delayed != 0 || s.InFlight != 1 || s.Waiting != 2 {
+			t.Fatalf("status %+v: want 1 in flight and 2 waiting", s)
+		}
+	}
+	if cli.Settled(st) {
+		t.Errorf("settled with 2 orders waiting in each group: %+v", st)
+	}
+	var out bytes.Buffer
+	cli.DemoSummary(&out, st, 3, map[string]int64{})
+	contains(t, "summary", out.String(), "billing   acked 0, retried 0, dead letters 0, pending 3",
+		"shipping  acked 0, retried 0, dead letters 0, pending 3", "some orders were still pending")
 }
 
 // TestEmbeddedDefault runs commands with no database configured: they

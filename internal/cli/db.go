@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sluicemq/sluice"
+	"github.com/sluicemq/sluice/internal/sqlstate"
 )
 
 // pgVariables are the libpq variables that, when any is set, name the
@@ -161,12 +162,23 @@ func (e *env) withDB(ctx context.Context, flagURL string, fn func(db *database) 
 // explain adds what the user can do about an error.
 func explain(err error) string {
 	msg := err.Error()
+	// The engine's hint names SQL functions: say it in the command's words.
+	var se *sluice.Error
+	hinted := false
+	if errors.As(err, &se) && se.Hint != "" {
+		repl := se.Message
+		if h := sqlstate.Hint(se.Hint, sqlstate.CLI); h != "" {
+			repl += " (" + strings.TrimSuffix(h, ".") + ")"
+			hinted = true
+		}
+		msg = strings.Replace(msg, se.Error(), repl, 1)
+	}
 	switch {
 	case errors.Is(err, sluice.ErrSchemaMissing):
 		return msg + "\nThe sluice schema is not installed in this database (or is older than this sluice): run \"sluice migrate\" with the same connection settings."
-	case errors.Is(err, sluice.ErrQueueNotFound):
+	case errors.Is(err, sluice.ErrQueueNotFound) && !hinted:
 		return msg + "\n\"sluice queue list\" shows the queues; \"sluice queue create NAME\" makes one."
-	case errors.Is(err, sluice.ErrGroupNotFound):
+	case errors.Is(err, sluice.ErrGroupNotFound) && !hinted:
 		return msg + "\n\"sluice queue list\" shows the groups of each queue; \"sluice group create QUEUE GROUP\" makes one."
 	case errors.Is(err, context.Canceled):
 		return "interrupted"

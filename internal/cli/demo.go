@@ -36,14 +36,16 @@ a summary:
     the end-to-end latency (from the send to the handler's start) p50/p99.
 
 With no database configured it runs on the embedded PostgreSQL (see "sluice
---help"). The queue is made afresh: on the embedded server an existing queue
-of that name is dropped first; on a server you named, the demo refuses to
-touch an existing queue unless --reset.
+--help"), which every sluice command of your OS user shares. The demo never
+touches your queues: it creates a queue of its own, named
+sluice_demo_<random> (or --queue NAME, which must not exist yet), and drops
+it at the end (also after Ctrl-C or an error) unless --keep. It never drops
+a queue it did not create in that run.
 
 Examples:
   sluice demo
   sluice demo --duration 20s --rate 1000
-  sluice demo --database-url postgres://localhost/scratch --queue demo_orders --reset
+  sluice demo --database-url postgres://localhost/scratch --queue demo_orders --keep
 `
 
 // demoMaxAttempts is the max_attempts of the demo's queue.
@@ -60,8 +62,8 @@ func demoCommand() command {
 			var cfg demoConfig
 			fs.DurationVar(&cfg.duration, "duration", 45*time.Second, "how long producers send (draining and the summary follow)")
 			fs.IntVar(&cfg.rate, "rate", 300, "messages per second the producers send in all")
-			fs.StringVar(&cfg.queue, "queue", "orders", "the demo's queue")
-			fs.BoolVar(&cfg.reset, "reset", false, "drop the queue first if it exists (on a server you named)")
+			fs.StringVar(&cfg.queue, "queue", "", "the demo's queue, created by the demo: a name that does not exist yet (default sluice_demo_<random>)")
+			fs.BoolVar(&cfg.keep, "keep", false, "keep the demo's queue at the end (to look at its dead letters)")
 			fs.Float64Var(&cfg.failureRate, "failure-rate", 0.05, "share of first attempts that fail (and are retried)")
 			return func(ctx context.Context, _ []string) error {
 				if cfg.duration <= 0 {
@@ -73,9 +75,11 @@ func demoCommand() command {
 				if cfg.failureRate < 0 || cfg.failureRate > 1 {
 					return usagef("--failure-rate must be from 0 to 1")
 				}
-				embedded := e.chooseSettings(*url).embedded
+				if cfg.queue == "" {
+					cfg.queue = fmt.Sprintf("sluice_demo_%06x", rand.IntN(1<<24))
+				}
 				return e.withDB(ctx, *url, func(db *database) error {
-					d := &demo{e: e, db: db, cfg: cfg, embedded: embedded, tty: isTerminal(e.stdout)}
+					d := &demo{e: e, db: db, cfg: cfg, tty: isTerminal(e.stdout)}
 					return d.run(ctx)
 				})
 			}
@@ -87,16 +91,15 @@ type demoConfig struct {
 	duration    time.Duration
 	rate        int
 	queue       string
-	reset       bool
+	keep        bool
 	failureRate float64
 }
 
 type demo struct {
-	e        *env
-	db       *database
-	cfg      demoConfig
-	embedded bool
-	tty      bool
+	e   *env
+	db  *database
+	cfg demoConfig
+	tty bool
 
 	sent   atomic.Int64
 	groups map[string]*groupStats
@@ -113,11 +116,25 @@ type groupStats struct {
 	lastAcked      int64
 }
 
-func (d *demo) run(ctx context.Context) error {
-	if err := d.setup(ctx); err != nil {
+func (d *demo) run(ctx context.Context) (err error) {
+	created, err := d.setup(ctx)
+	if created {
+		defer func() {
+			if d.cfg.keep {
+				fmt.Fprintf(d.e.stdout, "sluice demo: kept queue %s (drop it with: sluice queue drop %s)\n", d.cfg.queue, d.cfg.queue)
+				return
+			}
+			// Only the queue this run created; not cut short by Ctrl-C.
+			if _, derr := d.db.client.DropQueue(context.WithoutCancel(ctx), d.cfg.queue); derr != nil && err == nil {
+				err = fmt.Errorf("dropping the demo's queue %s: %w", d.cfg.queue, derr)
+			}
+		}()
+	}
+	if err != nil {
 		return err
 	}
-	fmt.Fprintf(d.e.stdout, "sluice demo: %d orders/s to queue %s for %s; groups %s each get every order; Ctrl-C stops early\n\n",
+	fmt.Fprintf(d.e.stdout, "sluice demo: %d orders/s to queue %s (the demo's own) for %s; Ctrl-C stops early\n"+
+		"groups %s each get every order\n\n",
 		d.cfg.rate, d.cfg.queue, d.cfg.duration, strings.Join(demoGroups, " and "))
 
 	d.start = time.Now()
@@ -201,39 +218,30 @@ loop:
 	return nil
 }
 
-// setup makes the demo's queue and groups afresh.
-func (d *demo) setup(ctx context.Context) error {
-	qs, err := d.db.client.ListQueues(ctx)
-	if err != nil {
-		return err
-	}
-	for _, q := range qs {
-		if q.Name != d.cfg.queue {
-			continue
-		}
-		if !d.embedded && !d.cfg.reset {
-			return fmt.Errorf("queue %q exists in %s: the demo drops and recreates its queue, so pass --reset to allow that, or --queue NAME for another one",
-				d.cfg.queue, d.db.target)
-		}
-		if _, err := d.db.client.DropQueue(ctx, d.cfg.queue); err != nil {
-			return err
-		}
-	}
+// setup creates the demo's queue and groups; created reports whether it
+// created the queue (so that run drops it, and nothing else). A queue of
+// that name that exists already is not the demo's: setup fails without
+// touching it.
+func (d *demo) setup(ctx context.Context) (created bool, err error) {
 	err = d.db.client.CreateQueue(ctx, d.cfg.queue, &sluice.QueueOptions{
 		MaxAttempts: demoMaxAttempts, BackoffBase: 200 * time.Millisecond, BackoffMax: time.Second, Lease: 10 * time.Second,
 		NoDefaultGroup: true,
 	})
+	if errors.Is(err, sluice.ErrQueueExists) {
+		return false, fmt.Errorf("queue %q exists in %s and is not the demo's: the demo only uses a queue it creates, so give --queue a new name, or leave it out for a name of the demo's own",
+			d.cfg.queue, d.db.target)
+	}
 	if err != nil {
-		return err
+		return false, err
 	}
 	d.groups = map[string]*groupStats{}
 	for _, g := range demoGroups {
 		if err := d.db.client.CreateGroup(ctx, d.cfg.queue, g, nil); err != nil {
-			return err
+			return true, err
 		}
 		d.groups[g] = &groupStats{}
 	}
-	return nil
+	return true, nil
 }
 
 // order is the body of a demo message.
@@ -319,10 +327,11 @@ func (d *demo) handler(g string) sluice.Handler {
 	}
 }
 
-// settled reports whether every group has handled everything.
+// settled reports whether every group has handled everything: the engine
+// holds nothing for it, waiting messages included (sluice.Status.Pending).
 func settled(st []sluice.Status) bool {
 	for _, s := range st {
-		if s.Ready+s.Delayed+s.InFlight > 0 {
+		if s.Pending() > 0 {
 			return false
 		}
 	}
@@ -437,7 +446,7 @@ func (d *demo) summary(st []sluice.Status, interrupted bool) {
 		gs.mu.Unlock()
 		slices.Sort(lat)
 		acked := gs.acked.Load()
-		pending := s.Ready + s.Delayed + s.InFlight
+		pending := s.Pending() // ready, waiting behind an earlier order of the customer, delayed, in flight
 		if acked+s.Dead != sent || pending > 0 {
 			all = false
 		}
@@ -450,6 +459,10 @@ func (d *demo) summary(st []sluice.Status, interrupted bool) {
 	} else {
 		fmt.Fprintln(w, "some orders were still pending when the demo stopped")
 	}
-	fmt.Fprintf(w, "\nlook around (the queue stays):\n  sluice status %s\n  sluice dlq list %s\n  sluice dlq redrive %s --group billing\n",
-		d.cfg.queue, d.cfg.queue, d.cfg.queue)
+	if d.cfg.keep {
+		fmt.Fprintf(w, "\nlook around (the queue stays, --keep):\n  sluice status %s\n  sluice dlq list %s\n  sluice dlq redrive %s --group billing\n",
+			d.cfg.queue, d.cfg.queue, d.cfg.queue)
+	} else {
+		fmt.Fprintf(w, "\nthe demo's queue %s is dropped now; run with --keep to look around in it afterwards\n", d.cfg.queue)
+	}
 }

@@ -133,7 +133,7 @@ func dlqRedriveCommand() command {
 					if err != nil {
 						return err
 					}
-					fmt.Fprintf(e.stdout, "redrove %d dead letters of queue %s\n", n, args[0])
+					fmt.Fprintf(e.stdout, "redrove %s of queue %s\n", plural(n, "dead letter", "dead letters"), args[0])
 					return nil
 				})
 			}

@@ -3,6 +3,9 @@ package cli
 import (
 	"context"
 	"io"
+	"time"
+
+	"github.com/sluicemq/sluice"
 )
 
 // RunEnv is Main with its standard input and environment given, for tests.
@@ -22,3 +25,18 @@ var (
 	FormatInterval = formatInterval
 	Age            = age
 )
+
+// Settled is the demo's test that every group handled everything.
+var Settled = settled
+
+// DemoSummary writes the demo's summary to w for the status st of its
+// queue, sent orders and the orders each group acknowledged.
+func DemoSummary(w io.Writer, st []sluice.Status, sent int64, acked map[string]int64) {
+	d := &demo{e: &env{stdout: w}, cfg: demoConfig{duration: time.Minute, queue: "orders"}, start: time.Now(), groups: map[string]*groupStats{}}
+	d.sent.Store(sent)
+	for _, g := range demoGroups {
+		d.groups[g] = &groupStats{}
+		d.groups[g].acked.Store(acked[g])
+	}
+	d.summary(st, false)
+}

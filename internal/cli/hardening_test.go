@@ -172,7 +172,7 @@ func TestReceiptCommands(t *testing.T) {
 	// The group comes from the JSON lines unless --group is given.
 	leased = b.ok("receive", "orders", "--group", "billing", "--no-ack", "--max", "1")
 	code, out, errOut = b.sluice(leased, "nack", "orders", "--now", "--error", "card declined")
-	if code != 0 || !strings.Contains(out, "gave back 1 messages of queue orders, group billing") {
+	if code != 0 || !strings.Contains(out, "gave back 1 message of queue orders, group billing") {
 		t.Errorf("nack: %d %q %q", code, out, errOut)
 	}
 	type message struct {
@@ -198,7 +198,7 @@ func TestReceiptCommands(t *testing.T) {
 		t.Fatalf("receive after nack --now: message %d has attempt %d; want 2", nacked.ID, m.Attempt)
 	}
 	b.fails(2, "--lease is required", "extend", "orders", m.Receipt, "--group", "billing")
-	contains(t, "extend", b.ok("extend", "orders", m.Receipt, "--group", "billing", "--lease", "1m"), "extended the leases of 1 messages")
+	contains(t, "extend", b.ok("extend", "orders", m.Receipt, "--group", "billing", "--lease", "1m"), "extended the leases of 1 message")
 	time.Sleep(1500 * time.Millisecond)
 	st, err := b.client.Status(ctx, "orders")
 	if err != nil {
@@ -209,7 +209,7 @@ func TestReceiptCommands(t *testing.T) {
 			t.Errorf("billing after extend: %+v; want the message still leased", s)
 		}
 	}
-	contains(t, "ack by argument", b.ok("ack", "orders", m.Receipt, "--group", "billing"), "acknowledged 1 messages of queue orders, group billing")
+	contains(t, "ack by argument", b.ok("ack", "orders", m.Receipt, "--group", "billing"), "acknowledged 1 message of queue orders, group billing")
 
 	b.fails(2, "no receipts", "ack", "orders")
 	code, _, errOut = b.sluice(`{"id": 1}`+"\n", "ack", "orders")
@@ -350,7 +350,7 @@ func TestSendAtTerminal(t *testing.T) {
 	}()
 	var out, errOut bytes.Buffer
 	code := cli.RunEnv(context.Background(), []string{"send", "orders", "--database-url", b.url}, slave, &out, &errOut, noEnv)
-	if code != 0 || !strings.Contains(errOut.String(), "reading messages from standard input") || !strings.Contains(out.String(), "sent 1 messages") {
+	if code != 0 || !strings.Contains(errOut.String(), "reading messages from standard input") || !strings.Contains(out.String(), "sent 1 message to") {
 		t.Errorf("send at a terminal: %d %q %q", code, out.String(), errOut.String())
 	}
 	// Not at a terminal: no notice.

@@ -302,7 +302,7 @@ func queuePurgeCommand() command {
 					if err != nil {
 						return err
 					}
-					fmt.Fprintf(e.stdout, "purged %d messages from queue %s\n", n, args[0])
+					fmt.Fprintf(e.stdout, "purged %s from queue %s\n", plural(n, "message", "messages"), args[0])
 					return nil
 				})
 			}

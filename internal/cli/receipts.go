@@ -76,7 +76,7 @@ func nackCommand() command {
 				for _, r := range receipts {
 					ok, err := db.client.Nack(ctx, queue, group, r, &sluice.NackOptions{Error: *text, Delay: *delay, Now: *now})
 					if err != nil {
-						return "", fmt.Errorf("gave back %d of %d messages, then: %w", n, len(receipts), err)
+						return "", fmt.Errorf("gave back %d of %s, then: %w", n, plural(len(receipts), "message", "messages"), err)
 					}
 					if ok {
 						n++
@@ -103,8 +103,11 @@ func extendCommand() command {
 
 // counted says what a receipt command did: n of total receipts counted.
 func counted(verb string, n, total int, queue, group string) string {
-	s := fmt.Sprintf("%s %d messages of queue %s, group %s", verb, n, queue, group)
-	if stale := total - n; stale > 0 {
+	s := fmt.Sprintf("%s %s of queue %s, group %s", verb, plural(n, "message", "messages"), queue, group)
+	switch stale := total - n; {
+	case stale == 1:
+		s += "; 1 receipt was stale (lease expired, message delivered again or already completed): nothing changed for it"
+	case stale > 1:
 		s += fmt.Sprintf("; %d receipts were stale (lease expired, message delivered again or already completed): nothing changed for them", stale)
 	}
 	return s

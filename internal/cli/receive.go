@@ -163,7 +163,7 @@ func tailCommand() command {
 						defer mu.Unlock()
 						if *count > 0 && printed >= *count {
 							stop()
-							return fmt.Errorf("sluice tail: stopping after %d messages", *count)
+							return fmt.Errorf("sluice tail: stopping after %s", plural(*count, "message", "messages"))
 						}
 						if err := printMessage(enc, m, false); err != nil {
 							return err

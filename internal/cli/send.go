@@ -200,30 +200,34 @@ func (e *env) sendStdin(ctx context.Context, db *database, queue string, opts *s
 			continue
 		}
 		if !json.Valid([]byte(text)) {
-			return fmt.Errorf("standard input, line %d: not JSON (sent %d messages before it): %.80q", line, sent, text)
+			return fmt.Errorf("standard input, line %d: not JSON (sent %s before it): %.80q", line, plural(sent, "message", "messages"), text)
 		}
 		batch = append(batch, json.RawMessage(text))
 		if len(batch) == batchSize {
 			if err := flush(); err != nil {
-				return fmt.Errorf("sent %d messages, then: %w", sent, err)
+				return fmt.Errorf("sent %s, then: %w", plural(sent, "message", "messages"), err)
 			}
 		}
 	}
 	if err := sc.Err(); err != nil {
 		if errors.Is(err, bufio.ErrTooLong) {
 			return fmt.Errorf("standard input, line %d: longer than %d bytes, the most one line (one message) may hold; "+
-				"nothing of it was sent (sent %d messages before it)", line+1, maxLine, sent)
+				"nothing of it was sent (sent %s before it)", line+1, maxLine, plural(sent, "message", "messages"))
 		}
-		return fmt.Errorf("reading standard input (sent %d messages): %w", sent, err)
+		return fmt.Errorf("reading standard input (sent %s): %w", plural(sent, "message", "messages"), err)
 	}
 	if err := flush(); err != nil {
-		return fmt.Errorf("sent %d messages, then: %w", sent, err)
+		return fmt.Errorf("sent %s, then: %w", plural(sent, "message", "messages"), err)
 	}
 	if sent == 0 {
 		fmt.Fprintln(e.stdout, "sent no messages (standard input had none)")
 		return nil
 	}
-	fmt.Fprintf(e.stdout, "sent %d messages to queue %s (ids %d to %d)\n", sent, queue, first, last)
+	if sent == 1 {
+		fmt.Fprintf(e.stdout, "sent 1 message to queue %s (id %d)\n", queue, first)
+	} else {
+		fmt.Fprintf(e.stdout, "sent %d messages to queue %s (ids %d to %d)\n", sent, queue, first, last)
+	}
 	if duplicates > 0 {
 		fmt.Fprintf(e.stderr, "sluice send: %d of the %d messages enqueued nothing: dedup key %q was sent to queue %s within its dedup window\n",
 			duplicates, sent, opts.DedupKey, queue)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -69,7 +70,20 @@ func serverCommand() command {
 			grace := fs.Duration("shutdown-grace", 30*time.Second, "how long requests in progress may take to end at shutdown")
 			events := fs.Duration("events-interval", time.Second, "how often /v1/events (the dashboard's stream) sends the status: one sluice.status per interval and role")
 			hosts := fs.String("allowed-host", "", "host `names` (comma-separated) the server answers to besides its listen address, such as a reverse proxy's; requests naming another Host or Origin are refused")
-			return func(ctx context.Context, _ []string) error {
+			logFormat := fs.String("log-format", "text", "log `format` on stderr: text or json")
+			logLevel := fs.String("log-level", "info", "lowest `level` logged: debug, info, warn or error")
+			accessLog := fs.Bool("access-log", false, "log one line per request (request id, method, path, status, bytes, duration)")
+			return func(ctx context.Context, _ []string) (err error) {
+				logger, err := newLogger(e.stderr, *logFormat, *logLevel)
+				if err != nil {
+					return err
+				}
+				serving := false
+				defer func() {
+					if err != nil && !serving {
+						logger.Error("sluice server: refused to start", "error", err)
+					}
+				}()
 				auth := server.AuthConfig{Insecure: *insecure, TokensFile: *tokens, Audience: *audience}
 				if *hsFile != "" {
 					b, err := os.ReadFile(*hsFile)
@@ -112,9 +126,9 @@ func serverCommand() command {
 							return usagef("no authentication configured: give --tokens-file or JWT keys, or --insecure-no-auth for local use")
 						}
 						auth.Insecure = true
-						fmt.Fprintf(e.stderr, "sluice server: authentication is off (embedded database, loopback address; give --tokens-file or JWT keys to turn it on)\n")
+						logger.Warn("sluice server: authentication is off (embedded database, loopback address; give --tokens-file or JWT keys to turn it on)")
 					} else if auth.Insecure && !isLoopback(host) {
-						fmt.Fprintf(e.stderr, "sluice server: WARNING: authentication is off on %s, which is not a loopback address\n", *listen)
+						logger.Warn("sluice server: authentication is off on an address that is not a loopback address", "listen", *listen)
 					}
 					if *migrateOnStart {
 						if err := migrateWith(ctx, db); err != nil {
@@ -125,7 +139,7 @@ func serverCommand() command {
 						Pool: db.pool, Auth: auth, MaxBody: *maxBody, MaxBatch: *maxBatch, MaxConcurrent: *maxConc,
 						MaxWait: *maxWait, PollInterval: *poll, ReadHeaderTimeout: *headerTimeout, EventsInterval: *events,
 						Hosts: splitList(*hosts), ReservedConns: *reserved, MaxTxQueues: *maxTxQueues,
-						Logger: slog.New(slog.NewTextHandler(e.stderr, nil)),
+						Logger: logger, AccessLog: *accessLog,
 					})
 					if err != nil {
 						return err
@@ -138,8 +152,15 @@ func serverCommand() command {
 						fmt.Fprintf(e.stdout, "DATABASE_URL=%s\n", db.url)
 					}
 					fmt.Fprintf(e.stdout, "sluice server: listening on http://%s (database: %s)\n", ln.Addr(), db.target)
+					logger.Info("sluice server: listening", "addr", ln.Addr().String(), "database", db.target,
+						"auth", !auth.Insecure, "access_log", *accessLog)
+					serving = true
 					err = srv.Serve(ctx, ln, *grace)
-					fmt.Fprintf(e.stderr, "sluice server: stopped\n")
+					if err != nil {
+						logger.Error("sluice server: stopped", "error", err)
+					} else {
+						logger.Info("sluice server: stopped")
+					}
 					return err
 				})
 			}
@@ -156,6 +177,22 @@ func splitList(s string) []string {
 		}
 	}
 	return out
+}
+
+// newLogger makes the server's logger on w: --log-format and --log-level.
+func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return nil, usagef("--log-level %q: want debug, info, warn or error", level)
+	}
+	o := &slog.HandlerOptions{Level: lv}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, o)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, o)), nil
+	}
+	return nil, usagef("--log-format %q: want text or json", format)
 }
 
 func isLoopback(host string) bool {

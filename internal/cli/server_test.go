@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -188,5 +190,55 @@ func TestServerNamedDatabase(t *testing.T) {
 	}
 	if code := rs.stop(); code != 0 {
 		t.Fatalf("exit %d\n%s", code, rs.stderr)
+	}
+}
+
+// --log-format json: a refused start is a JSON record with its cause; a
+// running server logs in JSON, with --access-log a line per request.
+func TestServerLogFormat(t *testing.T) {
+	t.Parallel()
+	url := server.NewDatabaseFrom(t, nil) // no schema
+	code, _, errOut := run("server", "--database-url", url, "--listen", "127.0.0.1:0", "--log-format", "json")
+	var refused map[string]any
+	for _, line := range strings.Split(errOut, "\n") {
+		var rec map[string]any
+		if json.Unmarshal([]byte(line), &rec) == nil && rec["msg"] == "sluice server: refused to start" {
+			refused = rec
+		}
+	}
+	if code != 2 || refused == nil || refused["level"] != "ERROR" || !strings.Contains(fmt.Sprint(refused["error"]), "--insecure-no-auth") {
+		t.Fatalf("refused start: %d, record %v\n%s", code, refused, errOut)
+	}
+	for _, args := range [][]string{{"--log-format", "xml"}, {"--log-level", "loud"}} {
+		code, _, errOut = run(append([]string{"server", "--database-url", url, "--insecure-no-auth"}, args...)...)
+		if code != 2 || !strings.Contains(errOut, args[0]) {
+			t.Errorf("%v: %d %s", args, code, errOut)
+		}
+	}
+
+	rs := startServerCmd(t, func(string) string { return "" }, "--database-url", url, "--insecure-no-auth",
+		"--log-format", "json", "--access-log")
+	if s := httpStatus(t, "GET", rs.url+"/readyz", ""); s != 503 {
+		t.Fatalf("readyz without the schema: %d", s)
+	}
+	if code := rs.stop(); code != 0 {
+		t.Fatalf("exit %d\n%s", code, rs.stderr)
+	}
+	msgs := map[string]map[string]any{}
+	for _, line := range strings.Split(strings.TrimSpace(rs.stderr.String()), "\n") {
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatalf("stderr line %q is not JSON: %v", line, err)
+		}
+		msgs[fmt.Sprint(rec["msg"])] = rec
+	}
+	for _, m := range []string{"sluice server: listening", "http request", "sluice server: request failed", "sluice server: stopped"} {
+		if msgs[m] == nil {
+			t.Errorf("no %q record:\n%s", m, rs.stderr)
+		}
+	}
+	if a, f := msgs["http request"], msgs["sluice server: request failed"]; a != nil && f != nil &&
+		(a["request_id"] != f["request_id"] || a["path"] != "/readyz" || a["status"] != float64(503)) {
+		t.Errorf("access %v and failure %v records do not match", a, f)
 	}
 }

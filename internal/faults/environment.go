@@ -239,7 +239,7 @@ func (e *Env) drain(limit time.Duration) bool {
 			sts := e.status()
 			done := len(sts) == len(e.Sc.Groups)
 			for _, st := range sts {
-				done = done && st.Ready == 0 && st.InFlight == 0 && st.Delayed == 0
+				done = done && st.Pending() == 0 // waiting messages included
 			}
 			if done {
 				return true

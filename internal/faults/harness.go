@@ -147,13 +147,13 @@ func Run(t *testing.T, sc Scenario) *Env {
 	}
 	sts := e.status()
 	for _, st := range sts {
-		if st.Ready != 0 || st.InFlight != 0 || st.Dead != 0 || st.Delayed != 0 {
-			t.Errorf("group %s at the end: %+v, want nothing ready, delayed, in flight or dead", st.Group, st)
+		if st.Pending() != 0 || st.Dead != 0 {
+			t.Errorf("group %s at the end: %+v, want nothing ready, waiting, delayed, in flight or dead", st.Group, st)
 		}
 	}
 	clean := len(sts) == len(sc.Groups)
 	for _, st := range sts {
-		clean = clean && st.Ready == 0 && st.InFlight == 0 && st.Dead == 0 && st.Delayed == 0
+		clean = clean && st.Pending() == 0 && st.Dead == 0
 	}
 
 	r := e.Hist.check(sc.Groups, clean, sc.Lease)

@@ -1,11 +1,13 @@
 package pgmqcompat
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -74,11 +76,78 @@ func TestSetVT(t *testing.T) {
 	if len(got) != 1 || got[0].ID != b || got[0].ReadCt != 2 {
 		t.Fatalf("after set_vt: read %+v, want only b with read_ct 2", got)
 	}
-	// array and timestamptz forms; an unread or unknown id gives no row
+	// array and timestamptz forms; an unread message is set too (PGMQ), an
+	// unknown id gives no row
 	c := scalar[int64](t, db, "SELECT * FROM pgmq.send('setvt', '{}')")
 	rows := msgs(t, db, "pgmq.set_vt('setvt', ARRAY[$1::bigint, $2::bigint, 999], clock_timestamp() + interval '1 hour')", a, c)
-	if len(rows) != 1 || rows[0].ID != a {
+	if len(rows) != 2 || rows[0].ID != a || rows[1].ID != c || rows[1].ReadCt != 0 {
 		t.Fatalf("set_vt array: %+v", rows)
+	}
+}
+
+// set_vt on a message never read sets its vt, as PGMQ does: it is returned
+// with its new vt and read_ct unchanged, reads do not see it before then,
+// and its next read counts 1. A later set_vt brings it back at once.
+func TestSetVTOnUnreadMessage(t *testing.T) {
+	t.Parallel()
+	db := newDB(t)
+	exec(t, db, "SELECT pgmq.create('unread')")
+	x := scalar[int64](t, db, "SELECT * FROM pgmq.send('unread', '{\"x\":1}')")
+	y := scalar[int64](t, db, "SELECT * FROM pgmq.send('unread', '{\"y\":1}')")
+	held := msgs(t, db, "pgmq.set_vt('unread', $1::bigint, 3600)", x)
+	if len(held) != 1 || held[0].ID != x || held[0].ReadCt != 0 || held[0].Message != `{"x": 1}` ||
+		held[0].VT.Before(time.Now().Add(50*time.Minute)) {
+		t.Fatalf("set_vt of an unread message: %+v, want it with vt in an hour and read_ct 0", held)
+	}
+	if got := msgs(t, db, "pgmq.read('unread', 30, 10)"); len(got) != 1 || got[0].ID != y || got[0].ReadCt != 1 {
+		t.Fatalf("read: %+v, want y only (x held an hour)", got)
+	}
+	view := msgs(t, db, "pgmq.q_unread WHERE msg_id = $1", x)
+	if len(view) != 1 || view[0].ReadCt != 0 || view[0].VT.Before(time.Now().Add(50*time.Minute)) {
+		t.Fatalf("q_unread row of x: %+v", view)
+	}
+	back := msgs(t, db, "pgmq.set_vt('unread', $1::bigint, clock_timestamp())", x)
+	if len(back) != 1 || back[0].ID != x || back[0].ReadCt != 0 {
+		t.Fatalf("set_vt back to now: %+v", back)
+	}
+	if got := msgs(t, db, "pgmq.read('unread', 30, 10)"); len(got) != 1 || got[0].ID != x || got[0].ReadCt != 1 {
+		t.Fatalf("read after set_vt to now: %+v, want x with read_ct 1", got)
+	}
+	if !scalar[bool](t, db, "SELECT pgmq.delete('unread', $1::bigint)", x) {
+		t.Fatal("delete of x returned false")
+	}
+	if got := msgs(t, db, "pgmq.set_vt('unread', $1::bigint, 60)", x); len(got) != 0 {
+		t.Fatalf("set_vt of a deleted message: %+v", got)
+	}
+}
+
+// drop_queue says nothing of the objects its storage's drop cascades to
+// (PGMQ's drop_queue prints no NOTICE); of a queue that does not exist it
+// says so, as PGMQ does.
+func TestDropQueueIsQuiet(t *testing.T) {
+	t.Parallel()
+	db := newDB(t)
+	cfg := db.Config().ConnConfig.Copy()
+	var notices []string
+	cfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) { notices = append(notices, n.Message) }
+	conn, err := pgx.ConnectConfig(ctxT(t), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	for _, sql := range []string{"SELECT pgmq.create('quiet')", "SELECT pgmq.send('quiet', '{}')", "SELECT pgmq.drop_queue('quiet')"} {
+		if _, err := conn.Exec(ctxT(t), sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	if len(notices) != 0 {
+		t.Fatalf("drop_queue raised %d notices, first %q", len(notices), notices[0])
+	}
+	if _, err := conn.Exec(ctxT(t), "SELECT pgmq.drop_queue('quiet')"); err != nil {
+		t.Fatal(err)
+	}
+	if len(notices) != 1 || !strings.Contains(notices[0], "does not exist") {
+		t.Fatalf("drop_queue of a missing queue: notices %q, want one saying it does not exist", notices)
 	}
 }
 

@@ -425,3 +425,27 @@ func TestDashboardFallsBackToPolling(t *testing.T) {
 		t.Fatalf("console errors:\n%s", strings.Join(errs, "\n"))
 	}
 }
+
+// A group's row shows the keyed messages waiting behind an earlier one of
+// their key in a column of their own, apart from ready.
+func TestDashboardShowsWaiting(t *testing.T) {
+	ts := start(t, func(c *server.Config) { c.Auth = server.AuthConfig{Insecure: true} })
+	b := newBrowser(t)
+	ts.must(201, "POST", "/v1/queues", "", map[string]any{"name": "keyed"})
+	ts.must(201, "POST", "/v1/queues/keyed/messages/batch", "", map[string]any{"messages": []any{
+		map[string]any{"body": 1, "key": "hot"}, map[string]any{"body": 2, "key": "hot"}, map[string]any{"body": 3, "key": "hot"}}})
+	ts.must(200, "POST", "/v1/queues/keyed/groups/default/receive", "", map[string]any{"max": 1})
+	b.run(t, chromedp.Navigate(ts.url+"/"), chromedp.WaitVisible(`.card[data-queue="keyed"]`, chromedp.ByQuery))
+	row := `.card[data-queue="keyed"] tr[data-group="default"] `
+	b.waitText(t, row+"td.waiting", "2")
+	b.waitText(t, row+"td.ready", "0")
+	b.waitText(t, row+"td.inflight", "1")
+	var head string
+	b.run(t, chromedp.Text(`.card[data-queue="keyed"] thead`, &head, chromedp.ByQuery))
+	if !strings.Contains(head, "ready") || !strings.Contains(head, "waiting") {
+		t.Errorf("table head %q: want a waiting column after ready", head)
+	}
+	if errs := b.consoleErrors(); len(errs) > 0 {
+		t.Fatalf("console errors:\n%s", strings.Join(errs, "\n"))
+	}
+}

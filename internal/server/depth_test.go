@@ -58,7 +58,7 @@ func TestUnwritableAnswerIs500(t *testing.T) {
 		}
 		p := r.json(t)
 		id := r.header.Get("X-Request-Id")
-		if p["type"] != "urn:sluice:problem:unwritable_response" || !strings.Contains(p["detail"].(string), id) ||
+		if p["type"] != "urn:sluice:problem:unwritable_response" || p["request_id"] != id ||
 			!strings.Contains(log.String(), "request_id="+id) {
 			t.Fatalf("%s %s: %v; the log:\n%s", c.method, c.path, p, log.String())
 		}

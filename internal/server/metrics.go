@@ -53,6 +53,7 @@ func (m *metrics) observe(route string, code int, d time.Duration) {
 
 var (
 	descReady     = prometheus.NewDesc("sluice_queue_ready", "Messages deliverable now, per queue and group (sluice.status).", []string{"queue", "group"}, nil)
+	descQWaiting  = prometheus.NewDesc("sluice_queue_waiting", "Keyed messages that would be ready but wait for an earlier message of their key to be completed (not counted in sluice_queue_ready).", []string{"queue", "group"}, nil)
 	descDelayed   = prometheus.NewDesc("sluice_queue_delayed", "Messages not deliverable before a later time.", []string{"queue", "group"}, nil)
 	descInFlight  = prometheus.NewDesc("sluice_queue_in_flight", "Messages leased and not completed.", []string{"queue", "group"}, nil)
 	descDead      = prometheus.NewDesc("sluice_queue_dead", "Dead letters not redriven.", []string{"queue", "group"}, nil)
@@ -72,7 +73,7 @@ var (
 type queueCollector struct{ s *Server }
 
 func (c *queueCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descReady, descDelayed, descInFlight, descDead, descAge, descLag, descHead, descLWM, descEstimated, descDeadTotal, descUp, descListener, descWaiting} {
+	for _, d := range []*prometheus.Desc{descReady, descQWaiting, descDelayed, descInFlight, descDead, descAge, descLag, descHead, descLWM, descEstimated, descDeadTotal, descUp, descListener, descWaiting} {
 		ch <- d
 	}
 }
@@ -101,6 +102,7 @@ func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, st.Queue, st.Group)
 		}
 		g(descReady, float64(st.Ready))
+		g(descQWaiting, float64(st.Waiting))
 		g(descDelayed, float64(st.Delayed))
 		g(descInFlight, float64(st.InFlight))
 		g(descDead, float64(st.Dead))

@@ -116,3 +116,32 @@ func TestMetricsDeadLetteredCounter(t *testing.T) {
 		t.Fatalf("/v1/status dead_lettered: %v, want default 4, other 1", got)
 	}
 }
+
+// Keyed messages waiting behind an earlier one of their key show in
+// /v1/status (waiting) and /metrics (sluice_queue_waiting), apart from
+// ready: without them a hot key's backlog was invisible over HTTP.
+func TestStatusAndMetricsShowWaiting(t *testing.T) {
+	ts := start(t)
+	ts.must(201, "POST", "/v1/queues", tokAdmin, map[string]any{"name": "w"})
+	ts.must(201, "POST", "/v1/queues/w/messages/batch", tokAdmin, map[string]any{"messages": []any{
+		map[string]any{"body": 1, "key": "hot"}, map[string]any{"body": 2, "key": "hot"}, map[string]any{"body": 3, "key": "hot"}}})
+	msgs := ts.must(200, "POST", "/v1/queues/w/groups/default/receive", tokAdmin, map[string]any{"max": 1})["messages"].([]any)
+	if len(msgs) != 1 || msgs[0].(map[string]any)["key"] != "hot" {
+		t.Fatalf("receive: %v, want the first message of key hot", msgs)
+	}
+	ts.must(201, "POST", "/v1/queues/w/messages", tokAdmin, map[string]any{"body": 4})
+	st := ts.must(200, "GET", "/v1/status?queue=w", tokAdmin, nil)["status"].([]any)[0].(map[string]any)
+	if st["ready"] != float64(1) || st["waiting"] != float64(2) || st["in_flight"] != float64(1) {
+		t.Errorf("status %v: want 1 ready, 2 waiting, 1 in flight", st)
+	}
+	body := string(ts.do("GET", "/metrics", tokAdmin, nil).body)
+	for _, line := range []string{
+		`sluice_queue_ready{group="default",queue="w"} 1`,
+		`sluice_queue_waiting{group="default",queue="w"} 2`,
+		`sluice_queue_in_flight{group="default",queue="w"} 1`,
+	} {
+		if !strings.Contains(body, "\n"+line) {
+			t.Errorf("/metrics has no %q", line)
+		}
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -27,9 +28,11 @@ type Problem struct {
 	Instance string `json:"instance,omitempty"`
 	Code     string `json:"code,omitempty"`
 	Field    string `json:"field,omitempty"`
-	// cause, when set, is the error behind a problem whose detail says
-	// nothing of it (a 500, a lost database): it goes to the log, with the
-	// request id, not to the client.
+	// RequestID is the request's X-Request-Id, to find its log lines.
+	RequestID string `json:"request_id,omitempty"`
+
+	// cause is the error the problem was made from, for the log (not for
+	// the client: a 500's or a 503's detail says nothing of it).
 	cause error
 }
 
@@ -158,16 +161,34 @@ func schemaMissingProblem(detail, code string) *Problem {
 		Status: http.StatusServiceUnavailable, Detail: detail + " (start the server with --migrate)", Code: code}
 }
 
+// restateHint rewrites a problem whose detail is an engine error with a
+// hint that names SQL functions ("Create it with sluice.create_queue()")
+// into the API's words (sqlstate.Hint).
+func restateHint(p *Problem) {
+	var se *sluice.Error
+	if p.cause == nil || !errors.As(p.cause, &se) || se.Hint == "" || p.Detail != se.Error() {
+		return
+	}
+	p.Detail = se.Message
+	if h := sqlstate.Hint(se.Hint, sqlstate.HTTP); h != "" {
+		p.Detail += " (" + strings.TrimSuffix(h, ".") + ")"
+	}
+}
+
 func isConnectError(err error) bool {
 	var ce *pgconn.ConnectError
 	return errors.As(err, &ce)
 }
 
-// writeProblem writes p as application/problem+json.
+// writeProblem writes p as application/problem+json, with the request's
+// id; a 5xx is logged with its cause (logProblem).
 func writeProblem(w http.ResponseWriter, r *http.Request, p *Problem) {
 	if p.Instance == "" {
 		p.Instance = r.URL.Path
 	}
+	p.RequestID = requestID(r.Context())
+	restateHint(p)
+	logProblem(r, p)
 	if p.Status == http.StatusTooManyRequests || p.Status == http.StatusServiceUnavailable {
 		w.Header().Set("Retry-After", "1")
 	}
@@ -190,7 +211,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	if err != nil {
 		p := problemf(http.StatusInternalServerError, "unwritable_response", "the answer could not be written as JSON")
 		if f, ok := w.(interface{ fail(error) string }); ok {
-			p.Detail += " (request id " + f.fail(err) + ": the server's log has the cause)"
+			p.RequestID = f.fail(err)
 		}
 		w.Header().Set("Content-Type", "application/problem+json")
 		w.Header().Set("X-Content-Type-Options", "nosniff")

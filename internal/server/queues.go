@@ -27,6 +27,7 @@ type StatusJSON struct {
 	Queue            string  `json:"queue"`
 	Group            string  `json:"group"`
 	Ready            int64   `json:"ready"`
+	Waiting          int64   `json:"waiting"` // keyed messages behind an earlier one of their key
 	Delayed          int64   `json:"delayed"`
 	InFlight         int64   `json:"in_flight"`
 	Dead             int64   `json:"dead"`
@@ -42,7 +43,7 @@ type StatusJSON struct {
 }
 
 func statusJSON(st sluice.Status) StatusJSON {
-	return StatusJSON{Queue: st.Queue, Group: st.Group, Ready: st.Ready, Delayed: st.Delayed, InFlight: st.InFlight,
+	return StatusJSON{Queue: st.Queue, Group: st.Group, Ready: st.Ready, Waiting: st.Waiting, Delayed: st.Delayed, InFlight: st.InFlight,
 		Dead: st.Dead, OldestPendingAge: st.OldestPendingAge.Seconds(), Lag: st.Lag, Cursor: st.Cursor, LWM: st.LWM,
 		Head: st.Head, LiveEpochs: st.LiveEpochs, HoldsReclaim: st.HoldsReclaim, Estimated: st.Estimated,
 		DeadLettered: st.DeadLettered}

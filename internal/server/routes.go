@@ -1,9 +1,6 @@
 package server
 
 import (
-	"fmt"
-	"log/slog"
-	"math/rand/v2"
 	"net/http"
 	"time"
 
@@ -88,7 +85,7 @@ func (s *Server) buildMux() http.Handler {
 		mux.Handle(rt.method+" "+rt.path, s.wrap(rt))
 	}
 	s.registerDashboard(mux)
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return s.withRequestLog(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if p := s.guardBrowser(r); p != nil {
 			writeProblem(w, r, p)
 			return
@@ -108,7 +105,7 @@ func (s *Server) buildMux() http.Handler {
 			return
 		}
 		writeProblem(w, r, problemf(http.StatusNotFound, "not_found", "no endpoint %s %s (see /v1/openapi.json)", r.Method, r.URL.Path))
-	})
+	}))
 }
 
 // headerOnly is a ResponseWriter that keeps the headers and drops the rest.
@@ -122,22 +119,19 @@ func (s *Server) wrap(rt route) http.Handler {
 	name := rt.method + " " + rt.path
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		id := fmt.Sprintf("%016x", rand.Uint64())
+		id := requestID(r.Context())
 		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK, id: id}
 		defer func() { s.metrics.observe(name, sw.status, time.Since(start)) }()
-		w.Header().Set("X-Request-Id", id)
 		defer func() {
 			if sw.failure != nil {
-				s.cfg.Logger.Error("sluice server: the answer could not be written", "request_id", id, "method", r.Method,
-					"path", r.URL.Path, "error", sw.failure.Error())
+				requestLogger(r.Context()).Error("sluice server: the answer could not be written", "request_id", id,
+					"method", r.Method, "path", r.URL.Path, "error", sw.failure.Error())
 			}
 		}()
 		if err := s.serve(rt, sw, r); err != nil {
 			p := toProblem(err)
-			// (not for a client that went away, such as from a long poll:
-			// nobody reads the answer, and it is no failure of the server)
-			if p.Status >= 500 && r.Context().Err() == nil {
-				s.logProblem(r, id, p, err)
+			if p.cause == nil {
+				p.cause = err
 			}
 			writeProblem(sw, r, p)
 		}
@@ -182,22 +176,6 @@ func (s *Server) unread(w http.ResponseWriter, err error) error {
 	w.Header().Set("Connection", "close")
 	_ = http.NewResponseController(w).SetReadDeadline(time.Now())
 	return err
-}
-
-// logProblem logs a 5xx answer with the request id, which the client sees
-// in the X-Request-Id header and, for a problem whose cause is kept from
-// it, in the detail.
-func (s *Server) logProblem(r *http.Request, id string, p *Problem, err error) {
-	level := slog.LevelError
-	if p.Status == http.StatusServiceUnavailable {
-		level = slog.LevelWarn
-	}
-	if p.cause != nil {
-		err = p.cause
-		p.Detail += " (request id " + id + ": the server's log has the cause)"
-	}
-	s.cfg.Logger.Log(r.Context(), level, "sluice server: request failed", "request_id", id, "method", r.Method,
-		"path", r.URL.Path, "status", p.Status, "type", p.Type, "error", err.Error())
 }
 
 // statusWriter records the status of a response, and a failure to encode

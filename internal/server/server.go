@@ -36,8 +36,13 @@ type Config struct {
 	Pool *pgxpool.Pool
 	// Auth says how requests are authenticated.
 	Auth AuthConfig
-	// Logger receives the server's log (default: slog.Default()).
+	// Logger receives the server's log (default: slog.Default()): every
+	// 5xx with its cause and request id, the access log, the listener's
+	// state. No line holds a token or a message body.
 	Logger *slog.Logger
+	// AccessLog logs one line per request at level INFO: request id,
+	// method, path, status, bytes, duration, remote address.
+	AccessLog bool
 	// MaxBody is the largest request body in bytes (default 8 MiB).
 	MaxBody int64
 	// MaxBatch is the most messages of one send batch or transaction, and

@@ -86,6 +86,9 @@ DECLARE
     q sluice.queue;
     g sluice.consumer_group;
     v_lease interval;
+    v_epoch bigint;
+    v_slot smallint;
+    v_started timestamptz;
 BEGIN
     IF max_messages IS NULL OR max_messages < 1 OR max_messages > 10000 THEN
         RAISE EXCEPTION USING ERRCODE = 'SL006',
@@ -121,6 +124,25 @@ BEGIN
     PERFORM sluice._receive_commit();
     -- The queue's copy, called statically through its path (_queue_path).
     PERFORM set_config('search_path', sluice._queue_path(q.id), true);
+    IF q.engine = 2 THEN
+        -- the copy of the current epoch's slot (its statements name the slot's tables)
+        SELECT e.epoch, e.slot, e.started_at INTO v_epoch, v_slot, v_started
+        FROM sluice.epoch e WHERE e.queue_id = q.id ORDER BY e.epoch DESC LIMIT 1;
+        IF v_slot = 0 THEN
+            RETURN QUERY SELECT * FROM e2_receive_0(q, g, max_messages, v_lease, receive.consumer, receive.ack,
+                                                    v_epoch, v_started, v_slot);
+        ELSIF v_slot = 1 THEN
+            RETURN QUERY SELECT * FROM e2_receive_1(q, g, max_messages, v_lease, receive.consumer, receive.ack,
+                                                    v_epoch, v_started, v_slot);
+        ELSIF v_slot = 2 THEN
+            RETURN QUERY SELECT * FROM e2_receive_2(q, g, max_messages, v_lease, receive.consumer, receive.ack,
+                                                    v_epoch, v_started, v_slot);
+        ELSE
+            RETURN QUERY SELECT * FROM e2_receive_3(q, g, max_messages, v_lease, receive.consumer, receive.ack,
+                                                    v_epoch, v_started, v_slot);
+        END IF;
+        RETURN;
+    END IF;
     RETURN QUERY SELECT * FROM e_receive(q, g, max_messages, v_lease, receive.consumer, receive.ack);
 END
 $$;
@@ -178,11 +200,26 @@ BEGIN
     END IF;
     -- Malformed input raises SL008 before anything changes (e_ack reads
     -- receipts that are well-formed).
-    IF EXISTS (SELECT 1 FROM unnest(ack.receipts) AS x WHERE x IS NULL OR NOT sluice._receipt_ok(x)) THEN
+    -- (one receipt, as a consumer of one message acks: an expression, no
+    -- statement)
+    IF (CASE WHEN cardinality(ack.receipts) = 1 THEN sluice._receipt_ok(ack.receipts[1]) IS NOT TRUE
+             ELSE EXISTS (SELECT 1 FROM unnest(ack.receipts) AS x WHERE x IS NULL OR NOT sluice._receipt_ok(x)) END) THEN
         PERFORM sluice._parse_receipts(ack.receipts);   -- raises SL008, naming the receipt
     END IF;
     PERFORM set_config('search_path', sluice._queue_path(q.id), true);
-    n := e_ack(g.id, ack.receipts);   -- the queue's copy (_queue_path)
+    IF q.engine = 2 THEN
+        -- a receipt names its lease's slot: one receipt of slot 0 or 1 goes
+        -- to that slot's copy at once
+        IF cardinality(ack.receipts) = 1 AND ack.receipts[1] LIKE '0.%' THEN
+            n := e2_ack_0(g.id, ack.receipts, clock_timestamp(), 0::smallint);
+        ELSIF cardinality(ack.receipts) = 1 AND ack.receipts[1] LIKE '1.%' THEN
+            n := e2_ack_1(g.id, ack.receipts, clock_timestamp(), 1::smallint);
+        ELSE
+            n := e2_ack(g.id, ack.receipts);
+        END IF;
+    ELSE
+        n := e_ack(g.id, ack.receipts);   -- the queue's copy (_queue_path)
+    END IF;
     IF NOT ack.durable THEN
         PERFORM set_config('synchronous_commit', 'off', true);
     END IF;
@@ -235,6 +272,9 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'SL006', MESSAGE = 'error must be at most 10000 characters';
     END IF;
     PERFORM set_config('search_path', sluice._queue_path(q.id), true);
+    IF q.engine = 2 THEN
+        RETURN e2_nack(q, g, nack.receipt, nack.delay, nack.error);
+    END IF;
     ok := e_nack(q, g, nack.receipt, nack.delay, nack.error);   -- the queue's copy (_queue_path)
     -- What this nack makes due, this session's next receive sees at once
     -- (its idle note goes: e_idle); other sessions' within their note's bound.
@@ -275,6 +315,9 @@ BEGIN
         RETURN 0;
     END IF;
     PERFORM set_config('search_path', sluice._queue_path(q.id), true);
+    IF q.engine = 2 THEN
+        RETURN e2_extend(g.id, extend.receipts, extend.lease);
+    END IF;
     n := e_extend(g.id, extend.receipts, extend.lease);   -- the queue's copy (_queue_path)
     RETURN n;
 END

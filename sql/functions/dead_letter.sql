@@ -68,6 +68,9 @@ DECLARE
     v_dead bigint[];
     n bigint;
 BEGIN
+    IF q.engine = 2 THEN
+        PERFORM sluice._v2_unsupported('redrive');
+    END IF;
     IF redrive.group_name IS NOT NULL THEN
         v_gid := (sluice._get_group(q.id, q.name, redrive.group_name)).id;
     END IF;

@@ -88,6 +88,10 @@ BEGIN
             MESSAGE = format('group %s of queue %s already exists',
                              quote_literal(create_group.group_name), quote_literal(q.name));
     END IF;
+    IF q.engine = 2 THEN   -- each lane's first state
+        EXECUTE format('SELECT %I.e2_start($1, $2, $3, $4)', sluice._qschema(q.id))
+            USING q.id, v_gid, start_from = 'earliest', ts;
+    END IF;
 END
 $$;
 
@@ -227,6 +231,10 @@ BEGIN
     INSERT INTO sluice.consumer_group (queue_id, name, created_at, start_pos, ttl, used_at)
     VALUES (q.id, g.name, g.created_at, v_start, g.ttl, CASE WHEN g.ttl IS NOT NULL THEN clock_timestamp() END)
     RETURNING id INTO v_gid;
+    IF q.engine = 2 THEN   -- each lane's first state
+        EXECUTE format('SELECT %I.e2_start($1, $2, $3, $4)', sluice._qschema(q.id))
+            USING q.id, v_gid, seek_group.to_position = 'earliest', ts;
+    END IF;
     UPDATE sluice.dead_letter d SET group_id = v_gid WHERE d.queue_id = q.id AND d.group_id = g.id;
     DELETE FROM sluice.consumer_group cg WHERE cg.id = g.id;
 END

@@ -25,6 +25,7 @@ DECLARE
         'max_delay', '365 days',
         'lanes', 8,
         'slots', 2,
+        'engine', 1,
         'default_group', true);
     o jsonb := coalesce(p_options, '{}');
     k text;
@@ -44,9 +45,10 @@ BEGIN
                 HINT = 'Known options: ' || (SELECT string_agg(x, ', ' ORDER BY x) FROM jsonb_object_keys(defaults) x) || '.';
         END IF;
         CASE k
-        WHEN 'max_attempts', 'max_payload', 'lanes', 'slots' THEN
+        WHEN 'max_attempts', 'max_payload', 'lanes', 'slots', 'engine' THEN
             lo := CASE k WHEN 'slots' THEN 2 ELSE 1 END;
-            hi := CASE k WHEN 'max_attempts' THEN 1000 WHEN 'lanes' THEN 256 WHEN 'slots' THEN 4 ELSE 104857600 END;
+            hi := CASE k WHEN 'max_attempts' THEN 1000 WHEN 'lanes' THEN 256 WHEN 'slots' THEN 4 WHEN 'engine' THEN 2
+                         ELSE 104857600 END;
             IF jsonb_typeof(v) <> 'number' OR v::text !~ '^[0-9]+$' OR v::numeric < lo OR v::numeric > hi THEN
                 RAISE EXCEPTION USING ERRCODE = 'SL007',
                     MESSAGE = format('option %s must be an integer from %s to %s, got %s', k, lo, hi, v);
@@ -183,6 +185,14 @@ $$;
 --                               one); more keep less retained traffic on disk when
 --                               retention is long (up to about retention x slots /
 --                               (slots - 1)). Fixed at creation.
+--              engine           storage engine, 1 or 2 (1). 2 is engine v2 (docs/design.md,
+--                               "Engine v2"): each call a few statements over
+--                               tables that are not partitioned where the hot path
+--                               reads them. In this release it supports send and
+--                               send_batch without key, priority or dedup_key,
+--                               receive, ack, nack, extend, dead letters, groups
+--                               (create, drop) and status; the rest raises SL011
+--                               (not supported yet). Fixed at creation.
 --              notify           NOTIFY channel 'sluice' (payload: the queue name)
 --                               when a send commits, to wake waiting consumers (true)
 --              default_group    create the group 'default' (true)
@@ -207,13 +217,13 @@ BEGIN
     END IF;
     INSERT INTO sluice.queue AS q (id, name, max_attempts, lease, backoff_base, backoff_max, retention,
                                    rotate_interval, max_payload, notify, dedup_window, id_seq, options, lanes,
-                                   max_delay, slots)
+                                   max_delay, slots, engine)
     OVERRIDING SYSTEM VALUE
     VALUES (sluice._queue_id_free(), create_queue.queue, (o->>'max_attempts')::int, (o->>'lease')::interval,
             (o->>'backoff_base')::interval, (o->>'backoff_max')::interval, (o->>'retention')::interval,
             (o->>'rotate_interval')::interval, (o->>'max_payload')::int, (o->>'notify')::boolean,
             (o->>'dedup_window')::interval, 'sluice.queue'::regclass, o, (o->>'lanes')::int,
-            (o->>'max_delay')::interval, (o->>'slots')::smallint)
+            (o->>'max_delay')::interval, (o->>'slots')::smallint, (o->>'engine')::smallint)
     ON CONFLICT (name) DO NOTHING
     RETURNING q.id INTO qid;
     IF qid IS NULL THEN
@@ -223,10 +233,16 @@ BEGIN
     seq := format('sluice.%I', 'message_id_' || qid);
     EXECUTE format('CREATE SEQUENCE %s AS bigint', seq);
     UPDATE sluice.queue SET id_seq = seq::regclass WHERE id = qid;
-    PERFORM sluice._create_storage(qid);
+    IF (o->>'engine')::int = 2 THEN
+        PERFORM sluice._create_storage_v2(qid);
+    ELSE
+        PERFORM sluice._create_storage(qid);
+    END IF;
     PERFORM sluice._drop_own_leftovers();
     INSERT INTO sluice.epoch (queue_id, epoch, slot, started_at) VALUES (qid, 0, 0, clock_timestamp());
-    EXECUTE format('SELECT %I.e_base()', sluice._qschema(qid));
+    IF (o->>'engine')::int <> 2 THEN
+        EXECUTE format('SELECT %I.e_base()', sluice._qschema(qid));
+    END IF;
     IF (o->>'default_group')::boolean THEN
         PERFORM sluice.create_group(create_queue.queue, 'default', 'earliest');
     END IF;
@@ -244,6 +260,10 @@ $$;
 -- if that can be done at once; otherwise it is emptied now and dropped later
 -- (by maintain, create_queue or drop_queue).
 --
+-- It raises no NOTICE (client_min_messages is warning while it runs): the
+-- DROP SCHEMA ... CASCADE of the queue's storage would list each of its ~90
+-- objects, none of them the caller's.
+--
 -- Parameters:
 --   queue  name
 -- Returns: true if the queue existed, false if there was no such queue
@@ -252,6 +272,7 @@ CREATE OR REPLACE FUNCTION sluice.drop_queue(queue text)
 RETURNS boolean
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
+SET client_min_messages = warning
 AS $$
 DECLARE
     q sluice.queue;
@@ -307,6 +328,11 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'SL007',
             MESSAGE = format('option lanes is fixed when the queue is created (%s), got %s', q.lanes, o->'lanes'),
             HINT = 'Create a new queue with the number of lanes you want.';
+    END IF;
+    IF (o->>'engine')::int <> q.engine THEN
+        RAISE EXCEPTION USING ERRCODE = 'SL007',
+            MESSAGE = format('option engine is fixed when the queue is created (%s), got %s', q.engine, o->'engine'),
+            HINT = 'Create a new queue with the engine you want.';
     END IF;
     IF (o->>'slots')::int <> q.slots THEN
         RAISE EXCEPTION USING ERRCODE = 'SL007',

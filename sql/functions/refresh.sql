@@ -2,4 +2,5 @@
 --
 -- Loaded last by every migrate: (re)creates each queue's copies of the engine
 -- functions from the templates just loaded, so an upgrade reaches every queue.
-SELECT sluice._instantiate(q.id) FROM sluice.queue q ORDER BY q.id;
+SELECT CASE q.engine WHEN 2 THEN sluice._instantiate_v2(q.id) ELSE sluice._instantiate(q.id) END
+FROM sluice.queue q ORDER BY q.id;

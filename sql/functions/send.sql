@@ -69,6 +69,7 @@ DECLARE
     v_size int;
     v_id bigint;
     v_now timestamptz;
+    v_engine smallint;
 BEGIN
     IF current_setting('sluice.caller_synchronous_commit', true) <> '' THEN
         PERFORM sluice._durable_commit();   -- after a receive in this transaction
@@ -78,8 +79,8 @@ BEGIN
     PERFORM pg_advisory_xact_lock_shared(sluice._lock_ns('queue'), hashtext(send.queue));
     -- The hot path: one lookup for everything send needs, then one INSERT.
     SELECT q.id, (SELECT ns.slot FROM sluice._slot_now(q.id) ns),
-           q.id_seq, q.max_payload, q.notify, q.dedup_window, q.max_delay
-    INTO v_qid, v_slot, v_seq, v_max, v_notify, v_window, v_max_delay
+           q.id_seq, q.max_payload, q.notify, q.dedup_window, q.max_delay, q.engine
+    INTO v_qid, v_slot, v_seq, v_max, v_notify, v_window, v_max_delay, v_engine
     FROM sluice.queue q WHERE q.name = send.queue;
     -- (no schema: dropped after the snapshot of a REPEATABLE READ transaction)
     IF v_qid IS NULL OR to_regnamespace(sluice._qschema(v_qid)) IS NULL THEN
@@ -114,6 +115,20 @@ BEGIN
     -- (no JSON of 4,096 bytes or less is that deep: see _json_too_deep)
     IF v_size > 4096 AND (sluice._json_too_deep(send.body) OR sluice._json_too_deep(send.headers)) THEN
         PERFORM sluice._json_too_deep_error(CASE WHEN sluice._json_too_deep(send.body) THEN 'body' ELSE 'headers' END);
+    END IF;
+    IF v_engine = 2 THEN
+        IF send.key IS NOT NULL OR send.priority <> 0 OR send.dedup_key IS NOT NULL THEN
+            PERFORM sluice._v2_unsupported(CASE WHEN send.key IS NOT NULL THEN 'key'
+                                                WHEN send.priority <> 0 THEN 'priority' ELSE 'dedup_key' END);
+        END IF;
+        v_now := clock_timestamp();
+        PERFORM set_config('search_path', sluice._queue_path(v_qid), true);
+        v_id := e2_send(v_qid, nextval(v_seq), CASE WHEN send.delay > interval '0' THEN v_now + send.delay END,
+                        v_now, send.headers, send.body);
+        IF v_notify AND pg_try_advisory_xact_lock(sluice._lock_ns('notify'), v_qid) THEN
+            PERFORM pg_notify('sluice', send.queue);
+        END IF;
+        RETURN v_id;
     END IF;
     IF send.dedup_key IS NOT NULL THEN
         PERFORM sluice._dedup_lock_all(v_qid, ARRAY[send.dedup_key]);
@@ -316,6 +331,22 @@ BEGIN
             PERFORM sluice._send_batch_check(q, send_batch.bodies, send_batch.headers, send_batch.keys,
                                              send_batch.delay, send_batch.priorities, send_batch.dedup_keys);
         END IF;
+    END IF;
+    IF q.engine = 2 THEN
+        IF EXISTS (SELECT FROM unnest(send_batch.keys) k WHERE k IS NOT NULL) THEN
+            PERFORM sluice._v2_unsupported('key');
+        ELSIF EXISTS (SELECT FROM unnest(send_batch.priorities) p WHERE p <> 0) THEN
+            PERFORM sluice._v2_unsupported('priority');
+        ELSIF EXISTS (SELECT FROM unnest(send_batch.dedup_keys) k WHERE k IS NOT NULL) THEN
+            PERFORM sluice._v2_unsupported('dedup_key');
+        END IF;
+        PERFORM set_config('search_path', sluice._queue_path(q.id), true);
+        RETURN QUERY SELECT * FROM e2_send_batch(q, CASE WHEN send_batch.delay > interval '0' THEN v_now + send_batch.delay END,
+                                                 v_now, send_batch.headers, send_batch.bodies);
+        IF q.notify AND n > 0 AND pg_try_advisory_xact_lock(sluice._lock_ns('notify'), q.id) THEN
+            PERFORM pg_notify('sluice', q.name);
+        END IF;
+        RETURN;
     END IF;
     IF send_batch.dedup_keys IS NULL THEN
         -- Every body is inserted: the ids come straight from the INSERT, in

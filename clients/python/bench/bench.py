@@ -23,7 +23,7 @@ import sys
 import threading
 import time
 
-import sluice
+import sluicemq as sluice
 
 BODY = {"pad": "x" * 60}
 

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-import sluice
+import sluicemq as sluice
 
 
 @pytest.fixture(scope="session")

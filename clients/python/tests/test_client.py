@@ -9,7 +9,7 @@ from typing import Any
 import psycopg
 import pytest
 
-import sluice
+import sluicemq as sluice
 from conftest import run
 
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-import sluice
+import sluicemq as sluice
 
 VECTORS = Path(__file__).resolve().parents[3] / "test" / "conformance"
 FILES = sorted(VECTORS.glob("*.json"))

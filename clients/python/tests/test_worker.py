@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-import sluice
+import sluicemq as sluice
 
 HERE = Path(__file__).resolve().parent
 

@@ -14,7 +14,7 @@ import asyncio
 import sys
 import time
 
-import sluice
+import sluicemq as sluice
 
 
 def note(path: str, line: str) -> None:

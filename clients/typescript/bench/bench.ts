@@ -14,7 +14,7 @@
 // JSON line: {"mode": ..., "messages": N, "seconds": elapsed}, timing only
 // the work (not node's start or the pool's).
 
-import { Sluice, Worker } from "sluice";
+import { Sluice, Worker } from "sluicemq";
 
 const body = { pad: "x".repeat(60) };
 

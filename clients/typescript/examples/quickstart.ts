@@ -6,7 +6,7 @@
 // It creates the queue "quickstart" if needed, sends ten orders, handles
 // them with a worker, and stops on Ctrl-C (or after five seconds).
 
-import { QueueExistsError, Sluice } from "sluice";
+import { QueueExistsError, Sluice } from "sluicemq";
 
 interface Order {
   order_id: number;

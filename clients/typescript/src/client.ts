@@ -8,6 +8,7 @@ import { translate } from "./errors.js";
 import { messages, type MessagesOptions } from "./iterate.js";
 import { Worker, type Handler, type WorkerOptions } from "./worker.js";
 import type {
+  AckOptions,
   BatchMessage,
   CallOptions,
   CreateGroupOptions,
@@ -41,14 +42,15 @@ export const sql = {
   sendBatch: `SELECT id FROM sluice.send_batch($1, $2::text[]::jsonb[], $3::text[]::jsonb[], $4::text[], ${ms(5)}, $6::int[], $7::text[]) AS s(id)`,
   receive: `SELECT id, body, headers, key, priority, attempt, sent_at, receipt, lease_expires_at, pos
 FROM sluice.receive($1, $2, $3::int, ${ms(4)}, $5::text, $6::text[])`,
-  ack: `SELECT sluice.ack($1, $2, $3::text[]) AS n`,
+  ack: `SELECT sluice.ack($1, $2, $3::text[], $4::boolean) AS n`,
   nack: `SELECT sluice.nack($1, $2, $3, ${ms(4)}, $5::text) AS ok`,
   extend: `SELECT sluice.extend($1, $2, $3::text[], ${ms(4)}) AS n`,
   createQueue: `SELECT sluice.create_queue($1, $2::jsonb)`,
   alterQueue: `SELECT sluice.alter_queue($1, $2::jsonb) AS options`,
   dropQueue: `SELECT sluice.drop_queue($1) AS ok`,
   listQueues: `SELECT queue, created_at, options, groups FROM sluice.list_queues()`,
-  queueLease: `SELECT extract(epoch FROM (options->>'lease')::interval) * 1000 AS lease
+  queueLease: `SELECT extract(epoch FROM (options->>'lease')::interval) * 1000 AS lease,
+       (options->>'max_attempts')::int AS max_attempts
 FROM sluice.list_queues() WHERE queue = $1`,
   purgeQueue: `SELECT sluice.purge_queue($1) AS n`,
   createGroup: `SELECT sluice.create_group($1, $2, $3::text)`,
@@ -338,8 +340,8 @@ export class Sluice {
   }
 
   /** Completes messages; returns how many were completed now (stale receipts are not counted). */
-  async ack(queue: string, group: string, receipts: string[], opts?: CallOptions): Promise<number> {
-    const rows = await this.query(sql.ack, [queue, group, receipts], opts);
+  async ack(queue: string, group: string, receipts: string[], opts?: AckOptions): Promise<number> {
+    const rows = await this.query(sql.ack, [queue, group, receipts, opts?.durable ?? true], opts);
     return num(rows[0]?.n);
   }
 
@@ -472,7 +474,16 @@ export class Sluice {
 
   /** The queue's lease option in ms, or undefined when there is no such queue. */
   async queueLease(queue: string, opts?: CallOptions): Promise<number | undefined> {
+    return (await this.queueSettings(queue, opts))?.lease;
+  }
+
+  /**
+   * The queue's lease (ms) and max_attempts options, or undefined when there
+   * is no such queue.
+   */
+  async queueSettings(queue: string, opts?: CallOptions): Promise<{ lease: number; maxAttempts: number } | undefined> {
     const rows = await this.query(sql.queueLease, [queue], opts);
-    return rows.length === 0 ? undefined : num(rows[0]?.lease);
+    const row = rows[0];
+    return row === undefined ? undefined : { lease: num(row.lease), maxAttempts: num(row.max_attempts) };
   }
 }

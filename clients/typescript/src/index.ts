@@ -21,8 +21,8 @@ export {
   errorClasses,
   translate,
 } from "./errors.js";
-export { Worker, errorText, defaults as workerDefaults } from "./worker.js";
-export type { Handler, HandlerContext, WorkerOptions, WorkerOperation } from "./worker.js";
+export { Worker, errorText, warnHandlerFailure, defaults as workerDefaults } from "./worker.js";
+export type { Handler, HandlerContext, HandlerFailure, WorkerOptions, WorkerOperation } from "./worker.js";
 export { messages } from "./iterate.js";
 export type { MessagesOptions } from "./iterate.js";
 export type * from "./types.js";

@@ -93,6 +93,17 @@ export interface ReceiveOptions extends CallOptions {
 }
 
 /** Options of nack. */
+/** Options of ack. */
+export interface AckOptions extends CallOptions {
+  /**
+   * Wait for the disk at commit (default true, as in every client). false
+   * (an explicit opt-in) commits the ack's transaction asynchronously: no
+   * flush to wait for, but a server crash may lose the ack, and the messages
+   * are delivered again.
+   */
+  durable?: boolean;
+}
+
 export interface NackOptions extends CallOptions {
   /** Retry delay (ms). Default: the queue's exponential backoff; 0: at once. */
   delay?: number | null;

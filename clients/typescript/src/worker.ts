@@ -28,8 +28,36 @@ export interface HandlerContext {
  */
 export type Handler<B = JSONValue> = (msg: Message<B>, ctx: HandlerContext) => Promise<void> | void;
 
+/**
+ * A failed handler, as onHandlerError gets it. attempt is the delivery that
+ * failed (from 1), maxAttempts the queue's when the worker started;
+ * deadLettered is true when that was the last attempt and the message became
+ * a dead letter, false when it is retried (after the queue's backoff, or when
+ * its lease expires if giving it back failed).
+ */
+export interface HandlerFailure<B = JSONValue> {
+  queue: string;
+  group: string;
+  message: Message<B>;
+  error: unknown;
+  attempt: number;
+  maxAttempts: number;
+  deadLettered: boolean;
+}
+
+/**
+ * The default onHandlerError: one console.warn line with the queue, group,
+ * message id, attempt, outcome and error text (never the message's body).
+ */
+export function warnHandlerFailure(f: HandlerFailure<unknown>): void {
+  console.warn(
+    `sluice: handler of ${f.queue}/${f.group} failed on message ${f.message.id}, attempt ${f.attempt} of ${f.maxAttempts}; ` +
+      `${f.deadLettered ? "dead-lettered" : "retried"}: ${errorText(f.error)}`,
+  );
+}
+
 /** Where a recovered error of the worker happened. */
-export type WorkerOperation = "receive" | "ack" | "nack" | "extend" | "release" | "listen";
+export type WorkerOperation = "receive" | "ack" | "nack" | "extend" | "release" | "listen" | "handler";
 
 /** Options of a Worker. Durations in milliseconds. */
 export interface WorkerOptions {
@@ -51,6 +79,20 @@ export interface WorkerOptions {
   consumer?: string;
   /** Called with the errors the worker recovers from (default: console.error). */
   onError?: (err: unknown, op: WorkerOperation) => void;
+  /**
+   * Let acknowledgements commit without waiting for the disk: they ride on
+   * the next receive (one round trip for both), which commits
+   * asynchronously, or go alone with durable: false. A server crash may then
+   * lose acks, and their messages come again. Default false: acks are
+   * durable, each batch in its own transaction.
+   */
+  asyncCommitAcks?: boolean;
+  /**
+   * Called each time a handler throws, after its message was given back
+   * (default: warnHandlerFailure, a console.warn line). Errors it throws are
+   * reported to onError as "handler".
+   */
+  onHandlerError?: (failure: HandlerFailure) => void;
 }
 
 /** Defaults of WorkerOptions. */
@@ -97,13 +139,15 @@ export class Worker<B = JSONValue> {
   readonly #queue: string;
   readonly #group: string;
   readonly #handler: Handler<B>;
-  readonly #o: Required<Omit<WorkerOptions, "lease" | "heartbeatInterval" | "consumer">> & {
+  readonly #o: Required<Omit<WorkerOptions, "lease" | "heartbeatInterval" | "consumer" | "onHandlerError">> & {
+    onHandlerError: (failure: HandlerFailure<B>) => void;
     lease?: number;
     heartbeatInterval?: number;
     consumer?: string;
   };
 
   #lease = 0;
+  #maxAttempts = 0;
   #heartbeatInterval = 0;
   readonly #inflight = new Map<string, Job<B>>();
   readonly #tasks = new Set<Promise<void>>();
@@ -129,6 +173,8 @@ export class Worker<B = JSONValue> {
       listen: options.listen ?? true,
       drainTimeout: options.drainTimeout !== undefined && options.drainTimeout > 0 ? options.drainTimeout : defaults.drainTimeout,
       onError: options.onError ?? ((err, op) => console.error(`sluice: ${op} failed (queue ${queue}, group ${group}):`, err)),
+      onHandlerError: (options.onHandlerError as ((f: HandlerFailure<B>) => void) | undefined) ?? warnHandlerFailure,
+      asyncCommitAcks: options.asyncCommitAcks ?? false,
     };
     if (options.lease !== undefined) {
       this.#o.lease = options.lease;
@@ -195,14 +241,16 @@ export class Worker<B = JSONValue> {
   }
 
   async #setup(): Promise<void> {
+    // status raises SL001 / SL002 for a bad or unknown queue name.
+    await this.#sluice.status(this.#queue);
+    const settings = await this.#sluice.queueSettings(this.#queue);
+    if (settings === undefined) {
+      throw new Error(`sluice: queue ${this.#queue} has no lease option`);
+    }
+    this.#maxAttempts = settings.maxAttempts;
     let lease = this.#o.lease;
     if (lease === undefined || lease <= 0) {
-      // status raises SL001 / SL002 for a bad or unknown queue name.
-      await this.#sluice.status(this.#queue);
-      lease = await this.#sluice.queueLease(this.#queue);
-      if (lease === undefined) {
-        throw new Error(`sluice: queue ${this.#queue} has no lease option`);
-      }
+      lease = settings.lease;
     }
     const hb = this.#o.heartbeatInterval !== undefined && this.#o.heartbeatInterval > 0 ? this.#o.heartbeatInterval : lease / 3;
     if (hb >= lease) {
@@ -225,8 +273,14 @@ export class Worker<B = JSONValue> {
         continue;
       }
       // The receive is not cut short by the signal: it could lease messages
-      // nobody sees until their lease expires. The acks waiting go with it.
-      const done = this.#acks.splice(0, maxAckBatch);
+      // nobody sees until their lease expires. The acks waiting go first,
+      // durably on their own, or with asyncCommitAcks with the receive (one
+      // round trip, committed asynchronously).
+      let done = this.#acks.splice(0, maxAckBatch);
+      if (done.length > 0 && !this.#o.asyncCommitAcks) {
+        await this.#ackNow(done);
+        done = [];
+      }
       let msgs: Message<B>[] = [];
       try {
         msgs = await this.#sluice.receive<B>(this.#queue, this.#group, {
@@ -339,17 +393,32 @@ export class Worker<B = JSONValue> {
       this.#queueAck(j.msg.receipt);
       return true;
     }
+    let nacked = false;
     try {
-      await this.#sluice.nack(this.#queue, this.#group, j.msg.receipt, { error: errorText(failure) });
+      nacked = await this.#sluice.nack(this.#queue, this.#group, j.msg.receipt, { error: errorText(failure) });
     } catch (err) {
       this.#o.onError(err, "nack");
+    }
+    const m = j.msg;
+    try {
+      this.#o.onHandlerError({
+        queue: this.#queue,
+        group: this.#group,
+        message: m,
+        error: failure,
+        attempt: m.attempt,
+        maxAttempts: this.#maxAttempts,
+        deadLettered: nacked && m.attempt >= this.#maxAttempts,
+      });
+    } catch (err) {
+      this.#o.onError(err, "handler");
     }
     return false;
   }
 
   async #ackNow(receipts: string[]): Promise<boolean> {
     try {
-      await this.#sluice.ack(this.#queue, this.#group, receipts);
+      await this.#sluice.ack(this.#queue, this.#group, receipts, { durable: !this.#o.asyncCommitAcks });
       return true;
     } catch (err) {
       this.#o.onError(err, "ack");

@@ -20,7 +20,7 @@ import {
   SchemaMissingError,
   Sluice,
   SluiceError,
-} from "sluice";
+} from "sluicemq";
 
 import { newSluice, uniqueName } from "./helpers.js";
 
@@ -289,7 +289,7 @@ describe("transactions", () => {
 
 describe("without a database", () => {
   test("queue options: camelCase to the engine's names, durations in ms as intervals, unknown keys kept", async () => {
-    const { queueOptionsJSON } = await import("sluice");
+    const { queueOptionsJSON } = await import("sluicemq");
     assert.deepEqual(queueOptionsJSON({ maxAttempts: 3, lease: 1500, dedupWindow: 0.5, notify: false, defaultGroup: false, lanes: 1 }), {
       max_attempts: 3,
       lease: "1500 milliseconds",
@@ -303,7 +303,7 @@ describe("without a database", () => {
   });
 
   test("a handler's error text: the message, cut to what nack accepts", async () => {
-    const { errorText } = await import("sluice");
+    const { errorText } = await import("sluicemq");
     assert.equal(errorText(new Error("boom")), "boom");
     assert.equal(errorText("plain"), "plain");
     assert.equal(errorText(new TypeError("")), "TypeError");

@@ -19,7 +19,7 @@ import {
   type Message,
   type PeekedMessage,
   type QueueStatus,
-} from "sluice";
+} from "sluicemq";
 
 import { newSluice, uniqueName } from "./helpers.js";
 

@@ -8,7 +8,7 @@ import { createInterface } from "node:readline";
 import { after, before, test } from "node:test";
 import { fileURLToPath } from "node:url";
 
-import { Sluice, Worker } from "sluice";
+import { Sluice, Worker } from "sluicemq";
 
 import { eventually, newSluice, uniqueName } from "./helpers.js";
 

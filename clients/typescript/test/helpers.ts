@@ -3,7 +3,7 @@
 
 import { randomBytes } from "node:crypto";
 
-import { Sluice } from "sluice";
+import { Sluice } from "sluicemq";
 
 /** The database the tests run against. */
 export function databaseURL(): string {

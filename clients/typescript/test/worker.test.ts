@@ -5,7 +5,15 @@
 import assert from "node:assert/strict";
 import { after, afterEach, before, describe, test } from "node:test";
 
-import { InvalidArgumentError, QueueNotFoundError, Sluice, Worker, type Message, type WorkerOptions } from "sluice";
+import {
+  InvalidArgumentError,
+  QueueNotFoundError,
+  Sluice,
+  Worker,
+  type HandlerFailure,
+  type Message,
+  type WorkerOptions,
+} from "sluicemq";
 
 import { eventually, newSluice, uniqueName } from "./helpers.js";
 
@@ -88,6 +96,51 @@ describe("worker", { timeout: 60_000 }, () => {
     const [d] = await s.deadLetters(q);
     assert.equal(d?.id, id);
     assert.equal(d?.error, "failed on attempt 3");
+    await s.dropQueue(q);
+  });
+
+  test("onHandlerError hears of each failure: message, error, attempt, retried or dead-lettered", async () => {
+    const q = await newQueue({ maxAttempts: 2, backoffBase: 50, backoffMax: 100 });
+    const id = await s.send(q, "secret body");
+    const failures: HandlerFailure[] = [];
+    const w = start(q, () => {
+      throw new Error("no such customer");
+    }, { pollInterval: 50, onHandlerError: (f) => failures.push(f) });
+    await eventually(() => failures.length === 2, 10_000, "two failures");
+    w.ac.abort();
+    await w.run;
+    assert.deepEqual(
+      failures.map((f) => [f.queue, f.group, f.message.id, f.attempt, f.maxAttempts, f.deadLettered, (f.error as Error).message]),
+      [
+        [q, "default", id, 1, 2, false, "no such customer"],
+        [q, "default", id, 2, 2, true, "no such customer"],
+      ],
+    );
+    await s.dropQueue(q);
+  });
+
+  test("by default a handler's failure is a console.warn line, without the message body", async () => {
+    const q = await newQueue({ maxAttempts: 2, backoffBase: 50, backoffMax: 100 });
+    const id = await s.send(q, "secret body");
+    const lines: string[] = [];
+    const warn = console.warn;
+    console.warn = (...args: unknown[]) => {
+      lines.push(args.map(String).join(" "));
+    };
+    try {
+      const w = start(q, () => {
+        throw new Error("no such customer");
+      }, { pollInterval: 50 });
+      await eventually(async () => (await s.status(q))[0]?.dead === 1 && lines.length === 2, 10_000, "two warnings");
+      w.ac.abort();
+      await w.run;
+    } finally {
+      console.warn = warn;
+    }
+    assert.deepEqual(lines, [
+      `sluice: handler of ${q}/default failed on message ${id}, attempt 1 of 2; retried: no such customer`,
+      `sluice: handler of ${q}/default failed on message ${id}, attempt 2 of 2; dead-lettered: no such customer`,
+    ]);
     await s.dropQueue(q);
   });
 

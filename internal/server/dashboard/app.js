@@ -204,6 +204,7 @@ function groupRow(r, i) {
   return el("tr", { "data-group": r.group },
     el("td", {}, el("span", { class: "swatch c" + (i % GROUP_COLORS.length) }), r.group),
     el("td", { class: "ready" }, fmt(r.ready)),
+    el("td", { class: "waiting" }, fmt(r.waiting)),
     el("td", {}, fmt(r.delayed)),
     el("td", { class: "inflight" }, fmt(r.in_flight)),
     el("td", { class: "dead" + (r.dead > 0 ? " nonzero" : "") }, fmt(r.dead)),
@@ -219,7 +220,7 @@ function queueCard(name, rows) {
     el("div", { class: "title", onclick: () => select(name) },
       el("h2", {}, name), el("span", { class: "muted" }, groups.length + " group" + (groups.length === 1 ? "" : "s"))),
     el("table", {},
-      el("thead", {}, el("tr", {}, ["group", "ready", "delayed", "in flight", "dead", "lag", "oldest", "in/s", "done/s"].map((h) => el("th", {}, h)))),
+      el("thead", {}, el("tr", {}, ["group", "ready", "waiting", "delayed", "in flight", "dead", "lag", "oldest", "in/s", "done/s"].map((h) => el("th", {}, h)))),
       el("tbody", {}, groups.map(groupRow))));
   const lagCanvas = el("canvas", {}), rateCanvas = el("canvas", {});
   const lagMax = el("span", { class: "scale" }), rateMax = el("span", { class: "scale" });

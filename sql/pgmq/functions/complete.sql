@@ -169,7 +169,8 @@ $$;
 --   p_slot  the side slot to write
 --   p_ids   the msg_ids
 --   p_vt    the new visibility time
--- Returns: the changed messages, with their new vt, by msg_id
+-- Returns: the changed messages, with their new vt: those leased by msg_id,
+--          then the others by msg_id
 CREATE OR REPLACE FUNCTION pgmq._t_set_vt(p_q text, p_slot smallint, p_ids bigint[], p_vt timestamptz)
 RETURNS SETOF pgmq.message_record
 LANGUAGE plpgsql
@@ -178,6 +179,8 @@ DECLARE
     r record;
     ok boolean;
     new_receipt text;
+    leased bigint[] := '{}';
+    rest bigint[];
 BEGIN
     FOR r IN SELECT x.* FROM unnest(ARRAY(SELECT DISTINCT i FROM unnest(p_ids) i WHERE i IS NOT NULL)) i
               CROSS JOIN LATERAL (SELECT y.* FROM pgmq._t_rlog y WHERE y.msg_id = i ORDER BY y.at DESC LIMIT 1) x
@@ -185,6 +188,7 @@ BEGIN
                AND NOT EXISTS (SELECT 1 FROM pgmq._t_dlog d WHERE d.msg_id = x.msg_id)
              ORDER BY x.msg_id
     LOOP
+        leased := leased || r.msg_id;
         IF p_vt >= r.vt THEN
             ok := sluice.extend(p_q, 'pgmq', ARRAY[r.receipt], pgmq._lease(p_vt)) = 1;
             new_receipt := r.receipt;
@@ -198,6 +202,18 @@ BEGIN
                 r.headers);
         RETURN NEXT (r.msg_id, r.read_ct, r.enqueued_at, r.read_at, p_vt, r.message, r.headers)::pgmq.message_record;
     END LOOP;
+    -- Not leased (never read, or its vt passed): set its vt as PGMQ does, as a
+    -- hold (a log row without a receipt) that the next read honours: the
+    -- message goes back until then, its read_ct unchanged.
+    rest := ARRAY(SELECT DISTINCT i FROM unnest(p_ids) i WHERE i IS NOT NULL AND NOT i = ANY (leased));
+    IF cardinality(rest) > 0 THEN
+        FOR r IN SELECT v.* FROM pgmq._t_view v WHERE v.msg_id = ANY (rest) ORDER BY v.msg_id LOOP
+            INSERT INTO pgmq._t_rlog (slot, msg_id, at, read_at, vt, read_ct, receipt, enqueued_at, message, headers)
+            VALUES (p_slot, r.msg_id, clock_timestamp(), r.last_read_at, p_vt, r.read_ct, NULL, r.enqueued_at,
+                    r.message, r.headers);
+            RETURN NEXT (r.msg_id, r.read_ct, r.enqueued_at, r.last_read_at, p_vt, r.message, r.headers)::pgmq.message_record;
+        END LOOP;
+    END IF;
 END
 $$;
 
@@ -226,11 +242,13 @@ BEGIN
 END
 $$;
 
--- set_vt: change the visibility timeout of read messages. A later vt
--- extends the lease (sluice.extend); an earlier one gives the message back
--- with a delay of vt - now (sluice.nack), its next read counting one more.
--- A message without a current lease (never read, or its vt has passed) is
--- not changed and not returned.
+-- set_vt: change the visibility timeout of messages. Of a message read and
+-- leased, a later vt extends the lease (sluice.extend); an earlier one gives
+-- the message back with a delay of vt - now (sluice.nack), its next read
+-- counting one more. A message in the queue without a current lease (never
+-- read, or its vt has passed) is held until vt, as PGMQ sets its vt: the
+-- next read that receives it before then gives it back until vt, without
+-- counting a read. Every message changed is returned, read_ct unchanged.
 --
 -- Parameters:
 --   queue_name  the queue

@@ -1,7 +1,11 @@
 -- Group: pgmq compatibility, reading.
 --
--- read is sluice.receive for the group 'pgmq' with lease = vt - now; read_ct
--- is sluice's attempt, msg_id its message id (the same on every delivery).
+-- read is sluice.receive for the group 'pgmq' with lease = vt - now; msg_id
+-- is sluice's message id (the same on every delivery), read_ct one more than
+-- the message's newest logged delivery's (sluice's attempt when none is
+-- logged). A message that set_vt made invisible while nobody held it (its
+-- newest log row has no receipt and a vt still to come: a hold) goes back
+-- until that vt, without counting as a read.
 -- Each delivery is logged in _sl_r_<queue> (unlogged, append-only, rotated
 -- by pgmq._rotate, which a session's reads try at most once per rotate_interval
 -- of the sluice queue, a minute by default) so that
@@ -38,7 +42,8 @@ DECLARE
     got sluice.message[];
     keep sluice.message[];
     gone bigint[];
-    r text;
+    held record;
+    held_ids bigint[];
     now_ts timestamptz;
     tries int := 0;
 BEGIN
@@ -63,28 +68,68 @@ BEGIN
             PERFORM sluice.ack(p_q, 'pgmq', ARRAY(SELECT m.receipt FROM unnest(got) m WHERE m.id = ANY (gone)));
             got := ARRAY(SELECT got[i] FROM generate_subscripts(got, 1) i WHERE NOT (got[i]).id = ANY (gone) ORDER BY i);
         END IF;
+        -- held by set_vt while not leased: kept from the reader until the
+        -- hold's vt (its lease made to end then, or, when the read's lease
+        -- ends later, given back until then), logged again (newest) with the
+        -- same read_ct: not a read. A set_vt or delete meanwhile finds the
+        -- lease, as for a message read.
+        now_ts := clock_timestamp();
+        held_ids := '{}';
+        FOR held IN SELECT m.receipt AS m_receipt, m.lease_expires_at AS m_vt, x.msg_id, x.read_at, x.vt, x.read_ct,
+                           x.enqueued_at, x.message, x.headers
+                      FROM unnest(got) m
+                     CROSS JOIN LATERAL (SELECT y.* FROM pgmq._t_rlog y WHERE y.msg_id = m.id ORDER BY y.at DESC LIMIT 1) x
+                     WHERE x.receipt IS NULL AND x.vt > now_ts
+        LOOP
+            IF held.vt >= held.m_vt THEN
+                PERFORM sluice.extend(p_q, 'pgmq', ARRAY[held.m_receipt], pgmq._lease(held.vt));
+            ELSE
+                PERFORM sluice.nack(p_q, 'pgmq', held.m_receipt, held.vt - now_ts);
+                held.m_receipt := NULL;
+            END IF;
+            INSERT INTO pgmq._t_rlog (slot, msg_id, at, read_at, vt, read_ct, receipt, enqueued_at, message, headers)
+            VALUES (p_slot, held.msg_id, now_ts, held.read_at, held.vt, held.read_ct, held.m_receipt, held.enqueued_at,
+                    held.message, held.headers);
+            held_ids := held_ids || held.msg_id;
+        END LOOP;
+        IF cardinality(held_ids) > 0 THEN
+            got := ARRAY(SELECT got[i] FROM generate_subscripts(got, 1) i WHERE NOT (got[i]).id = ANY (held_ids) ORDER BY i);
+        END IF;
         IF p_cond IS NOT NULL THEN
-            FOR r IN SELECT m.receipt FROM unnest(got) m WHERE NOT m.body @> p_cond LOOP
-                PERFORM sluice.nack(p_q, 'pgmq', r, interval '0');
-            END LOOP;
+            -- not matching: visible again at once, and it counts as a read (logged)
+            INSERT INTO pgmq._t_rlog (slot, msg_id, at, read_at, vt, read_ct, receipt, enqueued_at, message, headers)
+            SELECT p_slot, m.id, now_ts, now_ts, now_ts, coalesce(x.read_ct + 1, m.attempt), NULL, m.sent_at, m.body,
+                   m.headers
+              FROM unnest(got) m
+              LEFT JOIN LATERAL (SELECT y.read_ct FROM pgmq._t_rlog y WHERE y.msg_id = m.id ORDER BY y.at DESC LIMIT 1) x
+                ON true
+             WHERE NOT m.body @> p_cond;
+            PERFORM sluice.nack(p_q, 'pgmq', m.receipt, interval '0') FROM unnest(got) m WHERE NOT m.body @> p_cond;
             keep := ARRAY(SELECT got[i] FROM generate_subscripts(got, 1) i WHERE (got[i]).body @> p_cond ORDER BY i);
         ELSE
             keep := got;
         END IF;
 
-        now_ts := clock_timestamp();
         IF cardinality(keep) > 0 THEN
+            -- (returned first: the log rows written after it are not read)
+            RETURN QUERY SELECT u.id, coalesce(x.read_ct + 1, u.attempt), u.sent_at, now_ts, u.lease_expires_at,
+                                u.body, u.headers
+                           FROM unnest(keep) WITH ORDINALITY u
+                           LEFT JOIN LATERAL (SELECT y.read_ct FROM pgmq._t_rlog y WHERE y.msg_id = u.id
+                                               ORDER BY y.at DESC LIMIT 1) x ON true
+                          ORDER BY u.ordinality;
             IF p_mode = 'p' THEN
                 PERFORM sluice.ack(p_q, 'pgmq', ARRAY(SELECT m.receipt FROM unnest(keep) m));
                 INSERT INTO pgmq._t_dlog (slot, msg_id, kind, done_at)
                 SELECT p_slot, m.id, 'p', now_ts FROM unnest(keep) m;
             ELSE
                 INSERT INTO pgmq._t_rlog (slot, msg_id, at, read_at, vt, read_ct, receipt, enqueued_at, message, headers)
-                SELECT p_slot, m.id, now_ts, now_ts, m.lease_expires_at, m.attempt, m.receipt, m.sent_at, m.body, m.headers
-                  FROM unnest(keep) m;
+                SELECT p_slot, m.id, now_ts, now_ts, m.lease_expires_at, coalesce(x.read_ct + 1, m.attempt), m.receipt,
+                       m.sent_at, m.body, m.headers
+                  FROM unnest(keep) m
+                  LEFT JOIN LATERAL (SELECT y.read_ct FROM pgmq._t_rlog y WHERE y.msg_id = m.id
+                                      ORDER BY y.at DESC LIMIT 1) x ON true;
             END IF;
-            RETURN QUERY SELECT u.id, u.attempt, u.sent_at, now_ts, u.lease_expires_at, u.body, u.headers
-                           FROM unnest(keep) WITH ORDINALITY u ORDER BY u.ordinality;
             RETURN;
         END IF;
         -- everything received was already deleted (or did not match): try again, a few times

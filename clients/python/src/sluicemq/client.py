@@ -182,10 +182,20 @@ class Client:
         return [_sql.message(r, queue, group) for r in self._all(_sql.RECEIVE, params, conn)]
 
     def ack(
-        self, queue: str, group: str, receipts: Sequence[str], *, conn: psycopg.Connection[Any] | None = None
+        self,
+        queue: str,
+        group: str,
+        receipts: Sequence[str],
+        *,
+        durable: bool = True,
+        conn: psycopg.Connection[Any] | None = None,
     ) -> int:
-        """Complete messages; returns how many were completed now (stale receipts are not)."""
-        return int(self._one(_sql.ACK, (queue, group, list(receipts)), conn))
+        """Complete messages; returns how many were completed now (stale receipts are not).
+
+        Durable by default: the commit waits for the disk. ``durable=False`` (an explicit
+        opt-in) commits the ack's transaction asynchronously: no flush to wait for, but a
+        server crash may lose the ack, and the messages come again."""
+        return int(self._one(_sql.ACK, (queue, group, list(receipts), durable), conn))
 
     def nack(
         self,

@@ -35,6 +35,31 @@ class Message:
 
 
 @dataclass(frozen=True, slots=True)
+class HandlerFailure:
+    """A failed handler, as the workers' ``on_handler_error`` hook gets it.
+
+    ``attempt`` is the delivery that failed (from 1) and ``max_attempts`` the
+    queue's when the worker started. ``dead_lettered`` is true when that was
+    the last attempt and the message became a dead letter; otherwise it is
+    retried (after the queue's backoff, or when its lease expires if giving
+    it back failed).
+    """
+
+    queue: str
+    group: str
+    message: Message
+    error: BaseException
+    attempt: int
+    max_attempts: int
+    dead_lettered: bool
+
+    @property
+    def retried(self) -> bool:
+        """Whether the message comes again (it was not dead-lettered)."""
+        return not self.dead_lettered
+
+
+@dataclass(frozen=True, slots=True)
 class QueueStatus:
     """Depth and progress of one consumer group of a queue (sluice.queue_status)."""
 

@@ -1,14 +1,14 @@
 """AsyncWorker: consume queues with async handlers on one event loop.
 
-    worker = sluice.AsyncWorker(client, concurrency=50)
+    worker = sluicemq.AsyncWorker(client, concurrency=50)
 
     @worker.handler("emails")
-    async def send_email(msg: sluice.Message) -> None:
+    async def send_email(msg: sluicemq.Message) -> None:
         ...
 
     asyncio.run(worker.run())   # until SIGTERM or SIGINT
 
-The behaviour is the Worker's (see sluice.worker), with tasks for threads.
+The behaviour is the Worker's (see sluicemq.worker), with tasks for threads.
 At stop, handlers still running after the drain timeout are cancelled and
 their messages given back for immediate redelivery.
 """
@@ -27,7 +27,19 @@ from typing import Any
 import psycopg
 
 from . import _sql
-from ._routes import HOT_PERIOD, HOT_POLL, SHUTDOWN_ERROR, LeaseLost, Registry, Route, error_text, log, split
+from ._routes import (
+    HOT_PERIOD,
+    HOT_POLL,
+    SHUTDOWN_ERROR,
+    LeaseLost,
+    OnHandlerError,
+    Registry,
+    Route,
+    error_text,
+    log,
+    report_failure,
+    split,
+)
 from .aio import AsyncClient
 from .errors import QueueNotFound, SluiceError
 from .types import Message
@@ -39,7 +51,8 @@ AsyncHandler = Callable[..., Awaitable[Any]]
 
 class AsyncWorker(Registry[AsyncHandler]):
     """Runs the async handlers registered with :meth:`handler` (same options as
-    :class:`sluice.Worker`)."""
+    :class:`sluicemq.Worker`; ``on_handler_error`` is a plain function, called
+    on the worker's loop)."""
 
     def __init__(
         self,
@@ -50,9 +63,13 @@ class AsyncWorker(Registry[AsyncHandler]):
         drain_timeout: float = 10.0,
         listen: bool = True,
         consumer: str | None = None,
+        on_handler_error: OnHandlerError | None = None,
+        async_commit_acks: bool = False,
     ) -> None:
         super().__init__(concurrency)
         self.client = client
+        self.on_handler_error = on_handler_error
+        self.async_commit_acks = async_commit_acks
         self.poll_interval = poll_interval
         self.drain_timeout = drain_timeout
         self.listen = listen
@@ -144,9 +161,10 @@ class _Job:
 class _Consumer:
     """One route's fetch loop, handler tasks and heartbeat."""
 
-    def __init__(self, worker: AsyncWorker, route: Route[AsyncHandler], lease: timedelta) -> None:
+    def __init__(self, worker: AsyncWorker, route: Route[AsyncHandler], lease: timedelta, max_attempts: int) -> None:
         self.w, self.route, self.c = worker, route, worker.client
         self.lease = lease
+        self.max_attempts = max_attempts
         self.heartbeat_every = route.heartbeat or lease / 3
         if self.heartbeat_every >= lease:
             raise ValueError(f"heartbeat {self.heartbeat_every} must be shorter than the lease {lease}")
@@ -162,14 +180,11 @@ class _Consumer:
 
     @classmethod
     async def make(cls, worker: AsyncWorker, route: Route[AsyncHandler]) -> _Consumer:
-        lease = route.lease
-        if lease is None:
-            rows = await worker.client._all(_sql.QUEUE_LEASE, (route.queue,), None)
-            if not rows:
-                raise QueueNotFound(f"queue '{route.queue}' does not exist")
-            lease = rows[0][0]
-        assert lease is not None
-        return cls(worker, route, lease)
+        rows = await worker.client._all(_sql.QUEUE_SETTINGS, (route.queue,), None)
+        if not rows:
+            raise QueueNotFound(f"queue '{route.queue}' does not exist")
+        lease: timedelta = route.lease or rows[0][0]
+        return cls(worker, route, lease, rows[0][1])
 
     def kick(self) -> None:
         self.kicked = True
@@ -191,6 +206,9 @@ class _Consumer:
                     return
                 n = min(self.free, self.route.batch_size)
                 acks, self.acks = self.acks, []
+            if acks and not self.w.async_commit_acks:
+                await self._ack_alone(acks)  # durable, in its own transaction
+                acks = []
             try:
                 msgs = await self.c.receive(
                     q, g, max_messages=n, lease=self.lease, consumer=self.w.consumer, ack=acks or None
@@ -235,7 +253,7 @@ class _Consumer:
         if not acks:
             return
         try:
-            await self.c.ack(self.route.queue, self.route.group, acks)
+            await self.c.ack(self.route.queue, self.route.group, acks, durable=not self.w.async_commit_acks)
         except Exception as err:  # noqa: BLE001
             log.error("sluice: ack failed; the messages are redelivered when their leases expire: %s", err)
 
@@ -280,15 +298,21 @@ class _Consumer:
         if err is None and not ack_now:
             await self._untrack(job, ack=True)
             return True
-        if await self._untrack(job) or isinstance(err, LeaseLost):
+        if await self._untrack(job):
             return False
+        if isinstance(err, LeaseLost):
+            report_failure(self.w.on_handler_error, r, m, err, self.max_attempts, False)
+            return False
+        nacked = False
         try:
             if err is None:
-                await self.c.ack(r.queue, r.group, [m.receipt])
+                await self.c.ack(r.queue, r.group, [m.receipt], durable=not self.w.async_commit_acks)
                 return True
-            await self.c.nack(r.queue, r.group, m.receipt, error=error_text(err))
+            nacked = await self.c.nack(r.queue, r.group, m.receipt, error=error_text(err))
         except Exception as aerr:  # noqa: BLE001
             log.error("sluice: completing message %d failed; it comes back when its lease expires: %s", m.id, aerr)
+        if err is not None:
+            report_failure(self.w.on_handler_error, r, m, err, self.max_attempts, nacked)
         return False
 
     async def heartbeat(self) -> None:

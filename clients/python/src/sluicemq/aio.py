@@ -193,10 +193,17 @@ class AsyncClient:
         return [_sql.message(r, queue, group) for r in await self._all(_sql.RECEIVE, params, conn)]
 
     async def ack(
-        self, queue: str, group: str, receipts: Sequence[str], *, conn: psycopg.AsyncConnection[Any] | None = None
+        self,
+        queue: str,
+        group: str,
+        receipts: Sequence[str],
+        *,
+        durable: bool = True,
+        conn: psycopg.AsyncConnection[Any] | None = None,
     ) -> int:
-        """Complete messages; returns how many were completed now (stale receipts are not)."""
-        return int(await self._one(_sql.ACK, (queue, group, list(receipts)), conn))
+        """Complete messages; returns how many were completed now (stale receipts are not).
+        Durable by default; ``durable=False`` commits asynchronously (see Client.ack)."""
+        return int(await self._one(_sql.ACK, (queue, group, list(receipts), durable), conn))
 
     async def nack(
         self,

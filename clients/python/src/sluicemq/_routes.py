@@ -9,11 +9,11 @@ from datetime import timedelta
 from typing import Any, Generic, TypeVar
 
 from ._sql import MAX_ERROR_TEXT, Duration, interval
-from .types import Message
+from .types import HandlerFailure, Message
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-log = logging.getLogger("sluice")
+log = logging.getLogger("sluicemq")
 
 # While messages flow (for HOT_PERIOD seconds after the last ones or the last
 # wake-up), an empty receive is retried after HOT_POLL rather than the poll
@@ -65,7 +65,7 @@ class Registry(Generic[F]):
     ) -> Callable[[F], F]:
         """Register the decorated function as the handler of ``queue`` for ``group``.
 
-        The handler gets the :class:`~sluice.Message` (and, with
+        The handler gets the :class:`~sluicemq.Message` (and, with
         ``transaction=True``, a connection in a transaction that the ack
         joins: the handler's writes and the ack commit together). Returning
         acks the message; raising gives it back (nack) with the exception's
@@ -107,6 +107,39 @@ def split(msgs: list[Message]) -> list[list[Message]]:
             runs[m.key] = [m]
             jobs.append(runs[m.key])
     return jobs
+
+
+OnHandlerError = Callable[[HandlerFailure], None]
+
+
+def log_handler_failure(f: HandlerFailure) -> None:
+    """The workers' default ``on_handler_error``: a WARNING on the ``sluice``
+    logger, with the queue, group, message id, attempt and outcome (never the
+    message's body)."""
+    log.warning(
+        "sluice: handler of %s/%s failed on message %d, attempt %d of %d; %s: %s",
+        f.queue,
+        f.group,
+        f.message.id,
+        f.attempt,
+        f.max_attempts,
+        "dead-lettered" if f.dead_lettered else "retried",
+        error_text(f.error),
+    )
+
+
+def report_failure(
+    hook: OnHandlerError | None, route: Route[Any], msg: Message, err: BaseException, max_attempts: int, nacked: bool
+) -> None:
+    """Tell ``hook`` (or the log) that a handler failed; ``nacked``: the nack
+    succeeded (so a last attempt made a dead letter)."""
+    f = HandlerFailure(
+        route.queue, route.group, msg, err, msg.attempt, max_attempts, nacked and msg.attempt >= max_attempts
+    )
+    try:
+        (hook or log_handler_failure)(f)
+    except Exception:  # noqa: BLE001 - a failing hook must not stop the worker
+        log.exception("sluice: on_handler_error raised")
 
 
 def error_text(err: BaseException) -> str:

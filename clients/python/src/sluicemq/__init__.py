@@ -1,4 +1,4 @@
-"""sluice: the Python client and worker of sluice, the message queue inside PostgreSQL.
+"""sluicemq: the Python client and worker of sluice, the message queue inside PostgreSQL.
 
 Thin over sluice's SQL API (docs/sql.md): the engine owns the semantics.
 
@@ -7,7 +7,7 @@ Thin over sluice's SQL API (docs/sql.md): the engine owns the semantics.
   status, peek, leases), each taking ``conn=`` to join the caller's transaction.
 - :class:`Worker` / :class:`AsyncWorker`: consume queues with handlers
   registered by decorator.
-- :mod:`sluice.errors`: one exception class per SQLSTATE of class SL.
+- :mod:`sluicemq.errors`: one exception class per SQLSTATE of class SL.
 """
 
 from .aio import AsyncClient
@@ -28,7 +28,7 @@ from .errors import (
     SchemaMissing,
     SluiceError,
 )
-from .types import DeadLetter, Lease, MaintainResult, Message, PeekedMessage, QueueInfo, QueueStatus
+from .types import DeadLetter, HandlerFailure, Lease, MaintainResult, Message, PeekedMessage, QueueInfo, QueueStatus
 from .worker import Worker
 
 __version__ = "0.1.0"
@@ -40,6 +40,7 @@ __all__ = [
     "DeadLetter",
     "GroupExists",
     "GroupNotFound",
+    "HandlerFailure",
     "InvalidArgument",
     "InvalidIsolation",
     "InvalidName",

@@ -26,7 +26,7 @@ RECEIVE = (
     "SELECT id, body, headers, key, priority, attempt, sent_at, receipt, lease_expires_at, pos"
     " FROM sluice.receive(%s, %s, %s::int, %s::interval, %s::text, %s::text[])"
 )
-ACK = "SELECT sluice.ack(%s, %s, %s::text[])"
+ACK = "SELECT sluice.ack(%s, %s, %s::text[], %s::boolean)"
 NACK = "SELECT sluice.nack(%s, %s, %s, %s::interval, %s::text)"
 EXTEND = "SELECT sluice.extend(%s, %s, %s::text[], %s::interval)"
 CREATE_QUEUE = "SELECT sluice.create_queue(%s, %s::jsonb)"
@@ -58,8 +58,9 @@ LEASES = (
 )
 MAINTAIN = "SELECT queue, rotated, reclaimed FROM sluice.maintain()"
 VERSION = "SELECT sluice.version()"
-QUEUE_LEASE = (
-    "SELECT (options->>'lease')::interval FROM sluice.list_queues() WHERE queue = %s"
+QUEUE_SETTINGS = (
+    "SELECT (options->>'lease')::interval, (options->>'max_attempts')::int"
+    " FROM sluice.list_queues() WHERE queue = %s"
 )
 LISTEN = "LISTEN sluice"
 NOTIFY_CHANNEL = "sluice"

@@ -1,9 +1,9 @@
 """Worker: consume queues with handlers on threads.
 
-    worker = sluice.Worker(client, concurrency=8)
+    worker = sluicemq.Worker(client, concurrency=8)
 
     @worker.handler("emails", lease=30)
-    def send_email(msg: sluice.Message) -> None:
+    def send_email(msg: sluicemq.Message) -> None:
         ...
 
     worker.run()   # until SIGTERM or SIGINT
@@ -36,7 +36,19 @@ from typing import Any
 import psycopg
 
 from . import _sql
-from ._routes import HOT_PERIOD, HOT_POLL, SHUTDOWN_ERROR, LeaseLost, Registry, Route, error_text, log, split
+from ._routes import (
+    HOT_PERIOD,
+    HOT_POLL,
+    SHUTDOWN_ERROR,
+    LeaseLost,
+    OnHandlerError,
+    Registry,
+    Route,
+    error_text,
+    log,
+    report_failure,
+    split,
+)
 from .client import Client
 from .errors import QueueNotFound, SluiceError
 from .types import Message
@@ -54,7 +66,12 @@ class Worker(Registry[Handler]):
     wake-up before it looks again; ``drain_timeout`` (seconds) how long
     :meth:`stop` lets running handlers finish; ``listen=False`` turns off
     LISTEN wake-ups (behind a transaction-mode pooler such as PgBouncer);
-    ``consumer`` names this worker in its receives.
+    ``consumer`` names this worker in its receives. ``on_handler_error`` is
+    called with a :class:`~sluicemq.HandlerFailure` each time a handler raises
+    (on the handler's thread); by default a WARNING is logged on the
+    ``sluicemq`` logger. Acks are durable (each batch its own transaction, waiting for the
+    disk); ``async_commit_acks=True`` lets them ride on the next receive, which commits
+    asynchronously: a server crash may then lose acks, and their messages come again.
     """
 
     def __init__(
@@ -66,9 +83,13 @@ class Worker(Registry[Handler]):
         drain_timeout: float = 10.0,
         listen: bool = True,
         consumer: str | None = None,
+        on_handler_error: OnHandlerError | None = None,
+        async_commit_acks: bool = False,
     ) -> None:
         super().__init__(concurrency)
         self.client = client
+        self.on_handler_error = on_handler_error
+        self.async_commit_acks = async_commit_acks
         self.poll_interval = poll_interval
         self.drain_timeout = drain_timeout
         self.listen = listen
@@ -165,7 +186,8 @@ class _Consumer:
 
     def __init__(self, worker: Worker, route: Route[Handler]) -> None:
         self.w, self.route, self.c = worker, route, worker.client
-        self.lease = route.lease or self._queue_lease()
+        lease, self.max_attempts = self._queue_settings()
+        self.lease = route.lease or lease
         self.heartbeat = route.heartbeat or self.lease / 3
         if self.heartbeat >= self.lease:
             raise ValueError(f"heartbeat {self.heartbeat} must be shorter than the lease {self.lease}")
@@ -179,12 +201,13 @@ class _Consumer:
         self.threads: list[threading.Thread] = []
         self.hb_stop = threading.Event()
 
-    def _queue_lease(self) -> timedelta:
-        rows = self.c._all(_sql.QUEUE_LEASE, (self.route.queue,), None)
+    def _queue_settings(self) -> tuple[timedelta, int]:
+        rows = self.c._all(_sql.QUEUE_SETTINGS, (self.route.queue,), None)
         if not rows:
             raise QueueNotFound(f"queue '{self.route.queue}' does not exist")
         lease: timedelta = rows[0][0]
-        return lease
+        max_attempts: int = rows[0][1]
+        return lease, max_attempts
 
     def start(self) -> None:
         for target in (self._fetch, self._heartbeat):
@@ -209,6 +232,9 @@ class _Consumer:
                     return
                 n = min(self.free, self.route.batch_size)
                 acks, self.acks = self.acks, []
+            if acks and not self.w.async_commit_acks:
+                self._ack_alone(acks)  # durable, in its own transaction
+                acks = []
             try:
                 msgs = self.c.receive(q, g, max_messages=n, lease=self.lease, consumer=self.w.consumer, ack=acks or None)
             except Exception as err:  # noqa: BLE001
@@ -248,7 +274,7 @@ class _Consumer:
         if not acks:
             return
         try:
-            self.c.ack(self.route.queue, self.route.group, acks)
+            self.c.ack(self.route.queue, self.route.group, acks, durable=not self.w.async_commit_acks)
         except Exception as err:  # noqa: BLE001
             log.error("sluice: ack failed; the messages are redelivered when their leases expire: %s", err)
 
@@ -295,7 +321,7 @@ class _Consumer:
             if released:
                 return False
             try:
-                self.c.ack(r.queue, r.group, [m.receipt])
+                self.c.ack(r.queue, r.group, [m.receipt], durable=not self.w.async_commit_acks)
                 return True
             except Exception as aerr:  # noqa: BLE001
                 log.error("sluice: ack of message %d failed; it and the rest of its run come back: %s", m.id, aerr)
@@ -308,12 +334,17 @@ class _Consumer:
                     self.acks.append(m.receipt)
                 self.cond.notify_all()
             return True
-        if self._untrack(job) or isinstance(err, LeaseLost):
+        if self._untrack(job):
             return False
+        if isinstance(err, LeaseLost):
+            report_failure(self.w.on_handler_error, r, m, err, self.max_attempts, False)
+            return False
+        nacked = False
         try:
-            self.c.nack(r.queue, r.group, m.receipt, error=error_text(err))
+            nacked = self.c.nack(r.queue, r.group, m.receipt, error=error_text(err))
         except Exception as nerr:  # noqa: BLE001
             log.error("sluice: nack of message %d failed; it comes back when its lease expires: %s", m.id, nerr)
+        report_failure(self.w.on_handler_error, r, m, err, self.max_attempts, nacked)
         return False
 
     # -- heartbeat and shutdown ------------------------------------------

@@ -1,0 +1,231 @@
+-- Group: engine v2 - ack, nack, extend (templates, schema sluice_tmpl2)
+--
+-- A receipt of a queue of engine 2 is slot.pos.lane.lease_no.token: the
+-- slot its lease was written in, the position, and the lease. It is current
+-- while its lease has that token, covers the position, has not ended (its
+-- end, or its latest extension's, is later than now) and the position has
+-- no completion in that lease. A lease's expiry is the only way a position
+-- is delivered again, so a current receipt is the newest delivery.
+
+-- e2_ack: complete messages (sluice.ack of a queue of engine 2). Receipts
+-- are handled by the copy of their slot (e2_ack_<slot>), which names only
+-- its leaves; receipts of a slot the queue does not have are stale.
+--
+-- Parameters:
+--   p_group     group id
+--   p_receipts  well-formed receipts (sluice._receipt_ok)
+-- Returns: how many were completed now
+-- Calls: e2_ack_<slot>
+CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_ack(p_group int, p_receipts text[])
+RETURNS int
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_now constant timestamptz := clock_timestamp();
+    v_slot int;
+    v_part text[];
+    n int := 0;
+BEGIN
+    FOR v_slot, v_part IN
+        SELECT split_part(x, '.', 1)::int, array_agg(x) FROM unnest(p_receipts) x GROUP BY 1
+    LOOP
+        IF v_slot = 0 THEN
+            n := n + e2_ack_0(p_group, v_part, v_now, 0::smallint);
+        ELSIF v_slot = 1 THEN
+            n := n + e2_ack_1(p_group, v_part, v_now, 1::smallint);
+        ELSIF v_slot = 2 AND to_regprocedure('e2_ack_2(int, text[], timestamptz, smallint)') IS NOT NULL THEN
+            n := n + e2_ack_2(p_group, v_part, v_now, 2::smallint);
+        ELSIF v_slot = 3 AND to_regprocedure('e2_ack_3(int, text[], timestamptz, smallint)') IS NOT NULL THEN
+            n := n + e2_ack_3(p_group, v_part, v_now, 3::smallint);
+        END IF;
+    END LOOP;
+    RETURN n;
+END
+$$;
+
+-- e2_ack__s: complete the current receipts of one slot's leases: one row
+-- per lease acked whole (pos 0), else one per position.
+--
+-- Parameters:
+--   p_group     group id
+--   p_receipts  receipts of slot p_slot
+--   p_now       now
+--   p_slot      this copy's slot
+-- Returns: how many were completed now
+CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_ack__s(p_group int, p_receipts text[], p_now timestamptz, p_slot smallint)
+RETURNS int
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    n int;
+    v_pos bigint;
+    v_lane int;
+    v_no bigint;
+    v_token bigint;
+BEGIN
+    IF cardinality(p_receipts) = 1 THEN
+        -- One receipt: the position alone, or the whole lease when it is
+        -- the lease's only one (pos 0), in one statement.
+        v_pos := split_part(p_receipts[1], '.', 2)::bigint;
+        v_lane := split_part(p_receipts[1], '.', 3)::int;
+        v_no := split_part(p_receipts[1], '.', 4)::bigint;
+        v_token := nullif(split_part(p_receipts[1], '.', 5), '')::bigint;
+        INSERT INTO ack__s (slot, group_id, lane, lease_no, pos, kind, at)
+        SELECT p_slot, p_group, v_lane, v_no, CASE WHEN l.n = 1 THEN 0 ELSE v_pos END, 'a', p_now
+        FROM lease__s l
+        WHERE l.group_id = p_group AND l.lane = v_lane AND l.lease_no = v_no AND l.kind = 'r' AND l.token = v_token
+          AND (v_pos BETWEEN l.first_pos AND l.last_pos OR v_pos = ANY (l.redo_pos))
+          AND (l.expires_at > p_now
+               OR EXISTS (SELECT 1 FROM ext__s e WHERE e.group_id = p_group AND e.lane = v_lane
+                                                   AND e.lease_no = v_no AND e.expires_at > p_now))
+          AND NOT EXISTS (SELECT 1 FROM ack__s a WHERE a.group_id = p_group AND a.lane = v_lane
+                                                   AND a.lease_no = v_no AND a.pos IN (0, v_pos))
+        ON CONFLICT DO NOTHING;
+        GET DIAGNOSTICS n = ROW_COUNT;
+        RETURN n;
+    END IF;
+    WITH r AS (
+        SELECT DISTINCT split_part(x, '.', 2)::bigint AS pos, split_part(x, '.', 3)::int AS lane,
+                        split_part(x, '.', 4)::bigint AS lease_no, nullif(split_part(x, '.', 5), '')::bigint AS token
+        FROM unnest(p_receipts) x
+    ), v AS MATERIALIZED (
+        SELECT r.pos, r.lane, r.lease_no, l.n
+        FROM r JOIN lease__s l ON l.group_id = p_group AND l.lane = r.lane AND l.lease_no = r.lease_no
+                              AND l.kind = 'r' AND l.token = r.token
+        WHERE (r.pos BETWEEN l.first_pos AND l.last_pos OR r.pos = ANY (l.redo_pos))
+          AND (l.expires_at > p_now
+               OR EXISTS (SELECT 1 FROM ext__s e WHERE e.group_id = p_group AND e.lane = r.lane
+                                                   AND e.lease_no = r.lease_no AND e.expires_at > p_now))
+          AND NOT EXISTS (SELECT 1 FROM ack__s a WHERE a.group_id = p_group AND a.lane = r.lane
+                                                   AND a.lease_no = r.lease_no AND a.pos IN (0, r.pos))
+    ), w AS (
+        SELECT v.lane, v.lease_no, count(*)::int AS k, count(*) = max(v.n) AS whole FROM v GROUP BY v.lane, v.lease_no
+    ), ins AS (
+        INSERT INTO ack__s (slot, group_id, lane, lease_no, pos, kind, at)
+        SELECT DISTINCT p_slot, p_group, v.lane, v.lease_no, CASE WHEN w.whole THEN 0 ELSE v.pos END, 'a', p_now
+        FROM v JOIN w ON w.lane = v.lane AND w.lease_no = v.lease_no
+        ON CONFLICT DO NOTHING
+        RETURNING lane, lease_no, pos
+    )
+    SELECT coalesce(sum(CASE WHEN i.pos = 0 THEN w.k ELSE 1 END), 0) INTO n
+    FROM ins i JOIN w ON w.lane = i.lane AND w.lease_no = i.lease_no;
+    RETURN n;
+END
+$$;
+
+-- e2_current: the current delivery a receipt names (any slot), with its
+-- message: for nack and extend.
+--
+-- Parameters:
+--   p_group    group id
+--   p_receipt  a well-formed receipt
+--   p_now      now
+-- Returns: slot, lane, lease_no, pos of the lease; the message's txid and
+--   id, and the attempt of this delivery; no row when the receipt is stale
+CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_current(p_group int, p_receipt text, p_now timestamptz)
+RETURNS TABLE (slot smallint, lane smallint, lease_no bigint, pos bigint, txid xid8, id bigint, attempt int)
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    RETURN QUERY
+    SELECT l.slot, l.lane, l.lease_no, r.pos, coalesce(l.redo_txids[x.i], b.txid), coalesce(l.redo_ids[x.i], b.id),
+           coalesce(l.redo_att[x.i], m.attempt)
+    FROM (SELECT split_part(p_receipt, '.', 1)::int AS slot, split_part(p_receipt, '.', 2)::bigint AS pos,
+                 split_part(p_receipt, '.', 3)::int AS lane, split_part(p_receipt, '.', 4)::bigint AS lease_no,
+                 nullif(split_part(p_receipt, '.', 5), '')::bigint AS token) r
+    JOIN lease l ON l.group_id = p_group AND l.lane = r.lane AND l.lease_no = r.lease_no AND l.slot = r.slot
+                AND l.kind = 'r' AND l.token = r.token
+    CROSS JOIN LATERAL (SELECT array_position(l.redo_pos, r.pos) AS i) x
+    LEFT JOIN LATERAL (SELECT bb.ids[r.pos - bb.first_pos + 1] AS id, bb.txids[r.pos - bb.first_pos + 1] AS txid
+                       FROM batch bb WHERE x.i IS NULL AND bb.lane = r.lane AND bb.last_pos >= r.pos
+                       ORDER BY bb.last_pos LIMIT 1) b ON true
+    LEFT JOIN msg m ON x.i IS NULL AND m.txid = b.txid AND m.id = b.id
+    WHERE (x.i IS NOT NULL OR r.pos BETWEEN l.first_pos AND l.last_pos)
+      AND (l.expires_at > p_now
+           OR EXISTS (SELECT 1 FROM ext e WHERE e.group_id = p_group AND e.lane = r.lane
+                                            AND e.lease_no = r.lease_no AND e.expires_at > p_now))
+      AND NOT EXISTS (SELECT 1 FROM ack a WHERE a.group_id = p_group AND a.lane = r.lane
+                                            AND a.lease_no = r.lease_no AND a.pos IN (0, r.pos));
+END
+$$;
+
+-- e2_nack: give a message back (sluice.nack of a queue of engine 2): its
+-- position is completed in its lease (kind n) and a retry copy is sent for
+-- the group (with an id of its own; receive shows the message's), due after
+-- the delay, with attempt + 1; once the message has had
+-- max_attempts deliveries it becomes a dead letter instead.
+--
+-- Parameters: as sluice.nack (q and g looked up)
+-- Returns: true if the receipt was current
+-- Calls: e2_current
+CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_nack(q sluice.queue, g sluice.consumer_group, p_receipt text,
+                                               p_delay interval, p_error text)
+RETURNS boolean
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_now constant timestamptz := clock_timestamp();
+    c record;
+    m record;
+    v_dead boolean;
+    v_delay interval;
+BEGIN
+    SELECT * INTO c FROM e2_current(g.id, p_receipt, v_now);
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    v_dead := c.attempt >= q.max_attempts;
+    INSERT INTO ack (slot, group_id, lane, lease_no, pos, kind, at)
+    VALUES (c.slot, g.id, c.lane, c.lease_no, c.pos, CASE WHEN v_dead THEN 'd' ELSE 'n' END, v_now)
+    ON CONFLICT DO NOTHING;
+    IF NOT FOUND THEN
+        RETURN false;   -- completed meanwhile
+    END IF;
+    SELECT * INTO STRICT m FROM msg x WHERE x.txid = c.txid AND x.id = c.id;
+    IF v_dead THEN
+        INSERT INTO sluice.dead_letter (queue_id, group_id, message_id, attempts, error, died_at, sent_at, priority,
+                                        key, headers, body)
+        VALUES (q.id, g.id, coalesce(m.orig, m.id), c.attempt, p_error, v_now, m.sent_at, 0, NULL, m.headers, m.body);
+        RETURN true;
+    END IF;
+    v_delay := coalesce(p_delay, least(q.backoff_base * power(2, c.attempt - 1), q.backoff_max));
+    -- (a new id: two retries of one message in one transaction, for two
+    -- groups, must not share (txid, id))
+    INSERT INTO msg (slot, id, txid, orig, attempt, target, due, sent_at, headers, body)
+    SELECT ns.slot, nextval(q.id_seq), pg_current_xact_id(), coalesce(m.orig, m.id), c.attempt + 1, g.id,
+           CASE WHEN v_delay > interval '0' THEN v_now + v_delay END, m.sent_at, m.headers, m.body
+    FROM sluice._slot_now(q.id) ns;
+    RETURN true;
+END
+$$;
+
+-- e2_extend: renew leases (sluice.extend of a queue of engine 2): each
+-- current receipt's lease then lasts at least until now + p_lease (a lease
+-- is never shortened). A lease covers a receive's messages of one lane, so
+-- extending one receipt extends its lease-mates too.
+--
+-- Parameters:
+--   p_group     group id
+--   p_receipts  well-formed receipts
+--   p_lease     from now
+-- Returns: how many receipts were current
+-- Calls: e2_current
+CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_extend(p_group int, p_receipts text[], p_lease interval)
+RETURNS int
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_now constant timestamptz := clock_timestamp();
+    n int;
+BEGIN
+    WITH c AS MATERIALIZED (
+        SELECT c.* FROM (SELECT DISTINCT x FROM unnest(p_receipts) x) r CROSS JOIN LATERAL e2_current(p_group, r.x, v_now) c
+    ), ins AS (
+        INSERT INTO ext (slot, group_id, lane, lease_no, expires_at)
+        SELECT DISTINCT c.slot, p_group, c.lane, c.lease_no, v_now + p_lease FROM c
+        RETURNING 1
+    )
+    SELECT count(*) INTO n FROM c WHERE EXISTS (SELECT FROM ins) OR true;
+    RETURN n;
+END
+$$;

@@ -1,0 +1,216 @@
+-- Group: engine v2 - rotation and reclaim (templates, schema sluice_tmpl2)
+--
+-- A queue writes into the slot of its current epoch. Every rotate_interval
+-- a new epoch starts in the next slot, if that slot is free (the ring of
+-- slots is not full). The oldest epoch's slot is reclaimed, its seven leaves
+-- truncated at once, when nothing in it is needed any more (e2_reclaimable).
+-- Both run in sluice.maintain and in a receive that finds the interval
+-- passed (at most once a second per session): no background process.
+
+-- e_maintain: rotate and reclaim a queue of engine 2 (the caller holds the
+-- queue's maint lock).
+--
+-- Parameters:
+--   p_queue_id  queue id
+-- Returns: rotated, reclaimed (slots truncated) and changed (anything written)
+-- Calls: e2_carry_idle, e2_reclaimable, e2_rotate
+CREATE OR REPLACE FUNCTION sluice_tmpl2.e_maintain(p_queue_id int, OUT rotated boolean, OUT reclaimed int,
+                                                  OUT changed boolean)
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    q sluice.queue;
+    cur record;
+    oldest bigint;
+    v_slot smallint;
+BEGIN
+    rotated := false;
+    reclaimed := 0;
+    changed := false;
+    SELECT * INTO STRICT q FROM sluice.queue qq WHERE qq.id = p_queue_id;
+    IF EXISTS (SELECT 1 FROM sluice.consumer_group cg WHERE cg.queue_id = p_queue_id AND cg.ttl IS NOT NULL) THEN
+        changed := sluice._expire_groups(p_queue_id) > 0;
+    END IF;
+    SELECT e.epoch, e.slot, e.started_at INTO cur FROM sluice.epoch e
+    WHERE e.queue_id = p_queue_id ORDER BY e.epoch DESC LIMIT 1;
+    oldest := coalesce((SELECT max(r.epoch) FROM sluice.reclaim r WHERE r.queue_id = p_queue_id) + 1, 0);
+    WHILE oldest < cur.epoch LOOP
+        v_slot := (oldest % q.slots)::smallint;
+        changed := e2_carry_idle(q, v_slot, cur.slot) OR changed;
+        EXIT WHEN NOT e2_reclaim(q, oldest, v_slot);
+        oldest := oldest + 1;
+        reclaimed := reclaimed + 1;
+    END LOOP;
+    IF clock_timestamp() >= cur.started_at + q.rotate_interval AND cur.epoch - oldest < q.slots - 1
+       AND (EXISTS (SELECT 1 FROM batch b WHERE b.slot = cur.slot)
+            OR EXISTS (SELECT 1 FROM msg m WHERE m.slot = cur.slot)) THEN
+        PERFORM e2_rotate(q, cur.epoch + 1);
+        rotated := true;
+    END IF;
+    changed := changed OR rotated OR reclaimed > 0;
+END
+$$;
+
+-- e2_rotate: start epoch p_epoch in its slot, under the cut lock (waited
+-- for: a cut is short), with a copy of the newest cut there, which the hot
+-- path of the new slot reads the lanes' heads from, and the state of every
+-- lane not held by a receive carried there (e2_carry_idle).
+--
+-- Parameters:
+--   q        the queue
+--   p_epoch  the new epoch (its slot is free)
+CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_rotate(q sluice.queue, p_epoch bigint)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_slot constant smallint := (p_epoch % q.slots)::smallint;
+BEGIN
+    PERFORM pg_advisory_xact_lock(sluice._lock_ns('cut'), q.id);
+    INSERT INTO sluice.epoch (queue_id, epoch, slot, started_at) VALUES (q.id, p_epoch, v_slot, clock_timestamp());
+    INSERT INTO cut (slot, cut_no, snap, snap_xmax, snap_xip, heads, rr, due_upto, at, epoch)
+    SELECT v_slot, c.cut_no + 1, c.snap, c.snap_xmax, c.snap_xip, c.heads, c.rr, c.due_upto, clock_timestamp(), p_epoch
+    FROM cut c ORDER BY c.cut_no DESC LIMIT 1;
+    -- every lane no receive holds moves now, so that the hot path finds it
+    -- here (one a receive holds moves with its next receive)
+    PERFORM e2_carry_idle(q, ((p_epoch - 1) % q.slots)::smallint, v_slot);
+END
+$$;
+
+-- e2_carry_idle: carry into the current slot the state of every lane whose
+-- newest state is in slot p_slot (an idle lane: a lane in use moves with its
+-- next receive), so that the slot can be reclaimed. A lane held by a
+-- receive is left to it.
+--
+-- Parameters:
+--   q       the queue
+--   p_slot  the slot to empty of lane states
+--   p_cur   the current slot
+-- Returns: whether it wrote anything
+CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_carry_idle(q sluice.queue, p_slot smallint, p_cur smallint)
+RETURNS boolean
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    n int;
+BEGIN
+    WITH st AS MATERIALIZED (
+        SELECT s.*
+        FROM sluice.consumer_group g CROSS JOIN generate_series(0, q.lanes - 1) l(lane)
+        CROSS JOIN LATERAL (SELECT s.* FROM lease s WHERE s.group_id = g.id AND s.lane = l.lane
+                            ORDER BY s.lease_no DESC LIMIT 1) s
+        WHERE g.queue_id = q.id AND s.slot = p_slot
+          AND pg_try_advisory_xact_lock(sluice._lane_lock(s.group_id, s.lane))
+    ), fence AS (
+        -- (as e2_slow: a receive there with a stale state writes nothing)
+        INSERT INTO lease (slot, group_id, lane, lease_no, kind, first_pos, last_pos, n, token, expires_at,
+                           delivered_at, cursor, scan_t, scan_no, old_due)
+        SELECT st.slot, st.group_id, st.lane, st.lease_no + 1, 'f', 1, 0, 0, 0, '-infinity', clock_timestamp(),
+               st.cursor, st.scan_t, st.scan_no, 'infinity'
+        FROM st
+        RETURNING 1
+    ), ins AS (
+        INSERT INTO lease (slot, group_id, lane, lease_no, kind, first_pos, last_pos, n, token, expires_at,
+                           delivered_at, cursor, scan_t, scan_no, old_due, next_exp)
+        SELECT p_cur, st.group_id, st.lane, st.lease_no + 2, 'c', 1, 0, 0, 0, '-infinity', clock_timestamp(),
+               st.cursor, st.scan_t, st.scan_no, e2_old_due(st.group_id, st.lane, p_cur, st.scan_t, st.scan_no),
+               e2_next_exp(st.group_id, st.lane, p_cur, st.scan_t, st.scan_no)
+        FROM st
+        RETURNING 1
+    )
+    SELECT count(*) INTO n FROM ins;
+    RETURN n > 0;
+END
+$$;
+
+-- e2_reclaimable: whether slot p_slot (of epoch p_epoch, not current) holds
+-- nothing still needed: its retention passed (the next epoch began that
+-- long ago); every message in it numbered, none waiting in pending; and, for
+-- every lane of every group: its state not in it, its leases in it all
+-- scanned past (and their extensions ended), no deferred lease (kind x) not
+-- yet scanned past, and every position whose message or batch is in the
+-- slot below the lane's low-water mark (the least of cursor + 1 and the
+-- positions of leases not yet scanned past: below it, everything is
+-- completed). Groups dropped do not count.
+--
+-- Parameters:
+--   q        the queue
+--   p_epoch  the epoch
+--   p_slot   its slot
+-- Returns: true when the slot can be truncated
+CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_reclaimable(q sluice.queue, p_epoch bigint, p_slot smallint)
+RETURNS boolean
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    c record;
+BEGIN
+    IF (SELECT e.started_at FROM sluice.epoch e WHERE e.queue_id = q.id AND e.epoch = p_epoch + 1)
+       > clock_timestamp() - q.retention THEN
+        RETURN false;
+    END IF;
+    SELECT * INTO STRICT c FROM cut x ORDER BY x.cut_no DESC LIMIT 1;
+    IF EXISTS (SELECT 1 FROM msg m WHERE m.slot = p_slot AND NOT pg_visible_in_snapshot(m.txid, c.snap))
+       OR EXISTS (SELECT 1 FROM pending p WHERE (p.mslot = p_slot OR p.slot = p_slot) AND p.due > c.due_upto)
+       OR EXISTS (SELECT 1 FROM ext x WHERE x.slot = p_slot AND x.expires_at > clock_timestamp()) THEN
+        RETURN false;
+    END IF;
+    RETURN NOT EXISTS (
+        SELECT 1
+        FROM sluice.consumer_group g CROSS JOIN generate_series(0, q.lanes - 1) l(lane)
+        CROSS JOIN LATERAL (SELECT s.* FROM lease s WHERE s.group_id = g.id AND s.lane = l.lane
+                            ORDER BY s.lease_no DESC LIMIT 1) s
+        CROSS JOIN LATERAL (
+            -- the leases not scanned past: the low-water mark, and whether
+            -- one is deferred or lives in the slot
+            SELECT least(s.cursor + 1, min(CASE WHEN e.last_pos >= e.first_pos THEN e.first_pos END),
+                         min((SELECT min(r) FROM unnest(e.redo_pos) r))) AS lwm,
+                   bool_or(e.kind = 'x' OR e.slot = p_slot) AS holds
+            FROM lease e
+            WHERE e.group_id = g.id AND e.lane = l.lane AND e.expires_at > '-infinity'
+              AND e.expires_at >= s.scan_t AND (e.expires_at, e.lease_no) > (s.scan_t, s.scan_no)) w
+        CROSS JOIN LATERAL (SELECT max(b.last_pos) AS last FROM batch b
+                            WHERE b.lane = l.lane AND (b.slot = p_slot OR p_slot = ANY (b.mslots))) b
+        WHERE g.queue_id = q.id
+          AND (s.slot = p_slot OR coalesce(w.holds, false) OR coalesce(b.last, 0) >= w.lwm));
+END
+$$;
+
+-- e2_reclaim: truncate slot p_slot (epoch p_epoch) if it is reclaimable,
+-- checked again under ACCESS EXCLUSIVE locks on its seven leaves, taken
+-- within 50 ms (else it is left for a later call: a reader of the slot, or
+-- a transaction holding a lock on one of its leaves, keeps it).
+--
+-- Parameters:
+--   q        the queue
+--   p_epoch  the oldest epoch kept
+--   p_slot   its slot
+-- Returns: whether it was truncated
+CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_reclaim(q sluice.queue, p_epoch bigint, p_slot smallint)
+RETURNS boolean
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_timeout constant text := current_setting('lock_timeout');
+    v_leaves constant text := (SELECT string_agg(format('%I.%I', sluice._qschema(q.id), t || '_' || p_slot), ', ')
+                               FROM unnest(sluice._v2_tables()) t);
+BEGIN
+    IF NOT e2_reclaimable(q, p_epoch, p_slot) THEN
+        RETURN false;
+    END IF;
+    BEGIN
+        PERFORM set_config('lock_timeout', '50ms', true);
+        EXECUTE format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', v_leaves);
+        PERFORM set_config('lock_timeout', v_timeout, true);
+    EXCEPTION WHEN lock_not_available THEN
+        PERFORM set_config('lock_timeout', v_timeout, true);
+        RETURN false;
+    END;
+    IF NOT e2_reclaimable(q, p_epoch, p_slot) THEN
+        RETURN false;
+    END IF;
+    EXECUTE format('TRUNCATE %s', v_leaves);
+    INSERT INTO sluice.reclaim (queue_id, epoch, reclaimed_at) VALUES (q.id, p_epoch, clock_timestamp());
+    RETURN true;
+END
+$$;

@@ -1,0 +1,193 @@
+-- Group: engine v2 - receive and a group's start (templates, schema sluice_tmpl2)
+
+-- e2_receive__s: sluice.receive of a queue of engine 2 whose current slot
+-- is this copy's. Takes from the first free lane with positions to take
+-- (e2_take__s, or the slow path e2_slow for a lane the hot path does not
+-- serve); while it has fewer than max_messages, from the next one. When no
+-- free lane has positions, it numbers what is committed and not numbered
+-- yet, if anything is and no other receive is at it (e2_unnumbered,
+-- e2_cut), and looks again; then it looks at the lanes whose leases ended
+-- (to deliver them again, or pass them when completed). So a backlog
+-- already numbered is taken without probing for new messages (these come
+-- after it in every lane anyway), and a lane taken for its positions looks
+-- at its own ended leases first. Eight looks at most.
+-- Rotation and reclaim (e_maintain) run here too when the current epoch is
+-- older than rotate_interval, at most once a second per session, if no other
+-- call is at them.
+--
+-- Parameters: as sluice.receive (q and g looked up, lease resolved), and
+--   p_epoch, p_started  the current epoch and when it started
+--   p_slot              its slot (this copy's)
+-- Returns: the messages leased, as sluice.receive
+-- Calls: e2_ack, e_maintain, e2_unnumbered, e2_cut, e2_take__s, e2_slow
+CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_receive__s(q sluice.queue, g sluice.consumer_group, max_messages int,
+                                                     p_lease interval, p_consumer text, p_ack text[],
+                                                     p_epoch bigint, p_started timestamptz, p_slot smallint)
+RETURNS SETOF sluice.message
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_now constant timestamptz := clock_timestamp();
+    v_maint_note constant text := 'sluice.maint_' || q.id;
+    v_start int := floor(random() * q.lanes)::int;
+    v_need int := max_messages;
+    v_cut boolean := false;
+    v_ended boolean := false;   -- looking at lanes whose leases ended
+    v_n int;
+    v_try int := 0;
+    s record;
+    v_ex_t timestamptz;     -- the lane's first ended lease past its scan point (e2_expired__s)
+    v_ex_no bigint;
+    v_settled boolean;
+    v_next timestamptz;
+BEGIN
+    IF p_ack IS NOT NULL THEN
+        PERFORM e2_ack(g.id, p_ack);
+    END IF;
+    IF v_now >= p_started + q.rotate_interval
+       AND coalesce(current_setting(v_maint_note, true), '') < to_char(v_now - interval '1 second', 'YYYYMMDDHH24MISSUS')
+       AND pg_try_advisory_xact_lock(sluice._lock_ns('maint'), q.id) THEN
+        PERFORM set_config(v_maint_note, to_char(v_now, 'YYYYMMDDHH24MISSUS'), false);
+        PERFORM e_maintain(q.id);
+    END IF;
+    WHILE v_try < 8 LOOP
+        v_try := v_try + 1;
+        -- the first lane in turn with work (or with no state here: the slow
+        -- path looks) whose lock is free, and its state (read before the
+        -- lock: it may be stale, see e2_take__s)
+        SELECT l.lane, h.heads[l.lane + 1] AS head, st.kind, st.lease_no, st.cursor, st.scan_t, st.scan_no,
+               st.old_due, st.next_exp
+        INTO s
+        FROM (SELECT c.heads FROM cut__s c ORDER BY c.cut_no DESC LIMIT 1) h
+        CROSS JOIN generate_series(0, q.lanes - 1) o
+        CROSS JOIN LATERAL (SELECT ((o + v_start) % q.lanes)::smallint AS lane) l
+        LEFT JOIN LATERAL (SELECT x.kind, x.lease_no, x.cursor, x.scan_t, x.scan_no, x.old_due, x.next_exp
+                           FROM lease__s x WHERE x.group_id = g.id AND x.lane = l.lane
+                           ORDER BY x.lease_no DESC LIMIT 1) st ON true
+        WHERE CASE WHEN CASE WHEN v_ended THEN st.next_exp <= v_now
+                             ELSE st.lease_no IS NULL OR st.kind = 'f' OR h.heads[l.lane + 1] > st.cursor
+                                  OR st.old_due <= v_now END
+                   THEN pg_try_advisory_xact_lock(sluice._lane_lock(g.id, l.lane)) ELSE false END
+        LIMIT 1;
+        IF NOT FOUND THEN
+            -- No free lane with positions: number what is committed, if
+            -- anything is and no other receive is at it, and look again
+            -- (once); then look at the lanes with leases that ended.
+            IF NOT v_cut AND NOT v_ended AND v_need = max_messages THEN
+                v_cut := true;
+                CONTINUE WHEN e2_unnumbered(v_now) AND coalesce(e2_cut(q.id, q.lanes, p_slot, p_epoch), 0) > 0;
+            END IF;
+            EXIT WHEN v_ended;
+            v_ended := true;
+            CONTINUE;
+        END IF;
+        v_start := s.lane + 1;
+        v_ex_t := NULL; v_ex_no := NULL; v_settled := NULL; v_next := s.next_exp;
+        IF s.kind IN ('r', 'c') AND s.old_due > v_now AND s.next_exp <= v_now THEN
+            SELECT * INTO v_ex_t, v_ex_no, v_settled, v_next FROM e2_expired__s(g.id, s.lane, s.scan_t, s.scan_no, v_now);
+        END IF;
+        IF s.lease_no IS NULL OR s.kind NOT IN ('r', 'c') OR s.old_due <= v_now OR v_settled IS FALSE THEN
+            RETURN QUERY SELECT * FROM e2_slow(q, g, s.lane, v_need, p_lease, p_consumer, v_now, p_slot);
+            GET DIAGNOSTICS v_n = ROW_COUNT;
+            IF s.lease_no IS NULL AND v_n = 0 THEN
+                v_try := v_try - 1;   -- (a lane only carried here: not a look, at most once a lane)
+            END IF;
+        ELSE
+            RETURN QUERY SELECT * FROM e2_take__s(g.id, s.lane, s.lease_no, s.cursor, coalesce(v_ex_t, s.scan_t),
+                                                  coalesce(v_ex_no, s.scan_no), s.old_due, v_next,
+                                                  v_settled IS TRUE OR v_next IS DISTINCT FROM s.next_exp,
+                                                  v_need, p_lease, p_consumer, v_now, p_slot);
+            GET DIAGNOSTICS v_n = ROW_COUNT;
+            IF v_n = 0 AND s.head > s.cursor THEN
+                -- the next positions are in another slot's batches (or the
+                -- state read was stale): the slow path reads them
+                RETURN QUERY SELECT * FROM e2_slow(q, g, s.lane, v_need, p_lease, p_consumer, v_now, p_slot);
+                GET DIAGNOSTICS v_n = ROW_COUNT;
+            END IF;
+        END IF;
+        v_need := v_need - v_n;
+        EXIT WHEN v_need = 0;
+    END LOOP;
+END
+$$;
+
+-- e2_expired__s: a lane's first lease in this slot past its scan point that
+-- has ended, and whether it is settled (acked whole, or every position
+-- completed, and not extended): the hot path passes a settled one, the slow
+-- path handles the rest. Also when the next lease past it (or past the scan
+-- point, when none has ended) ends: the lane's new next_exp.
+--
+-- Parameters:
+--   p_group, p_lane    group and lane
+--   p_scan_t, p_scan_no  the lane's scan point
+--   p_now              now
+-- Returns: expires_at, lease_no (NULL: none has ended), settled, next_exp
+CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_expired__s(p_group int, p_lane smallint, p_scan_t timestamptz,
+                                                     p_scan_no bigint, p_now timestamptz,
+                                                     OUT expires_at timestamptz, OUT lease_no bigint,
+                                                     OUT settled boolean, OUT next_exp timestamptz)
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    SELECT x.expires_at, x.lease_no,
+           x.kind = 'r' AND (EXISTS (SELECT 1 FROM ack__s a WHERE a.group_id = p_group AND a.lane = p_lane
+                                                           AND a.lease_no = x.lease_no AND a.pos = 0)
+                             OR (SELECT count(*) FROM ack__s a WHERE a.group_id = p_group AND a.lane = p_lane
+                                                                 AND a.lease_no = x.lease_no) = x.n)
+           AND NOT EXISTS (SELECT 1 FROM ext__s t WHERE t.group_id = p_group AND t.lane = p_lane
+                                                    AND t.lease_no = x.lease_no AND t.expires_at > p_now),
+           coalesce((SELECT y.expires_at FROM lease__s y
+                     WHERE y.group_id = p_group AND y.lane = p_lane AND y.expires_at > '-infinity'
+                       AND y.expires_at >= coalesce(x.expires_at, p_scan_t)
+                       AND (y.expires_at, y.lease_no) > (coalesce(x.expires_at, p_scan_t), coalesce(x.lease_no, p_scan_no))
+                     ORDER BY y.expires_at, y.lease_no LIMIT 1), 'infinity')
+    INTO expires_at, lease_no, settled, next_exp
+    FROM (SELECT 1) one
+    LEFT JOIN LATERAL (SELECT x.* FROM lease__s x
+                       WHERE x.group_id = p_group AND x.lane = p_lane AND x.expires_at > '-infinity'
+                         AND x.expires_at >= p_scan_t AND x.expires_at <= p_now
+                         AND (x.expires_at, x.lease_no) > (p_scan_t, p_scan_no)
+                       ORDER BY x.expires_at, x.lease_no LIMIT 1) x ON true;
+END
+$$;
+
+-- e2_start: write the first state of every lane of a new group: its
+-- cursor before the first position it is to receive. 'earliest': the
+-- oldest position kept; 'latest': after everything committed now (numbered
+-- first, under the queue's cut lock, waited for); a time: after the
+-- positions numbered before it.
+--
+-- Parameters:
+--   p_queue_id  queue id
+--   p_group     the new group's id
+--   p_earliest  start from the oldest kept
+--   p_ts        start time (when not earliest; NULL: now, 'latest')
+-- Tables: lease, one row (kind c) per lane
+CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_start(p_queue_id int, p_group int, p_earliest boolean, p_ts timestamptz)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    q sluice.queue;
+    v_epoch bigint;
+    v_slot smallint;
+BEGIN
+    SELECT * INTO STRICT q FROM sluice.queue qq WHERE qq.id = p_queue_id;
+    SELECT ns.epoch, ns.slot INTO v_epoch, v_slot FROM sluice._slot_now(q.id) ns;
+    IF NOT p_earliest AND p_ts IS NULL THEN
+        PERFORM pg_advisory_xact_lock(sluice._lock_ns('cut'), q.id);
+        PERFORM e2_cut_store(q.lanes, v_slot, v_epoch, clock_timestamp());
+    END IF;
+    INSERT INTO lease (slot, group_id, lane, lease_no, kind, first_pos, last_pos, n, token, expires_at,
+                       delivered_at, cursor, scan_t, scan_no, old_due, next_exp)
+    SELECT v_slot, p_group, l.lane, 1, 'c', 1, 0, 0, 0, '-infinity', clock_timestamp(),
+           CASE WHEN p_earliest THEN coalesce((SELECT min(b.first_pos) - 1 FROM batch b WHERE b.lane = l.lane), h.heads[l.lane + 1])
+                WHEN p_ts IS NULL THEN h.heads[l.lane + 1]
+                ELSE coalesce((SELECT max(b.last_pos) FROM batch b JOIN cut c ON c.cut_no = b.cut_no
+                               WHERE b.lane = l.lane AND c.at < p_ts),
+                              (SELECT min(b.first_pos) - 1 FROM batch b WHERE b.lane = l.lane), h.heads[l.lane + 1]) END,
+           '-infinity', 0, 'infinity', 'infinity'
+    FROM (SELECT c.heads FROM cut c ORDER BY c.cut_no DESC LIMIT 1) h
+    CROSS JOIN LATERAL generate_series(0, q.lanes - 1) AS l(lane);
+END
+$$;

@@ -1,0 +1,56 @@
+-- Group: engine v2 - send (templates, schema sluice_tmpl2)
+--
+-- A send to a queue of engine 2 is one INSERT into the queue's own msg
+-- table, in the slot of its current epoch (sluice.send and send_batch check
+-- the arguments, draw the ids and call these through the queue's path).
+
+-- e2_send: insert one message.
+--
+-- Parameters:
+--   p_queue_id  queue id
+--   p_id        the message id (from the queue's sequence)
+--   p_due       when it is due (NULL: at once)
+--   p_now       sent_at
+--   p_headers   headers or NULL
+--   p_body      body
+-- Returns: p_id
+CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_send(p_queue_id int, p_id bigint, p_due timestamptz, p_now timestamptz,
+                                               p_headers jsonb, p_body jsonb)
+RETURNS bigint
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    INSERT INTO msg (slot, id, txid, due, sent_at, headers, body)
+    VALUES ((SELECT ns.slot FROM sluice._slot_now(p_queue_id) ns), p_id, pg_current_xact_id(), p_due, p_now,
+            p_headers, p_body);
+    RETURN p_id;
+END
+$$;
+
+-- e2_send_batch: insert messages, their ids drawn in body order.
+--
+-- Parameters:
+--   q          the queue's row
+--   p_due      when they are due (NULL: at once)
+--   p_now      sent_at
+--   p_headers  headers per body, or NULL
+--   p_bodies   bodies
+-- Returns: the ids, in body order
+CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_send_batch(q sluice.queue, p_due timestamptz, p_now timestamptz,
+                                                     p_headers jsonb[], p_bodies jsonb[])
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    RETURN QUERY
+    WITH ins AS (
+        INSERT INTO msg (slot, id, txid, due, sent_at, headers, body)
+        SELECT (SELECT ns.slot FROM sluice._slot_now(q.id) ns), nextval(q.id_seq), pg_current_xact_id(), p_due, p_now,
+               u.h, u.b
+        FROM unnest(p_bodies, p_headers) WITH ORDINALITY AS u(b, h, ord)
+        ORDER BY u.ord
+        RETURNING id
+    )
+    SELECT ins.id FROM ins ORDER BY ins.id;
+END
+$$;

@@ -1,0 +1,314 @@
+-- Group: engine v2 - the receive's slow path (templates, schema sluice_tmpl2)
+--
+-- What the hot path declines, on a lane the receive has locked, through the
+-- parents (every slot): the lane's state carried into the current slot, the
+-- next expired lease past the lane's scan point handled (its unsettled
+-- positions delivered again, parked, or dead-lettered; or, extended, put
+-- off to its new end), then new positions (e2_take, the hot statement over
+-- the parents).
+
+-- e2_slow: serve a locked lane the hot path declined.
+--
+-- Parameters:
+--   q, g        queue and group
+--   p_lane      the lane (locked by the caller)
+--   p_need      how many to deliver at most
+--   p_lease     lease duration
+--   p_consumer  consumer name
+--   p_now       the receive's time
+--   p_slot      the current slot
+-- Returns: the messages delivered (as sluice.receive), and possibly the
+--   sentinel rows of e2_take (id NULL) for the caller to skip
+-- Calls: e2_settled_run, e2_old_due, e2_next_exp, e2_expire, e2_take
+CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_slow(q sluice.queue, g sluice.consumer_group, p_lane smallint,
+                                               p_need int, p_lease interval, p_consumer text,
+                                               p_now timestamptz, p_slot smallint)
+RETURNS SETOF sluice.message
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    st record;
+    r record;
+    v_no bigint;
+    v_t timestamptz;
+    v_tno bigint;
+    n int;
+BEGIN
+    -- the lane's state: its newest lease row, of any slot (every lane of a
+    -- group has one from the group's creation)
+    SELECT s.* INTO STRICT st FROM lease s WHERE s.group_id = g.id AND s.lane = p_lane
+    ORDER BY s.lease_no DESC LIMIT 1;
+    v_no := st.lease_no;
+    IF st.slot <> p_slot THEN
+        -- moving the lane: a fence in its old slot first, so that a receive
+        -- there with a stale state writes nothing (e2_take)
+        v_no := v_no + 1;
+        INSERT INTO lease (slot, group_id, lane, lease_no, kind, first_pos, last_pos, n, token, expires_at,
+                           delivered_at, cursor, scan_t, scan_no, old_due)
+        VALUES (st.slot, g.id, p_lane, v_no, 'f', 1, 0, 0, 0, '-infinity', p_now, st.cursor,
+                st.scan_t, st.scan_no, 'infinity');
+    END IF;
+    -- the run of ended leases past the scan point (of any slot) that are
+    -- completed, passed at once: after a rotation the older slot's leases
+    -- of a busy lane end one after another
+    SELECT x.expires_at, x.lease_no INTO v_t, v_tno FROM e2_settled_run(g.id, p_lane, st.scan_t, st.scan_no, p_now) x;
+    IF v_tno IS NOT NULL THEN
+        st.scan_t := v_t;
+        st.scan_no := v_tno;
+    END IF;
+    -- the next expired lease past the scan point, of any slot
+    SELECT e.* INTO r FROM lease e
+    WHERE e.group_id = g.id AND e.lane = p_lane AND e.expires_at >= st.scan_t AND e.expires_at > '-infinity'
+      AND e.expires_at <= p_now AND (e.expires_at, e.lease_no) > (st.scan_t, st.scan_no)
+    ORDER BY e.expires_at, e.lease_no LIMIT 1;
+    IF FOUND THEN
+        RETURN QUERY SELECT * FROM e2_expire(q, g, p_lane, v_no, st.cursor, r.lease_no, p_need, p_lease, p_consumer,
+                                             p_now, p_slot);   -- (its state row passes r, after the run)
+        GET DIAGNOSTICS n = ROW_COUNT;
+        p_need := p_need - n;
+    ELSIF st.slot <> p_slot OR st.old_due <= p_now OR v_tno IS NOT NULL THEN
+        -- carry the state into the current slot, with what older slots hold
+        INSERT INTO lease (slot, group_id, lane, lease_no, kind, first_pos, last_pos, n, token, expires_at,
+                           delivered_at, cursor, scan_t, scan_no, old_due, next_exp)
+        VALUES (p_slot, g.id, p_lane, v_no + 1, 'c', 1, 0, 0, 0, '-infinity', p_now, st.cursor,
+                st.scan_t, st.scan_no, e2_old_due(g.id, p_lane, p_slot, st.scan_t, st.scan_no),
+                e2_next_exp(g.id, p_lane, p_slot, st.scan_t, st.scan_no));
+    END IF;
+    IF p_need > 0 THEN
+        -- new positions, through the parents, from the state just written
+        SELECT s.* INTO STRICT st FROM lease s WHERE s.group_id = g.id AND s.lane = p_lane
+        ORDER BY s.lease_no DESC LIMIT 1;
+        RETURN QUERY SELECT * FROM e2_take(g.id, p_lane, st.lease_no, st.cursor, st.scan_t, st.scan_no, st.old_due,
+                                           st.next_exp, false, p_need, p_lease, p_consumer, p_now, p_slot);
+    END IF;
+END
+$$;
+
+-- e2_old_due: when the first lease of a lane in a slot other than the
+-- current one, past the given scan point, expires: the hot path, which
+-- reads the current slot only, leaves the lane to the slow path from then.
+--
+-- Parameters:
+--   p_group, p_lane  group and lane
+--   p_slot           the current slot
+--   p_t, p_no        the scan point (expires_at, lease_no)
+-- Returns: that time, or infinity
+CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_old_due(p_group int, p_lane smallint, p_slot smallint,
+                                                  p_t timestamptz, p_no bigint)
+RETURNS timestamptz
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    RETURN coalesce((SELECT min(e.expires_at) FROM lease e
+                     WHERE e.group_id = p_group AND e.lane = p_lane AND e.slot <> p_slot
+                       AND e.expires_at >= p_t AND e.expires_at > '-infinity'
+                       AND (e.expires_at, e.lease_no) > (p_t, p_no)), 'infinity');
+END
+$$;
+
+-- e2_expire: handle a lane's next expired lease (e), passing the lane's
+-- scan point over it. When e, or the lease that e puts off (kind x), was
+-- extended past now, a deferral (kind x) to its new end is written. Else
+-- its positions that are not completed come back: those whose attempts are
+-- used up (max_attempts) become dead letters, up to p_need are delivered
+-- again (attempt + 1) in a new lease of this receive, the rest are parked
+-- (a lease of kind p, due at once, for the next receives).
+--
+-- Parameters:
+--   q, g        queue and group
+--   p_lane      lane (locked)
+--   p_st_no     the lane's newest lease_no (its state)
+--   p_cursor    the lane's cursor
+--   p_e_no      the expired lease's lease_no
+--   p_need, p_lease, p_consumer, p_now, p_slot: as e2_slow
+-- Returns: the messages delivered again (as sluice.receive)
+-- Tables: lease (deferral, parked, delivery or carry row: the last is the
+--   lane's new state), ack and sluice.dead_letter (dead letters)
+CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_expire(q sluice.queue, g sluice.consumer_group, p_lane smallint,
+                                                 p_st_no bigint, p_cursor bigint, p_e_no bigint, p_need int,
+                                                 p_lease interval, p_consumer text, p_now timestamptz,
+                                                 p_slot smallint)
+RETURNS SETOF sluice.message
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    e record;
+    l record;
+    r record;
+    v_end timestamptz;
+    v_no bigint := p_st_no;
+    u record;
+    v_kind "char" := 'c';
+    v_token bigint := 0;
+    v_exp timestamptz := 'infinity';
+BEGIN
+    SELECT * INTO STRICT e FROM lease x WHERE x.group_id = g.id AND x.lane = p_lane AND x.lease_no = p_e_no;
+    r := e;
+    IF e.kind = 'x' THEN
+        SELECT * INTO STRICT r FROM lease x WHERE x.group_id = g.id AND x.lane = p_lane AND x.lease_no = e.ref;
+    END IF;
+    v_end := greatest(r.expires_at, (SELECT max(x.expires_at) FROM ext x
+                                     WHERE x.group_id = g.id AND x.lane = p_lane AND x.lease_no = r.lease_no));
+    -- (no row when it was extended: u's fields are then NULL)
+    SELECT * INTO u FROM e2_unsettled(g.id, p_lane, r.lease_no, r.slot, q.max_attempts, p_need, p_now, p_slot, q.id)
+    WHERE v_end <= p_now;
+    IF v_end > p_now THEN
+        v_no := v_no + 1;   -- put off to the lease's new end
+        INSERT INTO lease (slot, group_id, lane, lease_no, kind, ref, first_pos, last_pos, n, token, expires_at,
+                           delivered_at, cursor, scan_t, scan_no, old_due)
+        VALUES (p_slot, g.id, p_lane, v_no, 'x', r.lease_no, 1, 0, 0, 0, v_end, p_now, p_cursor,
+                e.expires_at, e.lease_no, 'infinity');
+    ELSIF cardinality(u.park_pos) > 0 THEN
+        v_no := v_no + 1;
+        INSERT INTO lease (slot, group_id, lane, lease_no, kind, first_pos, last_pos, n, redo_pos, redo_att,
+                           redo_ids, redo_txids, token, expires_at, delivered_at, cursor, scan_t, scan_no, old_due)
+        VALUES (p_slot, g.id, p_lane, v_no, 'p', 1, 0, cardinality(u.park_pos), u.park_pos, u.park_att,
+                u.park_ids, u.park_txids, 0, p_now, p_now, p_cursor, e.expires_at, e.lease_no, 'infinity');
+    END IF;
+    IF cardinality(u.pos) > 0 THEN
+        v_kind := 'r';
+        v_token := 1 + (random() * 4503599627370495)::bigint;
+        v_exp := p_now + p_lease;
+    END IF;
+    INSERT INTO lease AS x (slot, group_id, lane, lease_no, kind, first_pos, last_pos, n, redo_pos, redo_att,
+                            redo_ids, redo_txids, token, expires_at, delivered_at, cursor, scan_t, scan_no,
+                            old_due, consumer, next_exp)
+    VALUES (p_slot, g.id, p_lane, v_no + 1, v_kind, 1, 0, coalesce(cardinality(u.pos), 0), u.pos,
+            (SELECT array_agg(a + 1) FROM unnest(u.att) a), u.ids, u.txids, v_token,
+            CASE WHEN v_kind = 'r' THEN v_exp ELSE '-infinity' END, p_now, p_cursor,
+            e.expires_at, e.lease_no, e2_old_due(g.id, p_lane, p_slot, e.expires_at, e.lease_no), p_consumer,
+            least(v_exp, e2_next_exp(g.id, p_lane, p_slot, e.expires_at, e.lease_no)))
+    RETURNING * INTO l;
+    RETURN QUERY
+    SELECT coalesce(m.orig, m.id), m.body, m.headers, NULL::text, 0, w.att, m.sent_at,
+           p_slot || '.' || w.pos || '.' || p_lane || '.' || l.lease_no || '.' || l.token, l.expires_at, w.pos
+    FROM unnest(l.redo_pos, l.redo_ids, l.redo_txids, l.redo_att) WITH ORDINALITY AS w(pos, id, txid, att, o)
+    JOIN msg m ON m.txid = w.txid AND m.id = w.id
+    ORDER BY w.o;
+END
+$$;
+
+-- e2_unsettled: the positions of a lease that are not completed, with
+-- their messages and last attempts: those whose attempts are used up
+-- become dead letters of the group (and count as completed), the first
+-- p_need of the rest are to be delivered again, the others parked.
+--
+-- Parameters:
+--   p_group, p_lane, p_no, p_lslot  the lease (group, lane, lease_no, slot)
+--   p_max       the queue's max_attempts
+--   p_need      how many to deliver again at most
+--   p_now       now
+--   p_slot      current slot
+--   p_queue_id  queue id
+-- Returns: pos, ids, txids, att (to deliver again, last attempts), and
+--   park_pos, park_ids, park_txids, park_att (to park)
+-- Tables: sluice.dead_letter and ack (kind d) for the dead
+CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_unsettled(p_group int, p_lane smallint, p_no bigint, p_lslot smallint,
+                                                    p_max int, p_need int, p_now timestamptz, p_slot smallint,
+                                                    p_queue_id int,
+                                                    OUT pos bigint[], OUT ids bigint[], OUT txids xid8[], OUT att int[],
+                                                    OUT park_pos bigint[], OUT park_ids bigint[],
+                                                    OUT park_txids xid8[], OUT park_att int[])
+RETURNS record
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    a_pos bigint[];
+    a_ids bigint[];
+    a_txids xid8[];
+    a_att int[];
+BEGIN
+    SELECT array_agg(x.pos ORDER BY x.pos), array_agg(x.id ORDER BY x.pos), array_agg(x.txid ORDER BY x.pos),
+           array_agg(x.att ORDER BY x.pos)
+    INTO a_pos, a_ids, a_txids, a_att
+    FROM (SELECT p.pos, b.id, b.txid, m.attempt AS att
+          FROM lease l
+          CROSS JOIN LATERAL generate_series(l.first_pos, l.last_pos) p(pos)
+          CROSS JOIN LATERAL (SELECT bb.ids[p.pos - bb.first_pos + 1] AS id, bb.txids[p.pos - bb.first_pos + 1] AS txid
+                              FROM batch bb WHERE bb.lane = p_lane AND bb.last_pos >= p.pos
+                              ORDER BY bb.last_pos LIMIT 1) b
+          JOIN msg m ON m.txid = b.txid AND m.id = b.id
+          WHERE l.group_id = p_group AND l.lane = p_lane AND l.lease_no = p_no AND l.slot = p_lslot
+            AND (m.target IS NULL OR m.target = p_group)
+          UNION ALL
+          SELECT x.pos, x.id, x.txid, x.att
+          FROM lease l CROSS JOIN LATERAL unnest(l.redo_pos, l.redo_ids, l.redo_txids, l.redo_att) x(pos, id, txid, att)
+          WHERE l.group_id = p_group AND l.lane = p_lane AND l.lease_no = p_no AND l.slot = p_lslot) x
+    WHERE NOT EXISTS (SELECT 1 FROM ack a WHERE a.group_id = p_group AND a.lane = p_lane AND a.lease_no = p_no
+                                          AND a.pos IN (0, x.pos));
+    WITH dead AS (
+        INSERT INTO ack (slot, group_id, lane, lease_no, pos, kind, at)
+        SELECT p_lslot, p_group, p_lane, p_no, u.pos, 'd', p_now FROM unnest(a_pos, a_att) u(pos, att) WHERE u.att >= p_max
+        RETURNING ack.pos
+    )
+    INSERT INTO sluice.dead_letter (queue_id, group_id, message_id, attempts, error, died_at, sent_at, priority,
+                                    key, headers, body)
+    SELECT p_queue_id, p_group, coalesce(m.orig, m.id), u.att, 'lease expired', p_now, m.sent_at, 0, NULL, m.headers, m.body
+    FROM unnest(a_pos, a_ids, a_txids, a_att) u(pos, id, txid, att)
+    JOIN dead d ON d.pos = u.pos JOIN msg m ON m.txid = u.txid AND m.id = u.id;
+    SELECT array_agg(u.pos ORDER BY u.k) FILTER (WHERE u.k <= p_need), array_agg(u.id ORDER BY u.k) FILTER (WHERE u.k <= p_need),
+           array_agg(u.txid ORDER BY u.k) FILTER (WHERE u.k <= p_need), array_agg(u.att ORDER BY u.k) FILTER (WHERE u.k <= p_need),
+           array_agg(u.pos ORDER BY u.k) FILTER (WHERE u.k > p_need), array_agg(u.id ORDER BY u.k) FILTER (WHERE u.k > p_need),
+           array_agg(u.txid ORDER BY u.k) FILTER (WHERE u.k > p_need), array_agg(u.att ORDER BY u.k) FILTER (WHERE u.k > p_need)
+    INTO pos, ids, txids, att, park_pos, park_ids, park_txids, park_att
+    FROM (SELECT x.*, row_number() OVER (ORDER BY x.pos) AS k
+          FROM unnest(a_pos, a_ids, a_txids, a_att) x(pos, id, txid, att) WHERE x.att < p_max) u;
+END
+$$;
+
+-- e2_next_exp: when the first lease of a lane in the current slot, past the
+-- given scan point, ends (a lane state's next_exp: the hot path looks for an
+-- ended lease only from then).
+--
+-- Parameters: as e2_old_due
+-- Returns: that time, or infinity
+CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_next_exp(p_group int, p_lane smallint, p_slot smallint,
+                                                   p_t timestamptz, p_no bigint)
+RETURNS timestamptz
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    RETURN coalesce((SELECT min(e.expires_at) FROM lease e
+                     WHERE e.group_id = p_group AND e.lane = p_lane AND e.slot = p_slot
+                       AND e.expires_at >= p_t AND e.expires_at > '-infinity'
+                       AND (e.expires_at, e.lease_no) > (p_t, p_no)), 'infinity');
+END
+$$;
+
+-- e2_settled_run: the last of the run of a lane's ended leases, from its
+-- scan point on in scan order (of any slot), that are all completed (acked
+-- whole or every position completed, and not extended): the slow path
+-- passes them at once. At most 1,000.
+--
+-- Parameters:
+--   p_group, p_lane  group and lane
+--   p_t, p_no        the scan point
+--   p_now            now
+-- Returns: expires_at and lease_no of the last of the run; NULL when the
+--   first ended lease is not completed (or none has ended)
+CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_settled_run(p_group int, p_lane smallint, p_t timestamptz, p_no bigint,
+                                                      p_now timestamptz, OUT expires_at timestamptz,
+                                                      OUT lease_no bigint)
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    SELECT x.expires_at, x.lease_no INTO expires_at, lease_no
+    FROM (SELECT e.expires_at, e.lease_no,
+                 bool_and(e.kind = 'r'
+                          AND (EXISTS (SELECT 1 FROM ack a WHERE a.slot = e.slot AND a.group_id = p_group
+                                                             AND a.lane = p_lane AND a.lease_no = e.lease_no AND a.pos = 0)
+                               OR (SELECT count(*) FROM ack a WHERE a.slot = e.slot AND a.group_id = p_group
+                                                                AND a.lane = p_lane AND a.lease_no = e.lease_no) = e.n)
+                          AND NOT EXISTS (SELECT 1 FROM ext x WHERE x.slot = e.slot AND x.group_id = p_group
+                                                                AND x.lane = p_lane AND x.lease_no = e.lease_no
+                                                                AND x.expires_at > p_now))
+                     OVER (ORDER BY e.expires_at, e.lease_no ROWS UNBOUNDED PRECEDING) AS done
+          FROM (SELECT e.* FROM lease e
+                WHERE e.group_id = p_group AND e.lane = p_lane AND e.expires_at > '-infinity'
+                  AND e.expires_at >= p_t AND e.expires_at <= p_now AND (e.expires_at, e.lease_no) > (p_t, p_no)
+                ORDER BY e.expires_at, e.lease_no LIMIT 1000) e) x
+    WHERE x.done
+    ORDER BY x.expires_at DESC, x.lease_no DESC
+    LIMIT 1;
+END
+$$;

@@ -1,0 +1,188 @@
+-- Group: engine v2 - per-queue storage (internal)
+--
+-- A queue of engine 2 keeps everything that grows with its traffic in its
+-- own schema sluice_q<id>, in seven tables, each LIST-partitioned by slot
+-- (0 to the queue's slots - 1; the leaf of slot s is <table>_<s>). Nothing is
+-- shared with other queues but the catalog (sluice.queue, consumer_group,
+-- epoch, dead_letter). docs/design.md, "Engine v2", draws it.
+--
+--   msg      the messages, as sent (and retries: a nack's copy, meant for one
+--            group, with its attempt and when it is due)
+--   cut      one row per numbering: the snapshot it numbered up to and the
+--            head (last position) of every lane
+--   batch    the positions a cut gave one lane: ids and txids of the
+--            messages, in position order
+--   lease    one row per receive and lane: what it leased (a range of new
+--            positions and redelivered ones), and the lane's state after it
+--            (cursor, expiry scan point); the newest row of a lane is its state
+--   ack      completions: one row per lease acked whole (pos 0), else one
+--            per position (kind a acked, n nacked, d dead-lettered)
+--   ext      lease extensions (extend)
+--   pending  messages numbered only when due (delays, retries with backoff)
+
+-- _create_storage_v2: create the schema, tables and function copies of a
+-- queue of engine 2, and its first cut (nothing numbered).
+--
+-- Parameters:
+--   p_queue_id  queue id (its row in sluice.queue exists)
+-- Tables: creates schema sluice_q<id> with the seven tables above, each
+--   with one partition per slot
+CREATE OR REPLACE FUNCTION sluice._create_storage_v2(p_queue_id int)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    sch constant text := sluice._qschema(p_queue_id);
+    q sluice.queue;
+    t text;
+    s int;
+BEGIN
+    SELECT * INTO STRICT q FROM sluice.queue qq WHERE qq.id = p_queue_id;
+    EXECUTE format('CREATE SCHEMA %I', sch);
+    EXECUTE format($ddl$
+        CREATE TABLE %1$I.msg (
+            slot smallint NOT NULL, id bigint NOT NULL, txid xid8 NOT NULL,
+            orig bigint,   -- a retry's: the id of the message it retries (its own id is new)
+            attempt int NOT NULL DEFAULT 1, target int, due timestamptz,
+            sent_at timestamptz NOT NULL, headers jsonb, body jsonb NOT NULL
+        ) PARTITION BY LIST (slot);
+        CREATE INDEX ON %1$I.msg (txid, id);
+        CREATE TABLE %1$I.cut (
+            slot smallint NOT NULL, cut_no bigint NOT NULL, snap pg_snapshot NOT NULL,
+            snap_xmax xid8 NOT NULL, snap_xip xid8[] NOT NULL, heads bigint[] NOT NULL, rr int NOT NULL,
+            due_upto timestamptz NOT NULL, at timestamptz NOT NULL, epoch bigint NOT NULL,
+            PRIMARY KEY (cut_no, slot)
+        ) PARTITION BY LIST (slot);
+        CREATE TABLE %1$I.batch (
+            slot smallint NOT NULL, lane smallint NOT NULL, first_pos bigint NOT NULL,
+            last_pos bigint NOT NULL, ids bigint[] NOT NULL, txids xid8[] NOT NULL,
+            mslots smallint[] NOT NULL,   -- the slot each message is stored in
+            targets int[], cut_no bigint NOT NULL,
+            PRIMARY KEY (lane, last_pos, slot)
+        ) PARTITION BY LIST (slot);
+        CREATE TABLE %1$I.lease (
+            slot smallint NOT NULL, group_id int NOT NULL, lane smallint NOT NULL,
+            lease_no bigint NOT NULL,
+            kind "char" NOT NULL,      -- r a receive's, x a deferral of lease ref, p parked redeliveries
+            ref bigint,
+            first_pos bigint NOT NULL, last_pos bigint NOT NULL,
+            n int NOT NULL,            -- how many positions it leased (of the range, those meant for the group)
+            redo_pos bigint[], redo_att int[], redo_ids bigint[], redo_txids xid8[],
+            token bigint NOT NULL, expires_at timestamptz NOT NULL, delivered_at timestamptz NOT NULL,
+            cursor bigint NOT NULL, scan_t timestamptz NOT NULL, scan_no bigint NOT NULL,
+            old_due timestamptz NOT NULL, consumer text,
+            next_exp timestamptz NOT NULL DEFAULT '-infinity',   -- no lease of the lane here past the scan point ends before
+            PRIMARY KEY (group_id, lane, lease_no, slot)
+        ) PARTITION BY LIST (slot);
+        CREATE INDEX ON %1$I.lease (group_id, lane, expires_at, lease_no);
+        CREATE TABLE %1$I.ack (
+            slot smallint NOT NULL, group_id int NOT NULL, lane smallint NOT NULL,
+            lease_no bigint NOT NULL, pos bigint NOT NULL, kind "char" NOT NULL,
+            at timestamptz NOT NULL,
+            UNIQUE (group_id, lane, lease_no, pos, slot)
+        ) PARTITION BY LIST (slot);
+        CREATE TABLE %1$I.ext (
+            slot smallint NOT NULL, group_id int NOT NULL, lane smallint NOT NULL,
+            lease_no bigint NOT NULL, expires_at timestamptz NOT NULL
+        ) PARTITION BY LIST (slot);
+        CREATE INDEX ON %1$I.ext (group_id, lane, lease_no, expires_at);
+        CREATE TABLE %1$I.pending (
+            slot smallint NOT NULL, due timestamptz NOT NULL, mslot smallint NOT NULL,
+            txid xid8 NOT NULL, id bigint NOT NULL
+        ) PARTITION BY LIST (slot);
+        CREATE INDEX ON %1$I.pending (due);
+    $ddl$, sch);
+    FOR s IN 0..q.slots - 1 LOOP
+        FOREACH t IN ARRAY sluice._v2_tables() LOOP
+            EXECUTE format('CREATE TABLE %I.%I PARTITION OF %I.%I FOR VALUES IN (%s)', sch, t || '_' || s, sch, t, s);
+        END LOOP;
+    END LOOP;
+    EXECUTE format('INSERT INTO %I.cut (slot, cut_no, snap, snap_xmax, snap_xip, heads, rr, due_upto, at, epoch)
+                    SELECT 0, 0, s, pg_snapshot_xmax(s), ARRAY(SELECT pg_snapshot_xip(s)), array_fill(0::bigint, ARRAY[%s]),
+                           0, clock_timestamp(), clock_timestamp(), 0
+                    FROM pg_current_snapshot() s', sch, q.lanes);
+    PERFORM sluice._instantiate_v2(p_queue_id);
+END
+$$;
+
+-- _v2_tables: the slot-partitioned tables of a queue of engine 2.
+CREATE OR REPLACE FUNCTION sluice._v2_tables()
+RETURNS text[]
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT ARRAY['msg', 'cut', 'batch', 'lease', 'ack', 'ext', 'pending']
+$$;
+
+-- _instantiate_v2: (re)create a queue's copies of the v2 templates (schema
+-- sluice_tmpl2). A template whose name ends in __s is copied once per slot
+-- s, with __s replaced by _<s> in its name and body: its statements name
+-- slot s's leaves (msg_<s>, lease_<s>, ...), so that the planner sets up no
+-- scan of another slot's partition; and once more with __s removed, the
+-- same statements through the parents (the slow path's). Every copy runs with the queue's
+-- schema first in its path: the public API sets it before a static call
+-- (as for engine 1, see sluice.receive), or the copy carries it in its SET
+-- clause with the engine's settings (those called through EXECUTE).
+--
+-- Parameters:
+--   p_queue_id  queue id
+CREATE OR REPLACE FUNCTION sluice._instantiate_v2(p_queue_id int)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+SET check_function_bodies = off
+AS $$
+DECLARE
+    sch constant text := sluice._qschema(p_queue_id);
+    v_slots constant int := (SELECT qq.slots FROM sluice.queue qq WHERE qq.id = p_queue_id);
+    -- (e2_receive, e2_ack, e2_nack, e2_extend and e2_send are entry points
+    -- too, but their public callers set the path and carry the settings, as
+    -- for engine 1: see sluice.receive)
+    entry_points constant text[] := ARRAY['e_status', 'e2_start', 'e_maintain', 'e_peek', 'e_leases',
+                                          'e_purge', 'e_start_pos'];
+    f record;
+    def text;
+    s int;
+BEGIN
+    FOR f IN SELECT p.oid FROM pg_proc p WHERE p.pronamespace = sch::regnamespace LOOP
+        EXECUTE format('DROP FUNCTION %s', f.oid::regprocedure);
+    END LOOP;
+    FOR f IN SELECT p.oid, p.proname FROM pg_proc p
+             WHERE p.pronamespace = 'sluice_tmpl2'::regnamespace ORDER BY p.proname LOOP
+        def := replace(pg_get_functiondef(f.oid), 'sluice_tmpl2.', quote_ident(sch) || '.');
+        IF f.proname LIKE '%\_\_s' THEN
+            FOR s IN 0..v_slots - 1 LOOP
+                EXECUTE replace(def, '__s', '_' || s);
+            END LOOP;
+            EXECUTE replace(def, '__s', '');   -- the copy through the parents
+        ELSE
+            EXECUTE def;
+        END IF;
+    END LOOP;
+    FOR f IN SELECT p.oid FROM pg_proc p
+             WHERE p.pronamespace = sch::regnamespace AND p.proname = ANY (entry_points) LOOP
+        EXECUTE format('ALTER FUNCTION %s SET search_path = %s %s', f.oid::regprocedure,
+                       sluice._queue_path(p_queue_id), sluice._engine_settings());
+    END LOOP;
+    EXECUTE format('REVOKE ALL ON ALL FUNCTIONS IN SCHEMA %I FROM PUBLIC', sch);
+END
+$$;
+
+-- _v2_unsupported: raise SL011 for a call that queues of engine 2 do not
+-- support yet.
+--
+-- Parameters:
+--   p_what  what was called (e.g. 'peek', 'key')
+-- Errors: SL011 not_supported, always
+CREATE OR REPLACE FUNCTION sluice._v2_unsupported(p_what text)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RAISE EXCEPTION USING ERRCODE = 'SL011',
+        MESSAGE = format('%s is not supported yet by queues of engine 2', p_what),
+        HINT = 'Use a queue of engine 1 (the default) for it; docs/design.md, "Engine v2", lists what engine 2 does.';
+END
+$$;

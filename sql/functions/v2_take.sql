@@ -1,0 +1,88 @@
+-- Group: engine v2 - the receive's hot path (templates, schema sluice_tmpl2)
+--
+-- e2_take__s is the last step of a receive on a lane it holds: take the
+-- lane's next positions, write its new state (the lease) and read the
+-- messages, in one statement. It is copied once per slot (see
+-- sluice._instantiate_v2), naming only that slot's leaves, for the hot path
+-- (e2_receive__s), and a last time with __s removed, the same statement
+-- over the parents, for the slow path (e2_slow).
+
+-- e2_take__s: take up to p_need new positions of a lane the caller holds,
+-- from the cursor on, write the lane's new state and return the messages.
+-- Looks at the p_need + 3 positions after the cursor (a little more than
+-- needed, for positions meant for other groups), in at most four batches, so
+-- its new cursor is the last position taken, or, with fewer than p_need, the
+-- last position looked at; the first batch read must hold the position after
+-- the cursor (else the next positions are in another slot's batches:
+-- nothing is written). The state passed may be stale (read before the lane's
+-- lock): its successor's key (group, lane, lease_no + 1) is then taken, and
+-- nothing is written.
+--
+-- Parameters:
+--   p_group     group id
+--   p_lane      the lane (locked)
+--   p_no        the lane's newest lease_no (its state)
+--   p_cursor    the lane's cursor
+--   p_scan_t, p_scan_no  the scan point the new state is to have
+--   p_old_due   the state's old_due, carried on
+--   p_next_exp  when the first lease here past the scan point ends (or
+--               earlier: -infinity makes the next receive look)
+--   p_moved     the scan point moved (write a state even if nothing is taken)
+--   p_need      how many positions at most
+--   p_lease     lease duration
+--   p_consumer  consumer name
+--   p_now       the receive's time
+--   p_slot      the slot the row goes to
+-- Returns: the messages leased, in position order (as sluice.receive)
+CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_take__s(p_group int, p_lane smallint, p_no bigint, p_cursor bigint,
+                                                  p_scan_t timestamptz, p_scan_no bigint, p_old_due timestamptz,
+                                                  p_next_exp timestamptz, p_moved boolean, p_need int,
+                                                  p_lease interval, p_consumer text, p_now timestamptz,
+                                                  p_slot smallint)
+RETURNS SETOF sluice.message
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    RETURN QUERY
+    WITH t AS MATERIALIZED (
+        -- the next positions meant for the group, and the last one looked at
+        SELECT count(x.id) FILTER (WHERE x.k <= p_need)::int AS n,
+               array_agg(x.pos ORDER BY x.pos) FILTER (WHERE x.k <= p_need) AS pos,
+               array_agg(x.id ORDER BY x.pos) FILTER (WHERE x.k <= p_need) AS ids,
+               array_agg(x.txid ORDER BY x.pos) FILTER (WHERE x.k <= p_need) AS txids,
+               array_agg(x.mslot ORDER BY x.pos) FILTER (WHERE x.k <= p_need) AS mslots,
+               max(x.pos) FILTER (WHERE x.k <= p_need) AS last, max(x.last_pos) AS blast,
+               min(x.first_pos) AS bfirst
+        FROM (SELECT b.first_pos, least(b.last_pos, p_cursor + p_need + 3) AS last_pos,
+                     b.first_pos + b.vfrom + u.o - 2 AS pos, u.id, u.txid, u.mslot,
+                     count(u.id) OVER (ORDER BY b.last_pos, u.o ROWS UNBOUNDED PRECEDING) AS k
+              FROM (SELECT bb.first_pos, bb.last_pos, bb.ids, bb.txids, bb.mslots, bb.targets,
+                           greatest(p_cursor - bb.first_pos + 2, 1)::int AS vfrom,
+                           (least(bb.last_pos, p_cursor + p_need + 3) - bb.first_pos + 1)::int AS vto
+                    FROM batch__s bb WHERE bb.lane = p_lane AND bb.last_pos > p_cursor
+                    ORDER BY bb.last_pos LIMIT least(p_need, 4)) b
+              LEFT JOIN LATERAL (SELECT u.* FROM unnest(b.ids[b.vfrom:b.vto], b.txids[b.vfrom:b.vto], b.mslots[b.vfrom:b.vto],
+                                                        b.targets[b.vfrom:b.vto]) WITH ORDINALITY AS u(id, txid, mslot, tg, o)
+                                 WHERE u.tg IS NULL OR u.tg = p_group) u ON true
+              WHERE b.vfrom <= b.vto) x
+    ), ins AS (
+        INSERT INTO lease__s AS i (slot, group_id, lane, lease_no, kind, first_pos, last_pos, n, token, expires_at,
+                                   delivered_at, cursor, scan_t, scan_no, old_due, consumer, next_exp)
+        SELECT p_slot, p_group, p_lane, p_no + 1, CASE WHEN t.n > 0 THEN 'r' ELSE 'c' END,
+               coalesce(t.pos[1], 1), coalesce(t.last, 0), t.n, 1 + (random() * 4503599627370495)::bigint,
+               CASE WHEN t.n > 0 THEN p_now + p_lease ELSE '-infinity' END, p_now,
+               CASE WHEN t.n = p_need THEN t.last ELSE coalesce(t.blast, p_cursor) END,
+               p_scan_t, p_scan_no, p_old_due, p_consumer,
+               CASE WHEN t.n > 0 THEN least(p_next_exp, p_now + p_lease) ELSE p_next_exp END
+        FROM t
+        WHERE coalesce(t.bfirst <= p_cursor + 1, true) AND (t.n > 0 OR p_moved OR t.blast > p_cursor)
+        ON CONFLICT DO NOTHING
+        RETURNING i.lease_no, i.token, i.expires_at
+    )
+    SELECT coalesce(m.orig, m.id), m.body, m.headers, NULL::text, 0, m.attempt, m.sent_at,
+           p_slot || '.' || u.pos || '.' || p_lane || '.' || ins.lease_no || '.' || ins.token, ins.expires_at, u.pos
+    FROM ins CROSS JOIN t CROSS JOIN LATERAL unnest(t.pos, t.ids, t.txids, t.mslots) WITH ORDINALITY AS u(pos, id, txid, mslot, o)
+    JOIN msg m ON m.slot = u.mslot AND m.txid = u.txid AND m.id = u.id   -- (one partition looked at a row)
+    ORDER BY u.o;
+END
+$$;

@@ -1,0 +1,87 @@
+package sqlsrc_test
+
+import (
+	"strings"
+	"testing"
+)
+
+// Receipts that pass the public API's form check (sluice._receipt_ok: four
+// or five parts of digits, the slot and third part up to 9 digits) but name
+// nothing of an engine 2 queue are stale: ack and extend count 0, nack is
+// false, nothing changes. Engine 2 casts the slot and the lane to smallint
+// and reads a fifth part (token) always, so a 9-digit slot or lane, or a
+// receipt of four parts (engine 1's form), must not raise.
+func TestV2ForgedReceiptsOutOfRange(t *testing.T) {
+	b := setup(t)
+	b.createV2("v2bad2", `"lanes": 2`)
+	b.v2sendN("v2bad2", 2)
+	// (both: a receive with forged receipts to ack then has nothing to
+	// take, and writes nothing of its own)
+	ms := b.v2receive("v2bad2", "default", 2, "")
+	if len(ms) != 2 {
+		t.Fatalf("receive: %+v", ms)
+	}
+	rc := ms[0].Receipt
+	parts := strings.Split(rc, ".")
+	forged := map[string]string{
+		"slot of 9 digits": v2forge(rc, 0, "999999999"),
+		"slot 40000":       v2forge(rc, 0, "40000"),
+		"lane of 9 digits": v2forge(rc, 2, "999999999"),
+		"four parts":       strings.Join(parts[:4], "."),
+		"engine 1's form":  "0.1.1.123",
+	}
+	before := b.dataFingerprint()
+	for what, r := range forged {
+		var n int
+		err := b.pool.QueryRow(b.ctx, "SELECT sluice.ack('v2bad2', 'default', $1)", []string{r}).Scan(&n)
+		if err != nil || n != 0 {
+			t.Errorf("ack of a forged receipt (%s) %q: %d, %v; want 0, no error", what, r, n, err)
+		}
+		var ok bool
+		err = b.pool.QueryRow(b.ctx, "SELECT sluice.nack('v2bad2', 'default', $1, '0')", r).Scan(&ok)
+		if err != nil || ok {
+			t.Errorf("nack of a forged receipt (%s) %q: %v, %v; want false, no error", what, r, ok, err)
+		}
+		err = b.pool.QueryRow(b.ctx, "SELECT sluice.extend('v2bad2', 'default', $1, '1 hour')", []string{r}).Scan(&n)
+		if err != nil || n != 0 {
+			t.Errorf("extend of a forged receipt (%s) %q: %d, %v; want 0, no error", what, r, n, err)
+		}
+		// in a receive's ack argument, too
+		if _, err := b.pool.Exec(b.ctx, "SELECT * FROM sluice.receive('v2bad2', 'default', 1, ack => $1)",
+			[]string{r}); err != nil {
+			t.Errorf("receive with a forged receipt (%s) %q to ack: %v", what, r, err)
+		}
+	}
+	if after := b.dataFingerprint(); after != before {
+		t.Errorf("forged receipts changed the data:\nbefore %s\nafter  %s", before, after)
+	}
+	if n := b.ack("v2bad2", "default", rc); n != 1 {
+		t.Errorf("the real receipt counted %d after the forged ones, want 1", n)
+	}
+}
+
+// redrive is not supported by engine 2: it raises SL011, also when the
+// queue has dead letters, and the dead letters stay listed (nothing
+// half-done: not marked redriven while sent nowhere).
+func TestV2RedriveRefused(t *testing.T) {
+	b := setup(t)
+	b.createV2("v2rd", `"max_attempts": 1`)
+	id := b.send(b.pool, "v2rd", `{"r": 1}`)
+	m := b.v2receive("v2rd", "default", 1, "")
+	if len(m) != 1 || !b.nack("v2rd", "default", m[0].Receipt, "0", "dead") {
+		t.Fatalf("receive and nack: %+v", m)
+	}
+	if n := b.int64("SELECT count(*) FROM sluice.dead_letters('v2rd')"); n != 1 {
+		t.Fatalf("dead letters %d, want 1", n)
+	}
+	_, err := b.pool.Exec(b.ctx, "SELECT sluice.redrive('v2rd')")
+	if sqlstate(err) != "SL011" {
+		t.Errorf("redrive of an engine 2 queue with a dead letter: %v, want SL011", err)
+	}
+	if n := b.int64("SELECT count(*) FROM sluice.dead_letters('v2rd')"); n != 1 {
+		t.Errorf("after redrive, dead letters listed: %d, want 1 (message %d)", n, id)
+	}
+	if got := b.v2drain("v2rd", "default", 10, ""); len(got) != 0 {
+		t.Logf("after redrive the group received %v", v2ids(got))
+	}
+}
