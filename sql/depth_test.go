@@ -50,6 +50,14 @@ func TestJSONDepthLimit(t *testing.T) {
 	if n := b.int64(`SELECT count(*) FROM sluice.peek('q', 100)`); n != 0 {
 		t.Fatalf("%d messages sent", n)
 	}
+	// Engine 2 queues take the same checks before their own send path.
+	b.createQueue("q2", `{"engine": 2}`)
+	for _, sql := range []string{`SELECT sluice.send('q2', $1::jsonb)`, `SELECT sluice.send_batch('q2', ARRAY['1'::jsonb, $1::jsonb])`} {
+		if _, err := b.pool.Exec(b.ctx, sql, nested(513, false)); sqlstate(err) != "SL012" {
+			t.Errorf("engine 2: %s: %v, want SL012", sql, err)
+		}
+	}
+	b.int64(`SELECT sluice.send('q2', $1::jsonb)`, nested(512, false))
 	b.int64(`SELECT sluice.send('q', $1::jsonb)`, nested(512, false))
 	b.int64(`SELECT sluice.send('q', $1::jsonb, jsonb_build_object('h', $2::jsonb))`, nested(512, true), nested(511, false))
 	b.int64(`SELECT count(*) FROM sluice.send_batch('q', ARRAY[$1::jsonb, '1'])`, nested(512, false))
