@@ -575,7 +575,7 @@ func TestSendPriorityOutOfRange(t *testing.T) {
 func TestStatusPendingCountsWaiting(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.createQueue("keyed", nil)
+	b.createQueue("keyed", &sluice.QueueOptions{Lanes: 1}) // (one lane: the first receive takes the first message sent)
 	for range 3 {
 		if _, err := b.client.Send(b.ctx, "keyed", []byte(`1`), &sluice.SendOptions{Key: "hot"}); err != nil {
 			t.Fatal(err)

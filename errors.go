@@ -46,6 +46,9 @@ var (
 	// ErrInvalidIsolation (SL010) is a receive, or a send with a
 	// deduplication key, in a transaction that is not READ COMMITTED.
 	ErrInvalidIsolation = errors.New("sluice: READ COMMITTED isolation needed")
+	// ErrNotSupported (SL011) is a call or an argument that the queue's
+	// engine does not support yet (a key on a queue of engine 2, say).
+	ErrNotSupported = errors.New("sluice: not supported by the queue's engine")
 	// ErrJSONTooDeep (SL012) is a message whose body or headers are nested
 	// deeper than 512 levels (arrays and objects), more than every client
 	// can read back.
@@ -68,6 +71,7 @@ var sentinels = map[string]error{
 	"SL008": ErrInvalidReceipt,
 	"SL009": ErrPayloadTooLarge,
 	"SL010": ErrInvalidIsolation,
+	"SL011": ErrNotSupported,
 	"SL012": ErrJSONTooDeep,
 }
 

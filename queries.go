@@ -46,7 +46,7 @@ FROM sluice.list_queues() WHERE queue = $1`
 	sqlStatus = `SELECT queue, group_name, coalesce(ready, 0), coalesce(delayed, 0), coalesce(in_flight, 0),
        coalesce(dead, 0), oldest_pending_age, coalesce(lag, 0), coalesce(cursor, 0), coalesce(lwm, 0),
        coalesce(head, 0), coalesce(live_epochs, 0), coalesce(holds_reclaim, false), coalesce(waiting, 0),
-       coalesce(estimated, false), coalesce(dead_lettered, 0)
+       coalesce(estimated, false), coalesce(dead_lettered, 0), coalesce(held_by_pid, 0), held_for
 FROM sluice.status($1::text)`
 
 	sqlDeadLetters = `SELECT id, group_name, body, headers, key, attempts, error, died_at, sent_at, dead_letter_id

@@ -53,6 +53,15 @@ type Status struct {
 	// ones included, whichever consumer's nack or expiry did it: it only
 	// grows while the group exists (a counter, where Dead is a gauge).
 	DeadLettered int64
+	// HeldByPID is the backend whose open transaction holds the queue's
+	// numbering (0: none): a receive that numbered new messages and has
+	// not committed, which keeps them from every group until it does
+	// (receive in its own short transaction; docs/sql.md, receive).
+	HeldByPID int
+	// HeldFor is how long that backend's transaction has been open (0
+	// when none holds it, or when the caller may not see it:
+	// pg_read_all_stats).
+	HeldFor time.Duration
 }
 
 // Pending counts every message the engine still holds for the group:
@@ -85,13 +94,16 @@ func status(ctx context.Context, db dbtx, queue string) ([]Status, error) {
 	st, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Status, error) {
 		var s Status
 		var group *string
-		var age *time.Duration
+		var age, held *time.Duration
 		err := row.Scan(&s.Queue, &group, &s.Ready, &s.Delayed, &s.InFlight, &s.Dead, &age, &s.Lag,
 			&s.Cursor, &s.LWM, &s.Head, &s.LiveEpochs, &s.HoldsReclaim, &s.Waiting, &s.Estimated,
-			&s.DeadLettered)
+			&s.DeadLettered, &s.HeldByPID, &held)
 		s.Group = textOrEmpty(group)
 		if age != nil {
 			s.OldestPendingAge = *age
+		}
+		if held != nil {
+			s.HeldFor = *held
 		}
 		return s, err
 	})

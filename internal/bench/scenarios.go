@@ -17,6 +17,10 @@ func (r *runner) newSystem(name string) (system, error) {
 	switch name {
 	case "sluice":
 		return r.sluice(), nil
+	case "sluice-v2":
+		s := r.sluice()
+		s.engine = 2
+		return s, nil
 	case "skiplocked":
 		return &tableSystem{table: "skiplocked"}, nil
 	case "bare":
@@ -28,7 +32,7 @@ func (r *runner) newSystem(name string) (system, error) {
 	case "river":
 		return newRiverSystem(r.o.Pool, r.o.Poll, r.o.Out), nil
 	}
-	return nil, fmt.Errorf("unknown system %q (known: sluice, skiplocked, pgmq, pgmq-compat, river)", name)
+	return nil, fmt.Errorf("unknown system %q (known: sluice, sluice-v2, skiplocked, pgmq, pgmq-compat, river)", name)
 }
 
 // sluice returns sluice's system with the run's queue options (retention,

@@ -109,6 +109,7 @@ type sluiceSystem struct {
 	lease     time.Duration // the queue's lease (0: defaultLease)
 	lanes     int           // the queue's lanes (0: the engine's default)
 	slots     int           // the queue's slots (0: the engine's default)
+	engine    int           // the queue's engine (0: the default, 1; 2: engine v2)
 	// reclaim keeps nothing completed (retention 0) and starts a storage
 	// epoch every 10 s, so that the size of sluice's tables shows what
 	// reclaim leaves (the backlog), not what a retention period keeps.
@@ -143,13 +144,17 @@ func (s *sluiceSystem) keyExpr() string {
 }
 
 func (s *sluiceSystem) name() string {
+	n := "sluice"
+	if s.engine == 2 {
+		n = "sluice-v2"
+	}
 	if s.ackWithReceive {
-		return "sluice (ack with next receive)"
+		return n + " (ack with next receive)"
 	}
 	if s.asyncAck {
-		return "sluice (async ack)"
+		return n + " (async ack)"
 	}
-	return "sluice"
+	return n
 }
 func (*sluiceSystem) schemas() string { return "sluice%" }
 
@@ -167,6 +172,9 @@ func (s *sluiceSystem) setup(ctx context.Context, pool *pgxpool.Pool) error {
 	}
 	if s.slots > 0 {
 		opts["slots"] = s.slots
+	}
+	if s.engine > 0 {
+		opts["engine"] = s.engine
 	}
 	switch {
 	case s.reclaim:

@@ -61,6 +61,7 @@ var (
 	descLag       = prometheus.NewDesc("sluice_queue_lag", "Messages the group has not completed.", []string{"queue", "group"}, nil)
 	descHead      = prometheus.NewDesc("sluice_queue_head_position", "Position of the last numbered message (grows with every message numbered: its rate is the queue's throughput).", []string{"queue", "group"}, nil)
 	descLWM       = prometheus.NewDesc("sluice_queue_completed_position", "The group's low-water mark: first position not completed (its rate is the group's completion rate).", []string{"queue", "group"}, nil)
+	descHeld      = prometheus.NewDesc("sluice_numbering_held_seconds", "How long an open transaction has held the queue's numbering (a receive that numbered new messages and has not committed: they reach no group until it does); 0 when none holds it.", []string{"queue"}, nil)
 	descEstimated = prometheus.NewDesc("sluice_queue_status_estimated", "1 when ready and lag include an estimate of the messages not numbered yet beyond the ones sluice.status counts exactly (sluice.status_exact_limit).", []string{"queue", "group"}, nil)
 	descDeadTotal = prometheus.NewDesc("sluice_queue_dead_lettered_total", "Messages the group dead-lettered (attempts exhausted by a nack or an expired lease), redriven ones included, whichever client's request did it: sluice.status's dead_lettered. Starts again from 0 when the group is dropped and created again.", []string{"queue", "group"}, nil)
 	descUp        = prometheus.NewDesc("sluice_status_up", "1 when the last read of sluice.status succeeded.", nil, nil)
@@ -73,7 +74,7 @@ var (
 type queueCollector struct{ s *Server }
 
 func (c *queueCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descReady, descQWaiting, descDelayed, descInFlight, descDead, descAge, descLag, descHead, descLWM, descEstimated, descDeadTotal, descUp, descListener, descWaiting} {
+	for _, d := range []*prometheus.Desc{descReady, descQWaiting, descDelayed, descInFlight, descDead, descAge, descLag, descHead, descLWM, descEstimated, descHeld, descDeadTotal, descUp, descListener, descWaiting} {
 		ch <- d
 	}
 }
@@ -94,7 +95,12 @@ func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(descListener, prometheus.GaugeValue, listener)
 	ch <- prometheus.MustNewConstMetric(descWaiting, prometheus.GaugeValue, float64(c.s.notify.waiting()))
+	heldSeen := map[string]bool{} // (one gauge a queue: every group's row carries it)
 	for _, st := range sts {
+		if !heldSeen[st.Queue] {
+			heldSeen[st.Queue] = true
+			ch <- prometheus.MustNewConstMetric(descHeld, prometheus.GaugeValue, st.HeldFor.Seconds(), st.Queue)
+		}
 		if st.Group == "" {
 			continue
 		}

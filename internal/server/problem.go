@@ -18,7 +18,7 @@ import (
 
 // Problem is an error response, an RFC 9457 problem details object
 // (application/problem+json). Code carries the engine's SQLSTATE (SL001 to
-// SL010, or PostgreSQL's own such as 42501) when the database raised the
+// SL011, or PostgreSQL's own such as 42501) when the database raised the
 // error; Field names the member of the request that is wrong.
 type Problem struct {
 	Type     string `json:"type"`
@@ -66,6 +66,7 @@ var engineStatus = map[string]struct {
 	"SL008": {http.StatusUnprocessableEntity, "invalid_receipt"},
 	"SL009": {http.StatusRequestEntityTooLarge, "payload_too_large"},
 	"SL010": {http.StatusInternalServerError, "invalid_isolation"},
+	"SL011": {http.StatusUnprocessableEntity, "not_supported"},
 	"SL012": {http.StatusUnprocessableEntity, "json_too_deep"},
 }
 

@@ -40,13 +40,17 @@ type StatusJSON struct {
 	HoldsReclaim     bool    `json:"holds_reclaim"`
 	Estimated        bool    `json:"estimated"`
 	DeadLettered     int64   `json:"dead_lettered"`
+	// HeldByPID is the backend whose open transaction holds the queue's
+	// numbering (omitted: none); HeldFor how long, in seconds.
+	HeldByPID int     `json:"held_by_pid,omitempty"`
+	HeldFor   float64 `json:"held_for_seconds,omitempty"`
 }
 
 func statusJSON(st sluice.Status) StatusJSON {
 	return StatusJSON{Queue: st.Queue, Group: st.Group, Ready: st.Ready, Waiting: st.Waiting, Delayed: st.Delayed, InFlight: st.InFlight,
 		Dead: st.Dead, OldestPendingAge: st.OldestPendingAge.Seconds(), Lag: st.Lag, Cursor: st.Cursor, LWM: st.LWM,
 		Head: st.Head, LiveEpochs: st.LiveEpochs, HoldsReclaim: st.HoldsReclaim, Estimated: st.Estimated,
-		DeadLettered: st.DeadLettered}
+		DeadLettered: st.DeadLettered, HeldByPID: st.HeldByPID, HeldFor: st.HeldFor.Seconds()}
 }
 
 func queueJSON(q sluice.QueueInfo) QueueJSON {

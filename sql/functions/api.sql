@@ -118,7 +118,7 @@ BEGIN
     IF sluice._lease_ok(v_lease) IS NOT TRUE THEN
         PERFORM sluice._check_lease('lease', v_lease);
     END IF;
-    IF EXISTS (SELECT 1 FROM unnest(receive.ack) AS x WHERE x IS NULL OR NOT sluice._receipt_ok(x)) THEN
+    IF receive.ack IS NOT NULL AND cardinality(receive.ack) > 0 AND sluice._receipts_ok(receive.ack) IS NOT TRUE THEN
         PERFORM sluice._parse_receipts(receive.ack);   -- raises SL008, naming the receipt
     END IF;
     PERFORM sluice._receive_commit();
@@ -200,10 +200,9 @@ BEGIN
     END IF;
     -- Malformed input raises SL008 before anything changes (e_ack reads
     -- receipts that are well-formed).
-    -- (one receipt, as a consumer of one message acks: an expression, no
-    -- statement)
-    IF (CASE WHEN cardinality(ack.receipts) = 1 THEN sluice._receipt_ok(ack.receipts[1]) IS NOT TRUE
-             ELSE EXISTS (SELECT 1 FROM unnest(ack.receipts) AS x WHERE x IS NULL OR NOT sluice._receipt_ok(x)) END) THEN
+    -- (expressions, no statement: one receipt, or all of them at once)
+    IF (CASE WHEN cardinality(ack.receipts) = 1 THEN sluice._receipt_ok(ack.receipts[1])
+             ELSE sluice._receipts_ok(ack.receipts) END) IS NOT TRUE THEN
         PERFORM sluice._parse_receipts(ack.receipts);   -- raises SL008, naming the receipt
     END IF;
     PERFORM set_config('search_path', sluice._queue_path(q.id), true);

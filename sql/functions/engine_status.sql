@@ -339,7 +339,10 @@ DECLARE
     v_waiting bigint;
     v_limit text := coalesce(nullif(current_setting('sluice.status_exact_limit', true), ''), '10000');
     any_group boolean := false;
+    h_pid int;
+    h_for interval;
 BEGIN
+    SELECT x.pid, x.held_for INTO h_pid, h_for FROM sluice._numbering_holder(q.id) x;
     IF (CASE WHEN v_limit ~ '^\s*[0-9]{1,10}\s*$' THEN v_limit::bigint > 1000000000 ELSE true END) THEN
         RAISE EXCEPTION USING ERRCODE = 'SL006',
             MESSAGE = format('sluice.status_exact_limit must be a number from 0 to 1000000000, not %s',
@@ -431,6 +434,8 @@ BEGIN
         -- (v_min is made of the stored low-water marks, as reclaim sees them)
         s.holds_reclaim := v_oldest < v_cur AND e_group_lwm(g, q.lanes) = v_min AND v_now >= v_retired_at + q.retention;
         s.estimated := un.estimated;
+        s.held_by_pid := h_pid;
+        s.held_for := h_for;
         RETURN NEXT s;
     END LOOP;
     IF NOT any_group THEN
@@ -440,6 +445,8 @@ BEGIN
         s.live_epochs := v_cur - v_oldest + 1;
         s.holds_reclaim := false;
         s.estimated := false;
+        s.held_by_pid := h_pid;
+        s.held_for := h_for;
         RETURN NEXT s;
     END IF;
 END

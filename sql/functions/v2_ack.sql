@@ -26,6 +26,15 @@ DECLARE
     v_part text[];
     n int := 0;
 BEGIN
+    -- A receive's whole batch of one lane (its slot's copy tries it first)
+    IF p_receipts[1] LIKE '0.%' THEN
+        n := e2_ack_whole_0(p_group, p_receipts, v_now, 0::smallint);
+    ELSIF p_receipts[1] LIKE '1.%' THEN
+        n := e2_ack_whole_1(p_group, p_receipts, v_now, 1::smallint);
+    END IF;
+    IF n > 0 THEN
+        RETURN n;
+    END IF;
     FOR v_slot, v_part IN
         SELECT split_part(x, '.', 1)::int, array_agg(x) FROM unnest(p_receipts) x GROUP BY 1
     LOOP
@@ -227,5 +236,55 @@ BEGIN
     )
     SELECT count(*) INTO n FROM c WHERE EXISTS (SELECT FROM ins) OR true;
     RETURN n;
+END
+$$;
+
+-- e2_ack_whole__s: complete a receive's whole batch of one lane at once, as
+-- a consumer acks it: when the receipts are every position of one current
+-- lease of this slot, each once, none completed before, one row (pos 0).
+-- Cheap checks a receipt (prefix and suffix compared as strings, the
+-- position read), no join per receipt.
+--
+-- Parameters:
+--   p_group     group id
+--   p_receipts  well-formed receipts
+--   p_now       now
+--   p_slot      this copy's slot
+-- Returns: how many were completed (cardinality of p_receipts), or 0 when
+--   they are not such a batch (nothing was written)
+CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_ack_whole__s(p_group int, p_receipts text[], p_now timestamptz,
+                                                       p_slot smallint)
+RETURNS int
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_first constant text := p_receipts[1];
+    v_lane constant int := split_part(v_first, '.', 3)::int;
+    v_no constant bigint := split_part(v_first, '.', 4)::bigint;
+    v_token constant bigint := nullif(split_part(v_first, '.', 5), '')::bigint;
+    v_suffix constant text := '.' || v_lane || '.' || v_no || '.' || v_token;
+    v_prefix constant text := p_slot || '.';
+    n int;
+BEGIN
+    IF v_token IS NULL OR cardinality(p_receipts) < 2 THEN
+        RETURN 0;
+    END IF;
+    INSERT INTO ack__s (slot, group_id, lane, lease_no, pos, kind, at)
+    SELECT p_slot, p_group, v_lane, v_no, 0, 'a', p_now
+    FROM lease__s l
+    WHERE l.group_id = p_group AND l.lane = v_lane AND l.lease_no = v_no AND l.kind = 'r' AND l.token = v_token
+      AND l.n = cardinality(p_receipts)
+      AND (l.expires_at > p_now
+           OR EXISTS (SELECT 1 FROM ext__s e WHERE e.group_id = p_group AND e.lane = v_lane
+                                               AND e.lease_no = v_no AND e.expires_at > p_now))
+      AND NOT EXISTS (SELECT 1 FROM ack__s a WHERE a.group_id = p_group AND a.lane = v_lane AND a.lease_no = v_no)
+      AND (SELECT count(DISTINCT x.pos) = l.n
+                  AND bool_and(x.ok AND (x.pos BETWEEN l.first_pos AND l.last_pos OR x.pos = ANY (l.redo_pos)))
+           FROM (SELECT right(r, length(v_suffix)) = v_suffix AND left(r, length(v_prefix)) = v_prefix AS ok,
+                        split_part(r, '.', 2)::bigint AS pos
+                 FROM unnest(p_receipts) r) x)
+    ON CONFLICT DO NOTHING;
+    GET DIAGNOSTICS n = ROW_COUNT;
+    RETURN CASE WHEN n = 1 THEN cardinality(p_receipts) ELSE 0 END;
 END
 $$;

@@ -1,7 +1,7 @@
 -- Group: engine v2 - numbering (templates, schema sluice_tmpl2)
 --
 -- A message gets its position when a cut numbers it: a receive that finds
--- committed messages not numbered yet (e2_unnumbered) takes the queue's cut
+-- committed messages not numbered yet (e2_unnumbered__s) takes the queue's cut
 -- lock if it is free and numbers them (e2_cut); if another receive holds it,
 -- that one numbers them. A cut numbers exactly the messages whose
 -- transaction is visible in its snapshot and was not in the previous cut's:
@@ -11,34 +11,34 @@
 -- Messages not due yet go to pending and are numbered by the first cut at
 -- or after their due time.
 
--- e2_unnumbered: whether a cut would number anything: a committed message
--- not numbered yet, or a pending one come due. Read only; one index probe
--- per slot and kind.
+-- e2_unnumbered__s: the newest cut's number (of this slot's cuts: the
+-- current slot's copy is called) and whether a cut would number anything: a
+-- committed message not numbered yet, or a pending one come due. Read only;
+-- one index probe per slot and kind; an idle receive's only look.
 --
 -- Parameters:
 --   p_now  the receive's time
--- Returns: true when a cut is due
-CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_unnumbered(p_now timestamptz)
-RETURNS boolean
+-- Returns: cut_no, due
+CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_unnumbered__s(p_now timestamptz, OUT cut_no bigint, OUT due boolean)
 LANGUAGE plpgsql
 AS $$
 BEGIN
-    RETURN EXISTS (SELECT 1
-                   FROM (SELECT c.snap, c.snap_xmax, c.snap_xip, c.due_upto FROM cut c ORDER BY c.cut_no DESC LIMIT 1) c
-                   WHERE EXISTS (SELECT 1 FROM msg m
-                                 WHERE m.txid >= c.snap_xmax
-                                   AND pg_visible_in_snapshot(m.txid, pg_current_snapshot()))
-                      OR (cardinality(c.snap_xip) > 0
-                          AND EXISTS (SELECT 1 FROM msg m
-                                      WHERE m.txid = ANY (c.snap_xip)
-                                        AND pg_visible_in_snapshot(m.txid, pg_current_snapshot())))
-                      OR EXISTS (SELECT 1 FROM pending p WHERE p.due > c.due_upto AND p.due <= p_now));
+    SELECT c.cut_no,
+           EXISTS (SELECT 1 FROM msg m WHERE m.txid >= c.snap_xmax AND pg_visible_in_snapshot(m.txid, pg_current_snapshot()))
+           OR (cardinality(c.snap_xip) > 0
+               AND EXISTS (SELECT 1 FROM msg m
+                           WHERE m.txid = ANY (c.snap_xip) AND pg_visible_in_snapshot(m.txid, pg_current_snapshot())))
+           OR EXISTS (SELECT 1 FROM pending p WHERE p.due > c.due_upto AND p.due <= p_now)
+           OR c.work_snap IS NOT NULL
+    INTO cut_no, due
+    FROM cut__s c ORDER BY c.cut_no DESC LIMIT 1;
 END
 $$;
 
--- e2_cut: number what is committed and not numbered yet, if this receive
--- gets the queue's cut lock (held until it commits: the next cut must see
--- this one). Positions are per lane; unkeyed messages are dealt out to the
+-- e2_cut: number what is committed and not numbered yet, at most 4,096
+-- messages (a backlog is numbered in steps: the rest of a snapshot by the
+-- next cuts, before any newer message), if this receive gets the queue's
+-- cut lock (held until it commits: the next cut must see this one). Positions are per lane; unkeyed messages are dealt out to the
 -- lanes in chunks (at most 64, fewer when there are few: every lane gets
 -- some), from where the last cut stopped. One batch row per lane and 1,024
 -- positions. The snapshot the cut numbers by is its statement's own, so a
@@ -90,11 +90,33 @@ BEGIN
     WITH c AS MATERIALIZED (
         SELECT * FROM cut c ORDER BY c.cut_no DESC LIMIT 1
     ), s AS MATERIALIZED (
-        SELECT pg_current_snapshot() AS snap
+        -- the snapshot numbered by: the one a cut left partly numbered, else
+        -- this statement's
+        SELECT coalesce(c.work_snap, pg_current_snapshot()) AS snap FROM c
+    ), cand AS MATERIALIZED (
+        -- the first 4,097 messages visible in it and not in the last full
+        -- cut's snapshot, after what a partial cut numbered of it, in
+        -- (txid, id) order (two ordered index scans: the last snapshot's
+        -- transactions in progress, and those at or after its xmax)
+        SELECT x.* FROM (
+            SELECT m.slot, m.txid, m.id, m.due, m.target
+            FROM c JOIN msg m ON m.txid = ANY (c.snap_xip)
+            WHERE (c.work_txid IS NULL OR (m.txid, m.id) > (c.work_txid, c.work_id))
+            UNION ALL
+            SELECT m.slot, m.txid, m.id, m.due, m.target
+            FROM c JOIN msg m ON m.txid >= c.snap_xmax
+            WHERE (c.work_txid IS NULL OR (m.txid, m.id) > (c.work_txid, c.work_id))) x
+        CROSS JOIN s
+        WHERE pg_visible_in_snapshot(x.txid, s.snap)
+        ORDER BY x.txid, x.id
+        LIMIT 4097
     ), fresh AS MATERIALIZED (
-        SELECT m.slot, m.txid, m.id, m.due, m.target
-        FROM c CROSS JOIN s JOIN msg m ON m.txid >= c.snap_xmax OR m.txid = ANY (c.snap_xip)
-        WHERE pg_visible_in_snapshot(m.txid, s.snap) AND NOT pg_visible_in_snapshot(m.txid, c.snap)
+        SELECT f.* FROM cand f ORDER BY f.txid, f.id LIMIT 4096
+    ), w AS (
+        -- more to number in this snapshot: where this cut stopped
+        SELECT (SELECT count(*) FROM cand) > 4096 AS more,
+               (SELECT f.txid FROM fresh f ORDER BY f.txid DESC, f.id DESC LIMIT 1) AS txid,
+               (SELECT f.id FROM fresh f ORDER BY f.txid DESC, f.id DESC LIMIT 1) AS id
     ), later AS (
         INSERT INTO pending (slot, due, mslot, txid, id)
         SELECT p_slot, f.due, f.slot, f.txid, f.id FROM fresh f WHERE f.due > p_now
@@ -124,16 +146,50 @@ BEGIN
         GROUP BY p.lane, (p.pos - 1) / 64
         RETURNING lane, last_pos
     ), cutrow AS (
-        INSERT INTO cut (slot, cut_no, snap, snap_xmax, snap_xip, heads, rr, due_upto, at, epoch)
-        SELECT p_slot, c.cut_no + 1, s.snap, pg_snapshot_xmax(s.snap), ARRAY(SELECT pg_snapshot_xip(s.snap)),
+        INSERT INTO cut (slot, cut_no, snap, snap_xmax, snap_xip, heads, rr, due_upto, at, epoch,
+                         work_snap, work_txid, work_id)
+        SELECT p_slot, c.cut_no + 1,
+               CASE WHEN w.more THEN c.snap ELSE s.snap END,
+               CASE WHEN w.more THEN c.snap_xmax ELSE pg_snapshot_xmax(s.snap) END,
+               CASE WHEN w.more THEN c.snap_xip ELSE ARRAY(SELECT pg_snapshot_xip(s.snap)) END,
                ARRAY(SELECT greatest(c.heads[o.o], coalesce((SELECT max(r.last_pos) FROM rows r WHERE r.lane = o.o - 1), 0))
                      FROM generate_series(1, p_lanes) o ORDER BY o.o),
-               ((c.rr + ceil(k.n::numeric / k.chunk)) % p_lanes)::int, p_now, clock_timestamp(), p_epoch
-        FROM c CROSS JOIN s CROSS JOIN k
-        WHERE k.n > 0 OR EXISTS (SELECT FROM later)
+               ((c.rr + ceil(k.n::numeric / k.chunk)) % p_lanes)::int, p_now, clock_timestamp(), p_epoch,
+               CASE WHEN w.more THEN s.snap END, CASE WHEN w.more THEN w.txid END, CASE WHEN w.more THEN w.id END
+        FROM c CROSS JOIN s CROSS JOIN k CROSS JOIN w
+        WHERE k.n > 0 OR EXISTS (SELECT FROM later) OR c.work_snap IS NOT NULL
         RETURNING 1
     )
     SELECT k.n INTO n FROM k WHERE EXISTS (SELECT FROM cutrow) OR k.n = 0;
     RETURN coalesce(n, 0);
+END
+$$;
+
+-- e2_wait_cut: wait for the queue's cut lock, held by another receive that
+-- is numbering (it holds it until it commits, a moment later), at most
+-- 100 ms, and keep it: a receive that found nothing numbered waits for that
+-- receive's positions instead of returning empty. The lock is taken in a
+-- block, so that lock_timeout ends the wait without ending the
+-- transaction.
+--
+-- Parameters:
+--   p_queue_id  queue id
+-- Returns: true when the lock was taken (the other receive committed)
+CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_wait_cut(p_queue_id int)
+RETURNS boolean
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_timeout constant text := current_setting('lock_timeout');
+    v_got boolean := true;
+BEGIN
+    PERFORM set_config('lock_timeout', '100ms', true);
+    BEGIN
+        PERFORM pg_advisory_xact_lock(sluice._lock_ns('cut'), p_queue_id);
+    EXCEPTION
+        WHEN lock_not_available THEN v_got := false;
+    END;
+    PERFORM set_config('lock_timeout', v_timeout, true);
+    RETURN v_got;
 END
 $$;

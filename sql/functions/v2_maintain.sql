@@ -68,8 +68,10 @@ DECLARE
 BEGIN
     PERFORM pg_advisory_xact_lock(sluice._lock_ns('cut'), q.id);
     INSERT INTO sluice.epoch (queue_id, epoch, slot, started_at) VALUES (q.id, p_epoch, v_slot, clock_timestamp());
-    INSERT INTO cut (slot, cut_no, snap, snap_xmax, snap_xip, heads, rr, due_upto, at, epoch)
-    SELECT v_slot, c.cut_no + 1, c.snap, c.snap_xmax, c.snap_xip, c.heads, c.rr, c.due_upto, clock_timestamp(), p_epoch
+    INSERT INTO cut (slot, cut_no, snap, snap_xmax, snap_xip, heads, rr, due_upto, at, epoch, work_snap, work_txid,
+                     work_id)
+    SELECT v_slot, c.cut_no + 1, c.snap, c.snap_xmax, c.snap_xip, c.heads, c.rr, c.due_upto, clock_timestamp(), p_epoch,
+           c.work_snap, c.work_txid, c.work_id
     FROM cut c ORDER BY c.cut_no DESC LIMIT 1;
     -- every lane no receive holds moves now, so that the hot path finds it
     -- here (one a receive holds moves with its next receive)

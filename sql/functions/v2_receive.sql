@@ -5,12 +5,16 @@
 -- (e2_take__s, or the slow path e2_slow for a lane the hot path does not
 -- serve); while it has fewer than max_messages, from the next one. When no
 -- free lane has positions, it numbers what is committed and not numbered
--- yet, if anything is and no other receive is at it (e2_unnumbered,
+-- yet, if anything is and no other receive is at it (e2_unnumbered__s,
 -- e2_cut), and looks again; then it looks at the lanes whose leases ended
 -- (to deliver them again, or pass them when completed). So a backlog
 -- already numbered is taken without probing for new messages (these come
 -- after it in every lane anyway), and a lane taken for its positions looks
--- at its own ended leases first. Eight looks at most.
+-- at its own ended leases first. Eight looks at most. A receive that finds
+-- every lane of the group idle notes it in its session (the setting
+-- sluice.idle_<queue>_<group>): for 25 ms the session's receives of the
+-- group then only probe for new messages (a lease that ends in that time is
+-- seen up to 25 ms later).
 -- Rotation and reclaim (e_maintain) run here too when the current epoch is
 -- older than rotate_interval, at most once a second per session, if no other
 -- call is at them.
@@ -19,7 +23,7 @@
 --   p_epoch, p_started  the current epoch and when it started
 --   p_slot              its slot (this copy's)
 -- Returns: the messages leased, as sluice.receive
--- Calls: e2_ack, e_maintain, e2_unnumbered, e2_cut, e2_take__s, e2_slow
+-- Calls: e2_ack, e_maintain, e2_unnumbered__s, e2_cut, e2_expired__s, e2_take__s, e2_slow
 CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_receive__s(q sluice.queue, g sluice.consumer_group, max_messages int,
                                                      p_lease interval, p_consumer text, p_ack text[],
                                                      p_epoch bigint, p_started timestamptz, p_slot smallint)
@@ -29,6 +33,11 @@ AS $$
 DECLARE
     v_now constant timestamptz := clock_timestamp();
     v_maint_note constant text := 'sluice.maint_' || q.id;
+    v_idle_note constant text := 'sluice.idle_' || q.id || '_' || g.id;
+    v_us constant bigint := (extract(epoch FROM v_now) * 1000000)::bigint;
+    v_note text := current_setting(v_idle_note, true);
+    v_cut_no bigint;
+    v_due boolean;
     v_start int := floor(random() * q.lanes)::int;
     v_need int := max_messages;
     v_cut boolean := false;
@@ -49,6 +58,15 @@ BEGIN
        AND pg_try_advisory_xact_lock(sluice._lock_ns('maint'), q.id) THEN
         PERFORM set_config(v_maint_note, to_char(v_now, 'YYYYMMDDHH24MISSUS'), false);
         PERFORM e_maintain(q.id);
+    END IF;
+    IF v_note <> '' AND split_part(v_note, ':', 2)::bigint > v_us THEN
+        -- This session's last receive of the group found every lane idle
+        -- (the idle note, valid 25 ms): unless something was numbered since
+        -- or is to be numbered, nothing to look at.
+        SELECT x.cut_no, x.due INTO v_cut_no, v_due FROM e2_unnumbered__s(v_now) x;
+        IF v_cut_no = split_part(v_note, ':', 1)::bigint AND NOT v_due THEN
+            RETURN;
+        END IF;
     END IF;
     WHILE v_try < 8 LOOP
         v_try := v_try + 1;
@@ -75,9 +93,24 @@ BEGIN
             -- (once); then look at the lanes with leases that ended.
             IF NOT v_cut AND NOT v_ended AND v_need = max_messages THEN
                 v_cut := true;
-                CONTINUE WHEN e2_unnumbered(v_now) AND coalesce(e2_cut(q.id, q.lanes, p_slot, p_epoch), 0) > 0;
+                IF (e2_unnumbered__s(v_now)).due THEN
+                    v_n := e2_cut(q.id, q.lanes, p_slot, p_epoch);
+                    IF v_n IS NULL AND e2_wait_cut(q.id) THEN
+                        -- another receive was numbering: its positions
+                        -- (committed now), and what came since
+                        v_n := e2_cut(q.id, q.lanes, p_slot, p_epoch);
+                        CONTINUE;
+                    END IF;
+                    CONTINUE WHEN v_n > 0;
+                END IF;
             END IF;
-            EXIT WHEN v_ended;
+            IF v_ended THEN
+                IF v_need = max_messages THEN   -- every lane idle: note it
+                    SELECT x.cut_no INTO v_cut_no FROM e2_unnumbered__s(v_now) x;
+                    PERFORM set_config(v_idle_note, v_cut_no || ':' || (v_us + 25000), false);
+                END IF;
+                EXIT;
+            END IF;
             v_ended := true;
             CONTINUE;
         END IF;

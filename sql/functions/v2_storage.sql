@@ -52,6 +52,9 @@ BEGIN
             slot smallint NOT NULL, cut_no bigint NOT NULL, snap pg_snapshot NOT NULL,
             snap_xmax xid8 NOT NULL, snap_xip xid8[] NOT NULL, heads bigint[] NOT NULL, rr int NOT NULL,
             due_upto timestamptz NOT NULL, at timestamptz NOT NULL, epoch bigint NOT NULL,
+            -- a snapshot partly numbered (cuts number at most 4,096 a time):
+            -- its messages after (work_txid, work_id) are still to number
+            work_snap pg_snapshot, work_txid xid8, work_id bigint,
             PRIMARY KEY (cut_no, slot)
         ) PARTITION BY LIST (slot);
         CREATE TABLE %1$I.batch (

@@ -44,32 +44,33 @@ LANGUAGE plpgsql
 AS $$
 BEGIN
     RETURN QUERY
-    WITH t AS MATERIALIZED (
-        -- the next positions meant for the group, and the last one looked at
-        SELECT count(x.id) FILTER (WHERE x.k <= p_need)::int AS n,
-               array_agg(x.pos ORDER BY x.pos) FILTER (WHERE x.k <= p_need) AS pos,
-               array_agg(x.id ORDER BY x.pos) FILTER (WHERE x.k <= p_need) AS ids,
-               array_agg(x.txid ORDER BY x.pos) FILTER (WHERE x.k <= p_need) AS txids,
-               array_agg(x.mslot ORDER BY x.pos) FILTER (WHERE x.k <= p_need) AS mslots,
-               max(x.pos) FILTER (WHERE x.k <= p_need) AS last, max(x.last_pos) AS blast,
-               min(x.first_pos) AS bfirst
-        FROM (SELECT b.first_pos, least(b.last_pos, p_cursor + p_need + 3) AS last_pos,
-                     b.first_pos + b.vfrom + u.o - 2 AS pos, u.id, u.txid, u.mslot,
-                     count(u.id) OVER (ORDER BY b.last_pos, u.o ROWS UNBOUNDED PRECEDING) AS k
-              FROM (SELECT bb.first_pos, bb.last_pos, bb.ids, bb.txids, bb.mslots, bb.targets,
-                           greatest(p_cursor - bb.first_pos + 2, 1)::int AS vfrom,
-                           (least(bb.last_pos, p_cursor + p_need + 3) - bb.first_pos + 1)::int AS vto
-                    FROM batch__s bb WHERE bb.lane = p_lane AND bb.last_pos > p_cursor
-                    ORDER BY bb.last_pos LIMIT least(p_need, 4)) b
-              LEFT JOIN LATERAL (SELECT u.* FROM unnest(b.ids[b.vfrom:b.vto], b.txids[b.vfrom:b.vto], b.mslots[b.vfrom:b.vto],
-                                                        b.targets[b.vfrom:b.vto]) WITH ORDINALITY AS u(id, txid, mslot, tg, o)
-                                 WHERE u.tg IS NULL OR u.tg = p_group) u ON true
-              WHERE b.vfrom <= b.vto) x
+    WITH w AS MATERIALIZED (
+        -- the positions looked at (p_need + 3 after the cursor, a little
+        -- more than needed, for positions meant for other groups), k
+        -- numbering those meant for the group
+        SELECT b.first_pos, least(b.last_pos, p_cursor + p_need + 3) AS last_pos,
+               b.first_pos + b.vfrom + u.o - 2 AS pos, u.id, u.txid, u.mslot,
+               count(u.id) OVER (ORDER BY b.last_pos, u.o ROWS UNBOUNDED PRECEDING) AS k
+        FROM (SELECT bb.first_pos, bb.last_pos, bb.ids, bb.txids, bb.mslots, bb.targets,
+                     greatest(p_cursor - bb.first_pos + 2, 1)::int AS vfrom,
+                     (least(bb.last_pos, p_cursor + p_need + 3) - bb.first_pos + 1)::int AS vto
+              FROM batch__s bb WHERE bb.lane = p_lane AND bb.last_pos > p_cursor
+              ORDER BY bb.last_pos LIMIT least(p_need, 4)) b
+        LEFT JOIN LATERAL (SELECT u.* FROM unnest(b.ids[b.vfrom:b.vto], b.txids[b.vfrom:b.vto], b.mslots[b.vfrom:b.vto],
+                                                  b.targets[b.vfrom:b.vto]) WITH ORDINALITY AS u(id, txid, mslot, tg, o)
+                           WHERE u.tg IS NULL OR u.tg = p_group) u ON true
+        WHERE b.vfrom <= b.vto
+    ), t AS (
+        -- how many are taken, the first and last taken, the last looked at
+        SELECT count(w.id) FILTER (WHERE w.k <= p_need)::int AS n, min(w.pos) FILTER (WHERE w.k = 1) AS first,
+               max(w.pos) FILTER (WHERE w.k <= p_need AND w.id IS NOT NULL) AS last, max(w.last_pos) AS blast,
+               min(w.first_pos) AS bfirst
+        FROM w
     ), ins AS (
         INSERT INTO lease__s AS i (slot, group_id, lane, lease_no, kind, first_pos, last_pos, n, token, expires_at,
                                    delivered_at, cursor, scan_t, scan_no, old_due, consumer, next_exp)
         SELECT p_slot, p_group, p_lane, p_no + 1, CASE WHEN t.n > 0 THEN 'r' ELSE 'c' END,
-               coalesce(t.pos[1], 1), coalesce(t.last, 0), t.n, 1 + (random() * 4503599627370495)::bigint,
+               coalesce(t.first, 1), coalesce(t.last, 0), t.n, 1 + (random() * 4503599627370495)::bigint,
                CASE WHEN t.n > 0 THEN p_now + p_lease ELSE '-infinity' END, p_now,
                CASE WHEN t.n = p_need THEN t.last ELSE coalesce(t.blast, p_cursor) END,
                p_scan_t, p_scan_no, p_old_due, p_consumer,
@@ -80,9 +81,10 @@ BEGIN
         RETURNING i.lease_no, i.token, i.expires_at
     )
     SELECT coalesce(m.orig, m.id), m.body, m.headers, NULL::text, 0, m.attempt, m.sent_at,
-           p_slot || '.' || u.pos || '.' || p_lane || '.' || ins.lease_no || '.' || ins.token, ins.expires_at, u.pos
-    FROM ins CROSS JOIN t CROSS JOIN LATERAL unnest(t.pos, t.ids, t.txids, t.mslots) WITH ORDINALITY AS u(pos, id, txid, mslot, o)
-    JOIN msg m ON m.slot = u.mslot AND m.txid = u.txid AND m.id = u.id   -- (one partition looked at a row)
-    ORDER BY u.o;
+           p_slot || '.' || w.pos || '.' || p_lane || '.' || ins.lease_no || '.' || ins.token, ins.expires_at, w.pos
+    FROM ins CROSS JOIN w
+    JOIN msg m ON m.slot = w.mslot AND m.txid = w.txid AND m.id = w.id   -- (one partition looked at a row)
+    WHERE w.k <= p_need AND w.id IS NOT NULL
+    ORDER BY w.pos;
 END
 $$;

@@ -56,6 +56,8 @@ export class InvalidReceiptError extends SluiceError {}
 export class PayloadTooLargeError extends SluiceError {}
 /** SL010: receive (or send with a dedup key) outside READ COMMITTED. */
 export class InvalidIsolationError extends SluiceError {}
+/** SL011: a call or argument the queue's engine does not support yet (a key on engine 2). */
+export class NotSupportedError extends SluiceError {}
 /** SL012: body or headers nested deeper than 512 levels. */
 export class JSONTooDeepError extends SluiceError {}
 /**
@@ -79,6 +81,7 @@ export const errorClasses: Readonly<Record<string, ErrorClass>> = Object.freeze(
   SL008: InvalidReceiptError,
   SL009: PayloadTooLargeError,
   SL010: InvalidIsolationError,
+  SL011: NotSupportedError,
   SL012: JSONTooDeepError,
 });
 

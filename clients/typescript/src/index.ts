@@ -16,6 +16,7 @@ export {
   InvalidReceiptError,
   PayloadTooLargeError,
   InvalidIsolationError,
+  NotSupportedError,
   JSONTooDeepError,
   SchemaMissingError,
   errorClasses,

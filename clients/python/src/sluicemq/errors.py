@@ -27,6 +27,7 @@ __all__ = [
     "InvalidReceipt",
     "PayloadTooLarge",
     "InvalidIsolation",
+    "NotSupported",
     "JSONTooDeep",
     "SchemaMissing",
     "translate",
@@ -118,6 +119,12 @@ class InvalidIsolation(SluiceError):
     code = "SL010"
 
 
+class NotSupported(SluiceError):
+    """SL011: a call or argument the queue's engine does not support yet (a key on engine 2)."""
+
+    code = "SL011"
+
+
 class JSONTooDeep(SluiceError):
     """SL012: body or headers nested deeper than 512 levels."""
 
@@ -141,6 +148,7 @@ _BY_CODE: dict[str, type[SluiceError]] = {
         InvalidReceipt,
         PayloadTooLarge,
         InvalidIsolation,
+        NotSupported,
         JSONTooDeep,
     )
 }
