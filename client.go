@@ -3,6 +3,7 @@ package sluice
 import (
 	"context"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -82,6 +83,15 @@ func textOrEmpty(s *string) string {
 }
 
 // errNegative reports a negative duration argument before it reaches SQL.
+// checkPriority refuses a priority outside the engine's int (a batch send
+// stored 3000000000 as -1294967296; a single send failed in the driver).
+func checkPriority(p int) error {
+	if p < math.MinInt32 || p > math.MaxInt32 {
+		return &Error{Code: "SL006", Message: fmt.Sprintf("priority must be between %d and %d, got %d", math.MinInt32, math.MaxInt32, p), kind: ErrInvalidArgument}
+	}
+	return nil
+}
+
 func errNegative(what string, d time.Duration) error {
 	return &Error{Code: "SL006", Message: fmt.Sprintf("%s must not be negative, got %s", what, d), kind: ErrInvalidArgument}
 }

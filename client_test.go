@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"testing"
@@ -529,6 +530,41 @@ func TestStatusOfAQueueWithoutGroups(t *testing.T) {
 	}
 	if st, err := b.client.Status(b.ctx, "bare"); err != nil || len(st) != 1 || st[0].Group != "" {
 		t.Errorf("status of bare: %+v, %v", st, err)
+	}
+}
+
+// A priority outside the engine's int is refused (ErrInvalidArgument), and
+// nothing is sent: a batch stored 3000000000 as -1294967296, a single send
+// failed in the driver with an error of no class.
+func TestSendPriorityOutOfRange(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.createQueue("q", nil)
+	for _, p := range []int{math.MaxInt32 + 1, math.MinInt32 - 1, 3000000000} {
+		_, err := b.client.Send(b.ctx, "q", json.RawMessage(`1`), &sluice.SendOptions{Priority: p})
+		if !errors.Is(err, sluice.ErrInvalidArgument) {
+			t.Errorf("Send with priority %d: %v, want ErrInvalidArgument", p, err)
+		}
+		_, err = b.client.SendBatch(b.ctx, "q", []sluice.BatchMessage{{Body: json.RawMessage(`1`)}, {Body: json.RawMessage(`2`), Priority: p}}, nil)
+		if !errors.Is(err, sluice.ErrInvalidArgument) {
+			t.Errorf("SendBatch with priority %d: %v, want ErrInvalidArgument", p, err)
+		}
+	}
+	for _, p := range []int{math.MaxInt32, math.MinInt32} {
+		if _, err := b.client.SendBatch(b.ctx, "q", []sluice.BatchMessage{{Body: json.RawMessage(`1`), Priority: p}}, nil); err != nil {
+			t.Errorf("SendBatch with priority %d: %v", p, err)
+		}
+	}
+	got, err := b.client.Receive(b.ctx, "q", "default", &sluice.ReceiveOptions{Max: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var prios []int
+	for _, m := range got {
+		prios = append(prios, m.Priority)
+	}
+	if fmt.Sprint(prios) != fmt.Sprint([]int{math.MaxInt32, math.MinInt32}) {
+		t.Fatalf("received priorities %v, want only the two in range", prios)
 	}
 }
 

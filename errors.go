@@ -49,6 +49,10 @@ var (
 	// ErrNotSupported (SL011) is a call or an argument that the queue's
 	// engine does not support yet (a key on a queue of engine 2, say).
 	ErrNotSupported = errors.New("sluice: not supported by the queue's engine")
+	// ErrJSONTooDeep (SL012) is a message whose body or headers are nested
+	// deeper than 512 levels (arrays and objects), more than every client
+	// can read back.
+	ErrJSONTooDeep = errors.New("sluice: JSON nested too deep")
 	// ErrSchemaMissing means the database has no sluice schema, or an older
 	// one without the function called: install or upgrade it with
 	// "sluice migrate" (or package migrate).
@@ -68,6 +72,7 @@ var sentinels = map[string]error{
 	"SL009": ErrPayloadTooLarge,
 	"SL010": ErrInvalidIsolation,
 	"SL011": ErrNotSupported,
+	"SL012": ErrJSONTooDeep,
 }
 
 // Error is a failure reported by the sluice engine or a missing schema. It

@@ -25,7 +25,8 @@ type SendOptions struct {
 	// Priority orders unkeyed messages: a receive returns ready messages of
 	// higher priority first, equal priorities in commit order (default 0;
 	// negative ones after every other ready message). Keyed messages keep
-	// their key's order whatever their priority.
+	// their key's order whatever their priority. It must fit PostgreSQL's
+	// int (-2147483648 to 2147483647): ErrInvalidArgument otherwise.
 	Priority int
 	// DedupKey is a deduplication key ("" for none): if a message was sent
 	// to the queue with the same key within the queue's dedup window, Send
@@ -54,6 +55,9 @@ func send(ctx context.Context, db dbtx, queue string, body json.RawMessage, opts
 	if opts.Delay < 0 {
 		return 0, translate(errNegative("delay", opts.Delay), "sending to queue %q", queue)
 	}
+	if err := checkPriority(opts.Priority); err != nil {
+		return 0, translate(err, "sending to queue %q", queue)
+	}
 	var id int64
 	err := db.QueryRow(ctx, sqlSend, queue, body, opts.Headers, nullText(opts.Key), nullInterval(opts.Delay),
 		opts.Priority, nullText(opts.DedupKey)).Scan(&id)
@@ -71,7 +75,7 @@ type BatchMessage struct {
 	Headers json.RawMessage
 	// Key is the ordering key ("" for none), as in SendOptions.
 	Key string
-	// Priority orders unkeyed messages, as in SendOptions.
+	// Priority orders unkeyed messages, as in SendOptions (the same range).
 	Priority int
 	// DedupKey is a deduplication key ("" for none), as in SendOptions: a
 	// key already sent within the queue's dedup window, or earlier in the
@@ -146,6 +150,9 @@ func sendBatch(ctx context.Context, db batcher, queue string, msgs []BatchMessag
 		var priorities []int32
 		for i, m := range chunk {
 			if m.Priority != 0 {
+				if err := checkPriority(m.Priority); err != nil {
+					return nil, translate(err, "sending message %d of a batch to queue %q", start+i, queue)
+				}
 				if priorities == nil {
 					priorities = make([]int32, len(chunk))
 				}

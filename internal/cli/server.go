@@ -62,11 +62,14 @@ func serverCommand() command {
 			maxBody := fs.Int64("max-body", 8<<20, "largest request body in `bytes`")
 			maxBatch := fs.Int("max-batch", 1000, "most messages of one batch send, receive or transaction")
 			maxConc := fs.Int("max-concurrent", 64, "most requests in progress per token (more get 429)")
+			maxTxQueues := fs.Int("max-tx-queues", 16, "most distinct queues one /v1/transaction may name")
+			reserved := fs.Int("reserved-conns", 0, "database connections kept for sends, receives, acks, nacks, extends and transactions; other requests share the rest of the pool (default: a quarter of the pool, at least 2)")
 			maxWait := fs.Duration("max-wait", 30*time.Second, "longest long poll (wait of receive)")
 			poll := fs.Duration("poll-interval", 5*time.Second, "how often the queues that long polls wait on are checked, for delays and retries coming due")
 			headerTimeout := fs.Duration("read-header-timeout", 10*time.Second, "time allowed to read a request's headers")
 			grace := fs.Duration("shutdown-grace", 30*time.Second, "how long requests in progress may take to end at shutdown")
 			events := fs.Duration("events-interval", time.Second, "how often /v1/events (the dashboard's stream) sends the status: one sluice.status per interval and role")
+			hosts := fs.String("allowed-host", "", "host `names` (comma-separated) the server answers to besides its listen address, such as a reverse proxy's; requests naming another Host or Origin are refused")
 			logFormat := fs.String("log-format", "text", "log `format` on stderr: text or json")
 			logLevel := fs.String("log-level", "info", "lowest `level` logged: debug, info, warn or error")
 			accessLog := fs.Bool("access-log", false, "log one line per request (request id, method, path, status, bytes, duration)")
@@ -135,6 +138,7 @@ func serverCommand() command {
 					srv, err := server.New(server.Config{
 						Pool: db.pool, Auth: auth, MaxBody: *maxBody, MaxBatch: *maxBatch, MaxConcurrent: *maxConc,
 						MaxWait: *maxWait, PollInterval: *poll, ReadHeaderTimeout: *headerTimeout, EventsInterval: *events,
+						Hosts: splitList(*hosts), ReservedConns: *reserved, MaxTxQueues: *maxTxQueues,
 						Logger: logger, AccessLog: *accessLog,
 					})
 					if err != nil {
@@ -162,6 +166,17 @@ func serverCommand() command {
 			}
 		},
 	}
+}
+
+// splitList splits a comma-separated flag value, dropping empty items.
+func splitList(s string) []string {
+	var out []string
+	for _, v := range strings.Split(s, ",") {
+		if v = strings.TrimSpace(v); v != "" {
+			out = append(out, v)
+		}
+	}
+	return out
 }
 
 // newLogger makes the server's logger on w: --log-format and --log-level.

@@ -101,6 +101,7 @@ func startServerCmd(t *testing.T, getenv func(string) string, args ...string) *r
 func httpStatus(t *testing.T, method, url, body string) int {
 	t.Helper()
 	req, _ := http.NewRequest(method, url, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)

@@ -1,7 +1,11 @@
 package pgmqcompat
 
 import (
+	"errors"
+	"strings"
 	"testing"
+
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 func TestSendReadDelete(t *testing.T) {
@@ -50,5 +54,23 @@ func TestNullMessages(t *testing.T) {
 	}
 	if len(bodies) != 4 || bodies[0] != "null" || bodies[1] != `{"a": 1}` || bodies[2] != "null" || bodies[3] != `{"a": 3}` {
 		t.Fatalf("bodies %q, want null, {\"a\": 1}, null, {\"a\": 3}", bodies)
+	}
+}
+
+// pgmq's sends go through sluice's: JSON nested deeper than 512 levels is
+// refused there too (SL012), and nothing is sent.
+func TestSendRefusesDeepJSON(t *testing.T) {
+	db := newDB(t)
+	exec(t, db, `SELECT pgmq.create('deep')`)
+	deep := strings.Repeat("[", 12000) + strings.Repeat("]", 12000)
+	for _, sql := range []string{`SELECT pgmq.send('deep', $1::jsonb)`, `SELECT pgmq.send_batch('deep', ARRAY['1'::jsonb, $1::jsonb])`} {
+		_, err := db.Exec(ctxT(t), sql, deep)
+		var pg *pgconn.PgError
+		if !errors.As(err, &pg) || pg.Code != "SL012" {
+			t.Errorf("%s: %v, want SL012", sql, err)
+		}
+	}
+	if got := msgs(t, db, `pgmq.read('deep', 30, 10)`); len(got) != 0 {
+		t.Fatalf("read %v", got)
 	}
 }

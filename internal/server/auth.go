@@ -10,6 +10,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -33,7 +34,8 @@ var roles = []string{RoleProducer, RoleConsumer, RoleAdmin}
 // Principal is who makes a request: the PostgreSQL role its SQL runs under
 // and the queues it may name.
 type Principal struct {
-	// Subject is the JWT's sub, or the static token's name; recorded with
+	// Subject is the JWT's sub (required), or the static token's name
+	// (unique in the tokens file); recorded with
 	// each message sent as header "sluice_sub".
 	Subject string
 	// Role is one of RoleProducer, RoleConsumer, RoleAdmin; "" when
@@ -109,12 +111,16 @@ type authenticator struct {
 	keys   []jwt.VerificationKey
 }
 
-func newAuthenticator(cfg AuthConfig) (*authenticator, error) {
+func newAuthenticator(cfg AuthConfig, log *slog.Logger) (*authenticator, error) {
 	a := &authenticator{cfg: cfg, static: map[[32]byte]StaticToken{}}
 	if cfg.TokensFile != "" {
 		tokens, err := LoadTokens(cfg.TokensFile)
 		if err != nil {
 			return nil, err
+		}
+		if fi, err := os.Stat(cfg.TokensFile); err == nil && fi.Mode().Perm()&0o077 != 0 {
+			log.Warn("sluice server: the tokens file is readable or writable by others than its owner: chmod 600 it",
+				"file", cfg.TokensFile, "mode", fi.Mode().Perm().String())
 		}
 		for _, t := range tokens {
 			a.static[sha256.Sum256([]byte(t.Token))] = t
@@ -122,6 +128,10 @@ func newAuthenticator(cfg AuthConfig) (*authenticator, error) {
 	}
 	for _, k := range cfg.Ed25519Keys {
 		a.keys = append(a.keys, k)
+	}
+	if (len(cfg.HS256Secret) > 0 || len(cfg.Ed25519Keys) > 0) && cfg.Audience == "" {
+		log.Warn("sluice server: JWTs are accepted without an audience check (--jwt-audience): " +
+			"any token of the same issuer and key, meant for another service, is accepted here")
 	}
 	return a, nil
 }
@@ -139,7 +149,7 @@ func LoadTokens(file string) ([]StaticToken, error) {
 	if err := dec.Decode(&f); err != nil {
 		return nil, fmt.Errorf("reading the tokens file %s: %w", file, err)
 	}
-	seen := map[string]bool{}
+	seen, names := map[string]bool{}, map[string]bool{}
 	for i, t := range f.Tokens {
 		where := fmt.Sprintf("tokens file %s, token %d (%q)", file, i+1, t.Name)
 		switch {
@@ -151,11 +161,19 @@ func LoadTokens(file string) ([]StaticToken, error) {
 			return nil, fmt.Errorf("%s: role %q is not one of %s", where, t.Role, strings.Join(roles, ", "))
 		case seen[t.Token]:
 			return nil, fmt.Errorf("%s: the same token is given twice", where)
+		case t.Queues != nil && len(t.Queues) == 0:
+			// (no member means every queue; an empty list reads as none,
+			// and granted every one)
+			return nil, fmt.Errorf("%s: \"queues\": [] grants no queue: leave the member out for every queue", where)
+		case names[t.Name]:
+			// (the name identifies the token: for the concurrency limit,
+			// and as the sender of its messages)
+			return nil, fmt.Errorf("%s: another token has the same name", where)
 		}
 		if err := checkPatterns(t.Queues); err != nil {
 			return nil, fmt.Errorf("%s: %w", where, err)
 		}
-		seen[t.Token] = true
+		seen[t.Token], names[t.Name] = true, true
 	}
 	return f.Tokens, nil
 }
@@ -218,7 +236,8 @@ func (a *authenticator) authenticate(r *http.Request) (*Principal, error) {
 	if strings.Count(token, ".") != 2 || (len(a.cfg.HS256Secret) == 0 && len(a.keys) == 0) {
 		return nil, problemf(http.StatusUnauthorized, "unauthorized", "the bearer token is not valid")
 	}
-	opts := []jwt.ParserOption{jwt.WithValidMethods([]string{"HS256", "EdDSA"}), jwt.WithExpirationRequired()}
+	opts := []jwt.ParserOption{jwt.WithValidMethods([]string{"HS256", "EdDSA"}), jwt.WithExpirationRequired(),
+		jwt.WithIssuedAt()} // (an iat in the future is refused)
 	if a.cfg.Audience != "" {
 		opts = append(opts, jwt.WithAudience(a.cfg.Audience))
 	}
@@ -241,11 +260,21 @@ func (a *authenticator) authenticate(r *http.Request) (*Principal, error) {
 	if err != nil {
 		return nil, problemf(http.StatusUnauthorized, "unauthorized", "the bearer token is not valid: %v", err)
 	}
+	if c.Subject == "" {
+		// sub identifies the caller: the concurrency limit is per sub, and
+		// it is recorded with the messages the token sends. Tokens without
+		// one shared one limit, across roles.
+		return nil, problemf(http.StatusUnauthorized, "unauthorized", "the bearer token is not valid: it has no sub claim (who the caller is)")
+	}
 	if !slices.Contains(roles, c.Role) {
 		return nil, problemf(http.StatusForbidden, "forbidden", "the token's role claim %q is not one of %s", c.Role, strings.Join(roles, ", "))
 	}
 	if err := checkPatterns(c.Queues); err != nil {
 		return nil, problemf(http.StatusForbidden, "forbidden", "the token's queues claim: %v", err)
+	}
+	if c.Queues != nil && len(c.Queues) == 0 {
+		// (an empty list granted every queue, as no claim does)
+		return nil, problemf(http.StatusForbidden, "forbidden", "the token's queues claim is empty: it grants no queue")
 	}
 	pr := &Principal{Subject: c.Subject, Role: c.Role, Queues: c.Queues, key: "jwt:" + c.Subject}
 	if c.ExpiresAt != nil {

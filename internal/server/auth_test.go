@@ -2,6 +2,8 @@ package server_test
 
 import (
 	"context"
+	"crypto/ed25519"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -147,11 +149,16 @@ func TestInsecure(t *testing.T) {
 func TestLoadTokensRejectsBadFiles(t *testing.T) {
 	dir := t.TempDir()
 	for name, content := range map[string]any{
-		"short":   map[string]any{"tokens": []any{map[string]any{"name": "a", "token": "short", "role": server.RoleAdmin}}},
-		"role":    map[string]any{"tokens": []any{map[string]any{"name": "a", "token": "0123456789abcdef", "role": "postgres"}}},
-		"unknown": map[string]any{"tokens": []any{map[string]any{"name": "a", "token": "0123456789abcdef", "role": server.RoleAdmin, "x": 1}}},
-		"pattern": map[string]any{"tokens": []any{map[string]any{"name": "a", "token": "0123456789abcdef", "role": server.RoleAdmin, "queues": []string{"["}}}},
-		"noname":  map[string]any{"tokens": []any{map[string]any{"token": "0123456789abcdef", "role": server.RoleAdmin}}},
+		"short":    map[string]any{"tokens": []any{map[string]any{"name": "a", "token": "short", "role": server.RoleAdmin}}},
+		"role":     map[string]any{"tokens": []any{map[string]any{"name": "a", "token": "0123456789abcdef", "role": "postgres"}}},
+		"unknown":  map[string]any{"tokens": []any{map[string]any{"name": "a", "token": "0123456789abcdef", "role": server.RoleAdmin, "x": 1}}},
+		"pattern":  map[string]any{"tokens": []any{map[string]any{"name": "a", "token": "0123456789abcdef", "role": server.RoleAdmin, "queues": []string{"["}}}},
+		"noname":   map[string]any{"tokens": []any{map[string]any{"token": "0123456789abcdef", "role": server.RoleAdmin}}},
+		"noqueues": map[string]any{"tokens": []any{map[string]any{"name": "a", "token": "0123456789abcdef", "role": server.RoleAdmin, "queues": []string{}}}},
+		// (a name identifies a token: its concurrency limit, its messages' sender)
+		"dupname": map[string]any{"tokens": []any{
+			map[string]any{"name": "a", "token": "0123456789abcdef", "role": server.RoleAdmin},
+			map[string]any{"name": "a", "token": "fedcba9876543210", "role": server.RoleProducer}}},
 	} {
 		f := dir + "/" + name
 		writeJSON(t, f, content)
@@ -225,3 +232,100 @@ func TestBatchRecordsSender(t *testing.T) {
 		}
 	}
 }
+
+// A JWT must say who it is (sub): those without one shared one concurrency
+// limit across roles (64 long polls of a consumer made a producer's send
+// get 429), and sent messages without a sender.
+func TestJWTNeedsSubject(t *testing.T) {
+	ts := start(t)
+	ts.must(201, "POST", "/v1/queues", tokAdmin, map[string]any{"name": "q"})
+	noSub := claims("", server.RoleConsumer)
+	delete(noSub, "sub")
+	p := ts.problem(401, "GET", "/v1/queues/q/leases", hs256(t, hsSecret, noSub), nil)
+	if !strings.Contains(p["detail"].(string), "sub") {
+		t.Fatalf("401 of a JWT without sub: %v", p)
+	}
+	ts.problem(401, "GET", "/v1/queues/q/leases", ts.eddsa(claims("", server.RoleConsumer)), nil)
+}
+
+// A priority outside PostgreSQL's int is a 400 naming the member, for a
+// send, a batch send and a transaction, and nothing is sent (a batch
+// stored 3000000000 as -1294967296 with a 201).
+func TestPriorityOutOfRange(t *testing.T) {
+	ts := start(t)
+	ts.must(201, "POST", "/v1/queues", tokAdmin, map[string]any{"name": "q"})
+	for _, c := range []struct {
+		path, field string
+		body        any
+	}{
+		{"/v1/queues/q/messages", "priority", map[string]any{"body": 1, "priority": 3000000000}},
+		{"/v1/queues/q/messages", "priority", map[string]any{"body": 1, "priority": -2147483649}},
+		{"/v1/queues/q/messages/batch", "messages[1].priority", map[string]any{"messages": []any{
+			map[string]any{"body": 1}, map[string]any{"body": 2, "priority": 3000000000}}}},
+		{"/v1/transaction", "send[0].priority", map[string]any{"send": []any{
+			map[string]any{"queue": "q", "body": 1, "priority": 3000000000}}}},
+	} {
+		p := ts.problem(400, "POST", c.path, tokAdmin, c.body)
+		if p["field"] != c.field {
+			t.Errorf("%s: field %v, want %s (%v)", c.path, p["field"], c.field, p["detail"])
+		}
+	}
+	if msgs := ts.must(200, "GET", "/v1/queues/q/messages", tokAdmin, nil)["messages"].([]any); len(msgs) != 0 {
+		t.Fatalf("stored %v", msgs)
+	}
+	ts.must(201, "POST", "/v1/queues/q/messages/batch", tokAdmin, map[string]any{"messages": []any{
+		map[string]any{"body": 1, "priority": 2147483647}, map[string]any{"body": 2, "priority": -2147483648}}})
+}
+
+// What held when the server was probed as an attacker would (issue 39),
+// kept with a test: queue patterns are matched on the decoded name, so
+// encodings and dot segments do not reach another queue; JWTs with alg
+// "none", HS256 signed with the public key, or a role that is almost one
+// are refused.
+func TestTokensHoldAgainstTricks(t *testing.T) {
+	ts := start(t)
+	ts.must(201, "POST", "/v1/queues", tokAdmin, map[string]any{"name": "orders"})
+	ts.must(201, "POST", "/v1/queues", tokAdmin, map[string]any{"name": "secret"})
+	ts.must(201, "POST", "/v1/queues/secret/messages", tokAdmin, map[string]any{"body": "kept"})
+	for _, path := range []string{
+		"/v1/queues/%73ecret/messages",
+		"/v1/queues/orders%2F..%2Fsecret/messages",
+		"/v1/queues/orders%2f..%2fsecret/messages",
+		"/v1/queues/orders/../secret/messages",
+		"/v1/queues/./secret/messages",
+		"/v1/queues/SECRET/messages",
+		"/v1/queues/secret%00/messages",
+		"/v1/queues/orders.%2E%2E%2Fsecret/messages",
+	} {
+		for _, method := range []string{"GET", "POST"} {
+			var body any
+			if method == "POST" {
+				body = map[string]any{"body": "spoofed"}
+			}
+			r := ts.do(method, path, tokOrders, body)
+			if r.status < 400 {
+				t.Errorf("%s %s with the orders token: %d %s", method, path, r.status, r.body)
+			}
+		}
+	}
+	msgs := ts.must(200, "GET", "/v1/queues/secret/messages", tokAdmin, nil)["messages"].([]any)
+	if len(msgs) != 1 || msgs[0].(map[string]any)["body"] != "kept" {
+		t.Fatalf("secret holds %v", msgs)
+	}
+
+	none := strings.Join([]string{
+		base64url(`{"alg":"none","typ":"JWT"}`),
+		base64url(fmt.Sprintf(`{"sub":"x","role":"sluice_admin","exp":%d}`, time.Now().Add(time.Hour).Unix())), ""}, ".")
+	ts.problem(401, "GET", "/v1/queues", none, nil)
+	pub := ts.edPriv.Public().(ed25519.PublicKey)
+	confused, err := jwt.NewWithClaims(jwt.SigningMethodHS256, claims("x", server.RoleAdmin)).SignedString([]byte(pub))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts.problem(401, "GET", "/v1/queues", confused, nil)
+	for _, role := range []string{"sluice_admin ", "SLUICE_ADMIN", "postgres", ""} {
+		ts.problem(403, "GET", "/v1/queues", hs256(t, hsSecret, claims("x", role)), nil)
+	}
+}
+
+func base64url(s string) string { return base64.RawURLEncoding.EncodeToString([]byte(s)) }

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"math"
 	"net/http"
 
 	jsonv1 "github.com/go-json-experiment/json/v1"
@@ -106,6 +107,12 @@ func (b *batchScratch) messages(p *Principal) ([]sluice.BatchMessage, error) {
 		if len(m.Body) == 0 {
 			prefix := "messages[" + itoa(i) + "]."
 			return nil, fieldProblem(prefix+"body", "%sbody is required (any JSON value)", prefix)
+		}
+		if m.Priority < math.MinInt32 || m.Priority > math.MaxInt32 {
+			return nil, checkPriority("messages["+itoa(i)+"].priority", m.Priority)
+		}
+		if nulMember(m.Body, m.Headers, m.Key, m.DedupKey) != "" {
+			return nil, checkNUL("messages["+itoa(i)+"].", m.Body, m.Headers, m.Key, m.DedupKey)
 		}
 		h, err := headers(p, m.Headers, func() string { return "messages[" + itoa(i) + "].headers" })
 		if err != nil {

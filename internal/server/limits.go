@@ -1,8 +1,10 @@
 package server
 
 import (
+	"context"
 	"net/http"
 	"sync"
+	"time"
 )
 
 // limiter bounds the requests in progress per token.
@@ -43,3 +45,40 @@ func (s *Server) checkBatch(field string, n int) error {
 	}
 	return nil
 }
+
+// gate bounds the requests of connGated routes in progress, server-wide, to
+// the pool's size less the connections reserved for the message endpoints.
+// A request waits for a place for at most gateWait, then gets 503.
+type gate struct {
+	slots chan struct{}
+	wait  time.Duration
+}
+
+// gateWait is how long a request waits for a place at the gate.
+const gateWait = 10 * time.Second
+
+func newGate(n int, wait time.Duration) *gate {
+	return &gate{slots: make(chan struct{}, n), wait: wait}
+}
+
+// enter waits for a place, or returns a 503 problem (ctx ended, or gateWait
+// passed).
+func (g *gate) enter(ctx context.Context) error {
+	select {
+	case g.slots <- struct{}{}:
+		return nil
+	default:
+	}
+	t := time.NewTimer(g.wait)
+	defer t.Stop()
+	select {
+	case g.slots <- struct{}{}:
+		return nil
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	return problemf(http.StatusServiceUnavailable, "busy",
+		"the server has %d requests other than sends, receives and acks in progress, its limit (the pool less --reserved-conns): try again", cap(g.slots))
+}
+
+func (g *gate) leave() { <-g.slots }

@@ -112,7 +112,9 @@ func (s *Server) withRequestLog(next http.Handler) http.Handler {
 // cause: what the server could not do is in the log, with the id the
 // caller got.
 func logProblem(r *http.Request, p *Problem) {
-	if p.Status < 500 {
+	// (not for a client that went away, such as from a long poll: nobody
+	// reads the answer, and it is no failure of the server)
+	if p.Status < 500 || r.Context().Err() != nil {
 		return
 	}
 	cause := p.Detail

@@ -146,7 +146,7 @@ func (ts *testServer) do(method, path, token string, body any) response {
 	if err != nil {
 		ts.t.Fatal(err)
 	}
-	if rd != nil {
+	if rd != nil || method == "POST" || method == "PATCH" || method == "PUT" {
 		req.Header.Set("Content-Type", "application/json")
 	}
 	if token != "" {

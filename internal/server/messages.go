@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"math"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -93,11 +95,74 @@ func sendOptions(p *Principal, req *sendRequest, prefix string) (*sluice.SendOpt
 	if err != nil {
 		return nil, err
 	}
+	if err := checkPriority(prefix+"priority", req.Priority); err != nil {
+		return nil, err
+	}
+	if err := checkNUL(prefix, req.Body, req.Headers, req.Key, req.DedupKey); err != nil {
+		return nil, err
+	}
 	h, err := headers(p, req.Headers, func() string { return prefix + "headers" })
 	if err != nil {
 		return nil, err
 	}
 	return &sluice.SendOptions{Headers: h, Key: req.Key, Delay: d, Priority: req.Priority, DedupKey: req.DedupKey}, nil
+}
+
+// checkPriority refuses a priority the engine cannot store (an int: it
+// was stored wrapped around, 3000000000 as -1294967296).
+func checkPriority(field string, v int) error {
+	if v < math.MinInt32 || v > math.MaxInt32 {
+		return fieldProblem(field, "%s must be between %d and %d, got %d", field, math.MinInt32, math.MaxInt32, v)
+	}
+	return nil
+}
+
+// checkNUL refuses a NUL character, which PostgreSQL cannot store in text
+// or jsonb (a 500 with the database's message before): "\u0000" in body or
+// headers, a NUL in key or dedup_key. prefix names the message in the
+// problem ("", "messages[3].").
+func checkNUL(prefix string, body, headers json.RawMessage, key, dedupKey string) error {
+	m := nulMember(body, headers, key, dedupKey)
+	switch m {
+	case "":
+		return nil
+	case "body", "headers":
+		return fieldProblem(prefix+m, "%s%s holds \\u0000, which PostgreSQL cannot store", prefix, m)
+	}
+	return fieldProblem(prefix+m, "%s%s holds a NUL character, which PostgreSQL cannot store", prefix, m)
+}
+
+// nulMember is the member of a message that holds a NUL, or "".
+func nulMember(body, headers json.RawMessage, key, dedupKey string) string {
+	switch {
+	case jsonHasNUL(body):
+		return "body"
+	case jsonHasNUL(headers):
+		return "headers"
+	case strings.IndexByte(key, 0) >= 0:
+		return "key"
+	case strings.IndexByte(dedupKey, 0) >= 0:
+		return "dedup_key"
+	}
+	return ""
+}
+
+// jsonHasNUL reports whether the JSON text v has the escape \u0000 (a
+// backslash that is itself escaped, as in "\\u0000", does not count).
+func jsonHasNUL(v []byte) bool {
+	if !bytes.Contains(v, []byte(`\u0000`)) {
+		return false
+	}
+	for i := 0; i < len(v); i++ {
+		if v[i] != '\\' {
+			continue
+		}
+		if bytes.HasPrefix(v[i+1:], []byte("u0000")) {
+			return true
+		}
+		i++ // the escaped character
+	}
+	return false
 }
 
 type batchMessage struct {
@@ -482,6 +547,17 @@ func (s *Server) transaction(w http.ResponseWriter, r *http.Request) error {
 		case !p.Allows(a.Queue):
 			return forbidQueue(a.Queue)
 		}
+	}
+	queues := map[string]bool{}
+	for _, a := range req.Ack {
+		queues[a.Queue] = true
+	}
+	for _, m := range req.Send {
+		queues[m.Queue] = true
+	}
+	if len(queues) > s.cfg.MaxTxQueues {
+		return problemf(http.StatusUnprocessableEntity, "too_many_queues",
+			"the transaction names %d queues, more than the server's limit of %d (--max-tx-queues)", len(queues), s.cfg.MaxTxQueues)
 	}
 	out := TransactionResponse{Acked: make([]int, len(req.Ack)), IDs: make([]int64, len(req.Send))}
 	err := s.tx(r.Context(), p, func(tx pgx.Tx) error {

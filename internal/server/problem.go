@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"strings"
 
@@ -29,7 +31,8 @@ type Problem struct {
 	// RequestID is the request's X-Request-Id, to find its log lines.
 	RequestID string `json:"request_id,omitempty"`
 
-	// cause is the error the problem was made from, for the log.
+	// cause is the error the problem was made from, for the log (not for
+	// the client: a 500's or a 503's detail says nothing of it).
 	cause error
 }
 
@@ -64,12 +67,16 @@ var engineStatus = map[string]struct {
 	"SL009": {http.StatusRequestEntityTooLarge, "payload_too_large"},
 	"SL010": {http.StatusInternalServerError, "invalid_isolation"},
 	"SL011": {http.StatusUnprocessableEntity, "not_supported"},
+	"SL012": {http.StatusUnprocessableEntity, "json_too_deep"},
 }
 
 // toProblem turns any error of a handler into a problem: the engine's errors
-// keep their code and message, a missing privilege is 403, a database that
-// cannot be reached or refuses the connection, or a schema that is missing
-// (also for SQL the library did not run), is 503.
+// keep their code and message, a missing privilege is 403, data PostgreSQL
+// refuses (class 22: a NUL, a number out of range) is 422, a database that
+// cannot be reached, refuses the connection or loses it, or a schema that is
+// missing (also for SQL the library did not run), is 503. Other errors are
+// 500. What the client is told of a 500 or a 503 is generic: the error
+// itself (SQL, addresses, role names) is the problem's cause, for the log.
 func toProblem(err error) *Problem {
 	var p *Problem
 	if errors.As(err, &p) {
@@ -91,12 +98,11 @@ func toProblem(err error) *Problem {
 		// database dropped or not accepting connections, a password
 		// refused): whatever PostgreSQL said, the server has no database to
 		// work on.
+		p := unavailable(err)
 		if errors.As(err, &pg) {
-			p := problemf(http.StatusServiceUnavailable, "unavailable", "the database is unavailable: %s", pg.Message)
 			p.Code = pg.Code
-			return p
 		}
-		return problemf(http.StatusServiceUnavailable, "unavailable", "the database is unavailable: %v", err)
+		return p
 	}
 	if errors.As(err, &pg) {
 		if m, ok := engineStatus[pg.Code]; ok {
@@ -113,20 +119,39 @@ func toProblem(err error) *Problem {
 		case pg.Code == "42501": // insufficient_privilege
 			return &Problem{Type: "urn:sluice:problem:forbidden", Title: http.StatusText(http.StatusForbidden),
 				Status: http.StatusForbidden, Detail: pg.Message, Code: pg.Code}
-		case pg.Code == "22P02" || pg.Code == "22007" || pg.Code == "22008" || pg.Code == "22023": // bad text representation, datetime, parameter
+		case pg.Code[:2] == "22": // data exception: what the client sent (a NUL, 1e999999, a bad time)
 			return &Problem{Type: "urn:sluice:problem:invalid_argument", Title: http.StatusText(http.StatusUnprocessableEntity),
 				Status: http.StatusUnprocessableEntity, Detail: pg.Message, Code: pg.Code}
 		case pg.Code == "57014" || pg.Code[:2] == "08" || pg.Code[:2] == "53" || pg.Code[:2] == "57": // canceled, connection, resources, operator intervention
-			return &Problem{Type: "urn:sluice:problem:unavailable", Title: http.StatusText(http.StatusServiceUnavailable),
-				Status: http.StatusServiceUnavailable, Detail: pg.Message, Code: pg.Code}
+			p := unavailable(err)
+			p.Code = pg.Code
+			return p
 		}
 		return &Problem{Type: "urn:sluice:problem:database_error", Title: http.StatusText(http.StatusInternalServerError),
-			Status: http.StatusInternalServerError, Detail: pg.Message, Code: pg.Code}
+			Status: http.StatusInternalServerError, Detail: "the database failed the request", Code: pg.Code, cause: err}
 	}
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || pgconn.SafeToRetry(err) {
-		return problemf(http.StatusServiceUnavailable, "unavailable", "the database is unavailable: %v", err)
+	if lostConnection(err) {
+		return unavailable(err)
 	}
-	return problemf(http.StatusInternalServerError, "internal", "%v", err)
+	p = problemf(http.StatusInternalServerError, "internal", "internal server error")
+	p.cause = err
+	return p
+}
+
+// unavailable is the 503 of a database the server cannot use now.
+func unavailable(cause error) *Problem {
+	p := problemf(http.StatusServiceUnavailable, "unavailable", "the database is unavailable: try again later")
+	p.cause = cause
+	return p
+}
+
+// lostConnection reports whether err is the loss of a database connection
+// (or of the request: canceled, timed out) rather than a failed statement.
+func lostConnection(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || pgconn.SafeToRetry(err) ||
+		pgconn.Timeout(err) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) ||
+		errors.Is(err, net.ErrClosed) || errors.As(err, &ne)
 }
 
 // schemaMissingProblem is the 503 of a database without the sluice schema,
@@ -177,12 +202,28 @@ func writeProblem(w http.ResponseWriter, r *http.Request, p *Problem) {
 	_ = json.NewEncoder(w).Encode(p)
 }
 
-// writeJSON writes v as a JSON response with status.
+// writeJSON writes v as a JSON response with status. It encodes v before
+// writing anything: a value it cannot encode (a message nested deeper than
+// encoding/json's 10,000 levels, stored before the engine refused such
+// messages) is a 500 problem, logged by wrap with the request id, never a
+// 200 with an empty body (as receive, peek and dead letters answered).
 func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		p := problemf(http.StatusInternalServerError, "unwritable_response", "the answer could not be written as JSON")
+		if f, ok := w.(interface{ fail(error) string }); ok {
+			p.RequestID = f.fail(err)
+		}
+		w.Header().Set("Content-Type", "application/problem+json")
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		w.WriteHeader(p.Status)
+		_ = json.NewEncoder(w).Encode(p)
+		return
+	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
+	_, _ = w.Write(append(b, '\n'))
 }
 
 // wrapSQL adds what was being done to an error of a statement.

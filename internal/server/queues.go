@@ -1,7 +1,9 @@
 package server
 
 import (
+	"context"
 	"encoding/json"
+	"math"
 	"net/http"
 	"strconv"
 	"time"
@@ -220,15 +222,46 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) error {
 		return forbidQueue(queue)
 	}
 	var rows []sluice.Status
-	err := s.one(r.Context(), p, func(tx pgx.Tx) (err error) {
-		rows, err = s.client.StatusTx(r.Context(), tx, queue)
-		return err
-	})
+	var err error
+	if queue != "" || len(p.Queues) == 0 {
+		err = s.one(r.Context(), p, func(tx pgx.Tx) (err error) {
+			rows, err = s.client.StatusTx(r.Context(), tx, queue)
+			return err
+		})
+	} else {
+		err = s.tx(r.Context(), p, func(tx pgx.Tx) (err error) {
+			rows, err = s.allowedStatus(r.Context(), tx, p)
+			return err
+		})
+	}
 	if err != nil {
 		return err
 	}
 	writeJSON(w, http.StatusOK, statusBody(p, rows))
 	return nil
+}
+
+// allowedStatus reads the status of the queues p may use, one by one: a
+// token limited to a few queues costs what those queues cost, not what
+// every queue of the database does (sluice.status of every queue took 196
+// ms with 21 queues, of one 4 ms, and 64 such calls held the whole pool).
+func (s *Server) allowedStatus(ctx context.Context, tx pgx.Tx, p *Principal) ([]sluice.Status, error) {
+	qs, err := s.client.ListQueuesTx(ctx, tx)
+	if err != nil {
+		return nil, err
+	}
+	var rows []sluice.Status
+	for _, q := range qs {
+		if !p.Allows(q.Name) {
+			continue
+		}
+		st, err := s.client.StatusTx(ctx, tx, q.Name)
+		if err != nil {
+			return nil, err
+		}
+		rows = append(rows, st...)
+	}
+	return rows, nil
 }
 
 type createGroupRequest struct {
@@ -317,15 +350,13 @@ func (s *Server) deadLetters(w http.ResponseWriter, r *http.Request) error {
 	queue := r.PathValue("queue")
 	q := r.URL.Query()
 	opts := &sluice.DeadLetterOptions{Group: q.Get("group")}
-	if m := q.Get("max"); m != "" {
-		n, err := strconv.Atoi(m)
-		if err != nil {
-			return fieldProblem("max", "max must be an integer, got %q", m)
-		}
-		opts.Max = n
+	n, err := queryInt(r, "max", 0)
+	if err != nil {
+		return err
 	}
+	opts.Max = int(n)
 	out := []DeadLetterJSON{}
-	err := s.tx(r.Context(), principalOf(r.Context()), func(tx pgx.Tx) error {
+	err = s.tx(r.Context(), principalOf(r.Context()), func(tx pgx.Tx) error {
 		dls, err := s.client.DeadLettersTx(r.Context(), tx, queue, opts)
 		for _, d := range dls {
 			out = append(out, DeadLetterJSON{ID: d.ID, Group: d.Group, Body: d.Body, Headers: d.Headers, Key: d.Key,
@@ -389,14 +420,25 @@ type LeaseJSON struct {
 	LeaseExpiresAt time.Time `json:"lease_expires_at"`
 }
 
-// queryInt reads an optional integer query parameter: def when absent, a
-// 400 naming it when it is not an integer. Its range is the engine's to
-// check (SL006, 422).
+// queryInt reads an optional integer query parameter that the engine takes
+// as an int (max): def when absent, a 400 naming it when it is not an
+// integer or does not fit an int (?max=3000000000 was a 500). The rest of
+// its range is the engine's to check (SL006, 422).
 func queryInt(r *http.Request, name string, def int64) (int64, error) {
 	v := r.URL.Query().Get(name)
 	if v == "" {
 		return def, nil
 	}
+	n, err := strconv.ParseInt(v, 10, 32)
+	if err != nil {
+		return 0, fieldProblem(name, "%s must be an integer from %d to %d, got %q", name, math.MinInt32, math.MaxInt32, v)
+	}
+	return n, nil
+}
+
+// queryInt64 is queryInt for a bigint (after_id).
+func queryInt64(r *http.Request, name string) (int64, error) {
+	v := r.URL.Query().Get(name)
 	n, err := strconv.ParseInt(v, 10, 64)
 	if err != nil {
 		return 0, fieldProblem(name, "%s must be an integer, got %q", name, v)
@@ -415,7 +457,7 @@ func (s *Server) peek(w http.ResponseWriter, r *http.Request) error {
 	}
 	var after *int64
 	if r.URL.Query().Get("after_id") != "" {
-		a, err := queryInt(r, "after_id", 0)
+		a, err := queryInt64(r, "after_id")
 		if err != nil {
 			return err
 		}

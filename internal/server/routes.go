@@ -17,9 +17,29 @@ type route struct {
 	// public routes need no token.
 	public bool
 	// admin routes need role sluice_admin (when auth is on).
-	admin  bool
+	admin bool
+	// use says how the route uses the database pool (connGated if unset).
+	use    connUse
 	handle func(w http.ResponseWriter, r *http.Request) error
 }
+
+// connUse is how a route uses the database pool.
+type connUse int
+
+const (
+	// connGated routes hold a connection for work whose cost grows with
+	// what the database holds (status, lists, peek, administration): they
+	// share the pool less its reserve (Config.ReservedConns), waiting for
+	// a place (gate).
+	connGated connUse = iota
+	// connMessage routes are the message endpoints, a few statements each:
+	// they alone may use the reserve, so that one token's administration
+	// or status calls cannot make other tokens' sends and receives wait.
+	connMessage
+	// connNone routes hold no connection of their own (the event stream
+	// reads from a shared feed).
+	connNone
+)
 
 func (s *Server) routeTable() []route {
 	return []route{
@@ -35,19 +55,19 @@ func (s *Server) routeTable() []route {
 		{method: "DELETE", path: "/v1/queues/{queue}", handle: s.dropQueue},
 		{method: "POST", path: "/v1/queues/{queue}/purge", handle: s.purgeQueue},
 		{method: "GET", path: "/v1/status", handle: s.status},
-		{method: "GET", path: "/v1/events", handle: s.serveEvents},
+		{method: "GET", path: "/v1/events", use: connNone, handle: s.serveEvents},
 
 		{method: "POST", path: "/v1/queues/{queue}/groups", handle: s.createGroup},
 		{method: "DELETE", path: "/v1/queues/{queue}/groups/{group}", handle: s.dropGroup},
 		{method: "POST", path: "/v1/queues/{queue}/groups/{group}/seek", handle: s.seekGroup},
 
-		{method: "POST", path: "/v1/queues/{queue}/messages", handle: s.send},
-		{method: "POST", path: "/v1/queues/{queue}/messages/batch", handle: s.sendBatch},
-		{method: "POST", path: "/v1/queues/{queue}/groups/{group}/receive", handle: s.receive},
-		{method: "POST", path: "/v1/queues/{queue}/groups/{group}/ack", handle: s.ack},
-		{method: "POST", path: "/v1/queues/{queue}/groups/{group}/nack", handle: s.nack},
-		{method: "POST", path: "/v1/queues/{queue}/groups/{group}/extend", handle: s.extend},
-		{method: "POST", path: "/v1/transaction", handle: s.transaction},
+		{method: "POST", path: "/v1/queues/{queue}/messages", use: connMessage, handle: s.send},
+		{method: "POST", path: "/v1/queues/{queue}/messages/batch", use: connMessage, handle: s.sendBatch},
+		{method: "POST", path: "/v1/queues/{queue}/groups/{group}/receive", use: connMessage, handle: s.receive},
+		{method: "POST", path: "/v1/queues/{queue}/groups/{group}/ack", use: connMessage, handle: s.ack},
+		{method: "POST", path: "/v1/queues/{queue}/groups/{group}/nack", use: connMessage, handle: s.nack},
+		{method: "POST", path: "/v1/queues/{queue}/groups/{group}/extend", use: connMessage, handle: s.extend},
+		{method: "POST", path: "/v1/transaction", use: connMessage, handle: s.transaction},
 
 		{method: "GET", path: "/v1/queues/{queue}/messages", handle: s.peek},
 		{method: "GET", path: "/v1/queues/{queue}/leases", handle: s.leases},
@@ -57,7 +77,8 @@ func (s *Server) routeTable() []route {
 }
 
 // buildMux registers the routes, each wrapped in the middleware: request
-// metrics, authentication, the per-token concurrency limit, the body limit.
+// metrics, authentication, the per-token concurrency limit, the body limit;
+// every request passes guardBrowser first.
 func (s *Server) buildMux() http.Handler {
 	mux := http.NewServeMux()
 	for _, rt := range s.routes {
@@ -65,6 +86,10 @@ func (s *Server) buildMux() http.Handler {
 	}
 	s.registerDashboard(mux)
 	return s.withRequestLog(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if p := s.guardBrowser(r); p != nil {
+			writeProblem(w, r, p)
+			return
+		}
 		h, pattern := mux.Handler(r)
 		if pattern != "" {
 			mux.ServeHTTP(w, r) // sets the path values
@@ -94,11 +119,20 @@ func (s *Server) wrap(rt route) http.Handler {
 	name := rt.method + " " + rt.path
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
+		id := requestID(r.Context())
+		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK, id: id}
 		defer func() { s.metrics.observe(name, sw.status, time.Since(start)) }()
+		defer func() {
+			if sw.failure != nil {
+				requestLogger(r.Context()).Error("sluice server: the answer could not be written", "request_id", id,
+					"method", r.Method, "path", r.URL.Path, "error", sw.failure.Error())
+			}
+		}()
 		if err := s.serve(rt, sw, r); err != nil {
 			p := toProblem(err)
-			p.cause = err
+			if p.cause == nil {
+				p.cause = err
+			}
 			writeProblem(sw, r, p)
 		}
 	})
@@ -110,27 +144,53 @@ func (s *Server) serve(rt route, w http.ResponseWriter, r *http.Request) error {
 	}
 	p, err := s.auth.authenticate(r)
 	if err != nil {
-		return err
+		return s.unread(w, err)
 	}
 	if rt.admin && p.Role != "" && (p.Role != RoleAdmin || len(p.Queues) > 0) {
-		return problemf(http.StatusForbidden, "forbidden", "%s needs role %s for every queue (a token without queue patterns)", rt.path, RoleAdmin)
+		return s.unread(w, problemf(http.StatusForbidden, "forbidden", "%s needs role %s for every queue (a token without queue patterns)", rt.path, RoleAdmin))
 	}
 	if !s.limiter.acquire(p.key) {
-		return problemf(http.StatusTooManyRequests, "too_many_requests",
-			"this token has %d requests in progress, the server's limit (--max-concurrent)", s.cfg.MaxConcurrent)
+		return s.unread(w, problemf(http.StatusTooManyRequests, "too_many_requests",
+			"this token has %d requests in progress, the server's limit (--max-concurrent)", s.cfg.MaxConcurrent))
 	}
 	defer s.limiter.release(p.key)
 	r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBody)
 	if q := r.PathValue("queue"); q != "" && !p.Allows(q) {
-		return forbidQueue(q)
+		return s.unread(w, forbidQueue(q))
+	}
+	if rt.use == connGated {
+		if err := s.gate.enter(r.Context()); err != nil {
+			return err
+		}
+		defer s.gate.leave()
 	}
 	return rt.handle(w, r.WithContext(withPrincipal(r.Context(), p)))
 }
 
-// statusWriter records the status of a response.
+// unread answers a request refused before its body was read without
+// reading it: net/http would read what is left of it after the answer (up
+// to 256 KiB, to reuse the connection), for as long as the read timeout
+// allows, and a client without a token could dribble it for 70s per
+// connection. The connection closes after the answer instead.
+func (s *Server) unread(w http.ResponseWriter, err error) error {
+	w.Header().Set("Connection", "close")
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now())
+	return err
+}
+
+// statusWriter records the status of a response, and a failure to encode
+// it (writeJSON), which wrap logs under the request id.
 type statusWriter struct {
 	http.ResponseWriter
-	status int
+	status  int
+	id      string
+	failure error
+}
+
+// fail records err, and returns the request id.
+func (w *statusWriter) fail(err error) string {
+	w.failure = err
+	return w.id
 }
 
 func (w *statusWriter) WriteHeader(code int) {

@@ -15,7 +15,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -63,6 +65,23 @@ type Config struct {
 	// sluice.status call per interval and role, shared by the streams of
 	// that role (default 1s).
 	EventsInterval time.Duration
+	// Hosts are the host names (or addresses) the server answers to besides
+	// the address it listens on, such as the name a reverse proxy or DNS
+	// gives it: a request whose Host is neither is refused (421), and so
+	// is one whose Origin is neither (guardBrowser).
+	Hosts []string
+	// ReservedConns is how many of the pool's connections are kept for the
+	// message endpoints (send, batch send, receive, ack, nack, extend,
+	// transaction): every other request that uses the database (status,
+	// lists, peek, leases, dead letters, administration, /metrics) waits
+	// for a place among the rest, server-wide, so that no token's such
+	// calls can hold the whole pool (default: a quarter of the pool, at
+	// least 2; the others get at least 1).
+	ReservedConns int
+	// MaxTxQueues is the most distinct queues one POST /v1/transaction may
+	// name (default 16): each queue's tables take locks until the commit,
+	// and about 330 exhausted PostgreSQL's lock table.
+	MaxTxQueues int
 }
 
 func (c *Config) defaults() {
@@ -90,6 +109,9 @@ func (c *Config) defaults() {
 	if c.EventsInterval <= 0 {
 		c.EventsInterval = time.Second
 	}
+	if c.MaxTxQueues <= 0 {
+		c.MaxTxQueues = 16
+	}
 }
 
 // Server is the HTTP server. Make it with New, run it with Serve.
@@ -102,10 +124,15 @@ type Server struct {
 	limiter *limiter
 	metrics *metrics
 	hub     *eventHub
+	gate    *gate
 	handler http.Handler
 	routes  []route
 	// batches keeps batch sends' memory between requests (batchScratch).
 	batches sync.Pool
+	// hosts are cfg.Hosts in lower case; listenIP is the address Serve
+	// listens on (nil before Serve).
+	hosts    []string
+	listenIP atomic.Pointer[net.IP]
 
 	// draining is closed when shutdown starts: long polls return.
 	draining  chan struct{}
@@ -121,7 +148,7 @@ func New(cfg Config) (*Server, error) {
 	if !cfg.Auth.Insecure && !cfg.Auth.Enabled() {
 		return nil, errors.New("sluice server: no authentication configured (tokens file or JWT keys), and not insecure")
 	}
-	a, err := newAuthenticator(cfg.Auth)
+	a, err := newAuthenticator(cfg.Auth, cfg.Logger)
 	if err != nil {
 		return nil, err
 	}
@@ -131,6 +158,15 @@ func New(cfg Config) (*Server, error) {
 		limiter:  newLimiter(cfg.MaxConcurrent),
 		draining: make(chan struct{}),
 	}
+	for _, h := range cfg.Hosts {
+		s.hosts = append(s.hosts, strings.ToLower(strings.TrimSuffix(strings.Trim(h, "[]"), ".")))
+	}
+	poolMax := int(cfg.Pool.Config().MaxConns)
+	reserve := cfg.ReservedConns
+	if reserve <= 0 {
+		reserve = max(2, poolMax/4)
+	}
+	s.gate = newGate(max(1, poolMax-reserve), gateWait)
 	s.batches.New = func() any { return new(batchScratch) }
 	s.metrics = newMetrics(s)
 	s.hub = newEventHub(s)
@@ -150,6 +186,10 @@ func (s *Server) Registry() *prometheus.Registry { return s.metrics.reg }
 // (for up to grace), the listener closes. It returns nil after a clean
 // shutdown.
 func (s *Server) Serve(ctx context.Context, ln net.Listener, grace time.Duration) error {
+	if a, ok := ln.Addr().(*net.TCPAddr); ok {
+		ip := a.IP
+		s.listenIP.Store(&ip)
+	}
 	hs := &http.Server{
 		Handler:           s.handler,
 		ReadHeaderTimeout: s.cfg.ReadHeaderTimeout,

@@ -91,6 +91,75 @@ BEGIN
 END
 $$;
 
+-- _queue_id_free: the next queue id whose schema names (sluice_q<id> and
+-- sluice_dropped_q<id>) nobody holds. A role with CREATE on the database
+-- may create a schema of either name ahead of sluice (squatting): taking
+-- that id made create_queue fail ("schema already exists"), each squatted
+-- id once. Such ids are skipped (the identity's values are drawn, as the
+-- INSERT would).
+--
+-- Parameters: none
+-- Returns: a queue id for sluice.queue (inserted with OVERRIDING SYSTEM VALUE)
+-- Errors: none
+-- Calls: nextval of sluice.queue's identity sequence
+CREATE OR REPLACE FUNCTION sluice._queue_id_free()
+RETURNS int
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_id int;
+BEGIN
+    LOOP
+        v_id := nextval(pg_get_serial_sequence('sluice.queue', 'id'));
+        EXIT WHEN to_regnamespace(sluice._qschema(v_id)) IS NULL
+              AND to_regnamespace('sluice_dropped_q' || v_id) IS NULL;
+    END LOOP;
+    RETURN v_id;
+END
+$$;
+
+-- _drop_own_leftovers: sluice._drop_leftovers for the schemas sluice owns
+-- only. A schema named sluice_dropped_q<id> that another role created
+-- (squatting: a role with CREATE on the database) is not one a dropped
+-- queue left, and sluice may not use it: _drop_leftovers matched schemas by
+-- name, and its "permission denied for schema" made every create_queue,
+-- drop_queue and maintain fail until someone dropped it. Such a schema is
+-- skipped; so is one whose id is a live queue's.
+-- (To merge into _drop_leftovers of storage.sql, which this leaves unused.)
+--
+-- Parameters: none
+-- Returns: how many schemas were dropped
+-- Errors: none
+-- Calls: sluice._detach
+CREATE OR REPLACE FUNCTION sluice._drop_own_leftovers()
+RETURNS int
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    sch text;
+    n int := 0;
+BEGIN
+    -- One at a time (another one is at it: leave it the work); a later one
+    -- sees what an earlier one dropped (the catalog is read fresh).
+    IF NOT pg_try_advisory_xact_lock(sluice._lock_ns('leftovers'), 0) THEN
+        RETURN 0;
+    END IF;
+    FOR sch IN SELECT ns.nspname FROM pg_namespace ns
+               WHERE ns.nspname ~ '^sluice_dropped_q[0-9]+$'
+                 AND ns.nspowner = (SELECT s.nspowner FROM pg_namespace s WHERE s.nspname = 'sluice')
+                 AND NOT EXISTS (SELECT FROM sluice.queue q WHERE 'sluice_dropped_q' || q.id = ns.nspname)
+               ORDER BY 1 LOOP
+        IF sluice._detach(sch) THEN
+            EXECUTE format('DROP SCHEMA %I CASCADE', sch);
+            n := n + 1;
+        END IF;
+    END LOOP;
+    RETURN n;
+END
+$$;
+
 -- create_queue: create a queue.
 --
 -- Parameters:
@@ -146,10 +215,11 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'SL004',
             MESSAGE = format('queue %s already exists', quote_literal(create_queue.queue));
     END IF;
-    INSERT INTO sluice.queue AS q (name, max_attempts, lease, backoff_base, backoff_max, retention,
+    INSERT INTO sluice.queue AS q (id, name, max_attempts, lease, backoff_base, backoff_max, retention,
                                    rotate_interval, max_payload, notify, dedup_window, id_seq, options, lanes,
                                    max_delay, slots, engine)
-    VALUES (create_queue.queue, (o->>'max_attempts')::int, (o->>'lease')::interval,
+    OVERRIDING SYSTEM VALUE
+    VALUES (sluice._queue_id_free(), create_queue.queue, (o->>'max_attempts')::int, (o->>'lease')::interval,
             (o->>'backoff_base')::interval, (o->>'backoff_max')::interval, (o->>'retention')::interval,
             (o->>'rotate_interval')::interval, (o->>'max_payload')::int, (o->>'notify')::boolean,
             (o->>'dedup_window')::interval, 'sluice.queue'::regclass, o, (o->>'lanes')::int,
@@ -168,7 +238,7 @@ BEGIN
     ELSE
         PERFORM sluice._create_storage(qid);
     END IF;
-    PERFORM sluice._drop_leftovers();
+    PERFORM sluice._drop_own_leftovers();
     INSERT INTO sluice.epoch (queue_id, epoch, slot, started_at) VALUES (qid, 0, 0, clock_timestamp());
     IF (o->>'engine')::int <> 2 THEN
         EXECUTE format('SELECT %I.e_base()', sluice._qschema(qid));
@@ -218,7 +288,7 @@ BEGIN
     DELETE FROM sluice.queue WHERE id = q.id;
     EXECUTE format('DROP SEQUENCE %s', q.id_seq);
     PERFORM sluice._drop_storage(q.id);
-    PERFORM sluice._drop_leftovers();
+    PERFORM sluice._drop_own_leftovers();
     RETURN true;
 END
 $$;

@@ -1,5 +1,25 @@
 -- Group: sending
 
+-- _json_too_deep_error: raise SL012 for a message's JSON nested deeper than
+-- the limit (see _json_too_deep).
+--
+-- Parameters:
+--   what  the argument, as the message names it ('body', 'bodies[3]', ...)
+-- Returns: never
+-- Errors: SL012 json_too_deep, always
+-- Calls: nothing
+CREATE OR REPLACE FUNCTION sluice._json_too_deep_error(what text)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RAISE EXCEPTION USING ERRCODE = 'SL012',
+        MESSAGE = format('%s is nested deeper than 512 levels', _json_too_deep_error.what),
+        HINT = 'JSON nested deeper than 512 levels (arrays and objects) cannot be read back by every client.';
+END
+$$;
+
 -- send: append one message to a queue, in the caller's transaction. The
 -- message becomes visible to consumers when that transaction commits; a
 -- rolled-back send is never delivered.
@@ -29,7 +49,7 @@
 --         queue's max_delay, NULL priority,
 --         key or dedup_key over 512 bytes), SL009 payload_too_large (body,
 --         headers and key over max_payload, uncompressed), SL010 invalid_isolation (dedup_key outside
---         READ COMMITTED)
+--         READ COMMITTED), SL012 json_too_deep (body or headers nested deeper than 512 levels)
 -- Tables: inserts one row into sluice.messages
 CREATE OR REPLACE FUNCTION sluice.send(queue text, body jsonb, headers jsonb DEFAULT NULL, key text DEFAULT NULL,
                                        delay interval DEFAULT NULL, priority int DEFAULT 0,
@@ -91,6 +111,10 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'SL009',
             MESSAGE = format('message of %s bytes exceeds the max_payload of queue %s (%s bytes)',
                              v_size, quote_literal(send.queue), v_max);
+    END IF;
+    -- (no JSON of 4,096 bytes or less is that deep: see _json_too_deep)
+    IF v_size > 4096 AND (sluice._json_too_deep(send.body) OR sluice._json_too_deep(send.headers)) THEN
+        PERFORM sluice._json_too_deep_error(CASE WHEN sluice._json_too_deep(send.body) THEN 'body' ELSE 'headers' END);
     END IF;
     IF v_engine = 2 THEN
         IF send.key IS NOT NULL OR send.priority <> 0 OR send.dedup_key IS NOT NULL THEN
@@ -202,6 +226,13 @@ BEGIN
             MESSAGE = format('a message of %s bytes exceeds the max_payload of queue %s (%s bytes)',
                              v_size, quote_literal(q.name), q.max_payload);
     END IF;
+    FOR r IN SELECT u.ord, sluice._json_too_deep(u.b) AS deep_body
+             FROM unnest(_send_batch_check.bodies, _send_batch_check.headers) WITH ORDINALITY AS u(b, h, ord)
+             WHERE (pg_column_size(u.b) > 4096 AND sluice._json_too_deep(u.b))
+                OR (pg_column_size(u.h) > 4096 AND sluice._json_too_deep(u.h))
+             ORDER BY u.ord LIMIT 1 LOOP
+        PERFORM sluice._json_too_deep_error(format('%s[%s]', CASE WHEN r.deep_body THEN 'bodies' ELSE 'headers' END, r.ord));
+    END LOOP;
 END
 $$;
 
@@ -219,7 +250,8 @@ $$;
 --               given twice in the batch enqueues its first message
 -- Returns: one id per body, in the order of bodies (for a duplicate, the id
 --          of the message first sent with its key)
--- Errors: as send, and SL006 when an array differs in length from bodies
+-- Errors: as send (SL012 json_too_deep naming bodies[i] or headers[i]), and SL006 when an array
+--         differs in length from bodies
 -- Tables: inserts into sluice.messages
 CREATE OR REPLACE FUNCTION sluice.send_batch(queue text, bodies jsonb[], headers jsonb[] DEFAULT NULL,
                                              keys text[] DEFAULT NULL, delay interval DEFAULT NULL,
@@ -275,6 +307,19 @@ BEGIN
        OR pg_column_compression(send_batch.keys) IS NOT NULL
        OR pg_column_size(send_batch.bodies)::bigint + coalesce(pg_column_size(send_batch.headers), 0)
           + coalesce(pg_column_size(send_batch.keys), 0) > q.max_payload THEN
+        PERFORM sluice._send_batch_check(q, send_batch.bodies, send_batch.headers, send_batch.keys,
+                                         send_batch.delay, send_batch.priorities, send_batch.dedup_keys);
+    END IF;
+    -- Nesting depth: no JSON of 4,096 bytes or less can be too deep (see
+    -- _json_too_deep), so arrays of that size in all are not looked at, and
+    -- of larger ones only the elements over it are walked (an element of
+    -- an array is never compressed: its pg_column_size is its size).
+    IF (pg_column_compression(send_batch.bodies) IS NOT NULL
+        OR pg_column_compression(send_batch.headers) IS NOT NULL
+        OR pg_column_size(send_batch.bodies)::bigint + coalesce(pg_column_size(send_batch.headers), 0) > 4096)
+       AND EXISTS (SELECT FROM unnest(send_batch.bodies, send_batch.headers) AS u(b, h)
+                   WHERE (pg_column_size(u.b) > 4096 AND sluice._json_too_deep(u.b))
+                      OR (pg_column_size(u.h) > 4096 AND sluice._json_too_deep(u.h))) THEN
         PERFORM sluice._send_batch_check(q, send_batch.bodies, send_batch.headers, send_batch.keys,
                                          send_batch.delay, send_batch.priorities, send_batch.dedup_keys);
     END IF;

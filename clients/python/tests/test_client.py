@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from datetime import timedelta
+from typing import Any
 
 import psycopg
 import pytest
@@ -62,6 +63,17 @@ def test_receive_outside_read_committed_is_refused(client: sluice.Client, queue:
         finally:
             conn.isolation_level = None
     assert [m.body for m in client.receive(queue, max_messages=10)] == [1]
+
+
+def test_json_nested_too_deep_is_refused(client: sluice.Client, queue: str) -> None:
+    client.create_queue(queue)
+    deep: Any = []
+    for _ in range(600):
+        deep = [deep]
+    with pytest.raises(sluice.JSONTooDeep) as err:
+        client.send(queue, deep)
+    assert err.value.code == "SL012"
+    assert client.receive(queue, max_messages=10) == []
 
 
 def test_errors_are_typed_and_carry_code_and_hint(client: sluice.Client, queue: str) -> None:

@@ -58,6 +58,8 @@ export class PayloadTooLargeError extends SluiceError {}
 export class InvalidIsolationError extends SluiceError {}
 /** SL011: a call or argument the queue's engine does not support yet (a key on engine 2). */
 export class NotSupportedError extends SluiceError {}
+/** SL012: body or headers nested deeper than 512 levels. */
+export class JSONTooDeepError extends SluiceError {}
 /**
  * The database has no sluice schema, or an older one without the function
  * called: install or upgrade it with `sluice migrate`. `code` is
@@ -80,6 +82,7 @@ export const errorClasses: Readonly<Record<string, ErrorClass>> = Object.freeze(
   SL009: PayloadTooLargeError,
   SL010: InvalidIsolationError,
   SL011: NotSupportedError,
+  SL012: JSONTooDeepError,
 });
 
 function isDriverError(err: unknown): err is DriverError {

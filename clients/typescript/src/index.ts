@@ -17,6 +17,7 @@ export {
   PayloadTooLargeError,
   InvalidIsolationError,
   NotSupportedError,
+  JSONTooDeepError,
   SchemaMissingError,
   errorClasses,
   translate,

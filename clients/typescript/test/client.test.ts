@@ -12,6 +12,8 @@ import {
   InvalidNameError,
   InvalidOptionError,
   InvalidReceiptError,
+  JSONTooDeepError,
+  type JSONValue,
   PayloadTooLargeError,
   QueueExistsError,
   QueueNotFoundError,
@@ -226,6 +228,14 @@ describe("bad input", () => {
       } finally {
         client.release();
       }
+    }));
+
+  test("JSON nested deeper than 512 levels is SL012", () =>
+    withQueue(async (q) => {
+      let deep: JSONValue = [];
+      for (let i = 0; i < 600; i++) deep = [deep];
+      await assert.rejects(s.send(q, deep), JSONTooDeepError);
+      assert.deepEqual(await s.receive(q, "default", { maxMessages: 10 }), []);
     }));
 
   test("other errors pass unchanged; a missing function is SchemaMissingError", async () => {

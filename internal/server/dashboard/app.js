@@ -56,7 +56,9 @@ class ApiError extends Error {
 async function api(method, path, body) {
   const headers = {};
   if (state.token) headers["Authorization"] = "Bearer " + state.token;
-  if (body !== undefined) headers["Content-Type"] = "application/json";
+  // (every request that changes something is JSON, even without a body:
+  // the server refuses other types, which pages of other sites can send)
+  if (body !== undefined || method !== "GET") headers["Content-Type"] = "application/json";
   const res = await fetch(path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
   if (res.status === 204) return null;
   const text = await res.text();

@@ -105,6 +105,9 @@ BEGIN
         pgmq._tbl(q, 'r') || '_0', pgmq._tbl(q, 'r') || '_1', pgmq._tbl(q, 'd') || '_0', pgmq._tbl(q, 'd') || '_1');
 
     PERFORM pgmq._instantiate(q);
+    -- (as grants.sql gives them for the queues that exist at install)
+    EXECUTE format('GRANT SELECT ON pgmq.%I, pgmq.%I TO sluice_consumer, sluice_admin',
+                   pgmq._tbl(q, 'q'), pgmq._tbl(q, 'a'));
     INSERT INTO pgmq.meta (queue_name, is_partitioned, is_unlogged, sluice_queue)
     VALUES (p_name, p_partitioned, p_unlogged, q);
     INSERT INTO pgmq.side_generation (sluice_queue, gen, started_at) VALUES (q, 0, clock_timestamp());

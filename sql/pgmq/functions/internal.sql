@@ -273,6 +273,9 @@ BEGIN
             EXECUTE format('DROP FUNCTION pgmq.%I', pgmq._fn(p_queue, f.kind));
         END IF;
         EXECUTE src;   -- CREATE OR REPLACE
+        -- (a new function may be executed by PUBLIC: nobody but the owner
+        -- calls the copies, from the public functions)
+        EXECUTE format('REVOKE ALL ON FUNCTION pgmq.%I FROM PUBLIC', pgmq._fn(p_queue, f.kind));
     END LOOP;
 END
 $$;

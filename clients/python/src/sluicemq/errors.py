@@ -28,6 +28,7 @@ __all__ = [
     "PayloadTooLarge",
     "InvalidIsolation",
     "NotSupported",
+    "JSONTooDeep",
     "SchemaMissing",
     "translate",
 ]
@@ -124,6 +125,12 @@ class NotSupported(SluiceError):
     code = "SL011"
 
 
+class JSONTooDeep(SluiceError):
+    """SL012: body or headers nested deeper than 512 levels."""
+
+    code = "SL012"
+
+
 class SchemaMissing(SluiceError):
     """The database has no sluice schema, or an older one: run ``sluice migrate``."""
 
@@ -142,6 +149,7 @@ _BY_CODE: dict[str, type[SluiceError]] = {
         PayloadTooLarge,
         InvalidIsolation,
         NotSupported,
+        JSONTooDeep,
     )
 }
 
