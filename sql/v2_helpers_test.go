@@ -2,11 +2,9 @@ package sqlsrc_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"sort"
 	"strings"
-	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -247,19 +245,6 @@ func (b *bundle) v2maintain() {
 	b.exec("SELECT count(*) FROM sluice.maintain()")
 }
 
-// v2jsonInt reads member k of a JSON object body.
-func v2jsonInt(t testing.TB, body, k string) int {
-	t.Helper()
-	var m map[string]any
-	if err := json.Unmarshal([]byte(body), &m); err != nil {
-		t.Fatalf("body %s: %v", body, err)
-	}
-	f, ok := m[k].(float64)
-	if !ok {
-		t.Fatalf("body %s has no number %s", body, k)
-	}
-	return int(f)
-}
 
 // forge replaces part i (0-based) of a receipt with v.
 func v2forge(receipt string, i int, v string) string {

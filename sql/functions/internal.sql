@@ -290,10 +290,11 @@ $$;
 -- joined by commas (which no receipt has): a check per receipt cost ~24k
 -- instructions each, ~2.4M for an ack of 100 (callgrind, PostgreSQL 15),
 -- this ~0.5M. The bounded repeats keep each part castable, as _receipt_ok's
--- length checks do. An expression, no SET clause, so that callers inline it.
+-- length checks do. An expression, no SET clause, so that callers inline it
+-- (STABLE, as array_to_string is: see _payload_size).
 CREATE OR REPLACE FUNCTION sluice._receipts_ok(p_receipts text[])
 RETURNS boolean
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
+LANGUAGE sql STABLE PARALLEL SAFE
 AS $$
     SELECT pg_catalog.array_position(p_receipts, NULL) IS NULL
        AND pg_catalog.array_to_string(p_receipts, ',') OPERATOR(pg_catalog.~)

@@ -16,4 +16,5 @@ REVOKE ALL ON SCHEMA sluice_tmpl2 FROM PUBLIC;
 -- * queue_status.held_by_pid, held_for: the backend whose open transaction
 --   holds the queue's numbering (a receive that numbered new messages and has
 --   not committed: they reach no group until it does), and for how long.
-ALTER TYPE sluice.queue_status ADD ATTRIBUTE held_by_pid int, ADD ATTRIBUTE held_for interval;
+ALTER TYPE sluice.queue_status ADD ATTRIBUTE held_by_pid int;
+ALTER TYPE sluice.queue_status ADD ATTRIBUTE held_for interval;
