@@ -548,7 +548,7 @@ DECLARE
     v_ran boolean;
     v_changed boolean;
 BEGIN
-    PERFORM sluice._drop_own_leftovers();
+    PERFORM sluice._drop_leftovers();
     FOR q IN SELECT * FROM sluice.queue qq ORDER BY qq.id LOOP
         -- Each queue in a subtransaction, rolled back when its maintenance
         -- wrote nothing, which lets the locks of its reads go (~18 a queue;

@@ -119,47 +119,6 @@ BEGIN
 END
 $$;
 
--- _drop_own_leftovers: sluice._drop_leftovers for the schemas sluice owns
--- only. A schema named sluice_dropped_q<id> that another role created
--- (squatting: a role with CREATE on the database) is not one a dropped
--- queue left, and sluice may not use it: _drop_leftovers matched schemas by
--- name, and its "permission denied for schema" made every create_queue,
--- drop_queue and maintain fail until someone dropped it. Such a schema is
--- skipped; so is one whose id is a live queue's.
--- (To merge into _drop_leftovers of storage.sql, which this leaves unused.)
---
--- Parameters: none
--- Returns: how many schemas were dropped
--- Errors: none
--- Calls: sluice._detach
-CREATE OR REPLACE FUNCTION sluice._drop_own_leftovers()
-RETURNS int
-LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    sch text;
-    n int := 0;
-BEGIN
-    -- One at a time (another one is at it: leave it the work); a later one
-    -- sees what an earlier one dropped (the catalog is read fresh).
-    IF NOT pg_try_advisory_xact_lock(sluice._lock_ns('leftovers'), 0) THEN
-        RETURN 0;
-    END IF;
-    FOR sch IN SELECT ns.nspname FROM pg_namespace ns
-               WHERE ns.nspname ~ '^sluice_dropped_q[0-9]+$'
-                 AND ns.nspowner = (SELECT s.nspowner FROM pg_namespace s WHERE s.nspname = 'sluice')
-                 AND NOT EXISTS (SELECT FROM sluice.queue q WHERE 'sluice_dropped_q' || q.id = ns.nspname)
-               ORDER BY 1 LOOP
-        IF sluice._detach(sch) THEN
-            EXECUTE format('DROP SCHEMA %I CASCADE', sch);
-            n := n + 1;
-        END IF;
-    END LOOP;
-    RETURN n;
-END
-$$;
-
 -- create_queue: create a queue.
 --
 -- Parameters:
@@ -238,7 +197,7 @@ BEGIN
     ELSE
         PERFORM sluice._create_storage(qid);
     END IF;
-    PERFORM sluice._drop_own_leftovers();
+    PERFORM sluice._drop_leftovers();
     INSERT INTO sluice.epoch (queue_id, epoch, slot, started_at) VALUES (qid, 0, 0, clock_timestamp());
     IF (o->>'engine')::int <> 2 THEN
         EXECUTE format('SELECT %I.e_base()', sluice._qschema(qid));
@@ -288,7 +247,7 @@ BEGIN
     DELETE FROM sluice.queue WHERE id = q.id;
     EXECUTE format('DROP SEQUENCE %s', q.id_seq);
     PERFORM sluice._drop_storage(q.id);
-    PERFORM sluice._drop_own_leftovers();
+    PERFORM sluice._drop_leftovers();
     RETURN true;
 END
 $$;

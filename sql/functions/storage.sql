@@ -295,7 +295,11 @@ $$;
 -- _drop_leftovers: drop the schemas sluice_dropped_q<id> that dropped
 -- queues left behind (_drop_storage could not detach their messages table
 -- at once), each if its table can be detached now. Called by maintain,
--- create_queue and drop_queue.
+-- create_queue and drop_queue. Only schemas sluice's owner owns and no live
+-- queue uses: a schema of that name that another role created (squatting:
+-- a role with CREATE on the database) is skipped, where its "permission
+-- denied for schema" made every create_queue, drop_queue and maintain fail
+-- until someone dropped it.
 --
 -- Returns: how many schemas were dropped
 CREATE OR REPLACE FUNCTION sluice._drop_leftovers()
@@ -313,7 +317,10 @@ BEGIN
         RETURN 0;
     END IF;
     FOR sch IN SELECT ns.nspname FROM pg_namespace ns
-               WHERE ns.nspname ~ '^sluice_dropped_q[0-9]+$' ORDER BY 1 LOOP
+               WHERE ns.nspname ~ '^sluice_dropped_q[0-9]+$'
+                 AND ns.nspowner = (SELECT s.nspowner FROM pg_namespace s WHERE s.nspname = 'sluice')
+                 AND NOT EXISTS (SELECT FROM sluice.queue q WHERE 'sluice_dropped_q' || q.id = ns.nspname)
+               ORDER BY 1 LOOP
         IF sluice._detach(sch) THEN
             EXECUTE format('DROP SCHEMA %I CASCADE', sch);
             n := n + 1;
