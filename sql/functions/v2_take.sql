@@ -78,10 +78,12 @@ BEGIN
         FROM t
         WHERE coalesce(t.bfirst <= p_cursor + 1, true) AND (t.n > 0 OR p_moved OR t.blast > p_cursor)
         ON CONFLICT DO NOTHING
-        RETURNING i.lease_no, i.token, i.expires_at
+        -- (a receipt is slot.pos.lane.lease_no.token: what is the same for
+        -- every message of the lease is made once)
+        RETURNING p_slot || '.' AS head, '.' || p_lane || '.' || i.lease_no || '.' || i.token AS tail, i.expires_at
     )
     SELECT coalesce(m.orig, m.id), m.body, m.headers, NULL::text, 0, m.attempt, m.sent_at,
-           p_slot || '.' || w.pos || '.' || p_lane || '.' || ins.lease_no || '.' || ins.token, ins.expires_at, w.pos
+           ins.head || w.pos || ins.tail, ins.expires_at, w.pos
     FROM ins CROSS JOIN w
     JOIN msg m ON m.slot = w.mslot AND m.txid = w.txid AND m.id = w.id   -- (one partition looked at a row)
     WHERE w.k <= p_need AND w.id IS NOT NULL
