@@ -449,3 +449,39 @@ func TestDashboardShowsWaiting(t *testing.T) {
 		t.Fatalf("console errors:\n%s", strings.Join(errs, "\n"))
 	}
 }
+
+// A receive that numbered new messages inside a transaction it keeps open
+// holds them back from every group: the queue's card says so, with the
+// holder's pid.
+func TestDashboardShowsNumberingHeld(t *testing.T) {
+	ts := start(t, func(c *server.Config) { c.Auth = server.AuthConfig{Insecure: true} })
+	b := newBrowser(t)
+	ts.must(201, "POST", "/v1/queues", "", map[string]any{"name": "held"})
+	ts.must(201, "POST", "/v1/queues/held/messages", "", map[string]any{"body": 1})
+	ctx := context.Background()
+	tx, err := ts.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck
+	var pid int
+	if err := tx.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, "SELECT * FROM sluice.receive('held', 'default', 1)"); err != nil {
+		t.Fatal(err)
+	}
+	b.run(t, chromedp.Navigate(ts.url+"/"), chromedp.WaitVisible(`.card[data-queue="held"] .held`, chromedp.ByQuery))
+	var note string
+	b.run(t, chromedp.Text(`.card[data-queue="held"] .held`, &note, chromedp.ByQuery))
+	if !strings.Contains(note, fmt.Sprintf("pid %d", pid)) {
+		t.Errorf("held note %q: want pid %d", note, pid)
+	}
+	b.screenshot(t, "dashboard-held.png", `.card[data-queue="held"]`)
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if errs := b.consoleErrors(); len(errs) > 0 {
+		t.Fatalf("console errors:\n%s", strings.Join(errs, "\n"))
+	}
+}

@@ -214,11 +214,23 @@ function groupRow(r, i) {
     el("td", { class: "done-rate" }, fmt(rate(h, "lwm"))));
 }
 
+// heldNote says that an open transaction holds the queue's numbering (a
+// receive that numbered new messages and has not committed: they reach no
+// group until it does), from status's held_by_pid and held_for_seconds.
+function heldNote(rows) {
+  const r = rows.find((x) => x.held_by_pid);
+  if (!r) return null;
+  const age = r.held_for_seconds ? " for " + fmtAge(r.held_for_seconds) : "";
+  return el("span", { class: "held", title: "A receive that numbered new messages has not committed: they reach no group until it does." },
+    "numbering held by pid " + r.held_by_pid + age);
+}
+
 function queueCard(name, rows) {
   const groups = rows.filter((r) => r.group);
   const card = el("div", { class: "card" + (state.selected === name ? " selected" : ""), "data-queue": name },
     el("div", { class: "title", onclick: () => select(name) },
-      el("h2", {}, name), el("span", { class: "muted" }, groups.length + " group" + (groups.length === 1 ? "" : "s"))),
+      el("h2", {}, name), el("span", { class: "muted" }, groups.length + " group" + (groups.length === 1 ? "" : "s")),
+      heldNote(rows)),
     el("table", {},
       el("thead", {}, el("tr", {}, ["group", "ready", "waiting", "delayed", "in flight", "dead", "lag", "oldest", "in/s", "done/s"].map((h) => el("th", {}, h)))),
       el("tbody", {}, groups.map(groupRow))));
