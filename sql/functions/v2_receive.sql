@@ -23,7 +23,7 @@
 --   p_epoch, p_started  the current epoch and when it started
 --   p_slot              its slot (this copy's)
 -- Returns: the messages leased, as sluice.receive
--- Calls: e2_ack, e_maintain, e2_unnumbered__s, e2_cut, e2_expired__s, e2_take__s, e2_slow
+-- Calls: e2_ack, e_maintain, e2_unnumbered__s, e2_number__s, e2_expired__s, e2_take__s, e2_slow
 CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_receive__s(q sluice.queue, g sluice.consumer_group, max_messages int,
                                                      p_lease interval, p_consumer text, p_ack text[],
                                                      p_epoch bigint, p_started timestamptz, p_slot smallint)
@@ -89,22 +89,14 @@ BEGIN
                    THEN pg_try_advisory_xact_lock(sluice._lane_lock(g.id, l.lane)) ELSE false END
         LIMIT 1;
         IF NOT FOUND THEN
-            -- No free lane with positions: number what is committed, if
-            -- anything is and no other receive is at it, and look again
-            -- (once); then look at the lanes with leases that ended.
+            -- No free lane with positions: number first (once), then the
+            -- lanes with leases that ended; none of those either: stop.
             IF NOT v_cut AND NOT v_ended AND v_need = max_messages THEN
                 v_cut := true;
-                SELECT x.due, x.rr INTO v_due, v_rr FROM e2_unnumbered__s(v_now) x;
-                IF v_due THEN
-                    v_start := v_rr;   -- (the lane the cut deals to first: looked at first)
-                    v_n := e2_cut(q.id, q.lanes, p_slot, p_epoch);
-                    IF v_n IS NULL AND e2_wait_cut(q.id) THEN
-                        -- another receive was numbering: its positions
-                        -- (committed now), and what came since
-                        v_n := e2_cut(q.id, q.lanes, p_slot, p_epoch);
-                        CONTINUE;
-                    END IF;
-                    CONTINUE WHEN v_n > 0;
+                v_rr := e2_number__s(q.id, q.lanes, p_slot, p_epoch, v_now);
+                IF v_rr IS NOT NULL THEN
+                    v_start := v_rr;   -- (the lane the cut dealt to first: looked at first)
+                    CONTINUE;
                 END IF;
             END IF;
             IF v_ended THEN
@@ -144,6 +136,43 @@ BEGIN
         v_need := v_need - v_n;
         EXIT WHEN v_need = 0;
     END LOOP;
+END
+$$;
+
+-- e2_number__s: for a receive that found no free lane with positions:
+-- number what is committed and not numbered yet, if anything is (the cut);
+-- when another receive is numbering (it holds the cut lock), wait for it,
+-- at most 100 ms, and number what came since.
+--
+-- Parameters:
+--   p_queue_id, p_lanes  queue id and lanes
+--   p_slot, p_epoch      the current slot and epoch, as the receive read them
+--   p_now                the receive's time
+-- Returns: the lane the cut dealt to first (to look at first), or NULL when
+--   nothing was numbered and no other receive's numbering was waited for
+-- Calls: e2_unnumbered__s, e2_cut, e2_wait_cut
+CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_number__s(p_queue_id int, p_lanes int, p_slot smallint, p_epoch bigint,
+                                                    p_now timestamptz)
+RETURNS int
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_due boolean;
+    v_rr int;
+    v_n bigint;
+BEGIN
+    SELECT x.due, x.rr INTO v_due, v_rr FROM e2_unnumbered__s(p_now) x;
+    IF NOT v_due THEN
+        RETURN NULL;
+    END IF;
+    v_n := e2_cut(p_queue_id, p_lanes, p_slot, p_epoch);
+    IF v_n IS NULL AND e2_wait_cut(p_queue_id) THEN
+        -- another receive was numbering: its positions (committed now), and
+        -- what came since
+        PERFORM e2_cut(p_queue_id, p_lanes, p_slot, p_epoch);
+        RETURN v_rr;
+    END IF;
+    RETURN CASE WHEN v_n > 0 THEN v_rr END;
 END
 $$;
 
