@@ -122,8 +122,8 @@ $$;
 -- sluice_tmpl2). A template whose name ends in __s is copied once per slot
 -- s, with __s replaced by _<s> in its name and body: its statements name
 -- slot s's leaves (msg_<s>, lease_<s>, ...), so that the planner sets up no
--- scan of another slot's partition; and once more with __s removed, the
--- same statements through the parents (the slow path's). Every copy runs with the queue's
+-- scan of another slot's partition; e2_take__s once more with __s removed,
+-- the same statement through the parents (the slow path's). Every copy runs with the queue's
 -- schema first in its path: the public API sets it before a static call
 -- (as for engine 1, see sluice.receive), or the copy carries it in its SET
 -- clause with the engine's settings (those called through EXECUTE).
@@ -142,6 +142,9 @@ DECLARE
     -- (e2_receive, e2_ack, e2_nack, e2_extend and e2_send are entry points
     -- too, but their public callers set the path and carry the settings, as
     -- for engine 1: see sluice.receive)
+    -- (the templates per slot also copied once through the parents: the
+    -- slow path's take)
+    through_parents constant text[] := ARRAY['e2_take__s'];
     entry_points constant text[] := ARRAY['e_status', 'e2_start', 'e_maintain', 'e_peek', 'e_leases',
                                           'e_purge', 'e_start_pos'];
     f record;
@@ -161,9 +164,10 @@ BEGIN
                 PERFORM sluice._replace_function(replace(def, '__s', '_' || s), replace(sig, '__s', '_' || s));
                 names := names || replace(f.proname, '__s', '_' || s);
             END LOOP;
-            -- the copy through the parents
-            PERFORM sluice._replace_function(replace(def, '__s', ''), replace(sig, '__s', ''));
-            names := names || replace(f.proname, '__s', '');
+            IF f.proname = ANY (through_parents) THEN   -- the copy through the parents
+                PERFORM sluice._replace_function(replace(def, '__s', ''), replace(sig, '__s', ''));
+                names := names || replace(f.proname, '__s', '');
+            END IF;
         ELSE
             PERFORM sluice._replace_function(def, sig);
             names := names || f.proname::text;
