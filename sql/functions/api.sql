@@ -395,6 +395,12 @@ $$;
 --   cursor, lwm, head   positions: last dispatched, first not completed, last numbered
 --   live_epochs         storage epochs the queue keeps (1 to its slots)
 --   holds_reclaim       true when this group keeps an old epoch from being reclaimed
+--   held_by_pid         the backend whose open transaction holds the queue's
+--                       numbering: a receive that numbered new messages and has
+--                       not committed, which keeps them from every group until
+--                       it does (NULL: none)
+--   held_for            how long that transaction has been open (NULL when the
+--                       caller may not see it: pg_read_all_stats)
 -- Errors: SL001, SL002, SL006 (the setting sluice.status_exact_limit is not
 --   a number from 0 to 1000000000)
 CREATE OR REPLACE FUNCTION sluice.status(queue text DEFAULT NULL)
