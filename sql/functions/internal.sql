@@ -562,3 +562,34 @@ AS $$
       AND l.classid = sluice._lock_ns('cut')::oid AND l.objid = p_queue_id::oid
     LIMIT 1
 $$;
+
+-- _lock_within: run a statement that takes a lock (LOCK TABLE, ALTER TABLE,
+-- SELECT pg_advisory_xact_lock ...) with lock_timeout set to p_timeout, in a
+-- block, so that a lock not granted in time ends the statement, not the
+-- transaction; the caller's lock_timeout is put back either way. A lock
+-- taken is kept until the transaction ends.
+--
+-- Parameters:
+--   p_sql      the statement (names qualified)
+--   p_timeout  how long to wait, such as '50ms'
+-- Returns: true when the statement ran (its lock granted), false when the
+--   wait ran out
+CREATE OR REPLACE FUNCTION sluice._lock_within(p_sql text, p_timeout text)
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_timeout constant text := current_setting('lock_timeout');
+BEGIN
+    PERFORM set_config('lock_timeout', p_timeout, true);
+    BEGIN
+        EXECUTE p_sql;
+    EXCEPTION WHEN lock_not_available THEN
+        PERFORM set_config('lock_timeout', v_timeout, true);
+        RETURN false;
+    END;
+    PERFORM set_config('lock_timeout', v_timeout, true);
+    RETURN true;
+END
+$$;

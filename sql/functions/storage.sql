@@ -273,22 +273,13 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     sch constant text := p_schema;
-    v_lock_timeout constant text := current_setting('lock_timeout');
     v_rel regclass := to_regclass(format('%I.messages', sch));
 BEGIN
     IF v_rel IS NULL OR NOT EXISTS (SELECT 1 FROM pg_inherits i
                                     WHERE i.inhrelid = v_rel AND i.inhparent = 'sluice.messages'::regclass) THEN
         RETURN true;
     END IF;
-    BEGIN
-        PERFORM set_config('lock_timeout', '20ms', true);
-        EXECUTE format('ALTER TABLE sluice.messages DETACH PARTITION %I.messages', sch);
-        PERFORM set_config('lock_timeout', v_lock_timeout, true);
-    EXCEPTION WHEN lock_not_available THEN
-        PERFORM set_config('lock_timeout', v_lock_timeout, true);
-        RETURN false;
-    END;
-    RETURN true;
+    RETURN sluice._lock_within(format('ALTER TABLE sluice.messages DETACH PARTITION %I.messages', sch), '20ms');
 END
 $$;
 

@@ -186,9 +186,7 @@ $$;
 -- e2_wait_cut: wait for the queue's cut lock, held by another receive that
 -- is numbering (it holds it until it commits, a moment later), at most
 -- 100 ms, and keep it: a receive that found nothing numbered waits for that
--- receive's positions instead of returning empty. The lock is taken in a
--- block, so that lock_timeout ends the wait without ending the
--- transaction.
+-- receive's positions instead of returning empty (sluice._lock_within).
 --
 -- Parameters:
 --   p_queue_id  queue id
@@ -197,17 +195,8 @@ CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_wait_cut(p_queue_id int)
 RETURNS boolean
 LANGUAGE plpgsql
 AS $$
-DECLARE
-    v_timeout constant text := current_setting('lock_timeout');
-    v_got boolean := true;
 BEGIN
-    PERFORM set_config('lock_timeout', '100ms', true);
-    BEGIN
-        PERFORM pg_advisory_xact_lock(sluice._lock_ns('cut'), p_queue_id);
-    EXCEPTION
-        WHEN lock_not_available THEN v_got := false;
-    END;
-    PERFORM set_config('lock_timeout', v_timeout, true);
-    RETURN v_got;
+    RETURN sluice._lock_within(format('SELECT pg_catalog.pg_advisory_xact_lock(%s, %s)', sluice._lock_ns('cut'), p_queue_id),
+                               '100ms');
 END
 $$;

@@ -193,21 +193,15 @@ RETURNS boolean
 LANGUAGE plpgsql
 AS $$
 DECLARE
-    v_timeout constant text := current_setting('lock_timeout');
     v_leaves constant text := (SELECT string_agg(format('%I.%I', sluice._qschema(q.id), t || '_' || p_slot), ', ')
                                FROM unnest(sluice._v2_tables()) t);
 BEGIN
     IF NOT e2_reclaimable(q, p_epoch, p_slot) THEN
         RETURN false;
     END IF;
-    BEGIN
-        PERFORM set_config('lock_timeout', '50ms', true);
-        EXECUTE format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', v_leaves);
-        PERFORM set_config('lock_timeout', v_timeout, true);
-    EXCEPTION WHEN lock_not_available THEN
-        PERFORM set_config('lock_timeout', v_timeout, true);
+    IF NOT sluice._lock_within(format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', v_leaves), '50ms') THEN
         RETURN false;
-    END;
+    END IF;
     IF NOT e2_reclaimable(q, p_epoch, p_slot) THEN
         RETURN false;
     END IF;
