@@ -29,6 +29,10 @@ DECLARE
     c record;
     v_unnumbered bigint;
     v_delayed bigint;
+    -- (epochs from the oldest not reclaimed to the current one, as engine 1
+    -- counts them: from the catalog, not by reading the cuts)
+    v_live constant int := (SELECT max(e.epoch) FROM sluice.epoch e WHERE e.queue_id = q.id)
+                           - coalesce((SELECT max(r.epoch) + 1 FROM sluice.reclaim r WHERE r.queue_id = q.id), 0) + 1;
 BEGIN
     SELECT * INTO STRICT c FROM cut x ORDER BY x.cut_no DESC LIMIT 1;
     SELECT count(*) FILTER (WHERE m.due IS NULL OR m.due <= v_now), count(*) FILTER (WHERE m.due > v_now)
@@ -49,7 +53,7 @@ BEGIN
                                                        AND (m.txid, m.id) <= (c.work_txid, c.work_id), false))),
            s.head - s.cursor + s.again + v_unnumbered + v_delayed + s.in_flight, s.cursor,
            s.cursor - s.in_flight - s.again, s.head,
-           (SELECT count(DISTINCT x.slot)::int FROM cut x), false, 0::bigint, false, d.dead_lettered, h.pid, h.held_for
+           v_live, false, 0::bigint, false, d.dead_lettered, h.pid, h.held_for
     FROM sluice.consumer_group g
     LEFT JOIN sluice._numbering_holder(q.id) h ON true
     CROSS JOIN LATERAL (
