@@ -27,6 +27,12 @@ import (
 // once. SLUICE_KEYED_MESSAGES sets the number of committed messages
 // (default 20000).
 func TestKeyedConcurrentZipf(t *testing.T) {
+	engines(t, func(t *testing.T, opts func(string) string) {
+		keyedConcurrentZipf(t, opts)
+	})
+}
+
+func keyedConcurrentZipf(t *testing.T, opts func(string) string) {
 	total := 20000
 	if v := os.Getenv("SLUICE_KEYED_MESSAGES"); v != "" {
 		var err error
@@ -40,7 +46,7 @@ func TestKeyedConcurrentZipf(t *testing.T) {
 		lease     = "1 second"
 	)
 	b := setup(t)
-	b.createQueue("zipf", `{"backoff_base": "10 milliseconds", "backoff_max": "50 milliseconds", "max_attempts": 1000}`)
+	b.createQueue("zipf", opts(`{"backoff_base": "10 milliseconds", "backoff_max": "50 milliseconds", "max_attempts": 1000}`))
 	b.exec(`CREATE TABLE zlog (id bigint NOT NULL, pos bigint NOT NULL, key text NOT NULL,
 		recv_seq bigint NOT NULL, ack_seq bigint NOT NULL)`)
 	b.exec(`CREATE SEQUENCE zseq`)

@@ -117,14 +117,13 @@ BEGIN
         PERFORM sluice._json_too_deep_error(CASE WHEN sluice._json_too_deep(send.body) THEN 'body' ELSE 'headers' END);
     END IF;
     IF v_engine = 2 THEN
-        IF send.key IS NOT NULL OR send.priority <> 0 OR send.dedup_key IS NOT NULL THEN
-            PERFORM sluice._v2_unsupported(CASE WHEN send.key IS NOT NULL THEN 'key'
-                                                WHEN send.priority <> 0 THEN 'priority' ELSE 'dedup_key' END);
+        IF send.priority <> 0 OR send.dedup_key IS NOT NULL THEN
+            PERFORM sluice._v2_unsupported(CASE WHEN send.priority <> 0 THEN 'priority' ELSE 'dedup_key' END);
         END IF;
         v_now := clock_timestamp();
         PERFORM set_config('search_path', sluice._queue_path(v_qid), true);
         v_id := e2_send(v_qid, nextval(v_seq), CASE WHEN send.delay > interval '0' THEN v_now + send.delay END,
-                        v_now, send.headers, send.body);
+                        v_now, send.headers, send.body, send.key, send.priority);
         IF v_notify AND pg_try_advisory_xact_lock(sluice._lock_ns('notify'), v_qid) THEN
             PERFORM pg_notify('sluice', send.queue);
         END IF;
@@ -333,16 +332,15 @@ BEGIN
         END IF;
     END IF;
     IF q.engine = 2 THEN
-        IF EXISTS (SELECT FROM unnest(send_batch.keys) k WHERE k IS NOT NULL) THEN
-            PERFORM sluice._v2_unsupported('key');
-        ELSIF EXISTS (SELECT FROM unnest(send_batch.priorities) p WHERE p <> 0) THEN
+        IF EXISTS (SELECT FROM unnest(send_batch.priorities) p WHERE p <> 0) THEN
             PERFORM sluice._v2_unsupported('priority');
         ELSIF EXISTS (SELECT FROM unnest(send_batch.dedup_keys) k WHERE k IS NOT NULL) THEN
             PERFORM sluice._v2_unsupported('dedup_key');
         END IF;
         PERFORM set_config('search_path', sluice._queue_path(q.id), true);
         RETURN QUERY SELECT * FROM e2_send_batch(q, CASE WHEN send_batch.delay > interval '0' THEN v_now + send_batch.delay END,
-                                                 v_now, send_batch.headers, send_batch.bodies);
+                                                 v_now, send_batch.headers, send_batch.bodies, send_batch.keys,
+                                                 send_batch.priorities);
         IF q.notify AND n > 0 AND pg_try_advisory_xact_lock(sluice._lock_ns('notify'), q.id) THEN
             PERFORM pg_notify('sluice', q.name);
         END IF;

@@ -162,11 +162,12 @@ $$;
 -- position is completed in its lease (kind n) and a retry copy is sent for
 -- the group (with an id of its own; receive shows the message's), due after
 -- the delay, with attempt + 1; once the message has had
--- max_attempts deliveries it becomes a dead letter instead.
+-- max_attempts deliveries it becomes a dead letter instead. A keyed
+-- message is retried in place instead (e2_nack_keyed).
 --
 -- Parameters: as sluice.nack (q and g looked up)
 -- Returns: true if the receipt was current
--- Calls: e2_current
+-- Calls: e2_current, e2_nack_keyed
 CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_nack(q sluice.queue, g sluice.consumer_group, p_receipt text,
                                                p_delay interval, p_error text)
 RETURNS boolean
@@ -184,20 +185,31 @@ BEGIN
         RETURN false;
     END IF;
     v_dead := c.attempt >= q.max_attempts;
-    INSERT INTO ack (slot, group_id, lane, lease_no, pos, kind, at)
-    VALUES (c.slot, g.id, c.lane, c.lease_no, c.pos, CASE WHEN v_dead THEN 'd' ELSE 'n' END, v_now)
-    ON CONFLICT DO NOTHING;
-    IF NOT FOUND THEN
-        RETURN false;   -- completed meanwhile
-    END IF;
+    v_delay := coalesce(p_delay, least(q.backoff_base * power(2, c.attempt - 1), q.backoff_max));
     SELECT * INTO STRICT m FROM msg x WHERE x.txid = c.txid AND x.id = c.id;
+    IF m.khash IS NOT NULL THEN
+        -- (a retry in place, or a dead letter that releases the key)
+        IF NOT e2_nack_keyed(g, c, m, CASE WHEN NOT v_dead THEN v_now + v_delay END, v_now) THEN
+            RETURN false;   -- completed meanwhile
+        END IF;
+    ELSE
+        INSERT INTO ack (slot, group_id, lane, lease_no, pos, kind, at)
+        VALUES (c.slot, g.id, c.lane, c.lease_no, c.pos, CASE WHEN v_dead THEN 'd' ELSE 'n' END, v_now)
+        ON CONFLICT DO NOTHING;
+        IF NOT FOUND THEN
+            RETURN false;   -- completed meanwhile
+        END IF;
+    END IF;
     IF v_dead THEN
         INSERT INTO sluice.dead_letter (queue_id, group_id, message_id, attempts, error, died_at, sent_at, priority,
                                         key, headers, body)
-        VALUES (q.id, g.id, coalesce(m.orig, m.id), c.attempt, p_error, v_now, m.sent_at, 0, NULL, m.headers, m.body);
+        VALUES (q.id, g.id, coalesce(m.orig, m.id), c.attempt, p_error, v_now, m.sent_at, m.priority, m.key,
+                m.headers, m.body);
         RETURN true;
     END IF;
-    v_delay := coalesce(p_delay, least(q.backoff_base * power(2, c.attempt - 1), q.backoff_max));
+    IF m.khash IS NOT NULL THEN
+        RETURN true;
+    END IF;
     -- (a new id: two retries of one message in one transaction, for two
     -- groups, must not share (txid, id))
     INSERT INTO msg (slot, id, txid, orig, attempt, target, due, sent_at, headers, body)

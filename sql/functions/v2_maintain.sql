@@ -106,17 +106,17 @@ BEGIN
     ), fence AS (
         -- (as e2_slow: a receive there with a stale state writes nothing)
         INSERT INTO lease (slot, group_id, lane, lease_no, kind, first_pos, last_pos, n, token, expires_at,
-                           delivered_at, cursor, scan_t, scan_no, old_due)
+                           delivered_at, cursor, scan_t, scan_no, old_due, held, waiting)
         SELECT st.slot, st.group_id, st.lane, st.lease_no + 1, 'f', 1, 0, 0, 0, '-infinity', clock_timestamp(),
-               st.cursor, st.scan_t, st.scan_no, 'infinity'
+               st.cursor, st.scan_t, st.scan_no, 'infinity', st.held, st.waiting
         FROM st
         RETURNING 1
     ), ins AS (
         INSERT INTO lease (slot, group_id, lane, lease_no, kind, first_pos, last_pos, n, token, expires_at,
-                           delivered_at, cursor, scan_t, scan_no, old_due, next_exp)
+                           delivered_at, cursor, scan_t, scan_no, old_due, next_exp, held, waiting)
         SELECT p_cur, st.group_id, st.lane, st.lease_no + 2, 'c', 1, 0, 0, 0, '-infinity', clock_timestamp(),
                st.cursor, st.scan_t, st.scan_no, e2_old_due(st.group_id, st.lane, p_cur, st.scan_t, st.scan_no),
-               e2_next_exp(st.group_id, st.lane, p_cur, st.scan_t, st.scan_no)
+               e2_next_exp(st.group_id, st.lane, p_cur, st.scan_t, st.scan_no), st.held, st.waiting
         FROM st
         RETURNING 1
     )
@@ -131,9 +131,9 @@ $$;
 -- every lane of every group: its state not in it, its leases in it all
 -- scanned past (and their extensions ended), no deferred lease (kind x) not
 -- yet scanned past, and every position whose message or batch is in the
--- slot below the lane's low-water mark (the least of cursor + 1 and the
--- positions of leases not yet scanned past: below it, everything is
--- completed). Groups dropped do not count.
+-- slot below the lane's low-water mark (the least of cursor + 1, the
+-- positions of leases not yet scanned past and the keyed positions waiting:
+-- below it, everything is completed). Groups dropped do not count.
 --
 -- Parameters:
 --   q        the queue
@@ -166,7 +166,8 @@ BEGIN
             -- the leases not scanned past: the low-water mark, and whether
             -- one is deferred or lives in the slot
             SELECT least(s.cursor + 1, min(CASE WHEN e.last_pos >= e.first_pos THEN e.first_pos END),
-                         min((SELECT min(r) FROM unnest(e.redo_pos) r))) AS lwm,
+                         min((SELECT min(r) FROM unnest(e.redo_pos) r)),
+                         (SELECT min(x.pos) FROM unnest(s.waiting) x)) AS lwm,
                    bool_or(e.kind = 'x' OR e.slot = p_slot) AS holds
             FROM lease e
             WHERE e.group_id = g.id AND e.lane = l.lane AND e.expires_at > '-infinity'

@@ -11,7 +11,8 @@
 -- already numbered is taken without probing for new messages (these come
 -- after it in every lane anyway), and a lane taken for its positions looks
 -- at its own ended leases first. Eight looks at most. A receive that finds
--- every lane of the group idle notes it in its session (the setting
+-- every lane of the group idle (none with keyed positions waiting: an ack
+-- may free their key at any time) notes it in its session (the setting
 -- sluice.idle_<queue>_<group>): for 25 ms the session's receives of the
 -- group then only probe for new messages (a lease that ends in that time is
 -- seen up to 25 ms later).
@@ -23,7 +24,8 @@
 --   p_epoch, p_started  the current epoch and when it started
 --   p_slot              its slot (this copy's)
 -- Returns: the messages leased, as sluice.receive
--- Calls: e2_ack, e_maintain, e2_unnumbered__s, e2_number__s, e2_expired__s, e2_take__s, e2_slow
+-- Calls: e2_ack, e_maintain, e2_unnumbered__s, e2_number__s, e2_expired__s, e2_take__s,
+--   e2_take_keyed__s, e2_slow
 CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_receive__s(q sluice.queue, g sluice.consumer_group, max_messages int,
                                                      p_lease interval, p_consumer text, p_ack text[],
                                                      p_epoch bigint, p_started timestamptz, p_slot smallint)
@@ -50,6 +52,8 @@ DECLARE
     v_ex_no bigint;
     v_settled boolean;
     v_next timestamptz;
+    v_seen int[] := '{}';   -- the lanes looked at (not looked at again, but after a cut)
+    v_waits boolean := false;   -- a lane looked at has keyed positions waiting: not idle
 BEGIN
     IF p_ack IS NOT NULL THEN
         PERFORM e2_ack(g.id, p_ack);
@@ -75,17 +79,19 @@ BEGIN
         -- path looks) whose lock is free, and its state (read before the
         -- lock: it may be stale, see e2_take__s)
         SELECT l.lane, h.heads[l.lane + 1] AS head, st.kind, st.lease_no, st.cursor, st.scan_t, st.scan_no,
-               st.old_due, st.next_exp
+               st.old_due, st.next_exp, st.held, st.waiting
         INTO s
         FROM (SELECT c.heads FROM cut__s c ORDER BY c.cut_no DESC LIMIT 1) h
         CROSS JOIN generate_series(0, q.lanes - 1) o
         CROSS JOIN LATERAL (SELECT ((o + v_start) % q.lanes)::smallint AS lane) l
-        LEFT JOIN LATERAL (SELECT x.kind, x.lease_no, x.cursor, x.scan_t, x.scan_no, x.old_due, x.next_exp
+        LEFT JOIN LATERAL (SELECT x.kind, x.lease_no, x.cursor, x.scan_t, x.scan_no, x.old_due, x.next_exp,
+                                  x.held, x.waiting
                            FROM lease__s x WHERE x.group_id = g.id AND x.lane = l.lane
                            ORDER BY x.lease_no DESC LIMIT 1) st ON true
-        WHERE CASE WHEN CASE WHEN v_ended THEN st.next_exp <= v_now
+        WHERE CASE WHEN l.lane = ANY (v_seen) THEN false
+                   WHEN CASE WHEN v_ended THEN st.next_exp <= v_now
                              ELSE st.lease_no IS NULL OR st.kind = 'f' OR h.heads[l.lane + 1] > st.cursor
-                                  OR st.old_due <= v_now END
+                                  OR st.old_due <= v_now OR st.waiting IS NOT NULL END
                    THEN pg_try_advisory_xact_lock(sluice._lane_lock(g.id, l.lane)) ELSE false END
         LIMIT 1;
         IF NOT FOUND THEN
@@ -96,11 +102,12 @@ BEGIN
                 v_rr := e2_number__s(q.id, q.lanes, p_slot, p_epoch, v_now);
                 IF v_rr IS NOT NULL THEN
                     v_start := v_rr;   -- (the lane the cut dealt to first: looked at first)
+                    v_seen := '{}';
                     CONTINUE;
                 END IF;
             END IF;
             IF v_ended THEN
-                IF v_need = max_messages THEN   -- every lane idle: note it
+                IF v_need = max_messages AND NOT v_waits THEN   -- every lane idle: note it
                     SELECT x.cut_no INTO v_cut_no FROM e2_unnumbered__s(v_now) x;
                     PERFORM set_config(v_idle_note, v_cut_no || ':' || (v_us + 25000), false);
                 END IF;
@@ -110,6 +117,8 @@ BEGIN
             CONTINUE;
         END IF;
         v_start := s.lane + 1;
+        v_seen := v_seen || s.lane::int;
+        v_waits := v_waits OR s.waiting IS NOT NULL;
         v_ex_t := NULL; v_ex_no := NULL; v_settled := NULL; v_next := s.next_exp;
         IF s.kind IN ('r', 'c') AND s.old_due > v_now AND s.next_exp <= v_now THEN
             SELECT * INTO v_ex_t, v_ex_no, v_settled, v_next FROM e2_expired__s(g.id, s.lane, s.scan_t, s.scan_no, v_now);
@@ -121,11 +130,25 @@ BEGIN
                 v_try := v_try - 1;   -- (a lane only carried here: not a look, at most once a lane)
             END IF;
         ELSE
-            RETURN QUERY SELECT * FROM e2_take__s(g.id, s.lane, s.lease_no, s.cursor, coalesce(v_ex_t, s.scan_t),
-                                                  coalesce(v_ex_no, s.scan_no), s.old_due, v_next,
-                                                  v_settled IS TRUE OR v_next IS DISTINCT FROM s.next_exp,
-                                                  v_need, p_lease, p_consumer, v_now, p_slot);
-            GET DIAGNOSTICS v_n = ROW_COUNT;
+            v_n := 0;
+            IF s.held IS NULL AND s.waiting IS NULL THEN
+                RETURN QUERY SELECT * FROM e2_take__s(g.id, s.lane, s.lease_no, s.cursor, coalesce(v_ex_t, s.scan_t),
+                                                      coalesce(v_ex_no, s.scan_no), s.old_due, v_next,
+                                                      v_settled IS TRUE OR v_next IS DISTINCT FROM s.next_exp,
+                                                      v_need, p_lease, p_consumer, v_now, p_slot);
+                GET DIAGNOSTICS v_n = ROW_COUNT;
+            END IF;
+            IF v_n = 0 AND (s.head > s.cursor OR s.held IS NOT NULL OR s.waiting IS NOT NULL) THEN
+                -- keys held or waiting, or keyed positions next (e2_take__s
+                -- declined them)
+                RETURN QUERY SELECT * FROM e2_take_keyed__s(g.id, s.lane, s.lease_no, s.cursor,
+                                                            coalesce(v_ex_t, s.scan_t), coalesce(v_ex_no, s.scan_no),
+                                                            s.old_due, v_next,
+                                                            v_settled IS TRUE OR v_next IS DISTINCT FROM s.next_exp,
+                                                            v_need, p_lease, p_consumer, v_now, p_slot, s.held,
+                                                            s.waiting);
+                GET DIAGNOSTICS v_n = ROW_COUNT;
+            END IF;
             IF v_n = 0 AND s.head > s.cursor THEN
                 -- the next positions are in another slot's batches (or the
                 -- state read was stale): the slow path reads them

@@ -13,16 +13,18 @@
 --   p_now       sent_at
 --   p_headers   headers or NULL
 --   p_body      body
+--   p_key       ordering key or NULL
+--   p_priority  priority
 -- Returns: p_id
 CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_send(p_queue_id int, p_id bigint, p_due timestamptz, p_now timestamptz,
-                                               p_headers jsonb, p_body jsonb)
+                                               p_headers jsonb, p_body jsonb, p_key text, p_priority int)
 RETURNS bigint
 LANGUAGE plpgsql
 AS $$
 BEGIN
-    INSERT INTO msg (slot, id, txid, due, sent_at, headers, body)
+    INSERT INTO msg (slot, id, txid, due, sent_at, headers, body, key, khash, priority)
     VALUES ((SELECT ns.slot FROM sluice._slot_now(p_queue_id) ns), p_id, pg_current_xact_id(), p_due, p_now,
-            p_headers, p_body);
+            p_headers, p_body, p_key, hashtextextended(p_key, 0), p_priority);
     RETURN p_id;
 END
 $$;
@@ -35,19 +37,22 @@ $$;
 --   p_now      sent_at
 --   p_headers  headers per body, or NULL
 --   p_bodies   bodies
+--   p_keys     ordering keys per body, or NULL
+--   p_priorities  priorities per body, or NULL (0)
 -- Returns: the ids, in body order
 CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_send_batch(q sluice.queue, p_due timestamptz, p_now timestamptz,
-                                                     p_headers jsonb[], p_bodies jsonb[])
+                                                     p_headers jsonb[], p_bodies jsonb[], p_keys text[],
+                                                     p_priorities int[])
 RETURNS SETOF bigint
 LANGUAGE plpgsql
 AS $$
 BEGIN
     RETURN QUERY
     WITH ins AS (
-        INSERT INTO msg (slot, id, txid, due, sent_at, headers, body)
+        INSERT INTO msg (slot, id, txid, due, sent_at, headers, body, key, khash, priority)
         SELECT (SELECT ns.slot FROM sluice._slot_now(q.id) ns), nextval(q.id_seq), pg_current_xact_id(), p_due, p_now,
-               u.h, u.b
-        FROM unnest(p_bodies, p_headers) WITH ORDINALITY AS u(b, h, ord)
+               u.h, u.b, u.k, hashtextextended(u.k, 0), coalesce(u.p, 0)
+        FROM unnest(p_bodies, p_headers, p_keys, p_priorities) WITH ORDINALITY AS u(b, h, k, p, ord)
         ORDER BY u.ord
         RETURNING id
     )

@@ -19,7 +19,7 @@
 --   p_slot      the current slot
 -- Returns: the messages delivered (as sluice.receive), and possibly the
 --   sentinel rows of e2_take (id NULL) for the caller to skip
--- Calls: e2_settled_run, e2_old_due, e2_next_exp, e2_expire, e2_take
+-- Calls: e2_settled_run, e2_old_due, e2_next_exp, e2_expire, e2_take, e2_take_keyed
 CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_slow(q sluice.queue, g sluice.consumer_group, p_lane smallint,
                                                p_need int, p_lease interval, p_consumer text,
                                                p_now timestamptz, p_slot smallint)
@@ -44,9 +44,9 @@ BEGIN
         -- there with a stale state writes nothing (e2_take)
         v_no := v_no + 1;
         INSERT INTO lease (slot, group_id, lane, lease_no, kind, first_pos, last_pos, n, token, expires_at,
-                           delivered_at, cursor, scan_t, scan_no, old_due)
+                           delivered_at, cursor, scan_t, scan_no, old_due, held, waiting)
         VALUES (st.slot, g.id, p_lane, v_no, 'f', 1, 0, 0, 0, '-infinity', p_now, st.cursor,
-                st.scan_t, st.scan_no, 'infinity');
+                st.scan_t, st.scan_no, 'infinity', st.held, st.waiting);
     END IF;
     -- the run of ended leases past the scan point (of any slot) that are
     -- completed, passed at once: after a rotation the older slot's leases
@@ -69,17 +69,30 @@ BEGIN
     ELSIF st.slot <> p_slot OR st.old_due <= p_now OR v_tno IS NOT NULL THEN
         -- carry the state into the current slot, with what older slots hold
         INSERT INTO lease (slot, group_id, lane, lease_no, kind, first_pos, last_pos, n, token, expires_at,
-                           delivered_at, cursor, scan_t, scan_no, old_due, next_exp)
+                           delivered_at, cursor, scan_t, scan_no, old_due, next_exp, held, waiting)
         VALUES (p_slot, g.id, p_lane, v_no + 1, 'c', 1, 0, 0, 0, '-infinity', p_now, st.cursor,
                 st.scan_t, st.scan_no, e2_old_due(g.id, p_lane, p_slot, st.scan_t, st.scan_no),
-                e2_next_exp(g.id, p_lane, p_slot, st.scan_t, st.scan_no));
+                e2_next_exp(g.id, p_lane, p_slot, st.scan_t, st.scan_no), st.held, st.waiting);
     END IF;
     IF p_need > 0 THEN
         -- new positions, through the parents, from the state just written
+        -- (e2_take_keyed when keys are held or waiting, or e2_take declines
+        -- a keyed position)
         SELECT s.* INTO STRICT st FROM lease s WHERE s.group_id = g.id AND s.lane = p_lane
         ORDER BY s.lease_no DESC LIMIT 1;
-        RETURN QUERY SELECT * FROM e2_take(g.id, p_lane, st.lease_no, st.cursor, st.scan_t, st.scan_no, st.old_due,
-                                           st.next_exp, false, p_need, p_lease, p_consumer, p_now, p_slot);
+        IF st.held IS NULL AND st.waiting IS NULL THEN
+            RETURN QUERY SELECT * FROM e2_take(g.id, p_lane, st.lease_no, st.cursor, st.scan_t, st.scan_no, st.old_due,
+                                               st.next_exp, false, p_need, p_lease, p_consumer, p_now, p_slot);
+            GET DIAGNOSTICS n = ROW_COUNT;
+            IF n > 0 THEN
+                RETURN;
+            END IF;
+            SELECT s.* INTO STRICT st FROM lease s WHERE s.group_id = g.id AND s.lane = p_lane
+            ORDER BY s.lease_no DESC LIMIT 1;
+        END IF;
+        RETURN QUERY SELECT * FROM e2_take_keyed(g.id, p_lane, st.lease_no, st.cursor, st.scan_t, st.scan_no,
+                                                 st.old_due, st.next_exp, false, p_need, p_lease, p_consumer, p_now,
+                                                 p_slot, st.held, st.waiting);
     END IF;
 END
 $$;
@@ -111,8 +124,11 @@ $$;
 -- extended past now, a deferral (kind x) to its new end is written. Else
 -- its positions that are not completed come back: those whose attempts are
 -- used up (max_attempts) become dead letters, up to p_need are delivered
--- again (attempt + 1) in a new lease of this receive, the rest are parked
--- (a lease of kind p, due at once, for the next receives).
+-- again (attempt + 1) in a new lease of this receive, the rest are parked:
+-- an unkeyed one in a lease of kind p, due at once, for the next receives;
+-- a keyed one among the lane's waiting positions. The keys the lease held
+-- pass to the new lease when it has positions of theirs, else are freed
+-- (their parked positions come first among their waiting ones).
 --
 -- Parameters:
 --   q, g        queue and group
@@ -124,6 +140,7 @@ $$;
 -- Returns: the messages delivered again (as sluice.receive)
 -- Tables: lease (deferral, parked, delivery or carry row: the last is the
 --   lane's new state), ack and sluice.dead_letter (dead letters)
+-- Calls: e2_unsettled, e2_old_due, e2_next_exp
 CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_expire(q sluice.queue, g sluice.consumer_group, p_lane smallint,
                                                  p_st_no bigint, p_cursor bigint, p_e_no bigint, p_need int,
                                                  p_lease interval, p_consumer text, p_now timestamptz,
@@ -135,14 +152,20 @@ DECLARE
     e record;
     l record;
     r record;
+    st record;
     v_end timestamptz;
     v_no bigint := p_st_no;
     u record;
     v_kind "char" := 'c';
     v_token bigint := 0;
     v_exp timestamptz := 'infinity';
+    v_held sluice.e2_held[];
+    v_wait sluice.e2_wait[];
 BEGIN
     SELECT * INTO STRICT e FROM lease x WHERE x.group_id = g.id AND x.lane = p_lane AND x.lease_no = p_e_no;
+    SELECT x.held, x.waiting INTO STRICT st FROM lease x WHERE x.group_id = g.id AND x.lane = p_lane AND x.lease_no = p_st_no;
+    v_held := st.held;
+    v_wait := st.waiting;
     r := e;
     IF e.kind = 'x' THEN
         SELECT * INTO STRICT r FROM lease x WHERE x.group_id = g.id AND x.lane = p_lane AND x.lease_no = e.ref;
@@ -155,32 +178,53 @@ BEGIN
     IF v_end > p_now THEN
         v_no := v_no + 1;   -- put off to the lease's new end
         INSERT INTO lease (slot, group_id, lane, lease_no, kind, ref, first_pos, last_pos, n, token, expires_at,
-                           delivered_at, cursor, scan_t, scan_no, old_due)
+                           delivered_at, cursor, scan_t, scan_no, old_due, held, waiting)
         VALUES (p_slot, g.id, p_lane, v_no, 'x', r.lease_no, 1, 0, 0, 0, v_end, p_now, p_cursor,
-                e.expires_at, e.lease_no, 'infinity');
-    ELSIF cardinality(u.park_pos) > 0 THEN
+                e.expires_at, e.lease_no, 'infinity', v_held, v_wait);
+    ELSIF EXISTS (SELECT FROM unnest(u.park) w WHERE w.khash IS NULL) THEN
         v_no := v_no + 1;
         INSERT INTO lease (slot, group_id, lane, lease_no, kind, first_pos, last_pos, n, redo_pos, redo_att,
                            redo_ids, redo_txids, token, expires_at, delivered_at, cursor, scan_t, scan_no, old_due)
-        VALUES (p_slot, g.id, p_lane, v_no, 'p', 1, 0, cardinality(u.park_pos), u.park_pos, u.park_att,
-                u.park_ids, u.park_txids, 0, p_now, p_now, p_cursor, e.expires_at, e.lease_no, 'infinity');
+        SELECT p_slot, g.id, p_lane, v_no, 'p', 1, 0, count(*), array_agg(w.pos ORDER BY w.pos),
+               array_agg(w.attempt ORDER BY w.pos), array_agg(w.id ORDER BY w.pos), array_agg(w.txid ORDER BY w.pos),
+               0, p_now, p_now, p_cursor, e.expires_at, e.lease_no, 'infinity'
+        FROM unnest(u.park) w WHERE w.khash IS NULL;
     END IF;
-    IF cardinality(u.pos) > 0 THEN
+    IF cardinality(u.redo) > 0 THEN
         v_kind := 'r';
         v_token := 1 + (random() * 4503599627370495)::bigint;
         v_exp := p_now + p_lease;
     END IF;
+    IF v_end <= p_now THEN
+        -- the keys r held: to the new lease if it has positions of theirs;
+        -- the keyed positions parked: waiting, in position order
+        v_held := ARRAY(SELECT CASE WHEN h.lease_no = r.lease_no THEN ROW(h.khash, p_slot, v_no + 1, NULL)::sluice.e2_held
+                                    ELSE h END
+                        FROM unnest(v_held) h
+                        WHERE h.lease_no IS DISTINCT FROM r.lease_no
+                           OR EXISTS (SELECT FROM unnest(u.redo) w WHERE w.khash = h.khash));
+        v_wait := ARRAY(SELECT w FROM unnest(coalesce(v_wait, '{}')
+                                             || ARRAY(SELECT ROW(p.pos, p.khash, p.id, p.txid, p.mslot,
+                                                                 p.attempt + 1)::sluice.e2_wait
+                                                      FROM unnest(u.park) p WHERE p.khash IS NOT NULL)) w
+                        ORDER BY (w).pos);
+    END IF;
     INSERT INTO lease AS x (slot, group_id, lane, lease_no, kind, first_pos, last_pos, n, redo_pos, redo_att,
                             redo_ids, redo_txids, token, expires_at, delivered_at, cursor, scan_t, scan_no,
-                            old_due, consumer, next_exp)
-    VALUES (p_slot, g.id, p_lane, v_no + 1, v_kind, 1, 0, coalesce(cardinality(u.pos), 0), u.pos,
-            (SELECT array_agg(a + 1) FROM unnest(u.att) a), u.ids, u.txids, v_token,
-            CASE WHEN v_kind = 'r' THEN v_exp ELSE '-infinity' END, p_now, p_cursor,
-            e.expires_at, e.lease_no, e2_old_due(g.id, p_lane, p_slot, e.expires_at, e.lease_no), p_consumer,
-            least(v_exp, e2_next_exp(g.id, p_lane, p_slot, e.expires_at, e.lease_no)))
+                            old_due, consumer, next_exp, held, waiting)
+    SELECT p_slot, g.id, p_lane, v_no + 1, v_kind, 1, 0, count(w.pos),
+           array_agg(w.pos ORDER BY w.pos) FILTER (WHERE w.pos IS NOT NULL),
+           array_agg(w.attempt ORDER BY w.pos) FILTER (WHERE w.pos IS NOT NULL),
+           array_agg(w.id ORDER BY w.pos) FILTER (WHERE w.pos IS NOT NULL),
+           array_agg(w.txid ORDER BY w.pos) FILTER (WHERE w.pos IS NOT NULL),
+           v_token, CASE WHEN v_kind = 'r' THEN v_exp ELSE '-infinity' END, p_now, p_cursor,
+           e.expires_at, e.lease_no, e2_old_due(g.id, p_lane, p_slot, e.expires_at, e.lease_no), p_consumer,
+           least(v_exp, e2_next_exp(g.id, p_lane, p_slot, e.expires_at, e.lease_no)),
+           nullif(v_held, '{}'), nullif(v_wait, '{}')
+    FROM (SELECT 1) one LEFT JOIN unnest(u.redo) w ON true
     RETURNING * INTO l;
     RETURN QUERY
-    SELECT coalesce(m.orig, m.id), m.body, m.headers, NULL::text, 0, w.att, m.sent_at,
+    SELECT coalesce(m.orig, m.id), m.body, m.headers, m.key, m.priority, w.att, m.sent_at,
            p_slot || '.' || w.pos || '.' || p_lane || '.' || l.lease_no || '.' || l.token, l.expires_at, w.pos
     FROM unnest(l.redo_pos, l.redo_ids, l.redo_txids, l.redo_att) WITH ORDINALITY AS w(pos, id, txid, att, o)
     JOIN msg m ON m.txid = w.txid AND m.id = w.id
@@ -191,7 +235,8 @@ $$;
 -- e2_unsettled: the positions of a lease that are not completed, with
 -- their messages and last attempts: those whose attempts are used up
 -- become dead letters of the group (and count as completed), the first
--- p_need of the rest are to be delivered again, the others parked.
+-- p_need of the rest are to be delivered again (attempt + 1), the others
+-- parked (with the attempt to deliver them as).
 --
 -- Parameters:
 --   p_group, p_lane, p_no, p_lslot  the lease (group, lane, lease_no, slot)
@@ -200,59 +245,59 @@ $$;
 --   p_now       now
 --   p_slot      current slot
 --   p_queue_id  queue id
--- Returns: pos, ids, txids, att (to deliver again, last attempts), and
---   park_pos, park_ids, park_txids, park_att (to park)
+-- Returns: redo (to deliver again, with the attempt of that delivery) and
+--   park (to park, with their last attempt), each in position order
 -- Tables: sluice.dead_letter and ack (kind d) for the dead
 CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_unsettled(p_group int, p_lane smallint, p_no bigint, p_lslot smallint,
                                                     p_max int, p_need int, p_now timestamptz, p_slot smallint,
                                                     p_queue_id int,
-                                                    OUT pos bigint[], OUT ids bigint[], OUT txids xid8[], OUT att int[],
-                                                    OUT park_pos bigint[], OUT park_ids bigint[],
-                                                    OUT park_txids xid8[], OUT park_att int[])
+                                                    OUT redo sluice.e2_wait[], OUT park sluice.e2_wait[])
 RETURNS record
 LANGUAGE plpgsql
 AS $$
 DECLARE
-    a_pos bigint[];
-    a_ids bigint[];
-    a_txids xid8[];
-    a_att int[];
+    v_all sluice.e2_wait[];   -- every position not completed, with its last attempt
 BEGIN
-    SELECT array_agg(x.pos ORDER BY x.pos), array_agg(x.id ORDER BY x.pos), array_agg(x.txid ORDER BY x.pos),
-           array_agg(x.att ORDER BY x.pos)
-    INTO a_pos, a_ids, a_txids, a_att
-    FROM (SELECT p.pos, b.id, b.txid, m.attempt AS att
+    SELECT array_agg(ROW(x.pos, m.khash, x.id, x.txid, m.slot, x.att)::sluice.e2_wait ORDER BY x.pos)
+    INTO v_all
+    FROM (SELECT p.pos, b.id, b.txid, NULL::int AS att
           FROM lease l
           CROSS JOIN LATERAL generate_series(l.first_pos, l.last_pos) p(pos)
           CROSS JOIN LATERAL (SELECT bb.ids[p.pos - bb.first_pos + 1] AS id, bb.txids[p.pos - bb.first_pos + 1] AS txid
                               FROM batch bb WHERE bb.lane = p_lane AND bb.last_pos >= p.pos
                               ORDER BY bb.last_pos LIMIT 1) b
-          JOIN msg m ON m.txid = b.txid AND m.id = b.id
           WHERE l.group_id = p_group AND l.lane = p_lane AND l.lease_no = p_no AND l.slot = p_lslot
-            AND (m.target IS NULL OR m.target = p_group)
           UNION ALL
           SELECT x.pos, x.id, x.txid, x.att
           FROM lease l CROSS JOIN LATERAL unnest(l.redo_pos, l.redo_ids, l.redo_txids, l.redo_att) x(pos, id, txid, att)
           WHERE l.group_id = p_group AND l.lane = p_lane AND l.lease_no = p_no AND l.slot = p_lslot) x
-    WHERE NOT EXISTS (SELECT 1 FROM ack a WHERE a.group_id = p_group AND a.lane = p_lane AND a.lease_no = p_no
-                                          AND a.pos IN (0, x.pos));
+    JOIN LATERAL (SELECT mm.* FROM msg mm WHERE mm.txid = x.txid AND mm.id = x.id) m ON true
+    WHERE (x.att IS NOT NULL OR m.target IS NULL OR m.target = p_group)
+      AND NOT EXISTS (SELECT 1 FROM ack a WHERE a.group_id = p_group AND a.lane = p_lane AND a.lease_no = p_no
+                                            AND a.pos IN (0, x.pos));
+    -- (a range position's last attempt is its message's)
+    v_all := ARRAY(SELECT ROW(w.pos, w.khash, w.id, w.txid, w.mslot, coalesce(w.attempt, m.attempt))::sluice.e2_wait
+                   FROM unnest(v_all) w JOIN msg m ON m.slot = w.mslot AND m.txid = w.txid AND m.id = w.id
+                   ORDER BY w.pos);
     WITH dead AS (
         INSERT INTO ack (slot, group_id, lane, lease_no, pos, kind, at)
-        SELECT p_lslot, p_group, p_lane, p_no, u.pos, 'd', p_now FROM unnest(a_pos, a_att) u(pos, att) WHERE u.att >= p_max
+        SELECT p_lslot, p_group, p_lane, p_no, w.pos, 'd', p_now FROM unnest(v_all) w WHERE w.attempt >= p_max
         RETURNING ack.pos
     )
     INSERT INTO sluice.dead_letter (queue_id, group_id, message_id, attempts, error, died_at, sent_at, priority,
                                     key, headers, body)
-    SELECT p_queue_id, p_group, coalesce(m.orig, m.id), u.att, 'lease expired', p_now, m.sent_at, 0, NULL, m.headers, m.body
-    FROM unnest(a_pos, a_ids, a_txids, a_att) u(pos, id, txid, att)
-    JOIN dead d ON d.pos = u.pos JOIN msg m ON m.txid = u.txid AND m.id = u.id;
-    SELECT array_agg(u.pos ORDER BY u.k) FILTER (WHERE u.k <= p_need), array_agg(u.id ORDER BY u.k) FILTER (WHERE u.k <= p_need),
-           array_agg(u.txid ORDER BY u.k) FILTER (WHERE u.k <= p_need), array_agg(u.att ORDER BY u.k) FILTER (WHERE u.k <= p_need),
-           array_agg(u.pos ORDER BY u.k) FILTER (WHERE u.k > p_need), array_agg(u.id ORDER BY u.k) FILTER (WHERE u.k > p_need),
-           array_agg(u.txid ORDER BY u.k) FILTER (WHERE u.k > p_need), array_agg(u.att ORDER BY u.k) FILTER (WHERE u.k > p_need)
-    INTO pos, ids, txids, att, park_pos, park_ids, park_txids, park_att
-    FROM (SELECT x.*, row_number() OVER (ORDER BY x.pos) AS k
-          FROM unnest(a_pos, a_ids, a_txids, a_att) x(pos, id, txid, att) WHERE x.att < p_max) u;
+    SELECT p_queue_id, p_group, coalesce(m.orig, m.id), w.attempt, 'lease expired', p_now, m.sent_at, m.priority,
+           m.key, m.headers, m.body
+    FROM unnest(v_all) w
+    JOIN dead d ON d.pos = w.pos JOIN msg m ON m.slot = w.mslot AND m.txid = w.txid AND m.id = w.id;
+    -- the rest: the first p_need again (attempt + 1), the others parked
+    -- (with their last attempt)
+    SELECT array_agg(ROW(u.pos, u.khash, u.id, u.txid, u.mslot, u.attempt + 1)::sluice.e2_wait ORDER BY u.pos)
+               FILTER (WHERE u.k <= p_need),
+           array_agg(ROW(u.pos, u.khash, u.id, u.txid, u.mslot, u.attempt)::sluice.e2_wait ORDER BY u.pos)
+               FILTER (WHERE u.k > p_need)
+    INTO redo, park
+    FROM (SELECT w.*, row_number() OVER (ORDER BY w.pos) AS k FROM unnest(v_all) w WHERE w.attempt < p_max) u;
 END
 $$;
 

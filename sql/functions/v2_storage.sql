@@ -20,6 +20,19 @@
 --   ext      lease extensions (extend)
 --   pending  messages numbered only when due (delays, retries with backoff)
 
+-- The templates are never called (only copied): drop them all before the
+-- v2 files create them again, so that a template whose signature changed
+-- or that is gone leaves no stale overload to copy.
+DO $$
+DECLARE
+    f regprocedure;
+BEGIN
+    FOR f IN SELECT p.oid FROM pg_catalog.pg_proc p WHERE p.pronamespace = 'sluice_tmpl2'::regnamespace LOOP
+        EXECUTE format('DROP FUNCTION %s', f);
+    END LOOP;
+END
+$$;
+
 -- _create_storage_v2: create the schema, tables and function copies of a
 -- queue of engine 2, and its first cut (nothing numbered).
 --
@@ -45,7 +58,9 @@ BEGIN
             slot smallint NOT NULL, id bigint NOT NULL, txid xid8 NOT NULL,
             orig bigint,   -- a retry's: the id of the message it retries (its own id is new)
             attempt int NOT NULL DEFAULT 1, target int, due timestamptz,
-            sent_at timestamptz NOT NULL, headers jsonb, body jsonb NOT NULL
+            sent_at timestamptz NOT NULL, headers jsonb, body jsonb NOT NULL,
+            key text, khash bigint,   -- the ordering key and hashtextextended(key, 0)
+            priority int NOT NULL DEFAULT 0
         ) PARTITION BY LIST (slot);
         CREATE INDEX ON %1$I.msg (txid, id);
         CREATE TABLE %1$I.cut (
@@ -62,6 +77,7 @@ BEGIN
             last_pos bigint NOT NULL, ids bigint[] NOT NULL, txids xid8[] NOT NULL,
             mslots smallint[] NOT NULL,   -- the slot each message is stored in
             targets int[], cut_no bigint NOT NULL,
+            khashes bigint[],              -- key hash of each position (NULL: none keyed)
             PRIMARY KEY (lane, last_pos, slot)
         ) PARTITION BY LIST (slot);
         CREATE TABLE %1$I.lease (
@@ -76,6 +92,8 @@ BEGIN
             cursor bigint NOT NULL, scan_t timestamptz NOT NULL, scan_no bigint NOT NULL,
             old_due timestamptz NOT NULL, consumer text,
             next_exp timestamptz NOT NULL DEFAULT '-infinity',   -- no lease of the lane here past the scan point ends before
+            held sluice.e2_held[],     -- keys held back (a lease in flight, a retry's delay); NULL: none
+            waiting sluice.e2_wait[],  -- keyed positions passed while their key was held; NULL: none
             PRIMARY KEY (group_id, lane, lease_no, slot)
         ) PARTITION BY LIST (slot);
         CREATE INDEX ON %1$I.lease (group_id, lane, expires_at, lease_no);
@@ -122,8 +140,9 @@ $$;
 -- sluice_tmpl2). A template whose name ends in __s is copied once per slot
 -- s, with __s replaced by _<s> in its name and body: its statements name
 -- slot s's leaves (msg_<s>, lease_<s>, ...), so that the planner sets up no
--- scan of another slot's partition; e2_take__s once more with __s removed,
--- the same statement through the parents (the slow path's). Every copy runs with the queue's
+-- scan of another slot's partition; the takes and e2_settled__s once more
+-- with __s removed, the same statements through the parents (the slow
+-- path's). Every copy runs with the queue's
 -- schema first in its path: the public API sets it before a static call
 -- (as for engine 1, see sluice.receive), or the copy carries it in its SET
 -- clause with the engine's settings (those called through EXECUTE).
@@ -144,17 +163,17 @@ DECLARE
     -- for engine 1: see sluice.receive)
     -- (the templates per slot also copied once through the parents: the
     -- slow path's take)
-    through_parents constant text[] := ARRAY['e2_take__s'];
+    through_parents constant text[] := ARRAY['e2_take__s', 'e2_take_keyed__s', 'e2_settled__s'];
     entry_points constant text[] := ARRAY['e_status', 'e2_start', 'e_maintain', 'e_peek', 'e_leases',
                                           'e_purge', 'e_start_pos'];
     f record;
     def text;
     sig text;
-    names text[] := '{}';
+    sigs text[] := '{}';   -- the copies made
     s int;
 BEGIN
     -- (replaced in place, see sluice._instantiate; then the copies whose
-    -- template is gone are dropped)
+    -- template is gone, or whose signature changed, are dropped)
     FOR f IN SELECT p.oid, p.proname FROM pg_proc p
              WHERE p.pronamespace = 'sluice_tmpl2'::regnamespace ORDER BY p.proname LOOP
         def := replace(pg_get_functiondef(f.oid), 'sluice_tmpl2.', quote_ident(sch) || '.');
@@ -162,18 +181,19 @@ BEGIN
         IF f.proname LIKE '%\_\_s' THEN
             FOR s IN 0..v_slots - 1 LOOP
                 PERFORM sluice._replace_function(replace(def, '__s', '_' || s), replace(sig, '__s', '_' || s));
-                names := names || replace(f.proname, '__s', '_' || s);
+                sigs := sigs || replace(sig, '__s', '_' || s);
             END LOOP;
             IF f.proname = ANY (through_parents) THEN   -- the copy through the parents
                 PERFORM sluice._replace_function(replace(def, '__s', ''), replace(sig, '__s', ''));
-                names := names || replace(f.proname, '__s', '');
+                sigs := sigs || replace(sig, '__s', '');
             END IF;
         ELSE
             PERFORM sluice._replace_function(def, sig);
-            names := names || f.proname::text;
+            sigs := sigs || sig;
         END IF;
     END LOOP;
-    FOR f IN SELECT p.oid FROM pg_proc p WHERE p.pronamespace = sch::regnamespace AND NOT p.proname = ANY (names) LOOP
+    FOR f IN SELECT p.oid FROM pg_proc p
+             WHERE p.pronamespace = sch::regnamespace AND NOT p.oid::regprocedure::text = ANY (sigs) LOOP
         EXECUTE format('DROP FUNCTION %s', f.oid::regprocedure);
     END LOOP;
     FOR f IN SELECT p.oid FROM pg_proc p

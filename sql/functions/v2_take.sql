@@ -14,7 +14,8 @@
 -- its new cursor is the last position taken, or, with fewer than p_need, the
 -- last position looked at; the first batch read must hold the position after
 -- the cursor (else the next positions are in another slot's batches:
--- nothing is written). The state passed may be stale (read before the lane's
+-- nothing is written). A keyed position among those it would take or pass
+-- is e2_take_keyed__s's: nothing is written either. The state passed may be stale (read before the lane's
 -- lock): its successor's key (group, lane, lease_no + 1) is then taken, and
 -- nothing is written.
 --
@@ -49,22 +50,23 @@ BEGIN
         -- more than needed, for positions meant for other groups), k
         -- numbering those meant for the group
         SELECT b.first_pos, least(b.last_pos, p_cursor + p_need + 3) AS last_pos,
-               b.first_pos + b.vfrom + u.o - 2 AS pos, u.id, u.txid, u.mslot,
+               b.first_pos + b.vfrom + u.o - 2 AS pos, u.id, u.txid, u.mslot, u.kh,
                count(u.id) OVER (ORDER BY b.last_pos, u.o ROWS UNBOUNDED PRECEDING) AS k
-        FROM (SELECT bb.first_pos, bb.last_pos, bb.ids, bb.txids, bb.mslots, bb.targets,
+        FROM (SELECT bb.first_pos, bb.last_pos, bb.ids, bb.txids, bb.mslots, bb.targets, bb.khashes,
                      greatest(p_cursor - bb.first_pos + 2, 1)::int AS vfrom,
                      (least(bb.last_pos, p_cursor + p_need + 3) - bb.first_pos + 1)::int AS vto
               FROM batch__s bb WHERE bb.lane = p_lane AND bb.last_pos > p_cursor
               ORDER BY bb.last_pos LIMIT least(p_need, 4)) b
         LEFT JOIN LATERAL (SELECT u.* FROM unnest(b.ids[b.vfrom:b.vto], b.txids[b.vfrom:b.vto], b.mslots[b.vfrom:b.vto],
-                                                  b.targets[b.vfrom:b.vto]) WITH ORDINALITY AS u(id, txid, mslot, tg, o)
+                                                  b.targets[b.vfrom:b.vto], b.khashes[b.vfrom:b.vto])
+                                            WITH ORDINALITY AS u(id, txid, mslot, tg, kh, o)
                            WHERE u.tg IS NULL OR u.tg = p_group) u ON true
         WHERE b.vfrom <= b.vto
     ), t AS (
         -- how many are taken, the first and last taken, the last looked at
         SELECT count(w.id) FILTER (WHERE w.k <= p_need)::int AS n, min(w.pos) FILTER (WHERE w.k = 1) AS first,
                max(w.pos) FILTER (WHERE w.k <= p_need AND w.id IS NOT NULL) AS last, max(w.last_pos) AS blast,
-               min(w.first_pos) AS bfirst
+               min(w.first_pos) AS bfirst, coalesce(bool_or(w.kh IS NOT NULL) FILTER (WHERE w.k <= p_need), false) AS keyed
         FROM w
     ), ins AS (
         INSERT INTO lease__s AS i (slot, group_id, lane, lease_no, kind, first_pos, last_pos, n, token, expires_at,
@@ -76,7 +78,7 @@ BEGIN
                p_scan_t, p_scan_no, p_old_due, p_consumer,
                CASE WHEN t.n > 0 THEN least(p_next_exp, p_now + p_lease) ELSE p_next_exp END
         FROM t
-        WHERE coalesce(t.bfirst <= p_cursor + 1, true) AND (t.n > 0 OR p_moved OR t.blast > p_cursor)
+        WHERE coalesce(t.bfirst <= p_cursor + 1, true) AND (t.n > 0 OR p_moved OR t.blast > p_cursor) AND NOT t.keyed
         ON CONFLICT DO NOTHING
         -- (a receipt is slot.pos.lane.lease_no.token: what is the same for
         -- every message of the lease is made once)
