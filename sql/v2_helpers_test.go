@@ -245,7 +245,6 @@ func (b *bundle) v2maintain() {
 	b.exec("SELECT count(*) FROM sluice.maintain()")
 }
 
-
 // forge replaces part i (0-based) of a receipt with v.
 func v2forge(receipt string, i int, v string) string {
 	parts := strings.Split(receipt, ".")
