@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluicemq/sluice"
 	"github.com/sluicemq/sluice/cmd/sluice/cli"
+	"github.com/sluicemq/sluice/internal/pgserver"
 	"github.com/sluicemq/sluice/internal/pgtest"
 )
 
@@ -400,7 +401,7 @@ func TestEmbeddedDefault(t *testing.T) {
 	contains(t, "first run", errOut, "embedded PostgreSQL", "--database-url")
 	out, _ = sluiceCmd("queue", "list")
 	contains(t, "second run", out, "kept")
-	if _, err := os.Stat(filepath.Join(data, "pg"+pgtest.DefaultVersion, "postmaster.pid")); !os.IsNotExist(err) {
+	if _, err := os.Stat(filepath.Join(data, "pg"+pgserver.DefaultVersion, "postmaster.pid")); !os.IsNotExist(err) {
 		t.Errorf("postmaster.pid still exists after the command (%v): the server was not stopped", err)
 	}
 }

@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/sluicemq/sluice/cmd/sluice/cli"
-	"github.com/sluicemq/sluice/internal/pgtest"
+	"github.com/sluicemq/sluice/internal/pgserver"
 )
 
 // lockedBuffer is a bytes.Buffer safe for concurrent use.
@@ -157,7 +157,7 @@ func TestServerEmbedded(t *testing.T) {
 	if code := rs.stop(); code != 0 {
 		t.Fatalf("sluice server exited with %d\n%s", code, rs.stderr)
 	}
-	if _, err := os.Stat(filepath.Join(data, "pg"+pgtest.DefaultVersion, "postmaster.pid")); !os.IsNotExist(err) {
+	if _, err := os.Stat(filepath.Join(data, "pg"+pgserver.DefaultVersion, "postmaster.pid")); !os.IsNotExist(err) {
 		t.Errorf("postmaster.pid still exists after the server stopped (%v)", err)
 	}
 }
