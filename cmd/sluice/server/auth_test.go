@@ -13,8 +13,8 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/sluicemq/sluice/internal/pgtest"
 	"github.com/sluicemq/sluice/cmd/sluice/server"
+	"github.com/sluicemq/sluice/internal/pgtest"
 )
 
 func hs256(t *testing.T, secret string, claims jwt.MapClaims) string {

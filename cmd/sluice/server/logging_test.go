@@ -9,8 +9,8 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/sluicemq/sluice/internal/pgtest"
 	"github.com/sluicemq/sluice/cmd/sluice/server"
+	"github.com/sluicemq/sluice/internal/pgtest"
 )
 
 // logBuffer collects a server's JSON log.

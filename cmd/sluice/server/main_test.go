@@ -17,8 +17,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/sluicemq/sluice/internal/pgtest"
 	"github.com/sluicemq/sluice/cmd/sluice/server"
+	"github.com/sluicemq/sluice/internal/pgtest"
 )
 
 var pg *pgtest.Server

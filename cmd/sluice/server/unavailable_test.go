@@ -10,8 +10,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/sluicemq/sluice/internal/pgtest"
 	"github.com/sluicemq/sluice/cmd/sluice/server"
+	"github.com/sluicemq/sluice/internal/pgtest"
 )
 
 // The API's 503s: a database without the sluice schema, a database the
