@@ -19,7 +19,7 @@ import (
 
 // compatDBComment marks a database made by the bench for pgmq-compat, so
 // that a run may drop one a killed run left behind, and no other.
-const compatDBComment = "made by sluice bench for the pgmq-compat system; dropped after the run"
+const compatDBComment = "made by sluice-bench for the pgmq-compat system; dropped after the run"
 
 // pooledSystem is implemented by a system that lives in a database of its
 // own on the server: its cells, its xid holder and its table statistics use

@@ -165,7 +165,7 @@ func Run(ctx context.Context, scenarios []string, o Options) (*Report, error) {
 	for _, k := range pgSettings {
 		s = append(s, k+"="+env.Settings[k])
 	}
-	fmt.Fprintf(o.Out, "sluice bench: %s\n%d CPUs (%s), %.1f GiB; %s\n%s\n\n", strings.Join(scenarios, " "), env.CPUs, env.CPUModel, env.MemoryGiB, env.PGVersion, strings.Join(s, ", "))
+	fmt.Fprintf(o.Out, "sluice-bench: %s\n%d CPUs (%s), %.1f GiB; %s\n%s\n\n", strings.Join(scenarios, " "), env.CPUs, env.CPUModel, env.MemoryGiB, env.PGVersion, strings.Join(s, ", "))
 	for _, name := range scenarios {
 		start := time.Now()
 		r.queues.take()

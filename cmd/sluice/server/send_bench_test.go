@@ -26,7 +26,7 @@ import (
 )
 
 // BenchmarkSendBatch100 measures what a batch send of 100 messages (the
-// body of sluice bench http's: {"pad": "x..."}, ~100 bytes) costs this Go
+// body of sluice-bench http's: {"pad": "x..."}, ~100 bytes) costs this Go
 // process, beside the same batch over SQL, against a real PostgreSQL. Run
 //
 //	go test ./cmd/sluice/server -run '^$' -bench SendBatch100 -count 5 -cpuprofile cpu.out
@@ -36,7 +36,7 @@ import (
 // work out: sql is the Go library alone; handler is the server's handler
 // chain (routes, auth, limits, decode, SendBatchTx, response) called
 // without a network; http and http-token add net/http on both sides over
-// loopback, as sluice bench http does (the client in the same process).
+// loopback, as sluice-bench http does (the client in the same process).
 func BenchmarkSendBatch100(b *testing.B) {
 	ctx := context.Background()
 	url := pg.NewDatabase(b)
@@ -45,7 +45,7 @@ func BenchmarkSendBatch100(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		cfg.MaxConns = 32 // as sluice bench http's pools
+		cfg.MaxConns = 32 // as sluice-bench http's pools
 		pool, err := pgxpool.NewWithConfig(ctx, cfg)
 		if err != nil {
 			b.Fatal(err)
@@ -167,7 +167,7 @@ func BenchmarkSendBatch100(b *testing.B) {
 			}
 		})
 	}
-	// The same with 64 clients at once, as sluice bench http runs them.
+	// The same with 64 clients at once, as sluice-bench http runs them.
 	for _, c := range cases {
 		b.Run(c.name+"-64", func(b *testing.B) {
 			b.ReportAllocs()
