@@ -6,6 +6,10 @@
 // Every request's SQL runs in one transaction under SET LOCAL ROLE of the
 // caller's role, so PostgreSQL enforces the privileges; the server also
 // checks the token's queue patterns.
+//
+// It is the command's code, not an API (it changes with the command,
+// without notice): the package is importable only so that the benchmark's
+// module (bench/) can run the server in its process.
 package server
 
 import (
