@@ -9,6 +9,19 @@ STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 GOTESTFLAGS ?=
 BIN         := bin
 
+# The Go modules (README.md, "Layout"): the library at the root, the command
+# and its HTTP server, the benchmark, the private PostgreSQL of the command
+# and the tests, and the fault tests. Every Go target goes through each of
+# them with GOWORK=off, so that each builds from its own go.mod as it would
+# for someone who requires it (go.work is for working across them by hand).
+MODULES := . cmd/sluice bench internal/pgserver internal/faults
+export GOWORK := off
+
+# each_module runs "go $(1)" in every module, stopping at the first failure;
+# each_module_all runs it in every module and fails at the end if any failed.
+each_module = set -e; for m in $(MODULES); do echo "== $$m: go $(1)"; (cd $$m && $(GO) $(1)); done
+each_module_all = st=0; for m in $(MODULES); do echo "== $$m: go $(1)"; (cd $$m && $(GO) $(1)) || st=1; done; exit $$st
+
 # Without HOME (as on some CI runners) Go and staticcheck find no module or
 # build cache: keep them in the temporary directory then.
 ifeq ($(strip $(HOME)),)
@@ -18,10 +31,12 @@ endif
 
 .PHONY: build demo bench browser test vet staticcheck test-go test-pg14 test-pg15 test-pg16 test-pg17 test-pg18 clean
 
-## build: compile every package and the sluice command into bin/
+## build: compile every package of every module, the sluice command into
+## bin/sluice and the benchmark's command into bin/sluice-bench
 build:
-	$(GO) build ./...
-	$(GO) build -o $(BIN)/sluice ./cmd/sluice
+	@$(call each_module,build ./...)
+	cd cmd/sluice && $(GO) build -o $(CURDIR)/$(BIN)/sluice .
+	cd bench && $(GO) build -o $(CURDIR)/$(BIN)/sluice-bench .
 
 ## demo: build sluice and run its live demo (about a minute) on the
 ## embedded PostgreSQL, or on DATABASE_URL if set. DEMOFLAGS adds flags,
@@ -29,18 +44,19 @@ build:
 DEMOFLAGS ?=
 demo:
 	@echo "make demo: building bin/sluice (the first build compiles every dependency: a minute or two on 2 cores; later ones take seconds)"
-	@$(GO) build -o $(BIN)/sluice ./cmd/sluice
+	@cd cmd/sluice && $(GO) build -o $(CURDIR)/$(BIN)/sluice .
 	@echo "make demo: running bin/sluice demo $(DEMOFLAGS)"
 	@$(BIN)/sluice demo $(DEMOFLAGS)
 
-## bench: build sluice and run the default benchmark set (about 22 minutes)
-## on the embedded PostgreSQL, or on DATABASE_URL if set; results go to
+## bench: build the benchmark's command (bench/, a module of its own) into
+## bin/sluice-bench and run the default benchmark set (about 22 minutes) on
+## the embedded PostgreSQL, or on DATABASE_URL if set; results go to
 ## bench/results/<timestamp>/. Leases of 5 s, so that cells outlast them
 ## (bench/README.md). BENCHFLAGS adds or overrides flags.
 BENCHFLAGS ?=
 bench:
-	$(GO) build -o $(BIN)/sluice ./cmd/sluice
-	$(BIN)/sluice bench send drain keyed latency steady shootout overload app xmin memory \
+	cd bench && $(GO) build -o $(CURDIR)/$(BIN)/sluice-bench .
+	$(BIN)/sluice-bench send drain keyed latency steady shootout overload app xmin memory \
 		--xmin-duration 2m --interval 30s --xmin-systems sluice,skiplocked,pgmq,pgmq-compat --lease 5s $(BENCHFLAGS)
 
 ## test: vet, staticcheck, the real pgmq clients, the Python and TypeScript
@@ -50,10 +66,10 @@ bench:
 test: vet staticcheck test-pgmq-clients test-python build-python test-typescript pack-typescript test-go
 
 vet:
-	$(GO) vet ./...
+	@$(call each_module,vet ./...)
 
 staticcheck:
-	$(GO) run $(STATICCHECK) ./...
+	@$(call each_module,run $(STATICCHECK) ./...)
 
 ## browser: headless Chromium for the dashboard's browser tests (Debian
 ## package chromium), installed with apt-get when missing
@@ -61,9 +77,10 @@ browser:
 	@command -v chromium >/dev/null 2>&1 || { echo "make browser: installing chromium (apt-get)"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium; }
 
-## test-go: the Go tests only (with the browser tests: make browser first)
+## test-go: the Go tests of every module (with the browser tests: make
+## browser first)
 test-go: browser
-	SLUICE_REQUIRE_BROWSER=1 $(GO) test ./... -count=1 -timeout 20m $(GOTESTFLAGS)
+	@export SLUICE_REQUIRE_BROWSER=1; $(call each_module_all,test ./... -count=1 -timeout 20m $(GOTESTFLAGS))
 
 ## test-pgmq-clients: the pgmq Python client (PyPI) and pgmq-js (npm), pinned
 ## and unchanged, against the pgmq compatibility layer, on a fresh database
@@ -143,7 +160,7 @@ test-pg14 test-pg15 test-pg16 test-pg17 test-pg18: test-pg%:
 ## statement timeouts, clock skew, mixed; prints the summary table.
 .PHONY: test-faults
 test-faults:
-	SLUICE_FAULTS_LONG=1 SLUICE_FAULT_KILLS=10 $(GO) test ./internal/faults/ -count=1 -v -timeout 30m $(GOTESTFLAGS)
+	cd internal/faults && SLUICE_FAULTS_LONG=1 SLUICE_FAULT_KILLS=10 $(GO) test . -count=1 -v -timeout 30m $(GOTESTFLAGS)
 
 ## generate: rewrite docs/sql.md (the SQL API reference) from sql/
 .PHONY: generate

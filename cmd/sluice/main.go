@@ -8,7 +8,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/sluicemq/sluice/internal/cli"
+	"github.com/sluicemq/sluice/cmd/sluice/cli"
 )
 
 // main ends the commands' context on Ctrl-C, SIGTERM and SIGHUP (a closed

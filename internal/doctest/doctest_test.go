@@ -41,7 +41,9 @@ func documents(t *testing.T) []string {
 // tree, with --database-url naming that database.
 func TestDocs(t *testing.T) {
 	bin := t.TempDir()
-	build := exec.Command("go", "build", "-o", filepath.Join(bin, "sluice-real"), "github.com/sluicemq/sluice/cmd/sluice")
+	// The command is a module of its own (cmd/sluice): build it there.
+	build := exec.Command("go", "build", "-o", filepath.Join(bin, "sluice-real"), ".")
+	build.Dir = "../../cmd/sluice"
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}

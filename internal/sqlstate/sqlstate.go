@@ -1,5 +1,5 @@
 // Package sqlstate interprets PostgreSQL's errors where the library (package
-// sluice) and the HTTP server (internal/server) must agree: the library
+// sluice) and the HTTP server (cmd/sluice/server) must agree: the library
 // turns such an error of its calls into sluice.ErrSchemaMissing, and the
 // server answers 503 schema_missing for it, also for the SQL it runs itself.
 package sqlstate

@@ -1,4 +1,4 @@
-"""Measure the Python client for `sluice bench clients` (internal/bench/clients.go).
+"""Measure the Python client for `sluice-bench clients` (bench/internal/bench/clients.go).
 
     python bench.py MODE QUEUE N        (DATABASE_URL names the database)
 

@@ -1,5 +1,5 @@
-// Measure the TypeScript client for `sluice bench clients`
-// (internal/bench/clients.go), as clients/python/bench/bench.py does the
+// Measure the TypeScript client for `sluice-bench clients`
+// (bench/internal/bench/clients.go), as clients/python/bench/bench.py does the
 // Python client. After npm run build, from clients/typescript:
 //
 //	DATABASE_URL=postgres://... node build/bench/bench.js MODE QUEUE N
