@@ -270,15 +270,20 @@ func (r *runner) drain(ctx context.Context) (*Result, error) {
 func (r *runner) keyed(ctx context.Context) (*Result, error) {
 	cs, bs, d, n := list(r.o.Consumers, []int{8}), list(r.o.Batches, []int{10, 100}), r.dur(10*time.Second), r.o.Preload
 	c := cs[len(cs)-1]
-	variants := []struct {
+	type variant struct {
 		label string
 		sys   *sluiceSystem
-	}{
-		{"unkeyed", r.sluice()},
-		{"5,000 keys, uniform", r.sluice().withKeys(5000, false)},
-		{"5,000 keys, Zipf(1.1)", r.sluice().withKeys(5000, true)},
 	}
-	defer r.cleanupAll(ctx, variants[0].sys)
+	// each engine's keyed runs next to its own unkeyed one
+	var variants []variant
+	for _, engine := range []int{1, 2} {
+		sys := func() *sluiceSystem { s := r.sluice(); s.engine = engine; return s }
+		prefix := fmt.Sprintf("engine %d: ", engine)
+		variants = append(variants, variant{prefix + "unkeyed", sys()},
+			variant{prefix + "5,000 keys, uniform", sys().withKeys(5000, false)},
+			variant{prefix + "5,000 keys, Zipf(1.1)", sys().withKeys(5000, true)})
+	}
+	defer r.cleanupAll(ctx, variants[0].sys, variants[3].sys)
 	t := Table{Title: fmt.Sprintf("keyed: %d messages preloaded, drained by %d consumers (receive, then ack), at most %s", n, c, d),
 		Columns: []string{"batch", "messages", "msg/s", "drained", "keyed / unkeyed"}}
 	var series []Series
@@ -291,7 +296,7 @@ func (r *runner) keyed(ctx context.Context) (*Result, error) {
 			}
 			rate := float64(res.count) / res.elapsed.Seconds()
 			ratio := ""
-			if i == 0 {
+			if i%3 == 0 {
 				base = rate
 			} else {
 				ratio = fmtRatio(rate, base)
