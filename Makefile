@@ -120,11 +120,21 @@ $(PY_VENV)/.installed: $(PY_DIR)/requirements-dev.txt $(PY_DIR)/pyproject.toml
 	$(PY_VENV)/bin/pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e $(PY_DIR)
 	touch $@
 
-.PHONY: test-python build-python
-test-python: $(PY_VENV)/.installed
+.PHONY: test-python build-python generate-python check-python-generated
+test-python: check-python-generated $(PY_VENV)/.installed
 	cd $(PY_DIR) && .venv/bin/mypy
 	$(GO) build -o $(BIN)/pgtest-run ./internal/pgtest/cmd/pgtest-run
 	$(BIN)/pgtest-run $(PY_VENV)/bin/python -m pytest -q -p no:cacheprovider $(PY_DIR)/tests
+
+## generate-python: rewrite the Python client's sync modules (client.py,
+## worker.py) from their asyncio sources (aio.py, aio_worker.py)
+generate-python:
+	$(PYTHON) $(PY_DIR)/tools/async_to_sync.py
+
+## check-python-generated: fail (with a diff) when those generated modules are
+## not current; part of test-python
+check-python-generated:
+	$(PYTHON) $(PY_DIR)/tools/async_to_sync.py --check
 
 ## build-python: the Python client's sdist and wheel, into clients/python/dist/
 build-python: $(PY_VENV)/.installed
@@ -162,9 +172,10 @@ test-pg14 test-pg15 test-pg16 test-pg17 test-pg18: test-pg%:
 test-faults:
 	cd internal/faults && SLUICE_FAULTS_LONG=1 SLUICE_FAULT_KILLS=10 $(GO) test . -count=1 -v -timeout 30m $(GOTESTFLAGS)
 
-## generate: rewrite docs/sql.md (the SQL API reference) from sql/
+## generate: rewrite docs/sql.md (the SQL API reference) from sql/, and the
+## Python client's generated sync modules (generate-python)
 .PHONY: generate
-generate:
+generate: generate-python
 	$(GO) run ./internal/sqldoc/cmd/sqldoc -o docs/sql.md
 
 clean:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Generic, TypeVar
@@ -14,6 +14,10 @@ from .types import HandlerFailure, Message
 F = TypeVar("F", bound=Callable[..., Any])
 
 log = logging.getLogger("sluicemq")
+
+# What the workers call: Worker a function, AsyncWorker a coroutine function.
+Handler = Callable[..., Any]
+AsyncHandler = Callable[..., Awaitable[Any]]
 
 # While messages flow (for HOT_PERIOD seconds after the last ones or the last
 # wake-up), an empty receive is retried after HOT_POLL rather than the poll

@@ -35,17 +35,22 @@ class AsyncClient:
 
     def __init__(self, pool: AsyncConnectionPool | str, *, max_size: int = 10) -> None:
         if isinstance(pool, str):
-            self.pool = AsyncConnectionPool(pool, min_size=1, max_size=max_size, open=False)
+            if True:  # ASYNC: opened by open() or ``async with``
+                self.pool = AsyncConnectionPool(pool, min_size=1, max_size=max_size, open=False)
+            else:  # opened here: Client has no open()
+                self.pool = AsyncConnectionPool(pool, min_size=1, max_size=max_size, open=True)
             self._owned = True
         else:
             self.pool = pool
             self._owned = False
 
-    async def open(self) -> AsyncClient:
-        """Open the pool if the client made it; returns the client."""
-        if self._owned:
-            await self.pool.open()
-        return self
+    if True:  # ASYNC: only AsyncClient has open() (Client's pool opens when made)
+
+        async def open(self) -> AsyncClient:
+            """Open the pool if the client made it; returns the client."""
+            if self._owned:
+                await self.pool.open()
+            return self
 
     async def close(self) -> None:
         """Close the pool if the client made it."""
@@ -53,7 +58,10 @@ class AsyncClient:
             await self.pool.close()
 
     async def __aenter__(self) -> AsyncClient:
-        return await self.open()
+        if True:  # ASYNC
+            return await self.open()
+        else:
+            return self
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
@@ -202,7 +210,9 @@ class AsyncClient:
         conn: psycopg.AsyncConnection[Any] | None = None,
     ) -> int:
         """Complete messages; returns how many were completed now (stale receipts are not).
-        Durable by default; ``durable=False`` commits asynchronously (see Client.ack)."""
+        Durable by default: the commit waits for the disk. ``durable=False`` (an explicit
+        opt-in) commits the ack's transaction asynchronously: no flush to wait for, but a
+        server crash may lose the ack, and the messages come again."""
         return int(await self._one(_sql.ACK, (queue, group, list(receipts), durable), conn))
 
     async def nack(

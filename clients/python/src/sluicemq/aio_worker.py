@@ -8,29 +8,51 @@
 
     asyncio.run(worker.run())   # until SIGTERM or SIGINT
 
-The behaviour is the Worker's (see sluicemq.worker), with tasks for threads.
-At stop, handlers still running after the drain timeout are cancelled and
-their messages given back for immediate redelivery.
+Like the Go library's Consume: it receives in batches, in short
+transactions of their own (acks of finished messages ride with the next
+receive); renews the leases of running handlers (heartbeat); acks a
+message when its handler returns and nacks it with the exception's text
+when it raises; hands the messages of one key to one task in order,
+acking each before the next and stopping at the first failure (the engine
+releases the rest of the run, which comes back after the failed one); waits
+for a NOTIFY on channel 'sluice' from a committed send (LISTEN on a
+connection of its own) or for the poll interval when the queue looks empty.
+On stop it stops receiving, lets running handlers finish for up to the
+drain timeout, then cancels those still running and gives their messages back for
+immediate redelivery.
+
+worker.py (Worker) is generated from this file by tools/async_to_sync.py:
+edit this one. What differs between tasks and threads is in _acompat.py and
+_compat.py, or in the ``if True:  # ASYNC`` blocks below (their ``else:``
+branch is the sync code).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import inspect
-import signal
 import time
-from collections.abc import Awaitable, Callable
 from datetime import timedelta
-from typing import Any
 
 import psycopg
 
 from . import _sql
+from ._acompat import (
+    ACondition,
+    AEvent,
+    AHandlers,
+    ATask,
+    add_signal_handlers,
+    ahalt,
+    ajoin,
+    aresolve,
+    asleep,
+    aspawn,
+)
 from ._routes import (
     HOT_PERIOD,
     HOT_POLL,
     SHUTDOWN_ERROR,
+    AsyncHandler,
     LeaseLost,
     OnHandlerError,
     Registry,
@@ -46,13 +68,22 @@ from .types import Message
 
 __all__ = ["AsyncWorker"]
 
-AsyncHandler = Callable[..., Awaitable[Any]]
-
 
 class AsyncWorker(Registry[AsyncHandler]):
-    """Runs the async handlers registered with :meth:`handler` (same options as
-    :class:`sluicemq.Worker`; ``on_handler_error`` is a plain function, called
-    on the worker's loop)."""
+    """Runs the async handlers registered with :meth:`handler` as tasks.
+
+    ``concurrency`` is the default number of handlers per route running at
+    once; ``poll_interval`` (seconds) how long an idle consumer waits for a
+    wake-up before it looks again; ``drain_timeout`` (seconds) how long
+    :meth:`stop` lets running handlers finish; ``listen=False`` turns off
+    LISTEN wake-ups (behind a transaction-mode pooler such as PgBouncer);
+    ``consumer`` names this worker in its receives. ``on_handler_error`` is
+    called with a :class:`~sluicemq.HandlerFailure` each time a handler raises
+    (a plain function, called on the worker's loop); by default a WARNING is logged on the
+    ``sluicemq`` logger. Acks are durable (each batch its own transaction, waiting for the
+    disk); ``async_commit_acks=True`` lets them ride on the next receive, which commits
+    asynchronously: a server crash may then lose acks, and their messages come again.
+    """
 
     def __init__(
         self,
@@ -74,79 +105,98 @@ class AsyncWorker(Registry[AsyncHandler]):
         self.drain_timeout = drain_timeout
         self.listen = listen
         self.consumer = consumer
-        self._stop: asyncio.Event | None = None
+        self._consumers: list[_Consumer] = []
+        self._stop = AEvent()
+        self._listener: ATask | None = None
         self.error: BaseException | None = None
 
-    def stop(self) -> None:
-        """Ask :meth:`run` to stop (drain, release, return). Call it on the worker's loop."""
-        if self._stop is not None:
+    if True:  # ASYNC: AsyncWorker has no start(), and its stop() only asks run() to stop
+
+        def stop(self) -> None:
+            """Ask :meth:`run` to stop (drain, release, return). Call it on the worker's loop."""
             self._stop.set()
+
+    else:
+
+        def start(self) -> None:
+            """Start consuming on background threads; returns at once."""
+            self._start()
+
+        def stop(self) -> None:
+            """Stop receiving, drain running handlers (up to drain_timeout), release
+            the rest, and return when done. Safe to call from any thread."""
+            self._shutdown()
 
     async def run(self, *, handle_signals: bool = True) -> None:
         """Consume until SIGTERM or SIGINT (when ``handle_signals``) or :meth:`stop`,
-        then shut down gracefully. Re-raises an error that stopped the worker."""
-        if not self.routes:
-            raise ValueError("no handler registered: use @worker.handler(queue)")
-        loop = asyncio.get_running_loop()
-        self._stop = asyncio.Event()
-        consumers = [await _Consumer.make(self, r) for r in self.routes]
-        sigs: list[signal.Signals] = []
-        if handle_signals:
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                with contextlib.suppress(NotImplementedError, RuntimeError):
-                    loop.add_signal_handler(sig, self._stop.set)
-                    sigs.append(sig)
-        for c in consumers:
-            c.fetcher = asyncio.create_task(c.fetch())
-        tasks = [asyncio.create_task(c.heartbeat()) for c in consumers]
-        listener = asyncio.create_task(self._listen(consumers)) if self.listen else None
+        then shut down gracefully. Re-raises an error that stopped the worker (a
+        queue or group that does not exist)."""
+        self._stop = AEvent()
+        restore = add_signal_handlers(lambda: self._stop.set(), handle_signals)
         try:
-            await self._stop.wait()
+            await self._start()
+            if True:  # ASYNC
+                await self._stop.wait()
+            else:  # with a timeout: signal handlers run on the main thread meanwhile
+                while not self._stop.wait(0.2):
+                    pass
         finally:
-            await asyncio.gather(*(c.shutdown() for c in consumers))
-            for t in [*tasks, *([listener] if listener else [])]:
-                t.cancel()
-            await asyncio.gather(*tasks, *([listener] if listener else []), return_exceptions=True)
-            for sig in sigs:
-                loop.remove_signal_handler(sig)
+            await self._shutdown()
+            restore()
         if self.error is not None:
             raise self.error
+
+    async def _start(self) -> None:
+        if not self.routes:
+            raise ValueError("no handler registered: use @worker.handler(queue)")
+        self._stop.clear()
+        self._consumers = [await _Consumer.make(self, r) for r in self.routes]
+        for c in self._consumers:
+            c.start()
+        if self.listen:
+            self._listener = aspawn(self._listen, name="sluice-listen")
+
+    async def _shutdown(self) -> None:
+        """Stop receiving, drain the running handlers (up to drain_timeout) and
+        release the rest; then stop listening."""
+        self._stop.set()
+        consumers, self._consumers = self._consumers, []
+        listener, self._listener = self._listener, None
+        if True:  # ASYNC: the consumers drain at once
+            await asyncio.gather(*(c.shutdown() for c in consumers))
+        else:
+            for c in consumers:
+                c.shutdown()
+        await ahalt(listener)
 
     def _fail(self, err: BaseException) -> None:
         if self.error is None:
             self.error = err
-        self.stop()
+        self._stop.set()
 
-    async def _listen(self, consumers: list[_Consumer]) -> None:
+    async def _listen(self) -> None:
+        """LISTEN on channel 'sluice' and wake the consumers of the notified queue;
+        reconnect after a failure (polling covers the gap)."""
         pause = 0.1
         pool = self.client.pool
-        while True:
+        while not self._stop.is_set():
             try:
-                conninfo: Any = pool.conninfo
-                kwargs: Any = pool.kwargs
-                if callable(conninfo):
-                    conninfo = conninfo()
-                    if inspect.isawaitable(conninfo):
-                        conninfo = await conninfo
-                if callable(kwargs):
-                    kwargs = kwargs()
-                    if inspect.isawaitable(kwargs):
-                        kwargs = await kwargs
-                info, kw = _sql.listen_params(conninfo, kwargs)
-                async with await psycopg.AsyncConnection.connect(info, autocommit=True, **kw) as conn:
+                info, kwargs = _sql.listen_params(await aresolve(pool.conninfo), await aresolve(pool.kwargs))
+                async with await psycopg.AsyncConnection.connect(info, autocommit=True, **kwargs) as conn:
                     await conn.execute(_sql.LISTEN)
                     pause = 0.1
-                    for c in consumers:
-                        c.kick()
-                    async for n in conn.notifies():
-                        for c in consumers:
-                            if c.route.queue == n.payload:
-                                c.kick()
-            except asyncio.CancelledError:
-                raise
-            except Exception as err:  # noqa: BLE001 - poll, then reconnect
+                    for c in self._consumers:  # sends may have committed meanwhile
+                        await c.kick()
+                    while not self._stop.is_set():
+                        async for n in conn.notifies(timeout=0.5):
+                            for c in self._consumers:
+                                if c.route.queue == n.payload:
+                                    await c.kick()
+            except Exception as err:  # noqa: BLE001 - any failure: poll, then reconnect
+                if self._stop.is_set():
+                    return
                 log.warning("sluice: LISTEN connection failed; polling until it is back: %s", err)
-                await asyncio.sleep(pause)
+                await self._stop.wait_timeout(pause)
                 pause = min(2 * pause, 5.0)
 
 
@@ -165,18 +215,19 @@ class _Consumer:
         self.w, self.route, self.c = worker, route, worker.client
         self.lease = lease
         self.max_attempts = max_attempts
-        self.heartbeat_every = route.heartbeat or lease / 3
-        if self.heartbeat_every >= lease:
-            raise ValueError(f"heartbeat {self.heartbeat_every} must be shorter than the lease {lease}")
-        self.cond = asyncio.Condition()
+        self.heartbeat = route.heartbeat or lease / 3
+        if self.heartbeat >= lease:
+            raise ValueError(f"heartbeat {self.heartbeat} must be shorter than the lease {lease}")
+        self.cond = ACondition()
         self.free = route.concurrency
         self.inflight: dict[str, _Job] = {}
         self.acks: list[str] = []
         self.kicked = False
         self.stopping = False
-        self.handlers: set[asyncio.Task[None]] = set()
-        self.fetcher: asyncio.Task[None] | None = None
-        self.wakers: set[asyncio.Task[None]] = set()
+        self.handlers = AHandlers(route.concurrency, f"sluice-{route.queue}")
+        self.fetcher: ATask | None = None
+        self.heartbeater: ATask | None = None
+        self.hb_stop = AEvent()
 
     @classmethod
     async def make(cls, worker: AsyncWorker, route: Route[AsyncHandler]) -> _Consumer:
@@ -186,22 +237,23 @@ class _Consumer:
         lease: timedelta = route.lease or rows[0][0]
         return cls(worker, route, lease, rows[0][1])
 
-    def kick(self) -> None:
-        self.kicked = True
-        t = asyncio.get_running_loop().create_task(self._notify())
-        self.wakers.add(t)  # a reference until it is done
-        t.add_done_callback(self.wakers.discard)
+    def start(self) -> None:
+        self.fetcher = aspawn(self._fetch, name=f"sluice-{self.route.queue}")
+        self.heartbeater = aspawn(self._heartbeat, name=f"sluice-{self.route.queue}")
 
-    async def _notify(self) -> None:
+    async def kick(self) -> None:
         async with self.cond:
+            self.kicked = True
             self.cond.notify_all()
 
-    async def fetch(self) -> None:
+    # -- fetching ---------------------------------------------------------
+
+    async def _fetch(self) -> None:
         q, g = self.route.queue, self.route.group
         active = 0.0
         while True:
             async with self.cond:
-                await self.cond.wait_for(lambda: self.stopping or self.free > 0)
+                await self.cond.wait_until(lambda: self.stopping or self.free > 0)
                 if self.stopping:
                     return
                 n = min(self.free, self.route.batch_size)
@@ -213,27 +265,28 @@ class _Consumer:
                 msgs = await self.c.receive(
                     q, g, max_messages=n, lease=self.lease, consumer=self.w.consumer, ack=acks or None
                 )
-            except asyncio.CancelledError:
-                raise
             except Exception as err:  # noqa: BLE001
                 await self._ack_alone(acks)
                 if isinstance(err, SluiceError):
                     self.w._fail(err)
                     return
                 log.error("sluice: receive from %s/%s failed, retrying: %s", q, g, err)
-                await asyncio.sleep(self.w.poll_interval)
+                await asleep(self.w.poll_interval)
                 continue
-            if self.stopping:
+            jobs: list[list[_Job]] = []
+            async with self.cond:
+                stopping = self.stopping
+                if not stopping:
+                    self.free -= len(msgs)
+                    jobs = [[_Job(m) for m in run] for run in split(msgs)]
+                    for job in jobs:
+                        for j in job:
+                            self.inflight[j.msg.receipt] = j
+            if stopping:
                 await self._release(msgs)
                 return
-            self.free -= len(msgs)
-            for job in split(msgs):
-                jobs = [_Job(m) for m in job]
-                for j in jobs:
-                    self.inflight[j.msg.receipt] = j
-                t = asyncio.create_task(self._run(jobs))
-                self.handlers.add(t)
-                t.add_done_callback(self.handlers.discard)
+            for job in jobs:
+                self.handlers.submit(self._run, job)
             if msgs:
                 active = time.monotonic()
                 continue
@@ -241,10 +294,7 @@ class _Consumer:
             if time.monotonic() - active < HOT_PERIOD:
                 wait = min(wait, HOT_POLL)
             async with self.cond:
-                with contextlib.suppress(TimeoutError, asyncio.TimeoutError):
-                    await asyncio.wait_for(
-                        self.cond.wait_for(lambda: self.kicked or self.stopping or bool(self.acks)), wait
-                    )
+                await self.cond.wait_until(lambda: self.kicked or self.stopping or bool(self.acks), timeout=wait)
                 if self.kicked:
                     active = time.monotonic()
                 self.kicked = False
@@ -257,7 +307,11 @@ class _Consumer:
         except Exception as err:  # noqa: BLE001
             log.error("sluice: ack failed; the messages are redelivered when their leases expire: %s", err)
 
+    # -- handling ---------------------------------------------------------
+
     async def _run(self, jobs: list[_Job]) -> None:
+        """Handle one job: an unkeyed message, or a key's run in order, stopping
+        at the first failure (the engine's nack released the rest)."""
         for i, job in enumerate(jobs):
             if not await self._handle(job, ack_now=i < len(jobs) - 1):
                 for rest in jobs[i + 1 :]:
@@ -265,6 +319,8 @@ class _Consumer:
                 return
 
     async def _untrack(self, job: _Job, ack: bool = False) -> bool:
+        """The job is no longer in flight (``ack``: its ack rides with the next
+        receive, unless it was released); whether it was released at shutdown."""
         async with self.cond:
             self.inflight.pop(job.msg.receipt, None)
             self.free += 1
@@ -300,32 +356,35 @@ class _Consumer:
             return True
         if await self._untrack(job):
             return False
+        if err is None:
+            try:
+                await self.c.ack(r.queue, r.group, [m.receipt], durable=not self.w.async_commit_acks)
+                return True
+            except Exception as aerr:  # noqa: BLE001
+                log.error("sluice: ack of message %d failed; it and the rest of its run come back: %s", m.id, aerr)
+                return False
         if isinstance(err, LeaseLost):
             report_failure(self.w.on_handler_error, r, m, err, self.max_attempts, False)
             return False
         nacked = False
         try:
-            if err is None:
-                await self.c.ack(r.queue, r.group, [m.receipt], durable=not self.w.async_commit_acks)
-                return True
             nacked = await self.c.nack(r.queue, r.group, m.receipt, error=error_text(err))
-        except Exception as aerr:  # noqa: BLE001
-            log.error("sluice: completing message %d failed; it comes back when its lease expires: %s", m.id, aerr)
-        if err is not None:
-            report_failure(self.w.on_handler_error, r, m, err, self.max_attempts, nacked)
+        except Exception as nerr:  # noqa: BLE001
+            log.error("sluice: nack of message %d failed; it comes back when its lease expires: %s", m.id, nerr)
+        report_failure(self.w.on_handler_error, r, m, err, self.max_attempts, nacked)
         return False
 
-    async def heartbeat(self) -> None:
+    # -- heartbeat and shutdown ------------------------------------------
+
+    async def _heartbeat(self) -> None:
         r = self.route
-        while True:
-            await asyncio.sleep(self.heartbeat_every.total_seconds())
-            receipts = [rc for rc, j in self.inflight.items() if not j.released]
+        while not await self.hb_stop.wait_timeout(self.heartbeat.total_seconds()):
+            async with self.cond:
+                receipts = [rc for rc, j in self.inflight.items() if not j.released]
             if not receipts:
                 continue
             try:
                 await self.c.extend(r.queue, r.group, receipts, self.lease)
-            except asyncio.CancelledError:
-                raise
             except Exception as err:  # noqa: BLE001
                 log.error("sluice: extending %d leases failed: %s", len(receipts), err)
 
@@ -340,19 +399,16 @@ class _Consumer:
         async with self.cond:
             self.stopping = True
             self.cond.notify_all()
-        if self.fetcher is not None:
-            # A receive in flight finishes (and gives back what it got).
-            await asyncio.gather(self.fetcher, return_exceptions=True)
-        if self.handlers:
-            await asyncio.wait(set(self.handlers), timeout=self.w.drain_timeout)
-        left = []
-        for j in self.inflight.values():
-            j.released = True
-            left.append(j.msg)
-        for t in set(self.handlers):
-            t.cancel()
-        if self.handlers:
-            await asyncio.gather(*self.handlers, return_exceptions=True)
-        acks, self.acks = self.acks, []
+        await ajoin(self.fetcher)  # a receive in flight finishes (and gives back what it got)
+        async with self.cond:
+            drained = await self.cond.wait_until(lambda: not self.inflight, timeout=self.w.drain_timeout)
+            left: list[Message] = []
+            for j in self.inflight.values():
+                j.released = True
+                left.append(j.msg)
+            acks, self.acks = self.acks, []
+        await self.handlers.shutdown(wait=drained)
         await self._ack_alone(acks)
         await self._release(left)
+        self.hb_stop.set()
+        await ahalt(self.heartbeater)
