@@ -233,7 +233,8 @@ def resolve_async_blocks(src: Source) -> str:
         start, end = src.line_span(node.lineno, node.end_lineno or node.lineno)
         if not node.orelse:
             last = node.end_lineno or node.lineno
-            if not src.lines[node.lineno - 2].strip() and last < len(src.lines) and not src.lines[last].strip():
+            before = src.lines[node.lineno - 2] if node.lineno > 1 else "x"
+            if not before.strip() and last < len(src.lines) and not src.lines[last].strip():
                 end = src.line_span(last + 1, last + 1)[1]  # and one of the blank lines around it
             edits.append(Edit(start, end, ""))
             continue
