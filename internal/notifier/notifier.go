@@ -171,8 +171,8 @@ func (s *Subscription) Unlisten() {
 		}
 		// The goroutine calls the functions holding deliverMu: once it is
 		// free, s's function is no longer running and never runs again.
-		//lint:ignore SA2001 the empty critical section waits for a delivery in progress
 		n.deliverMu.Lock()
+		//lint:ignore SA2001 the empty critical section waits for a delivery in progress
 		n.deliverMu.Unlock()
 	})
 }
