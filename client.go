@@ -9,23 +9,28 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/sluicemq/sluice/internal/notifier"
 )
 
 // Client sends, receives and administers sluice queues through a pgx pool.
-// It holds no state of its own besides the pool, so it is safe for
-// concurrent use and cheap to make; it never closes the pool.
+// It is safe for concurrent use and cheap to make, and it never closes the
+// pool. Its only state besides the pool is the LISTEN connection that its
+// consumers (Consume) share: taken from the pool when the first consumer
+// starts, closed when the last one returns, so a Client needs no Close.
 //
 // Every method that runs SQL has a ...Tx twin taking a pgx.Tx: the call then
 // joins the caller's transaction, so that sending, acknowledging and the
 // application's own writes commit or roll back together.
 type Client struct {
-	pool *pgxpool.Pool
+	pool     *pgxpool.Pool
+	notifier *notifier.Notifier
 }
 
 // NewClient returns a client that runs its statements on pool. The database
 // must have the sluice schema (see package migrate or "sluice migrate").
 func NewClient(pool *pgxpool.Pool) *Client {
-	return &Client{pool: pool}
+	return &Client{pool: pool, notifier: notifier.New(pool)}
 }
 
 // Pool returns the pool the client was made with.

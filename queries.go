@@ -61,6 +61,4 @@ FROM sluice.peek($1, $2::int, $3::bigint)`
 FROM sluice.leases($1, $2::text, $3::int)`
 
 	sqlMaintain = `SELECT queue, rotated, reclaimed FROM sluice.maintain()`
-
-	sqlListen = `LISTEN sluice`
 )

@@ -128,8 +128,10 @@ const maxErrorText = 10000
 // again; within a run of one key's messages each is acknowledged before the
 // next is handled) and gives it back with the error
 // text when the handler fails or panics. When the queue is empty it waits
-// for a NOTIFY from a committed send (LISTEN on a dedicated connection taken
-// from the pool) or for the poll interval, whichever comes first.
+// for a NOTIFY from a committed send or for the poll interval, whichever
+// comes first: the client's consumers share one LISTEN connection, taken
+// from the pool when the first of them starts and closed when the last
+// returns.
 //
 // When ctx is cancelled, Consume stops receiving, lets running handlers
 // finish for up to opts.DrainTimeout, then cancels their contexts and gives
@@ -231,11 +233,10 @@ func (w *worker) run(ctx context.Context) error {
 	defer cancelHandlers()
 	w.bg, w.handlerCx = bg, handlerCx
 
-	var helpers sync.WaitGroup // listener and heartbeat: end with bg
 	if !w.o.DisableListen {
-		helpers.Add(1)
-		go func() { defer helpers.Done(); w.listen(bg) }()
+		defer w.listen()()
 	}
+	var helpers sync.WaitGroup // heartbeat: ends with bg
 	helpers.Add(1)
 	go func() { defer helpers.Done(); w.heartbeat(bg) }()
 	ackerDone := make(chan struct{})

@@ -249,11 +249,7 @@ func TestConsumePollingOnly(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("message not delivered by polling")
 	}
-	var listeners int
-	if err := b.pool.QueryRow(b.ctx, "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND query = 'LISTEN sluice'").Scan(&listeners); err != nil {
-		t.Fatal(err)
-	}
-	if listeners != 0 {
+	if listeners := b.listenConns(); listeners != 0 {
 		t.Errorf("%d sessions LISTEN with DisableListen", listeners)
 	}
 }

@@ -6,6 +6,7 @@ import pg from "pg";
 
 import { translate } from "./errors.js";
 import { messages, type MessagesOptions } from "./iterate.js";
+import { Notifier } from "./notifier.js";
 import { Worker, type Handler, type WorkerOptions } from "./worker.js";
 import type {
   AckOptions,
@@ -86,6 +87,23 @@ type Row = Record<string, unknown>;
 
 const num = (v: unknown): number => Number(v);
 const numOrNull = (v: unknown): number | null => (v === null || v === undefined ? null : Number(v));
+/**
+ * int8 reads an int8 column as node-postgres returns it (a decimal string),
+ * keeping every digit: ids and positions pass past 2^53 exactly.
+ */
+const int8 = (v: unknown): string => String(v);
+const int8OrNull = (v: unknown): string | null => (v === null || v === undefined ? null : String(v));
+/**
+ * count reads an int8 count as a number, refusing one that a number cannot
+ * hold exactly (past 2^53) rather than rounding it.
+ */
+function count(v: unknown): number {
+  const n = Number(v);
+  if (!Number.isSafeInteger(n)) {
+    throw new RangeError(`sluice: count ${String(v)} is not exact as a number`);
+  }
+  return n;
+}
 const json = (v: JSONValue | undefined | null): string | null => (v === undefined || v === null ? null : JSON.stringify(v));
 const orNull = <T>(v: T | undefined | null): T | null => (v === undefined ? null : v);
 
@@ -134,7 +152,7 @@ export function queueOptionsJSON(o: QueueOptions | undefined | null): Record<str
 
 export function toMessage<B = JSONValue>(r: Row): Message<B> {
   return {
-    id: num(r.id),
+    id: int8(r.id),
     body: r.body as B,
     headers: (r.headers ?? null) as Headers | null,
     key: (r.key ?? null) as string | null,
@@ -143,7 +161,7 @@ export function toMessage<B = JSONValue>(r: Row): Message<B> {
     sentAt: r.sent_at as Date,
     receipt: r.receipt as string,
     leaseExpiresAt: r.lease_expires_at as Date,
-    pos: num(r.pos),
+    pos: int8(r.pos),
   };
 }
 
@@ -157,6 +175,11 @@ export function toMessage<B = JSONValue>(r: Row): Message<B> {
 export class Sluice {
   /** The pool the calls run on (without `tx`). */
   readonly pool: pg.Pool;
+  /**
+   * The one LISTEN connection the Sluice's workers share (taken from the
+   * pool when the first worker starts, released when the last stops).
+   */
+  readonly notifier: Notifier;
   readonly #ownPool: boolean;
 
   constructor(options: SluiceOptions = {}) {
@@ -174,6 +197,7 @@ export class Sluice {
       this.pool.on("error", () => {});
       this.#ownPool = true;
     }
+    this.notifier = new Notifier(this.pool);
   }
 
   /** Ends the pool if the Sluice made it. */
@@ -253,7 +277,7 @@ export class Sluice {
   /** Removes every message of a queue; returns how many. */
   async purgeQueue(queue: string, opts?: CallOptions): Promise<number> {
     const rows = await this.query(sql.purgeQueue, [queue], opts);
-    return num(rows[0]?.n);
+    return count(rows[0]?.n);
   }
 
   // Consumer groups.
@@ -284,8 +308,11 @@ export class Sluice {
 
   // Sending.
 
-  /** Appends one message; returns its id. A body of null or undefined is rejected (SL006). */
-  async send(queue: string, body: JSONValue | undefined, opts?: SendOptions): Promise<number> {
+  /**
+   * Appends one message; returns its id (int8, as a decimal string). A body
+   * of null or undefined is rejected (SL006).
+   */
+  async send(queue: string, body: JSONValue | undefined, opts?: SendOptions): Promise<string> {
     const rows = await this.query(
       sql.send,
       [
@@ -299,11 +326,11 @@ export class Sluice {
       ],
       opts,
     );
-    return num(rows[0]?.id);
+    return int8(rows[0]?.id);
   }
 
-  /** Appends many messages in one statement; returns one id per message, in order. */
-  async sendBatch(queue: string, messages: BatchMessage[], opts?: SendBatchOptions): Promise<number[]> {
+  /** Appends many messages in one statement; returns one id per message (a decimal string), in order. */
+  async sendBatch(queue: string, messages: BatchMessage[], opts?: SendBatchOptions): Promise<string[]> {
     if (messages.length === 0) {
       return [];
     }
@@ -324,7 +351,7 @@ export class Sluice {
       ],
       opts,
     );
-    return rows.map((r) => num(r.id));
+    return rows.map((r) => int8(r.id));
   }
 
   // Receiving and completing.
@@ -363,20 +390,20 @@ export class Sluice {
     return rows.map((r) => ({
       queue: r.queue as string,
       groupName: (r.group_name ?? null) as string | null,
-      ready: num(r.ready),
-      delayed: num(r.delayed),
-      inFlight: num(r.in_flight),
-      dead: num(r.dead),
+      ready: count(r.ready),
+      delayed: count(r.delayed),
+      inFlight: count(r.in_flight),
+      dead: count(r.dead),
       oldestPendingAge: numOrNull(r.oldest_pending_age),
-      lag: num(r.lag),
-      cursor: numOrNull(r.cursor),
-      lwm: numOrNull(r.lwm),
-      head: numOrNull(r.head),
+      lag: count(r.lag),
+      cursor: int8OrNull(r.cursor),
+      lwm: int8OrNull(r.lwm),
+      head: int8OrNull(r.head),
       liveEpochs: numOrNull(r.live_epochs),
       holdsReclaim: (r.holds_reclaim ?? null) as boolean | null,
-      waiting: num(r.waiting),
+      waiting: count(r.waiting),
       estimated: r.estimated as boolean,
-      deadLettered: num(r.dead_lettered),
+      deadLettered: count(r.dead_lettered),
     }));
   }
 
@@ -392,7 +419,7 @@ export class Sluice {
   async deadLetters<B = JSONValue>(queue: string, opts?: DeadLettersOptions): Promise<DeadLetter<B>[]> {
     const rows = await this.query(sql.deadLetters, [queue, orNull(opts?.group), opts?.maxRows ?? 100], opts);
     return rows.map((r) => ({
-      id: num(r.id),
+      id: int8(r.id),
       groupName: r.group_name as string,
       body: r.body as B,
       headers: (r.headers ?? null) as Headers | null,
@@ -401,14 +428,14 @@ export class Sluice {
       error: (r.error ?? null) as string | null,
       diedAt: r.died_at as Date,
       sentAt: r.sent_at as Date,
-      deadLetterId: num(r.dead_letter_id),
+      deadLetterId: int8(r.dead_letter_id),
     }));
   }
 
   /** Makes dead letters deliverable again; returns how many. */
   async redrive(queue: string, opts?: RedriveOptions): Promise<number> {
     const rows = await this.query(sql.redrive, [queue, orNull(opts?.group), orNull(opts?.ids)], opts);
-    return num(rows[0]?.n);
+    return count(rows[0]?.n);
   }
 
   // Looking without receiving.
@@ -421,7 +448,7 @@ export class Sluice {
   async peek<B = JSONValue>(queue: string, opts?: PeekOptions): Promise<PeekedMessage<B>[]> {
     const rows = await this.query(sql.peek, [queue, opts?.maxMessages ?? 10, orNull(opts?.afterId)], opts);
     return rows.map((r) => ({
-      id: num(r.id),
+      id: int8(r.id),
       body: r.body as B,
       headers: (r.headers ?? null) as Headers | null,
       key: (r.key ?? null) as string | null,
@@ -437,8 +464,8 @@ export class Sluice {
     const rows = await this.query(sql.leases, [queue, orNull(opts?.group), opts?.maxMessages ?? 100], opts);
     return rows.map((r) => ({
       groupName: r.group_name as string,
-      id: num(r.id),
-      pos: num(r.pos),
+      id: int8(r.id),
+      pos: int8(r.pos),
       attempt: num(r.attempt),
       consumer: (r.consumer ?? null) as string | null,
       deliveredAt: r.delivered_at as Date,

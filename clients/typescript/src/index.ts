@@ -24,6 +24,8 @@ export {
 } from "./errors.js";
 export { Worker, errorText, warnHandlerFailure, defaults as workerDefaults } from "./worker.js";
 export type { Handler, HandlerContext, HandlerFailure, WorkerOptions, WorkerOperation } from "./worker.js";
+export { Notifier } from "./notifier.js";
+export type { NotifierEvent, Subscription } from "./notifier.js";
 export { messages } from "./iterate.js";
 export type { MessagesOptions } from "./iterate.js";
 export type * from "./types.js";

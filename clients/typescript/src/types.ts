@@ -1,5 +1,9 @@
-// Rows and options of the client. Durations are milliseconds (numbers);
-// ids and positions are numbers (exact below 2^53).
+// Rows and options of the client. Durations are milliseconds (numbers).
+// Ids and positions, int8 (bigint) in SQL, are decimal strings: exact over
+// the whole int8 range, where a number is exact only below 2^53. Counts
+// that SQL returns as int8 (status's ready, lag, ...; purgeQueue's and
+// redrive's results) are numbers, checked exact (a RangeError past 2^53,
+// which no count of messages reaches).
 
 import type pg from "pg";
 
@@ -29,8 +33,8 @@ export interface CallOptions {
 
 /** A message delivered by receive (the columns of sluice.message). */
 export interface Message<B = JSONValue> {
-  /** The message id (a retry or a redrive keeps it). */
-  id: number;
+  /** The message id (a retry or a redrive keeps it): an int8 as a decimal string. */
+  id: string;
   /** The JSON body. */
   body: B;
   /** The headers object, or null. */
@@ -47,8 +51,8 @@ export interface Message<B = JSONValue> {
   receipt: string;
   /** When the lease ends unless extended. */
   leaseExpiresAt: Date;
-  /** The message's position in the queue's commit order. */
-  pos: number;
+  /** The message's position in the queue's commit order (int8, a decimal string). */
+  pos: string;
 }
 
 /** Options of send. */
@@ -166,9 +170,10 @@ export interface QueueStatus {
   /** Age of the oldest message the group has not completed (ms), or null. */
   oldestPendingAge: number | null;
   lag: number;
-  cursor: number | null;
-  lwm: number | null;
-  head: number | null;
+  /** Positions (int8, decimal strings): last dispatched, first not completed, last numbered. */
+  cursor: string | null;
+  lwm: string | null;
+  head: string | null;
   liveEpochs: number | null;
   holdsReclaim: boolean | null;
   /** Keyed messages that would be ready but wait for an earlier message of their key. */
@@ -187,7 +192,8 @@ export interface QueueStatus {
 
 /** A dead letter (the columns of sluice.dead_letter_info). */
 export interface DeadLetter<B = JSONValue> {
-  id: number;
+  /** The message id (int8, a decimal string). */
+  id: string;
   groupName: string;
   body: B;
   headers: Headers | null;
@@ -196,7 +202,8 @@ export interface DeadLetter<B = JSONValue> {
   error: string | null;
   diedAt: Date;
   sentAt: Date;
-  deadLetterId: number;
+  /** The dead letter's own id (int8, a decimal string). */
+  deadLetterId: string;
 }
 
 /** Options of deadLetters. */
@@ -212,13 +219,13 @@ export interface RedriveOptions extends CallOptions {
   /** Only this group's dead letters (default: every group's). */
   group?: string | null;
   /** Only these message ids (default: all). */
-  ids?: number[] | null;
+  ids?: string[] | null;
 }
 
 /** A message a queue stores, as peek shows it (the columns of sluice.stored_message). */
 export interface PeekedMessage<B = JSONValue> {
   /** The message id (as receive returns it). */
-  id: number;
+  id: string;
   /** The JSON body. */
   body: B;
   /** The headers object, or null. */
@@ -240,7 +247,7 @@ export interface PeekOptions extends CallOptions {
   /** 1 to 1000 (10). */
   maxMessages?: number;
   /** Only messages with an id above it (default: from the first); the last id of a page gets the next one. */
-  afterId?: number | null;
+  afterId?: string | null;
 }
 
 /** A delivery in flight, as leases shows it (the columns of sluice.lease_info); it has no receipt. */
@@ -248,9 +255,9 @@ export interface Lease {
   /** The group that leased the message. */
   groupName: string;
   /** The message id (as receive returns it). */
-  id: number;
+  id: string;
   /** Its position in the queue's commit order. */
-  pos: number;
+  pos: string;
   /** The delivery's attempt, as receive returned it. */
   attempt: number;
   /** The consumer named by the receive, or null. */

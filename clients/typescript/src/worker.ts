@@ -5,12 +5,11 @@
 // failure), retries through nack with the handler's error, and a graceful
 // shutdown on an AbortSignal.
 
-import type pg from "pg";
-
 import type { Sluice } from "./client.js";
 import { InvalidArgumentError, SluiceError } from "./errors.js";
 import type { JSONValue, Message } from "./types.js";
-import { Wakeup, sleep, within } from "./wait.js";
+import type { Subscription } from "./notifier.js";
+import { Wakeup, within } from "./wait.js";
 
 /** What a handler gets beside the message. */
 export interface HandlerContext {
@@ -71,7 +70,11 @@ export interface WorkerOptions {
   heartbeatInterval?: number;
   /** How long to wait for a wake-up before looking again when the queue looked empty (default 500). */
   pollInterval?: number;
-  /** LISTEN for wake-ups on a connection of the pool (default true; false behind a transaction-mode pooler). */
+  /**
+   * LISTEN for wake-ups (default true; false behind a transaction-mode
+   * pooler). The workers of one Sluice share one LISTEN connection of its
+   * pool (Sluice.notifier).
+   */
   listen?: boolean;
   /** How long running handlers may finish once stopped (default 10000); then their messages are given back. */
   drainTimeout?: number;
@@ -208,8 +211,7 @@ export class Worker<B = JSONValue> {
     this.#running = true;
     await this.#setup();
     this.#free = this.#o.concurrency;
-    const bg = new AbortController(); // ends the listener
-    const listener = this.#o.listen ? this.#listen(bg.signal) : Promise.resolve();
+    const listener = this.#o.listen ? this.#listen() : undefined;
     const heartbeat = setInterval(() => {
       if (this.#heartbeating === undefined) {
         this.#heartbeating = this.#heartbeat().finally(() => {
@@ -233,8 +235,7 @@ export class Worker<B = JSONValue> {
     await this.#flushAcks();
     clearInterval(heartbeat);
     await this.#heartbeating;
-    bg.abort();
-    await listener;
+    await listener?.unlisten();
     if (failure !== undefined) {
       throw failure;
     }
@@ -500,54 +501,18 @@ export class Worker<B = JSONValue> {
     }
   }
 
-  // listen holds a connection of the pool in LISTEN mode and wakes the
-  // fetch loop when a notification names the queue, until signal is
-  // aborted. When the connection fails it makes a new one after a pause;
-  // polling covers the gap.
-  async #listen(signal: AbortSignal): Promise<void> {
-    let pause = 100;
-    while (!signal.aborted) {
-      try {
-        await this.#listenOnce(signal);
-      } catch (err) {
-        if (signal.aborted) {
-          return;
-        }
-        this.#o.onError(err, "listen");
-      }
-      await sleep(pause, signal);
-      pause = Math.min(2 * pause, 5000);
-    }
-  }
-
-  async #listenOnce(signal: AbortSignal): Promise<void> {
-    const client: pg.PoolClient = await this.#sluice.pool.connect();
-    let failure: Error | undefined;
-    const ended = new Wakeup();
-    const onError = (err: Error) => {
-      failure = err;
-      ended.notify();
-    };
-    const onNotification = (n: pg.Notification) => {
-      if (n.channel === "sluice" && n.payload === this.#queue) {
+  // listen subscribes the worker to its Sluice's notifier, which holds the
+  // one LISTEN connection all the Sluice's workers share: a notification
+  // naming the queue wakes the fetch loop, and so does the start of
+  // listening (sends may have committed while nobody listened). While the
+  // connection is down, polling covers the gap.
+  #listen(): Subscription {
+    return this.#sluice.notifier.listen("sluice", (ev) => {
+      if (ev.kind === "listening" || (ev.kind === "notified" && ev.payload === this.#queue)) {
         this.#wake.notify();
+      } else if (ev.kind === "lost") {
+        this.#o.onError(ev.error, "listen");
       }
-    };
-    client.on("error", onError);
-    client.on("end", () => onError(new Error("LISTEN connection ended")));
-    client.on("notification", onNotification);
-    try {
-      await client.query("LISTEN sluice");
-      // Sends may have committed while no connection listened.
-      this.#wake.notify();
-      await ended.wait(Infinity, signal);
-    } finally {
-      client.off("notification", onNotification);
-      // The connection stays in LISTEN mode: destroy it rather than give it back.
-      client.release(failure ?? true);
-    }
-    if (failure) {
-      throw failure;
-    }
+    });
   }
 }

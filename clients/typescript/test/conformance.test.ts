@@ -191,7 +191,7 @@ type Any = any;
 // differ in length from bodies (bad input the typed API cannot express)
 // goes through the client's raw-SQL escape hatch (Sluice.query with the
 // client's own statement).
-async function sendBatch(s: Sluice, a: Args): Promise<number[]> {
+async function sendBatch(s: Sluice, a: Args): Promise<string[]> {
   const bodies = a.bodies as Any[] | null;
   const cols = ["headers", "keys", "priorities", "dedup_keys"] as const;
   const aligned = bodies !== null && cols.every((c) => a[c] === undefined || a[c] === null || (a[c] as Any[]).length === bodies.length);
@@ -216,7 +216,7 @@ async function sendBatch(s: Sluice, a: Args): Promise<number[]> {
     a.priorities ?? null,
     a.dedup_keys ?? null,
   ]);
-  return rows.map((r) => Number(r.id));
+  return rows.map((r) => String(r.id));
 }
 
 /** Runs one step through the client and returns its normalised result. */
@@ -284,10 +284,17 @@ async function call(s: Sluice, step: Step, a: Args): Promise<JSONish> {
   }
 }
 
-/** Partial match: every expected key present and matching; arrays element-wise, same length. */
+/**
+ * Partial match: every expected key present and matching; arrays
+ * element-wise, same length. The client returns int8 ids and positions as
+ * decimal strings: an expected integer matches one by value.
+ */
 function matches(expected: JSONish, actual: JSONish): boolean {
   if (expected === null || typeof expected !== "object") {
-    return typeof expected === "number" && typeof actual === "number" ? expected === actual : expected === actual;
+    if (typeof expected === "number" && Number.isInteger(expected) && typeof actual === "string" && /^-?\d+$/.test(actual)) {
+      return BigInt(actual) === BigInt(expected);
+    }
+    return expected === actual;
   }
   if (Array.isArray(expected)) {
     return Array.isArray(actual) && actual.length === expected.length && expected.every((e, i) => matches(e, actual[i]));

@@ -29,15 +29,15 @@ test("a worker killed with SIGKILL loses nothing; its messages come back after t
   const ids = await s.sendBatch(q, Array.from({ length: 30 }, (_, i) => ({ body: i })));
 
   const child = spawn(process.execPath, [fixture, q], { stdio: ["ignore", "pipe", "inherit"] });
-  const started = new Map<number, number>(); // id -> attempt
-  const done = new Set<number>();
+  const started = new Map<string, number>(); // id -> attempt
+  const done = new Set<string>();
   const lines = createInterface({ input: child.stdout! });
   lines.on("line", (line) => {
     const [what, id, attempt] = line.split(" ");
     if (what === "start") {
-      started.set(Number(id), Number(attempt));
+      started.set(id!, Number(attempt));
     } else if (what === "done") {
-      done.add(Number(id));
+      done.add(id!);
     }
   });
   const exited = new Promise<NodeJS.Signals | null>((resolve) => child.on("exit", (_code, signal) => resolve(signal)));
@@ -53,7 +53,7 @@ test("a worker killed with SIGKILL loses nothing; its messages come back after t
   assert.ok(inflight.length > 0);
 
   // Another worker takes over.
-  const handled = new Map<number, { attempt: number; at: number }>();
+  const handled = new Map<string, { attempt: number; at: number }>();
   const ac = new AbortController();
   const run = new Worker<number>(
     s,

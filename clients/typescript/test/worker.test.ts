@@ -59,7 +59,7 @@ describe("worker", { timeout: 60_000 }, () => {
     const ids = await s.sendBatch(q, Array.from({ length: 50 }, (_, i) => ({ body: i })));
     let running = 0;
     let most = 0;
-    const seen = new Set<number>();
+    const seen = new Set<string>();
     const w = start<number>(
       q,
       async (m) => {
@@ -229,14 +229,14 @@ describe("worker", { timeout: 60_000 }, () => {
       Number(
         (
           await s.query(
-            "SELECT count(*) AS n FROM pg_stat_activity WHERE datname = current_database() AND query = 'LISTEN sluice' AND pid <> pg_backend_pid()",
+            "SELECT count(*) AS n FROM pg_stat_activity WHERE datname = current_database() AND query ~ '^LISTEN ' AND pid <> pg_backend_pid()",
             [],
           )
         )[0]?.n,
       );
     await eventually(async () => (await listening()) === 1, 5000, "the worker listening");
     await s.query(
-      "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND query = 'LISTEN sluice' AND pid <> pg_backend_pid()",
+      "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND query ~ '^LISTEN ' AND pid <> pg_backend_pid()",
       [],
     );
     await sleep(1500); // a new LISTEN connection, and past the hot period

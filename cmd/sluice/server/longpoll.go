@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sluicemq/sluice"
+	listen "github.com/sluicemq/sluice/internal/notifier"
 )
 
 // notifier holds the server's one LISTEN connection (channel
@@ -358,50 +359,27 @@ func (n *notifier) waiting() int {
 	return c
 }
 
-// run listens until ctx is done, reconnecting after failures (the long
-// polls poll meanwhile).
+// run listens until ctx is done, through a Notifier of its own (package
+// internal/notifier, the one implementation of a shared LISTEN connection,
+// which the library's clients use too): it reconnects after failures, and
+// the long polls poll meanwhile.
 func (n *notifier) run(ctx context.Context) {
-	pause := 100 * time.Millisecond
-	for ctx.Err() == nil {
-		err := n.listenOnce(ctx)
-		n.up.Store(false)
-		if ctx.Err() != nil {
-			return
+	sub := listen.New(n.pool).Listen(sluice.NotifyChannel, func(ev listen.Event) {
+		switch ev.Kind {
+		case listen.Notified:
+			n.notified(ev.Payload, time.Now())
+		case listen.Listening:
+			n.up.Store(true)
+			// Sends may have committed while nobody listened.
+			n.wake("", nil, true)
+		case listen.Lost:
+			n.up.Store(false)
+			n.log.Warn("sluice server: the LISTEN connection failed; long polls poll until it is back", "error", ev.Err)
 		}
-		n.log.Warn("sluice server: the LISTEN connection failed; long polls poll until it is back", "error", err)
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(pause):
-		}
-		pause = min(2*pause, 5*time.Second)
-	}
-}
-
-func (n *notifier) listenOnce(ctx context.Context) error {
-	pc, err := n.pool.Acquire(ctx)
-	if err != nil {
-		return err
-	}
-	conn := pc.Hijack()
-	defer func() {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		_ = conn.Close(cctx)
-	}()
-	if _, err := conn.Exec(ctx, "LISTEN "+sluice.NotifyChannel); err != nil {
-		return err
-	}
-	n.up.Store(true)
-	// Sends may have committed while nobody listened.
-	n.wake("", nil, true)
-	for {
-		msg, err := conn.WaitForNotification(ctx)
-		if err != nil {
-			return err
-		}
-		n.notified(msg.Payload, time.Now())
-	}
+	})
+	<-ctx.Done()
+	sub.Unlisten()
+	n.up.Store(false)
 }
 
 // notified wakes the long polls of a queue a send to which committed, and
