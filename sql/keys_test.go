@@ -281,60 +281,64 @@ func TestUnkeyedNeverWaitsBehindKeyed(t *testing.T) {
 // several, the rule holds per lane.)
 func TestPriorityOrder(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-	b.createQueue("q", `{"lanes": 1}`)
-	low := b.sendKeyed("q", `1`, "", -5)
-	n1 := b.sendKeyed("q", `2`, "", 0)
-	h1 := b.sendKeyed("q", `3`, "", 10)
-	m1 := b.sendKeyed("q", `4`, "", 5)
-	h2 := b.sendKeyed("q", `5`, "", 10)
-	n2 := b.sendKeyed("q", `6`, "", 0)
-	low2 := b.sendKeyed("q", `7`, "", -1)
-	var got []int64
-	for i := 0; i < 7; i++ {
-		ms := b.receive("q", "default", 1, "")
-		if len(ms) != 1 {
-			t.Fatalf("receive %d got %d messages", i, len(ms))
+	engines(t, func(t *testing.T, opts func(string) string) {
+		b := setup(t)
+		b.createQueue("q", opts(`{"lanes": 1}`))
+		low := b.sendKeyed("q", `1`, "", -5)
+		n1 := b.sendKeyed("q", `2`, "", 0)
+		h1 := b.sendKeyed("q", `3`, "", 10)
+		m1 := b.sendKeyed("q", `4`, "", 5)
+		h2 := b.sendKeyed("q", `5`, "", 10)
+		n2 := b.sendKeyed("q", `6`, "", 0)
+		low2 := b.sendKeyed("q", `7`, "", -1)
+		var got []int64
+		for i := 0; i < 7; i++ {
+			ms := b.receive("q", "default", 1, "")
+			if len(ms) != 1 {
+				t.Fatalf("receive %d got %d messages", i, len(ms))
+			}
+			got = append(got, ms[0].ID)
 		}
-		got = append(got, ms[0].ID)
-	}
-	want := []int64{h1, h2, m1, n1, n2, low2, low}
-	if fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Fatalf("order %v, want %v", got, want)
-	}
-	// One receive returns them in the same order.
-	b.createQueue("q2", `{"lanes": 1}`)
-	for i, p := range []int{0, 3, -2, 3, 7} {
-		b.sendKeyed("q2", fmt.Sprint(i), "", p)
-	}
-	var prios []int
-	for _, m := range b.receive("q2", "default", 10, "") {
-		prios = append(prios, m.Priority)
-	}
-	if fmt.Sprint(prios) != "[7 3 3 0 -2]" {
-		t.Fatalf("one receive returned priorities %v, want [7 3 3 0 -2]", prios)
-	}
+		want := []int64{h1, h2, m1, n1, n2, low2, low}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("order %v, want %v", got, want)
+		}
+		// One receive returns them in the same order.
+		b.createQueue("q2", opts(`{"lanes": 1}`))
+		for i, p := range []int{0, 3, -2, 3, 7} {
+			b.sendKeyed("q2", fmt.Sprint(i), "", p)
+		}
+		var prios []int
+		for _, m := range b.receive("q2", "default", 10, "") {
+			prios = append(prios, m.Priority)
+		}
+		if fmt.Sprint(prios) != "[7 3 3 0 -2]" {
+			t.Fatalf("one receive returned priorities %v, want [7 3 3 0 -2]", prios)
+		}
+	})
 }
 
 // A high-priority message sent behind a backlog is delivered next.
 func TestPriorityJumpsTheBacklog(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-	b.createQueue("q", "")
-	b.exec(`SELECT sluice.send_batch('q', array(SELECT g::text::jsonb FROM generate_series(1, 100) g))`)
-	if got := b.receive("q", "default", 10, ""); len(got) != 10 {
-		t.Fatalf("got %d", len(got))
-	}
-	urgent := b.sendKeyed("q", `"urgent"`, "", 1)
-	wantIDs(t, "next", b.receive("q", "default", 1, ""), urgent)
-	// The backlog goes on where it was, without the urgent one again.
-	rest := b.receive("q", "default", 200, "")
-	if len(rest) != 90 {
-		t.Fatalf("rest: %d messages, want 90", len(rest))
-	}
-	for _, m := range rest {
-		if m.ID == urgent {
-			t.Fatal("urgent message delivered twice")
+	engines(t, func(t *testing.T, opts func(string) string) {
+		b := setup(t)
+		b.createQueue("q", opts(""))
+		b.exec(`SELECT sluice.send_batch('q', array(SELECT g::text::jsonb FROM generate_series(1, 100) g))`)
+		if got := b.receive("q", "default", 10, ""); len(got) != 10 {
+			t.Fatalf("got %d", len(got))
 		}
-	}
+		urgent := b.sendKeyed("q", `"urgent"`, "", 1)
+		wantIDs(t, "next", b.receive("q", "default", 1, ""), urgent)
+		// The backlog goes on where it was, without the urgent one again.
+		rest := b.receive("q", "default", 200, "")
+		if len(rest) != 90 {
+			t.Fatalf("rest: %d messages, want 90", len(rest))
+		}
+		for _, m := range rest {
+			if m.ID == urgent {
+				t.Fatal("urgent message delivered twice")
+			}
+		}
+	})
 }

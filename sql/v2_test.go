@@ -669,9 +669,7 @@ func TestV2BadInput(t *testing.T) {
 	// malformed: SL008
 	b.v2expectState("SL008", "SELECT sluice.ack('v2bad', 'default', ARRAY['x.y'])")
 
-	b.v2expectState("SL011", `SELECT sluice.send('v2bad', '{}', priority => 1)`)
 	b.v2expectState("SL011", `SELECT sluice.send('v2bad', '{}', dedup_key => 'd')`)
-	b.v2expectState("SL011", `SELECT * FROM sluice.send_batch('v2bad', ARRAY['{}'::jsonb], priorities => ARRAY[2])`)
 	b.v2expectState("SL011", `SELECT * FROM sluice.send_batch('v2bad', ARRAY['{}'::jsonb], dedup_keys => ARRAY['d'])`)
 	b.v2expectState("SL011", `SELECT * FROM sluice.peek('v2bad')`)
 	b.v2expectState("SL011", `SELECT * FROM sluice.leases('v2bad')`)

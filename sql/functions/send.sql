@@ -117,8 +117,8 @@ BEGIN
         PERFORM sluice._json_too_deep_error(CASE WHEN sluice._json_too_deep(send.body) THEN 'body' ELSE 'headers' END);
     END IF;
     IF v_engine = 2 THEN
-        IF send.priority <> 0 OR send.dedup_key IS NOT NULL THEN
-            PERFORM sluice._v2_unsupported(CASE WHEN send.priority <> 0 THEN 'priority' ELSE 'dedup_key' END);
+        IF send.dedup_key IS NOT NULL THEN
+            PERFORM sluice._v2_unsupported('dedup_key');
         END IF;
         v_now := clock_timestamp();
         PERFORM set_config('search_path', sluice._queue_path(v_qid), true);
@@ -332,9 +332,7 @@ BEGIN
         END IF;
     END IF;
     IF q.engine = 2 THEN
-        IF EXISTS (SELECT FROM unnest(send_batch.priorities) p WHERE p <> 0) THEN
-            PERFORM sluice._v2_unsupported('priority');
-        ELSIF EXISTS (SELECT FROM unnest(send_batch.dedup_keys) k WHERE k IS NOT NULL) THEN
+        IF EXISTS (SELECT FROM unnest(send_batch.dedup_keys) k WHERE k IS NOT NULL) THEN
             PERFORM sluice._v2_unsupported('dedup_key');
         END IF;
         PERFORM set_config('search_path', sluice._queue_path(q.id), true);

@@ -42,9 +42,11 @@ $$;
 -- next cuts, before any newer message), if this receive gets the queue's
 -- cut lock (held until it commits: the next cut must see this one).
 -- Positions are per lane: a keyed message goes to its key's lane (key hash
--- mod lanes), the unkeyed ones are dealt out to the lanes in chunks (at
--- most 64, fewer when there are few: every lane gets some), from where the
--- last cut stopped. One batch row per lane and 64 positions. The snapshot the cut numbers by is its statement's own, so a
+-- mod lanes), an unkeyed one with a priority other than 0 to the priority
+-- lane (number lanes: its positions are rows of prio, by level), the others
+-- are dealt out to the lanes in chunks (at most 64, fewer when there are
+-- few: every lane gets some), from where the last cut stopped. One batch
+-- row per lane and 64 positions. The snapshot the cut numbers by is its statement's own, so a
 -- message committed after it is left to the next cut, never skipped.
 --
 -- Parameters:
@@ -116,13 +118,13 @@ BEGIN
         -- at or after its xmax), so that a backlog is not read whole by
         -- every cut
         SELECT x.* FROM (
-            (SELECT m.slot, m.txid, m.id, m.due, m.target, m.khash
+            (SELECT m.slot, m.txid, m.id, m.due, m.target, m.khash, m.priority
              FROM msg m
              WHERE m.txid = ANY (v_xip) AND (m.txid, m.id) > (v_from_txid, v_from_id)
                AND pg_visible_in_snapshot(m.txid, v_snap)
              ORDER BY m.txid, m.id LIMIT 4097)
             UNION ALL
-            (SELECT m.slot, m.txid, m.id, m.due, m.target, m.khash
+            (SELECT m.slot, m.txid, m.id, m.due, m.target, m.khash, m.priority
              FROM msg m
              WHERE m.txid >= v_xmax AND (m.txid, m.id) > (v_from_txid, v_from_id)
                AND pg_visible_in_snapshot(m.txid, v_snap)
@@ -141,25 +143,29 @@ BEGIN
         SELECT p_slot, f.due, f.slot, f.txid, f.id FROM fresh f WHERE f.due > p_now
         RETURNING 1
     ), due AS (
-        -- (i: the order of numbering; j: of the unkeyed ones, dealt out)
-        SELECT x.txid, x.id, x.mslot, x.target, x.khash, row_number() OVER (ORDER BY x.k, x.txid, x.id) - 1 AS i,
-               row_number() OVER (PARTITION BY x.khash IS NULL ORDER BY x.k, x.txid, x.id) - 1 AS j
-        FROM (SELECT p.txid, p.id, p.mslot, m.target, m.khash, 0 AS k
+        -- (i: the order of numbering; j: of the ones dealt out)
+        SELECT x.txid, x.id, x.mslot, x.target, x.khash, x.prio, row_number() OVER (ORDER BY x.k, x.txid, x.id) - 1 AS i,
+               row_number() OVER (PARTITION BY x.khash IS NULL AND x.prio = 0 ORDER BY x.k, x.txid, x.id) - 1 AS j
+        FROM (SELECT p.txid, p.id, p.mslot, m.target, m.khash, CASE WHEN m.khash IS NULL THEN m.priority ELSE 0 END AS prio,
+                     0 AS k
               FROM c JOIN pending p ON p.due > c.due_upto AND p.due <= p_now
               JOIN msg m ON m.slot = p.mslot AND m.txid = p.txid AND m.id = p.id
               UNION ALL
-              SELECT f.txid, f.id, f.slot, f.target, f.khash, 1 FROM fresh f WHERE f.due IS NULL OR f.due <= p_now) x
+              SELECT f.txid, f.id, f.slot, f.target, f.khash, CASE WHEN f.khash IS NULL THEN f.priority ELSE 0 END, 1
+              FROM fresh f WHERE f.due IS NULL OR f.due <= p_now) x
     ), k AS (
-        SELECT count(*) AS n, count(*) FILTER (WHERE d.khash IS NULL) AS nu,
-               greatest(1, least(64, ceil(count(*) FILTER (WHERE d.khash IS NULL)::numeric / p_lanes)))::bigint AS chunk
+        SELECT count(*) AS n, count(*) FILTER (WHERE d.khash IS NULL AND d.prio = 0) AS nu,
+               greatest(1, least(64, ceil(count(*) FILTER (WHERE d.khash IS NULL AND d.prio = 0)::numeric / p_lanes)))::bigint AS chunk
         FROM due d
     ), laned AS (
-        -- a keyed message to its key's lane, the others dealt out in chunks
+        -- a keyed message to its key's lane, a prioritized one to the
+        -- priority lane (p_lanes), the others dealt out in chunks
         SELECT d.*, (CASE WHEN d.khash IS NOT NULL THEN (d.khash % p_lanes + p_lanes) % p_lanes
+                          WHEN d.prio <> 0 THEN p_lanes
                           ELSE (c.rr + d.j / k.chunk) % p_lanes END)::smallint AS lane
         FROM due d CROSS JOIN c CROSS JOIN k
     ), placed AS (
-        SELECT l.*, c.heads[l.lane + 1] + row_number() OVER (PARTITION BY l.lane ORDER BY l.i) AS pos
+        SELECT l.*, coalesce(c.heads[l.lane + 1], 0) + row_number() OVER (PARTITION BY l.lane ORDER BY l.i) AS pos
         FROM laned l CROSS JOIN c
     ), rows AS (
         INSERT INTO batch (slot, lane, first_pos, last_pos, ids, txids, mslots, targets, cut_no, khashes)
@@ -169,8 +175,14 @@ BEGIN
                (SELECT c.cut_no + 1 FROM c),
                CASE WHEN bool_or(p.khash IS NOT NULL) THEN array_agg(p.khash ORDER BY p.pos) END
         FROM placed p
+        WHERE p.lane < p_lanes
         GROUP BY p.lane, (p.pos - 1) / 64
         RETURNING lane, last_pos
+    ), prows AS (
+        INSERT INTO prio (slot, level, pos, id, txid, mslot, cut_no)
+        SELECT p_slot, p.prio, p.pos, p.id, p.txid, p.mslot, (SELECT c.cut_no + 1 FROM c)
+        FROM placed p WHERE p.lane = p_lanes
+        RETURNING p_lanes AS lane, pos AS last_pos
     ), cutrow AS (
         INSERT INTO cut (slot, cut_no, snap, snap_xmax, snap_xip, heads, rr, due_upto, at, epoch,
                          work_snap, work_txid, work_id)
@@ -178,8 +190,10 @@ BEGIN
                CASE WHEN w.more THEN c.snap ELSE s.snap END,
                CASE WHEN w.more THEN c.snap_xmax ELSE pg_snapshot_xmax(s.snap) END,
                CASE WHEN w.more THEN c.snap_xip ELSE ARRAY(SELECT pg_snapshot_xip(s.snap)) END,
-               ARRAY(SELECT greatest(c.heads[o.o], coalesce((SELECT max(r.last_pos) FROM rows r WHERE r.lane = o.o - 1), 0))
-                     FROM generate_series(1, p_lanes) o ORDER BY o.o),
+               ARRAY(SELECT greatest(coalesce(c.heads[o.o], 0),
+                                     coalesce((SELECT max(r.last_pos) FROM rows r WHERE r.lane = o.o - 1), 0),
+                                     coalesce((SELECT max(r.last_pos) FROM prows r WHERE r.lane = o.o - 1), 0))
+                     FROM generate_series(1, p_lanes + 1) o ORDER BY o.o),
                ((c.rr + ceil(k.nu::numeric / k.chunk)) % p_lanes)::int, p_now, clock_timestamp(), p_epoch,
                CASE WHEN w.more THEN s.snap END, CASE WHEN w.more THEN w.txid END, CASE WHEN w.more THEN w.id END
         FROM c CROSS JOIN s CROSS JOIN k CROSS JOIN w

@@ -2,7 +2,7 @@
 --
 -- A queue writes into the slot of its current epoch. Every rotate_interval
 -- a new epoch starts in the next slot, if that slot is free (the ring of
--- slots is not full). The oldest epoch's slot is reclaimed, its seven leaves
+-- slots is not full). The oldest epoch's slot is reclaimed, its eight leaves
 -- truncated at once, when nothing in it is needed any more (e2_reclaimable).
 -- Both run in sluice.maintain and in a receive that finds the interval
 -- passed (at most once a second per session): no background process.
@@ -98,7 +98,7 @@ DECLARE
 BEGIN
     WITH st AS MATERIALIZED (
         SELECT s.*
-        FROM sluice.consumer_group g CROSS JOIN generate_series(0, q.lanes - 1) l(lane)
+        FROM sluice.consumer_group g CROSS JOIN generate_series(0, q.lanes) l(lane)   -- (lanes: the priority lane)
         CROSS JOIN LATERAL (SELECT s.* FROM lease s WHERE s.group_id = g.id AND s.lane = l.lane
                             ORDER BY s.lease_no DESC LIMIT 1) s
         WHERE g.queue_id = q.id AND s.slot = p_slot
@@ -106,17 +106,17 @@ BEGIN
     ), fence AS (
         -- (as e2_slow: a receive there with a stale state writes nothing)
         INSERT INTO lease (slot, group_id, lane, lease_no, kind, first_pos, last_pos, n, token, expires_at,
-                           delivered_at, cursor, scan_t, scan_no, old_due, held, waiting)
+                           delivered_at, cursor, scan_t, scan_no, old_due, held, waiting, levels)
         SELECT st.slot, st.group_id, st.lane, st.lease_no + 1, 'f', 1, 0, 0, 0, '-infinity', clock_timestamp(),
-               st.cursor, st.scan_t, st.scan_no, 'infinity', st.held, st.waiting
+               st.cursor, st.scan_t, st.scan_no, 'infinity', st.held, st.waiting, st.levels
         FROM st
         RETURNING 1
     ), ins AS (
         INSERT INTO lease (slot, group_id, lane, lease_no, kind, first_pos, last_pos, n, token, expires_at,
-                           delivered_at, cursor, scan_t, scan_no, old_due, next_exp, held, waiting)
+                           delivered_at, cursor, scan_t, scan_no, old_due, next_exp, held, waiting, levels)
         SELECT p_cur, st.group_id, st.lane, st.lease_no + 2, 'c', 1, 0, 0, 0, '-infinity', clock_timestamp(),
                st.cursor, st.scan_t, st.scan_no, e2_old_due(st.group_id, st.lane, p_cur, st.scan_t, st.scan_no),
-               e2_next_exp(st.group_id, st.lane, p_cur, st.scan_t, st.scan_no), st.held, st.waiting
+               e2_next_exp(st.group_id, st.lane, p_cur, st.scan_t, st.scan_no), st.held, st.waiting, st.levels
         FROM st
         RETURNING 1
     )
@@ -159,7 +159,7 @@ BEGIN
     END IF;
     RETURN NOT EXISTS (
         SELECT 1
-        FROM sluice.consumer_group g CROSS JOIN generate_series(0, q.lanes - 1) l(lane)
+        FROM sluice.consumer_group g CROSS JOIN generate_series(0, q.lanes) l(lane)   -- (lanes: the priority lane)
         CROSS JOIN LATERAL (SELECT s.* FROM lease s WHERE s.group_id = g.id AND s.lane = l.lane
                             ORDER BY s.lease_no DESC LIMIT 1) s
         CROSS JOIN LATERAL (
@@ -172,15 +172,18 @@ BEGIN
             FROM lease e
             WHERE e.group_id = g.id AND e.lane = l.lane AND e.expires_at > '-infinity'
               AND e.expires_at >= s.scan_t AND (e.expires_at, e.lease_no) > (s.scan_t, s.scan_no)) w
-        CROSS JOIN LATERAL (SELECT max(b.last_pos) AS last FROM batch b
-                            WHERE b.lane = l.lane AND (b.slot = p_slot OR p_slot = ANY (b.mslots))) b
+        CROSS JOIN LATERAL (SELECT CASE WHEN l.lane < q.lanes
+                                        THEN (SELECT max(b.last_pos) FROM batch b
+                                              WHERE b.lane = l.lane AND (b.slot = p_slot OR p_slot = ANY (b.mslots)))
+                                        ELSE (SELECT max(p.pos) FROM prio p WHERE p.slot = p_slot OR p.mslot = p_slot)
+                                   END AS last) b
         WHERE g.queue_id = q.id
           AND (s.slot = p_slot OR coalesce(w.holds, false) OR coalesce(b.last, 0) >= w.lwm));
 END
 $$;
 
 -- e2_reclaim: truncate slot p_slot (epoch p_epoch) if it is reclaimable,
--- checked again under ACCESS EXCLUSIVE locks on its seven leaves, taken
+-- checked again under ACCESS EXCLUSIVE locks on its eight leaves, taken
 -- within 50 ms (else it is left for a later call: a reader of the slot, or
 -- a transaction holding a lock on one of its leaves, keeps it).
 --

@@ -11,11 +11,14 @@
 -- already numbered is taken without probing for new messages (these come
 -- after it in every lane anyway), and a lane taken for its positions looks
 -- at its own ended leases first. Eight looks at most. A receive that finds
--- every lane of the group idle (none with keyed positions waiting: an ack
--- may free their key at any time) notes it in its session (the setting
+-- every lane of the group idle (none with keys held or waiting: an ack may
+-- free a key at any time) notes it in its session (the setting
 -- sluice.idle_<queue>_<group>): for 25 ms the session's receives of the
 -- group then only probe for new messages (a lease that ends in that time is
 -- seen up to 25 ms later).
+-- Prioritized messages first: the priority lane's levels above 0 (numbered
+-- first when one waits to be), then the lanes, then, when no lane had
+-- anything more, the levels below 0 (e2_take_prio).
 -- Rotation and reclaim (e_maintain) run here too when the current epoch is
 -- older than rotate_interval, at most once a second per session, if no other
 -- call is at them.
@@ -25,7 +28,7 @@
 --   p_slot              its slot (this copy's)
 -- Returns: the messages leased, as sluice.receive
 -- Calls: e2_ack, e_maintain, e2_unnumbered__s, e2_number__s, e2_expired__s, e2_take__s,
---   e2_take_keyed__s, e2_slow
+--   e2_take_keyed__s, e2_slow, e2_prio_due__s, e2_take_prio
 CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_receive__s(q sluice.queue, g sluice.consumer_group, max_messages int,
                                                      p_lease interval, p_consumer text, p_ack text[],
                                                      p_epoch bigint, p_started timestamptz, p_slot smallint)
@@ -53,7 +56,9 @@ DECLARE
     v_settled boolean;
     v_next timestamptz;
     v_seen int[] := '{}';   -- the lanes looked at (not looked at again, but after a cut)
-    v_waits boolean := false;   -- a lane looked at has keyed positions waiting: not idle
+    v_waits boolean := false;   -- a lane looked at has keys held or waiting: not idle
+    v_prio "char";              -- the priority lane: NULL nothing, n to number first, t to look at
+    v_done boolean := false;    -- no lane had anything more
 BEGIN
     IF p_ack IS NOT NULL THEN
         PERFORM e2_ack(g.id, p_ack);
@@ -70,6 +75,21 @@ BEGIN
         -- or is to be numbered, nothing to look at.
         SELECT x.cut_no, x.due INTO v_cut_no, v_due FROM e2_unnumbered__s(v_now) x;
         IF v_cut_no = split_part(v_note, ':', 1)::bigint AND NOT v_due THEN
+            RETURN;
+        END IF;
+    END IF;
+    -- the priority lane's levels above 0 first (numbered first when a
+    -- prioritized message waits to be: it jumps a backlog)
+    v_prio := e2_prio_due__s(g.id, q.lanes::smallint, v_now);
+    IF v_prio = 'n' THEN
+        v_cut := true;
+        PERFORM e2_number__s(q.id, q.lanes, p_slot, p_epoch, v_now);
+    END IF;
+    IF v_prio IS NOT NULL THEN
+        RETURN QUERY SELECT * FROM e2_take_prio(q, g, 1, v_need, p_lease, p_consumer, v_now, p_slot);
+        GET DIAGNOSTICS v_n = ROW_COUNT;
+        v_need := v_need - v_n;
+        IF v_need = 0 THEN
             RETURN;
         END IF;
     END IF;
@@ -107,7 +127,8 @@ BEGIN
                 END IF;
             END IF;
             IF v_ended THEN
-                IF v_need = max_messages AND NOT v_waits THEN   -- every lane idle: note it
+                v_done := true;
+                IF v_need = max_messages AND NOT v_waits AND v_prio IS NULL THEN   -- every lane idle: note it
                     SELECT x.cut_no INTO v_cut_no FROM e2_unnumbered__s(v_now) x;
                     PERFORM set_config(v_idle_note, v_cut_no || ':' || (v_us + 25000), false);
                 END IF;
@@ -118,7 +139,7 @@ BEGIN
         END IF;
         v_start := s.lane + 1;
         v_seen := v_seen || s.lane::int;
-        v_waits := v_waits OR s.waiting IS NOT NULL;
+        v_waits := v_waits OR s.waiting IS NOT NULL OR s.held IS NOT NULL;
         v_ex_t := NULL; v_ex_no := NULL; v_settled := NULL; v_next := s.next_exp;
         IF s.kind IN ('r', 'c') AND s.old_due > v_now AND s.next_exp <= v_now THEN
             SELECT * INTO v_ex_t, v_ex_no, v_settled, v_next FROM e2_expired__s(g.id, s.lane, s.scan_t, s.scan_no, v_now);
@@ -129,6 +150,7 @@ BEGIN
             IF s.lease_no IS NULL AND v_n = 0 THEN
                 v_try := v_try - 1;   -- (a lane only carried here: not a look, at most once a lane)
             END IF;
+            v_waits := v_waits OR (v_n = 0 AND s.head > s.cursor);   -- (positions it could not take: keys)
         ELSE
             v_n := 0;
             IF s.held IS NULL AND s.waiting IS NULL THEN
@@ -141,6 +163,7 @@ BEGIN
             IF v_n = 0 AND (s.head > s.cursor OR s.held IS NOT NULL OR s.waiting IS NOT NULL) THEN
                 -- keys held or waiting, or keyed positions next (e2_take__s
                 -- declined them)
+                v_waits := true;
                 RETURN QUERY SELECT * FROM e2_take_keyed__s(g.id, s.lane, s.lease_no, s.cursor,
                                                             coalesce(v_ex_t, s.scan_t), coalesce(v_ex_no, s.scan_no),
                                                             s.old_due, v_next,
@@ -159,6 +182,10 @@ BEGIN
         v_need := v_need - v_n;
         EXIT WHEN v_need = 0;
     END LOOP;
+    IF v_done AND v_need > 0 AND v_prio IS NOT NULL THEN
+        -- the levels below 0: nothing else is ready
+        RETURN QUERY SELECT * FROM e2_take_prio(q, g, -1, v_need, p_lease, p_consumer, v_now, p_slot);
+    END IF;
 END
 $$;
 
@@ -250,7 +277,8 @@ $$;
 --   p_group     the new group's id
 --   p_earliest  start from the oldest kept
 --   p_ts        start time (when not earliest; NULL: now, 'latest')
--- Tables: lease, one row (kind c) per lane
+-- Tables: lease, one row (kind c) per lane (and the priority lane's:
+--   e2_prio_start)
 CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_start(p_queue_id int, p_group int, p_earliest boolean, p_ts timestamptz)
 RETURNS void
 LANGUAGE plpgsql
@@ -277,5 +305,6 @@ BEGIN
            '-infinity', 0, 'infinity', 'infinity'
     FROM (SELECT c.heads FROM cut c ORDER BY c.cut_no DESC LIMIT 1) h
     CROSS JOIN LATERAL generate_series(0, q.lanes - 1) AS l(lane);
+    PERFORM e2_prio_start(p_queue_id, p_group, p_earliest, p_ts);
 END
 $$;

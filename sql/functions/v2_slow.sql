@@ -44,9 +44,9 @@ BEGIN
         -- there with a stale state writes nothing (e2_take)
         v_no := v_no + 1;
         INSERT INTO lease (slot, group_id, lane, lease_no, kind, first_pos, last_pos, n, token, expires_at,
-                           delivered_at, cursor, scan_t, scan_no, old_due, held, waiting)
+                           delivered_at, cursor, scan_t, scan_no, old_due, held, waiting, levels)
         VALUES (st.slot, g.id, p_lane, v_no, 'f', 1, 0, 0, 0, '-infinity', p_now, st.cursor,
-                st.scan_t, st.scan_no, 'infinity', st.held, st.waiting);
+                st.scan_t, st.scan_no, 'infinity', st.held, st.waiting, st.levels);
     END IF;
     -- the run of ended leases past the scan point (of any slot) that are
     -- completed, passed at once: after a rotation the older slot's leases
@@ -69,10 +69,10 @@ BEGIN
     ELSIF st.slot <> p_slot OR st.old_due <= p_now OR v_tno IS NOT NULL THEN
         -- carry the state into the current slot, with what older slots hold
         INSERT INTO lease (slot, group_id, lane, lease_no, kind, first_pos, last_pos, n, token, expires_at,
-                           delivered_at, cursor, scan_t, scan_no, old_due, next_exp, held, waiting)
+                           delivered_at, cursor, scan_t, scan_no, old_due, next_exp, held, waiting, levels)
         VALUES (p_slot, g.id, p_lane, v_no + 1, 'c', 1, 0, 0, 0, '-infinity', p_now, st.cursor,
                 st.scan_t, st.scan_no, e2_old_due(g.id, p_lane, p_slot, st.scan_t, st.scan_no),
-                e2_next_exp(g.id, p_lane, p_slot, st.scan_t, st.scan_no), st.held, st.waiting);
+                e2_next_exp(g.id, p_lane, p_slot, st.scan_t, st.scan_no), st.held, st.waiting, st.levels);
     END IF;
     IF p_need > 0 THEN
         -- new positions, through the parents, from the state just written
@@ -163,7 +163,8 @@ DECLARE
     v_wait sluice.e2_wait[];
 BEGIN
     SELECT * INTO STRICT e FROM lease x WHERE x.group_id = g.id AND x.lane = p_lane AND x.lease_no = p_e_no;
-    SELECT x.held, x.waiting INTO STRICT st FROM lease x WHERE x.group_id = g.id AND x.lane = p_lane AND x.lease_no = p_st_no;
+    SELECT x.held, x.waiting, x.levels INTO STRICT st FROM lease x
+    WHERE x.group_id = g.id AND x.lane = p_lane AND x.lease_no = p_st_no;
     v_held := st.held;
     v_wait := st.waiting;
     r := e;
@@ -178,9 +179,9 @@ BEGIN
     IF v_end > p_now THEN
         v_no := v_no + 1;   -- put off to the lease's new end
         INSERT INTO lease (slot, group_id, lane, lease_no, kind, ref, first_pos, last_pos, n, token, expires_at,
-                           delivered_at, cursor, scan_t, scan_no, old_due, held, waiting)
+                           delivered_at, cursor, scan_t, scan_no, old_due, held, waiting, levels)
         VALUES (p_slot, g.id, p_lane, v_no, 'x', r.lease_no, 1, 0, 0, 0, v_end, p_now, p_cursor,
-                e.expires_at, e.lease_no, 'infinity', v_held, v_wait);
+                e.expires_at, e.lease_no, 'infinity', v_held, v_wait, st.levels);
     ELSIF EXISTS (SELECT FROM unnest(u.park) w WHERE w.khash IS NULL) THEN
         v_no := v_no + 1;
         INSERT INTO lease (slot, group_id, lane, lease_no, kind, first_pos, last_pos, n, redo_pos, redo_att,
@@ -211,7 +212,7 @@ BEGIN
     END IF;
     INSERT INTO lease AS x (slot, group_id, lane, lease_no, kind, first_pos, last_pos, n, redo_pos, redo_att,
                             redo_ids, redo_txids, token, expires_at, delivered_at, cursor, scan_t, scan_no,
-                            old_due, consumer, next_exp, held, waiting)
+                            old_due, consumer, next_exp, held, waiting, levels)
     SELECT p_slot, g.id, p_lane, v_no + 1, v_kind, 1, 0, count(w.pos),
            array_agg(w.pos ORDER BY w.pos) FILTER (WHERE w.pos IS NOT NULL),
            array_agg(w.attempt ORDER BY w.pos) FILTER (WHERE w.pos IS NOT NULL),
@@ -220,7 +221,7 @@ BEGIN
            v_token, CASE WHEN v_kind = 'r' THEN v_exp ELSE '-infinity' END, p_now, p_cursor,
            e.expires_at, e.lease_no, e2_old_due(g.id, p_lane, p_slot, e.expires_at, e.lease_no), p_consumer,
            least(v_exp, e2_next_exp(g.id, p_lane, p_slot, e.expires_at, e.lease_no)),
-           nullif(v_held, '{}'), nullif(v_wait, '{}')
+           nullif(v_held, '{}'), nullif(v_wait, '{}'), st.levels
     FROM (SELECT 1) one LEFT JOIN unnest(u.redo) w ON true
     RETURNING * INTO l;
     RETURN QUERY

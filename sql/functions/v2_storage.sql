@@ -1,7 +1,7 @@
 -- Group: engine v2 - per-queue storage (internal)
 --
 -- A queue of engine 2 keeps everything that grows with its traffic in its
--- own schema sluice_q<id>, in seven tables, each LIST-partitioned by slot
+-- own schema sluice_q<id>, in eight tables, each LIST-partitioned by slot
 -- (0 to the queue's slots - 1; the leaf of slot s is <table>_<s>). Nothing is
 -- shared with other queues but the catalog (sluice.queue, consumer_group,
 -- epoch, dead_letter). docs/design.md, "Engine v2", draws it.
@@ -19,6 +19,9 @@
 --            per position (kind a acked, n nacked, d dead-lettered)
 --   ext      lease extensions (extend)
 --   pending  messages numbered only when due (delays, retries with backoff)
+--   prio     the positions of unkeyed messages with a priority other than 0,
+--            by level: they are numbered in a lane of their own (lane
+--            number = lanes), taken level by level
 
 -- The templates are never called (only copied): drop them all before the
 -- v2 files create them again, so that a template whose signature changed
@@ -38,7 +41,7 @@ $$;
 --
 -- Parameters:
 --   p_queue_id  queue id (its row in sluice.queue exists)
--- Tables: creates schema sluice_q<id> with the seven tables above, each
+-- Tables: creates schema sluice_q<id> with the eight tables above, each
 --   with one partition per slot
 CREATE OR REPLACE FUNCTION sluice._create_storage_v2(p_queue_id int)
 RETURNS void
@@ -63,6 +66,7 @@ BEGIN
             priority int NOT NULL DEFAULT 0
         ) PARTITION BY LIST (slot);
         CREATE INDEX ON %1$I.msg (txid, id);
+        CREATE INDEX ON %1$I.msg (txid) WHERE priority <> 0 AND khash IS NULL;   -- (e2_prio_due__s)
         CREATE TABLE %1$I.cut (
             slot smallint NOT NULL, cut_no bigint NOT NULL, snap pg_snapshot NOT NULL,
             snap_xmax xid8 NOT NULL, snap_xip xid8[] NOT NULL, heads bigint[] NOT NULL, rr int NOT NULL,
@@ -94,6 +98,7 @@ BEGIN
             next_exp timestamptz NOT NULL DEFAULT '-infinity',   -- no lease of the lane here past the scan point ends before
             held sluice.e2_held[],     -- keys held back (a lease in flight, a retry's delay); NULL: none
             waiting sluice.e2_wait[],  -- keyed positions passed while their key was held; NULL: none
+            levels sluice.e2_level[],  -- the priority lane's: how far each level is taken (above cursor)
             PRIMARY KEY (group_id, lane, lease_no, slot)
         ) PARTITION BY LIST (slot);
         CREATE INDEX ON %1$I.lease (group_id, lane, expires_at, lease_no);
@@ -108,6 +113,12 @@ BEGIN
             lease_no bigint NOT NULL, expires_at timestamptz NOT NULL
         ) PARTITION BY LIST (slot);
         CREATE INDEX ON %1$I.ext (group_id, lane, lease_no, expires_at);
+        CREATE TABLE %1$I.prio (
+            slot smallint NOT NULL, level int NOT NULL, pos bigint NOT NULL, id bigint NOT NULL,
+            txid xid8 NOT NULL, mslot smallint NOT NULL, cut_no bigint NOT NULL,
+            PRIMARY KEY (level, pos, slot)
+        ) PARTITION BY LIST (slot);
+        CREATE INDEX ON %1$I.prio (pos);
         CREATE TABLE %1$I.pending (
             slot smallint NOT NULL, due timestamptz NOT NULL, mslot smallint NOT NULL,
             txid xid8 NOT NULL, id bigint NOT NULL
@@ -122,7 +133,7 @@ BEGIN
     EXECUTE format('INSERT INTO %I.cut (slot, cut_no, snap, snap_xmax, snap_xip, heads, rr, due_upto, at, epoch)
                     SELECT 0, 0, s, pg_snapshot_xmax(s), ARRAY(SELECT pg_snapshot_xip(s)), array_fill(0::bigint, ARRAY[%s]),
                            0, clock_timestamp(), clock_timestamp(), 0
-                    FROM pg_current_snapshot() s', sch, q.lanes);
+                    FROM pg_current_snapshot() s', sch, q.lanes + 1);
     PERFORM sluice._instantiate_v2(p_queue_id);
 END
 $$;
@@ -133,7 +144,7 @@ RETURNS text[]
 LANGUAGE sql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT ARRAY['msg', 'cut', 'batch', 'lease', 'ack', 'ext', 'pending']
+    SELECT ARRAY['msg', 'cut', 'batch', 'lease', 'ack', 'ext', 'pending', 'prio']
 $$;
 
 -- _instantiate_v2: (re)create a queue's copies of the v2 templates (schema
