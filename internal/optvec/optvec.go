@@ -86,15 +86,6 @@ func (t *Table) Defaults() map[string]any {
 	return m
 }
 
-// Names returns the options' names, in the table's order.
-func (t *Table) Names() []string {
-	var out []string
-	for _, o := range t.Options {
-		out = append(out, o.Name)
-	}
-	return out
-}
-
 // step is one step of a vector (test/conformance/README.md).
 type step struct {
 	Call        string         `json:"call"`

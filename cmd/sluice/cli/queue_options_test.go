@@ -31,7 +31,7 @@ func optionText(kind string, v any) string {
 // changes each option the engine lets alter.
 func TestQueueOptionFlags(t *testing.T) {
 	t.Parallel()
-	tab, err := optvec.Load("../../test/queue_options.json")
+	tab, err := optvec.Load("../../../test/queue_options.json")
 	if err != nil {
 		t.Fatal(err)
 	}
