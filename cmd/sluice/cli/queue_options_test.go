@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicemq/sluice/internal/cli"
+	"github.com/sluicemq/sluice/cmd/sluice/cli"
 	"github.com/sluicemq/sluice/internal/optvec"
 )
 
