@@ -172,11 +172,14 @@ test-pg14 test-pg15 test-pg16 test-pg17 test-pg18: test-pg%:
 test-faults:
 	cd internal/faults && SLUICE_FAULTS_LONG=1 SLUICE_FAULT_KILLS=10 $(GO) test . -count=1 -v -timeout 30m $(GOTESTFLAGS)
 
-## generate: rewrite docs/sql.md (the SQL API reference) from sql/, and the
-## Python client's generated sync modules (generate-python)
+## generate: rewrite docs/sql.md (the SQL API reference) from sql/, the
+## Python client's generated sync modules (generate-python), and the
+## conformance vector of each queue option (test/conformance/option_*.json)
+## from the table of options (test/queue_options.json)
 .PHONY: generate
 generate: generate-python
 	$(GO) run ./internal/sqldoc/cmd/sqldoc -o docs/sql.md
+	$(GO) run ./internal/optvec/cmd/optvec
 
 clean:
 	rm -rf $(BIN)

@@ -21,7 +21,7 @@ func BenchmarkSendBatch(b *testing.B) {
 	client := sluice.NewClient(pool)
 	for _, size := range []int{1, 100, 1000} {
 		queue := fmt.Sprintf("bench%d", size)
-		if err := client.CreateQueue(ctx, queue, &sluice.QueueOptions{NoDefaultGroup: true}); err != nil {
+		if err := client.CreateQueue(ctx, queue, &sluice.QueueOptions{DefaultGroup: sluice.Ptr(false)}); err != nil {
 			b.Fatal(err)
 		}
 		b.Run(fmt.Sprintf("batch=%d", size), func(b *testing.B) {
@@ -46,7 +46,7 @@ func BenchmarkSendBatch(b *testing.B) {
 func BenchmarkSend(b *testing.B) {
 	ctx := context.Background()
 	client := sluice.NewClient(server.NewPool(b))
-	if err := client.CreateQueue(ctx, "bench", &sluice.QueueOptions{NoDefaultGroup: true}); err != nil {
+	if err := client.CreateQueue(ctx, "bench", &sluice.QueueOptions{DefaultGroup: sluice.Ptr(false)}); err != nil {
 		b.Fatal(err)
 	}
 	body := json.RawMessage(`{"order_id": 12345, "customer": "c-17", "amount": 42.5}`)

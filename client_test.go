@@ -110,7 +110,7 @@ func TestSendDelayAndPlainMessage(t *testing.T) {
 func TestSendBatch(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.createQueue("batch", &sluice.QueueOptions{Lanes: 1}) // one lane: one receive returns commit order
+	b.createQueue("batch", &sluice.QueueOptions{Lanes: sluice.Ptr(1)}) // one lane: one receive returns commit order
 	msgs := make([]sluice.BatchMessage, 2500)
 	for i := range msgs {
 		msgs[i].Body = json.RawMessage(`{"n": ` + itoa(i) + `}`)
@@ -166,7 +166,7 @@ func TestSendBatch(t *testing.T) {
 func TestNackRetryAndDeadLetter(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.createQueue("retry", &sluice.QueueOptions{MaxAttempts: 2, BackoffBase: time.Hour, BackoffMax: time.Hour})
+	b.createQueue("retry", &sluice.QueueOptions{MaxAttempts: sluice.Ptr(2), BackoffBase: sluice.Ptr(time.Hour), BackoffMax: sluice.Ptr(time.Hour)})
 	id := b.send("retry", `"x"`)
 	m := receiveOne(b, "retry", "default")
 	if ok, err := b.client.Nack(b.ctx, "retry", "default", m.Receipt, &sluice.NackOptions{Now: true, Error: "first"}); err != nil || !ok {
@@ -216,8 +216,8 @@ func receiveOne(b *bundle, queue, group string) sluice.Message {
 func TestAdmin(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.createQueue("jobs", &sluice.QueueOptions{MaxAttempts: 7, Lease: 1500 * time.Millisecond, Retention: 2 * time.Hour,
-		DisableNotify: true, NoDefaultGroup: true})
+	b.createQueue("jobs", &sluice.QueueOptions{MaxAttempts: sluice.Ptr(7), Lease: sluice.Ptr(1500 * time.Millisecond),
+		Retention: sluice.Ptr(2 * time.Hour), Notify: sluice.Ptr(false), DefaultGroup: sluice.Ptr(false)})
 	b.createQueue("audit", nil)
 	if err := b.client.CreateGroup(b.ctx, "jobs", "billing", nil); err != nil {
 		t.Fatal(err)
@@ -239,7 +239,7 @@ func TestAdmin(t *testing.T) {
 		t.Errorf("groups %v and %v", qs[0].Groups, qs[1].Groups)
 	}
 	var opts map[string]any
-	if err := json.Unmarshal(qs[1].Options, &opts); err != nil {
+	if err := json.Unmarshal(qs[1].RawOptions, &opts); err != nil {
 		t.Fatal(err)
 	}
 	if opts["max_attempts"] != 7.0 || opts["lease"] != "1500 milliseconds" || opts["retention"] != "7200 seconds" ||
@@ -285,7 +285,7 @@ func TestAdmin(t *testing.T) {
 func TestErrors(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.createQueue("small", &sluice.QueueOptions{MaxPayload: 100})
+	b.createQueue("small", &sluice.QueueOptions{MaxPayload: sluice.Ptr(100)})
 	big := json.RawMessage(`"` + strings.Repeat("x", 200) + `"`)
 	for _, tc := range []struct {
 		name string
@@ -297,7 +297,7 @@ func TestErrors(t *testing.T) {
 		{"duplicate queue", b.client.CreateQueue(b.ctx, "small", nil), sluice.ErrQueueExists},
 		{"duplicate group", b.client.CreateGroup(b.ctx, "small", "default", nil), sluice.ErrGroupExists},
 		{"unknown group", receiveErr(b, "small", "nobody"), sluice.ErrGroupNotFound},
-		{"invalid option", b.client.CreateQueue(b.ctx, "q2", &sluice.QueueOptions{MaxAttempts: -1}), sluice.ErrInvalidOption},
+		{"invalid option", b.client.CreateQueue(b.ctx, "q2", &sluice.QueueOptions{MaxAttempts: sluice.Ptr(-1)}), sluice.ErrInvalidOption},
 		{"payload too large", sendErr(b, "small", string(big)), sluice.ErrPayloadTooLarge},
 		{"headers not an object", func() error {
 			_, err := b.client.Send(b.ctx, "small", json.RawMessage(`1`), &sluice.SendOptions{Headers: json.RawMessage(`[1]`)})
@@ -509,7 +509,7 @@ func TestSeekGroup(t *testing.T) {
 func TestStatusOfAQueueWithoutGroups(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.createQueue("bare", &sluice.QueueOptions{NoDefaultGroup: true})
+	b.createQueue("bare", &sluice.QueueOptions{DefaultGroup: sluice.Ptr(false)})
 	b.createQueue("work", nil)
 	b.send("work", `1`)
 	st, err := b.client.Status(b.ctx, "")
@@ -575,7 +575,7 @@ func TestSendPriorityOutOfRange(t *testing.T) {
 func TestStatusPendingCountsWaiting(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.createQueue("keyed", &sluice.QueueOptions{Lanes: 1}) // (one lane: the first receive takes the first message sent)
+	b.createQueue("keyed", &sluice.QueueOptions{Lanes: sluice.Ptr(1)}) // (one lane: the first receive takes the first message sent)
 	for range 3 {
 		if _, err := b.client.Send(b.ctx, "keyed", []byte(`1`), &sluice.SendOptions{Key: "hot"}); err != nil {
 			t.Fatal(err)

@@ -6,8 +6,8 @@ package sluice_test
 //
 // Calls the library cannot express go through the pool as raw SQL (the
 // format's escape hatch), and are marked "raw SQL" below:
-//   - create_queue with an option QueueOptions lacks (dedup_window) or a
-//     value it cannot carry (0, which its fields read as "the default");
+//   - create_queue with an option the engine does not know, or a value of
+//     the wrong kind (QueueOptions is typed: it cannot say either);
 //   - send_batch with per-message arrays of a length other than bodies'
 //     (BatchMessage pairs them up, so the library cannot send a mismatch);
 //   - peek and leases with max_messages 0 (PeekOptions and LeasesOptions
@@ -30,6 +30,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/sluicemq/sluice"
+	"github.com/sluicemq/sluice/internal/optvec"
 )
 
 // vector is one file of test/conformance.
@@ -322,57 +323,99 @@ func group(args map[string]any) string {
 	return "default"
 }
 
-// durationOptions are the options of create_queue and alter_queue that are
-// intervals: seconds in the vectors.
-var durationOptions = map[string]bool{"lease": true, "backoff_base": true, "backoff_max": true,
-	"retention": true, "rotate_interval": true, "dedup_window": true}
-
-// sqlOptions renders options for SQL: durations as interval strings.
-func sqlOptions(opts map[string]any) map[string]any {
-	out := map[string]any{}
-	for k, v := range opts {
-		if f, ok := v.(float64); ok && durationOptions[k] {
-			v = sluice.IntervalString(seconds(f))
-		}
-		out[k] = v
+// optionTable is test/queue_options.json, the engine's queue options.
+var optionTable = func() *optvec.Table {
+	t, err := optvec.Load(filepath.Join("test", "queue_options.json"))
+	if err != nil {
+		panic(err)
 	}
-	return out
+	return t
+}()
+
+// tableOption returns the row of the table named name.
+func tableOption(name string) (optvec.Option, bool) {
+	for _, o := range optionTable.Options {
+		if o.Name == name {
+			return o, true
+		}
+	}
+	return optvec.Option{}, false
 }
 
-// queueOptions maps create_queue options to QueueOptions; ok is false when
-// one has no field there.
-func queueOptions(opts map[string]any) (o sluice.QueueOptions, ok bool) {
-	for k, v := range opts {
-		f, isNum := v.(float64)
-		b, isBool := v.(bool)
+// optionField is the QueueOptions field of an engine option: max_attempts
+// is MaxAttempts.
+func optionField(name string) string {
+	var b strings.Builder
+	for _, part := range strings.Split(name, "_") {
+		b.WriteString(strings.ToUpper(part[:1]) + part[1:])
+	}
+	return b.String()
+}
+
+// fieldOption is the engine name of a QueueOptions field.
+func fieldOption(field string) string {
+	var b strings.Builder
+	for i, r := range field {
+		if i > 0 && r >= 'A' && r <= 'Z' {
+			b.WriteByte('_')
+		}
+		b.WriteRune(r)
+	}
+	return strings.ToLower(b.String())
+}
+
+// queueOptions maps the options of a vector (engine names, durations in
+// seconds) to QueueOptions, each through the field the table's row names.
+// ok is false for what the typed form cannot carry on purpose: a name the
+// table does not have, or a value not of its option's kind (bad-input
+// vectors, sent as raw SQL). An option of the table without its field is
+// an error: the library misses an option.
+func queueOptions(opts map[string]any) (o *sluice.QueueOptions, ok bool, err error) {
+	o = &sluice.QueueOptions{}
+	v := reflect.ValueOf(o).Elem()
+	for k, val := range opts {
+		row, known := tableOption(k)
+		if !known {
+			return nil, false, nil
+		}
+		f := v.FieldByName(optionField(k))
+		if !f.IsValid() {
+			return nil, false, fmt.Errorf("sluice.QueueOptions has no field %s for queue option %s", optionField(k), k)
+		}
+		num, isNum := val.(float64)
+		b, isBool := val.(bool)
 		switch {
-		case isNum && f == 0: // QueueOptions reads 0 as "the default"
-			return o, false
-		case k == "max_attempts" && isNum:
-			o.MaxAttempts = int(f)
-		case k == "lanes" && isNum:
-			o.Lanes = int(f)
-		case k == "max_payload" && isNum:
-			o.MaxPayload = int(f)
-		case k == "lease" && isNum:
-			o.Lease = seconds(f)
-		case k == "backoff_base" && isNum:
-			o.BackoffBase = seconds(f)
-		case k == "backoff_max" && isNum:
-			o.BackoffMax = seconds(f)
-		case k == "retention" && isNum:
-			o.Retention = seconds(f)
-		case k == "rotate_interval" && isNum:
-			o.RotateInterval = seconds(f)
-		case k == "notify" && isBool && !b:
-			o.DisableNotify = true
-		case k == "default_group" && isBool && !b:
-			o.NoDefaultGroup = true
+		case row.Kind == "integer" && isNum && num == math.Trunc(num):
+			f.Set(reflect.ValueOf(sluice.Ptr(int(num))))
+		case row.Kind == "duration" && isNum:
+			f.Set(reflect.ValueOf(sluice.Ptr(seconds(num))))
+		case row.Kind == "boolean" && isBool:
+			f.Set(reflect.ValueOf(sluice.Ptr(b)))
 		default:
-			return o, false
+			return nil, false, nil
 		}
 	}
-	return o, true
+	return o, true, nil
+}
+
+// optionsJSON renders typed options as the vectors hold them: the set
+// fields under the engine's names, durations in seconds.
+func optionsJSON(o sluice.QueueOptions) map[string]any {
+	out := map[string]any{}
+	v := reflect.ValueOf(o)
+	for i := range v.NumField() {
+		f := v.Field(i)
+		if f.IsNil() {
+			continue
+		}
+		switch x := f.Interface().(type) {
+		case *time.Duration:
+			out[fieldOption(v.Type().Field(i).Name)] = x.Seconds()
+		default:
+			out[fieldOption(v.Type().Field(i).Name)] = f.Elem().Interface()
+		}
+	}
+	return out
 }
 
 // call runs one call of the format through the library.
@@ -386,23 +429,42 @@ func (r *runner) call(name string, args map[string]any) (any, error) {
 	case "create_queue":
 		r.created = append(r.created, q)
 		opts, _ := args["options"].(map[string]any)
-		if o, ok := queueOptions(opts); ok {
-			return nil, c.CreateQueue(ctx, q, &o)
+		o, ok, err := queueOptions(opts)
+		switch {
+		case err != nil:
+			return nil, err
+		case ok:
+			return nil, c.CreateQueue(ctx, q, o)
 		}
-		// Raw SQL: an option QueueOptions lacks (dedup_window), or a bad one.
-		return nil, r.rawExec(`SELECT sluice.create_queue($1, $2::jsonb)`, q, raw(sqlOptions(opts)))
+		// Raw SQL: an option the engine does not know, or a value of the
+		// wrong kind (bad input that the typed form cannot carry).
+		return nil, r.rawExec(`SELECT sluice.create_queue($1, $2::jsonb)`, q, raw(opts))
 	case "drop_queue":
 		return c.DropQueue(ctx, q)
 	case "purge_queue":
 		return c.PurgeQueue(ctx, q)
 	case "alter_queue":
 		opts, _ := args["options"].(map[string]any)
-		out, err := c.AlterQueue(ctx, q, sqlOptions(opts))
+		o, ok, err := queueOptions(opts)
+		if err != nil || !ok {
+			return nil, fmt.Errorf("options %v: not expressible as QueueOptions (%v)", opts, err)
+		}
+		out, err := c.AlterQueue(ctx, q, o)
 		if err != nil {
 			return nil, err
 		}
-		var m map[string]any
-		return m, json.Unmarshal(out, &m)
+		return optionsJSON(out), nil
+	case "queue_options":
+		qs, err := c.ListQueues(ctx)
+		if err != nil {
+			return nil, err
+		}
+		for _, info := range qs {
+			if info.Name == q {
+				return optionsJSON(info.Options), nil
+			}
+		}
+		return nil, fmt.Errorf("no queue %s in ListQueues", q)
 	case "create_group":
 		return nil, c.CreateGroup(ctx, q, group(args), &sluice.GroupOptions{StartFrom: str(args, "start_from")})
 	case "drop_group":

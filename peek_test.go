@@ -18,7 +18,7 @@ import (
 func TestPeekAndLeases(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.createQueue("looked", &sluice.QueueOptions{Lanes: 1})
+	b.createQueue("looked", &sluice.QueueOptions{Lanes: sluice.Ptr(1)})
 	first := b.send("looked", `{"n": 0}`)
 	delayed, err := b.client.Send(b.ctx, "looked", json.RawMessage(`{"n": 1}`), &sluice.SendOptions{Delay: time.Hour})
 	if err != nil {

@@ -22,10 +22,6 @@ FROM sluice.receive($1, $2, $3::int, $4::interval, $5::text, $6::text[])`
 
 	sqlDropQueue = `SELECT sluice.drop_queue($1)`
 
-	sqlAlterQueue = `SELECT sluice.alter_queue($1, $2::jsonb)`
-
-	sqlListQueues = `SELECT queue, created_at, options, groups FROM sluice.list_queues()`
-
 	// sqlQueueSettings reads one queue's lease option in microseconds and
 	// its max_attempts, and tells whether the queue exists (no row when it
 	// does not).
@@ -62,3 +58,26 @@ FROM sluice.leases($1, $2::text, $3::int)`
 
 	sqlMaintain = `SELECT queue, rotated, reclaimed FROM sluice.maintain()`
 )
+
+// The queries that read queue options back (not constants: they share
+// sqlTypedOptions).
+var (
+	// sqlAlterQueue returns the options after the change as
+	// sqlTypedOptions renders them ($3: the options that are intervals).
+	sqlAlterQueue = `SELECT ` + sqlTypedOptions("o", "$3") + ` FROM sluice.alter_queue($1, $2::jsonb) AS a(o)`
+
+	// sqlListQueues returns each queue's options as the engine stores them
+	// and as sqlTypedOptions renders them ($1: the options that are intervals).
+	sqlListQueues = `SELECT queue, created_at, options, ` + sqlTypedOptions("options", "$1") + `, groups FROM sluice.list_queues()`
+)
+
+// sqlTypedOptions is an expression that renders the jsonb options in column
+// col with the options named in the text[] parameter param (the intervals)
+// as whole microseconds: the one place where the library reads intervals of
+// queue options, whatever form they were given in ("30 seconds",
+// "00:00:30", "1 day").
+func sqlTypedOptions(col, param string) string {
+	return `(SELECT jsonb_object_agg(key, CASE WHEN key = ANY(` + param + `::text[]) AND jsonb_typeof(value) = 'string'
+        THEN to_jsonb((extract(epoch FROM (value #>> '{}')::interval) * 1000000)::bigint) ELSE value END)
+ FROM jsonb_each(` + col + `))`
+}

@@ -12,85 +12,152 @@ import (
 
 // Queue administration: sql/functions/queue.sql.
 
-// QueueOptions configure a new queue. Zero fields keep the engine's
-// defaults (shown in parentheses).
+// QueueOptions are the options of a queue, the one form CreateQueue and
+// AlterQueue take and AlterQueue and ListQueues return. A nil field is unset:
+// CreateQueue gives it the engine's default (shown in parentheses) and
+// AlterQueue leaves it as it is; a set field is sent even when it is zero
+// (a Retention of 0 keeps nothing, a BackoffBase of 0 retries at once). Ptr
+// makes a pointer of a value: &QueueOptions{Lanes: sluice.Ptr(1)}.
+//
+// The fields are the engine's options (docs/sql.md, create_queue), one for
+// each row of test/queue_options.json; TestQueueOptionTable fails when one
+// is missing.
 type QueueOptions struct {
 	// MaxAttempts is how many deliveries a message gets before it becomes a
 	// dead letter (5).
-	MaxAttempts int
-	// Lease is the default lease of Receive (30s).
-	Lease time.Duration
+	MaxAttempts *int
+	// Lease is the default lease of Receive (30s, at most 7 days).
+	Lease *time.Duration
 	// BackoffBase is the first retry delay after a Nack, doubled per
 	// attempt (1s).
-	BackoffBase time.Duration
+	BackoffBase *time.Duration
 	// BackoffMax caps the retry delay (1h).
-	BackoffMax time.Duration
+	BackoffMax *time.Duration
 	// Retention is how long completed messages stay readable (1h).
-	Retention time.Duration
+	Retention *time.Duration
 	// RotateInterval is how often a new storage epoch starts (1m).
-	RotateInterval time.Duration
+	RotateInterval *time.Duration
 	// MaxPayload is the largest body + headers in bytes (1 MiB).
-	MaxPayload int
-	// DisableNotify turns off the NOTIFY on channel "sluice" that wakes
-	// waiting consumers when a send commits.
-	DisableNotify bool
-	// NoDefaultGroup skips creating the consumer group "default".
-	NoDefaultGroup bool
+	MaxPayload *int
+	// DedupWindow is how long a DedupKey of Send is remembered (1h).
+	DedupWindow *time.Duration
 	// MaxDelay is the longest delay Send and SendBatch accept, and the
 	// longest explicit Nack delay (365 days, which is also its upper bound).
-	MaxDelay time.Duration
+	MaxDelay *time.Duration
 	// Lanes is the number of dispatch lanes (8), fixed at creation.
 	// Consumers of a group take lanes side by side; order is kept per key
 	// and per lane. 1 keeps strict commit order for the whole queue.
-	Lanes int
+	Lanes *int
 	// Slots is the number of storage slots, 2 to 4 (2), fixed at creation:
 	// how many epochs the queue keeps apart for reclaim. Fewer cost less on
 	// every call; more keep less retained traffic on disk when Retention is
 	// long (up to about Retention x Slots / (Slots - 1)).
-	Slots int
+	Slots *int
 	// Engine is the storage engine, 1 (the default) or 2, fixed at
 	// creation. Engine 2 (docs/design.md, "Engine v2") receives and acks in
 	// a few statements; in this release it has no keys, priorities, dedup
 	// keys, Peek, Leases, Purge or Redrive (ErrNotSupported).
-	Engine int
+	Engine *int
+	// Notify sends a NOTIFY on channel "sluice" when a send commits, to
+	// wake waiting consumers (true); without it they poll.
+	Notify *bool
+	// DefaultGroup creates the consumer group "default" with the queue
+	// (true). CreateQueue only: AlterQueue fails with ErrInvalidOption.
+	DefaultGroup *bool
 }
 
-// options renders o as the jsonb options of create_queue.
+// Ptr returns a pointer to v, for the fields of QueueOptions.
+func Ptr[T any](v T) *T { return &v }
+
+// queueOption is one field of QueueOptions under its engine name; field is
+// a **int, **time.Duration or **bool.
+type queueOption struct {
+	name  string
+	field any
+}
+
+// fields lists o's fields under the engine's option names: the one place
+// that maps the one to the other, for both directions.
+func (o *QueueOptions) fields() []queueOption {
+	return []queueOption{
+		{"max_attempts", &o.MaxAttempts}, {"lease", &o.Lease}, {"backoff_base", &o.BackoffBase},
+		{"backoff_max", &o.BackoffMax}, {"retention", &o.Retention}, {"rotate_interval", &o.RotateInterval},
+		{"max_payload", &o.MaxPayload}, {"dedup_window", &o.DedupWindow}, {"max_delay", &o.MaxDelay},
+		{"lanes", &o.Lanes}, {"slots", &o.Slots}, {"engine", &o.Engine}, {"notify", &o.Notify},
+		{"default_group", &o.DefaultGroup},
+	}
+}
+
+// durationOptionNames are the options that are intervals, for the queries
+// that read them back as microseconds.
+var durationOptionNames = func() []string {
+	var out []string
+	for _, f := range new(QueueOptions).fields() {
+		if _, ok := f.field.(**time.Duration); ok {
+			out = append(out, f.name)
+		}
+	}
+	return out
+}()
+
+// options renders the set fields of o as the jsonb options of create_queue
+// and alter_queue: durations as interval strings exact to the microsecond.
 func (o *QueueOptions) options() (json.RawMessage, error) {
 	m := map[string]any{}
 	if o == nil {
 		return json.RawMessage(`{}`), nil
 	}
-	if o.MaxAttempts != 0 {
-		m["max_attempts"] = o.MaxAttempts
-	}
-	if o.MaxPayload != 0 {
-		m["max_payload"] = o.MaxPayload
-	}
-	if o.Lanes != 0 {
-		m["lanes"] = o.Lanes
-	}
-	if o.Slots != 0 {
-		m["slots"] = o.Slots
-	}
-	if o.Engine != 0 {
-		m["engine"] = o.Engine
-	}
-	for name, d := range map[string]time.Duration{
-		"lease": o.Lease, "backoff_base": o.BackoffBase, "backoff_max": o.BackoffMax,
-		"retention": o.Retention, "rotate_interval": o.RotateInterval, "max_delay": o.MaxDelay,
-	} {
-		if d != 0 {
-			m[name] = IntervalString(d)
+	for _, f := range o.fields() {
+		switch p := f.field.(type) {
+		case **int:
+			if *p != nil {
+				m[f.name] = **p
+			}
+		case **bool:
+			if *p != nil {
+				m[f.name] = **p
+			}
+		case **time.Duration:
+			if *p != nil {
+				m[f.name] = IntervalString(**p) // the engine rejects a negative one (SL007)
+			}
 		}
 	}
-	if o.DisableNotify {
-		m["notify"] = false
-	}
-	if o.NoDefaultGroup {
-		m["default_group"] = false
-	}
 	return json.Marshal(m)
+}
+
+// decodeQueueOptions reads options as the engine reports them, with its
+// intervals turned into microseconds by the query (sqlTypedOptions): every
+// option the engine reports is set in the result.
+func decodeQueueOptions(data []byte) (QueueOptions, error) {
+	var m map[string]json.RawMessage
+	var o QueueOptions
+	if err := json.Unmarshal(data, &m); err != nil {
+		return o, fmt.Errorf("reading queue options: %w", err)
+	}
+	for _, f := range o.fields() {
+		v, ok := m[f.name]
+		if !ok || string(v) == "null" {
+			continue
+		}
+		var err error
+		switch p := f.field.(type) {
+		case **int:
+			*p = new(int)
+			err = json.Unmarshal(v, *p)
+		case **bool:
+			*p = new(bool)
+			err = json.Unmarshal(v, *p)
+		case **time.Duration:
+			var us int64
+			err = json.Unmarshal(v, &us)
+			*p = Ptr(time.Duration(us) * time.Microsecond)
+		}
+		if err != nil {
+			return o, fmt.Errorf("reading queue option %s (%s): %w", f.name, v, err)
+		}
+	}
+	return o, nil
 }
 
 // IntervalString renders d as a PostgreSQL interval such as "30 seconds" or
@@ -106,8 +173,9 @@ func IntervalString(d time.Duration) string {
 	}
 }
 
-// CreateQueue creates a queue; unless opts.NoDefaultGroup, with the consumer
-// group "default" reading it from its start. It fails with ErrQueueExists
+// CreateQueue creates a queue with the options set in opts (the engine's
+// defaults for the rest); unless opts.DefaultGroup is false, with the
+// consumer group "default" reading it from its start. It fails with ErrQueueExists
 // when the name is taken, ErrInvalidName or ErrInvalidOption. opts may be
 // nil.
 func (c *Client) CreateQueue(ctx context.Context, queue string, opts *QueueOptions) error {
@@ -130,35 +198,31 @@ func createQueue(ctx context.Context, db dbtx, queue string, opts *QueueOptions)
 	return nil
 }
 
-// AlterQueue changes options of an existing queue and returns all its
-// options afterwards (a JSON object, defaults filled in). changes maps
-// option names of create_queue (max_attempts, lease, backoff_base,
-// backoff_max, retention, rotate_interval, max_payload, notify) to their new
-// values, as JSON: numbers, booleans, and intervals as strings such as
-// "30 seconds". Options not named keep their values. It fails with
-// ErrQueueNotFound or ErrInvalidOption, changing nothing.
-func (c *Client) AlterQueue(ctx context.Context, queue string, changes map[string]any) (json.RawMessage, error) {
+// AlterQueue changes the options set in changes and returns all the
+// queue's options afterwards (every field set). Options left nil keep their
+// values; Lanes, Slots and Engine are fixed at creation (setting them to the
+// queue's own value is allowed), and DefaultGroup is CreateQueue's only. It
+// fails with ErrQueueNotFound or ErrInvalidOption, changing nothing. changes
+// may be nil, which changes nothing.
+func (c *Client) AlterQueue(ctx context.Context, queue string, changes *QueueOptions) (QueueOptions, error) {
 	return alterQueue(ctx, c.pool, queue, changes)
 }
 
 // AlterQueueTx is AlterQueue in the caller's transaction.
-func (c *Client) AlterQueueTx(ctx context.Context, tx pgx.Tx, queue string, changes map[string]any) (json.RawMessage, error) {
+func (c *Client) AlterQueueTx(ctx context.Context, tx pgx.Tx, queue string, changes *QueueOptions) (QueueOptions, error) {
 	return alterQueue(ctx, tx, queue, changes)
 }
 
-func alterQueue(ctx context.Context, db dbtx, queue string, changes map[string]any) (json.RawMessage, error) {
-	if changes == nil {
-		changes = map[string]any{}
-	}
-	in, err := json.Marshal(changes)
+func alterQueue(ctx context.Context, db dbtx, queue string, changes *QueueOptions) (QueueOptions, error) {
+	in, err := changes.options()
 	if err != nil {
-		return nil, fmt.Errorf("altering queue %q: %w", queue, err)
+		return QueueOptions{}, fmt.Errorf("altering queue %q: %w", queue, err)
 	}
-	var out json.RawMessage
-	if err := db.QueryRow(ctx, sqlAlterQueue, queue, in).Scan(&out); err != nil {
-		return nil, translate(err, "altering queue %q", queue)
+	var out []byte
+	if err := db.QueryRow(ctx, sqlAlterQueue, queue, in, durationOptionNames).Scan(&out); err != nil {
+		return QueueOptions{}, translate(err, "altering queue %q", queue)
 	}
-	return out, nil
+	return decodeQueueOptions(out)
 }
 
 // DropQueue drops a queue with its groups, messages and dead letters. It
@@ -188,10 +252,13 @@ type QueueInfo struct {
 	Name string
 	// CreatedAt is when the queue was created.
 	CreatedAt time.Time
-	// Options is the JSON object of the queue's options, every key present
-	// (max_attempts, lease, backoff_base, backoff_max, retention,
-	// rotate_interval, max_payload, notify, default_group).
-	Options json.RawMessage
+	// Options are the queue's options, every field set (the engine's
+	// defaults filled in).
+	Options QueueOptions
+	// RawOptions is the JSON object of the options as the engine stores
+	// them: intervals as the strings they were given as (such as
+	// "30 seconds"), and any option newer than this library.
+	RawOptions json.RawMessage
 	// Groups are the names of the queue's consumer groups, sorted.
 	Groups []string
 }
@@ -207,13 +274,18 @@ func (c *Client) ListQueuesTx(ctx context.Context, tx pgx.Tx) ([]QueueInfo, erro
 }
 
 func listQueues(ctx context.Context, db dbtx) ([]QueueInfo, error) {
-	rows, err := db.Query(ctx, sqlListQueues)
+	rows, err := db.Query(ctx, sqlListQueues, durationOptionNames)
 	if err != nil {
 		return nil, translate(err, "listing queues")
 	}
 	qs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (QueueInfo, error) {
 		var q QueueInfo
-		err := row.Scan(&q.Name, &q.CreatedAt, (*[]byte)(&q.Options), &q.Groups)
+		var typed []byte
+		if err := row.Scan(&q.Name, &q.CreatedAt, (*[]byte)(&q.RawOptions), &typed, &q.Groups); err != nil {
+			return q, err
+		}
+		var err error
+		q.Options, err = decodeQueueOptions(typed)
 		return q, err
 	})
 	if err != nil {

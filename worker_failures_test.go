@@ -39,7 +39,7 @@ func (s *syncBuffer) String() string {
 func TestConsumeReportsHandlerFailures(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.createQueue("failing", &sluice.QueueOptions{MaxAttempts: 3, BackoffBase: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond})
+	b.createQueue("failing", &sluice.QueueOptions{MaxAttempts: sluice.Ptr(3), BackoffBase: sluice.Ptr(10 * time.Millisecond), BackoffMax: sluice.Ptr(50 * time.Millisecond)})
 	id := b.send("failing", `"secret body"`)
 	var mu sync.Mutex
 	var got []sluice.HandlerFailure
@@ -72,7 +72,7 @@ func TestConsumeReportsHandlerFailures(t *testing.T) {
 func TestConsumeLogsHandlerFailures(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.createQueue("logged", &sluice.QueueOptions{MaxAttempts: 2, BackoffBase: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond})
+	b.createQueue("logged", &sluice.QueueOptions{MaxAttempts: sluice.Ptr(2), BackoffBase: sluice.Ptr(10 * time.Millisecond), BackoffMax: sluice.Ptr(50 * time.Millisecond)})
 	id := b.send("logged", `"secret body"`)
 	var out syncBuffer
 	logger := slog.New(slog.NewJSONHandler(&out, nil))

@@ -179,7 +179,7 @@ func TestConsumeDrainTimeout(t *testing.T) {
 func TestConsumePanicDeadLetters(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.createQueue("poison", &sluice.QueueOptions{MaxAttempts: 3, BackoffBase: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond})
+	b.createQueue("poison", &sluice.QueueOptions{MaxAttempts: sluice.Ptr(3), BackoffBase: sluice.Ptr(10 * time.Millisecond), BackoffMax: sluice.Ptr(50 * time.Millisecond)})
 	id := b.send("poison", `"boom"`)
 	b.send("poison", `"fine"`)
 	var calls atomic.Int32
@@ -277,7 +277,7 @@ func TestConsumeErrors(t *testing.T) {
 func TestConsumeKeepsKeyOrder(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.createQueue("ordered", &sluice.QueueOptions{BackoffBase: 5 * time.Millisecond, BackoffMax: 20 * time.Millisecond})
+	b.createQueue("ordered", &sluice.QueueOptions{BackoffBase: sluice.Ptr(5 * time.Millisecond), BackoffMax: sluice.Ptr(20 * time.Millisecond)})
 	const n, keys = 300, 20
 	msgs := make([]sluice.BatchMessage, n)
 	for i := range msgs {
@@ -348,7 +348,7 @@ func TestConsumeKeepsKeyOrder(t *testing.T) {
 func TestConsumeRunAckFailureKeepsOrder(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.createQueue("runack", &sluice.QueueOptions{Lease: time.Second})
+	b.createQueue("runack", &sluice.QueueOptions{Lease: sluice.Ptr(time.Second)})
 	msgs := make([]sluice.BatchMessage, 3)
 	for i := range msgs {
 		msgs[i] = sluice.BatchMessage{Body: []byte(fmt.Sprint(i)), Key: "k"}
@@ -419,7 +419,7 @@ func TestConsumeRunAckFailureKeepsOrder(t *testing.T) {
 func TestConsumeRunTakesOneSlot(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.createQueue("runslot", &sluice.QueueOptions{Lanes: 1})
+	b.createQueue("runslot", &sluice.QueueOptions{Lanes: sluice.Ptr(1)})
 	msgs := []sluice.BatchMessage{
 		{Body: []byte(`"k1"`), Key: "k"}, {Body: []byte(`"k2"`), Key: "k"}, {Body: []byte(`"k3"`), Key: "k"},
 		{Body: []byte(`"u"`)},

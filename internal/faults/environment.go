@@ -198,8 +198,8 @@ func (e *Env) setupQueue() {
 		t.Fatal(err)
 	}
 	client := sluice.NewClient(e.admin)
-	if err := client.CreateQueue(e.Ctx, queue, &sluice.QueueOptions{NoDefaultGroup: true, MaxAttempts: 1000,
-		RotateInterval: time.Second, Retention: time.Microsecond}); err != nil {
+	if err := client.CreateQueue(e.Ctx, queue, &sluice.QueueOptions{DefaultGroup: sluice.Ptr(false), MaxAttempts: sluice.Ptr(1000),
+		RotateInterval: sluice.Ptr(time.Second), Retention: sluice.Ptr(time.Microsecond)}); err != nil {
 		t.Fatal(err)
 	}
 	for _, g := range e.Sc.Groups {

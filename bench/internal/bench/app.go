@@ -213,9 +213,9 @@ func (r *runner) app(ctx context.Context) (*Result, error) {
 
 func (a *appRun) setup(ctx context.Context) error {
 	a.cleanup(ctx)
-	qo := &sluice.QueueOptions{MaxAttempts: a.cfg.MaxAttempts, Lease: a.cfg.Lease, BackoffBase: a.cfg.BackoffBase,
-		BackoffMax: a.cfg.BackoffMax, Retention: a.cfg.Retention, Lanes: a.cfg.Lanes, Slots: a.cfg.Slots,
-		NoDefaultGroup: true}
+	qo := &sluice.QueueOptions{MaxAttempts: orDefault(a.cfg.MaxAttempts), Lease: orDefault(a.cfg.Lease),
+		BackoffBase: orDefault(a.cfg.BackoffBase), BackoffMax: orDefault(a.cfg.BackoffMax), Retention: orDefault(a.cfg.Retention),
+		Lanes: orDefault(a.cfg.Lanes), Slots: orDefault(a.cfg.Slots), DefaultGroup: sluice.Ptr(false)}
 	for _, q := range []string{appQueue, appQueue2} {
 		if err := a.client.CreateQueue(ctx, q, qo); err != nil {
 			return err
@@ -763,4 +763,14 @@ func (a *appRun) result(s *appSeries, c *appCheck, truncated bool) *Result {
 		},
 		Notes: notes,
 	}
+}
+
+// orDefault is a queue option of the run's configuration, where 0 means the
+// engine's default (nil: unset).
+func orDefault[T comparable](v T) *T {
+	var zero T
+	if v == zero {
+		return nil
+	}
+	return &v
 }

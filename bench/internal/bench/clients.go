@@ -144,7 +144,7 @@ func (r *runner) clientCell(ctx context.Context, c *sluice.Client, op clientOp, 
 	if _, err := c.DropQueue(ctx, clientsQueue); err != nil {
 		return 0, err
 	}
-	if err := c.CreateQueue(ctx, clientsQueue, &sluice.QueueOptions{Lease: 30 * time.Second}); err != nil {
+	if err := c.CreateQueue(ctx, clientsQueue, &sluice.QueueOptions{Lease: sluice.Ptr(30 * time.Second)}); err != nil {
 		return 0, err
 	}
 	if err := r.recordQueues(ctx, r.o.Pool, "sluice", clientsQueue); err != nil {

@@ -229,7 +229,7 @@ func (r *runner) startHTTP(ctx context.Context) (*httpBench, func(), error) {
 	}
 	cleanup()
 	for _, q := range []string{httpQueue, httpIdleQueue} {
-		err := h.sql.CreateQueue(ctx, q, &sluice.QueueOptions{Retention: r.o.Retention, Lease: r.o.Lease})
+		err := h.sql.CreateQueue(ctx, q, &sluice.QueueOptions{Retention: orDefault(r.o.Retention), Lease: orDefault(r.o.Lease)})
 		if err == nil {
 			err = r.recordQueues(ctx, sqlPool, "sluice", q)
 		}

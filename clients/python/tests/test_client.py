@@ -89,7 +89,7 @@ def test_errors_are_typed_and_carry_code_and_hint(client: sluice.Client, queue: 
         (sluice.GroupNotFound, lambda: client.receive(queue, "nobody")),
         (sluice.InvalidArgument, lambda: client.send(queue, 1, delay=timedelta(seconds=-1))),
         (sluice.InvalidArgument, lambda: client.nack(queue, "default", "0.1.1.1", error="x" * 10001)),
-        (sluice.InvalidOption, lambda: client.alter_queue(queue, {"lanes": 3})),
+        (sluice.InvalidOption, lambda: client.alter_queue(queue, sluice.QueueOptions(lanes=3))),
         (sluice.InvalidReceipt, lambda: client.extend(queue, "default", ["nope"], 5)),
         (sluice.PayloadTooLarge, lambda: client.send(queue, "x" * 1_100_000)),
     ]
@@ -111,7 +111,7 @@ def test_failed_call_in_callers_transaction_aborts_it(client: sluice.Client, que
 
 
 def test_rows_are_frozen_dataclasses(client: sluice.Client, queue: str) -> None:
-    client.create_queue(queue, {"lanes": 1, "max_attempts": 1, "lease": timedelta(seconds=30)})
+    client.create_queue(queue, sluice.QueueOptions(lanes=1, max_attempts=1, lease=timedelta(seconds=30)))
     client.create_group(queue, "audit", start_from="latest")
     client.send(queue, {"a": [1, 2]}, headers={"h": "v"}, key="k", priority=3)
     (m,) = client.receive(queue, "audit", consumer="tests")
@@ -122,7 +122,8 @@ def test_rows_are_frozen_dataclasses(client: sluice.Client, queue: str) -> None:
     (dl,) = client.dead_letters(queue, "audit")
     assert (dl.id, dl.group_name, dl.error, dl.attempts, dl.key) == (m.id, "audit", "boom", 1, "k")
     info = [q for q in client.list_queues() if q.queue == queue][0]
-    assert info.groups == ["audit", "default"] and info.options["lease"] == "30 seconds"
+    assert info.groups == ["audit", "default"] and info.options.lease == timedelta(seconds=30)
+    assert info.raw_options["lease"] == "30 seconds"
     st = {s.group_name: s for s in client.status(queue)}
     assert st["audit"].dead == 1 and st["default"].ready == 1
     assert client.redrive(queue, "audit", [m.id]) == 1

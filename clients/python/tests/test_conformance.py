@@ -111,14 +111,54 @@ def seconds(args: dict[str, Any], name: str) -> timedelta | None:
     return None if name not in args else timedelta(seconds=args[name])
 
 
+TABLE = json.loads((VECTORS.parent / "queue_options.json").read_text())["options"]
+KINDS = {row["name"]: row["kind"] for row in TABLE}
+FIELDS = {f.name: f.metadata["kind"] for f in dataclasses.fields(sluice.QueueOptions)}
+
+
+def queue_options(options: dict[str, Any] | None) -> sluice.QueueOptions | dict[str, Any] | None:
+    """A vector's options as QueueOptions, each option of the table through
+    its field (durations as timedelta). What the typed form cannot carry on
+    purpose (a name the engine does not know, a value of the wrong kind:
+    bad-input vectors) goes as a mapping, the older form. An option of the
+    table without its field fails: the client misses it."""
+    if options is None:
+        return None
+    kwargs: dict[str, Any] = {}
+    for name, v in options.items():
+        kind = KINDS.get(name)
+        if kind is None:
+            return options
+        assert FIELDS.get(name) == kind, f"QueueOptions has no {kind} field for the engine's option {name}"
+        number = isinstance(v, (int, float)) and not isinstance(v, bool)
+        if kind == "duration" and number:
+            kwargs[name] = timedelta(seconds=v)
+        elif (kind == "integer" and number and v == int(v)) or (kind == "boolean" and isinstance(v, bool)):
+            kwargs[name] = v
+        else:
+            return options
+    return sluice.QueueOptions(**kwargs)
+
+
+async def read_options(c: Any, queue: str, is_async: bool) -> Any:
+    """The queue's options as list_queues reads them back (typed)."""
+    infos = c.list_queues()
+    if is_async:
+        infos = await infos
+    for info in infos:
+        if info.queue == queue:
+            return info.options
+    raise AssertionError(f"no queue {queue} in list_queues")
+
+
 def calls(c: Any) -> dict[str, Callable[[dict[str, Any]], Any]]:
     """The format's calls as calls of client c (Client or AsyncClient)."""
     g = lambda a: a.get("group_name", "default")  # noqa: E731
     return {
-        "create_queue": lambda a: c.create_queue(a["queue"], a.get("options")),
+        "create_queue": lambda a: c.create_queue(a["queue"], queue_options(a.get("options"))),
         "drop_queue": lambda a: c.drop_queue(a["queue"]),
         "purge_queue": lambda a: c.purge_queue(a["queue"]),
-        "alter_queue": lambda a: c.alter_queue(a["queue"], a["options"]),
+        "alter_queue": lambda a: c.alter_queue(a["queue"], queue_options(a["options"])),
         "create_group": lambda a: c.create_group(a["queue"], a["group_name"], start_from=a.get("start_from", "earliest")),
         "drop_group": lambda a: c.drop_group(a["queue"], a["group_name"]),
         "seek_group": lambda a: c.seek_group(a["queue"], a["group_name"], a["to_position"]),
@@ -162,6 +202,8 @@ async def run_vector(path: Path, c: Any, is_async: bool) -> None:
                 if name == "sleep":
                     await asyncio.sleep(args["seconds"]) if is_async else time.sleep(args["seconds"])
                     result = None
+                elif name == "queue_options":
+                    result = await read_options(c, args["queue"], is_async)
                 else:
                     result = table[name](args)
                     if is_async:

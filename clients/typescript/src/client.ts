@@ -37,6 +37,14 @@ import type {
 // ms is a duration in milliseconds, or NULL, as an interval.
 const ms = (n: number) => `($${n}::float8 * interval '1 millisecond')`;
 
+// typedOptions is the jsonb options in column col with the options named by
+// the text[] parameter $n (the durations) as whole microseconds: the one
+// place the client reads them, whatever interval text the engine stored.
+const typedOptions = (col: string, n: number) =>
+  `(SELECT jsonb_object_agg(key, CASE WHEN key = ANY($${n}::text[]) AND jsonb_typeof(value) = 'string'
+    THEN to_jsonb((extract(epoch FROM (value #>> '{}')::interval) * 1000000)::bigint) ELSE value END)
+  FROM jsonb_each(${col}))`;
+
 /** The SQL the client runs: each statement calls one function of the SQL API. */
 export const sql = {
   send: `SELECT sluice.send($1, $2::jsonb, $3::jsonb, $4::text, ${ms(5)}, $6::int, $7::text) AS id`,
@@ -47,9 +55,10 @@ FROM sluice.receive($1, $2, $3::int, ${ms(4)}, $5::text, $6::text[])`,
   nack: `SELECT sluice.nack($1, $2, $3, ${ms(4)}, $5::text) AS ok`,
   extend: `SELECT sluice.extend($1, $2, $3::text[], ${ms(4)}) AS n`,
   createQueue: `SELECT sluice.create_queue($1, $2::jsonb)`,
-  alterQueue: `SELECT sluice.alter_queue($1, $2::jsonb) AS options`,
+  alterQueue: `SELECT ${typedOptions("o", 3)} AS options FROM sluice.alter_queue($1, $2::jsonb) AS a(o)`,
   dropQueue: `SELECT sluice.drop_queue($1) AS ok`,
-  listQueues: `SELECT queue, created_at, options, groups FROM sluice.list_queues()`,
+  listQueues: `SELECT queue, created_at, options AS raw_options, ${typedOptions("options", 1)} AS options, groups
+FROM sluice.list_queues()`,
   queueLease: `SELECT extract(epoch FROM (options->>'lease')::interval) * 1000 AS lease,
        (options->>'max_attempts')::int AS max_attempts
 FROM sluice.list_queues() WHERE queue = $1`,
@@ -107,23 +116,39 @@ function count(v: unknown): number {
 const json = (v: JSONValue | undefined | null): string | null => (v === undefined || v === null ? null : JSON.stringify(v));
 const orNull = <T>(v: T | undefined | null): T | null => (v === undefined ? null : v);
 
-// The QueueOptions keys and their create_queue option names.
-const plainOptions: Readonly<Record<string, string>> = {
-  maxAttempts: "max_attempts",
-  maxPayload: "max_payload",
-  lanes: "lanes",
-  slots: "slots",
-  notify: "notify",
-  defaultGroup: "default_group",
+/** The kind of a queue option: how the client sends and reads it. */
+export type QueueOptionKind = "integer" | "duration" | "boolean";
+
+/**
+ * Every QueueOptions key with its create_queue option name and kind: the one
+ * table the conversions both ways read. Its type makes the compiler require
+ * exactly the keys of QueueOptions; test/options.test.ts checks it against
+ * the engine's list (test/queue_options.json).
+ */
+export const queueOptionNames: { readonly [K in keyof Required<QueueOptions>]: readonly [string, QueueOptionKind] } = {
+  maxAttempts: ["max_attempts", "integer"],
+  lease: ["lease", "duration"],
+  backoffBase: ["backoff_base", "duration"],
+  backoffMax: ["backoff_max", "duration"],
+  retention: ["retention", "duration"],
+  rotateInterval: ["rotate_interval", "duration"],
+  maxPayload: ["max_payload", "integer"],
+  dedupWindow: ["dedup_window", "duration"],
+  maxDelay: ["max_delay", "duration"],
+  lanes: ["lanes", "integer"],
+  slots: ["slots", "integer"],
+  engine: ["engine", "integer"],
+  notify: ["notify", "boolean"],
+  defaultGroup: ["default_group", "boolean"],
 };
-const durationOptions: Readonly<Record<string, string>> = {
-  lease: "lease",
-  backoffBase: "backoff_base",
-  backoffMax: "backoff_max",
-  retention: "retention",
-  rotateInterval: "rotate_interval",
-  dedupWindow: "dedup_window",
-};
+
+const optionEntry = (k: string): readonly [string, QueueOptionKind] | undefined =>
+  Object.hasOwn(queueOptionNames, k) ? queueOptionNames[k as keyof QueueOptions] : undefined;
+
+// The engine names of the duration options (a parameter of typedOptions).
+const durationOptions = Object.values(queueOptionNames)
+  .filter(([, kind]) => kind === "duration")
+  .map(([name]) => name);
 
 /**
  * queueOptionsJSON renders QueueOptions as the jsonb options of
@@ -137,17 +162,32 @@ export function queueOptionsJSON(o: QueueOptions | undefined | null): Record<str
     if (v === undefined) {
       continue;
     }
-    const duration = durationOptions[k];
-    const plain = plainOptions[k];
-    if (duration !== undefined) {
-      out[duration] = typeof v === "number" ? `${v} milliseconds` : (v as JSONValue);
-    } else if (plain !== undefined) {
-      out[plain] = v as JSONValue;
-    } else {
+    const entry = optionEntry(k);
+    if (entry === undefined) {
       out[k] = v as JSONValue;
+    } else if (entry[1] === "duration" && typeof v === "number") {
+      out[entry[0]] = `${v} milliseconds`;
+    } else {
+      out[entry[0]] = v as JSONValue;
     }
   }
   return out;
+}
+
+/**
+ * queueOptionsFrom reads options as the queries with typedOptions return
+ * them (durations in microseconds) as QueueOptions (durations in ms); names
+ * the client does not know are left out (they stay in rawOptions).
+ */
+export function queueOptionsFrom(typed: Record<string, JSONValue> | null | undefined): QueueOptions {
+  const out: Record<string, JSONValue> = {};
+  for (const [k, [name, kind]] of Object.entries(queueOptionNames)) {
+    const v = typed?.[name];
+    if (v !== undefined && v !== null) {
+      out[k] = kind === "duration" ? Number(v) / 1000 : v;
+    }
+  }
+  return out as QueueOptions;
 }
 
 export function toMessage<B = JSONValue>(r: Row): Message<B> {
@@ -251,10 +291,14 @@ export class Sluice {
     await this.query(sql.createQueue, [queue, JSON.stringify(queueOptionsJSON(options))], opts);
   }
 
-  /** Changes options of a queue; returns its options after the change, as the engine reports them. */
-  async alterQueue(queue: string, changes: QueueOptions, opts?: CallOptions): Promise<Record<string, JSONValue>> {
-    const rows = await this.query(sql.alterQueue, [queue, JSON.stringify(queueOptionsJSON(changes))], opts);
-    return rows[0]?.options as Record<string, JSONValue>;
+  /**
+   * Changes the options set in changes (the rest keep their values); returns
+   * all the queue's options afterwards. lanes, slots and engine are fixed at
+   * creation, defaultGroup is createQueue's only (InvalidOptionError).
+   */
+  async alterQueue(queue: string, changes: QueueOptions, opts?: CallOptions): Promise<QueueOptions> {
+    const rows = await this.query(sql.alterQueue, [queue, JSON.stringify(queueOptionsJSON(changes)), durationOptions], opts);
+    return queueOptionsFrom(rows[0]?.options as Record<string, JSONValue>);
   }
 
   /** Drops a queue; true if it existed. */
@@ -265,12 +309,13 @@ export class Sluice {
 
   /** The queues, their options and groups. */
   async listQueues(opts?: CallOptions): Promise<QueueInfo[]> {
-    const rows = await this.query(sql.listQueues, [], opts);
+    const rows = await this.query(sql.listQueues, [durationOptions], opts);
     return rows.map((r) => ({
       queue: r.queue as string,
       createdAt: r.created_at as Date,
-      options: r.options as Record<string, JSONValue>,
+      options: queueOptionsFrom(r.options as Record<string, JSONValue>),
       groups: (r.groups ?? []) as string[],
+      rawOptions: r.raw_options as Record<string, JSONValue>,
     }));
   }
 

@@ -115,7 +115,14 @@ export interface NackOptions extends CallOptions {
   error?: string | null;
 }
 
-/** Options of createQueue and alterQueue (docs/sql.md, create_queue). Durations in ms. */
+/**
+ * The options of a queue (docs/sql.md, create_queue): what createQueue and
+ * alterQueue take, and what alterQueue and listQueues return (every option
+ * set). An absent (or undefined) option is unset: createQueue gives it the
+ * engine's default (in parentheses), alterQueue leaves it as it is; 0 is a
+ * value (retention: 0 keeps nothing). Durations in ms. One key per row of
+ * test/queue_options.json (queueOptionNames, test/options.test.ts).
+ */
 export interface QueueOptions {
   /** Deliveries before a message is dead-lettered (5). */
   maxAttempts?: number;
@@ -133,10 +140,14 @@ export interface QueueOptions {
   maxPayload?: number;
   /** How long a dedup key of send is remembered (1 h). */
   dedupWindow?: number;
+  /** Longest delay of send, sendBatch and an explicit nack delay (365 days, also its upper bound). */
+  maxDelay?: number;
   /** Dispatch lanes, 1 to 256 (8); fixed at creation. */
   lanes?: number;
   /** Storage slots, 2 to 4 (2); fixed at creation. Fewer cost less per call; more keep less retained traffic on disk. */
   slots?: number;
+  /** Storage engine, 1 or 2 (1); fixed at creation (2 is engine v2, docs/design.md). */
+  engine?: number;
   /** NOTIFY channel 'sluice' when a send commits (true). */
   notify?: boolean;
   /** Create the group 'default' (true); createQueue only. */
@@ -147,9 +158,11 @@ export interface QueueOptions {
 export interface QueueInfo {
   queue: string;
   createdAt: Date;
-  /** Its options as the engine reports them (snake_case keys, intervals as text). */
-  options: Record<string, JSONValue>;
+  /** Its options, every one set (the engine's defaults filled in). */
+  options: QueueOptions;
   groups: string[];
+  /** Its options as the engine stores them (snake_case keys, intervals as the text they were given as). */
+  rawOptions: Record<string, JSONValue>;
 }
 
 /** Options of createGroup. */

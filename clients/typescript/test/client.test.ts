@@ -133,13 +133,16 @@ describe("calls", () => {
     try {
       const info = (await s.listQueues()).find((i) => i.queue === q);
       assert.deepEqual(info?.groups, []);
-      assert.equal(info?.options.max_attempts, 4);
+      assert.equal(info?.options.maxAttempts, 4);
+      assert.equal(info?.options.lease, 1500);
+      assert.equal(info?.rawOptions.max_attempts, 4);
       assert.equal(await s.queueLease(q), 1500);
       await s.createGroup(q, "a");
       await s.createGroup(q, "b", { startFrom: new Date() });
       await s.send(q, 1);
       const opts = await s.alterQueue(q, { maxAttempts: 9, backoffBase: 250 });
-      assert.equal(opts.max_attempts, 9);
+      assert.equal(opts.maxAttempts, 9);
+      assert.equal(opts.backoffBase, 250);
       assert.equal((await s.status(q)).length, 2);
       assert.equal(await s.purgeQueue(q), 1);
       await s.send(q, 2);
@@ -291,10 +294,11 @@ describe("transactions", () => {
 describe("without a database", () => {
   test("queue options: camelCase to the engine's names, durations in ms as intervals, unknown keys kept", async () => {
     const { queueOptionsJSON } = await import("sluicemq");
-    assert.deepEqual(queueOptionsJSON({ maxAttempts: 3, lease: 1500, dedupWindow: 0.5, notify: false, defaultGroup: false, lanes: 1 }), {
+    assert.deepEqual(queueOptionsJSON({ maxAttempts: 3, lease: 1500, dedupWindow: 0.5, maxDelay: 0, notify: false, defaultGroup: false, lanes: 1 }), {
       max_attempts: 3,
       lease: "1500 milliseconds",
       dedup_window: "0.5 milliseconds",
+      max_delay: "0 milliseconds",
       notify: false,
       default_group: false,
       lanes: 1,

@@ -10,6 +10,7 @@ import { after, before, describe, test } from "node:test";
 import { fileURLToPath } from "node:url";
 
 import {
+  queueOptionNames,
   sql,
   Sluice,
   SluiceError,
@@ -18,6 +19,7 @@ import {
   type Lease,
   type Message,
   type PeekedMessage,
+  type QueueOptions,
   type QueueStatus,
 } from "sluicemq";
 
@@ -85,33 +87,45 @@ function substitute(v: JSONish, queue: string, saved: Map<string, JSONish>): JSO
 // Durations in vectors are seconds; the client takes milliseconds.
 const ms = (s: JSONish): number | null | undefined => (typeof s === "number" ? s * 1000 : (s as null | undefined));
 
-// Vector options (create_queue names, durations in s) as QueueOptions.
-const optionNames: Record<string, [string, boolean]> = {
-  max_attempts: ["maxAttempts", false],
-  max_payload: ["maxPayload", false],
-  lanes: ["lanes", false],
-  notify: ["notify", false],
-  default_group: ["defaultGroup", false],
-  lease: ["lease", true],
-  backoff_base: ["backoffBase", true],
-  backoff_max: ["backoffMax", true],
-  retention: ["retention", true],
-  rotate_interval: ["rotateInterval", true],
-  dedup_window: ["dedupWindow", true],
+// The table of the engine's queue options (test/queue_options.json).
+const table = JSON.parse(readFileSync(join(repoDir, "..", "queue_options.json"), "utf8")) as {
+  options: { name: string; kind: string }[];
 };
+const kinds = new Map(table.options.map((o) => [o.name, o.kind]));
+// The client's keys by engine name.
+const clientKeys = new Map(Object.entries(queueOptionNames).map(([k, [name, kind]]) => [name, [k, kind] as const]));
 
+/**
+ * A vector's options (engine names, durations in s) as QueueOptions, each
+ * option of the table through the client's key. What the typed form cannot
+ * carry on purpose (a name the engine does not know, a value of the wrong
+ * kind: bad-input vectors) passes as it is, for the engine to reject. An
+ * option of the table the client has no key for fails: the client misses it.
+ */
 function queueOptions(o: JSONish): Record<string, unknown> | undefined {
   if (o === undefined || o === null) {
     return undefined;
   }
   const out: Record<string, unknown> = {};
   for (const [k, v] of Object.entries(o as Args)) {
-    const known = optionNames[k];
-    if (known === undefined) {
+    const kind = kinds.get(k);
+    const key = clientKeys.get(k);
+    if (kind === undefined) {
       out[k] = v; // unknown: the engine rejects it
-    } else {
-      out[known[0]] = known[1] ? ms(v) : v;
+      continue;
     }
+    assert.ok(key !== undefined && key[1] === kind, `QueueOptions has no ${kind} key for the engine's option ${k}`);
+    out[key[0]] = kind === "duration" && typeof v === "number" ? v * 1000 : v;
+  }
+  return out;
+}
+
+/** Typed options as the vectors hold them: engine names, durations in s. */
+function optionsJSON(o: QueueOptions): JSONish {
+  const out: Record<string, JSONish> = {};
+  for (const [k, v] of Object.entries(o)) {
+    const [name, kind] = queueOptionNames[k as keyof QueueOptions];
+    out[name] = kind === "duration" ? (v as number) / 1000 : v;
   }
   return out;
 }
@@ -232,7 +246,12 @@ async function call(s: Sluice, step: Step, a: Args): Promise<JSONish> {
     case "purge_queue":
       return s.purgeQueue(q);
     case "alter_queue":
-      return s.alterQueue(q, queueOptions(a.options) as Any);
+      return optionsJSON(await s.alterQueue(q, queueOptions(a.options) as Any));
+    case "queue_options": {
+      const info = (await s.listQueues()).find((i) => i.queue === q);
+      assert.ok(info !== undefined, `no queue ${q} in listQueues`);
+      return optionsJSON(info.options);
+    }
     case "create_group":
       await s.createGroup(q, g, a.start_from === undefined ? {} : { startFrom: a.start_from as string });
       return null;

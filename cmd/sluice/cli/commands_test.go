@@ -331,7 +331,7 @@ func TestDemoCountsWaitingOrders(t *testing.T) {
 	t.Parallel()
 	b := setupCmd(t)
 	ctx := context.Background()
-	if err := b.client.CreateQueue(ctx, "orders", &sluice.QueueOptions{NoDefaultGroup: true}); err != nil {
+	if err := b.client.CreateQueue(ctx, "orders", &sluice.QueueOptions{DefaultGroup: sluice.Ptr(false)}); err != nil {
 		t.Fatal(err)
 	}
 	for _, g := range []string{"billing", "shipping"} {

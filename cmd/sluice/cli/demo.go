@@ -224,8 +224,8 @@ loop:
 // touching it.
 func (d *demo) setup(ctx context.Context) (created bool, err error) {
 	err = d.db.client.CreateQueue(ctx, d.cfg.queue, &sluice.QueueOptions{
-		MaxAttempts: demoMaxAttempts, BackoffBase: 200 * time.Millisecond, BackoffMax: time.Second, Lease: 10 * time.Second,
-		NoDefaultGroup: true,
+		MaxAttempts: sluice.Ptr(demoMaxAttempts), BackoffBase: sluice.Ptr(200 * time.Millisecond), BackoffMax: sluice.Ptr(time.Second),
+		Lease: sluice.Ptr(10 * time.Second), DefaultGroup: sluice.Ptr(false),
 	})
 	if errors.Is(err, sluice.ErrQueueExists) {
 		return false, fmt.Errorf("queue %q exists in %s and is not the demo's: the demo only uses a queue it creates, so give --queue a new name, or leave it out for a name of the demo's own",

@@ -40,3 +40,20 @@ func DemoSummary(w io.Writer, st []sluice.Status, sent int64, acked map[string]i
 	}
 	d.summary(st, false)
 }
+
+// QueueOptionNames returns the engine's name, the "queue create" flag and the
+// QueueOptions field type of each option of cliOptions.
+func QueueOptionNames() (names, flags, kinds []string) {
+	for _, c := range cliOptions(&sluice.QueueOptions{}) {
+		names, flags = append(names, c.name), append(flags, c.flag)
+		switch c.field.(type) {
+		case **int:
+			kinds = append(kinds, "integer")
+		case **time.Duration:
+			kinds = append(kinds, "duration")
+		case **bool:
+			kinds = append(kinds, "boolean")
+		}
+	}
+	return names, flags, kinds
+}

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"flag"
@@ -11,8 +10,6 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/sluicemq/sluice"
 )
@@ -53,63 +50,89 @@ Examples:
   sluice queue create events --no-default-group --retention 24h
 `
 
+// cliOption is a queue option as the commands take it: its engine name,
+// its flag of "queue create" and the QueueOptions field it sets (a **int,
+// **time.Duration or **bool; a boolean's flag is --no-..., which sets it to
+// false).
+type cliOption struct {
+	name, flag string
+	field      any
+	usage      string
+	positive   bool // 0 is refused (leave the flag out for the engine's default)
+}
+
+// cliOptions lists every option of the engine (test/queue_options.json,
+// TestQueueOptionFlags) bound to the fields of o: the one table "queue
+// create" and "queue config --set" read.
+func cliOptions(o *sluice.QueueOptions) []cliOption {
+	return []cliOption{
+		{"max_attempts", "max-attempts", &o.MaxAttempts, "deliveries before a message becomes a dead letter (engine default 5)", true},
+		{"lease", "lease", &o.Lease, "default lease of a receive (engine default 30s)", true},
+		{"backoff_base", "backoff-base", &o.BackoffBase, "first retry delay after a failure, doubled per attempt (engine default 1s)", false},
+		{"backoff_max", "backoff-max", &o.BackoffMax, "longest retry delay (engine default 1h)", false},
+		{"retention", "retention", &o.Retention, "how long completed messages stay readable (engine default 1h)", false},
+		{"rotate_interval", "rotate-interval", &o.RotateInterval, "how often a new storage epoch starts (engine default 1m)", true},
+		{"max_payload", "max-payload", &o.MaxPayload, "largest body + headers in `bytes` (engine default 1048576)", true},
+		{"dedup_window", "dedup-window", &o.DedupWindow, "how long a dedup key of a send is remembered (engine default 1h)", false},
+		{"max_delay", "max-delay", &o.MaxDelay, "longest delay of a send or an explicit nack (engine default and upper bound 365 days)", false},
+		{"lanes", "lanes", &o.Lanes, "dispatch lanes, fixed at creation; 1 keeps strict commit order (engine default 8)", true},
+		{"slots", "slots", &o.Slots, "storage slots, 2 to 4, fixed at creation; fewer cost less per call, more keep less retained traffic on disk (engine default 2)", true},
+		{"engine", "engine", &o.Engine, "storage engine, 1 or 2, fixed at creation (engine default 1; 2 is engine v2, docs/design.md)", true},
+		{"notify", "no-notify", &o.Notify, "do not NOTIFY waiting consumers when a send commits (they poll)", false},
+		{"default_group", "no-default-group", &o.DefaultGroup, `do not create the consumer group "default"`, false},
+	}
+}
+
 func queueCreateCommand() command {
 	return command{
 		name: "create", summary: "create a queue", usage: queueCreateUsage, minArgs: 1, maxArgs: 1,
 		setup: func(fs *flag.FlagSet, e *env) func(context.Context, []string) error {
 			url := dbFlag(fs)
 			var o sluice.QueueOptions
-			fs.IntVar(&o.MaxAttempts, "max-attempts", 0, "deliveries before a message becomes a dead letter (engine default 5)")
-			fs.DurationVar(&o.Lease, "lease", 0, "default lease of a receive (engine default 30s)")
-			fs.DurationVar(&o.BackoffBase, "backoff-base", 0, "first retry delay after a failure, doubled per attempt (engine default 1s)")
-			fs.DurationVar(&o.BackoffMax, "backoff-max", 0, "longest retry delay (engine default 1h)")
-			fs.DurationVar(&o.Retention, "retention", 0, "how long completed messages stay readable (engine default 1h)")
-			fs.DurationVar(&o.RotateInterval, "rotate-interval", 0, "how often a new storage epoch starts (engine default 1m)")
-			fs.DurationVar(&o.MaxDelay, "max-delay", 0, "longest delay of a send or an explicit nack (engine default and upper bound 365 days)")
-			fs.IntVar(&o.MaxPayload, "max-payload", 0, "largest body + headers in `bytes` (engine default 1048576)")
-			fs.BoolVar(&o.DisableNotify, "no-notify", false, "do not NOTIFY waiting consumers when a send commits (they poll)")
-			fs.BoolVar(&o.NoDefaultGroup, "no-default-group", false, `do not create the consumer group "default"`)
-			fs.IntVar(&o.Lanes, "lanes", 0, "dispatch lanes, fixed at creation; 1 keeps strict commit order (engine default 8)")
-			fs.IntVar(&o.Slots, "slots", 0, "storage slots, 2 to 4, fixed at creation; fewer cost less per call, more keep less retained traffic on disk (engine default 2)")
+			opts := cliOptions(&o)
+			// The flags hold plain values; a field is set only when its
+			// flag is given, so that 0 (keep nothing, retry at once) is
+			// told from "the engine's default".
+			values := make([]any, len(opts))
+			for i, c := range opts {
+				switch c.field.(type) {
+				case **int:
+					values[i] = fs.Int(c.flag, 0, c.usage)
+				case **time.Duration:
+					values[i] = fs.Duration(c.flag, 0, c.usage)
+				case **bool:
+					values[i] = fs.Bool(c.flag, false, c.usage)
+				}
+			}
 			return func(ctx context.Context, args []string) error {
-				for name, d := range map[string]time.Duration{"lease": o.Lease, "backoff-base": o.BackoffBase,
-					"backoff-max": o.BackoffMax, "retention": o.Retention, "rotate-interval": o.RotateInterval,
-					"max-delay": o.MaxDelay} {
-					if d < 0 {
-						return usagef("--%s must not be negative", name)
+				for i, c := range opts {
+					if !flagGiven(fs, c.flag) {
+						continue
 					}
-				}
-				for name, n := range map[string]int{"max-attempts": o.MaxAttempts, "max-payload": o.MaxPayload, "lanes": o.Lanes,
-					"slots": o.Slots} {
-					if n < 0 {
-						return usagef("--%s must be positive, got %d", name, n)
-					}
-				}
-				if name := setToZero(fs, "lease", "rotate-interval", "max-attempts", "max-payload", "lanes", "slots"); name != "" {
-					return usagef("--%s must be positive (leave it out for the engine's default)", name)
-				}
-				// Zero is a value of its own for these (keep nothing, retry at
-				// once), which QueueOptions cannot say: set it in the same
-				// transaction.
-				zeros := map[string]any{}
-				for flagName, option := range map[string]string{"retention": "retention",
-					"backoff-base": "backoff_base", "backoff-max": "backoff_max", "max-delay": "max_delay"} {
-					if setToZero(fs, flagName) != "" {
-						zeros[option] = "0 seconds"
+					switch p := c.field.(type) {
+					case **int:
+						n := *values[i].(*int)
+						if n < 0 || n == 0 && c.positive {
+							return usagef("--%s must be positive, got %d (leave it out for the engine's default)", c.flag, n)
+						}
+						*p = &n
+					case **time.Duration:
+						d := *values[i].(*time.Duration)
+						if d < 0 {
+							return usagef("--%s must not be negative", c.flag)
+						}
+						if d == 0 && c.positive {
+							return usagef("--%s must be positive (leave it out for the engine's default)", c.flag)
+						}
+						*p = &d
+					case **bool:
+						if *values[i].(*bool) {
+							*p = sluice.Ptr(false) // --no-...
+						}
 					}
 				}
 				return e.withDB(ctx, *url, func(db *database) error {
-					err := db.client.InTx(ctx, func(tx pgx.Tx) error {
-						if err := db.client.CreateQueueTx(ctx, tx, args[0], &o); err != nil {
-							return err
-						}
-						if len(zeros) == 0 {
-							return nil
-						}
-						_, err := db.client.AlterQueueTx(ctx, tx, args[0], zeros)
-						return err
-					})
-					if err != nil {
+					if err := db.client.CreateQueue(ctx, args[0], &o); err != nil {
 						return err
 					}
 					fmt.Fprintf(e.stdout, "created queue %s\n", args[0])
@@ -150,7 +173,7 @@ func queueListCommand() command {
 								groups = []string{}
 							}
 							if err := enc.Encode(map[string]any{"queue": q.Name, "groups": groups, "created_at": q.CreatedAt,
-								"options": q.Options}); err != nil {
+								"options": q.RawOptions}); err != nil {
 								return err
 							}
 						}
@@ -184,51 +207,52 @@ values. The changes apply to the calls that start afterwards.
 
 Options: max_attempts, max_payload (integers), notify (true/false), lease,
 backoff_base, backoff_max, retention, rotate_interval, dedup_window,
-max_delay (durations such as 30s, 5m or 1h).
+max_delay (durations such as 30s, 5m or 1h). lanes, slots and engine are
+fixed when the queue is created; default_group is create's only.
 
 Examples:
   sluice queue config orders
   sluice queue config orders --set max_attempts=10 --set lease=2m
 `
 
-// durationOptions are the queue options that are intervals.
-var durationOptions = map[string]bool{"lease": true, "backoff_base": true, "backoff_max": true, "retention": true,
-	"rotate_interval": true, "dedup_window": true, "max_delay": true}
+// optionFlags collects repeated --set option=value flags into the
+// QueueOptions of sluice.AlterQueue.
+type optionFlags struct{ o sluice.QueueOptions }
 
-// optionFlags collects repeated --set option=value flags as the JSON values
-// of sluice.alter_queue: durations as interval strings, integers, booleans.
-type optionFlags map[string]any
+func (f *optionFlags) String() string { return "" }
 
-func (o optionFlags) String() string { return "" }
-
-func (o optionFlags) Set(s string) error {
+func (f *optionFlags) Set(s string) error {
 	k, v, ok := strings.Cut(s, "=")
 	if !ok || k == "" {
 		return fmt.Errorf("want option=value, got %q", s)
 	}
-	switch k {
-	case "lease", "backoff_base", "backoff_max", "retention", "rotate_interval", "dedup_window", "max_delay":
-		d, err := parseDuration(v)
-		if err != nil {
-			return fmt.Errorf("option %s: %w", k, err)
+	for _, c := range cliOptions(&f.o) {
+		if c.name != k {
+			continue
 		}
-		o[k] = sluice.IntervalString(d)
-	case "max_attempts", "max_payload":
-		n, err := strconv.Atoi(v)
-		if err != nil {
-			return fmt.Errorf("option %s: want an integer, got %q", k, v)
+		switch p := c.field.(type) {
+		case **time.Duration:
+			d, err := parseDuration(v)
+			if err != nil {
+				return fmt.Errorf("option %s: %w", k, err)
+			}
+			*p = &d
+		case **int:
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				return fmt.Errorf("option %s: want an integer, got %q", k, v)
+			}
+			*p = &n
+		case **bool:
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				return fmt.Errorf("option %s: want true or false, got %q", k, v)
+			}
+			*p = &b
 		}
-		o[k] = n
-	case "notify":
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			return fmt.Errorf("option notify: want true or false, got %q", v)
-		}
-		o[k] = b
-	default:
-		return fmt.Errorf("unknown option %q (see --help)", k)
+		return nil
 	}
-	return nil
+	return fmt.Errorf("unknown option %q (see --help)", k)
 }
 
 func queueConfigCommand() command {
@@ -236,12 +260,12 @@ func queueConfigCommand() command {
 		name: "config", summary: "show or change the options of a queue", usage: queueConfigUsage, minArgs: 1, maxArgs: 1,
 		setup: func(fs *flag.FlagSet, e *env) func(context.Context, []string) error {
 			url := dbFlag(fs)
-			changes := optionFlags{}
+			changes := &optionFlags{}
 			fs.Var(changes, "set", "change an option, as `option=value` (repeatable)")
 			return func(ctx context.Context, args []string) error {
 				return e.withDB(ctx, *url, func(db *database) error {
-					if len(changes) > 0 {
-						if _, err := db.client.AlterQueue(ctx, args[0], changes); err != nil {
+					if flagGiven(fs, "set") {
+						if _, err := db.client.AlterQueue(ctx, args[0], &changes.o); err != nil {
 							return err
 						}
 					}
@@ -253,25 +277,29 @@ func queueConfigCommand() command {
 						if q.Name != args[0] {
 							continue
 						}
-						var opts map[string]json.RawMessage
-						if err := json.Unmarshal(q.Options, &opts); err != nil {
-							return fmt.Errorf("reading the options of queue %s: %w", q.Name, err)
-						}
 						tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
 						fmt.Fprintf(tw, "queue\t%s\n", q.Name)
 						fmt.Fprintf(tw, "created\t%s\n", q.CreatedAt.Local().Format(time.RFC3339))
 						fmt.Fprintf(tw, "groups\t%s\n", strings.Join(q.Groups, ", "))
-						for _, k := range []string{"max_attempts", "lease", "backoff_base", "backoff_max", "retention",
-							"rotate_interval", "dedup_window", "max_delay", "max_payload", "notify", "default_group"} {
-							v, ok := opts[k]
-							if !ok {
-								continue
+						for _, c := range cliOptions(&q.Options) {
+							var text string
+							switch p := c.field.(type) {
+							case **int:
+								if *p != nil {
+									text = strconv.Itoa(**p)
+								}
+							case **time.Duration:
+								if *p != nil {
+									text = formatDuration(**p)
+								}
+							case **bool:
+								if *p != nil {
+									text = strconv.FormatBool(**p)
+								}
 							}
-							text := string(bytes.Trim(v, `"`))
-							if durationOptions[k] {
-								text = formatInterval(text)
+							if text != "" {
+								fmt.Fprintf(tw, "%s\t%s\n", c.name, text)
 							}
-							fmt.Fprintf(tw, "%s\t%s\n", k, text)
 						}
 						return tw.Flush()
 					}

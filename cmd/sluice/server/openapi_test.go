@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/sluicemq/sluice/cmd/sluice/server"
+	"github.com/sluicemq/sluice/internal/optvec"
 )
 
 // The OpenAPI document (docs/openapi.json, served at /v1/openapi.json) lists
@@ -257,7 +258,28 @@ func (c *bodyCheck) options(where string, schema map[string]any, opts engineOpti
 			want[name] = nil
 		}
 	}
-	c.sameNames(where, c.properties(where, schema), want, "the engine's queue options (sluice._options)")
+	props := c.properties(where, schema)
+	c.sameNames(where, props, want, "the engine's queue options (sluice._options)")
+	// Each documented option has its kind and range in the table of
+	// options (test/queue_options.json), which is checked against the engine.
+	tab, err := optvec.Load("../../../test/queue_options.json")
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	types := map[string]string{"integer": "integer", "duration": "string", "boolean": "boolean"}
+	for _, o := range tab.Options {
+		p, ok := props[o.Name]
+		if !ok {
+			continue
+		}
+		if p["type"] != types[o.Kind] {
+			c.t.Errorf("%s: option %s is documented as %v, a %s is a JSON %s", where, o.Name, p["type"], o.Kind, types[o.Kind])
+		}
+		if o.Kind == "integer" && (p["minimum"] != *o.Min || p["maximum"] != *o.Max) {
+			c.t.Errorf("%s: option %s is documented from %v to %v, the engine takes %v to %v", where, o.Name,
+				p["minimum"], p["maximum"], *o.Min, *o.Max)
+		}
+	}
 }
 
 // sameNames reports the names documented and not decoded, and the other

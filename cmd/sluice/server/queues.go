@@ -58,7 +58,7 @@ func queueJSON(q sluice.QueueInfo) QueueJSON {
 	if groups == nil {
 		groups = []string{}
 	}
-	return QueueJSON{Name: q.Name, CreatedAt: q.CreatedAt, Options: q.Options, Groups: groups}
+	return QueueJSON{Name: q.Name, CreatedAt: q.CreatedAt, Options: q.RawOptions, Groups: groups}
 }
 
 func (s *Server) listQueues(w http.ResponseWriter, r *http.Request) error {

@@ -56,7 +56,7 @@ func BenchmarkSendBatch100(b *testing.B) {
 	pool := newPool()
 	client := sluice.NewClient(newPool())
 	for _, q := range []string{"b_sql", "b_handler", "b_http", "b_token"} {
-		if err := client.CreateQueue(ctx, q, &sluice.QueueOptions{NoDefaultGroup: true}); err != nil {
+		if err := client.CreateQueue(ctx, q, &sluice.QueueOptions{DefaultGroup: sluice.Ptr(false)}); err != nil {
 			b.Fatal(err)
 		}
 	}

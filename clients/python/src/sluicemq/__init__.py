@@ -29,7 +29,18 @@ from .errors import (
     SchemaMissing,
     SluiceError,
 )
-from .types import DeadLetter, HandlerFailure, Lease, MaintainResult, Message, PeekedMessage, QueueInfo, QueueStatus
+from .types import (
+    DeadLetter,
+    Duration,
+    HandlerFailure,
+    Lease,
+    MaintainResult,
+    Message,
+    PeekedMessage,
+    QueueInfo,
+    QueueOptions,
+    QueueStatus,
+)
 from .worker import Worker
 
 __version__ = "0.1.0"
@@ -39,6 +50,7 @@ __all__ = [
     "AsyncWorker",
     "Client",
     "DeadLetter",
+    "Duration",
     "GroupExists",
     "GroupNotFound",
     "HandlerFailure",
@@ -56,6 +68,7 @@ __all__ = [
     "PeekedMessage",
     "QueueExists",
     "QueueInfo",
+    "QueueOptions",
     "QueueNotFound",
     "QueueStatus",
     "SchemaMissing",

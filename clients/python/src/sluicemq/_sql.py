@@ -6,16 +6,24 @@ header comment is the contract; the casts pin the parameter types.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
 from psycopg.types.json import Jsonb
 
-from .types import DeadLetter, Lease, MaintainResult, Message, PeekedMessage, QueueInfo, QueueStatus
-
-Duration = timedelta | float | int
-"""A duration: a timedelta, or a number of seconds."""
+from .types import Duration as Duration  # re-exported: the clients' duration type
+from .types import (
+    DeadLetter,
+    Lease,
+    MaintainResult,
+    Message,
+    PeekedMessage,
+    QueueInfo,
+    QueueOptions,
+    QueueStatus,
+)
 
 SEND = "SELECT sluice.send(%s, %s::jsonb, %s::jsonb, %s::text, %s::interval, %s::int, %s::text)"
 SEND_BATCH = (
@@ -31,9 +39,24 @@ NACK = "SELECT sluice.nack(%s, %s, %s, %s::interval, %s::text)"
 EXTEND = "SELECT sluice.extend(%s, %s, %s::text[], %s::interval)"
 CREATE_QUEUE = "SELECT sluice.create_queue(%s, %s::jsonb)"
 DROP_QUEUE = "SELECT sluice.drop_queue(%s)"
-ALTER_QUEUE = "SELECT sluice.alter_queue(%s, %s::jsonb)"
+
+
+def _typed_options(col: str) -> str:
+    """An expression of the jsonb options in ``col`` with the intervals (the
+    options named by the text[] parameter) as whole microseconds: the one
+    place the client reads them, whatever text they were stored as."""
+    return (
+        "(SELECT jsonb_object_agg(key, CASE WHEN key = ANY(%s::text[]) AND jsonb_typeof(value) = 'string'"
+        " THEN to_jsonb((extract(epoch FROM (value #>> '{}')::interval) * 1000000)::bigint) ELSE value END)"
+        f" FROM jsonb_each({col}))"
+    )
+
+
+ALTER_QUEUE = f"SELECT {_typed_options('o')} FROM sluice.alter_queue(%s, %s::jsonb) AS a(o)"
+"""Parameters: the duration options' names, the queue, the changes."""
 PURGE_QUEUE = "SELECT sluice.purge_queue(%s)"
-LIST_QUEUES = "SELECT queue, created_at, options, groups FROM sluice.list_queues()"
+LIST_QUEUES = f"SELECT queue, created_at, {_typed_options('options')}, groups, options FROM sluice.list_queues()"
+"""Parameter: the duration options' names."""
 CREATE_GROUP = "SELECT sluice.create_group(%s, %s, %s)"
 DROP_GROUP = "SELECT sluice.drop_group(%s, %s)"
 SEEK_GROUP = "SELECT sluice.seek_group(%s, %s, %s)"
@@ -66,10 +89,9 @@ LISTEN = "LISTEN sluice"
 NOTIFY_CHANNEL = "sluice"
 """The channel a committed send notifies, with the queue's name as payload."""
 
-# Options of create_queue and alter_queue that are intervals.
-_DURATION_OPTIONS = frozenset(
-    {"lease", "backoff_base", "backoff_max", "retention", "rotate_interval", "dedup_window"}
-)
+# The options of create_queue and alter_queue, by kind (QueueOptions' fields).
+_OPTION_KINDS = {f.name: f.metadata["kind"] for f in dataclasses.fields(QueueOptions)}
+DURATION_OPTIONS = [name for name, kind in _OPTION_KINDS.items() if kind == "duration"]
 
 MAX_ERROR_TEXT = 10000
 """The longest error text nack accepts."""
@@ -90,17 +112,35 @@ def interval_text(d: timedelta) -> str:
     return f"{us} microseconds"
 
 
-def options(opts: Mapping[str, Any] | None) -> Jsonb:
-    """Queue options as jsonb: durations (timedelta, or seconds for the interval options)
-    become interval strings; other values pass as they are."""
+def options(opts: QueueOptions | Mapping[str, Any] | None) -> Jsonb:
+    """Queue options as jsonb: the set fields of a QueueOptions (or the keys
+    of a mapping, the older form), durations (timedelta or seconds) as
+    interval strings. A mapping's unknown names pass as they are, for the
+    engine to reject (SL007)."""
+    if isinstance(opts, QueueOptions):
+        items = {f.name: getattr(opts, f.name) for f in dataclasses.fields(opts) if getattr(opts, f.name) is not None}
+    else:
+        items = dict(opts or {})
     out: dict[str, Any] = {}
-    for name, value in (opts or {}).items():
+    for name, value in items.items():
         if isinstance(value, timedelta):
             value = interval_text(value)
-        elif name in _DURATION_OPTIONS and isinstance(value, (int, float)) and not isinstance(value, bool):
+        elif _OPTION_KINDS.get(name) == "duration" and isinstance(value, (int, float)) and not isinstance(value, bool):
             value = interval_text(timedelta(seconds=value))
         out[name] = value
     return Jsonb(out)
+
+
+def queue_options(typed: Mapping[str, Any]) -> QueueOptions:
+    """Options as the queries with _typed_options read them (intervals in
+    microseconds) as QueueOptions; names the client does not know are left
+    out (they stay in QueueInfo.raw_options)."""
+    kwargs: dict[str, Any] = {}
+    for name, kind in _OPTION_KINDS.items():
+        if name in typed and typed[name] is not None:
+            v = typed[name]
+            kwargs[name] = timedelta(microseconds=v) if kind == "duration" else v
+    return QueueOptions(**kwargs)
 
 
 def jsonb_or_none(v: Any) -> Jsonb | None:
@@ -186,7 +226,8 @@ def lease(row: Sequence[Any]) -> Lease:
 
 
 def queue_info(row: Sequence[Any]) -> QueueInfo:
-    return QueueInfo(*row)
+    name, created_at, typed, groups, raw = row
+    return QueueInfo(name, created_at, queue_options(typed), groups, raw)
 
 
 def maintain_result(row: Sequence[Any]) -> MaintainResult:

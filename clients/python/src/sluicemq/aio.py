@@ -19,7 +19,7 @@ from psycopg_pool import AsyncConnectionPool
 from . import _sql
 from ._sql import Duration
 from .errors import translate
-from .types import DeadLetter, Lease, MaintainResult, Message, PeekedMessage, QueueInfo, QueueStatus
+from .types import DeadLetter, Lease, MaintainResult, Message, PeekedMessage, QueueInfo, QueueOptions, QueueStatus
 
 __all__ = ["AsyncClient"]
 
@@ -99,10 +99,16 @@ class AsyncClient:
     # -- queues -----------------------------------------------------------
 
     async def create_queue(
-        self, queue: str, options: Mapping[str, Any] | None = None, *, conn: psycopg.AsyncConnection[Any] | None = None
+        self,
+        queue: str,
+        options: QueueOptions | Mapping[str, Any] | None = None,
+        *,
+        conn: psycopg.AsyncConnection[Any] | None = None,
     ) -> None:
-        """Create a queue. ``options`` are create_queue's (docs/sql.md): durations
-        as timedelta or seconds, e.g. ``{"lease": 30, "max_attempts": 5, "lanes": 1}``."""
+        """Create a queue with the options set in ``options`` (the engine's defaults
+        for the rest), e.g. ``QueueOptions(lease=30, max_attempts=5, lanes=1)``;
+        durations as timedelta or seconds. A mapping of create_queue's option
+        names (docs/sql.md) is the older form, still taken."""
         await self._all(_sql.CREATE_QUEUE, (queue, _sql.options(options)), conn)
 
     async def drop_queue(self, queue: str, *, conn: psycopg.AsyncConnection[Any] | None = None) -> bool:
@@ -110,11 +116,17 @@ class AsyncClient:
         return bool(await self._one(_sql.DROP_QUEUE, (queue,), conn))
 
     async def alter_queue(
-        self, queue: str, options: Mapping[str, Any], *, conn: psycopg.AsyncConnection[Any] | None = None
-    ) -> dict[str, Any]:
-        """Change options of a queue; returns all its options afterwards."""
-        result: dict[str, Any] = await self._one(_sql.ALTER_QUEUE, (queue, _sql.options(options)), conn)
-        return result
+        self,
+        queue: str,
+        options: QueueOptions | Mapping[str, Any],
+        *,
+        conn: psycopg.AsyncConnection[Any] | None = None,
+    ) -> QueueOptions:
+        """Change the options set in ``options`` (the rest keep their values);
+        returns all the queue's options afterwards. lanes, slots and engine are
+        fixed at creation, default_group is create_queue's only (InvalidOption)."""
+        result = await self._one(_sql.ALTER_QUEUE, (_sql.DURATION_OPTIONS, queue, _sql.options(options)), conn)
+        return _sql.queue_options(result)
 
     async def purge_queue(self, queue: str, *, conn: psycopg.AsyncConnection[Any] | None = None) -> int:
         """Remove every message of a queue; returns how many."""
@@ -122,7 +134,7 @@ class AsyncClient:
 
     async def list_queues(self, *, conn: psycopg.AsyncConnection[Any] | None = None) -> list[QueueInfo]:
         """Every queue, by name."""
-        return [_sql.queue_info(r) for r in await self._all(_sql.LIST_QUEUES, (), conn)]
+        return [_sql.queue_info(r) for r in await self._all(_sql.LIST_QUEUES, (_sql.DURATION_OPTIONS,), conn)]
 
     async def create_group(
         self,

@@ -21,7 +21,7 @@ from psycopg_pool import ConnectionPool
 from . import _sql
 from ._sql import Duration
 from .errors import translate
-from .types import DeadLetter, Lease, MaintainResult, Message, PeekedMessage, QueueInfo, QueueStatus
+from .types import DeadLetter, Lease, MaintainResult, Message, PeekedMessage, QueueInfo, QueueOptions, QueueStatus
 
 __all__ = ["Client"]
 
@@ -86,10 +86,16 @@ class Client:
     # -- queues -----------------------------------------------------------
 
     def create_queue(
-        self, queue: str, options: Mapping[str, Any] | None = None, *, conn: psycopg.Connection[Any] | None = None
+        self,
+        queue: str,
+        options: QueueOptions | Mapping[str, Any] | None = None,
+        *,
+        conn: psycopg.Connection[Any] | None = None,
     ) -> None:
-        """Create a queue. ``options`` are create_queue's (docs/sql.md): durations
-        as timedelta or seconds, e.g. ``{"lease": 30, "max_attempts": 5, "lanes": 1}``."""
+        """Create a queue with the options set in ``options`` (the engine's defaults
+        for the rest), e.g. ``QueueOptions(lease=30, max_attempts=5, lanes=1)``;
+        durations as timedelta or seconds. A mapping of create_queue's option
+        names (docs/sql.md) is the older form, still taken."""
         self._all(_sql.CREATE_QUEUE, (queue, _sql.options(options)), conn)
 
     def drop_queue(self, queue: str, *, conn: psycopg.Connection[Any] | None = None) -> bool:
@@ -97,11 +103,17 @@ class Client:
         return bool(self._one(_sql.DROP_QUEUE, (queue,), conn))
 
     def alter_queue(
-        self, queue: str, options: Mapping[str, Any], *, conn: psycopg.Connection[Any] | None = None
-    ) -> dict[str, Any]:
-        """Change options of a queue; returns all its options afterwards."""
-        result: dict[str, Any] = self._one(_sql.ALTER_QUEUE, (queue, _sql.options(options)), conn)
-        return result
+        self,
+        queue: str,
+        options: QueueOptions | Mapping[str, Any],
+        *,
+        conn: psycopg.Connection[Any] | None = None,
+    ) -> QueueOptions:
+        """Change the options set in ``options`` (the rest keep their values);
+        returns all the queue's options afterwards. lanes, slots and engine are
+        fixed at creation, default_group is create_queue's only (InvalidOption)."""
+        result = self._one(_sql.ALTER_QUEUE, (_sql.DURATION_OPTIONS, queue, _sql.options(options)), conn)
+        return _sql.queue_options(result)
 
     def purge_queue(self, queue: str, *, conn: psycopg.Connection[Any] | None = None) -> int:
         """Remove every message of a queue; returns how many."""
@@ -109,7 +121,7 @@ class Client:
 
     def list_queues(self, *, conn: psycopg.Connection[Any] | None = None) -> list[QueueInfo]:
         """Every queue, by name."""
-        return [_sql.queue_info(r) for r in self._all(_sql.LIST_QUEUES, (), conn)]
+        return [_sql.queue_info(r) for r in self._all(_sql.LIST_QUEUES, (_sql.DURATION_OPTIONS,), conn)]
 
     def create_group(
         self,

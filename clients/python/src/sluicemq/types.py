@@ -2,14 +2,76 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Union
 
-__all__ = ["Message", "QueueStatus", "DeadLetter", "PeekedMessage", "Lease", "QueueInfo", "MaintainResult", "JSON"]
+__all__ = [
+    "Message",
+    "QueueStatus",
+    "DeadLetter",
+    "PeekedMessage",
+    "Lease",
+    "QueueInfo",
+    "QueueOptions",
+    "MaintainResult",
+    "JSON",
+    "Duration",
+]
 
 JSON = Any
 """A JSON value as psycopg reads jsonb: dict, list, str, int, float, bool or None."""
+
+Duration = Union[timedelta, float, int]
+"""A duration: a timedelta, or a number of seconds."""
+
+
+def _option(kind: str) -> Any:
+    """A field of QueueOptions: unset (None) by default; kind is the engine's
+    (integer, duration or boolean), which says how the client sends it."""
+    return field(default=None, metadata={"kind": kind})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QueueOptions:
+    """The options of a queue (docs/sql.md, create_queue): what ``create_queue``
+    and ``alter_queue`` take, and what ``alter_queue`` and ``list_queues``
+    return (every field set, durations as timedelta).
+
+    None is unset: ``create_queue`` gives the option the engine's default
+    (in parentheses), ``alter_queue`` leaves it as it is. Zero is a value
+    (``retention=0`` keeps nothing). Durations are a timedelta or seconds.
+    One field per row of test/queue_options.json (tests/test_options.py).
+    """
+
+    #: deliveries before a message is dead-lettered (5)
+    max_attempts: int | None = _option("integer")
+    #: default lease of receive (30 s, at most 7 days)
+    lease: Duration | None = _option("duration")
+    #: first nack retry delay, doubled per attempt (1 s)
+    backoff_base: Duration | None = _option("duration")
+    #: cap of the retry delay (1 h)
+    backoff_max: Duration | None = _option("duration")
+    #: how long completed messages stay readable (1 h)
+    retention: Duration | None = _option("duration")
+    #: how often a new storage epoch starts (1 min)
+    rotate_interval: Duration | None = _option("duration")
+    #: largest body + headers in bytes (1048576)
+    max_payload: int | None = _option("integer")
+    #: how long a dedup_key of send is remembered (1 h)
+    dedup_window: Duration | None = _option("duration")
+    #: longest delay of send, send_batch and an explicit nack delay (365 days, also its upper bound)
+    max_delay: Duration | None = _option("duration")
+    #: dispatch lanes, 1 to 256 (8); fixed at creation; 1 keeps strict commit order
+    lanes: int | None = _option("integer")
+    #: storage slots, 2 to 4 (2); fixed at creation
+    slots: int | None = _option("integer")
+    #: storage engine, 1 or 2 (1); fixed at creation (2 is engine v2, docs/design.md)
+    engine: int | None = _option("integer")
+    #: NOTIFY channel 'sluice' when a send commits, to wake waiting consumers (True)
+    notify: bool | None = _option("boolean")
+    #: create the group 'default' (True); create_queue only
+    default_group: bool | None = _option("boolean")
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,12 +202,17 @@ class Lease:
 
 @dataclass(frozen=True, slots=True)
 class QueueInfo:
-    """A queue, its options (defaults filled in) and its groups (sluice.queue_info)."""
+    """A queue, its options (defaults filled in) and its groups (sluice.queue_info).
+
+    ``raw_options`` are the options as the engine stores them: intervals as
+    the text they were given as, and any option newer than this client.
+    """
 
     queue: str
     created_at: datetime
-    options: dict[str, Any]
+    options: QueueOptions
     groups: list[str]
+    raw_options: dict[str, Any]
 
 
 @dataclass(frozen=True, slots=True)
