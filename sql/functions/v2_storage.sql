@@ -1,7 +1,7 @@
 -- Group: engine v2 - per-queue storage (internal)
 --
 -- A queue of engine 2 keeps everything that grows with its traffic in its
--- own schema sluice_q<id>, in seven tables, each LIST-partitioned by slot
+-- own schema sluice_q<id>, in eight tables, each LIST-partitioned by slot
 -- (0 to the queue's slots - 1; the leaf of slot s is <table>_<s>). Nothing is
 -- shared with other queues but the catalog (sluice.queue, consumer_group,
 -- epoch, dead_letter). docs/design.md, "Engine v2", draws it.
@@ -19,6 +19,7 @@
 --            per position (kind a acked, n nacked, d dead-lettered)
 --   ext      lease extensions (extend)
 --   pending  messages numbered only when due (delays, retries with backoff)
+--   dedup    the dedup_keys sent, with their messages' ids (v2_dedup.sql)
 
 -- The templates are never called (only copied): drop them all before the
 -- v2 files create them again, so that a template whose signature changed
@@ -38,7 +39,7 @@ $$;
 --
 -- Parameters:
 --   p_queue_id  queue id (its row in sluice.queue exists)
--- Tables: creates schema sluice_q<id> with the seven tables above, each
+-- Tables: creates schema sluice_q<id> with the eight tables above, each
 --   with one partition per slot
 CREATE OR REPLACE FUNCTION sluice._create_storage_v2(p_queue_id int)
 RETURNS void
@@ -114,6 +115,7 @@ BEGIN
         ) PARTITION BY LIST (slot);
         CREATE INDEX ON %1$I.pending (due);
     $ddl$, sch);
+    EXECUTE sluice._v2_dedup_ddl(sch);
     FOR s IN 0..q.slots - 1 LOOP
         FOREACH t IN ARRAY sluice._v2_tables() LOOP
             EXECUTE format('CREATE TABLE %I.%I PARTITION OF %I.%I FOR VALUES IN (%s)', sch, t || '_' || s, sch, t, s);
@@ -133,7 +135,27 @@ RETURNS text[]
 LANGUAGE sql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT ARRAY['msg', 'cut', 'batch', 'lease', 'ack', 'ext', 'pending']
+    SELECT ARRAY['msg', 'cut', 'batch', 'lease', 'ack', 'ext', 'pending', 'dedup']
+$$;
+
+-- _v2_dedup_ddl: the statement that creates a queue's dedup table (engine
+-- 2), without its slot partitions: for new queues (_create_storage_v2) and
+-- for those made before it (_instantiate_v2). One row per message sent with
+-- a dedup_key: the key, the message's id and when it was sent (v2_dedup.sql).
+--
+-- Parameters:
+--   p_schema  the queue's schema
+CREATE OR REPLACE FUNCTION sluice._v2_dedup_ddl(p_schema text)
+RETURNS text
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT format($ddl$
+        CREATE TABLE %1$I.dedup (
+            slot smallint NOT NULL, dedup_key text NOT NULL, msg_id bigint NOT NULL, at timestamptz NOT NULL
+        ) PARTITION BY LIST (slot);
+        CREATE INDEX ON %1$I.dedup (dedup_key, at);
+    $ddl$, p_schema)
 $$;
 
 -- _instantiate_v2: (re)create a queue's copies of the v2 templates (schema
@@ -172,6 +194,13 @@ DECLARE
     sigs text[] := '{}';   -- the copies made
     s int;
 BEGIN
+    -- A queue made before dedup keys worked on engine 2 gets its dedup table.
+    IF to_regclass(format('%I.dedup', sch)) IS NULL THEN
+        EXECUTE sluice._v2_dedup_ddl(sch);
+        FOR s IN 0..v_slots - 1 LOOP
+            EXECUTE format('CREATE TABLE %I.%I PARTITION OF %I.dedup FOR VALUES IN (%s)', sch, 'dedup_' || s, sch, s);
+        END LOOP;
+    END IF;
     -- (replaced in place, see sluice._instantiate; then the copies whose
     -- template is gone, or whose signature changed, are dropped)
     FOR f IN SELECT p.oid, p.proname FROM pg_proc p

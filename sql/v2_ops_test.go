@@ -1,0 +1,915 @@
+package sqlsrc_test
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Tests of dedup keys, peek, leases, purge_queue and redrive on queues of
+// engine 2, with the expectations engine 1's tests have (semantics_test.go,
+// dedup_batch_test.go, peek_test.go, redrive_test.go), through the public
+// SQL API.
+
+// v2sendKey sends body with a dedup key and returns the id send returned.
+func (b *bundle) v2sendKey(queue, body, key string) int64 {
+	b.t.Helper()
+	var id int64
+	if err := b.pool.QueryRow(b.ctx, "SELECT sluice.send($1, $2::jsonb, dedup_key => $3)", queue, body, key).Scan(&id); err != nil {
+		b.t.Fatalf("send with dedup key %s: %v", key, err)
+	}
+	return id
+}
+
+// A dedup key sent again within the window returns the first message's id
+// and enqueues nothing, in send and in send_batch (a key sent before, a key
+// twice in the batch, a body without a key); keys are remembered across
+// rotations, the slot holding them is not reclaimed within the window (with
+// two slots the queue then stops rotating) and is once the window is
+// shorter; after the window a key is sent again; outside READ COMMITTED a
+// send with a key is refused (SL010).
+func TestV2IdempotentSend(t *testing.T) {
+	b := setup(t)
+	b.createV2("v2d", `"retention": "0 seconds", "rotate_interval": "100 milliseconds", "lease": "300 milliseconds"`)
+	first := b.v2sendKey("v2d", `{"n": 1}`, "order-42")
+	if again := b.v2sendKey("v2d", `{"n": 2}`, "order-42"); again != first {
+		t.Fatalf("second send with the same key returned %d, want %d", again, first)
+	}
+	other := b.v2sendKey("v2d", `{"n": 3}`, "order-43")
+	ids := b.int64s(`SELECT * FROM sluice.send_batch('v2d', ARRAY['{"b":1}','{"b":2}','{"b":3}','{"b":4}']::jsonb[],
+		dedup_keys => ARRAY['order-42', 'order-44', 'order-44', NULL])`)
+	if len(ids) != 4 || ids[0] != first || ids[1] != ids[2] || ids[3] == ids[1] || ids[1] <= other {
+		t.Fatalf("send_batch ids = %v, want [%d x x y]", ids, first)
+	}
+	got := b.v2drainAck("v2d", "default", 100)
+	var bodies []string
+	for _, m := range got {
+		bodies = append(bodies, m.Body)
+	}
+	sort.Strings(bodies)
+	if fmt.Sprint(bodies) != `[{"b": 2} {"b": 4} {"n": 1} {"n": 3}]` {
+		t.Fatalf("enqueued %v, want one message per key and the one without", bodies)
+	}
+	traffic := func() {
+		b.send(b.pool, "v2d", `{}`)
+		b.v2drainAck("v2d", "default", 100)
+		b.v2maintain()
+	}
+	waitFor(t, 10*time.Second, "a rotation", func() bool {
+		traffic()
+		return b.v2epoch("v2d") >= 1
+	})
+	for deadline := time.Now().Add(600 * time.Millisecond); time.Now().Before(deadline); {
+		traffic()
+	}
+	if e, r := b.v2epoch("v2d"), b.v2reclaims("v2d"); e != 1 || r != 0 {
+		t.Fatalf("within the dedup window: newest epoch %d, %d reclaimed, want 1 and 0", e, r)
+	}
+	if again := b.v2sendKey("v2d", `{"n": 4}`, "order-43"); again != other {
+		t.Fatalf("after a rotation a resend returned %d, want %d", again, other)
+	}
+	// The window shortened: the slot is reclaimed, and a key may be sent again.
+	b.exec(`SELECT sluice.alter_queue('v2d', '{"dedup_window": "1 millisecond"}')`)
+	waitFor(t, 10*time.Second, "a reclaim once the window passed", func() bool {
+		traffic()
+		return b.v2reclaims("v2d") >= 1
+	})
+	if fresh := b.v2sendKey("v2d", `{"n": 5}`, "order-42"); fresh == first {
+		t.Fatal("a key was deduplicated after its window")
+	}
+	if err := b.execRepeatableRead("SELECT sluice.send('v2d', '{}', dedup_key => 'x')"); sqlstate(err) != "SL010" {
+		t.Fatalf("dedup send in REPEATABLE READ: %v, want SL010", err)
+	}
+	if err := b.execRepeatableRead("SELECT * FROM sluice.send_batch('v2d', ARRAY['{}'::jsonb], dedup_keys => ARRAY['x'])"); sqlstate(err) != "SL010" {
+		t.Fatalf("dedup send_batch in REPEATABLE READ: %v, want SL010", err)
+	}
+	// (without a key, REPEATABLE READ is fine, as in engine 1)
+	if err := b.execRepeatableRead("SELECT * FROM sluice.send_batch('v2d', ARRAY['{}'::jsonb], dedup_keys => ARRAY[NULL]::text[])"); err != nil {
+		t.Fatalf("send_batch without keys in REPEATABLE READ: %v", err)
+	}
+}
+
+// A rolled-back send with a key leaves the key free; a delayed send with a
+// key is deduplicated too, and delivered once when due.
+func TestV2DedupRollbackAndDelay(t *testing.T) {
+	b := setup(t)
+	b.createV2("v2dr", `"lanes": 2`)
+	tx, err := b.pool.Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rolled int64
+	if err := tx.QueryRow(b.ctx, "SELECT sluice.send('v2dr', '1', dedup_key => 'k')").Scan(&rolled); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Rollback(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	kept := b.v2sendKey("v2dr", "2", "k")
+	if kept == rolled {
+		t.Fatalf("the key of a rolled-back send returned its id %d", rolled)
+	}
+	var delayed, again int64
+	if err := b.pool.QueryRow(b.ctx, "SELECT sluice.send('v2dr', '3', dedup_key => 'd', delay => '300 milliseconds')").Scan(&delayed); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.pool.QueryRow(b.ctx, "SELECT sluice.send('v2dr', '4', dedup_key => 'd')").Scan(&again); err != nil || again != delayed {
+		t.Fatalf("send of a delayed message's key: %d, %v; want %d", again, err, delayed)
+	}
+	var got []int64
+	waitFor(t, 10*time.Second, "the delayed message", func() bool {
+		got = append(got, v2ids(b.v2drainAck("v2dr", "default", 10))...)
+		return slices.Contains(got, delayed)
+	})
+	got = append(got, v2ids(b.v2drainAck("v2dr", "default", 10))...)
+	if !v2same(got, []int64{kept, delayed}) {
+		t.Fatalf("received %s", v2diff(got, []int64{kept, delayed}))
+	}
+}
+
+// A batch of dedup keys mixing keys sent before, keys repeated in the batch
+// and bodies without a key: each body gets the id of the message its key
+// names, exactly the bodies without a key and the first body of each new
+// key are enqueued, in body order (as TestSendBatchDedupMapsEveryBody).
+func TestV2SendBatchDedupMapsEveryBody(t *testing.T) {
+	b := setup(t)
+	b.createV2("v2db", "")
+	before := map[string]int64{}
+	for i := 0; i < 30; i++ {
+		key := fmt.Sprintf("k%d", i*7)
+		before[key] = b.v2sendKey("v2db", "{}", key)
+	}
+	var keys []any
+	for i := 0; i < 600; i++ {
+		if i%5 == 0 {
+			keys = append(keys, nil)
+		} else {
+			keys = append(keys, fmt.Sprintf("k%d", (i*37)%200))
+		}
+	}
+	batch := `SELECT x FROM sluice.send_batch('v2db', ARRAY(SELECT jsonb_build_object('i', g) FROM generate_series(0, 599) g),
+		headers => ARRAY(SELECT jsonb_build_object('h', g) FROM generate_series(0, 599) g), dedup_keys => $1::text[]) x`
+	ids := b.int64s(batch, keys)
+	if len(ids) != 600 {
+		t.Fatalf("%d ids for 600 bodies", len(ids))
+	}
+	first := map[string]int64{}
+	var inserted []int
+	for i, k := range keys {
+		if k == nil {
+			inserted = append(inserted, i)
+			continue
+		}
+		key := k.(string)
+		want, ok := before[key]
+		if !ok {
+			if want, ok = first[key]; !ok {
+				first[key] = ids[i]
+				want = ids[i]
+				inserted = append(inserted, i)
+			}
+		}
+		if ids[i] != want {
+			t.Fatalf("body %d (key %s): id %d, want %d", i, key, ids[i], want)
+		}
+	}
+	for j := 1; j < len(inserted); j++ {
+		if ids[inserted[j]] <= ids[inserted[j-1]] {
+			t.Fatalf("bodies %d and %d enqueued with ids %d, %d: not in body order",
+				inserted[j-1], inserted[j], ids[inserted[j-1]], ids[inserted[j]])
+		}
+	}
+	// what is stored: each enqueued body with its own headers, by id
+	stored := b.int64s(`SELECT (body->>'i')::bigint FROM sluice.peek('v2db', 1000)
+		WHERE body ? 'i' AND (headers->>'h')::int = (body->>'i')::int ORDER BY id`)
+	if len(stored) != len(inserted) {
+		t.Fatalf("%d messages enqueued (with their headers), want %d", len(stored), len(inserted))
+	}
+	for j, i := range inserted {
+		if stored[j] != int64(i) {
+			t.Fatalf("message %d enqueued is body %d, want %d", j, stored[j], i)
+		}
+	}
+	again := b.int64s(batch, keys)
+	for i, k := range keys {
+		if k != nil && again[i] != ids[i] {
+			t.Fatalf("again, body %d (key %s): id %d, want %d", i, k, again[i], ids[i])
+		}
+	}
+	if n := b.int64(`SELECT count(*) FROM sluice.peek('v2db', 1000) WHERE body ? 'i'`); n != int64(len(inserted)+120) {
+		t.Fatalf("after the batch again: %d messages, want %d", n, len(inserted)+120)
+	}
+	got := b.v2drainAck("v2db", "default", 200)
+	if len(got) != 30+len(inserted)+120 {
+		t.Fatalf("received %d, want %d", len(got), 30+len(inserted)+120)
+	}
+}
+
+// Sends of one dedup key from many connections at once enqueue one message
+// (each holds the key a moment before it commits); batches sharing keys
+// in opposite orders neither deadlock nor enqueue a key twice.
+func TestV2ConcurrentIdempotentSend(t *testing.T) {
+	b := setup(t)
+	b.v2widen(20)
+	b.createV2("v2dc", "")
+	const senders = 12
+	ids := make(chan int64, senders)
+	errs := make(chan error, senders)
+	start := make(chan struct{})
+	for i := 0; i < senders; i++ {
+		go func() {
+			<-start
+			tx, err := b.pool.Begin(b.ctx)
+			if err != nil {
+				errs <- err
+				return
+			}
+			var id int64
+			if err := tx.QueryRow(b.ctx, "SELECT sluice.send('v2dc', '{}', dedup_key => 'once')").Scan(&id); err != nil {
+				tx.Rollback(b.ctx) //nolint:errcheck
+				errs <- err
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+			errs <- tx.Commit(b.ctx)
+			ids <- id
+		}()
+	}
+	close(start)
+	for i := 0; i < senders; i++ {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	first := <-ids
+	for i := 1; i < senders; i++ {
+		if id := <-ids; id != first {
+			t.Fatalf("concurrent sends of one key returned %d and %d", first, id)
+		}
+	}
+	if got := b.v2drainAck("v2dc", "default", 100); len(got) != 1 || got[0].ID != first {
+		t.Fatalf("%d messages enqueued by %d concurrent sends of one key, want 1 (%d)", len(got), senders, first)
+	}
+
+	const n = 200
+	fwd, rev := make([]string, n), make([]string, n)
+	for i := 0; i < n; i++ {
+		fwd[i] = fmt.Sprintf("c%d", i)
+		rev[n-1-i] = fwd[i]
+	}
+	var wg sync.WaitGroup
+	results := make([]map[string]int64, 4)
+	berrs := make([]error, 4)
+	for w := 0; w < 4; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			keys := fwd
+			if w%2 == 1 {
+				keys = rev
+			}
+			rows, err := b.pool.Query(b.ctx, `SELECT x FROM sluice.send_batch('v2dc', ARRAY(SELECT '{}'::jsonb FROM generate_series(1, $2)),
+				dedup_keys => $1::text[]) x`, keys, n)
+			if err != nil {
+				berrs[w] = err
+				return
+			}
+			defer rows.Close()
+			got := map[string]int64{}
+			i := 0
+			for rows.Next() {
+				var id int64
+				if err := rows.Scan(&id); err != nil {
+					berrs[w] = err
+					return
+				}
+				got[keys[i]] = id
+				i++
+			}
+			berrs[w] = rows.Err()
+			results[w] = got
+		}(w)
+	}
+	wg.Wait()
+	for w, err := range berrs {
+		if err != nil {
+			t.Fatalf("batch %d: %v", w, err)
+		}
+	}
+	for w := 1; w < len(results); w++ {
+		for k, id := range results[0] {
+			if results[w][k] != id {
+				t.Fatalf("key %s: batch 0 got id %d, batch %d got %d", k, id, w, results[w][k])
+			}
+		}
+	}
+	if got := b.v2drainAck("v2dc", "default", 100); len(got) != n {
+		t.Fatalf("%d messages enqueued for %d keys", len(got), n)
+	}
+}
+
+// peek pages through the stored messages in id order, shows what send
+// stored (headers, delay; key NULL and priority 0: engine 2 has neither
+// yet), and changes nothing; a nacked message (its retry copy) still shows
+// once, naming its group in resent_to; a received one is still stored.
+func TestV2PeekPagesInIDOrder(t *testing.T) {
+	b := setup(t)
+	b.createV2("v2p", `"lanes": 2`)
+	var sent []int64
+	for i := range 23 {
+		var id int64
+		if err := b.pool.QueryRow(b.ctx, `SELECT sluice.send('v2p', jsonb_build_object('n', $1::int),
+			headers => CASE WHEN $1::int = 3 THEN '{"h": 1}'::jsonb END,
+			delay => CASE WHEN $1::int = 5 THEN interval '1 hour' END)`, i).Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		sent = append(sent, id)
+	}
+	before := b.dataFingerprint()
+	statusBefore := b.statusRow("v2p")
+	var all []peeked
+	var after *int64
+	for page := 0; ; page++ {
+		ps := b.peek("v2p", 10, after)
+		if len(ps) == 0 {
+			break
+		}
+		if page > 3 {
+			t.Fatalf("more than 3 pages of 10 for 23 messages")
+		}
+		all = append(all, ps...)
+		last := ps[len(ps)-1].ID
+		after = &last
+	}
+	if got := peekIDs(all); !slices.Equal(got, sent) {
+		t.Fatalf("paged ids %v, want %v", got, sent)
+	}
+	for i, p := range all {
+		if want := fmt.Sprintf(`{"n": %d}`, i); p.Body != want {
+			t.Errorf("message %d: body %s, want %s", i, p.Body, want)
+		}
+		if p.HasHeader != (i == 3) || p.Key != nil || p.Delayed != (i == 5) || p.Priority != 0 || p.ResentTo != nil {
+			t.Errorf("message %d: %+v", i, p)
+		}
+	}
+	if got := peekIDs(b.peek("v2p", 3, &sent[20])); !slices.Equal(got, sent[21:]) {
+		t.Errorf("peek after %d: %v, want %v", sent[20], got, sent[21:])
+	}
+	if after := b.dataFingerprint(); after != before {
+		t.Errorf("peek changed the data:\n before %s\n after  %s", before, after)
+	}
+	if got := b.statusRow("v2p"); got != statusBefore {
+		t.Errorf("status after peek %+v, want %+v", got, statusBefore)
+	}
+	if n := len(b.leases("v2p", nil, 100)); n != 0 {
+		t.Errorf("%d leases after peek, want 0", n)
+	}
+	ms := b.v2receive("v2p", "default", 2, "")
+	if len(ms) != 2 {
+		t.Fatalf("received %d, want 2", len(ms))
+	}
+	if !b.nack("v2p", "default", ms[0].Receipt, "1 hour", "") {
+		t.Fatal("nack")
+	}
+	ps := b.peek("v2p", 1000, nil)
+	if got := peekIDs(ps); !slices.Equal(got, sent) {
+		t.Fatalf("peek after a nack: %v, want %v", got, sent)
+	}
+	for _, p := range ps {
+		var want []string
+		if p.ID == ms[0].ID {
+			want = []string{"default"}
+		}
+		if !slices.Equal(p.ResentTo, want) || p.Delayed != (p.Body == `{"n": 5}`) {
+			t.Errorf("after a nack of %d: %+v (want resent_to %v)", ms[0].ID, p, want)
+		}
+	}
+	// an uncommitted send is not shown
+	tx, err := b.pool.Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(b.ctx) //nolint:errcheck
+	b.send(tx, "v2p", `"open"`)
+	if n := len(b.peek("v2p", 1000, nil)); n != len(sent) {
+		t.Errorf("peek beside an uncommitted send: %d, want %d", n, len(sent))
+	}
+}
+
+// leases shows a delivery while it is current (group, id, position,
+// attempt, consumer, times), not once it is acked or its lease has expired
+// (without a receive in between); a redelivery shows with attempt 2; an
+// extend renews the whole lease (engine 2 leases a receive's messages of a
+// lane together); nacked messages are not in flight; groups are apart and
+// the filter keeps one; max_messages bounds the rows; status's in_flight
+// agrees.
+func TestV2Leases(t *testing.T) {
+	b := setup(t)
+	b.createV2("v2l", `"lanes": 1`)
+	b.exec("SELECT sluice.create_group('v2l', 'audit')")
+	id := b.send(b.pool, "v2l", `"a"`)
+	start := time.Now()
+	ms := b.receiveAs("v2l", "default", 1, "1 hour", "worker-1")
+	if len(ms) != 1 {
+		t.Fatalf("received %d", len(ms))
+	}
+	ls := b.leases("v2l", nil, 100)
+	if len(ls) != 1 {
+		t.Fatalf("leases: %+v, want one", ls)
+	}
+	l := ls[0]
+	if l.Group != "default" || l.ID != id || l.Pos != ms[0].Pos || l.Attempt != 1 || l.Consumer == nil || *l.Consumer != "worker-1" {
+		t.Errorf("lease %+v, want message %d at %d, attempt 1, consumer worker-1", l, id, ms[0].Pos)
+	}
+	if d := l.Expires.Sub(l.DeliveredAt); d < 59*time.Minute || d > 61*time.Minute {
+		t.Errorf("lease from %s to %s, want an hour", l.DeliveredAt, l.Expires)
+	}
+	if l.DeliveredAt.Before(start.Add(-time.Minute)) || l.DeliveredAt.After(time.Now().Add(time.Minute)) {
+		t.Errorf("delivered_at %s, want about now", l.DeliveredAt)
+	}
+	if n := b.ack("v2l", "default", ms[0].Receipt); n != 1 {
+		t.Fatalf("ack: %d", n)
+	}
+	if ls := b.leases("v2l", nil, 100); len(ls) != 0 {
+		t.Errorf("leases after the ack: %+v", ls)
+	}
+	b.v2drainAck("v2l", "audit", 10)
+
+	// expiry, then a redelivery with attempt 2
+	id = b.send(b.pool, "v2l", `"b"`)
+	if ms := b.receive("v2l", "default", 1, "300 milliseconds"); len(ms) != 1 || len(b.leases("v2l", nil, 100)) != 1 {
+		t.Fatalf("second message: received %d", len(ms))
+	}
+	waitFor(t, 10*time.Second, "the lease to expire", func() bool { return len(b.leases("v2l", nil, 100)) == 0 })
+	ms = b.receive("v2l", "default", 1, "1 hour")
+	if len(ms) != 1 || ms[0].Attempt != 2 {
+		t.Fatalf("redelivery: %+v", ms)
+	}
+	ls = b.leases("v2l", nil, 100)
+	if len(ls) != 1 || ls[0].ID != id || ls[0].Attempt != 2 || ls[0].Consumer != nil || ls[0].Pos != ms[0].Pos {
+		t.Errorf("leases after the redelivery: %+v, want message %d, attempt 2, no consumer", ls, id)
+	}
+	b.ack("v2l", "default", ms[0].Receipt)
+	b.v2drainAck("v2l", "audit", 10)
+
+	// a receive of 6: each position once, in position order
+	var sent []int64
+	for i := range 6 {
+		sent = append(sent, b.send(b.pool, "v2l", fmt.Sprint(i)))
+	}
+	ms = b.receiveAs("v2l", "default", 6, "10 minutes", "c1")
+	if len(ms) != 6 {
+		t.Fatalf("received %d, want 6", len(ms))
+	}
+	ls = b.leases("v2l", nil, 100)
+	if got := leaseIDs(ls); !slices.Equal(got, sent) {
+		t.Fatalf("leases of the receive: %v, want %v", got, sent)
+	}
+	for _, l := range ls {
+		if l.Attempt != 1 || l.Consumer == nil || *l.Consumer != "c1" || !l.Expires.Equal(ls[0].Expires) {
+			t.Errorf("lease of the receive: %+v", l)
+		}
+	}
+	if got := leaseIDs(b.leases("v2l", nil, 4)); !slices.Equal(got, sent[:4]) {
+		t.Errorf("leases, 4 at most: %v, want %v", got, sent[:4])
+	}
+	// extend one: the lease (all six) shows the new end, consumer and time kept
+	var n int
+	if err := b.pool.QueryRow(b.ctx, "SELECT sluice.extend('v2l', 'default', $1, '1 hour')", []string{ms[2].Receipt}).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("extend: %d, %v", n, err)
+	}
+	ext := b.leases("v2l", nil, 100)
+	if got := leaseIDs(ext); !slices.Equal(got, sent) {
+		t.Fatalf("leases after an extend: %v, want %v", got, sent)
+	}
+	for _, l := range ext {
+		if d := l.Expires.Sub(ls[0].Expires); d < 45*time.Minute || *l.Consumer != "c1" || !l.DeliveredAt.Equal(ls[0].DeliveredAt) {
+			t.Errorf("extended lease %+v, before %+v", l, ls[0])
+		}
+	}
+	// nack two: not in flight
+	if !b.nack("v2l", "default", ms[0].Receipt, "1 hour", "") || !b.nack("v2l", "default", ms[3].Receipt, "1 hour", "") {
+		t.Fatal("nack")
+	}
+	want := []int64{sent[1], sent[2], sent[4], sent[5]}
+	ls = b.leases("v2l", nil, 100)
+	if got := leaseIDs(ls); !slices.Equal(got, want) {
+		t.Errorf("leases after the nacks: %v, want %v", got, want)
+	}
+	if got := b.v2status("v2l", "default").InFlight; got != int64(len(ls)) {
+		t.Errorf("status in flight %d, leases %d", got, len(ls))
+	}
+	// another group: its own leases; the filter keeps one group
+	am := b.v2receive("v2l", "audit", 2, "")
+	audit, def := "audit", "default"
+	if got := b.leases("v2l", &audit, 100); len(got) != 2 || got[0].Group != "audit" {
+		t.Errorf("audit's leases: %+v", got)
+	}
+	if got := b.leases("v2l", &def, 100); len(got) != len(ls) {
+		t.Errorf("default's leases: %d, want %d", len(got), len(ls))
+	}
+	if got := b.leases("v2l", nil, 100); len(got) != len(ls)+2 {
+		t.Errorf("every group's leases: %d, want %d", len(got), len(ls)+2)
+	}
+	before := b.dataFingerprint()
+	b.leases("v2l", nil, 100)
+	if after := b.dataFingerprint(); after != before {
+		t.Errorf("leases changed the data:\n before %s\n after  %s", before, after)
+	}
+	b.ack("v2l", "default", ms[1].Receipt, ms[2].Receipt, ms[4].Receipt, ms[5].Receipt)
+	b.ack("v2l", "audit", v2receipts(am)...)
+	if got := b.leases("v2l", nil, 100); len(got) != 0 {
+		t.Errorf("leases after the acks: %+v", got)
+	}
+}
+
+// An extended lease whose first end has passed (a receive put it off: a
+// deferral) is still in flight, until its extension ends; the expired
+// lease's redelivery (parked positions delivered again) shows with its
+// attempts.
+func TestV2LeasesExtendedPastTheirEnd(t *testing.T) {
+	b := setup(t)
+	b.createV2("v2le", `"lanes": 1`)
+	ids := b.v2sendN("v2le", 3)
+	ms := b.v2receive("v2le", "default", 3, "200 milliseconds")
+	if len(ms) != 3 {
+		t.Fatalf("received %d", len(ms))
+	}
+	var n int
+	if err := b.pool.QueryRow(b.ctx, "SELECT sluice.extend('v2le', 'default', $1, '1 second')", []string{ms[0].Receipt}).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("extend: %d, %v", n, err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	// a receive now finds the lease ended but extended: it puts it off
+	if got := b.v2receive("v2le", "default", 3, ""); len(got) != 0 {
+		t.Fatalf("received %v while the lease is extended", v2ids(got))
+	}
+	if got := leaseIDs(b.leases("v2le", nil, 100)); !v2same(got, ids) {
+		t.Fatalf("leases of an extended lease past its first end: %s", v2diff(got, ids))
+	}
+	waitFor(t, 10*time.Second, "the extension to end", func() bool { return len(b.leases("v2le", nil, 100)) == 0 })
+	again := b.v2receive("v2le", "default", 2, "1 hour")
+	if len(again) != 2 {
+		t.Fatalf("redelivered %d, want 2", len(again))
+	}
+	ls := b.leases("v2le", nil, 100)
+	if len(ls) != 2 || ls[0].Attempt != 2 || ls[1].Attempt != 2 || !v2same(leaseIDs(ls), v2ids(again)) {
+		t.Fatalf("leases of the redelivery: %+v, want %v with attempt 2", ls, v2ids(again))
+	}
+}
+
+// Bad input to the calls of this file gets its SQLSTATE and changes
+// nothing.
+func TestV2OpsBadInput(t *testing.T) {
+	b := setup(t)
+	b.createV2("v2ob", `"max_attempts": 1`)
+	b.send(b.pool, "v2ob", "1")
+	b.v2sendKey("v2ob", "2", "k")
+	ms := b.v2receive("v2ob", "default", 1, "")
+	if len(ms) != 1 || !b.nack("v2ob", "default", ms[0].Receipt, "0", "dead") {
+		t.Fatal("receive and nack")
+	}
+	long := strings.Repeat("x", 513)
+	before := b.dataFingerprint()
+	for _, c := range []struct{ sql, code string }{
+		{`SELECT sluice.send('v2ob', '{}', dedup_key => '` + long + `')`, "SL006"},
+		{`SELECT sluice.send('v2ob', NULL, dedup_key => 'n')`, "SL006"},
+		{`SELECT sluice.send('v2ob', '{}', dedup_key => 'n', delay => '-1 second')`, "SL006"},
+		{`SELECT sluice.send('v2ob', '{}', priority => 1, dedup_key => 'n')`, "SL011"},
+		{`SELECT sluice.send('nope', '{}', dedup_key => 'n')`, "SL002"},
+		{`SELECT * FROM sluice.send_batch('v2ob', ARRAY['{}'::jsonb, '{}'], dedup_keys => ARRAY['n'])`, "SL006"},
+		{`SELECT * FROM sluice.send_batch('v2ob', ARRAY['{}'::jsonb], dedup_keys => ARRAY[['n']])`, "SL006"},
+		{`SELECT * FROM sluice.send_batch('v2ob', ARRAY['{}'::jsonb], dedup_keys => ARRAY['` + long + `'])`, "SL006"},
+		{`SELECT * FROM sluice.send_batch('v2ob', ARRAY['{}'::jsonb, NULL], dedup_keys => ARRAY['n', 'm'])`, "SL006"},
+		{`SELECT * FROM sluice.peek('v2ob', 0)`, "SL006"},
+		{`SELECT * FROM sluice.peek('v2ob', 1001)`, "SL006"},
+		{`SELECT * FROM sluice.peek('v2ob', NULL)`, "SL006"},
+		{`SELECT * FROM sluice.leases('v2ob', NULL, 0)`, "SL006"},
+		{`SELECT * FROM sluice.leases('v2ob', 'nope')`, "SL003"},
+		{`SELECT * FROM sluice.leases('v2ob', 'bad name')`, "SL001"},
+		{`SELECT sluice.purge_queue('nope')`, "SL002"},
+		{`SELECT sluice.purge_queue('bad name')`, "SL001"},
+		{`SELECT sluice.purge_queue(NULL)`, "SL001"},
+		{`SELECT sluice.redrive('v2ob', 'nope')`, "SL003"},
+		{`SELECT sluice.redrive('nope')`, "SL002"},
+	} {
+		_, err := b.pool.Exec(b.ctx, c.sql)
+		if got := sqlstate(err); got != c.code {
+			t.Errorf("%s: SQLSTATE %q (%v), want %s", c.sql, got, err, c.code)
+		}
+	}
+	if after := b.dataFingerprint(); after != before {
+		t.Errorf("bad input changed the data:\n before %s\n after  %s", before, after)
+	}
+	// a redrive naming no dead letter sends nothing
+	if n := b.int64(`SELECT sluice.redrive('v2ob', NULL, ARRAY[123456789])`); n != 0 {
+		t.Errorf("redrive of an unknown id: %d", n)
+	}
+	if after := b.dataFingerprint(); after != before {
+		t.Errorf("a redrive of nothing changed the data:\n before %s\n after  %s", before, after)
+	}
+}
+
+// purge_queue removes every message (delivered or not, due or delayed, its
+// retry copies), returns how many, and the group goes on with the messages
+// sent afterwards; a consumer holding leases then acks nothing (count 0),
+// extends and nacks nothing; peek, leases and status show nothing; dead
+// letters stay; dedup keys are forgotten (engine 1 truncates them too).
+func TestV2Purge(t *testing.T) {
+	b := setup(t)
+	b.createV2("v2pg", `"lanes": 2, "max_attempts": 2`)
+	b.exec("SELECT sluice.create_group('v2pg', 'other')")
+	b.v2sendN("v2pg", 5)
+	b.v2sendKey("v2pg", `"k"`, "key-1")
+	b.exec(`SELECT sluice.send('v2pg', '"later"', delay => '200 milliseconds')`)
+	held := b.v2receive("v2pg", "default", 6, "1 hour")
+	if len(held) < 2 {
+		t.Fatalf("received %d", len(held))
+	}
+	// one retry copy (due at once, not received yet), one dead letter in other
+	if !b.nack("v2pg", "default", held[0].Receipt, "0", "again") {
+		t.Fatal("nack")
+	}
+	om := b.v2receive("v2pg", "other", 1, "")
+	b.exec("SELECT sluice.alter_queue('v2pg', '{\"max_attempts\": 1}')")
+	if len(om) != 1 || !b.nack("v2pg", "other", om[0].Receipt, "0", "dead") {
+		t.Fatal("nack in other")
+	}
+	if n := b.int64("SELECT sluice.purge_queue('v2pg')"); n != 8 {
+		t.Fatalf("purge = %d, want 8 (7 sent and a retry copy)", n)
+	}
+	if n := b.ack("v2pg", "default", v2receipts(held[1:])...); n != 0 {
+		t.Errorf("ack of receipts leased before the purge counted %d, want 0", n)
+	}
+	var n int
+	if err := b.pool.QueryRow(b.ctx, "SELECT sluice.extend('v2pg', 'default', $1, '1 hour')", v2receipts(held[1:])).Scan(&n); err != nil || n != 0 {
+		t.Errorf("extend after the purge: %d, %v; want 0", n, err)
+	}
+	if b.nack("v2pg", "default", held[1].Receipt, "0", "") {
+		t.Error("nack of a receipt leased before the purge: true")
+	}
+	if ps := b.peek("v2pg", 10, nil); len(ps) != 0 {
+		t.Errorf("peek after purge: %+v", ps)
+	}
+	if ls := b.leases("v2pg", nil, 10); len(ls) != 0 {
+		t.Errorf("leases after purge: %+v", ls)
+	}
+	time.Sleep(300 * time.Millisecond) // (the delayed message would be due)
+	for _, g := range []string{"default", "other"} {
+		b.v2expectEmpty("v2pg", g)
+		if got := b.v2drain("v2pg", g, 10, ""); len(got) != 0 {
+			t.Fatalf("%s received %v after the purge", g, v2ids(got))
+		}
+	}
+	if dl := b.int64("SELECT count(*) FROM sluice.dead_letters('v2pg')"); dl != 1 {
+		t.Errorf("dead letters after the purge: %d, want 1", dl)
+	}
+	if d := b.v2status("v2pg", "other").Dead; d != 1 {
+		t.Errorf("status dead of other after the purge: %d, want 1", d)
+	}
+	after := b.send(b.pool, "v2pg", `{"after": true}`)
+	keyed := b.v2sendKey("v2pg", `"k2"`, "key-1")
+	for _, g := range []string{"default", "other"} {
+		got := b.v2drainAck("v2pg", g, 10)
+		if !v2same(v2ids(got), []int64{after, keyed}) {
+			t.Errorf("%s after the purge: %s", g, v2diff(v2ids(got), []int64{after, keyed}))
+		}
+	}
+	if ps := peekIDs(b.peek("v2pg", 10, nil)); !slices.Equal(ps, []int64{after, keyed}) {
+		t.Errorf("peek of the messages sent after the purge: %v", ps)
+	}
+	// a purge of nothing but what is completed counts those
+	if n := b.int64("SELECT sluice.purge_queue('v2pg')"); n != 2 {
+		t.Errorf("second purge = %d, want 2", n)
+	}
+	b.v2expectEmpty("v2pg", "default")
+}
+
+// A purge after rotations (messages, leases and lane states in both
+// slots) empties every slot; the queue then goes on, rotates and reclaims.
+func TestV2PurgeAcrossSlots(t *testing.T) {
+	b := setup(t)
+	b.createV2("v2ps", `"retention": "0 seconds", "rotate_interval": "100 milliseconds", "lanes": 2,
+		"lease": "300 milliseconds"`)
+	b.v2sendN("v2ps", 10)
+	b.v2drainAck("v2ps", "default", 3)
+	b.v2sendN("v2ps", 10)
+	waitFor(t, 10*time.Second, "a rotation", func() bool {
+		b.v2maintain()
+		return b.v2epoch("v2ps") >= 1
+	})
+	b.v2sendN("v2ps", 10)
+	held := b.v2receive("v2ps", "default", 5, "1 hour")
+	if len(held) == 0 {
+		t.Fatal("nothing received")
+	}
+	if n := b.int64("SELECT sluice.purge_queue('v2ps')"); n != 30 {
+		t.Fatalf("purge = %d, want 30", n)
+	}
+	if got := b.v2drain("v2ps", "default", 10, ""); len(got) != 0 {
+		t.Fatalf("received %v after the purge", v2ids(got))
+	}
+	var want, got []int64
+	r0 := b.v2reclaims("v2ps")
+	waitFor(t, 20*time.Second, "rotations and reclaims after the purge", func() bool {
+		want = append(want, b.v2sendN("v2ps", 3)...)
+		got = append(got, v2ids(b.v2drainAck("v2ps", "default", 4))...)
+		time.Sleep(50 * time.Millisecond)
+		b.v2maintain()
+		return b.v2reclaims("v2ps") >= r0+2
+	})
+	got = append(got, v2ids(b.v2drainAck("v2ps", "default", 4))...)
+	if !v2same(got, want) {
+		t.Fatalf("after the purge: %s", v2diff(got, want))
+	}
+	b.v2expectEmpty("v2ps", "default")
+}
+
+// purge_queue while consumers receive and ack and a producer sends:
+// nobody gets an error, and after the load what is sent is received once.
+func TestV2PurgeUnderLoad(t *testing.T) {
+	b := setup(t)
+	b.v2widen(12)
+	b.createV2("v2pl", "")
+	var (
+		mu   sync.Mutex
+		bad  []string
+		wg   sync.WaitGroup
+		stop = make(chan struct{})
+	)
+	for i := range 5 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				var err error
+				if i < 4 {
+					var ms []v2msg
+					ms, err = v2receiveOn(b.ctx, b.pool, "v2pl", "default", 5, "")
+					if err == nil && len(ms) > 0 {
+						_, err = b.pool.Exec(b.ctx, "SELECT sluice.ack('v2pl', 'default', $1)", v2receipts(ms))
+					}
+				} else {
+					_, err = b.pool.Exec(b.ctx, "SELECT sluice.send_batch('v2pl', ARRAY['1'::jsonb, '2', '3'])")
+				}
+				if err != nil {
+					mu.Lock()
+					bad = append(bad, fmt.Sprintf("client %d: %v", i, err))
+					mu.Unlock()
+					return
+				}
+			}
+		}()
+	}
+	for round := range 3 {
+		time.Sleep(400 * time.Millisecond)
+		if _, err := b.pool.Exec(b.ctx, "SELECT sluice.purge_queue('v2pl')"); err != nil {
+			t.Errorf("purge %d under load: %v", round, err)
+		}
+	}
+	close(stop)
+	wg.Wait()
+	for _, e := range bad {
+		t.Error(e)
+	}
+	b.v2drainAck("v2pl", "default", 100)
+	ids := b.v2sendN("v2pl", 7)
+	if got := b.v2drainAck("v2pl", "default", 100); !v2same(v2ids(got), ids) {
+		t.Fatalf("after the load: %s", v2diff(v2ids(got), ids))
+	}
+}
+
+// Redriving dead letters of two groups, a subset by id then the rest of
+// one group: each comes back once, to its own group only, as the message it
+// was (id, body, headers, sent_at), with its attempts started again, and is
+// then no longer a dead letter; the count returned is the number redriven.
+// Redriven and dead again, it is a dead letter again, and can be redriven
+// again.
+func TestV2RedriveToTheirGroups(t *testing.T) {
+	b := setup(t)
+	b.createV2("v2rd", `"max_attempts": 1, "lanes": 2`)
+	b.exec(`SELECT sluice.create_group('v2rd', 'other')`)
+	b.exec(`SELECT sluice.send_batch('v2rd', ARRAY(SELECT jsonb_build_object('n', g) FROM generate_series(1, 60) g),
+		headers => ARRAY(SELECT jsonb_build_object('h', g) FROM generate_series(1, 60) g))`)
+	sentAt := map[int64]time.Time{}
+	for _, m := range b.v2drain("v2rd", "default", 100, "") {
+		sentAt[m.ID] = m.SentAt
+		if !b.nack("v2rd", "default", m.Receipt, "0", "boom") {
+			t.Fatal("nack")
+		}
+	}
+	for _, m := range b.v2drain("v2rd", "other", 100, "") {
+		n := b.int64(`SELECT ($1::jsonb->>'n')::bigint`, m.Body)
+		if n%2 == 0 {
+			b.nack("v2rd", "other", m.Receipt, "0", "boom")
+		} else {
+			b.ack("v2rd", "other", m.Receipt)
+		}
+	}
+	if n := b.int64(`SELECT count(*) FROM sluice.dead_letters('v2rd', NULL, 1000)`); n != 90 {
+		t.Fatalf("%d dead letters, want 90", n)
+	}
+	if n := b.int64(`SELECT sluice.redrive('v2rd', NULL, ARRAY(SELECT id FROM sluice.dead_letters('v2rd', NULL, 1000)
+		WHERE (body->>'n')::int % 3 = 0))`); n != 30 {
+		t.Fatalf("redrive by ids = %d, want 30 (20 of default, 10 of other)", n)
+	}
+	if n := b.int64(`SELECT sluice.redrive('v2rd', 'other')`); n != 20 {
+		t.Fatalf("redrive of other's rest = %d, want 20", n)
+	}
+	if n := b.int64(`SELECT count(*) FROM sluice.dead_letters('v2rd', NULL, 1000)`); n != 40 {
+		t.Fatalf("%d dead letters left, want default's 40", n)
+	}
+	if d := b.v2status("v2rd", "default").Dead; d != 40 {
+		t.Errorf("status of default: dead %d, want 40", d)
+	}
+	// peek names the groups the messages were sent to again
+	if n := b.int64(`SELECT count(*) FROM sluice.peek('v2rd', 1000) WHERE resent_to = ARRAY['default', 'other']`); n != 10 {
+		t.Errorf("peek: %d messages resent to both groups, want 10 (n a multiple of 6)", n)
+	}
+	for _, c := range []struct {
+		group string
+		want  func(n int64) bool
+		count int
+	}{{"default", func(n int64) bool { return n%3 == 0 }, 20}, {"other", func(n int64) bool { return n%2 == 0 }, 30}} {
+		got := b.v2drain("v2rd", c.group, 1000, "1 hour")
+		if len(got) != c.count {
+			t.Fatalf("%s received %d redriven messages, want %d", c.group, len(got), c.count)
+		}
+		seen := map[int64]bool{}
+		for _, m := range got {
+			n := b.int64(`SELECT ($1::jsonb->>'n')::bigint`, m.Body)
+			if !c.want(n) || seen[m.ID] || m.ID != n || m.Attempt != 1 || !m.SentAt.Equal(sentAt[m.ID]) {
+				t.Fatalf("%s got message %d with body %s, attempt %d, sent at %s (want %s; seen before: %v)",
+					c.group, m.ID, m.Body, m.Attempt, m.SentAt, sentAt[m.ID], seen[m.ID])
+			}
+			seen[m.ID] = true
+		}
+		ls := b.leases("v2rd", &c.group, 1000)
+		if len(ls) != c.count || ls[0].Attempt != 1 {
+			t.Errorf("%s: %d leases of redriven messages (attempt %d), want %d", c.group, len(ls), ls[0].Attempt, c.count)
+		}
+		if c.group == "default" {
+			// dead again (max_attempts 1): a dead letter again, redriven again
+			for _, m := range got {
+				if !b.nack("v2rd", "default", m.Receipt, "0", "boom again") {
+					t.Fatal("nack of a redriven message")
+				}
+			}
+			if n := b.int64(`SELECT count(*) FROM sluice.dead_letters('v2rd', 'default', 1000)`); n != 60 {
+				t.Fatalf("default's dead letters after the redriven died again: %d, want 60", n)
+			}
+			if n := b.int64(`SELECT sluice.redrive('v2rd', 'default')`); n != 60 {
+				t.Fatalf("second redrive of default = %d, want 60", n)
+			}
+			if again := b.v2drainAck("v2rd", "default", 100); len(again) != 60 {
+				t.Fatalf("default received %d after the second redrive, want 60", len(again))
+			}
+		} else {
+			b.ack("v2rd", c.group, v2receipts(got)...)
+		}
+	}
+	b.v2expectEmpty("v2rd", "default")
+	b.v2expectEmpty("v2rd", "other")
+}
+
+// Two redrives of the same dead letters at once: the second waits for the
+// first and sends nothing.
+func TestV2ConcurrentRedriveSendsOnce(t *testing.T) {
+	b := setup(t)
+	b.createV2("v2rc", `"max_attempts": 1`)
+	b.v2sendBatch("v2rc", 5, "")
+	for _, m := range b.v2drain("v2rc", "default", 10, "") {
+		b.nack("v2rc", "default", m.Receipt, "0", "")
+	}
+	tx, err := b.pool.Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(b.ctx) //nolint:errcheck
+	var first int64
+	if err := tx.QueryRow(b.ctx, `SELECT sluice.redrive('v2rc')`).Scan(&first); err != nil || first != 5 {
+		t.Fatalf("first redrive: %d, %v", first, err)
+	}
+	second := make(chan error, 1)
+	var n int64
+	go func() { second <- b.pool.QueryRow(b.ctx, `SELECT sluice.redrive('v2rc')`).Scan(&n) }()
+	time.Sleep(300 * time.Millisecond)
+	if err := tx.Commit(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-second; err != nil || n != 0 {
+		t.Fatalf("second redrive: %d, %v; want 0", n, err)
+	}
+	if got := b.v2drainAck("v2rc", "default", 100); len(got) != 5 {
+		t.Fatalf("received %d redriven messages, want 5 (one each)", len(got))
+	}
+}
