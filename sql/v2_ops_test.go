@@ -1,6 +1,7 @@
 package sqlsrc_test
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"sort"
@@ -8,6 +9,10 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/sluicemq/sluice/internal/pgtest"
+	"github.com/sluicemq/sluice/migrate"
+	sqlsrc "github.com/sluicemq/sluice/sql"
 )
 
 // Tests of dedup keys, peek, leases, purge_queue and redrive on queues of
@@ -722,7 +727,12 @@ func TestV2PurgeAcrossSlots(t *testing.T) {
 		b.v2maintain()
 		return b.v2reclaims("v2ps") >= r0+2
 	})
-	got = append(got, v2ids(b.v2drainAck("v2ps", "default", 4))...)
+	// (a receive that rotates the queue may return nothing though a message
+	// waits: received until every one came)
+	waitFor(t, 5*time.Second, "every message sent after the purge", func() bool {
+		got = append(got, v2ids(b.v2drainAck("v2ps", "default", 4))...)
+		return len(got) >= len(want)
+	})
 	if !v2same(got, want) {
 		t.Fatalf("after the purge: %s", v2diff(got, want))
 	}
@@ -912,4 +922,57 @@ func TestV2ConcurrentRedriveSendsOnce(t *testing.T) {
 	if got := b.v2drainAck("v2rc", "default", 100); len(got) != 5 {
 		t.Fatalf("received %d redriven messages, want 5 (one each)", len(got))
 	}
+}
+
+// A queue of engine 2 made by the engine before dedup keys worked on engine
+// 2 (testdata: git archive of sql/ at that commit), where a dedup key raised
+// SL011, gets its dedup table when the new engine is migrated in: sends
+// with a key then deduplicate, what it held is delivered once, and its
+// slots (now eight tables each) are still reclaimed.
+func TestV2UpgradeAddsDedup(t *testing.T) {
+	ctx := context.Background()
+	url := server.NewDatabaseFrom(t, engineFS(t, "testdata/engine-v2-before-dedup.tar.gz"))
+	b := &bundle{t: t, ctx: ctx, pool: pgtest.NewPool(t, url)}
+	b.createV2("v2up", `"retention": "0 seconds", "rotate_interval": "100 milliseconds", "lease": "300 milliseconds"`)
+	ids := b.v2sendN("v2up", 3)
+	b.v2expectState("SL011", `SELECT sluice.send('v2up', '{}', dedup_key => 'k')`)
+	held := b.v2receive("v2up", "default", 1, "5 seconds")
+	if len(held) != 1 {
+		t.Fatalf("received %d before the upgrade", len(held))
+	}
+	conn := pgtest.Connect(t, url)
+	if _, err := migrate.Apply(ctx, conn, sqlsrc.FS); err != nil {
+		t.Fatalf("upgrade: %v", err)
+	}
+	first := b.v2sendKey("v2up", `"k"`, "k")
+	if again := b.v2sendKey("v2up", `"k again"`, "k"); again != first {
+		t.Fatalf("after the upgrade a key sent again returned %d, want %d", again, first)
+	}
+	if got := leaseIDs(b.leases("v2up", nil, 10)); !slices.Equal(got, v2ids(held)) {
+		t.Errorf("leases after the upgrade: %v, want %v", got, v2ids(held))
+	}
+	if n := len(b.peek("v2up", 100, nil)); n != 4 {
+		t.Errorf("peek after the upgrade: %d messages, want 4", n)
+	}
+	if n := b.ack("v2up", "default", held[0].Receipt); n != 1 {
+		t.Errorf("ack of a receipt given before the upgrade: %d", n)
+	}
+	// (a receive that rotates the queue may return nothing though a message
+	// waits: received until every one came)
+	want := append(ids[1:], first)
+	got := b.v2drainAck("v2up", "default", 10)
+	waitFor(t, 5*time.Second, "the messages after the upgrade", func() bool {
+		got = append(got, b.v2drainAck("v2up", "default", 10)...)
+		return len(got) >= len(want)
+	})
+	if !v2same(v2ids(got), want) {
+		t.Fatalf("after the upgrade: %s", v2diff(v2ids(got), want))
+	}
+	b.exec(`SELECT sluice.alter_queue('v2up', '{"dedup_window": "1 millisecond"}')`)
+	waitFor(t, 20*time.Second, "a reclaim after the upgrade", func() bool {
+		b.v2sendKey("v2up", "{}", fmt.Sprint(time.Now().UnixNano()))
+		b.v2drainAck("v2up", "default", 10)
+		b.v2maintain()
+		return b.v2reclaims("v2up") >= 2
+	})
 }
