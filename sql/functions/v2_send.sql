@@ -67,7 +67,9 @@ $$;
 -- sent for its group only, in the form of a nack's retry copy (e2_nack): a
 -- msg row with an id of its own, orig = the dead letter's message id,
 -- target = its group, attempt 1 (its attempts start again), due at once,
--- with the dead letter's sent_at, headers and body.
+-- with the dead letter's sent_at, key (a keyed one goes to its key's lane
+-- and waits behind the key's messages in flight, as a send of the key
+-- would), priority, headers and body.
 --
 -- Parameters:
 --   q       the queue's row
@@ -88,8 +90,9 @@ BEGIN
         ON CONFLICT DO NOTHING
         RETURNING dead_letter_id, message_id
     )
-    INSERT INTO msg (slot, id, txid, orig, attempt, target, due, sent_at, headers, body)
-    SELECT ns.slot, c.message_id, pg_current_xact_id(), d.message_id, 1, d.group_id, NULL, d.sent_at, d.headers, d.body
+    INSERT INTO msg (slot, id, txid, orig, attempt, target, due, sent_at, headers, body, key, khash, priority)
+    SELECT ns.slot, c.message_id, pg_current_xact_id(), d.message_id, 1, d.group_id, NULL, d.sent_at, d.headers, d.body,
+           d.key, hashtextextended(d.key, 0), d.priority
     FROM claimed c
     JOIN sluice.dead_letter d ON d.id = c.dead_letter_id
     CROSS JOIN sluice._slot_now(q.id) ns

@@ -114,10 +114,11 @@ $$;
 -- e_peek: sluice.peek of a queue of engine 2 (see there): the messages the
 -- queue stores (committed, not reclaimed), one row per message id, by id,
 -- the first p_max after p_after. A retry copy (a nack's) or a redrive's
--- keeps its message's id (orig), body, headers and sent_at: it gets no row
--- of its own, its group (target) is named in resent_to. The row shown is
--- the one first sent while it is stored, else (reclaimed) the earliest
--- copy. key is NULL and priority 0: engine 2 stores neither yet.
+-- keeps its message's id (orig), body, headers, key and sent_at: it gets no
+-- row of its own, its group (target) is named in resent_to (a keyed
+-- message is retried in place, without a copy, as in engine 1). The row
+-- shown is the one first sent while it is stored, else (reclaimed) the
+-- earliest copy.
 --
 -- msg has no index on id (sends would pay for it): this reads it twice, the
 -- first time for the ids only (the page's last id), the second for the rows
@@ -150,7 +151,8 @@ BEGIN
     END IF;
     RETURN QUERY
     WITH page AS MATERIALIZED (
-        SELECT coalesce(m.orig, m.id) AS pid, m.id, m.orig, m.target, m.body, m.headers, m.sent_at, m.due
+        SELECT coalesce(m.orig, m.id) AS pid, m.id, m.orig, m.target, m.body, m.headers, m.key, m.priority,
+               m.sent_at, m.due
         FROM msg m
         WHERE coalesce(m.orig, m.id) > v_after AND coalesce(m.orig, m.id) <= v_last
     ), resent AS (
@@ -159,7 +161,7 @@ BEGIN
         GROUP BY c.pid
     )
     -- the row as first sent if it is still stored, else its earliest copy
-    SELECT o.pid, o.body, o.headers, NULL::text, 0, o.sent_at, o.due, r.names
+    SELECT o.pid, o.body, o.headers, o.key, o.priority, o.sent_at, o.due, r.names
     FROM (SELECT DISTINCT ON (p.pid) p.* FROM page p ORDER BY p.pid, p.orig IS NOT NULL, p.id) o
     LEFT JOIN resent r ON r.pid = o.pid
     ORDER BY o.pid;
