@@ -1,4 +1,4 @@
--- Group: engine v2 - status, peek, leases (templates, schema sluice_tmpl2)
+-- Group: engine v2 - status, peek, leases, purge (templates, schema sluice_tmpl2)
 --
 -- These have the names of engine 1's (e_status, e_peek, e_leases,
 -- e_start_pos, e_purge), so that the public API calls a queue's copy
