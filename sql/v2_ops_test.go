@@ -673,3 +673,53 @@ func TestV2PeekLeasesDoNotWait(t *testing.T) {
 		t.Fatalf("leases after the receive committed: %s", v2diff(got, v2ids(ms)))
 	}
 }
+
+// Dedup keys with ordering keys: what is sent keeps its ordering key (send
+// and send_batch), a duplicate sends nothing whatever its key.
+func TestV2DedupWithOrderingKeys(t *testing.T) {
+	b := setup(t)
+	b.createV2("v2dk", `"lanes": 2`)
+	var one, again int64
+	if err := b.pool.QueryRow(b.ctx, `SELECT sluice.send('v2dk', '"one"', key => 'a', dedup_key => 'x')`).Scan(&one); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.pool.QueryRow(b.ctx, `SELECT sluice.send('v2dk', '"dup"', key => 'b', dedup_key => 'x')`).Scan(&again); err != nil || again != one {
+		t.Fatalf("a duplicate with another key: %d, %v; want %d", again, err, one)
+	}
+	ids := b.int64s(`SELECT * FROM sluice.send_batch('v2dk', ARRAY['"two"', '"dup2"', '"three"', '"four"']::jsonb[],
+		keys => ARRAY['a', 'c', NULL, 'a'], dedup_keys => ARRAY['y', 'y', 'z', 'x'])`)
+	if len(ids) != 4 || ids[1] != ids[0] || ids[3] != one || ids[2] <= ids[0] {
+		t.Fatalf("send_batch ids %v", ids)
+	}
+	ps := b.peek("v2dk", 10, nil)
+	want := map[int64][2]string{one: {`"one"`, "a"}, ids[0]: {`"two"`, "a"}, ids[2]: {`"three"`, ""}}
+	if len(ps) != len(want) {
+		t.Fatalf("peek: %+v, want 3 messages", ps)
+	}
+	for _, p := range ps {
+		key := ""
+		if p.Key != nil {
+			key = *p.Key
+		}
+		if w := want[p.ID]; p.Body != w[0] || key != w[1] {
+			t.Errorf("message %d: body %s key %q, want %v", p.ID, p.Body, key, w)
+		}
+	}
+	// the key's order: "one" before "two"
+	var got []msg
+	waitFor(t, 5*time.Second, "the three messages", func() bool {
+		ms := b.receiveAs("v2dk", "default", 10, "1 hour", "")
+		got = append(got, ms...)
+		b.ack("v2dk", "default", receipts(ms)...)
+		return len(got) >= 3
+	})
+	var order []int64
+	for _, m := range got {
+		if m.Key != nil && *m.Key == "a" {
+			order = append(order, m.ID)
+		}
+	}
+	if !slices.Equal(order, []int64{one, ids[0]}) || len(got) != 3 {
+		t.Errorf("received %+v; key a in order %v, want [%d %d]", got, order, one, ids[0])
+	}
+}
