@@ -55,8 +55,8 @@ type QueueOptions struct {
 	Slots *int
 	// Engine is the storage engine, 1 (the default) or 2, fixed at
 	// creation. Engine 2 (docs/design.md, "Engine v2") receives and acks in
-	// a few statements; in this release it has no keys, priorities, dedup
-	// keys, Peek, Leases, Purge or Redrive (ErrNotSupported).
+	// a few statements, with the same calls and semantics as engine 1's
+	// (its differences: docs/design.md, "Engine v2").
 	Engine *int
 	// Notify sends a NOTIFY on channel "sluice" when a send commits, to
 	// wake waiting consumers (true); without it they poll.

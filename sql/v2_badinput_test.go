@@ -59,29 +59,3 @@ func TestV2ForgedReceiptsOutOfRange(t *testing.T) {
 		t.Errorf("the real receipt counted %d after the forged ones, want 1", n)
 	}
 }
-
-// redrive is not supported by engine 2: it raises SL011, also when the
-// queue has dead letters, and the dead letters stay listed (nothing
-// half-done: not marked redriven while sent nowhere).
-func TestV2RedriveRefused(t *testing.T) {
-	b := setup(t)
-	b.createV2("v2rd", `"max_attempts": 1`)
-	id := b.send(b.pool, "v2rd", `{"r": 1}`)
-	m := b.v2receive("v2rd", "default", 1, "")
-	if len(m) != 1 || !b.nack("v2rd", "default", m[0].Receipt, "0", "dead") {
-		t.Fatalf("receive and nack: %+v", m)
-	}
-	if n := b.int64("SELECT count(*) FROM sluice.dead_letters('v2rd')"); n != 1 {
-		t.Fatalf("dead letters %d, want 1", n)
-	}
-	_, err := b.pool.Exec(b.ctx, "SELECT sluice.redrive('v2rd')")
-	if sqlstate(err) != "SL011" {
-		t.Errorf("redrive of an engine 2 queue with a dead letter: %v, want SL011", err)
-	}
-	if n := b.int64("SELECT count(*) FROM sluice.dead_letters('v2rd')"); n != 1 {
-		t.Errorf("after redrive, dead letters listed: %d, want 1 (message %d)", n, id)
-	}
-	if got := b.v2drain("v2rd", "default", 10, ""); len(got) != 0 {
-		t.Logf("after redrive the group received %v", v2ids(got))
-	}
-}

@@ -55,7 +55,7 @@ $$;
 --   ids         only these message ids (NULL: all)
 -- Returns: how many dead letters were redriven
 -- Errors: SL001, SL002, SL003
--- Tables: inserts into sluice.messages and sluice.redrive
+-- Tables: inserts into sluice.messages (engine 2: the queue's msg) and sluice.redrive
 CREATE OR REPLACE FUNCTION sluice.redrive(queue text, group_name text DEFAULT NULL, ids bigint[] DEFAULT NULL)
 RETURNS bigint
 LANGUAGE plpgsql
@@ -68,9 +68,6 @@ DECLARE
     v_dead bigint[];
     n bigint;
 BEGIN
-    IF q.engine = 2 THEN
-        PERFORM sluice._v2_unsupported('redrive');
-    END IF;
     IF redrive.group_name IS NOT NULL THEN
         v_gid := (sluice._get_group(q.id, q.name, redrive.group_name)).id;
     END IF;
@@ -86,6 +83,11 @@ BEGIN
             AND NOT EXISTS (SELECT 1 FROM sluice.redrive r WHERE r.dead_letter_id = d.id)
           ORDER BY d.id
           FOR UPDATE OF d) x;
+    IF q.engine = 2 THEN
+        -- (claimed and sent by the queue's copy, into its msg: v2_send.sql)
+        PERFORM set_config('search_path', sluice._queue_path(q.id), true);
+        RETURN e2_redrive(q, v_dead);
+    END IF;
     -- Claimed first (a redrive row each, naming the id of the message it
     -- sends), then sent: a dead letter that a concurrent redrive claimed
     -- while this one waited for its lock conflicts and is not sent again

@@ -147,11 +147,11 @@ $$;
 --              engine           storage engine, 1 or 2 (1). 2 is engine v2 (docs/design.md,
 --                               "Engine v2"): each call a few statements over
 --                               tables that are not partitioned where the hot path
---                               reads them. In this release it supports send and
---                               send_batch without key, priority or dedup_key,
---                               receive, ack, nack, extend, dead letters, groups
---                               (create, drop) and status; the rest raises SL011
---                               (not supported yet). Fixed at creation.
+--                               reads them. In this release it supports
+--                               everything but priorities (send or send_batch
+--                               with a priority other than 0 raises SL011, not
+--                               supported yet).
+--                               Fixed at creation.
 --              notify           NOTIFY channel 'sluice' (payload: the queue name)
 --                               when a send commits, to wake waiting consumers (true)
 --              default_group    create the group 'default' (true)

@@ -50,7 +50,8 @@ $$;
 --         key or dedup_key over 512 bytes), SL009 payload_too_large (body,
 --         headers and key over max_payload, uncompressed), SL010 invalid_isolation (dedup_key outside
 --         READ COMMITTED), SL012 json_too_deep (body or headers nested deeper than 512 levels)
--- Tables: inserts one row into sluice.messages
+-- Tables: inserts one row into sluice.messages (engine 2: into the queue's msg,
+--         and its dedup table for a dedup_key)
 CREATE OR REPLACE FUNCTION sluice.send(queue text, body jsonb, headers jsonb DEFAULT NULL, key text DEFAULT NULL,
                                        delay interval DEFAULT NULL, priority int DEFAULT 0,
                                        dedup_key text DEFAULT NULL)
@@ -117,13 +118,20 @@ BEGIN
         PERFORM sluice._json_too_deep_error(CASE WHEN sluice._json_too_deep(send.body) THEN 'body' ELSE 'headers' END);
     END IF;
     IF v_engine = 2 THEN
+        PERFORM set_config('search_path', sluice._queue_path(v_qid), true);
         IF send.dedup_key IS NOT NULL THEN
-            PERFORM sluice._v2_unsupported('dedup_key');
+            -- (v2_dedup.sql: the key's lock, then the lookup; recorded below)
+            SELECT x.msg_id INTO v_id FROM e2_dedup_lookup(v_qid, ARRAY[send.dedup_key], v_window) x;
+            IF v_id IS NOT NULL THEN
+                RETURN v_id;   -- a duplicate: nothing is enqueued
+            END IF;
         END IF;
         v_now := clock_timestamp();
-        PERFORM set_config('search_path', sluice._queue_path(v_qid), true);
         v_id := e2_send(v_qid, nextval(v_seq), CASE WHEN send.delay > interval '0' THEN v_now + send.delay END,
                         v_now, send.headers, send.body, send.key, send.priority);
+        IF send.dedup_key IS NOT NULL THEN
+            PERFORM e2_dedup_record(v_qid, ARRAY[send.dedup_key], ARRAY[v_id]);
+        END IF;
         IF v_notify AND pg_try_advisory_xact_lock(sluice._lock_ns('notify'), v_qid) THEN
             PERFORM pg_notify('sluice', send.queue);
         END IF;
@@ -251,7 +259,7 @@ $$;
 --          of the message first sent with its key)
 -- Errors: as send (SL012 json_too_deep naming bodies[i] or headers[i]), and SL006 when an array
 --         differs in length from bodies
--- Tables: inserts into sluice.messages
+-- Tables: inserts into sluice.messages (engine 2: the queue's msg and dedup)
 CREATE OR REPLACE FUNCTION sluice.send_batch(queue text, bodies jsonb[], headers jsonb[] DEFAULT NULL,
                                              keys text[] DEFAULT NULL, delay interval DEFAULT NULL,
                                              priorities int[] DEFAULT NULL, dedup_keys text[] DEFAULT NULL)
@@ -332,10 +340,15 @@ BEGIN
         END IF;
     END IF;
     IF q.engine = 2 THEN
-        IF EXISTS (SELECT FROM unnest(send_batch.dedup_keys) k WHERE k IS NOT NULL) THEN
-            PERFORM sluice._v2_unsupported('dedup_key');
-        END IF;
         PERFORM set_config('search_path', sluice._queue_path(q.id), true);
+        IF send_batch.dedup_keys IS NOT NULL THEN
+            RETURN QUERY SELECT * FROM e2_send_batch_dedup(q, CASE WHEN send_batch.delay > interval '0'
+                                                                   THEN v_now + send_batch.delay END,
+                                                           v_now, send_batch.headers, send_batch.bodies,
+                                                           send_batch.keys, send_batch.priorities,
+                                                           send_batch.dedup_keys);
+            RETURN;
+        END IF;
         RETURN QUERY SELECT * FROM e2_send_batch(q, CASE WHEN send_batch.delay > interval '0' THEN v_now + send_batch.delay END,
                                                  v_now, send_batch.headers, send_batch.bodies, send_batch.keys,
                                                  send_batch.priorities);

@@ -179,8 +179,8 @@ BEGIN
         GROUP BY p.lane, (p.pos - 1) / 64
         RETURNING lane, last_pos
     ), prows AS (
-        INSERT INTO prio (slot, level, pos, id, txid, mslot, cut_no)
-        SELECT p_slot, p.prio, p.pos, p.id, p.txid, p.mslot, (SELECT c.cut_no + 1 FROM c)
+        INSERT INTO prio (slot, level, pos, id, txid, mslot, cut_no, target)
+        SELECT p_slot, p.prio, p.pos, p.id, p.txid, p.mslot, (SELECT c.cut_no + 1 FROM c), p.target
         FROM placed p WHERE p.lane = p_lanes
         RETURNING p_lanes AS lane, pos AS last_pos
     ), cutrow AS (

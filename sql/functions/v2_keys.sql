@@ -97,7 +97,7 @@ BEGIN
         ELSE
             -- the key's tail: its positions up to the cursor, as many as fit
             v_room := p_need - cardinality(v_out);
-            v_got := e2_key_tail(p_lane, w.khash, w.pos, p_cursor, v_room);
+            v_got := e2_key_tail(p_group, p_lane, w.khash, w.pos, p_cursor, v_room);
             v_out := v_out || v_got;
             v_mine := v_mine || w.khash;
             IF cardinality(v_got) = v_room AND v_got[v_room].pos < p_cursor THEN
@@ -179,16 +179,18 @@ BEGIN
 END
 $$;
 
--- e2_key_tail: a key's positions in a lane from p_from up to p_upto, at
--- most p_max, in order, read from the batches (of any slot).
+-- e2_key_tail: a key's positions in a lane from p_from up to p_upto meant
+-- for the group, at most p_max, in order, read from the batches (of any
+-- slot).
 --
 -- Parameters:
+--   p_group           group id
 --   p_lane, p_khash   lane and key hash
 --   p_from, p_upto    the positions' range
 --   p_max             how many at most
 -- Returns: the positions (attempt NULL: the message's own)
-CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_key_tail(p_lane smallint, p_khash bigint, p_from bigint, p_upto bigint,
-                                                   p_max int)
+CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_key_tail(p_group int, p_lane smallint, p_khash bigint, p_from bigint,
+                                                   p_upto bigint, p_max int)
 RETURNS sluice.e2_wait[]
 LANGUAGE plpgsql
 AS $$
@@ -197,8 +199,9 @@ BEGIN
         SELECT ROW(bb.first_pos + u.o - 1, u.kh, u.id, u.txid, u.mslot, NULL)::sluice.e2_wait
         FROM (SELECT x.* FROM batch x WHERE x.lane = p_lane AND x.last_pos >= p_from AND x.first_pos <= p_upto
               AND p_khash = ANY (x.khashes)) bb
-        CROSS JOIN LATERAL unnest(bb.ids, bb.txids, bb.mslots, bb.khashes) WITH ORDINALITY AS u(id, txid, mslot, kh, o)
-        WHERE u.kh = p_khash AND bb.first_pos + u.o - 1 BETWEEN p_from AND p_upto
+        CROSS JOIN LATERAL unnest(bb.ids, bb.txids, bb.mslots, bb.khashes, bb.targets)
+                           WITH ORDINALITY AS u(id, txid, mslot, kh, tg, o)
+        WHERE u.kh = p_khash AND bb.first_pos + u.o - 1 BETWEEN p_from AND p_upto AND (u.tg IS NULL OR u.tg = p_group)
         ORDER BY 1
         LIMIT p_max);
 END

@@ -2,7 +2,7 @@
 --
 -- A queue writes into the slot of its current epoch. Every rotate_interval
 -- a new epoch starts in the next slot, if that slot is free (the ring of
--- slots is not full). The oldest epoch's slot is reclaimed, its eight leaves
+-- slots is not full). The oldest epoch's slot is reclaimed, its nine leaves
 -- truncated at once, when nothing in it is needed any more (e2_reclaimable).
 -- Both run in sluice.maintain and in a receive that finds the interval
 -- passed (at most once a second per session): no background process.
@@ -127,7 +127,9 @@ $$;
 
 -- e2_reclaimable: whether slot p_slot (of epoch p_epoch, not current) holds
 -- nothing still needed: its retention passed (the next epoch began that
--- long ago); every message in it numbered, none waiting in pending; and, for
+-- long ago); every message in it numbered, none waiting in pending;
+-- its dedup keys, if it has any, not within the dedup window (the next
+-- epoch began longer ago than that, as engine 1 counts it); and, for
 -- every lane of every group: its state not in it, its leases in it all
 -- scanned past (and their extensions ended), no deferred lease (kind x) not
 -- yet scanned past, and every position whose message or batch is in the
@@ -149,6 +151,12 @@ DECLARE
 BEGIN
     IF (SELECT e.started_at FROM sluice.epoch e WHERE e.queue_id = q.id AND e.epoch = p_epoch + 1)
        > clock_timestamp() - q.retention THEN
+        RETURN false;
+    END IF;
+    -- (dedup keys: remembered for the dedup window, as a send looks them up)
+    IF (SELECT e.started_at FROM sluice.epoch e WHERE e.queue_id = q.id AND e.epoch = p_epoch + 1)
+       > clock_timestamp() - q.dedup_window
+       AND EXISTS (SELECT 1 FROM dedup d WHERE d.slot = p_slot) THEN
         RETURN false;
     END IF;
     SELECT * INTO STRICT c FROM cut x ORDER BY x.cut_no DESC LIMIT 1;
@@ -183,7 +191,7 @@ END
 $$;
 
 -- e2_reclaim: truncate slot p_slot (epoch p_epoch) if it is reclaimable,
--- checked again under ACCESS EXCLUSIVE locks on its eight leaves, taken
+-- checked again under ACCESS EXCLUSIVE locks on its nine leaves, taken
 -- within 50 ms (else it is left for a later call: a reader of the slot, or
 -- a transaction holding a lock on one of its leaves, keeps it).
 --

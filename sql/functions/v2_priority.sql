@@ -92,7 +92,7 @@ BEGIN
     WHILE v_level IS NOT NULL AND cardinality(v_out) < p_need LOOP
         v_cur := greatest(st.cursor, (SELECT l.cursor FROM unnest(v_levels) l WHERE l.level = v_level));
         v_got := ARRAY(SELECT ROW(p.pos, NULL, p.id, p.txid, p.mslot, NULL)::sluice.e2_wait
-                       FROM prio p WHERE p.level = v_level AND p.pos > v_cur
+                       FROM prio p WHERE p.level = v_level AND p.pos > v_cur AND (p.target IS NULL OR p.target = g.id)
                        ORDER BY p.pos LIMIT p_need - cardinality(v_out));
         IF cardinality(v_got) > 0 THEN
             v_out := v_out || v_got;
@@ -111,8 +111,8 @@ $$;
 
 -- e2_lease_prio: write the priority lane's new state, a lease of the
 -- positions taken, and return their messages (e2_take_prio). The floor
--- rises to the lowest level cursor when no position of the lane above the
--- floor is left untaken below it (checked by the position index, once).
+-- rises to just below the first position above it not taken (of the next
+-- 64: one look by the position index).
 --
 -- Parameters:
 --   p_group     group id
@@ -130,12 +130,18 @@ AS $$
 DECLARE
     v_floor bigint := st.cursor;
     v_next bigint;
+    v_last bigint;
 BEGIN
     -- the floor: up to the first position above it not taken by its level
     SELECT min(p.pos) INTO v_next
-    FROM (SELECT p.pos, p.level FROM prio p WHERE p.pos > v_floor ORDER BY p.pos LIMIT 64) p
-    WHERE p.pos > coalesce((SELECT l.cursor FROM unnest(p_levels) l WHERE l.level = p.level), v_floor);
-    v_floor := coalesce(v_next - 1, (SELECT max(l.cursor) FROM unnest(p_levels) l), v_floor);
+    -- (a position meant for another group counts as taken)
+    SELECT min(p.pos) FILTER (WHERE (p.target IS NULL OR p.target = p_group)
+                                AND p.pos > coalesce((SELECT l.cursor FROM unnest(p_levels) l WHERE l.level = p.level),
+                                                     v_floor)),
+           max(p.pos)
+    INTO v_next, v_last
+    FROM (SELECT p.pos, p.level, p.target FROM prio p WHERE p.pos > v_floor ORDER BY p.pos LIMIT 64) p;
+    v_floor := coalesce(v_next - 1, v_last, v_floor);
     RETURN QUERY
     WITH o AS MATERIALIZED (
         SELECT o.pos, o.id, o.txid, o.k, m.attempt AS att, m.orig, m.body, m.headers, m.priority, m.sent_at

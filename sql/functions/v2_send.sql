@@ -59,3 +59,45 @@ BEGIN
     SELECT ins.id FROM ins ORDER BY ins.id;
 END
 $$;
+
+-- e2_redrive: send dead letters again (sluice.redrive of a queue of engine
+-- 2, the dead letters picked and locked by the caller): each is claimed (a
+-- sluice.redrive row naming the id of the message it sends; one claimed
+-- meanwhile by a concurrent redrive conflicts and is not sent again), then
+-- sent for its group only, in the form of a nack's retry copy (e2_nack): a
+-- msg row with an id of its own, orig = the dead letter's message id,
+-- target = its group, attempt 1 (its attempts start again), due at once,
+-- with the dead letter's sent_at, key (a keyed one goes to its key's lane
+-- and waits behind the key's messages in flight, as a send of the key
+-- would), priority, headers and body.
+--
+-- Parameters:
+--   q       the queue's row
+--   p_dead  ids of the dead letters (sluice.dead_letter), in id order
+-- Returns: how many were sent
+-- Tables: sluice.redrive, msg
+CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_redrive(q sluice.queue, p_dead bigint[])
+RETURNS bigint
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    n bigint;
+BEGIN
+    WITH claimed AS (
+        INSERT INTO sluice.redrive (dead_letter_id, redriven_at, message_id)
+        SELECT u.id, clock_timestamp(), nextval(q.id_seq) FROM unnest(p_dead) WITH ORDINALITY AS u(id, ord)
+        ORDER BY u.ord
+        ON CONFLICT DO NOTHING
+        RETURNING dead_letter_id, message_id
+    )
+    INSERT INTO msg (slot, id, txid, orig, attempt, target, due, sent_at, headers, body, key, khash, priority)
+    SELECT ns.slot, c.message_id, pg_current_xact_id(), d.message_id, 1, d.group_id, NULL, d.sent_at, d.headers, d.body,
+           d.key, hashtextextended(d.key, 0), d.priority
+    FROM claimed c
+    JOIN sluice.dead_letter d ON d.id = c.dead_letter_id
+    CROSS JOIN sluice._slot_now(q.id) ns
+    ORDER BY c.message_id;
+    GET DIAGNOSTICS n = ROW_COUNT;
+    RETURN n;
+END
+$$;

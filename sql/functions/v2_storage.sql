@@ -1,7 +1,7 @@
 -- Group: engine v2 - per-queue storage (internal)
 --
 -- A queue of engine 2 keeps everything that grows with its traffic in its
--- own schema sluice_q<id>, in eight tables, each LIST-partitioned by slot
+-- own schema sluice_q<id>, in nine tables, each LIST-partitioned by slot
 -- (0 to the queue's slots - 1; the leaf of slot s is <table>_<s>). Nothing is
 -- shared with other queues but the catalog (sluice.queue, consumer_group,
 -- epoch, dead_letter). docs/design.md, "Engine v2", draws it.
@@ -22,6 +22,7 @@
 --   prio     the positions of unkeyed messages with a priority other than 0,
 --            by level: they are numbered in a lane of their own (lane
 --            number = lanes), taken level by level
+--   dedup    the dedup_keys sent, with their messages' ids (v2_dedup.sql)
 
 -- The templates are never called (only copied): drop them all before the
 -- v2 files create them again, so that a template whose signature changed
@@ -41,7 +42,7 @@ $$;
 --
 -- Parameters:
 --   p_queue_id  queue id (its row in sluice.queue exists)
--- Tables: creates schema sluice_q<id> with the eight tables above, each
+-- Tables: creates schema sluice_q<id> with the nine tables above, each
 --   with one partition per slot
 CREATE OR REPLACE FUNCTION sluice._create_storage_v2(p_queue_id int)
 RETURNS void
@@ -115,7 +116,7 @@ BEGIN
         CREATE INDEX ON %1$I.ext (group_id, lane, lease_no, expires_at);
         CREATE TABLE %1$I.prio (
             slot smallint NOT NULL, level int NOT NULL, pos bigint NOT NULL, id bigint NOT NULL,
-            txid xid8 NOT NULL, mslot smallint NOT NULL, cut_no bigint NOT NULL,
+            txid xid8 NOT NULL, mslot smallint NOT NULL, cut_no bigint NOT NULL, target int,
             PRIMARY KEY (level, pos, slot)
         ) PARTITION BY LIST (slot);
         CREATE INDEX ON %1$I.prio (pos);
@@ -125,6 +126,7 @@ BEGIN
         ) PARTITION BY LIST (slot);
         CREATE INDEX ON %1$I.pending (due);
     $ddl$, sch);
+    EXECUTE sluice._v2_dedup_ddl(sch);
     FOR s IN 0..q.slots - 1 LOOP
         FOREACH t IN ARRAY sluice._v2_tables() LOOP
             EXECUTE format('CREATE TABLE %I.%I PARTITION OF %I.%I FOR VALUES IN (%s)', sch, t || '_' || s, sch, t, s);
@@ -144,7 +146,27 @@ RETURNS text[]
 LANGUAGE sql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT ARRAY['msg', 'cut', 'batch', 'lease', 'ack', 'ext', 'pending', 'prio']
+    SELECT ARRAY['msg', 'cut', 'batch', 'lease', 'ack', 'ext', 'pending', 'prio', 'dedup']
+$$;
+
+-- _v2_dedup_ddl: the statement that creates a queue's dedup table (engine
+-- 2), without its slot partitions: for new queues (_create_storage_v2) and
+-- for those made before it (_instantiate_v2). One row per message sent with
+-- a dedup_key: the key, the message's id and when it was sent (v2_dedup.sql).
+--
+-- Parameters:
+--   p_schema  the queue's schema
+CREATE OR REPLACE FUNCTION sluice._v2_dedup_ddl(p_schema text)
+RETURNS text
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT format($ddl$
+        CREATE TABLE %1$I.dedup (
+            slot smallint NOT NULL, dedup_key text NOT NULL, msg_id bigint NOT NULL, at timestamptz NOT NULL
+        ) PARTITION BY LIST (slot);
+        CREATE INDEX ON %1$I.dedup (dedup_key, at);
+    $ddl$, p_schema)
 $$;
 
 -- _instantiate_v2: (re)create a queue's copies of the v2 templates (schema
@@ -183,6 +205,13 @@ DECLARE
     sigs text[] := '{}';   -- the copies made
     s int;
 BEGIN
+    -- A queue made before dedup keys worked on engine 2 gets its dedup table.
+    IF to_regclass(format('%I.dedup', sch)) IS NULL THEN
+        EXECUTE sluice._v2_dedup_ddl(sch);
+        FOR s IN 0..v_slots - 1 LOOP
+            EXECUTE format('CREATE TABLE %I.%I PARTITION OF %I.dedup FOR VALUES IN (%s)', sch, 'dedup_' || s, sch, s);
+        END LOOP;
+    END IF;
     -- (replaced in place, see sluice._instantiate; then the copies whose
     -- template is gone, or whose signature changed, are dropped)
     FOR f IN SELECT p.oid, p.proname FROM pg_proc p

@@ -33,7 +33,7 @@ BEGIN
                                                ADD COLUMN levels sluice.e2_level[];
                         CREATE TABLE %1$I.prio (
                             slot smallint NOT NULL, level int NOT NULL, pos bigint NOT NULL, id bigint NOT NULL,
-                            txid xid8 NOT NULL, mslot smallint NOT NULL, cut_no bigint NOT NULL,
+                            txid xid8 NOT NULL, mslot smallint NOT NULL, cut_no bigint NOT NULL, target int,
                             PRIMARY KEY (level, pos, slot)
                         ) PARTITION BY LIST (slot);
                         CREATE INDEX ON %1$I.prio (pos);

@@ -1,0 +1,724 @@
+package sqlsrc_test
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Tests of dedup keys, peek and leases on queues of engine 2, with the
+// expectations engine 1's tests have (semantics_test.go,
+// dedup_batch_test.go, peek_test.go), through the public SQL API; purge
+// and redrive: v2_purge_redrive_test.go.
+
+// v2sendKey sends body with a dedup key and returns the id send returned.
+func (b *bundle) v2sendKey(queue, body, key string) int64 {
+	b.t.Helper()
+	var id int64
+	if err := b.pool.QueryRow(b.ctx, "SELECT sluice.send($1, $2::jsonb, dedup_key => $3)", queue, body, key).Scan(&id); err != nil {
+		b.t.Fatalf("send with dedup key %s: %v", key, err)
+	}
+	return id
+}
+
+// A dedup key sent again within the window returns the first message's id
+// and enqueues nothing, in send and in send_batch (a key sent before, a key
+// twice in the batch, a body without a key); keys are remembered across
+// rotations, the slot holding them is not reclaimed within the window (with
+// two slots the queue then stops rotating) and is once the window is
+// shorter; after the window a key is sent again; outside READ COMMITTED a
+// send with a key is refused (SL010).
+func TestV2IdempotentSend(t *testing.T) {
+	b := setup(t)
+	b.createV2("v2d", `"retention": "0 seconds", "rotate_interval": "100 milliseconds", "lease": "300 milliseconds"`)
+	first := b.v2sendKey("v2d", `{"n": 1}`, "order-42")
+	if again := b.v2sendKey("v2d", `{"n": 2}`, "order-42"); again != first {
+		t.Fatalf("second send with the same key returned %d, want %d", again, first)
+	}
+	other := b.v2sendKey("v2d", `{"n": 3}`, "order-43")
+	ids := b.int64s(`SELECT * FROM sluice.send_batch('v2d', ARRAY['{"b":1}','{"b":2}','{"b":3}','{"b":4}']::jsonb[],
+		dedup_keys => ARRAY['order-42', 'order-44', 'order-44', NULL])`)
+	if len(ids) != 4 || ids[0] != first || ids[1] != ids[2] || ids[3] == ids[1] || ids[1] <= other {
+		t.Fatalf("send_batch ids = %v, want [%d x x y]", ids, first)
+	}
+	got := b.v2drainAck("v2d", "default", 100)
+	var bodies []string
+	for _, m := range got {
+		bodies = append(bodies, m.Body)
+	}
+	sort.Strings(bodies)
+	if fmt.Sprint(bodies) != `[{"b": 2} {"b": 4} {"n": 1} {"n": 3}]` {
+		t.Fatalf("enqueued %v, want one message per key and the one without", bodies)
+	}
+	traffic := func() {
+		b.send(b.pool, "v2d", `{}`)
+		b.v2drainAck("v2d", "default", 100)
+		b.v2maintain()
+	}
+	waitFor(t, 10*time.Second, "a rotation", func() bool {
+		traffic()
+		return b.v2epoch("v2d") >= 1
+	})
+	for deadline := time.Now().Add(600 * time.Millisecond); time.Now().Before(deadline); {
+		traffic()
+	}
+	if e, r := b.v2epoch("v2d"), b.v2reclaims("v2d"); e != 1 || r != 0 {
+		t.Fatalf("within the dedup window: newest epoch %d, %d reclaimed, want 1 and 0", e, r)
+	}
+	if again := b.v2sendKey("v2d", `{"n": 4}`, "order-43"); again != other {
+		t.Fatalf("after a rotation a resend returned %d, want %d", again, other)
+	}
+	// The window shortened: the slot is reclaimed, and a key may be sent again.
+	b.exec(`SELECT sluice.alter_queue('v2d', '{"dedup_window": "1 millisecond"}')`)
+	waitFor(t, 10*time.Second, "a reclaim once the window passed", func() bool {
+		traffic()
+		return b.v2reclaims("v2d") >= 1
+	})
+	if fresh := b.v2sendKey("v2d", `{"n": 5}`, "order-42"); fresh == first {
+		t.Fatal("a key was deduplicated after its window")
+	}
+	if err := b.execRepeatableRead("SELECT sluice.send('v2d', '{}', dedup_key => 'x')"); sqlstate(err) != "SL010" {
+		t.Fatalf("dedup send in REPEATABLE READ: %v, want SL010", err)
+	}
+	if err := b.execRepeatableRead("SELECT * FROM sluice.send_batch('v2d', ARRAY['{}'::jsonb], dedup_keys => ARRAY['x'])"); sqlstate(err) != "SL010" {
+		t.Fatalf("dedup send_batch in REPEATABLE READ: %v, want SL010", err)
+	}
+	// (without a key, REPEATABLE READ is fine, as in engine 1)
+	if err := b.execRepeatableRead("SELECT * FROM sluice.send_batch('v2d', ARRAY['{}'::jsonb], dedup_keys => ARRAY[NULL]::text[])"); err != nil {
+		t.Fatalf("send_batch without keys in REPEATABLE READ: %v", err)
+	}
+}
+
+// A rolled-back send with a key leaves the key free; a delayed send with a
+// key is deduplicated too, and delivered once when due.
+func TestV2DedupRollbackAndDelay(t *testing.T) {
+	b := setup(t)
+	b.createV2("v2dr", `"lanes": 2`)
+	tx, err := b.pool.Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rolled int64
+	if err := tx.QueryRow(b.ctx, "SELECT sluice.send('v2dr', '1', dedup_key => 'k')").Scan(&rolled); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Rollback(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	kept := b.v2sendKey("v2dr", "2", "k")
+	if kept == rolled {
+		t.Fatalf("the key of a rolled-back send returned its id %d", rolled)
+	}
+	var delayed, again int64
+	if err := b.pool.QueryRow(b.ctx, "SELECT sluice.send('v2dr', '3', dedup_key => 'd', delay => '300 milliseconds')").Scan(&delayed); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.pool.QueryRow(b.ctx, "SELECT sluice.send('v2dr', '4', dedup_key => 'd')").Scan(&again); err != nil || again != delayed {
+		t.Fatalf("send of a delayed message's key: %d, %v; want %d", again, err, delayed)
+	}
+	var got []int64
+	waitFor(t, 10*time.Second, "the delayed message", func() bool {
+		got = append(got, v2ids(b.v2drainAck("v2dr", "default", 10))...)
+		return slices.Contains(got, delayed)
+	})
+	got = append(got, v2ids(b.v2drainAck("v2dr", "default", 10))...)
+	if !v2same(got, []int64{kept, delayed}) {
+		t.Fatalf("received %s", v2diff(got, []int64{kept, delayed}))
+	}
+}
+
+// A batch of dedup keys mixing keys sent before, keys repeated in the batch
+// and bodies without a key: each body gets the id of the message its key
+// names, exactly the bodies without a key and the first body of each new
+// key are enqueued, in body order (as TestSendBatchDedupMapsEveryBody).
+func TestV2SendBatchDedupMapsEveryBody(t *testing.T) {
+	b := setup(t)
+	b.createV2("v2db", "")
+	before := map[string]int64{}
+	for i := 0; i < 30; i++ {
+		key := fmt.Sprintf("k%d", i*7)
+		before[key] = b.v2sendKey("v2db", "{}", key)
+	}
+	var keys []any
+	for i := 0; i < 600; i++ {
+		if i%5 == 0 {
+			keys = append(keys, nil)
+		} else {
+			keys = append(keys, fmt.Sprintf("k%d", (i*37)%200))
+		}
+	}
+	batch := `SELECT x FROM sluice.send_batch('v2db', ARRAY(SELECT jsonb_build_object('i', g) FROM generate_series(0, 599) g),
+		headers => ARRAY(SELECT jsonb_build_object('h', g) FROM generate_series(0, 599) g), dedup_keys => $1::text[]) x`
+	ids := b.int64s(batch, keys)
+	if len(ids) != 600 {
+		t.Fatalf("%d ids for 600 bodies", len(ids))
+	}
+	first := map[string]int64{}
+	var inserted []int
+	for i, k := range keys {
+		if k == nil {
+			inserted = append(inserted, i)
+			continue
+		}
+		key := k.(string)
+		want, ok := before[key]
+		if !ok {
+			if want, ok = first[key]; !ok {
+				first[key] = ids[i]
+				want = ids[i]
+				inserted = append(inserted, i)
+			}
+		}
+		if ids[i] != want {
+			t.Fatalf("body %d (key %s): id %d, want %d", i, key, ids[i], want)
+		}
+	}
+	for j := 1; j < len(inserted); j++ {
+		if ids[inserted[j]] <= ids[inserted[j-1]] {
+			t.Fatalf("bodies %d and %d enqueued with ids %d, %d: not in body order",
+				inserted[j-1], inserted[j], ids[inserted[j-1]], ids[inserted[j]])
+		}
+	}
+	// what is stored: each enqueued body with its own headers, by id
+	stored := b.int64s(`SELECT (body->>'i')::bigint FROM sluice.peek('v2db', 1000)
+		WHERE body ? 'i' AND (headers->>'h')::int = (body->>'i')::int ORDER BY id`)
+	if len(stored) != len(inserted) {
+		t.Fatalf("%d messages enqueued (with their headers), want %d", len(stored), len(inserted))
+	}
+	for j, i := range inserted {
+		if stored[j] != int64(i) {
+			t.Fatalf("message %d enqueued is body %d, want %d", j, stored[j], i)
+		}
+	}
+	again := b.int64s(batch, keys)
+	for i, k := range keys {
+		if k != nil && again[i] != ids[i] {
+			t.Fatalf("again, body %d (key %s): id %d, want %d", i, k, again[i], ids[i])
+		}
+	}
+	if n := b.int64(`SELECT count(*) FROM sluice.peek('v2db', 1000) WHERE body ? 'i'`); n != int64(len(inserted)+120) {
+		t.Fatalf("after the batch again: %d messages, want %d", n, len(inserted)+120)
+	}
+	got := b.v2drainAck("v2db", "default", 200)
+	if len(got) != 30+len(inserted)+120 {
+		t.Fatalf("received %d, want %d", len(got), 30+len(inserted)+120)
+	}
+}
+
+// Sends of one dedup key from many connections at once enqueue one message
+// (each holds the key a moment before it commits); batches sharing keys
+// in opposite orders neither deadlock nor enqueue a key twice.
+func TestV2ConcurrentIdempotentSend(t *testing.T) {
+	b := setup(t)
+	b.v2widen(20)
+	b.createV2("v2dc", "")
+	const senders = 12
+	ids := make(chan int64, senders)
+	errs := make(chan error, senders)
+	start := make(chan struct{})
+	for i := 0; i < senders; i++ {
+		go func() {
+			<-start
+			tx, err := b.pool.Begin(b.ctx)
+			if err != nil {
+				errs <- err
+				return
+			}
+			var id int64
+			if err := tx.QueryRow(b.ctx, "SELECT sluice.send('v2dc', '{}', dedup_key => 'once')").Scan(&id); err != nil {
+				tx.Rollback(b.ctx) //nolint:errcheck
+				errs <- err
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+			errs <- tx.Commit(b.ctx)
+			ids <- id
+		}()
+	}
+	close(start)
+	for i := 0; i < senders; i++ {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	first := <-ids
+	for i := 1; i < senders; i++ {
+		if id := <-ids; id != first {
+			t.Fatalf("concurrent sends of one key returned %d and %d", first, id)
+		}
+	}
+	if got := b.v2drainAck("v2dc", "default", 100); len(got) != 1 || got[0].ID != first {
+		t.Fatalf("%d messages enqueued by %d concurrent sends of one key, want 1 (%d)", len(got), senders, first)
+	}
+
+	const n = 200
+	fwd, rev := make([]string, n), make([]string, n)
+	for i := 0; i < n; i++ {
+		fwd[i] = fmt.Sprintf("c%d", i)
+		rev[n-1-i] = fwd[i]
+	}
+	var wg sync.WaitGroup
+	results := make([]map[string]int64, 4)
+	berrs := make([]error, 4)
+	for w := 0; w < 4; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			keys := fwd
+			if w%2 == 1 {
+				keys = rev
+			}
+			rows, err := b.pool.Query(b.ctx, `SELECT x FROM sluice.send_batch('v2dc', ARRAY(SELECT '{}'::jsonb FROM generate_series(1, $2)),
+				dedup_keys => $1::text[]) x`, keys, n)
+			if err != nil {
+				berrs[w] = err
+				return
+			}
+			defer rows.Close()
+			got := map[string]int64{}
+			i := 0
+			for rows.Next() {
+				var id int64
+				if err := rows.Scan(&id); err != nil {
+					berrs[w] = err
+					return
+				}
+				got[keys[i]] = id
+				i++
+			}
+			berrs[w] = rows.Err()
+			results[w] = got
+		}(w)
+	}
+	wg.Wait()
+	for w, err := range berrs {
+		if err != nil {
+			t.Fatalf("batch %d: %v", w, err)
+		}
+	}
+	for w := 1; w < len(results); w++ {
+		for k, id := range results[0] {
+			if results[w][k] != id {
+				t.Fatalf("key %s: batch 0 got id %d, batch %d got %d", k, id, w, results[w][k])
+			}
+		}
+	}
+	if got := b.v2drainAck("v2dc", "default", 100); len(got) != n {
+		t.Fatalf("%d messages enqueued for %d keys", len(got), n)
+	}
+}
+
+// peek pages through the stored messages in id order, shows what send
+// stored (headers, key, delay; priority 0: engine 2 has no priorities
+// yet), and changes nothing; a nacked message (its retry copy) still shows
+// once, naming its group in resent_to (a keyed one is retried in place: no
+// copy, no resent_to); a received one is still stored.
+func TestV2PeekPagesInIDOrder(t *testing.T) {
+	b := setup(t)
+	b.createV2("v2p", `"lanes": 2`)
+	var sent []int64
+	for i := range 23 {
+		var id int64
+		if err := b.pool.QueryRow(b.ctx, `SELECT sluice.send('v2p', jsonb_build_object('n', $1::int),
+			headers => CASE WHEN $1::int = 3 THEN '{"h": 1}'::jsonb END,
+			key => CASE WHEN $1::int IN (4, 7) THEN 'k' END,
+			delay => CASE WHEN $1::int = 5 THEN interval '1 hour' END)`, i).Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		sent = append(sent, id)
+	}
+	before := b.dataFingerprint()
+	statusBefore := b.statusRow("v2p")
+	var all []peeked
+	var after *int64
+	for page := 0; ; page++ {
+		ps := b.peek("v2p", 10, after)
+		if len(ps) == 0 {
+			break
+		}
+		if page > 3 {
+			t.Fatalf("more than 3 pages of 10 for 23 messages")
+		}
+		all = append(all, ps...)
+		last := ps[len(ps)-1].ID
+		after = &last
+	}
+	if got := peekIDs(all); !slices.Equal(got, sent) {
+		t.Fatalf("paged ids %v, want %v", got, sent)
+	}
+	for i, p := range all {
+		if want := fmt.Sprintf(`{"n": %d}`, i); p.Body != want {
+			t.Errorf("message %d: body %s, want %s", i, p.Body, want)
+		}
+		if p.HasHeader != (i == 3) || (p.Key != nil) != (i == 4 || i == 7) || p.Delayed != (i == 5) || p.Priority != 0 ||
+			p.ResentTo != nil {
+			t.Errorf("message %d: %+v", i, p)
+		}
+	}
+	if got := peekIDs(b.peek("v2p", 3, &sent[20])); !slices.Equal(got, sent[21:]) {
+		t.Errorf("peek after %d: %v, want %v", sent[20], got, sent[21:])
+	}
+	if after := b.dataFingerprint(); after != before {
+		t.Errorf("peek changed the data:\n before %s\n after  %s", before, after)
+	}
+	if got := b.statusRow("v2p"); got != statusBefore {
+		t.Errorf("status after peek %+v, want %+v", got, statusBefore)
+	}
+	if n := len(b.leases("v2p", nil, 100)); n != 0 {
+		t.Errorf("%d leases after peek, want 0", n)
+	}
+	// receive everything due; nack an unkeyed message and the first keyed
+	// one (retried in place; it releases the key's second if in its run)
+	ms := b.receiveAs("v2p", "default", 100, "1 hour", "")
+	for len(ms) < 21 {
+		more := b.receiveAs("v2p", "default", 100, "1 hour", "")
+		if len(more) == 0 {
+			t.Fatalf("received %d, want the 21 due (a key's second waits)", len(ms))
+		}
+		ms = append(ms, more...)
+	}
+	var nacked int64
+	keyedNacked := false
+	for _, m := range ms {
+		if (m.Key != nil && !keyedNacked) || (m.Key == nil && nacked == 0) {
+			if !b.nack("v2p", "default", m.Receipt, "1 hour", "") {
+				t.Fatalf("nack of %d", m.ID)
+			}
+			if m.Key == nil {
+				nacked = m.ID
+			} else {
+				keyedNacked = true
+			}
+		}
+	}
+	ps := b.peek("v2p", 1000, nil)
+	if got := peekIDs(ps); !slices.Equal(got, sent) {
+		t.Fatalf("peek after a nack: %v, want %v", got, sent)
+	}
+	for _, p := range ps {
+		var want []string
+		if p.ID == nacked {
+			want = []string{"default"}
+		}
+		if !slices.Equal(p.ResentTo, want) || p.Delayed != (p.Body == `{"n": 5}`) {
+			t.Errorf("after a nack of %d: %+v (want resent_to %v)", nacked, p, want)
+		}
+	}
+	// an uncommitted send is not shown
+	tx, err := b.pool.Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(b.ctx) //nolint:errcheck
+	b.send(tx, "v2p", `"open"`)
+	if n := len(b.peek("v2p", 1000, nil)); n != len(sent) {
+		t.Errorf("peek beside an uncommitted send: %d, want %d", n, len(sent))
+	}
+}
+
+// leases shows a delivery while it is current (group, id, position,
+// attempt, consumer, times), not once it is acked or its lease has expired
+// (without a receive in between); a redelivery shows with attempt 2; an
+// extend renews the whole lease (engine 2 leases a receive's messages of a
+// lane together); nacked messages are not in flight; groups are apart and
+// the filter keeps one; max_messages bounds the rows; status's in_flight
+// agrees.
+func TestV2Leases(t *testing.T) {
+	b := setup(t)
+	b.createV2("v2l", `"lanes": 1`)
+	b.exec("SELECT sluice.create_group('v2l', 'audit')")
+	id := b.send(b.pool, "v2l", `"a"`)
+	start := time.Now()
+	ms := b.receiveAs("v2l", "default", 1, "1 hour", "worker-1")
+	if len(ms) != 1 {
+		t.Fatalf("received %d", len(ms))
+	}
+	ls := b.leases("v2l", nil, 100)
+	if len(ls) != 1 {
+		t.Fatalf("leases: %+v, want one", ls)
+	}
+	l := ls[0]
+	if l.Group != "default" || l.ID != id || l.Pos != ms[0].Pos || l.Attempt != 1 || l.Consumer == nil || *l.Consumer != "worker-1" {
+		t.Errorf("lease %+v, want message %d at %d, attempt 1, consumer worker-1", l, id, ms[0].Pos)
+	}
+	if d := l.Expires.Sub(l.DeliveredAt); d < 59*time.Minute || d > 61*time.Minute {
+		t.Errorf("lease from %s to %s, want an hour", l.DeliveredAt, l.Expires)
+	}
+	if l.DeliveredAt.Before(start.Add(-time.Minute)) || l.DeliveredAt.After(time.Now().Add(time.Minute)) {
+		t.Errorf("delivered_at %s, want about now", l.DeliveredAt)
+	}
+	if n := b.ack("v2l", "default", ms[0].Receipt); n != 1 {
+		t.Fatalf("ack: %d", n)
+	}
+	if ls := b.leases("v2l", nil, 100); len(ls) != 0 {
+		t.Errorf("leases after the ack: %+v", ls)
+	}
+	b.v2drainAck("v2l", "audit", 10)
+
+	// expiry, then a redelivery with attempt 2
+	id = b.send(b.pool, "v2l", `"b"`)
+	if ms := b.receive("v2l", "default", 1, "300 milliseconds"); len(ms) != 1 || len(b.leases("v2l", nil, 100)) != 1 {
+		t.Fatalf("second message: received %d", len(ms))
+	}
+	waitFor(t, 10*time.Second, "the lease to expire", func() bool { return len(b.leases("v2l", nil, 100)) == 0 })
+	ms = b.receive("v2l", "default", 1, "1 hour")
+	if len(ms) != 1 || ms[0].Attempt != 2 {
+		t.Fatalf("redelivery: %+v", ms)
+	}
+	ls = b.leases("v2l", nil, 100)
+	if len(ls) != 1 || ls[0].ID != id || ls[0].Attempt != 2 || ls[0].Consumer != nil || ls[0].Pos != ms[0].Pos {
+		t.Errorf("leases after the redelivery: %+v, want message %d, attempt 2, no consumer", ls, id)
+	}
+	b.ack("v2l", "default", ms[0].Receipt)
+	b.v2drainAck("v2l", "audit", 10)
+
+	// a receive of 6: each position once, in position order
+	var sent []int64
+	for i := range 6 {
+		sent = append(sent, b.send(b.pool, "v2l", fmt.Sprint(i)))
+	}
+	ms = b.receiveAs("v2l", "default", 6, "10 minutes", "c1")
+	if len(ms) != 6 {
+		t.Fatalf("received %d, want 6", len(ms))
+	}
+	ls = b.leases("v2l", nil, 100)
+	if got := leaseIDs(ls); !slices.Equal(got, sent) {
+		t.Fatalf("leases of the receive: %v, want %v", got, sent)
+	}
+	for _, l := range ls {
+		if l.Attempt != 1 || l.Consumer == nil || *l.Consumer != "c1" || !l.Expires.Equal(ls[0].Expires) {
+			t.Errorf("lease of the receive: %+v", l)
+		}
+	}
+	if got := leaseIDs(b.leases("v2l", nil, 4)); !slices.Equal(got, sent[:4]) {
+		t.Errorf("leases, 4 at most: %v, want %v", got, sent[:4])
+	}
+	// extend one: the lease (all six) shows the new end, consumer and time kept
+	var n int
+	if err := b.pool.QueryRow(b.ctx, "SELECT sluice.extend('v2l', 'default', $1, '1 hour')", []string{ms[2].Receipt}).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("extend: %d, %v", n, err)
+	}
+	ext := b.leases("v2l", nil, 100)
+	if got := leaseIDs(ext); !slices.Equal(got, sent) {
+		t.Fatalf("leases after an extend: %v, want %v", got, sent)
+	}
+	for _, l := range ext {
+		if d := l.Expires.Sub(ls[0].Expires); d < 45*time.Minute || *l.Consumer != "c1" || !l.DeliveredAt.Equal(ls[0].DeliveredAt) {
+			t.Errorf("extended lease %+v, before %+v", l, ls[0])
+		}
+	}
+	// nack two: not in flight
+	if !b.nack("v2l", "default", ms[0].Receipt, "1 hour", "") || !b.nack("v2l", "default", ms[3].Receipt, "1 hour", "") {
+		t.Fatal("nack")
+	}
+	want := []int64{sent[1], sent[2], sent[4], sent[5]}
+	ls = b.leases("v2l", nil, 100)
+	if got := leaseIDs(ls); !slices.Equal(got, want) {
+		t.Errorf("leases after the nacks: %v, want %v", got, want)
+	}
+	if got := b.v2status("v2l", "default").InFlight; got != int64(len(ls)) {
+		t.Errorf("status in flight %d, leases %d", got, len(ls))
+	}
+	// another group: its own leases; the filter keeps one group
+	am := b.v2receive("v2l", "audit", 2, "")
+	audit, def := "audit", "default"
+	if got := b.leases("v2l", &audit, 100); len(got) != 2 || got[0].Group != "audit" {
+		t.Errorf("audit's leases: %+v", got)
+	}
+	if got := b.leases("v2l", &def, 100); len(got) != len(ls) {
+		t.Errorf("default's leases: %d, want %d", len(got), len(ls))
+	}
+	if got := b.leases("v2l", nil, 100); len(got) != len(ls)+2 {
+		t.Errorf("every group's leases: %d, want %d", len(got), len(ls)+2)
+	}
+	before := b.dataFingerprint()
+	b.leases("v2l", nil, 100)
+	if after := b.dataFingerprint(); after != before {
+		t.Errorf("leases changed the data:\n before %s\n after  %s", before, after)
+	}
+	b.ack("v2l", "default", ms[1].Receipt, ms[2].Receipt, ms[4].Receipt, ms[5].Receipt)
+	b.ack("v2l", "audit", v2receipts(am)...)
+	if got := b.leases("v2l", nil, 100); len(got) != 0 {
+		t.Errorf("leases after the acks: %+v", got)
+	}
+}
+
+// An extended lease whose first end has passed (a receive put it off: a
+// deferral) is still in flight, until its extension ends; the expired
+// lease's redelivery (parked positions delivered again) shows with its
+// attempts.
+func TestV2LeasesExtendedPastTheirEnd(t *testing.T) {
+	b := setup(t)
+	b.createV2("v2le", `"lanes": 1`)
+	ids := b.v2sendN("v2le", 3)
+	ms := b.v2receive("v2le", "default", 3, "200 milliseconds")
+	if len(ms) != 3 {
+		t.Fatalf("received %d", len(ms))
+	}
+	var n int
+	if err := b.pool.QueryRow(b.ctx, "SELECT sluice.extend('v2le', 'default', $1, '1 second')", []string{ms[0].Receipt}).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("extend: %d, %v", n, err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	// a receive now finds the lease ended but extended: it puts it off
+	if got := b.v2receive("v2le", "default", 3, ""); len(got) != 0 {
+		t.Fatalf("received %v while the lease is extended", v2ids(got))
+	}
+	if got := leaseIDs(b.leases("v2le", nil, 100)); !v2same(got, ids) {
+		t.Fatalf("leases of an extended lease past its first end: %s", v2diff(got, ids))
+	}
+	waitFor(t, 10*time.Second, "the extension to end", func() bool { return len(b.leases("v2le", nil, 100)) == 0 })
+	again := b.v2receive("v2le", "default", 2, "1 hour")
+	if len(again) != 2 {
+		t.Fatalf("redelivered %d, want 2", len(again))
+	}
+	ls := b.leases("v2le", nil, 100)
+	if len(ls) != 2 || ls[0].Attempt != 2 || ls[1].Attempt != 2 || !v2same(leaseIDs(ls), v2ids(again)) {
+		t.Fatalf("leases of the redelivery: %+v, want %v with attempt 2", ls, v2ids(again))
+	}
+}
+
+// Bad input to the calls of this file gets its SQLSTATE and changes
+// nothing.
+func TestV2OpsBadInput(t *testing.T) {
+	b := setup(t)
+	b.createV2("v2ob", `"max_attempts": 1`)
+	b.send(b.pool, "v2ob", "1")
+	b.v2sendKey("v2ob", "2", "k")
+	ms := b.v2receive("v2ob", "default", 1, "")
+	if len(ms) != 1 || !b.nack("v2ob", "default", ms[0].Receipt, "0", "dead") {
+		t.Fatal("receive and nack")
+	}
+	long := strings.Repeat("x", 513)
+	before := b.dataFingerprint()
+	for _, c := range []struct{ sql, code string }{
+		{`SELECT sluice.send('v2ob', '{}', dedup_key => '` + long + `')`, "SL006"},
+		{`SELECT sluice.send('v2ob', NULL, dedup_key => 'n')`, "SL006"},
+		{`SELECT sluice.send('v2ob', '{}', dedup_key => 'n', delay => '-1 second')`, "SL006"},
+		{`SELECT sluice.send('nope', '{}', dedup_key => 'n')`, "SL002"},
+		{`SELECT * FROM sluice.send_batch('v2ob', ARRAY['{}'::jsonb, '{}'], dedup_keys => ARRAY['n'])`, "SL006"},
+		{`SELECT * FROM sluice.send_batch('v2ob', ARRAY['{}'::jsonb], dedup_keys => ARRAY[['n']])`, "SL006"},
+		{`SELECT * FROM sluice.send_batch('v2ob', ARRAY['{}'::jsonb], dedup_keys => ARRAY['` + long + `'])`, "SL006"},
+		{`SELECT * FROM sluice.send_batch('v2ob', ARRAY['{}'::jsonb, NULL], dedup_keys => ARRAY['n', 'm'])`, "SL006"},
+		{`SELECT * FROM sluice.peek('v2ob', 0)`, "SL006"},
+		{`SELECT * FROM sluice.peek('v2ob', 1001)`, "SL006"},
+		{`SELECT * FROM sluice.peek('v2ob', NULL)`, "SL006"},
+		{`SELECT * FROM sluice.leases('v2ob', NULL, 0)`, "SL006"},
+		{`SELECT * FROM sluice.leases('v2ob', 'nope')`, "SL003"},
+		{`SELECT * FROM sluice.leases('v2ob', 'bad name')`, "SL001"},
+		{`SELECT sluice.purge_queue('nope')`, "SL002"},
+		{`SELECT sluice.purge_queue('bad name')`, "SL001"},
+		{`SELECT sluice.purge_queue(NULL)`, "SL001"},
+		{`SELECT sluice.redrive('v2ob', 'nope')`, "SL003"},
+		{`SELECT sluice.redrive('nope')`, "SL002"},
+	} {
+		_, err := b.pool.Exec(b.ctx, c.sql)
+		if got := sqlstate(err); got != c.code {
+			t.Errorf("%s: SQLSTATE %q (%v), want %s", c.sql, got, err, c.code)
+		}
+	}
+	if after := b.dataFingerprint(); after != before {
+		t.Errorf("bad input changed the data:\n before %s\n after  %s", before, after)
+	}
+	// a redrive naming no dead letter sends nothing
+	if n := b.int64(`SELECT sluice.redrive('v2ob', NULL, ARRAY[123456789])`); n != 0 {
+		t.Errorf("redrive of an unknown id: %d", n)
+	}
+	if after := b.dataFingerprint(); after != before {
+		t.Errorf("a redrive of nothing changed the data:\n before %s\n after  %s", before, after)
+	}
+}
+
+// peek and leases wait for nobody: a receive that holds its lanes and the
+// cut in an open transaction does not hold them up; its leases show once
+// it commits.
+func TestV2PeekLeasesDoNotWait(t *testing.T) {
+	b := setup(t)
+	b.createV2("v2w", `"lanes": 2`)
+	b.v2sendN("v2w", 10)
+	tx, err := b.pool.Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(b.ctx) //nolint:errcheck
+	ms, err := v2receiveOn(b.ctx, tx, "v2w", "default", 4, "1 hour")
+	if err != nil || len(ms) != 4 {
+		t.Fatalf("receive in a transaction: %d, %v", len(ms), err)
+	}
+	conn, err := b.pool.Acquire(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(b.ctx, "SET statement_timeout = '3s'"); err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Exec(b.ctx, "RESET statement_timeout") //nolint:errcheck
+	var n int64
+	if err := conn.QueryRow(b.ctx, "SELECT count(*) FROM sluice.peek('v2w', 100)").Scan(&n); err != nil || n != 10 {
+		t.Fatalf("peek beside an open receive: %d, %v", n, err)
+	}
+	if err := conn.QueryRow(b.ctx, "SELECT count(*) FROM sluice.leases('v2w')").Scan(&n); err != nil || n != 0 {
+		t.Fatalf("leases beside an open receive: %d, %v (want 0: not committed)", n, err)
+	}
+	if err := tx.Commit(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := leaseIDs(b.leases("v2w", nil, 100)); !v2same(got, v2ids(ms)) {
+		t.Fatalf("leases after the receive committed: %s", v2diff(got, v2ids(ms)))
+	}
+}
+
+// Dedup keys with ordering keys: what is sent keeps its ordering key (send
+// and send_batch), a duplicate sends nothing whatever its key.
+func TestV2DedupWithOrderingKeys(t *testing.T) {
+	b := setup(t)
+	b.createV2("v2dk", `"lanes": 2`)
+	var one, again int64
+	if err := b.pool.QueryRow(b.ctx, `SELECT sluice.send('v2dk', '"one"', key => 'a', dedup_key => 'x')`).Scan(&one); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.pool.QueryRow(b.ctx, `SELECT sluice.send('v2dk', '"dup"', key => 'b', dedup_key => 'x')`).Scan(&again); err != nil || again != one {
+		t.Fatalf("a duplicate with another key: %d, %v; want %d", again, err, one)
+	}
+	ids := b.int64s(`SELECT * FROM sluice.send_batch('v2dk', ARRAY['"two"', '"dup2"', '"three"', '"four"']::jsonb[],
+		keys => ARRAY['a', 'c', NULL, 'a'], dedup_keys => ARRAY['y', 'y', 'z', 'x'])`)
+	if len(ids) != 4 || ids[1] != ids[0] || ids[3] != one || ids[2] <= ids[0] {
+		t.Fatalf("send_batch ids %v", ids)
+	}
+	ps := b.peek("v2dk", 10, nil)
+	want := map[int64][2]string{one: {`"one"`, "a"}, ids[0]: {`"two"`, "a"}, ids[2]: {`"three"`, ""}}
+	if len(ps) != len(want) {
+		t.Fatalf("peek: %+v, want 3 messages", ps)
+	}
+	for _, p := range ps {
+		key := ""
+		if p.Key != nil {
+			key = *p.Key
+		}
+		if w := want[p.ID]; p.Body != w[0] || key != w[1] {
+			t.Errorf("message %d: body %s key %q, want %v", p.ID, p.Body, key, w)
+		}
+	}
+	// the key's order: "one" before "two"
+	var got []msg
+	waitFor(t, 5*time.Second, "the three messages", func() bool {
+		ms := b.receiveAs("v2dk", "default", 10, "1 hour", "")
+		got = append(got, ms...)
+		b.ack("v2dk", "default", receipts(ms)...)
+		return len(got) >= 3
+	})
+	var order []int64
+	for _, m := range got {
+		if m.Key != nil && *m.Key == "a" {
+			order = append(order, m.ID)
+		}
+	}
+	if !slices.Equal(order, []int64{one, ids[0]}) || len(got) != 3 {
+		t.Errorf("received %+v; key a in order %v, want [%d %d]", got, order, one, ids[0])
+	}
+}
