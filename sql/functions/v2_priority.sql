@@ -133,7 +133,6 @@ DECLARE
     v_last bigint;
 BEGIN
     -- the floor: up to the first position above it not taken by its level
-    SELECT min(p.pos) INTO v_next
     -- (a position meant for another group counts as taken)
     SELECT min(p.pos) FILTER (WHERE (p.target IS NULL OR p.target = p_group)
                                 AND p.pos > coalesce((SELECT l.cursor FROM unnest(p_levels) l WHERE l.level = p.level),
