@@ -111,3 +111,65 @@ BEGIN
     RETURN n;
 END
 $$;
+
+-- discard_dead_letters: drop dead letters for good: they are no longer
+-- listed by dead_letters, counted by status's dead, or redriven. Either
+-- every dead letter of one group, or those of the given message ids (of
+-- one group, or of every group); not every group's at once without ids, so
+-- that a forgotten argument cannot empty a queue's dead letters. A
+-- discarded dead letter is recorded (sluice.redrive, message_id NULL) as
+-- a redriven one is, and its row stays until its group or queue is
+-- dropped: status's dead_lettered still counts it. A dead letter is
+-- discarded or redriven once: a discard that meets one being redriven or
+-- discarded by another waits for it, and then skips it if it committed (in
+-- a REPEATABLE READ transaction it fails instead, with SQLSTATE 40001:
+-- retry it). Both engines: dead letters live in the catalog.
+--
+-- Parameters:
+--   queue       queue name
+--   group_name  only this group's dead letters (NULL: every group's, with ids)
+--   ids         only these message ids (NULL: all of group_name's; not empty)
+-- Returns: how many dead letters were discarded
+-- Errors: SL001, SL002, SL003, SL006 (neither group_name nor ids, or ids
+--   empty or with a NULL)
+-- Tables: inserts into sluice.redrive
+CREATE OR REPLACE FUNCTION sluice.discard_dead_letters(queue text, group_name text DEFAULT NULL, ids bigint[] DEFAULT NULL)
+RETURNS bigint
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    q sluice.queue := sluice._use_queue(discard_dead_letters.queue);
+    v_gid int;
+    n bigint;
+BEGIN
+    IF discard_dead_letters.group_name IS NOT NULL THEN
+        v_gid := (sluice._get_group(q.id, q.name, discard_dead_letters.group_name)).id;
+    ELSIF discard_dead_letters.ids IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'SL006',
+            MESSAGE = 'discard_dead_letters needs group_name or ids',
+            HINT = 'Name the group whose dead letters to discard, or give the message ids.';
+    END IF;
+    IF cardinality(discard_dead_letters.ids) = 0 OR array_position(discard_dead_letters.ids, NULL) IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'SL006',
+            MESSAGE = format('ids must be message ids, got %s', discard_dead_letters.ids),
+            HINT = 'Give at least one id, or NULL for all of the group''s dead letters.';
+    END IF;
+    -- Locked in id order, as redrive locks them (no deadlock between the
+    -- two), then claimed: one that another redrive or discard claimed
+    -- while this one waited conflicts and is not counted.
+    WITH picked AS (
+        SELECT d.id FROM sluice.dead_letter d
+        WHERE d.queue_id = q.id AND (v_gid IS NULL OR d.group_id = v_gid)
+          AND (discard_dead_letters.ids IS NULL OR d.message_id = ANY (discard_dead_letters.ids))
+          AND NOT EXISTS (SELECT 1 FROM sluice.redrive r WHERE r.dead_letter_id = d.id)
+        ORDER BY d.id
+        FOR UPDATE OF d
+    )
+    INSERT INTO sluice.redrive (dead_letter_id, redriven_at, message_id)
+    SELECT p.id, clock_timestamp(), NULL FROM picked p ORDER BY p.id
+    ON CONFLICT DO NOTHING;
+    GET DIAGNOSTICS n = ROW_COUNT;
+    RETURN n;
+END
+$$;
