@@ -500,6 +500,16 @@ func (r *runner) call(name string, args map[string]any) (any, error) {
 			ids = append(ids, int64(f))
 		}
 		return c.Redrive(ctx, q, str(args, "group_name"), ids...)
+	case "discard_dead_letters":
+		var ids []int64 // (nil when absent or null: all of the group's)
+		if list, ok := args["ids"].([]any); ok {
+			ids = make([]int64, 0, len(list))
+			for _, x := range list {
+				f, _ := x.(float64)
+				ids = append(ids, int64(f))
+			}
+		}
+		return c.DiscardDeadLetters(ctx, q, str(args, "group_name"), ids)
 	case "peek":
 		return r.peek(q, args)
 	case "leases":

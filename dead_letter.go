@@ -99,3 +99,31 @@ func redrive(ctx context.Context, db dbtx, queue, group string, ids []int64) (in
 	}
 	return n, nil
 }
+
+// DiscardDeadLetters drops dead letters of queue for good and returns how
+// many it discarded: those of the given message ids (of group, or of every
+// group when group is ""), or, when ids is nil, every one of group's. A
+// discarded dead letter is no longer listed, counted in Status's Dead or
+// redriven; Status's DeadLettered still counts it. As in SQL, it fails with
+// ErrInvalidArgument (SL006) without a group and ids, or with ids empty but
+// not nil: it never discards a whole group's or queue's by omission.
+func (c *Client) DiscardDeadLetters(ctx context.Context, queue, group string, ids []int64) (int64, error) {
+	return discardDeadLetters(ctx, c.pool, queue, group, ids)
+}
+
+// DiscardDeadLettersTx is DiscardDeadLetters in the caller's transaction.
+func (c *Client) DiscardDeadLettersTx(ctx context.Context, tx pgx.Tx, queue, group string, ids []int64) (int64, error) {
+	return discardDeadLetters(ctx, tx, queue, group, ids)
+}
+
+func discardDeadLetters(ctx context.Context, db dbtx, queue, group string, ids []int64) (int64, error) {
+	var idArg any
+	if ids != nil {
+		idArg = ids // (an empty one too: SL006)
+	}
+	var n int64
+	if err := db.QueryRow(ctx, sqlDiscardDeadLetters, queue, nullText(group), idArg).Scan(&n); err != nil {
+		return 0, translate(err, "discarding dead letters of queue %q", queue)
+	}
+	return n, nil
+}

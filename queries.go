@@ -50,6 +50,8 @@ FROM sluice.dead_letters($1, $2::text, $3::int)`
 
 	sqlRedrive = `SELECT sluice.redrive($1, $2::text, $3::bigint[])`
 
+	sqlDiscardDeadLetters = `SELECT sluice.discard_dead_letters($1, $2::text, $3::bigint[])`
+
 	sqlPeek = `SELECT id, body, headers, key, priority, sent_at, deliver_at, resent_to
 FROM sluice.peek($1, $2::int, $3::bigint)`
 

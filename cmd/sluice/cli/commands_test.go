@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -223,6 +225,55 @@ func TestStatusAndDLQCommands(t *testing.T) {
 	b.fails(2, "not a positive integer", "dlq", "redrive", "jobs", "x")
 	contains(t, "redrive", b.ok("dlq", "redrive", "jobs", "--group", "default"), "redrove 1 dead letter of")
 	contains(t, "dlq list after redrive", b.ok("dlq", "list", "jobs"), "no dead letters")
+
+	// discard: by id, a group's, and purge's --dead-letters; never a whole
+	// queue's by omission.
+	for range 3 {
+		b.ok("send", "jobs", `{"job": "poison"}`)
+	}
+	dead := func() int64 {
+		t.Helper()
+		st, err := b.client.Status(ctx, "jobs")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st[0].Dead
+	}
+	for {
+		ms, err := b.client.Receive(ctx, "jobs", "default", &sluice.ReceiveOptions{Max: 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ms) == 0 {
+			break
+		}
+		for _, m := range ms {
+			if _, err := b.client.Nack(ctx, "jobs", "default", m.Receipt, &sluice.NackOptions{Error: "poison"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	dls, err := b.client.DeadLetters(ctx, "jobs", nil)
+	if err != nil || len(dls) < 3 {
+		t.Fatalf("dead letters %v, %v", dls, err)
+	}
+	n0 := int64(len(dls))
+	b.fails(2, "--group GROUP", "dlq", "discard", "jobs")
+	b.fails(2, "not a positive integer", "dlq", "discard", "jobs", "x")
+	b.fails(1, "does not exist", "dlq", "discard", "jobs", "--group", "nosuch")
+	contains(t, "discard by id", b.ok("dlq", "discard", "jobs", strconv.FormatInt(dls[0].ID, 10)), "discarded 1 dead letter of queue jobs")
+	if n := dead(); n != n0-1 {
+		t.Fatalf("dead %d after a discard by id, want %d", n, n0-1)
+	}
+	contains(t, "purge", b.ok("queue", "purge", "jobs"), "purged")
+	if n := dead(); n != n0-1 {
+		t.Fatalf("dead %d after a purge, want %d (purge leaves them)", n, n0-1)
+	}
+	contains(t, "purge --dead-letters", b.ok("queue", "purge", "jobs", "--dead-letters"), fmt.Sprintf("discarded %d dead letters", n0-1))
+	if n := dead(); n != 0 {
+		t.Fatalf("dead %d after purge --dead-letters, want 0", n)
+	}
+	contains(t, "discard of none left", b.ok("dlq", "discard", "jobs", "--group", "default"), "discarded 0 dead letters")
 
 	var out bytes.Buffer
 	ctx, cancel := context.WithTimeout(ctx, 2500*time.Millisecond)

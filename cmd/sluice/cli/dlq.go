@@ -15,8 +15,8 @@ import (
 
 const dlqUsage = `Usage: sluice dlq <command> [arguments] [flags]
 
-Inspects and redrives dead letters: messages that used up their queue's
-max_attempts in a consumer group.
+Inspects, redrives and discards dead letters: messages that used up their
+queue's max_attempts in a consumer group.
 
 Commands:
 %s
@@ -25,12 +25,14 @@ Examples:
   sluice dlq list orders --group billing --json
   sluice dlq redrive orders --group billing
   sluice dlq redrive orders 17 42
+  sluice dlq discard orders --group billing
+  sluice dlq discard orders 17 42
 `
 
 func dlqCommand() command {
 	return command{
-		name: "dlq", summary: "list and redrive dead letters", usage: dlqUsage,
-		sub: []command{dlqListCommand(), dlqRedriveCommand()},
+		name: "dlq", summary: "list, redrive and discard dead letters", usage: dlqUsage,
+		sub: []command{dlqListCommand(), dlqRedriveCommand(), dlqDiscardCommand()},
 	}
 }
 
@@ -120,13 +122,9 @@ func dlqRedriveCommand() command {
 			url := dbFlag(fs)
 			group := fs.String("group", "", "only this consumer `group`'s dead letters")
 			return func(ctx context.Context, args []string) error {
-				var ids []int64
-				for _, a := range args[1:] {
-					id, err := strconv.ParseInt(a, 10, 64)
-					if err != nil || id <= 0 {
-						return usagef("message id %q is not a positive integer", a)
-					}
-					ids = append(ids, id)
+				ids, err := messageIDs(args[1:])
+				if err != nil {
+					return err
 				}
 				return e.withDB(ctx, *url, func(db *database) error {
 					n, err := db.client.Redrive(ctx, args[0], *group, ids...)
@@ -134,6 +132,59 @@ func dlqRedriveCommand() command {
 						return err
 					}
 					fmt.Fprintf(e.stdout, "redrove %s of queue %s\n", plural(n, "dead letter", "dead letters"), args[0])
+					return nil
+				})
+			}
+		},
+	}
+}
+
+// messageIDs parses message ids given as arguments (nil for none).
+func messageIDs(args []string) ([]int64, error) {
+	var ids []int64
+	for _, a := range args {
+		id, err := strconv.ParseInt(a, 10, 64)
+		if err != nil || id <= 0 {
+			return nil, usagef("message id %q is not a positive integer", a)
+		}
+		ids = append(ids, id)
+	}
+	return ids, nil
+}
+
+const dlqDiscardUsage = `Usage: sluice dlq discard QUEUE [ID...] [flags]
+
+Discards dead letters for good: every one of --group's, or only the
+messages with the given ids (of --group, or of every group). They are no
+longer listed, counted as dead or redriven; status's dead_lettered still
+counts them. It needs --group or ids: it never discards a whole queue's
+dead letters by omission.
+
+Examples:
+  sluice dlq discard orders --group billing
+  sluice dlq discard orders 17 42
+`
+
+func dlqDiscardCommand() command {
+	return command{
+		name: "discard", summary: "drop dead letters for good", usage: dlqDiscardUsage, minArgs: 1, maxArgs: -1,
+		setup: func(fs *flag.FlagSet, e *env) func(context.Context, []string) error {
+			url := dbFlag(fs)
+			group := fs.String("group", "", "only this consumer `group`'s dead letters (all of them without ids)")
+			return func(ctx context.Context, args []string) error {
+				ids, err := messageIDs(args[1:])
+				if err != nil {
+					return err
+				}
+				if *group == "" && ids == nil {
+					return usagef("say which dead letters to discard: --group GROUP (all of its), or message ids")
+				}
+				return e.withDB(ctx, *url, func(db *database) error {
+					n, err := db.client.DiscardDeadLetters(ctx, args[0], *group, ids)
+					if err != nil {
+						return err
+					}
+					fmt.Fprintf(e.stdout, "discarded %s of queue %s\n", plural(n, "dead letter", "dead letters"), args[0])
 					return nil
 				})
 			}

@@ -11,6 +11,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/sluicemq/sluice"
 )
 
@@ -313,10 +315,13 @@ func queueConfigCommand() command {
 const queuePurgeUsage = `Usage: sluice queue purge QUEUE [flags]
 
 Removes every message of a queue at once, pending or not. Its groups stay
-and continue with the messages sent afterwards.
+and continue with the messages sent afterwards. Dead letters stay too
+(status's dead) unless --dead-letters discards every group's as well, in
+the same transaction (sluice dlq discard discards some).
 
-Example:
+Examples:
   sluice queue purge orders
+  sluice queue purge orders --dead-letters
 `
 
 func queuePurgeCommand() command {
@@ -324,13 +329,39 @@ func queuePurgeCommand() command {
 		name: "purge", summary: "remove every message of a queue", usage: queuePurgeUsage, minArgs: 1, maxArgs: 1,
 		setup: func(fs *flag.FlagSet, e *env) func(context.Context, []string) error {
 			url := dbFlag(fs)
+			withDead := fs.Bool("dead-letters", false, "also discard every group's dead letters")
 			return func(ctx context.Context, args []string) error {
 				return e.withDB(ctx, *url, func(db *database) error {
-					n, err := db.client.PurgeQueue(ctx, args[0])
+					var n, dead int64
+					err := pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) (err error) {
+						if n, err = db.client.PurgeQueueTx(ctx, tx, args[0]); err != nil || !*withDead {
+							return err
+						}
+						qs, err := db.client.ListQueuesTx(ctx, tx)
+						if err != nil {
+							return err
+						}
+						for _, q := range qs {
+							if q.Name != args[0] {
+								continue
+							}
+							for _, g := range q.Groups {
+								d, err := db.client.DiscardDeadLettersTx(ctx, tx, args[0], g, nil)
+								if err != nil {
+									return err
+								}
+								dead += d
+							}
+						}
+						return nil
+					})
 					if err != nil {
 						return err
 					}
 					fmt.Fprintf(e.stdout, "purged %s from queue %s\n", plural(n, "message", "messages"), args[0])
+					if *withDead {
+						fmt.Fprintf(e.stdout, "discarded %s\n", plural(dead, "dead letter", "dead letters"))
+					}
 					return nil
 				})
 			}

@@ -69,6 +69,7 @@ func serverCommand() command {
 			headerTimeout := fs.Duration("read-header-timeout", 10*time.Second, "time allowed to read a request's headers")
 			grace := fs.Duration("shutdown-grace", 30*time.Second, "how long requests in progress may take to end at shutdown")
 			events := fs.Duration("events-interval", time.Second, "how often /v1/events (the dashboard's stream) sends the status: one sluice.status per interval and role")
+			history := fs.Duration("history-interval", 10*time.Second, "how often the status is sampled for /v1/status/history (the dashboard's charts), which keeps the last hour in memory")
 			hosts := fs.String("allowed-host", "", "host `names` (comma-separated) the server answers to besides its listen address, such as a reverse proxy's; requests naming another Host or Origin are refused")
 			logFormat := fs.String("log-format", "text", "log `format` on stderr: text or json")
 			logLevel := fs.String("log-level", "info", "lowest `level` logged: debug, info, warn or error")
@@ -138,7 +139,8 @@ func serverCommand() command {
 					srv, err := server.New(server.Config{
 						Pool: db.pool, Auth: auth, MaxBody: *maxBody, MaxBatch: *maxBatch, MaxConcurrent: *maxConc,
 						MaxWait: *maxWait, PollInterval: *poll, ReadHeaderTimeout: *headerTimeout, EventsInterval: *events,
-						Hosts: splitList(*hosts), ReservedConns: *reserved, MaxTxQueues: *maxTxQueues,
+						HistoryInterval: *history,
+						Hosts:           splitList(*hosts), ReservedConns: *reserved, MaxTxQueues: *maxTxQueues,
 						Logger: logger, AccessLog: *accessLog,
 					})
 					if err != nil {

@@ -15,4 +15,5 @@ type (
 	ExtendRequest      = extendRequest
 	TransactionRequest = transactionRequest
 	RedriveRequest     = redriveRequest
+	DiscardRequest     = discardRequest
 )

@@ -111,6 +111,7 @@ var requestBodies = map[string]requestBody{
 	"POST /v1/queues/{queue}/groups/{group}/extend":  {v: server.ExtendRequest{}},
 	"POST /v1/transaction":                           {v: server.TransactionRequest{}},
 	"POST /v1/queues/{queue}/dead-letters/redrive":   {v: server.RedriveRequest{}},
+	"POST /v1/queues/{queue}/dead-letters/discard":   {v: server.DiscardRequest{}},
 }
 
 // The request bodies docs/openapi.json documents are the ones the handlers

@@ -201,17 +201,45 @@ func (s *Server) dropQueue(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+// purgeQueue removes every message of a queue; with ?dead_letters=true it
+// also discards every group's dead letters, in the same transaction (purge
+// alone leaves them).
 func (s *Server) purgeQueue(w http.ResponseWriter, r *http.Request) error {
 	name := r.PathValue("queue")
-	var n int64
+	withDead := false
+	if v := r.URL.Query().Get("dead_letters"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return fieldProblem("dead_letters", "dead_letters must be true or false, got %q", v)
+		}
+		withDead = b
+	}
+	var n, discarded int64
 	err := s.tx(r.Context(), principalOf(r.Context()), func(tx pgx.Tx) (err error) {
-		n, err = s.client.PurgeQueueTx(r.Context(), tx, name)
-		return err
+		if n, err = s.client.PurgeQueueTx(r.Context(), tx, name); err != nil || !withDead {
+			return err
+		}
+		q, err := s.findQueue(r, tx, name)
+		if err != nil {
+			return err
+		}
+		for _, g := range q.Groups {
+			d, err := s.client.DiscardDeadLettersTx(r.Context(), tx, name, g, nil)
+			if err != nil {
+				return err
+			}
+			discarded += d
+		}
+		return nil
 	})
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, map[string]int64{"purged": n})
+	out := map[string]int64{"purged": n}
+	if withDead {
+		out["dead_letters_discarded"] = discarded
+	}
+	writeJSON(w, http.StatusOK, out)
 	return nil
 }
 
@@ -394,6 +422,35 @@ func (s *Server) redrive(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	writeJSON(w, http.StatusOK, map[string]int64{"redriven": n})
+	return nil
+}
+
+type discardRequest struct {
+	Group string  `json:"group"`
+	IDs   []int64 `json:"ids"`
+}
+
+// discardDeadLetters drops dead letters for good (sluice.discard_dead_letters):
+// all of a group's, or those of some message ids. ids absent or null is
+// SQL NULL, [] an empty array (which the engine refuses, SL006).
+func (s *Server) discardDeadLetters(w http.ResponseWriter, r *http.Request) error {
+	queue := r.PathValue("queue")
+	var req discardRequest
+	if err := decode(r, &req); err != nil {
+		return err
+	}
+	if err := s.checkBatch("ids", len(req.IDs)); err != nil {
+		return err
+	}
+	var n int64
+	err := s.tx(r.Context(), principalOf(r.Context()), func(tx pgx.Tx) (err error) {
+		n, err = s.client.DiscardDeadLettersTx(r.Context(), tx, queue, req.Group, req.IDs)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]int64{"discarded": n})
 	return nil
 }
 

@@ -55,6 +55,8 @@ func (s *Server) routeTable() []route {
 		{method: "DELETE", path: "/v1/queues/{queue}", handle: s.dropQueue},
 		{method: "POST", path: "/v1/queues/{queue}/purge", handle: s.purgeQueue},
 		{method: "GET", path: "/v1/status", handle: s.status},
+		{method: "GET", path: "/v1/status/history", handle: s.statusHistoryHandler},
+		{method: "GET", path: "/v1/whoami", handle: s.whoAmI},
 		{method: "GET", path: "/v1/events", use: connNone, handle: s.serveEvents},
 
 		{method: "POST", path: "/v1/queues/{queue}/groups", handle: s.createGroup},
@@ -73,6 +75,7 @@ func (s *Server) routeTable() []route {
 		{method: "GET", path: "/v1/queues/{queue}/leases", handle: s.leases},
 		{method: "GET", path: "/v1/queues/{queue}/dead-letters", handle: s.deadLetters},
 		{method: "POST", path: "/v1/queues/{queue}/dead-letters/redrive", handle: s.redrive},
+		{method: "POST", path: "/v1/queues/{queue}/dead-letters/discard", handle: s.discardDeadLetters},
 	}
 }
 

@@ -69,6 +69,10 @@ type Config struct {
 	// sluice.status call per interval and role, shared by the streams of
 	// that role (default 1s).
 	EventsInterval time.Duration
+	// HistoryInterval is how often the server samples the status for GET
+	// /v1/status/history, which keeps the last hour of samples in memory
+	// (default 10s: 361 samples of each group).
+	HistoryInterval time.Duration
 	// Hosts are the host names (or addresses) the server answers to besides
 	// the address it listens on, such as the name a reverse proxy or DNS
 	// gives it: a request whose Host is neither is refused (421), and so
@@ -113,6 +117,9 @@ func (c *Config) defaults() {
 	if c.EventsInterval <= 0 {
 		c.EventsInterval = time.Second
 	}
+	if c.HistoryInterval <= 0 {
+		c.HistoryInterval = 10 * time.Second
+	}
 	if c.MaxTxQueues <= 0 {
 		c.MaxTxQueues = 16
 	}
@@ -128,6 +135,7 @@ type Server struct {
 	limiter *limiter
 	metrics *metrics
 	hub     *eventHub
+	history *statusHistory
 	gate    *gate
 	handler http.Handler
 	routes  []route
@@ -174,6 +182,7 @@ func New(cfg Config) (*Server, error) {
 	s.batches.New = func() any { return new(batchScratch) }
 	s.metrics = newMetrics(s)
 	s.hub = newEventHub(s)
+	s.history = newStatusHistory(cfg.HistoryInterval)
 	s.routes = s.routeTable()
 	s.handler = s.buildMux()
 	return s, nil
@@ -205,7 +214,8 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, grace time.Duration
 	}
 	lctx, stopListen := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
-	wg.Add(3)
+	wg.Add(4)
+	go func() { defer wg.Done(); s.sampleHistory(lctx) }()
 	go func() { defer wg.Done(); s.notify.run(lctx) }()
 	go func() { defer wg.Done(); s.notify.hotWake(lctx) }()
 	go func() { defer wg.Done(); s.notify.sweep(lctx, s.cfg.PollInterval) }()
