@@ -177,6 +177,7 @@ def calls(c: Any) -> dict[str, Callable[[dict[str, Any]], Any]]:
         "status": lambda a: c.status(a.get("queue")),
         "dead_letters": lambda a: c.dead_letters(a["queue"], a.get("group_name"), max_rows=a.get("max_rows", 100)),
         "redrive": lambda a: c.redrive(a["queue"], a.get("group_name"), a.get("ids")),
+        "discard_dead_letters": lambda a: c.discard_dead_letters(a["queue"], a.get("group_name"), a.get("ids")),
         "peek": lambda a: c.peek(a["queue"], max_messages=a.get("max_messages", 10), after_id=a.get("after_id")),
         "leases": lambda a: c.leases(a["queue"], a.get("group_name"), max_messages=a.get("max_messages", 100)),
     }

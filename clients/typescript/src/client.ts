@@ -30,6 +30,7 @@ import type {
   QueueStatus,
   ReceiveOptions,
   RedriveOptions,
+  DiscardDeadLettersOptions,
   SendBatchOptions,
   SendOptions,
 } from "./types.js";
@@ -74,6 +75,7 @@ FROM sluice.status($1::text)`,
   deadLetters: `SELECT id, group_name, body, headers, key, attempts, error, died_at, sent_at, dead_letter_id
 FROM sluice.dead_letters($1, $2::text, $3::int)`,
   redrive: `SELECT sluice.redrive($1, $2::text, $3::bigint[]) AS n`,
+  discardDeadLetters: `SELECT sluice.discard_dead_letters($1, $2::text, $3::bigint[]) AS n`,
   peek: `SELECT id, body, headers, key, priority, sent_at, deliver_at, resent_to
 FROM sluice.peek($1, $2::int, $3::bigint)`,
   leases: `SELECT group_name, id, pos, attempt, consumer, delivered_at, lease_expires_at
@@ -481,6 +483,19 @@ export class Sluice {
   async redrive(queue: string, opts?: RedriveOptions): Promise<number> {
     const rows = await this.query(sql.redrive, [queue, orNull(opts?.group), orNull(opts?.ids)], opts);
     return count(rows[0]?.n);
+  }
+
+  /**
+   * Drops dead letters for good; returns how many. All of `group`'s when no
+   * ids are given, else those of the ids (of `group`, or of every group). A
+   * discarded dead letter is no longer listed, counted in `dead` or
+   * redriven (`deadLettered` still counts it). Neither a group nor ids, or
+   * `ids: []`, is refused (SL006): it never discards a whole queue's by
+   * omission. Needs role sluice_admin.
+   */
+  async discardDeadLetters(queue: string, opts: DiscardDeadLettersOptions): Promise<number> {
+    const rows = await this.query(sql.discardDeadLetters, [queue, orNull(opts?.group), orNull(opts?.ids)], opts);
+    return num(rows[0]?.n);
   }
 
   // Looking without receiving.

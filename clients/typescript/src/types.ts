@@ -235,6 +235,14 @@ export interface RedriveOptions extends CallOptions {
   ids?: string[] | null;
 }
 
+/** Options of discardDeadLetters: a group, ids, or both (neither is refused, SL006). */
+export interface DiscardDeadLettersOptions extends CallOptions {
+  /** This group's dead letters: all of them when ids is not given. */
+  group?: string | null;
+  /** Only these message ids (of group, or of every group without one); [] is refused (SL006). */
+  ids?: number[] | null;
+}
+
 /** A message a queue stores, as peek shows it (the columns of sluice.stored_message). */
 export interface PeekedMessage<B = JSONValue> {
   /** The message id (as receive returns it). */

@@ -291,6 +291,8 @@ async function call(s: Sluice, step: Step, a: Args): Promise<JSONish> {
       return (await s.deadLetters(q, { group: g, maxRows: a.max_rows as Any })).map(deadLetterRow);
     case "redrive":
       return s.redrive(q, { group: g, ids: a.ids as Any });
+    case "discard_dead_letters":
+      return s.discardDeadLetters(q, { group: g, ids: a.ids as Any });
     case "peek":
       return (await s.peek(q, { maxMessages: a.max_messages as Any, afterId: a.after_id as Any })).map(peekedRow);
     case "leases":

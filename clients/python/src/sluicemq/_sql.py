@@ -71,6 +71,7 @@ DEAD_LETTERS = (
     " FROM sluice.dead_letters(%s, %s::text, %s::int)"
 )
 REDRIVE = "SELECT sluice.redrive(%s, %s::text, %s::bigint[])"
+DISCARD_DEAD_LETTERS = "SELECT sluice.discard_dead_letters(%s, %s::text, %s::bigint[])"
 PEEK = (
     "SELECT id, body, headers, key, priority, sent_at, deliver_at, resent_to"
     " FROM sluice.peek(%s, %s::int, %s::bigint)"

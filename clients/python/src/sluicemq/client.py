@@ -268,6 +268,22 @@ class Client:
         """Make dead letters deliverable again (of one group or all, these ids or all)."""
         return int(self._one(_sql.REDRIVE, (queue, group, None if ids is None else list(ids)), conn))
 
+    def discard_dead_letters(
+        self,
+        queue: str,
+        group: str | None = None,
+        ids: Sequence[int] | None = None,
+        *,
+        conn: psycopg.Connection[Any] | None = None,
+    ) -> int:
+        """Drop dead letters for good: all of ``group``'s when ``ids`` is None, else
+        those of these message ids (of ``group``, or of every group when it is
+        None). A discarded dead letter is no longer listed, counted in ``dead`` or
+        redriven (``dead_lettered`` still counts it). Neither a group nor ids, or
+        an empty ``ids``, raises InvalidArgument (SL006): it never discards a
+        whole queue's by omission. Needs role sluice_admin. Returns how many."""
+        return int(self._one(_sql.DISCARD_DEAD_LETTERS, (queue, group, None if ids is None else list(ids)), conn))
+
     def peek(
         self,
         queue: str,
