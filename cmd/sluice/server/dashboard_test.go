@@ -348,7 +348,7 @@ func TestDashboardAuthAndRedrive(t *testing.T) {
 	ts.must(201, "POST", "/v1/queues/billing/messages", tokAdmin, map[string]any{"body": map[string]any{"invoice": 78}})
 	m = ts.must(200, "POST", "/v1/queues/billing/groups/default/receive", tokAdmin, map[string]any{})["messages"].([]any)[0].(map[string]any)
 	ts.must(200, "POST", "/v1/queues/billing/groups/default/nack", tokAdmin, map[string]any{"receipt": m["receipt"], "error": "expired card"})
-	b.waitText(t, `#detail h3:nth-of-type(2)`, "DEAD LETTERS (2)") // upper case by the style
+	b.waitText(t, `#dead-title`, "DEAD LETTERS (2)") // upper case by the style
 	btn := `#dead-letters tr.dead-letter:last-child button`
 	b.run(t, chromedp.Click(btn, chromedp.ByQuery), chromedp.Click(btn, chromedp.ByQuery))
 	b.waitText(t, `.card[data-queue="billing"] tr[data-group="default"] td.dead`, "1")
