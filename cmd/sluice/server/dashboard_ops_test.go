@@ -254,7 +254,7 @@ func TestDashboardPhoneWidth(t *testing.T) {
 	if overflow {
 		t.Fatal("the page is wider than the phone's screen")
 	}
-	b.screenshot(t, "dashboard-phone.png", "#dead")
+	b.screenshot(t, "dashboard-phone.png", "#dead-section")
 	if errs := b.consoleErrors(); len(errs) > 0 {
 		t.Fatalf("console errors:\n%s", strings.Join(errs, "\n"))
 	}

@@ -27,19 +27,24 @@ import (
 //	SLUICE_SCREENSHOTS=$PWD/docs go test ./cmd/sluice/server/ -run TestDashboardScreenshots -count=1
 //
 // It runs a real server and PostgreSQL with the traffic of a small shop for
-// about a minute and a half: four queues of different depths (one with a
-// growing backlog that a second worker then drains, one read in bursts by a
-// batch job), several groups, workers holding leases, retries, delayed
+// about two and a half minutes: four queues of different depths (one with
+// a growing backlog that a second worker then drains, one read in bursts by
+// a batch job), several groups, workers holding leases, retries, delayed
 // messages and a few dead letters with their errors, so that the charts
-// have a shape. The status is read every 250 ms (--events-interval), so the
-// charts' 300 points fill in 75 seconds rather than five minutes.
-// Without SLUICE_SCREENSHOTS it is skipped: the other dashboard tests check
-// the behaviour.
+// have a shape. The page is opened only after a minute: its charts start
+// with the server's samples of the status (every second here,
+// --history-interval), and go on with the page's own readings (every 250
+// ms, --events-interval). Without SLUICE_SCREENSHOTS it is skipped: the
+// other dashboard tests check the behaviour (and write dashboard-held.png,
+// dashboard-consumer.png and dashboard-phone.png).
 func TestDashboardScreenshots(t *testing.T) {
 	if os.Getenv("SLUICE_SCREENSHOTS") == "" {
 		t.Skip("SLUICE_SCREENSHOTS is not set")
 	}
-	ts := start(t, func(c *server.Config) { c.EventsInterval = 250 * time.Millisecond })
+	ts := start(t, func(c *server.Config) {
+		c.EventsInterval = 250 * time.Millisecond
+		c.HistoryInterval = time.Second
+	})
 	b := newBrowser(t)
 	ts.must(201, "POST", "/v1/queues", tokAdmin, map[string]any{"name": "orders", "options": map[string]any{"default_group": false}})
 	for _, g := range []string{"fulfillment", "billing", "analytics"} {
@@ -48,11 +53,6 @@ func TestDashboardScreenshots(t *testing.T) {
 	ts.must(201, "POST", "/v1/queues", tokAdmin, map[string]any{"name": "emails"})
 	ts.must(201, "POST", "/v1/queues", tokAdmin, map[string]any{"name": "webhooks", "options": map[string]any{"max_attempts": 3}})
 	ts.must(201, "POST", "/v1/queues", tokAdmin, map[string]any{"name": "thumbnails"})
-
-	// The page is open from the start: its charts are its own history.
-	b.run(t, chromedp.Navigate(ts.url+"/"), chromedp.WaitVisible(`#login`, chromedp.ByQuery),
-		chromedp.SendKeys(`#token`, tokAdmin, chromedp.ByQuery), chromedp.Click(`#login-form button`, chromedp.ByQuery),
-		chromedp.WaitVisible(`.card[data-queue="thumbnails"]`, chromedp.ByQuery))
 
 	sim := &shop{ts: ts, t: t, start: time.Now()}
 	runCtx, stop := context.WithCancel(context.Background())
@@ -63,18 +63,30 @@ func TestDashboardScreenshots(t *testing.T) {
 		go func() { defer wg.Done(); f(runCtx) }()
 	}
 
-	// History for the charts, then the overview.
+	// The page opens after a minute: the server's history fills its charts.
+	time.Sleep(60 * time.Second)
+	b.signIn(t, ts.url, tokAdmin, "thumbnails")
 	time.Sleep(90 * time.Second)
 	b.waitNonzero(t, `.card[data-queue="webhooks"] tr[data-group="default"] td.dead`)
 	b.screenshot(t, "dashboard.png", "body")
 
-	// A queue with dead letters: the errors the webhook sender gave.
+	// A queue's own view: charts (the pointer over one), a dead letter
+	// looked up by id, the dead letters with their errors, redrive and
+	// discard.
+	var deadID float64
+	dls := ts.must(200, "GET", "/v1/queues/webhooks/dead-letters", tokAdmin, nil)["dead_letters"].([]any)
+	deadID = dls[len(dls)-1].(map[string]any)["id"].(float64)
 	b.run(t, chromedp.Click(`.card[data-queue="webhooks"] .title`, chromedp.ByQuery),
-		chromedp.WaitVisible(`#dead-letters tr.dead-letter`, chromedp.ByQuery))
+		chromedp.WaitVisible(`#dead-letters tr.dead-letter`, chromedp.ByQuery),
+		chromedp.SendKeys(`#detail form.lookup input[name="id"]`, fmt.Sprint(int64(deadID)), chromedp.ByQuery),
+		chromedp.Click(`#detail form.lookup button`, chromedp.ByQuery))
+	b.waitTrue(t, `document.getElementById("found-dead") !== null`)
+	b.hoverChart(t, `#detail canvas[data-chart="webhooks/rates"]`, 0.8)
 	b.screenshot(t, "dashboard-queue.png", "#detail")
 
 	// The orders: the billing workers' leases, and a long body expanded.
-	b.run(t, chromedp.Click(`.card[data-queue="orders"] .title`, chromedp.ByQuery),
+	b.run(t, chromedp.Click(`#back`, chromedp.ByQuery), chromedp.WaitVisible(`.card[data-queue="orders"] .title`, chromedp.ByQuery),
+		chromedp.Click(`.card[data-queue="orders"] .title`, chromedp.ByQuery),
 		chromedp.WaitVisible(`#leases tr.lease`, chromedp.ByQuery))
 	// (both billing workers' leases)
 	b.waitTrue(t, `new Set([...document.querySelectorAll("#leases td:nth-child(5)")].map((e) => e.textContent)).size >= 2`)
@@ -82,12 +94,22 @@ func TestDashboardScreenshots(t *testing.T) {
 		chromedp.WaitVisible(`#peeked details summary`, chromedp.ByQuery),
 		chromedp.Click(`#peeked details summary`, chromedp.ByQuery),
 		chromedp.WaitVisible(`#peeked details[open] pre.body`, chromedp.ByQuery))
+	b.hoverChart(t, `#detail canvas[data-chart="orders/lag"]`, 0.6)
 	b.screenshot(t, "dashboard-inflight.png", "#detail")
 	stop()
 	wg.Wait()
 	if errs := b.consoleErrors("401"); /* the page asks before the sign-in */ len(errs) > 0 {
 		t.Fatalf("console errors:\n%s", strings.Join(errs, "\n"))
 	}
+}
+
+// hoverChart puts the pointer over the chart sel at fraction x of its
+// width, and waits for the tooltip.
+func (b *browser) hoverChart(t *testing.T, sel string, x float64) {
+	t.Helper()
+	b.run(t, chromedp.Evaluate(fmt.Sprintf(`(() => { window.scrollTo(0, 0); const c = document.querySelector(%q); const r = c.getBoundingClientRect();
+		c.dispatchEvent(new MouseEvent("mousemove", { clientX: r.left + r.width * %v, clientY: r.top + r.height / 2, bubbles: true })); })()`, sel, x), nil))
+	b.waitTrue(t, `!document.getElementById("chart-tip").hidden`)
 }
 
 // waitTrue waits until the expression js is true.

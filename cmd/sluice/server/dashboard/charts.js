@@ -94,7 +94,7 @@ export function drawChart(canvas, lines, range) {
     ctx.beginPath(); ctx.moveTo(PAD.left, y); ctx.lineTo(w - PAD.right, y); ctx.stroke();
     ctx.fillText(fmt(v), PAD.left - 4, y);
   }
-  const step = TIME_STEPS.find((s) => (range / s) * 60 <= pw) || TIME_STEPS[TIME_STEPS.length - 1];
+  const step = TIME_STEPS.find((s) => (range / s) * 48 <= pw) || TIME_STEPS[TIME_STEPS.length - 1];
   ctx.textAlign = "center";
   ctx.textBaseline = "top";
   for (let t = Math.ceil(from / step) * step; t <= to; t += step) {

@@ -19,7 +19,7 @@ export const state = {
   rows: [],           // the last status reading
   queues: [],         // the queues of the last reading
   whoami: null,       // GET /v1/whoami: subject, role, queues, functions
-  range: Number(localStorage.getItem("sluice-range")) || 15 * 60 * 1000, // the charts' span
+  range: Number(localStorage.getItem("sluice-range")) || 5 * 60 * 1000, // the charts' span (up to the hour the server keeps)
   filter: { text: "", only: "" }, // the overview's search and filter
   session: 0,         // incremented at each sign-in and sign-out
 };

@@ -93,7 +93,8 @@ export async function renderQueue() {
       actions(name),
       el("h3", {}, "Options"), opts,
       el("h3", {}, "Message by id"), lookupForm(name), el("div", { id: "lookup-result" }),
-      el("h3", { id: "dead-title" }, "Dead letters"), el("div", { id: "dead" }, el("p", { class: "muted" }, "Loading…")),
+      el("section", { id: "dead-section" }, el("h3", { id: "dead-title" }, "Dead letters"),
+        el("div", { id: "dead" }, el("p", { class: "muted" }, "Loading…"))),
       may("leases") ? [el("h3", {}, "In flight"), el("div", { id: "inflight" }, el("p", { class: "muted" }, "Loading…"))] : null,
       may("peek") ? [el("div", { class: "row" }, el("h3", {}, "Peek"), el("span", { class: "spacer" }),
         el("button", { id: "peek-first", onclick: () => { view.peekAfter = null; inspect(true); } }, "First page"),
@@ -168,12 +169,13 @@ async function renderDead() {
         () => "Redrove message " + x.id).then(renderQueue)) : null,
       may("discard_dead_letters") ? armed("Discard", () => act(() => api("POST", qpath(name) + "/dead-letters/discard", { group: x.group, ids: [x.id] }),
         () => "Discarded dead letter " + x.id).then(renderQueue), "Confirm: discard") : null));
-  $("dead").replaceChildren(
+  $("dead").replaceChildren(...[
     bulk.length ? el("div", { class: "row bulk" }, bulk) : null,
     dls.length === 0 ? el("p", { class: "muted" }, "None.") :
       el("div", { class: "scroll" }, el("table", { id: "dead-letters", class: "stack" },
         el("thead", {}, el("tr", {}, ["id", "group", "attempts", "error", "body", "died", ""].map((h) => el("th", { class: h === "error" || h === "body" ? "left" : null }, h)))),
-        el("tbody", {}, dls.map(row)))));
+        el("tbody", {}, dls.map(row)))),
+  ].filter(Boolean));
 }
 
 // bodyView shows a body as text (never as HTML): whole if short, else cut,
