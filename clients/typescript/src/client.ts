@@ -495,7 +495,7 @@ export class Sluice {
    */
   async discardDeadLetters(queue: string, opts: DiscardDeadLettersOptions): Promise<number> {
     const rows = await this.query(sql.discardDeadLetters, [queue, orNull(opts?.group), orNull(opts?.ids)], opts);
-    return num(rows[0]?.n);
+    return count(rows[0]?.n);
   }
 
   // Looking without receiving.

@@ -240,7 +240,7 @@ export interface DiscardDeadLettersOptions extends CallOptions {
   /** This group's dead letters: all of them when ids is not given. */
   group?: string | null;
   /** Only these message ids (of group, or of every group without one); [] is refused (SL006). */
-  ids?: number[] | null;
+  ids?: string[] | null;
 }
 
 /** A message a queue stores, as peek shows it (the columns of sluice.stored_message). */
