@@ -331,6 +331,8 @@ $$;
 
 -- purge_queue: remove every message of a queue, pending or not, at once.
 -- Groups keep existing and continue with the messages sent afterwards.
+-- Dead letters are not messages of the queue: they stay (status's dead)
+-- until discarded (discard_dead_letters) or redriven.
 -- Like drop_queue, it takes the queue's lock exclusively first: it waits for
 -- the transactions that are using the queue, and calls on the queue made
 -- meanwhile wait for it (without it, purge and the clients locked the
