@@ -27,7 +27,7 @@ function groupRow(r, i) {
 
 // groupTable is the table of a queue's groups (rows of its status).
 export function groupTable(groups) {
-  return el("div", { class: "scroll" }, el("table", { class: "groups stack" },
+  return el("div", { class: "scroll" }, el("table", { class: "groups" },
     el("thead", {}, el("tr", {}, COLUMNS.map((h) => el("th", {}, h)))),
     el("tbody", {}, groups.map(groupRow))));
 }
@@ -112,7 +112,7 @@ const plural = (n) => n + " queue" + (n === 1 ? "" : "s");
 
 // rangeSelect chooses the charts' span, for every chart of the page.
 export function rangeSelect(onChange) {
-  const s = el("select", { id: "range", "aria-label": "charts' span" },
+  const s = el("select", { class: "range", "aria-label": "charts' span" },
     [[5, "5 min"], [15, "15 min"], [60, "1 hour"]].map(([m, label]) =>
       el("option", { value: String(m * 60000), selected: state.range === m * 60000 }, label)));
   s.addEventListener("change", () => {
