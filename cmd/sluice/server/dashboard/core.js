@@ -121,8 +121,10 @@ export function armed(label, action, confirmText) {
 }
 
 // act runs an action that changes something: a toast with its outcome (the
-// server's message when it is refused), then the status again.
-export async function act(fn, done) {
+// server's message when it is refused), then after (the view drawn again,
+// before the new status shows: a test or a user that sees the new numbers
+// finds the view's forms already new), then the status again.
+export async function act(fn, done, after) {
   try {
     const r = await fn();
     if (done) showToast(done(r));
@@ -130,6 +132,7 @@ export async function act(fn, done) {
     if (e.status === 401) return hooks.signedOut("Your token was refused: " + e.message);
     showToast(e.message, true);
   }
+  if (after) await after();
   await hooks.refresh();
 }
 

@@ -125,7 +125,7 @@ function actions(name) {
     const r = await api("POST", qpath(name) + "/purge" + (withDead.checked ? "?dead_letters=true" : ""));
     return r;
   }, (r) => "Purged " + plural(r.purged, "message", "messages") + " from " + name +
-    (r.dead_letters_discarded !== undefined ? ", discarded " + plural(r.dead_letters_discarded, "dead letter", "dead letters") : "")).then(renderQueue));
+    (r.dead_letters_discarded !== undefined ? ", discarded " + plural(r.dead_letters_discarded, "dead letter", "dead letters") : ""), renderQueue));
   return el("div", { class: "row actions" }, purge,
     el("label", { class: "muted", for: "purge-dead" }, withDead, " also discard the dead letters (purge alone leaves them)"));
 }
@@ -152,9 +152,9 @@ async function renderDead() {
     const n = dls.filter((x) => x.group === g).length;
     const out = [];
     if (may("redrive")) out.push(armed("Redrive " + g, () => act(() => api("POST", qpath(name) + "/dead-letters/redrive", { group: g }),
-      (r) => "Redrove " + plural(r.redriven, "dead letter", "dead letters") + " of " + name + "/" + g).then(renderQueue)));
+      (r) => "Redrove " + plural(r.redriven, "dead letter", "dead letters") + " of " + name + "/" + g, renderQueue)));
     if (may("discard_dead_letters")) out.push(armed("Discard " + g, () => act(() => api("POST", qpath(name) + "/dead-letters/discard", { group: g }),
-      (r) => "Discarded " + plural(r.discarded, "dead letter", "dead letters") + " of " + name + "/" + g).then(renderQueue),
+      (r) => "Discarded " + plural(r.discarded, "dead letter", "dead letters") + " of " + name + "/" + g, renderQueue),
       "Confirm: discard " + (total > n && groups.length === 1 ? "all " + total : "all " + n) + " of " + g));
     return out;
   });
@@ -166,9 +166,9 @@ async function renderDead() {
     el("td", { "data-label": "died" }, new Date(x.died_at).toLocaleString()),
     el("td", { class: "buttons" },
       may("redrive") ? armed("Redrive", () => act(() => api("POST", qpath(name) + "/dead-letters/redrive", { group: x.group, ids: [x.id] }),
-        () => "Redrove message " + x.id).then(renderQueue)) : null,
+        () => "Redrove message " + x.id, renderQueue)) : null,
       may("discard_dead_letters") ? armed("Discard", () => act(() => api("POST", qpath(name) + "/dead-letters/discard", { group: x.group, ids: [x.id] }),
-        () => "Discarded dead letter " + x.id).then(renderQueue), "Confirm: discard") : null));
+        () => "Discarded dead letter " + x.id, renderQueue), "Confirm: discard") : null));
   $("dead").replaceChildren(...[
     bulk.length ? el("div", { class: "row bulk" }, bulk) : null,
     dls.length === 0 ? el("p", { class: "muted" }, "None.") :
@@ -315,7 +315,7 @@ function seekForm(name, groups) {
   const to = el("input", { name: "to", type: "datetime-local", step: "1", "aria-label": "seek to" });
   const go = armed("Seek group", () => act(() => api("POST", qpath(name) + "/groups/" + encodeURIComponent(group.value) + "/seek",
     { to_position: to.value ? new Date(to.value).toISOString() : "earliest" }),
-  () => "Group " + group.value + " of " + name + " now reads from " + (to.value ? new Date(to.value).toLocaleString() : "the earliest message")).then(renderQueue));
+  () => "Group " + group.value + " of " + name + " now reads from " + (to.value ? new Date(to.value).toLocaleString() : "the earliest message"), renderQueue));
   return el("form", { class: "row seek", onsubmit: (ev) => ev.preventDefault() }, group,
     el("span", { class: "muted" }, "to"), to, el("span", { class: "muted" }, "(empty: the earliest retained message)"), go);
 }
@@ -332,9 +332,9 @@ function replayForm(name) {
     go.disabled = true;
     let ok = false;
     await act(async () => { await api("POST", qpath(name) + "/groups", body); ok = true; },
-      () => "Group " + body.name + " of " + name + " replays from " + (from.value ? new Date(from.value).toLocaleString() : "the earliest message"));
+      () => "Group " + body.name + " of " + name + " replays from " + (from.value ? new Date(from.value).toLocaleString() : "the earliest message"),
+      () => (ok ? renderQueue() : null));
     go.disabled = false;
-    if (ok) renderQueue();
   });
   return form;
 }
