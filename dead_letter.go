@@ -39,8 +39,8 @@ type DeadLetterOptions struct {
 	Max int
 }
 
-// DeadLetters returns the dead letters of queue that were not redriven,
-// oldest first. opts may be nil.
+// DeadLetters returns the dead letters of queue that were neither redriven
+// nor discarded, oldest first. opts may be nil.
 func (c *Client) DeadLetters(ctx context.Context, queue string, opts *DeadLetterOptions) ([]DeadLetter, error) {
 	return deadLetters(ctx, c.pool, queue, opts)
 }

@@ -29,7 +29,7 @@ type Status struct {
 	Delayed int64
 	// InFlight counts messages leased and not completed.
 	InFlight int64
-	// Dead counts dead letters not redriven.
+	// Dead counts dead letters neither redriven nor discarded.
 	Dead int64
 	// OldestPendingAge is the age of the oldest message the group has not
 	// completed (0 when none).

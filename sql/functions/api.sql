@@ -388,7 +388,7 @@ $$;
 --                       exists (a counter, where dead is a gauge)
 --   delayed             not deliverable before a later time (delay, retry backoff)
 --   in_flight           leased and not completed
---   dead                dead letters not redriven
+--   dead                dead letters not redriven or discarded
 --   oldest_pending_age  age of the oldest message the group has not completed
 --   lag                 messages the group has not completed (ready, in flight,
 --                       waiting for a retry, committed but not numbered yet)

@@ -1,6 +1,7 @@
 -- Group: dead letters
 
--- dead_letters: messages that exhausted their attempts and were not redriven.
+-- dead_letters: messages that exhausted their attempts and were neither
+-- redriven nor discarded.
 --
 -- Parameters:
 --   queue       queue name

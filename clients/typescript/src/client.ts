@@ -462,7 +462,7 @@ export class Sluice {
 
   // Dead letters.
 
-  /** Messages that exhausted their attempts and were not redriven, oldest first. */
+  /** Messages that exhausted their attempts and were neither redriven nor discarded, oldest first. */
   async deadLetters<B = JSONValue>(queue: string, opts?: DeadLettersOptions): Promise<DeadLetter<B>[]> {
     const rows = await this.query(sql.deadLetters, [queue, orNull(opts?.group), opts?.maxRows ?? 100], opts);
     return rows.map((r) => ({

@@ -38,8 +38,9 @@ func dlqCommand() command {
 
 const dlqListUsage = `Usage: sluice dlq list QUEUE [flags]
 
-Lists the dead letters of a queue that were not redriven, oldest first: a
-table, or JSON lines with --json (with the whole body and error).
+Lists the dead letters of a queue that were neither redriven nor discarded,
+oldest first: a table, or JSON lines with --json (with the whole body and
+error).
 
 Examples:
   sluice dlq list orders

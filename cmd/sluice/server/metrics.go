@@ -56,7 +56,7 @@ var (
 	descQWaiting  = prometheus.NewDesc("sluice_queue_waiting", "Keyed messages that would be ready but wait for an earlier message of their key to be completed (not counted in sluice_queue_ready).", []string{"queue", "group"}, nil)
 	descDelayed   = prometheus.NewDesc("sluice_queue_delayed", "Messages not deliverable before a later time.", []string{"queue", "group"}, nil)
 	descInFlight  = prometheus.NewDesc("sluice_queue_in_flight", "Messages leased and not completed.", []string{"queue", "group"}, nil)
-	descDead      = prometheus.NewDesc("sluice_queue_dead", "Dead letters not redriven.", []string{"queue", "group"}, nil)
+	descDead      = prometheus.NewDesc("sluice_queue_dead", "Dead letters neither redriven nor discarded.", []string{"queue", "group"}, nil)
 	descAge       = prometheus.NewDesc("sluice_queue_oldest_pending_age_seconds", "Age of the oldest message the group has not completed.", []string{"queue", "group"}, nil)
 	descLag       = prometheus.NewDesc("sluice_queue_lag", "Messages the group has not completed.", []string{"queue", "group"}, nil)
 	descHead      = prometheus.NewDesc("sluice_queue_head_position", "Position of the last numbered message (grows with every message numbered: its rate is the queue's throughput).", []string{"queue", "group"}, nil)

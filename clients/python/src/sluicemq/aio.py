@@ -267,7 +267,7 @@ class AsyncClient:
         max_rows: int = 100,
         conn: psycopg.AsyncConnection[Any] | None = None,
     ) -> list[DeadLetter]:
-        """Dead letters not redriven, oldest first (of one group, or all)."""
+        """Dead letters neither redriven nor discarded, oldest first (of one group, or all)."""
         return [_sql.dead_letter(r) for r in await self._all(_sql.DEAD_LETTERS, (queue, group, max_rows), conn)]
 
     async def redrive(
