@@ -151,13 +151,20 @@ func (h *statusHistory) snapshot(since int64, keep func(queue string) bool) Hist
 	return out
 }
 
-// sampleHistory reads the status every HistoryInterval until ctx ends. A
-// failed read is logged once until a read succeeds again.
+// sampleHistory reads the status every HistoryInterval until ctx ends,
+// the first time one interval after the start (a server that starts does
+// not add a status call to its first requests'). A failed read is logged
+// once until a read succeeds again.
 func (s *Server) sampleHistory(ctx context.Context) {
 	t := time.NewTicker(s.cfg.HistoryInterval)
 	defer t.Stop()
 	failing := false
 	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
 		rctx, cancel := context.WithTimeout(ctx, s.cfg.HistoryInterval+5*time.Second)
 		rows, err := s.client.Status(rctx, "")
 		cancel()
@@ -170,11 +177,6 @@ func (s *Server) sampleHistory(ctx context.Context) {
 		case err == nil:
 			failing = false
 			s.history.add(time.Now(), rows)
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
 		}
 	}
 }
