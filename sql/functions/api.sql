@@ -89,6 +89,8 @@ DECLARE
     v_epoch bigint;
     v_slot smallint;
     v_started timestamptz;
+    v_open boolean;
+    r sluice.message;
 BEGIN
     IF max_messages IS NULL OR max_messages < 1 OR max_messages > 10000 THEN
         RAISE EXCEPTION USING ERRCODE = 'SL006',
@@ -122,6 +124,22 @@ BEGIN
         PERFORM sluice._parse_receipts(receive.ack);   -- raises SL008, naming the receipt
     END IF;
     PERFORM sluice._receive_commit();
+    IF q.predecessor IS NOT NULL THEN
+        -- an upgrade in progress: the predecessor's messages first, the
+        -- new queue's once it has nothing ready or in flight for the group
+        v_open := false;
+        FOR r IN SELECT * FROM sluice._pred_receive(q, g, max_messages, v_lease, receive.consumer, receive.ack) LOOP
+            IF r.id IS NULL THEN
+                v_open := true;
+            ELSE
+                RETURN NEXT r;
+                max_messages := max_messages - 1;
+            END IF;
+        END LOOP;
+        IF NOT v_open OR max_messages = 0 THEN
+            RETURN;
+        END IF;
+    END IF;
     -- The queue's copy, called statically through its path (_queue_path).
     PERFORM set_config('search_path', sluice._queue_path(q.id), true);
     IF q.engine = 2 THEN
@@ -219,6 +237,9 @@ BEGIN
     ELSE
         n := e_ack(g.id, ack.receipts);   -- the queue's copy (_queue_path)
     END IF;
+    IF q.predecessor IS NOT NULL THEN   -- (an upgrade in progress: receipts of the predecessor)
+        n := n + sluice._pred_complete(q, g, 'ack', ack.receipts, NULL, NULL);
+    END IF;
     IF NOT ack.durable THEN
         PERFORM set_config('synchronous_commit', 'off', true);
     END IF;
@@ -272,7 +293,11 @@ BEGIN
     END IF;
     PERFORM set_config('search_path', sluice._queue_path(q.id), true);
     IF q.engine = 2 THEN
-        RETURN e2_nack(q, g, nack.receipt, nack.delay, nack.error);
+        ok := e2_nack(q, g, nack.receipt, nack.delay, nack.error);
+        IF NOT ok AND q.predecessor IS NOT NULL THEN   -- (an upgrade in progress)
+            ok := sluice._pred_complete(q, g, 'nack', ARRAY[nack.receipt], nack.delay, nack.error) = 1;
+        END IF;
+        RETURN ok;
     END IF;
     ok := e_nack(q, g, nack.receipt, nack.delay, nack.error);   -- the queue's copy (_queue_path)
     -- What this nack makes due, this session's next receive sees at once
@@ -315,7 +340,11 @@ BEGIN
     END IF;
     PERFORM set_config('search_path', sluice._queue_path(q.id), true);
     IF q.engine = 2 THEN
-        RETURN e2_extend(g.id, extend.receipts, extend.lease);
+        n := e2_extend(g.id, extend.receipts, extend.lease);
+        IF q.predecessor IS NOT NULL THEN   -- (an upgrade in progress)
+            n := n + sluice._pred_complete(q, g, 'extend', extend.receipts, extend.lease, NULL);
+        END IF;
+        RETURN n;
     END IF;
     n := e_extend(g.id, extend.receipts, extend.lease);   -- the queue's copy (_queue_path)
     RETURN n;
@@ -414,6 +443,10 @@ DECLARE
 BEGIN
     IF status.queue IS NOT NULL THEN
         q := sluice._use_queue(status.queue);
+        IF q.predecessor IS NOT NULL THEN
+            RETURN QUERY SELECT * FROM sluice._pred_status(q);
+            RETURN;
+        END IF;
         RETURN QUERY EXECUTE format('SELECT * FROM %I.e_status($1)', sluice._qschema(q.id)) USING q;
         RETURN;
     END IF;
@@ -425,14 +458,20 @@ BEGIN
     -- default): kept, 112 queues held 7,026 locks, and a few more queues
     -- made status() (and /metrics, which calls it) fail with "out of shared
     -- memory", and other sessions' statements with it while it ran.
-    FOR q IN SELECT * FROM sluice.queue qq ORDER BY qq.name LOOP
+    FOR q IN SELECT * FROM sluice.queue qq
+             WHERE NOT EXISTS (SELECT 1 FROM sluice.queue s WHERE s.predecessor = qq.id)   -- (in its successor's)
+             ORDER BY qq.name LOOP
         v_rows := NULL;
         BEGIN
             -- (waits for a drop of the queue in progress, then skips it)
             PERFORM pg_advisory_xact_lock_shared(sluice._lock_ns('queue'), hashtext(q.name));
             IF to_regnamespace(sluice._qschema(q.id)) IS NOT NULL
                AND EXISTS (SELECT 1 FROM sluice.queue qq WHERE qq.id = q.id) THEN
-                EXECUTE format('SELECT array_agg(s) FROM %I.e_status($1) s', sluice._qschema(q.id)) INTO v_rows USING q;
+                IF q.predecessor IS NOT NULL THEN
+                    SELECT array_agg(s) INTO v_rows FROM sluice._pred_status(q) s;
+                ELSE
+                    EXECUTE format('SELECT array_agg(s) FROM %I.e_status($1) s', sluice._qschema(q.id)) INTO v_rows USING q;
+                END IF;
             END IF;
             RAISE EXCEPTION USING ERRCODE = 'SL000';   -- (release the locks; v_rows stays)
         EXCEPTION WHEN SQLSTATE 'SL000' THEN
@@ -586,6 +625,10 @@ BEGIN
         rotated := r.rotated;
         reclaimed := r.reclaimed;
         RETURN NEXT;
+    END LOOP;
+    -- Upgrades whose every group has drained the predecessor: it goes.
+    FOR q IN SELECT * FROM sluice.queue qq WHERE qq.predecessor IS NOT NULL ORDER BY qq.id LOOP
+        PERFORM sluice._finish_upgrade(q);
     END LOOP;
 END
 $$;

@@ -204,6 +204,12 @@ DECLARE
     v_start bigint;
     v_gid int;
 BEGIN
+    IF q.predecessor IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'SL011',
+            MESSAGE = format('queue %s is being upgraded to engine 2: seek its groups once the upgrade is done',
+                             quote_literal(q.name)),
+            HINT = 'sluice.maintain() finishes the upgrade once every group has drained the queue''s older messages.';
+    END IF;
     PERFORM sluice._check_name('group', seek_group.group_name);
     ts := sluice._start_time('to_position', seek_group.to_position);
     g := sluice._get_group(q.id, q.name, seek_group.group_name);   -- SL003 before any wait

@@ -11,6 +11,7 @@
 --   SL008 invalid_receipt    a receipt that is not of sluice's form
 --   SL009 payload_too_large  body + headers larger than the queue's max_payload
 --   SL010 invalid_isolation  receive called outside READ COMMITTED
+--   SL011 not_supported      a call the queue does not support (yet), as seek during its upgrade
 --   SL012 json_too_deep      body or headers nested deeper than 512 levels
 
 -- _lock_ns: advisory-lock namespaces (first key of pg_advisory_xact_lock(int, int)).

@@ -235,6 +235,7 @@ SET client_min_messages = warning
 AS $$
 DECLARE
     q sluice.queue;
+    v_seq regclass;
 BEGIN
     PERFORM sluice._check_name('queue', drop_queue.queue);
     PERFORM pg_advisory_xact_lock(sluice._lock_ns('queue'), hashtext(drop_queue.queue));
@@ -247,6 +248,11 @@ BEGIN
     DELETE FROM sluice.queue WHERE id = q.id;
     EXECUTE format('DROP SEQUENCE %s', q.id_seq);
     PERFORM sluice._drop_storage(q.id);
+    IF q.predecessor IS NOT NULL THEN   -- (an upgrade in progress: the old queue too)
+        DELETE FROM sluice.queue x WHERE x.id = q.predecessor RETURNING x.id_seq INTO v_seq;
+        EXECUTE format('DROP SEQUENCE %s', v_seq);
+        PERFORM sluice._drop_storage(q.predecessor);
+    END IF;
     PERFORM sluice._drop_leftovers();
     RETURN true;
 END
@@ -326,6 +332,7 @@ AS $$
            coalesce((SELECT array_agg(g.name ORDER BY g.name) FROM sluice.consumer_group g
                      WHERE g.queue_id = q.id), '{}')
     FROM sluice.queue q
+    WHERE NOT EXISTS (SELECT 1 FROM sluice.queue s WHERE s.predecessor = q.id)   -- (an upgrade's predecessor)
     ORDER BY q.name
 $$;
 

@@ -1,0 +1,267 @@
+-- Group: upgrading a queue to engine 2
+--
+-- sluice.upgrade_queue(name) replaces a queue of engine 1 by a queue of
+-- engine 2 of the same name, options and groups, in one short transaction,
+-- without copying messages: the old queue is renamed out of the way (to
+-- '<id>:engine1', a name no call can give) and becomes the new one's
+-- predecessor. Sends go to the new queue from then on. A group receives what
+-- the predecessor still holds for it first, with engine 1's semantics, and
+-- the new queue's messages only once it has nothing there ready or in
+-- flight, so that the key order and the order of the backlog hold across the
+-- upgrade. Acks, nacks and extends of a receipt of either engine reach it.
+-- Once every group has nothing left in the predecessor (nothing ready, in
+-- flight or delayed), sluice.maintain() drops it and moves its dead letters
+-- across. docs/operations.md, "Upgrading a queue to engine 2".
+
+-- upgrade_queue: replace a queue of engine 1 by one of engine 2 (see above).
+-- Takes the queue's lock exclusively first, as drop_queue does: it waits for
+-- the transactions using the queue, and calls that come meanwhile wait for
+-- it (a moment), then go on with the new queue.
+--
+-- Parameters:
+--   queue  name
+-- Returns: true if the queue was upgraded, false if it is of engine 2 already
+-- Errors: SL001 invalid_name, SL002 undefined_queue, SL011 not_supported (a
+--   queue of the pgmq layer; a queue still draining an earlier upgrade)
+-- Calls: create_queue, create_group
+CREATE OR REPLACE FUNCTION sluice.upgrade_queue(queue text)
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+SET client_min_messages = warning
+AS $$
+DECLARE
+    old sluice.queue;
+    v_new int;
+    g sluice.consumer_group;
+BEGIN
+    PERFORM sluice._check_name('queue', upgrade_queue.queue);
+    PERFORM pg_advisory_xact_lock(sluice._lock_ns('queue'), hashtext(upgrade_queue.queue));
+    old := sluice._get_queue(upgrade_queue.queue);
+    IF old.engine = 2 THEN
+        RETURN false;
+    END IF;
+    IF to_regclass('pgmq.meta') IS NOT NULL THEN
+        IF EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.sluice_queue = old.name) THEN
+            RAISE EXCEPTION USING ERRCODE = 'SL011',
+                MESSAGE = format('queue %s belongs to the pgmq layer, which stays on engine 1 for now', quote_literal(old.name));
+        END IF;
+    END IF;
+    PERFORM pg_advisory_xact_lock(sluice._lock_ns('maint'), old.id);
+    PERFORM pg_advisory_xact_lock(sluice._lock_ns('cut'), old.id);
+    UPDATE sluice.queue SET name = old.id || ':engine1' WHERE id = old.id;
+    PERFORM sluice.create_queue(old.name, (old.options - 'default_group') || '{"engine": 2, "default_group": false}');
+    SELECT q.id INTO STRICT v_new FROM sluice.queue q WHERE q.name = old.name;
+    UPDATE sluice.queue SET predecessor = old.id WHERE id = v_new;
+    -- ids go on from the old queue's (no id is given twice)
+    PERFORM setval((SELECT q.id_seq FROM sluice.queue q WHERE q.id = v_new),
+                   greatest(1, (SELECT last_value FROM pg_sequences s
+                                WHERE format('%I.%I', s.schemaname, s.sequencename)::regclass = old.id_seq)));
+    FOR g IN SELECT * FROM sluice.consumer_group cg WHERE cg.queue_id = old.id ORDER BY cg.id LOOP
+        PERFORM sluice.create_group(old.name, g.name, 'earliest', g.ttl);
+    END LOOP;
+    PERFORM sluice._move_dead_letters(old.id, v_new);
+    RETURN true;
+END
+$$;
+
+-- _move_dead_letters: give a queue's dead letters to another queue's groups
+-- of the same names (an upgrade's predecessor's to its successor).
+--
+-- Parameters:
+--   p_from, p_to  queue ids
+CREATE OR REPLACE FUNCTION sluice._move_dead_letters(p_from int, p_to int)
+RETURNS void
+LANGUAGE sql
+SET search_path = pg_catalog, pg_temp
+AS $$
+    UPDATE sluice.dead_letter d SET queue_id = p_to, group_id = n.id
+    FROM sluice.consumer_group o JOIN sluice.consumer_group n ON n.queue_id = p_to AND n.name = o.name
+    WHERE d.queue_id = p_from AND o.id = d.group_id;
+$$;
+
+-- _pred_group: the group of the same name in a queue's predecessor, if it
+-- has not drained it.
+--
+-- Parameters:
+--   q  the queue (predecessor set)
+--   g  its group
+-- Returns: the predecessor's group row, or NULL
+CREATE OR REPLACE FUNCTION sluice._pred_group(q sluice.queue, g sluice.consumer_group)
+RETURNS sluice.consumer_group
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT pg FROM sluice.consumer_group pg WHERE pg.queue_id = q.predecessor AND pg.name = g.name AND NOT pg.drained
+$$;
+
+-- _pred_receive: sluice.receive's first step on a queue with a predecessor:
+-- what the predecessor holds for the group (engine 1's receive, with the
+-- acks passed), then whether the new queue may deliver to the group: only
+-- once the predecessor has nothing ready or in flight for it (then, if
+-- nothing is delayed there either, the group is marked drained).
+--
+-- Parameters: as sluice.receive (q and g looked up, lease resolved)
+-- Returns: the messages leased (as sluice.receive); a last row with id NULL
+--   when the new queue may deliver
+-- Calls: the predecessor's e_receive and e_status
+CREATE OR REPLACE FUNCTION sluice._pred_receive(q sluice.queue, g sluice.consumer_group, max_messages int,
+                                               p_lease interval, p_consumer text, p_ack text[])
+RETURNS SETOF sluice.message
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    pg sluice.consumer_group := sluice._pred_group(q, g);
+    pq sluice.queue;
+    n int;
+    st sluice.queue_status;
+    v_open sluice.message;   -- all NULL: the new queue may deliver
+BEGIN
+    IF pg.id IS NULL THEN
+        RETURN NEXT v_open;   -- (id NULL)
+        RETURN;
+    END IF;
+    SELECT * INTO STRICT pq FROM sluice.queue x WHERE x.id = q.predecessor;
+    -- (engine 1's entry points run in their caller's path and settings)
+    PERFORM set_config('search_path', sluice._queue_path(pq.id), true);
+    RETURN QUERY EXECUTE 'SELECT * FROM e_receive($1, $2, $3, $4, $5, $6)'
+        USING pq, pg, max_messages, p_lease, p_consumer, p_ack;
+    GET DIAGNOSTICS n = ROW_COUNT;
+    IF n >= max_messages THEN
+        RETURN;
+    END IF;
+    EXECUTE format('SELECT * FROM %I.e_status($1) s WHERE s.group_name = $2', sluice._qschema(pq.id))
+        INTO st USING pq, pg.name;
+    IF st.ready = 0 AND st.in_flight = 0 AND coalesce(st.waiting, 0) = 0 AND NOT coalesce(st.estimated, false) THEN
+        IF st.delayed = 0 THEN
+            UPDATE sluice.consumer_group SET drained = true WHERE id = pg.id;
+        END IF;
+        RETURN NEXT v_open;   -- (id NULL)
+    END IF;
+END
+$$;
+
+-- _pred_complete: ack, nack or extend on a queue with a predecessor: the
+-- receipts of the predecessor's deliveries reach them there (a receipt of
+-- the other engine's counts nothing in either).
+--
+-- Parameters:
+--   q, g        the queue (predecessor set) and group
+--   p_what      'ack', 'nack' or 'extend'
+--   p_receipts  receipts (nack: one)
+--   p_arg       extend: the lease; nack: the delay
+--   p_error     nack: the error
+-- Returns: how many were completed or extended (nack: 1 or 0)
+-- Calls: the predecessor's e_ack, e_nack, e_extend
+CREATE OR REPLACE FUNCTION sluice._pred_complete(q sluice.queue, g sluice.consumer_group, p_what text,
+                                                p_receipts text[], p_arg interval, p_error text)
+RETURNS int
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    pg sluice.consumer_group;
+    pq sluice.queue;
+    n int;
+    ok boolean;
+BEGIN
+    SELECT * INTO pg FROM sluice.consumer_group x WHERE x.queue_id = q.predecessor AND x.name = g.name;
+    IF NOT FOUND THEN
+        RETURN 0;
+    END IF;
+    SELECT * INTO STRICT pq FROM sluice.queue x WHERE x.id = q.predecessor;
+    PERFORM set_config('search_path', sluice._queue_path(pq.id), true);
+    IF p_what = 'ack' THEN
+        EXECUTE 'SELECT e_ack($1, $2)' INTO n USING pg.id, p_receipts;
+    ELSIF p_what = 'extend' THEN
+        EXECUTE 'SELECT e_extend($1, $2, $3)' INTO n USING pg.id, p_receipts, p_arg;
+    ELSE
+        EXECUTE 'SELECT e_nack($1, $2, $3, $4, $5)' INTO ok USING pq, pg, p_receipts[1], p_arg, p_error;
+        n := CASE WHEN ok THEN 1 ELSE 0 END;
+    END IF;
+    RETURN coalesce(n, 0);
+END
+$$;
+
+-- _finish_upgrade: drop a queue's predecessor once every group has drained
+-- it (sluice.maintain), moving the dead letters it made meanwhile: first
+-- marks drained the groups with nothing left there (by its status), then,
+-- if none is left, takes the queue's lock exclusively within 50 ms (else
+-- leaves it for a later call).
+--
+-- Parameters:
+--   q  the queue (predecessor set)
+-- Returns: whether the predecessor was dropped
+-- Calls: _drop_storage, _move_dead_letters
+CREATE OR REPLACE FUNCTION sluice._finish_upgrade(q sluice.queue)
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+SET client_min_messages = warning
+AS $$
+DECLARE
+    pq sluice.queue;
+BEGIN
+    -- the groups that have nothing left there (a group whose consumers
+    -- stopped is marked here, not by a receive)
+    SELECT * INTO STRICT pq FROM sluice.queue x WHERE x.id = q.predecessor;
+    EXECUTE format('UPDATE sluice.consumer_group g SET drained = true
+                    FROM %I.e_status($1) s
+                    WHERE g.queue_id = $1.id AND g.name = s.group_name AND NOT g.drained AND NOT s.estimated
+                      AND s.ready = 0 AND s.in_flight = 0 AND s.delayed = 0 AND coalesce(s.waiting, 0) = 0',
+                   sluice._qschema(pq.id)) USING pq;
+    IF EXISTS (SELECT 1 FROM sluice.consumer_group pg WHERE pg.queue_id = q.predecessor AND NOT pg.drained) THEN
+        RETURN false;
+    END IF;
+    IF NOT sluice._lock_within(format('SELECT pg_catalog.pg_advisory_xact_lock(%s, %s)', sluice._lock_ns('queue'),
+                                      hashtext(q.name)), '50ms') THEN
+        RETURN false;
+    END IF;
+    PERFORM pg_advisory_xact_lock(sluice._lock_ns('maint'), pq.id);
+    PERFORM sluice._move_dead_letters(pq.id, q.id);
+    UPDATE sluice.queue SET predecessor = NULL WHERE id = q.id;
+    DELETE FROM sluice.queue WHERE id = pq.id;
+    EXECUTE format('DROP SEQUENCE %s', pq.id_seq);
+    PERFORM sluice._drop_storage(pq.id);
+    RETURN true;
+END
+$$;
+
+-- _pred_status: sluice.status of a queue with a predecessor: the new
+-- queue's rows, with what the predecessor still holds for each group added
+-- (ready, delayed, in flight, waiting, lag, dead letters; the oldest age).
+--
+-- Parameters:
+--   q  the queue (predecessor set)
+-- Returns: SETOF sluice.queue_status
+-- Calls: both queues' e_status
+CREATE OR REPLACE FUNCTION sluice._pred_status(q sluice.queue)
+RETURNS SETOF sluice.queue_status
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    s sluice.queue_status;
+    p sluice.queue_status;
+    pq sluice.queue;
+    v_old sluice.queue_status[];
+BEGIN
+    SELECT * INTO STRICT pq FROM sluice.queue x WHERE x.id = q.predecessor;
+    EXECUTE format('SELECT array_agg(s) FROM %I.e_status($1) s', sluice._qschema(pq.id)) INTO v_old USING pq;
+    FOR s IN EXECUTE format('SELECT * FROM %I.e_status($1)', sluice._qschema(q.id)) USING q LOOP
+        SELECT * INTO p FROM unnest(v_old) o WHERE o.group_name = s.group_name;
+        IF FOUND THEN
+            s.ready := s.ready + p.ready;
+            s.delayed := s.delayed + p.delayed;
+            s.in_flight := s.in_flight + p.in_flight;
+            s.waiting := coalesce(s.waiting, 0) + coalesce(p.waiting, 0);
+            s.lag := s.lag + p.lag;
+            s.dead := s.dead + p.dead;
+            s.dead_lettered := s.dead_lettered + p.dead_lettered;
+            s.oldest_pending_age := greatest(s.oldest_pending_age, p.oldest_pending_age);
+        END IF;
+        RETURN NEXT s;
+    END LOOP;
+END
+$$;

@@ -1,0 +1,228 @@
+package sqlsrc_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// upgradeQueue upgrades a queue to engine 2 and checks it said so.
+func (b *bundle) upgradeQueue(queue string) {
+	b.t.Helper()
+	var ok bool
+	if err := b.pool.QueryRow(b.ctx, "SELECT sluice.upgrade_queue($1)", queue).Scan(&ok); err != nil || !ok {
+		b.t.Fatalf("upgrade_queue(%s): %v, %v", queue, ok, err)
+	}
+}
+
+// A queue of engine 1 holding messages ready (keyed and not), delayed,
+// leased and dead-lettered, in two groups at different places, is upgraded
+// to engine 2: nothing is lost, a receipt of before the upgrade still acks,
+// a key's order holds across it (its messages of before first), the dead
+// letters stay the queue's, message ids go on from the old ones, and once
+// every group has drained the old storage maintain() drops it.
+func TestUpgradeQueueKeepsEverything(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.createQueue("up", `{"max_attempts": 1, "lanes": 1}`)
+	b.exec("SELECT sluice.create_group('up', 'other')")
+	d1 := b.sendKeyed("up", `"dies"`, "", 0)
+	got := b.receive("up", "default", 1, "")
+	wantIDs(t, "d1", got, d1)
+	b.nack("up", "default", got[0].Receipt, "0", "poison") // (max_attempts 1: a dead letter)
+	k1 := b.sendKeyed("up", `"k1"`, "k", 0)
+	leased := b.receive("up", "default", 1, "")
+	wantIDs(t, "k1", leased, k1)
+	u1 := b.sendKeyed("up", `"u1"`, "", 0)
+	delayed := b.int64(`SELECT sluice.send('up', '"later"', delay => '1500 milliseconds')`)
+	got = b.receive("up", "other", 10, "")
+	wantIDs(t, "other before the upgrade", got, d1, k1, u1)
+	b.ack("up", "other", got[0].Receipt)
+	b.nack("up", "other", got[2].Receipt, "0", "dies for other") // (k1 stays leased by other)
+	otherLease := got[1]
+
+	b.upgradeQueue("up")
+	if e := b.int64("SELECT engine FROM sluice.queue WHERE name = 'up'"); e != 2 {
+		t.Fatalf("engine %d after the upgrade", e)
+	}
+	if n := b.int64("SELECT count(*) FROM sluice.list_queues()"); n != 1 {
+		t.Fatalf("list_queues lists %d queues during the upgrade, want 1", n)
+	}
+	for g, want := range map[string]int64{"default": 1, "other": 1} {
+		if n := b.int64("SELECT count(*) FROM sluice.dead_letters('up', $1)", g); n != want {
+			t.Fatalf("%d dead letters of %s after the upgrade, want %d", n, g, want)
+		}
+	}
+	st := b.status("up")
+	if s := st["default"]; s.Ready != 1 || s.InFlight != 1 || s.Delayed != 1 {
+		t.Fatalf("status of default during the upgrade: %+v, want 1 ready, 1 in flight, 1 delayed", s)
+	}
+	k2 := b.sendKeyed("up", `"k2"`, "k", 0)
+	if k2 <= delayed {
+		t.Fatalf("id %d after the upgrade, not above the old ids (%d)", k2, delayed)
+	}
+	// default: u1 from the old storage; not k2, k1 being leased there
+	got = b.receive("up", "default", 10, "")
+	wantIDs(t, "default while k1 is leased", got, u1)
+	if n := b.ack("up", "default", leased[0].Receipt, got[0].Receipt); n != 2 {
+		t.Fatalf("ack of receipts of the old storage counted %d, want 2", n)
+	}
+	wantIDs(t, "default, the old storage done but for a delay", b.receive("up", "default", 10, ""), k2)
+	time.Sleep(1600 * time.Millisecond)
+	got = b.receive("up", "default", 10, "")
+	wantIDs(t, "default after the delay", got, delayed)
+	b.ack("up", "default", got[0].Receipt)
+	// other: k1 is leased there; then its rest
+	if got := b.receive("up", "other", 10, ""); len(got) != 1 || got[0].ID != delayed {
+		t.Fatalf("other while k1 is leased: %v, want the delayed one only", ids(got))
+	} else {
+		b.ack("up", "other", got[0].Receipt)
+	}
+	b.exec("SELECT count(*) FROM sluice.maintain()")
+	if n := b.int64("SELECT count(*) FROM sluice.queue"); n != 2 {
+		t.Fatalf("%d queue rows while other has not drained the old storage, want 2", n)
+	}
+	b.ack("up", "other", otherLease.Receipt)
+	wantIDs(t, "other at last", b.receive("up", "other", 10, ""), k2)
+	b.exec("SELECT count(*) FROM sluice.maintain()")
+	if n := b.int64("SELECT count(*) FROM sluice.queue"); n != 1 {
+		t.Fatalf("%d queue rows after the drain and maintain(), want 1 (the old storage dropped)", n)
+	}
+	for g, want := range map[string]int64{"default": 1, "other": 1} {
+		if n := b.int64("SELECT count(*) FROM sluice.dead_letters('up', $1)", g); n != want {
+			t.Fatalf("%d dead letters of %s after the old storage went, want %d", n, g, want)
+		}
+	}
+	var ok bool
+	if err := b.pool.QueryRow(b.ctx, "SELECT sluice.upgrade_queue('up')").Scan(&ok); err != nil || ok {
+		t.Fatalf("a second upgrade: %v, %v; want false", ok, err)
+	}
+}
+
+// Producers and consumers run while the queue is upgraded: no call fails,
+// every message committed is received and acked exactly once (leases do not
+// expire in this test), and each key's messages are processed in send
+// order, across the upgrade.
+func TestUpgradeQueueUnderLoad(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.createQueue("upl", `{"lanes": 4}`)
+	ctx, cancel := context.WithTimeout(b.ctx, 2*time.Minute)
+	defer cancel()
+	const keys = 20
+	var (
+		mu       sync.Mutex
+		sent     = map[int64]int{} // id -> key index
+		order    = map[int][]int64{}
+		seen     = map[int64]int{}
+		failures atomic.Int64
+		stop     atomic.Bool
+		wg       sync.WaitGroup
+	)
+	fail := func(what string, err error) {
+		if failures.Add(1) <= 5 {
+			t.Errorf("%s: %v", what, err)
+		}
+	}
+	for p := 0; p < 2; p++ {
+		wg.Add(1)
+		go func(p int) {
+			defer wg.Done()
+			for i := 0; !stop.Load(); i++ {
+				k := (2*i + p) % keys // (each key one producer's: its sends commit in order)
+				var id int64
+				if err := b.pool.QueryRow(ctx, "SELECT sluice.send('upl', $1::jsonb, key => $2)",
+					fmt.Sprint(i), fmt.Sprintf("k%d", k)).Scan(&id); err != nil {
+					fail("send", err)
+					return
+				}
+				mu.Lock()
+				sent[id] = k
+				order[k] = append(order[k], id)
+				mu.Unlock()
+			}
+		}(p)
+	}
+	var processed []int64
+	consume := func() {
+		defer wg.Done()
+		for {
+			ms, err := receiveOn(ctx, b.pool, "upl", "default", 5, "")
+			if err != nil {
+				fail("receive", err)
+				return
+			}
+			if len(ms) == 0 {
+				if stop.Load() {
+					return
+				}
+				time.Sleep(5 * time.Millisecond)
+				continue
+			}
+			mu.Lock()
+			for _, m := range ms {
+				seen[m.ID]++
+				processed = append(processed, m.ID)
+			}
+			mu.Unlock()
+			var n int
+			if err := b.pool.QueryRow(ctx, "SELECT sluice.ack('upl', 'default', $1)", receipts(ms)).Scan(&n); err != nil {
+				fail("ack", err)
+				return
+			} else if n != len(ms) {
+				fail("ack", fmt.Errorf("acked %d of %d", n, len(ms)))
+			}
+		}
+	}
+	for c := 0; c < 4; c++ {
+		wg.Add(1)
+		go consume()
+	}
+	time.Sleep(1500 * time.Millisecond)
+	b.upgradeQueue("upl")
+	boundary := b.int64(`SELECT s.last_value FROM pg_sequences s, sluice.queue q
+		WHERE q.name = 'upl' AND format('%I.%I', s.schemaname, s.sequencename)::regclass = q.id_seq`)
+	time.Sleep(1500 * time.Millisecond)
+	stop.Store(true)
+	wg.Wait()
+	// what is left after the producers stopped
+	for i := 0; i < 50; i++ {
+		ms := b.receive("upl", "default", 100, "")
+		if len(ms) == 0 {
+			break
+		}
+		for _, m := range ms {
+			seen[m.ID]++
+			processed = append(processed, m.ID)
+		}
+		b.ack("upl", "default", receipts(ms)...)
+	}
+	if failures.Load() > 0 {
+		t.Fatalf("%d calls failed", failures.Load())
+	}
+	for id := range sent {
+		if seen[id] != 1 {
+			t.Errorf("message %d received %d times", id, seen[id])
+		}
+	}
+	// per key: processed in send order (a receive's run of one key is in order)
+	pos := map[int64]int{}
+	for i, id := range processed {
+		pos[id] = i
+	}
+	for k, idsOfKey := range order {
+		for i := 1; i < len(idsOfKey); i++ {
+			if pos[idsOfKey[i]] < pos[idsOfKey[i-1]] {
+				t.Fatalf("key %d: %d processed before %d (ids after about %d went to the new storage)", k, idsOfKey[i], idsOfKey[i-1], boundary)
+			}
+		}
+	}
+	b.exec("SELECT count(*) FROM sluice.maintain()")
+	if n := b.int64("SELECT count(*) FROM sluice.queue"); n != 1 {
+		t.Fatalf("%d queue rows after the drain, want 1", n)
+	}
+	t.Logf("%d messages over %d keys, upgraded while flowing", len(sent), keys)
+}
