@@ -443,6 +443,8 @@ func (r *runner) call(name string, args map[string]any) (any, error) {
 		return c.DropQueue(ctx, q)
 	case "purge_queue":
 		return c.PurgeQueue(ctx, q)
+	case "upgrade_queue":
+		return c.UpgradeQueue(ctx, q)
 	case "alter_queue":
 		opts, _ := args["options"].(map[string]any)
 		o, ok, err := queueOptions(opts)

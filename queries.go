@@ -31,6 +31,8 @@ FROM sluice.list_queues() WHERE queue = $1`
 
 	sqlPurgeQueue = `SELECT sluice.purge_queue($1)`
 
+	sqlUpgradeQueue = `SELECT sluice.upgrade_queue($1)`
+
 	sqlCreateGroup = `SELECT sluice.create_group($1, $2, $3, $4::interval)`
 
 	sqlDropGroup = `SELECT sluice.drop_group($1, $2)`
