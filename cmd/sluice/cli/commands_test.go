@@ -109,6 +109,31 @@ func TestQueueAndGroupCommands(t *testing.T) {
 	contains(t, "empty list", b.ok("queue", "list"), "no queues")
 }
 
+// queue upgrade moves a queue of engine 1 to engine 2 in place, keeping
+// what it holds; a second upgrade is a no-op that says so; an unknown queue
+// or a bad name is refused (status 1) and creates nothing.
+func TestQueueUpgradeCommand(t *testing.T) {
+	t.Parallel()
+	b := setupCmd(t)
+	b.ok("queue", "create", "orders", "--engine", "1", "--lanes", "1")
+	b.ok("send", "orders", `{"n": 1}`)
+	contains(t, "upgrade", b.ok("queue", "upgrade", "orders"), "upgraded queue orders to engine 2")
+	contains(t, "config", b.ok("queue", "config", "orders"), "engine           2\n", "lanes            1\n")
+	contains(t, "upgrade again", b.ok("queue", "upgrade", "orders"), "queue orders is of engine 2 already")
+	if out := b.ok("receive", "orders"); !strings.Contains(out, `"body":{"n":1}`) {
+		t.Errorf("receive after the upgrade printed %q, want the message sent before it", out)
+	}
+	if st, err := b.client.Status(context.Background(), "orders"); err != nil || len(st) != 1 || st[0].Pending() != 0 {
+		t.Errorf("status %+v, %v; want the message acked", st, err)
+	}
+	b.fails(1, "does not exist", "queue", "upgrade", "nosuch")
+	b.fails(1, "invalid queue name", "queue", "upgrade", "bad name")
+	b.fails(2, "Usage: sluice queue upgrade", "queue", "upgrade")
+	if qs, err := b.client.ListQueues(context.Background()); err != nil || len(qs) != 1 {
+		t.Errorf("queues %+v, %v; want orders alone", qs, err)
+	}
+}
+
 func TestSendAndReceiveCommands(t *testing.T) {
 	t.Parallel()
 	b := setupCmd(t)
@@ -314,7 +339,7 @@ func TestSubcommandHelp(t *testing.T) {
 	t.Parallel()
 	for _, args := range [][]string{
 		{"queue", "--help"}, {"queue", "create", "--help"}, {"queue", "list", "-h"}, {"queue", "config", "--help"},
-		{"queue", "purge", "--help"}, {"queue", "drop", "--help"}, {"group", "--help"}, {"group", "create", "--help"},
+		{"queue", "purge", "--help"}, {"queue", "upgrade", "--help"}, {"queue", "drop", "--help"}, {"group", "--help"}, {"group", "create", "--help"},
 		{"group", "drop", "--help"}, {"group", "seek", "--help"}, {"send", "--help"}, {"receive", "--help"},
 		{"tail", "--help"}, {"status", "--help"}, {"dlq", "--help"}, {"dlq", "list", "--help"},
 		{"dlq", "redrive", "--help"}, {"demo", "--help"}, {"help", "queue"}, {"help", "dlq", "list"},

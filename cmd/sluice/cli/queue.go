@@ -18,7 +18,7 @@ import (
 
 const queueUsage = `Usage: sluice queue <command> [arguments] [flags]
 
-Creates, lists, inspects, purges and drops queues.
+Creates, lists, inspects, purges, upgrades and drops queues.
 
 Commands:
 %s
@@ -27,15 +27,16 @@ Examples:
   sluice queue list
   sluice queue config orders
   sluice queue purge orders
+  sluice queue upgrade orders
   sluice queue drop orders
 `
 
 func queueCommand() command {
 	return command{
 		name:    "queue",
-		summary: "create, list, configure, purge and drop queues",
+		summary: "create, list, configure, purge, upgrade and drop queues",
 		usage:   queueUsage,
-		sub:     []command{queueCreateCommand(), queueListCommand(), queueConfigCommand(), queuePurgeCommand(), queueDropCommand()},
+		sub:     []command{queueCreateCommand(), queueListCommand(), queueConfigCommand(), queuePurgeCommand(), queueUpgradeCommand(), queueDropCommand()},
 	}
 }
 
@@ -361,6 +362,43 @@ func queuePurgeCommand() command {
 					fmt.Fprintf(e.stdout, "purged %s from queue %s\n", plural(n, "message", "messages"), args[0])
 					if *withDead {
 						fmt.Fprintf(e.stdout, "discarded %s\n", plural(dead, "dead letter", "dead letters"))
+					}
+					return nil
+				})
+			}
+		},
+	}
+}
+
+const queueUpgradeUsage = `Usage: sluice queue upgrade QUEUE [flags]
+
+Replaces a queue of engine 1 by a queue of engine 2 of the same name,
+options and groups, in place, without copying messages (sluice.upgrade_queue;
+an admin role). Sends go to the new storage at once; each group receives
+what the old storage still holds for it first, and receipts of either can be
+acked. Status counts both storages until sluice.maintain() (run by your
+scheduler, such as pg_cron) drops the old one, once every group has drained
+it; "group seek" is refused meanwhile. A queue of engine 2 is left as it is.
+
+Examples:
+  sluice queue upgrade orders
+`
+
+func queueUpgradeCommand() command {
+	return command{
+		name: "upgrade", summary: "move a queue of engine 1 to engine 2 in place", usage: queueUpgradeUsage, minArgs: 1, maxArgs: 1,
+		setup: func(fs *flag.FlagSet, e *env) func(context.Context, []string) error {
+			url := dbFlag(fs)
+			return func(ctx context.Context, args []string) error {
+				return e.withDB(ctx, *url, func(db *database) error {
+					ok, err := db.client.UpgradeQueue(ctx, args[0])
+					switch {
+					case err != nil:
+						return err
+					case ok:
+						fmt.Fprintf(e.stdout, "upgraded queue %s to engine 2\n", args[0])
+					default:
+						fmt.Fprintf(e.stdout, "queue %s is of engine 2 already: nothing to do\n", args[0])
 					}
 					return nil
 				})
