@@ -243,6 +243,23 @@ func (s *Server) purgeQueue(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+// upgradeQueue replaces a queue of engine 1 by one of engine 2 in place
+// (sluice.upgrade_queue): {"upgraded": false} when it is of engine 2
+// already.
+func (s *Server) upgradeQueue(w http.ResponseWriter, r *http.Request) error {
+	name := r.PathValue("queue")
+	var upgraded bool
+	err := s.tx(r.Context(), principalOf(r.Context()), func(tx pgx.Tx) (err error) {
+		upgraded, err = s.client.UpgradeQueueTx(r.Context(), tx, name)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]bool{"upgraded": upgraded})
+	return nil
+}
+
 func (s *Server) status(w http.ResponseWriter, r *http.Request) error {
 	p := principalOf(r.Context())
 	queue := r.URL.Query().Get("queue")

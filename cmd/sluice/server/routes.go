@@ -54,6 +54,7 @@ func (s *Server) routeTable() []route {
 		{method: "PATCH", path: "/v1/queues/{queue}", handle: s.alterQueue},
 		{method: "DELETE", path: "/v1/queues/{queue}", handle: s.dropQueue},
 		{method: "POST", path: "/v1/queues/{queue}/purge", handle: s.purgeQueue},
+		{method: "POST", path: "/v1/queues/{queue}/upgrade", handle: s.upgradeQueue},
 		{method: "GET", path: "/v1/status", handle: s.status},
 		{method: "GET", path: "/v1/status/history", handle: s.statusHistoryHandler},
 		{method: "GET", path: "/v1/whoami", handle: s.whoAmI},
