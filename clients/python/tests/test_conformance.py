@@ -158,6 +158,7 @@ def calls(c: Any) -> dict[str, Callable[[dict[str, Any]], Any]]:
         "create_queue": lambda a: c.create_queue(a["queue"], queue_options(a.get("options"))),
         "drop_queue": lambda a: c.drop_queue(a["queue"]),
         "purge_queue": lambda a: c.purge_queue(a["queue"]),
+        "upgrade_queue": lambda a: c.upgrade_queue(a["queue"]),
         "alter_queue": lambda a: c.alter_queue(a["queue"], queue_options(a["options"])),
         "create_group": lambda a: c.create_group(a["queue"], a["group_name"], start_from=a.get("start_from", "earliest")),
         "drop_group": lambda a: c.drop_group(a["queue"], a["group_name"]),

@@ -64,6 +64,7 @@ FROM sluice.list_queues()`,
        (options->>'max_attempts')::int AS max_attempts
 FROM sluice.list_queues() WHERE queue = $1`,
   purgeQueue: `SELECT sluice.purge_queue($1) AS n`,
+  upgradeQueue: `SELECT sluice.upgrade_queue($1) AS ok`,
   createGroup: `SELECT sluice.create_group($1, $2, $3::text)`,
   dropGroup: `SELECT sluice.drop_group($1, $2) AS ok`,
   seekGroup: `SELECT sluice.seek_group($1, $2, $3::text)`,
@@ -325,6 +326,21 @@ export class Sluice {
   async purgeQueue(queue: string, opts?: CallOptions): Promise<number> {
     const rows = await this.query(sql.purgeQueue, [queue], opts);
     return count(rows[0]?.n);
+  }
+
+  /**
+   * Replaces a queue of engine 1 by one of engine 2 of the same name,
+   * options and groups, in place, without copying messages; true if it did,
+   * false if the queue is of engine 2 already. Each group receives what the
+   * old storage holds first; status counts both, and seekGroup is refused
+   * (NotSupportedError, SL011), until maintain() drops the old storage once
+   * every group has drained it. Needs role sluice_admin. QueueNotFoundError
+   * (SL002), InvalidNameError (SL001), NotSupportedError for a queue of the
+   * pgmq layer.
+   */
+  async upgradeQueue(queue: string, opts?: CallOptions): Promise<boolean> {
+    const rows = await this.query(sql.upgradeQueue, [queue], opts);
+    return rows[0]?.ok === true;
   }
 
   // Consumer groups.

@@ -245,6 +245,8 @@ async function call(s: Sluice, step: Step, a: Args): Promise<JSONish> {
       return s.dropQueue(q);
     case "purge_queue":
       return s.purgeQueue(q);
+    case "upgrade_queue":
+      return s.upgradeQueue(q);
     case "alter_queue":
       return optionsJSON(await s.alterQueue(q, queueOptions(a.options) as Any));
     case "queue_options": {

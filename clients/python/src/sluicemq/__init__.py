@@ -4,7 +4,7 @@ Thin over sluice's SQL API (docs/sql.md): the engine owns the semantics.
 
 - :class:`Client` / :class:`AsyncClient`: every call (send, send_batch,
   receive, ack, nack, extend, queue and group admin, dead letters, redrive,
-  discard_dead_letters,
+  discard_dead_letters, upgrade_queue,
   status, peek, leases), each taking ``conn=`` to join the caller's transaction.
 - :class:`Worker` / :class:`AsyncWorker`: consume queues with handlers
   registered by decorator.

@@ -55,6 +55,7 @@ def _typed_options(col: str) -> str:
 ALTER_QUEUE = f"SELECT {_typed_options('o')} FROM sluice.alter_queue(%s, %s::jsonb) AS a(o)"
 """Parameters: the duration options' names, the queue, the changes."""
 PURGE_QUEUE = "SELECT sluice.purge_queue(%s)"
+UPGRADE_QUEUE = "SELECT sluice.upgrade_queue(%s)"
 LIST_QUEUES = f"SELECT queue, created_at, {_typed_options('options')}, groups, options FROM sluice.list_queues()"
 """Parameter: the duration options' names."""
 CREATE_GROUP = "SELECT sluice.create_group(%s, %s, %s)"

@@ -132,6 +132,15 @@ class AsyncClient:
         """Remove every message of a queue; returns how many."""
         return int(await self._one(_sql.PURGE_QUEUE, (queue,), conn))
 
+    async def upgrade_queue(self, queue: str, *, conn: psycopg.AsyncConnection[Any] | None = None) -> bool:
+        """Replace a queue of engine 1 by one of engine 2 of the same name, options and
+        groups, in place, without copying messages; whether it did (False: of engine 2
+        already). Each group receives what the old storage holds first; status counts
+        both, and seek_group raises NotSupported, until maintain() drops the old storage
+        once every group has drained it. Admin only; QueueNotFound, InvalidName, and
+        NotSupported for a queue of the pgmq layer."""
+        return bool(await self._one(_sql.UPGRADE_QUEUE, (queue,), conn))
+
     async def list_queues(self, *, conn: psycopg.AsyncConnection[Any] | None = None) -> list[QueueInfo]:
         """Every queue, by name."""
         return [_sql.queue_info(r) for r in await self._all(_sql.LIST_QUEUES, (_sql.DURATION_OPTIONS,), conn)]
