@@ -18,7 +18,7 @@ import (
 // drained it, and SeekGroup fails with ErrNotSupported (SL011) until then.
 // Admin only. Errors: ErrInvalidName (SL001), ErrQueueNotFound (SL002),
 // ErrNotSupported (SL011: a queue of the pgmq layer, or one still draining
-// an earlier upgrade). docs/sql.md, "Upgrading a queue to engine 2".
+// an earlier upgrade). docs/operations.md, "Upgrading a queue to engine 2".
 func (c *Client) UpgradeQueue(ctx context.Context, queue string) (bool, error) {
 	return upgradeQueue(ctx, c.pool, queue)
 }
