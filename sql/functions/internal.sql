@@ -594,3 +594,21 @@ BEGIN
     RETURN true;
 END
 $$;
+
+-- _snapshot_with: a snapshot with one more transaction in progress (a cut
+-- of engine 2 treats its own transaction so: its messages are not
+-- committed).
+--
+-- Parameters:
+--   p_snap  the snapshot
+--   p_xid   a transaction id below its xmax
+-- Returns: the snapshot, p_xid in its in-progress list
+CREATE OR REPLACE FUNCTION sluice._snapshot_with(p_snap pg_snapshot, p_xid xid8)
+RETURNS pg_snapshot
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT format('%s:%s:%s', least(pg_snapshot_xmin(p_snap), p_xid), pg_snapshot_xmax(p_snap),
+                  array_to_string(ARRAY(SELECT DISTINCT x FROM (SELECT pg_snapshot_xip(p_snap) AS x
+                                                                UNION ALL SELECT p_xid) u ORDER BY x), ','))::pg_snapshot
+$$;

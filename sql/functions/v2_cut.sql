@@ -96,6 +96,7 @@ DECLARE
     v_from_txid xid8;
     v_from_id bigint;
     v_snap pg_snapshot;
+    v_own xid8;
 BEGIN
     -- The last cut, and the snapshot to number by: the one a cut left partly
     -- numbered, else this one (taken before the messages are read: what
@@ -106,6 +107,13 @@ BEGIN
            coalesce(c.work_snap, pg_current_snapshot())
     INTO v_xip, v_xmax, v_from_txid, v_from_id, v_snap
     FROM cut c ORDER BY c.cut_no DESC LIMIT 1;
+    -- This transaction's own messages (a receive after a send in one
+    -- transaction) are not committed: in progress for the cut, numbered by
+    -- a cut after the commit.
+    v_own := pg_current_xact_id_if_assigned();
+    IF v_own IS NOT NULL AND pg_visible_in_snapshot(v_own, v_snap) THEN
+        v_snap := sluice._snapshot_with(v_snap, v_own);
+    END IF;
     WITH c AS MATERIALIZED (
         SELECT * FROM cut c ORDER BY c.cut_no DESC LIMIT 1
     ), s AS MATERIALIZED (

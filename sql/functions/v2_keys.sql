@@ -3,25 +3,26 @@
 -- A keyed message goes to its key's lane (the cut), so a key's order is
 -- its lane's business, and a lane is served by one receive at a time. A
 -- lane's state (its newest lease row) carries the keys it holds back, held
--- (a key whose messages in flight are one lease's, or whose nacked message
--- waits for its retry's delay), and the keyed positions its cursor passed
--- while their key was held, waiting (a retry's, and those an expired lease
--- parked, one by one; the others as the key's tail: every position of the
--- key from the first one passed up to the cursor). A key is held
--- until its lease is settled (every position of it completed, whatever its
--- key: one settledness probe per lease, no per-key bookkeeping on ack),
--- after which its waiting positions are delivered first, in order, several
--- at once when there is room (a run). A lease that expires passes its keys
--- to its redelivery (e2_expire); a nack retries in place (e2_nack_keyed).
+-- (a key whose messages in flight are positions of one lease, or whose
+-- nacked message waits for its retry's delay), and the keyed positions its
+-- cursor passed while their key was held, waiting (a retry's, and those an
+-- expired lease parked, one by one; the others as the key's tail: every
+-- position of the key from the first one passed up to the cursor). A key is
+-- held until those positions are completed (one probe of ack per held key
+-- when a receive looks at the lane: no per-key bookkeeping on ack), after
+-- which its waiting positions are delivered first, in order, several at
+-- once when there is room (a run). A lease that expires passes its keys to
+-- its redelivery (e2_expire); a nack retries in place (e2_nack_keyed).
 
--- e2_settled__s: whether a lease of this slot is settled: acked whole, or
--- every position completed (acked, nacked, dead-lettered). A lease no
--- longer there (its slot reclaimed) is.
+-- e2_key_done__s: whether a key's positions in a lease of this slot are
+-- all completed (acked, nacked, dead-lettered; or the lease acked whole). A
+-- lease no longer there (its slot reclaimed) is done.
 --
 -- Parameters:
 --   p_group, p_lane, p_no  the lease (group, lane, lease_no)
--- Returns: settled
-CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_settled__s(p_group int, p_lane smallint, p_no bigint)
+--   p_pos                  the key's positions in it
+-- Returns: done
+CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_key_done__s(p_group int, p_lane smallint, p_no bigint, p_pos bigint[])
 RETURNS boolean
 LANGUAGE plpgsql
 AS $$
@@ -29,15 +30,16 @@ BEGIN
     RETURN coalesce((SELECT EXISTS (SELECT 1 FROM ack__s a WHERE a.group_id = p_group AND a.lane = p_lane
                                                          AND a.lease_no = p_no AND a.pos = 0)
                             OR (SELECT count(*) FROM ack__s a WHERE a.group_id = p_group AND a.lane = p_lane
-                                                                AND a.lease_no = p_no) >= l.n
+                                                                AND a.lease_no = p_no AND a.pos = ANY (p_pos))
+                               >= cardinality(p_pos)
                      FROM lease__s l WHERE l.group_id = p_group AND l.lane = p_lane AND l.lease_no = p_no),
                     true);
 END
 $$;
 
 -- e2_take_keyed__s: e2_take__s for a lane with keyed positions to take or
--- pass, or keys held or waiting. The held keys whose lease is settled or
--- whose delay has passed are freed; the waiting positions of free keys are
+-- pass, or keys held or waiting. The held keys whose positions are
+-- completed or whose delay has passed are freed; the waiting positions of free keys are
 -- delivered first, in order (a key's waiting ones: single positions, a
 -- retry's or those its expired lease parked, then its tail: every position
 -- of the key from a given one up to the cursor, read from the batches);
@@ -52,7 +54,7 @@ $$;
 -- Parameters: as e2_take__s, and
 --   p_held, p_waiting  the lane state's held keys and waiting positions
 -- Returns: the messages leased, in position order (as sluice.receive)
--- Calls: e2_settled__s, e2_settled (a held key's lease in another slot),
+-- Calls: e2_key_done__s, e2_key_done (a held key's lease in another slot),
 --   e2_key_tail
 CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_take_keyed__s(p_group int, p_lane smallint, p_no bigint, p_cursor bigint,
                                                         p_scan_t timestamptz, p_scan_no bigint, p_old_due timestamptz,
@@ -81,8 +83,8 @@ DECLARE
 BEGIN
     FOREACH h IN ARRAY coalesce(p_held, '{}') LOOP
         IF (CASE WHEN h.lease_no IS NULL THEN h.until > p_now
-                 WHEN h.slot = p_slot THEN NOT e2_settled__s(p_group, p_lane, h.lease_no)
-                 ELSE NOT e2_settled(p_group, p_lane, h.lease_no) END) THEN
+                 WHEN h.slot = p_slot THEN NOT e2_key_done__s(p_group, p_lane, h.lease_no, h.pos)
+                 ELSE NOT e2_key_done(p_group, p_lane, h.lease_no, h.pos) END) THEN
             v_held := v_held || h;
             v_blocked := v_blocked || h.khash;
         END IF;
@@ -163,7 +165,9 @@ BEGIN
                x.ids, x.txids, CASE WHEN x.n > 0 THEN 1 + (random() * 4503599627370495)::bigint ELSE 0 END,
                CASE WHEN x.n > 0 THEN p_now + p_lease ELSE '-infinity' END, p_now, v_cursor, p_scan_t, p_scan_no,
                p_old_due, p_consumer, CASE WHEN x.n > 0 THEN least(p_next_exp, p_now + p_lease) ELSE p_next_exp END,
-               nullif(v_held || ARRAY(SELECT ROW(k, p_slot, p_no + 1, NULL)::sluice.e2_held
+               nullif(v_held || ARRAY(SELECT ROW(k, p_slot, p_no + 1, NULL,
+                                                 ARRAY(SELECT o.pos FROM unnest(v_out) o WHERE o.khash = k
+                                                       ORDER BY o.pos))::sluice.e2_held
                                       FROM unnest(v_mine) k GROUP BY k ORDER BY k), '{}'),
                nullif(v_wait, '{}')
         FROM (SELECT count(*)::int AS n, array_agg(o.pos ORDER BY o.pos) AS pos, array_agg(o.att ORDER BY o.pos) AS att,
@@ -263,7 +267,7 @@ BEGIN
     VALUES (st.slot, g.id, c.lane, st.lease_no + 1, 'c', 1, 0, 0, 0, '-infinity', p_now, st.cursor, st.scan_t,
             st.scan_no, st.old_due, st.next_exp,
             nullif(ARRAY(SELECT h FROM unnest(st.held) h WHERE h.khash <> m.khash)
-                   || CASE WHEN p_due IS NOT NULL THEN ARRAY[ROW(m.khash, NULL, NULL, p_due)::sluice.e2_held]
+                   || CASE WHEN p_due IS NOT NULL THEN ARRAY[ROW(m.khash, NULL, NULL, p_due, NULL)::sluice.e2_held]
                            ELSE '{}' END, '{}'),
             nullif(ARRAY(SELECT w FROM unnest(CASE WHEN p_due IS NOT NULL
                                                    THEN ARRAY[ROW(c.pos, m.khash, c.id, c.txid, m.slot,

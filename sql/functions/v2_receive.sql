@@ -210,12 +210,22 @@ DECLARE
     v_due boolean;
     v_rr int;
     v_n bigint;
+    v_loops int := 0;
 BEGIN
     SELECT x.due, x.rr INTO v_due, v_rr FROM e2_unnumbered__s(p_now) x;
     IF NOT v_due THEN
         RETURN NULL;
     END IF;
     v_n := e2_cut(p_queue_id, p_lanes, p_slot, p_epoch);
+    -- a cut that only put messages due later aside (a large batch sent with
+    -- a delay, 4,096 a cut) and left more to number: again, up to 16 cuts,
+    -- so that ready messages behind such a batch are not held back
+    WHILE v_n = 0 AND v_loops < 16
+          AND EXISTS (SELECT 1 FROM (SELECT c.work_snap FROM cut__s c ORDER BY c.cut_no DESC LIMIT 1) c
+                      WHERE c.work_snap IS NOT NULL) LOOP
+        v_loops := v_loops + 1;
+        v_n := e2_cut(p_queue_id, p_lanes, p_slot, p_epoch);
+    END LOOP;
     IF v_n IS NULL AND e2_wait_cut(p_queue_id) THEN
         -- another receive was numbering: its positions (committed now), and
         -- what came since

@@ -199,7 +199,10 @@ BEGIN
     IF v_end <= p_now THEN
         -- the keys r held: to the new lease if it has positions of theirs;
         -- the keyed positions parked: waiting, in position order
-        v_held := ARRAY(SELECT CASE WHEN h.lease_no = r.lease_no THEN ROW(h.khash, p_slot, v_no + 1, NULL)::sluice.e2_held
+        v_held := ARRAY(SELECT CASE WHEN h.lease_no = r.lease_no
+                                    THEN ROW(h.khash, p_slot, v_no + 1, NULL,
+                                             ARRAY(SELECT w.pos FROM unnest(u.redo) w WHERE w.khash = h.khash
+                                                   ORDER BY w.pos))::sluice.e2_held
                                     ELSE h END
                         FROM unnest(v_held) h
                         WHERE h.lease_no IS DISTINCT FROM r.lease_no

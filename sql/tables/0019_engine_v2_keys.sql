@@ -2,9 +2,9 @@
 -- "Engine v2", "Keys" and "Priorities").
 --
 -- * e2_held: a key a lane of a group holds back: its messages in flight are
---   those of one lease (slot, lease_no), or, after a nack, its retry is due
---   at `until` (lease_no NULL). A key is held until that lease is settled
---   (every position completed) or that time has come.
+--   positions pos of one lease (slot, lease_no), or, after a nack, its retry
+--   is due at `until` (lease_no NULL). A key is held until those positions
+--   are completed or that time has come.
 -- * e2_wait: a keyed position the lane's cursor passed while its key was
 --   held: delivered, in position order, once the key is free. attempt is
 --   the attempt to deliver it as (NULL: the message's own).
@@ -16,7 +16,7 @@
 --   waiting (the lane's state: NULL when empty), lease.levels (the
 --   priority lane's state), and the table prio (the prioritized messages'
 --   positions, by level), partitioned by slot like the others.
-CREATE TYPE sluice.e2_held AS (khash bigint, slot smallint, lease_no bigint, until timestamptz);
+CREATE TYPE sluice.e2_held AS (khash bigint, slot smallint, lease_no bigint, until timestamptz, pos bigint[]);
 CREATE TYPE sluice.e2_wait AS (pos bigint, khash bigint, id bigint, txid xid8, mslot smallint, attempt int);
 CREATE TYPE sluice.e2_level AS (level int, cursor bigint);
 
