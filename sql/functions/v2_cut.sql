@@ -85,6 +85,7 @@ $$;
 --   p_epoch  current epoch
 --   p_now    the cut's time (due_upto of the new cut)
 -- Returns: how many positions were numbered
+-- Errors: SL010 invalid_isolation (outside READ COMMITTED)
 CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_cut_store(p_lanes int, p_slot smallint, p_epoch bigint, p_now timestamptz)
 RETURNS bigint
 LANGUAGE plpgsql
@@ -98,6 +99,12 @@ DECLARE
     v_snap pg_snapshot;
     v_own xid8;
 BEGIN
+    -- A snapshot held for the whole transaction would number from an old
+    -- view of the cuts and of the messages (create_group or seek_group
+    -- 'latest' in REPEATABLE READ; a receive checks before).
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        PERFORM sluice._isolation_error('numbering messages');
+    END IF;
     -- The last cut, and the snapshot to number by: the one a cut left partly
     -- numbered, else this one (taken before the messages are read: what
     -- commits in between is left to the next cut). Read here, apart, so
