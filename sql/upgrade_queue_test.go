@@ -226,3 +226,26 @@ func TestUpgradeQueueUnderLoad(t *testing.T) {
 	}
 	t.Logf("%d messages over %d keys, upgraded while flowing", len(sent), keys)
 }
+
+// With no sluice.maintain() at all, the receives' own upkeep (once per
+// rotate_interval) drops the predecessor once every group has drained it.
+func TestUpgradeFinishedByReceives(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.createQueue("upr", `{"rotate_interval": "100 milliseconds"}`)
+	old := b.sendKeyed("upr", `1`, "", 0)
+	b.upgradeQueue("upr")
+	got := b.receive("upr", "default", 10, "")
+	wantIDs(t, "the old message", got, old)
+	b.ack("upr", "default", got[0].Receipt)
+	for i := 0; i < 20 && b.int64("SELECT count(*) FROM sluice.queue") > 1; i++ {
+		time.Sleep(150 * time.Millisecond)
+		b.sendKeyed("upr", `2`, "", 0)
+		for _, m := range b.receive("upr", "default", 10, "") {
+			b.ack("upr", "default", m.Receipt)
+		}
+	}
+	if n := b.int64("SELECT count(*) FROM sluice.queue"); n != 1 {
+		t.Fatalf("%d queue rows after 20 rounds of receives, want 1 (the old storage dropped)", n)
+	}
+}

@@ -8,12 +8,13 @@
 -- passed (at most once a second per session): no background process.
 
 -- e_maintain: rotate and reclaim a queue of engine 2 (the caller holds the
--- queue's maint lock).
+-- queue's maint lock), and finish its upgrade when every group has drained
+-- its predecessor.
 --
 -- Parameters:
 --   p_queue_id  queue id
 -- Returns: rotated, reclaimed (slots truncated) and changed (anything written)
--- Calls: e2_carry_idle, e2_reclaimable, e2_rotate
+-- Calls: e2_carry_idle, e2_reclaimable, e2_rotate, sluice._finish_upgrade
 CREATE OR REPLACE FUNCTION sluice_tmpl2.e_maintain(p_queue_id int, OUT rotated boolean, OUT reclaimed int,
                                                   OUT changed boolean)
 LANGUAGE plpgsql
@@ -46,6 +47,11 @@ BEGIN
             OR EXISTS (SELECT 1 FROM msg m WHERE m.slot = cur.slot)) THEN
         PERFORM e2_rotate(q, cur.epoch + 1);
         rotated := true;
+    END IF;
+    -- an upgrade whose every group has drained the old storage: it goes
+    -- (the queue's upkeep, so that no background process is needed for it)
+    IF q.predecessor IS NOT NULL THEN
+        changed := sluice._finish_upgrade(q) OR changed;
     END IF;
     changed := changed OR rotated OR reclaimed > 0;
 END
