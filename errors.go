@@ -46,9 +46,10 @@ var (
 	// ErrInvalidIsolation (SL010) is a receive, or a send with a
 	// deduplication key, in a transaction that is not READ COMMITTED.
 	ErrInvalidIsolation = errors.New("sluice: READ COMMITTED isolation needed")
-	// ErrNotSupported (SL011) is a call or an argument that the queue's
-	// engine does not support yet (a key on a queue of engine 2, say).
-	ErrNotSupported = errors.New("sluice: not supported by the queue's engine")
+	// ErrNotSupported (SL011) is a call that the queue does not support
+	// (yet): SeekGroup while the queue is being upgraded to engine 2, or
+	// UpgradeQueue of a queue of the pgmq layer.
+	ErrNotSupported = errors.New("sluice: not supported by the queue")
 	// ErrJSONTooDeep (SL012) is a message whose body or headers are nested
 	// deeper than 512 levels (arrays and objects), more than every client
 	// can read back.

@@ -250,21 +250,3 @@ BEGIN
     EXECUTE format('REVOKE ALL ON ALL FUNCTIONS IN SCHEMA %I FROM PUBLIC', sch);
 END
 $$;
-
--- _v2_unsupported: raise SL011 for a call that queues of engine 2 do not
--- support yet.
---
--- Parameters:
---   p_what  what was called (e.g. 'peek', 'key')
--- Errors: SL011 not_supported, always
-CREATE OR REPLACE FUNCTION sluice._v2_unsupported(p_what text)
-RETURNS void
-LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-    RAISE EXCEPTION USING ERRCODE = 'SL011',
-        MESSAGE = format('%s is not supported yet by queues of engine 2', p_what),
-        HINT = 'Use a queue of engine 1 (the default) for it; docs/design.md, "Engine v2", lists what engine 2 does.';
-END
-$$;

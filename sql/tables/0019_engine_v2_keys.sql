@@ -46,3 +46,7 @@ BEGIN
     END LOOP;
 END
 $$;
+
+-- Every call now works on engine 2 (keys, priorities, dedup, peek, leases,
+-- purge, redrive): the helper that refused some with SL011 goes.
+DROP FUNCTION IF EXISTS sluice._v2_unsupported(text);

@@ -56,7 +56,7 @@ export class InvalidReceiptError extends SluiceError {}
 export class PayloadTooLargeError extends SluiceError {}
 /** SL010: receive (or send with a dedup key) outside READ COMMITTED. */
 export class InvalidIsolationError extends SluiceError {}
-/** SL011: a call or argument the queue's engine does not support yet (a key on engine 2). */
+/** SL011: a call the queue does not support (yet): seek during its upgrade to engine 2, say. */
 export class NotSupportedError extends SluiceError {}
 /** SL012: body or headers nested deeper than 512 levels. */
 export class JSONTooDeepError extends SluiceError {}

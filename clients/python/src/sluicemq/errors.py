@@ -120,7 +120,7 @@ class InvalidIsolation(SluiceError):
 
 
 class NotSupported(SluiceError):
-    """SL011: a call or argument the queue's engine does not support yet (a key on engine 2)."""
+    """SL011: a call the queue does not support (yet): seek during its upgrade to engine 2, say."""
 
     code = "SL011"
 
