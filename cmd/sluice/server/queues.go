@@ -416,59 +416,56 @@ func (s *Server) deadLetters(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-type redriveRequest struct {
+// deadLetterSelection is the body of redrive and discard: a group's dead
+// letters, or those of some message ids (absent or null: SQL NULL; []: an
+// empty array, which the engine refuses with SL006).
+type deadLetterSelection struct {
 	Group string  `json:"group"`
 	IDs   []int64 `json:"ids"`
+}
+
+// The request types of redrive and discard, one selection.
+type (
+	redriveRequest = deadLetterSelection
+	discardRequest = deadLetterSelection
+)
+
+// onDeadLetters decodes a deadLetterSelection, runs call with it in the
+// caller's transaction and answers {field: n}.
+func (s *Server) onDeadLetters(w http.ResponseWriter, r *http.Request, field string,
+	call func(ctx context.Context, tx pgx.Tx, queue string, sel deadLetterSelection) (int64, error)) error {
+	queue := r.PathValue("queue")
+	var sel deadLetterSelection
+	if err := decode(r, &sel); err != nil {
+		return err
+	}
+	if err := s.checkBatch("ids", len(sel.IDs)); err != nil {
+		return err
+	}
+	var n int64
+	err := s.tx(r.Context(), principalOf(r.Context()), func(tx pgx.Tx) (err error) {
+		n, err = call(r.Context(), tx, queue, sel)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]int64{field: n})
+	return nil
 }
 
 func (s *Server) redrive(w http.ResponseWriter, r *http.Request) error {
-	queue := r.PathValue("queue")
-	var req redriveRequest
-	if err := decode(r, &req); err != nil {
-		return err
-	}
-	if err := s.checkBatch("ids", len(req.IDs)); err != nil {
-		return err
-	}
-	var n int64
-	err := s.tx(r.Context(), principalOf(r.Context()), func(tx pgx.Tx) (err error) {
-		n, err = s.client.RedriveTx(r.Context(), tx, queue, req.Group, req.IDs...)
-		return err
+	return s.onDeadLetters(w, r, "redriven", func(ctx context.Context, tx pgx.Tx, queue string, sel deadLetterSelection) (int64, error) {
+		return s.client.RedriveTx(ctx, tx, queue, sel.Group, sel.IDs...)
 	})
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, map[string]int64{"redriven": n})
-	return nil
-}
-
-type discardRequest struct {
-	Group string  `json:"group"`
-	IDs   []int64 `json:"ids"`
 }
 
 // discardDeadLetters drops dead letters for good (sluice.discard_dead_letters):
-// all of a group's, or those of some message ids. ids absent or null is
-// SQL NULL, [] an empty array (which the engine refuses, SL006).
+// all of a group's, or those of some message ids.
 func (s *Server) discardDeadLetters(w http.ResponseWriter, r *http.Request) error {
-	queue := r.PathValue("queue")
-	var req discardRequest
-	if err := decode(r, &req); err != nil {
-		return err
-	}
-	if err := s.checkBatch("ids", len(req.IDs)); err != nil {
-		return err
-	}
-	var n int64
-	err := s.tx(r.Context(), principalOf(r.Context()), func(tx pgx.Tx) (err error) {
-		n, err = s.client.DiscardDeadLettersTx(r.Context(), tx, queue, req.Group, req.IDs)
-		return err
+	return s.onDeadLetters(w, r, "discarded", func(ctx context.Context, tx pgx.Tx, queue string, sel deadLetterSelection) (int64, error) {
+		return s.client.DiscardDeadLettersTx(ctx, tx, queue, sel.Group, sel.IDs)
 	})
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, map[string]int64{"discarded": n})
-	return nil
 }
 
 // StoredMessageJSON is a row of sluice.peek in responses.
