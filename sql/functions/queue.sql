@@ -25,7 +25,7 @@ DECLARE
         'max_delay', '365 days',
         'lanes', 8,
         'slots', 2,
-        'engine', 1,
+        'engine', 2,
         'default_group', true);
     o jsonb := coalesce(p_options, '{}');
     k text;
