@@ -497,16 +497,24 @@ func TestV2Leases(t *testing.T) {
 	if got := leaseIDs(b.leases("v2l", nil, 4)); !slices.Equal(got, sent[:4]) {
 		t.Errorf("leases, 4 at most: %v, want %v", got, sent[:4])
 	}
-	// extend one: the lease (all six) shows the new end, consumer and time kept
+	// extend one: it alone shows the new end (listed last, by expiry), the
+	// others their lease's; consumer and time kept
 	var n int
 	if err := b.pool.QueryRow(b.ctx, "SELECT sluice.extend('v2l', 'default', $1, '1 hour')", []string{ms[2].Receipt}).Scan(&n); err != nil || n != 1 {
 		t.Fatalf("extend: %d, %v", n, err)
 	}
 	ext := b.leases("v2l", nil, 100)
-	if got := leaseIDs(ext); !slices.Equal(got, sent) {
-		t.Fatalf("leases after an extend: %v, want %v", got, sent)
+	want := append(append(append([]int64{}, sent[:2]...), sent[3:]...), sent[2])
+	if got := leaseIDs(ext); !slices.Equal(got, want) {
+		t.Fatalf("leases after an extend: %v, want %v", got, want)
 	}
-	for _, l := range ext {
+	for i, l := range ext {
+		if i < len(ext)-1 {
+			if !l.Expires.Equal(ls[0].Expires) {
+				t.Errorf("lease not extended %+v, before %+v", l, ls[0])
+			}
+			continue
+		}
 		if d := l.Expires.Sub(ls[0].Expires); d < 45*time.Minute || *l.Consumer != "c1" || !l.DeliveredAt.Equal(ls[0].DeliveredAt) {
 			t.Errorf("extended lease %+v, before %+v", l, ls[0])
 		}
@@ -515,7 +523,7 @@ func TestV2Leases(t *testing.T) {
 	if !b.nack("v2l", "default", ms[0].Receipt, "1 hour", "") || !b.nack("v2l", "default", ms[3].Receipt, "1 hour", "") {
 		t.Fatal("nack")
 	}
-	want := []int64{sent[1], sent[2], sent[4], sent[5]}
+	want = []int64{sent[1], sent[4], sent[5], sent[2]}
 	ls = b.leases("v2l", nil, 100)
 	if got := leaseIDs(ls); !slices.Equal(got, want) {
 		t.Errorf("leases after the nacks: %v, want %v", got, want)
@@ -564,21 +572,23 @@ func TestV2LeasesExtendedPastTheirEnd(t *testing.T) {
 		t.Fatalf("extend: %d, %v", n, err)
 	}
 	time.Sleep(300 * time.Millisecond)
-	// a receive now finds the lease ended but extended: it puts it off
-	if got := b.v2receive("v2le", "default", 3, ""); len(got) != 0 {
-		t.Fatalf("received %v while the lease is extended", v2ids(got))
+	// a receive now finds the lease ended, one position extended: it
+	// delivers the others again and puts that one off
+	got := b.v2receive("v2le", "default", 3, "1 hour")
+	if !v2same(v2ids(got), ids[1:]) {
+		t.Fatalf("received %v past the lease's end, want the two not extended %v", v2ids(got), ids[1:])
 	}
 	if got := leaseIDs(b.leases("v2le", nil, 100)); !v2same(got, ids) {
-		t.Fatalf("leases of an extended lease past its first end: %s", v2diff(got, ids))
+		t.Fatalf("leases of a lease past its first end, one position extended: %s", v2diff(got, ids))
 	}
-	waitFor(t, 10*time.Second, "the extension to end", func() bool { return len(b.leases("v2le", nil, 100)) == 0 })
+	waitFor(t, 10*time.Second, "the extension to end", func() bool { return len(b.leases("v2le", nil, 100)) == 2 })
 	again := b.v2receive("v2le", "default", 2, "1 hour")
-	if len(again) != 2 {
-		t.Fatalf("redelivered %d, want 2", len(again))
+	if len(again) != 1 || again[0].ID != ids[0] || again[0].Attempt != 2 {
+		t.Fatalf("redelivered %+v, want %d attempt 2", again, ids[0])
 	}
 	ls := b.leases("v2le", nil, 100)
-	if len(ls) != 2 || ls[0].Attempt != 2 || ls[1].Attempt != 2 || !v2same(leaseIDs(ls), v2ids(again)) {
-		t.Fatalf("leases of the redelivery: %+v, want %v with attempt 2", ls, v2ids(again))
+	if len(ls) != 3 || ls[0].Attempt != 2 || ls[1].Attempt != 2 || ls[2].Attempt != 2 || !v2same(leaseIDs(ls), ids) {
+		t.Fatalf("leases of the redeliveries: %+v, want %v with attempt 2", ls, ids)
 	}
 }
 

@@ -30,6 +30,7 @@ AS $$
         WHEN 'queue' THEN 1372454918   -- (queue name hash): shared by every call on a queue, exclusive by drop_queue
         WHEN 'leftovers' THEN 1372454919  -- one _drop_leftovers at a time
         WHEN 'run' THEN 1372454920       -- (group, slot, run hash): acks of one run, one after another
+        WHEN 'lease' THEN 1372454921     -- (engine 2: _lease_lock): completions of one lease of many positions
     END
 $$;
 
@@ -265,6 +266,21 @@ AS $$
     SELECT (x'51ce'::pg_catalog.int8 OPERATOR(pg_catalog.<<) 48)
            OPERATOR(pg_catalog.|) (p_group_id::pg_catalog.int8 OPERATOR(pg_catalog.<<) 8)
            OPERATOR(pg_catalog.|) p_lane::pg_catalog.int8
+$$;
+
+-- _lease_lock: the second key of the advisory lock (namespace 'lease')
+-- under which engine 2 completes positions of a lease of more than one
+-- position: a completion of the whole lease (one row, pos 0) and of single
+-- positions cannot see each other's uncommitted rows, so each takes this
+-- lock first and checks after it. Two leases may share a key (it is a
+-- hash): they then wait for each other, never more.
+CREATE OR REPLACE FUNCTION sluice._lease_lock(p_group_id int, p_lane int, p_lease_no bigint)
+RETURNS int
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT pg_catalog.hashint8((p_group_id::pg_catalog.int8 OPERATOR(pg_catalog.<<) 40)
+                               OPERATOR(pg_catalog.#) (p_lane::pg_catalog.int8 OPERATOR(pg_catalog.<<) 30)
+                               OPERATOR(pg_catalog.#) p_lease_no)
 $$;
 
 -- _receipt_ok: whether a receipt is of sluice's form,

@@ -53,7 +53,11 @@ END
 $$;
 
 -- e2_ack__s: complete the current receipts of one slot's leases: one row
--- per lease acked whole (pos 0), else one per position.
+-- per lease acked whole (pos 0), else one per position. A lease of one
+-- position is completed only by a row pos 0 (whichever completion comes
+-- first inserts it, the other conflicts); positions of a longer lease only
+-- under its lease lock (sluice._lease_lock), so that a completion of the
+-- whole lease and one of a position never both count.
 --
 -- Parameters:
 --   p_group     group id
@@ -73,26 +77,51 @@ DECLARE
     v_token bigint;
 BEGIN
     IF cardinality(p_receipts) = 1 THEN
-        -- One receipt: the position alone, or the whole lease when it is
-        -- the lease's only one (pos 0), in one statement.
+        -- One receipt: a lease of one position is completed whole (pos 0),
+        -- in one statement (a competing completion conflicts on pos 0).
         v_pos := split_part(p_receipts[1], '.', 2)::bigint;
         v_lane := split_part(p_receipts[1], '.', 3)::int;
         v_no := split_part(p_receipts[1], '.', 4)::bigint;
         v_token := nullif(split_part(p_receipts[1], '.', 5), '')::bigint;
         INSERT INTO ack__s (slot, group_id, lane, lease_no, pos, kind, at)
-        SELECT p_slot, p_group, v_lane, v_no, CASE WHEN l.n = 1 THEN 0 ELSE v_pos END, 'a', p_now
+        SELECT p_slot, p_group, v_lane, v_no, 0, 'a', p_now
         FROM lease__s l
         WHERE l.group_id = p_group AND l.lane = v_lane AND l.lease_no = v_no AND l.kind = 'r' AND l.token = v_token
-          AND (v_pos BETWEEN l.first_pos AND l.last_pos OR v_pos = ANY (l.redo_pos))
+          AND l.n = 1 AND (v_pos BETWEEN l.first_pos AND l.last_pos OR v_pos = ANY (l.redo_pos))
           AND (l.expires_at > p_now
                OR EXISTS (SELECT 1 FROM ext__s e WHERE e.group_id = p_group AND e.lane = v_lane
-                                                   AND e.lease_no = v_no AND e.expires_at > p_now))
+                                                   AND e.lease_no = v_no AND e.pos IN (0, v_pos)
+                                                   AND e.expires_at > p_now))
+          AND NOT EXISTS (SELECT 1 FROM ack__s a WHERE a.group_id = p_group AND a.lane = v_lane
+                                                   AND a.lease_no = v_no)
+        ON CONFLICT DO NOTHING;
+        GET DIAGNOSTICS n = ROW_COUNT;
+        IF n = 1 THEN
+            RETURN 1;
+        END IF;
+        -- Else the position alone of a longer lease, under its lock (or a
+        -- stale receipt).
+        PERFORM pg_advisory_xact_lock(sluice._lock_ns('lease'), sluice._lease_lock(p_group, v_lane, v_no));
+        INSERT INTO ack__s (slot, group_id, lane, lease_no, pos, kind, at)
+        SELECT p_slot, p_group, v_lane, v_no, v_pos, 'a', p_now
+        FROM lease__s l
+        WHERE l.group_id = p_group AND l.lane = v_lane AND l.lease_no = v_no AND l.kind = 'r' AND l.token = v_token
+          AND l.n > 1 AND (v_pos BETWEEN l.first_pos AND l.last_pos OR v_pos = ANY (l.redo_pos))
+          AND (l.expires_at > p_now
+               OR EXISTS (SELECT 1 FROM ext__s e WHERE e.group_id = p_group AND e.lane = v_lane
+                                                   AND e.lease_no = v_no AND e.pos IN (0, v_pos)
+                                                   AND e.expires_at > p_now))
           AND NOT EXISTS (SELECT 1 FROM ack__s a WHERE a.group_id = p_group AND a.lane = v_lane
                                                    AND a.lease_no = v_no AND a.pos IN (0, v_pos))
         ON CONFLICT DO NOTHING;
         GET DIAGNOSTICS n = ROW_COUNT;
         RETURN n;
     END IF;
+    -- Several receipts: the leases they name are locked (in key order, so
+    -- that two such calls cannot wait for each other), then checked.
+    PERFORM pg_advisory_xact_lock(sluice._lock_ns('lease'), k.key)
+    FROM (SELECT DISTINCT sluice._lease_lock(p_group, split_part(x, '.', 3)::int, split_part(x, '.', 4)::bigint) AS key
+          FROM unnest(p_receipts) x ORDER BY 1) k;
     WITH r AS (
         SELECT DISTINCT split_part(x, '.', 2)::bigint AS pos, split_part(x, '.', 3)::int AS lane,
                         split_part(x, '.', 4)::bigint AS lease_no, nullif(split_part(x, '.', 5), '')::bigint AS token
@@ -104,7 +133,8 @@ BEGIN
         WHERE (r.pos BETWEEN l.first_pos AND l.last_pos OR r.pos = ANY (l.redo_pos))
           AND (l.expires_at > p_now
                OR EXISTS (SELECT 1 FROM ext__s e WHERE e.group_id = p_group AND e.lane = r.lane
-                                                   AND e.lease_no = r.lease_no AND e.expires_at > p_now))
+                                                   AND e.lease_no = r.lease_no AND e.pos IN (0, r.pos)
+                                                   AND e.expires_at > p_now))
           AND NOT EXISTS (SELECT 1 FROM ack__s a WHERE a.group_id = p_group AND a.lane = r.lane
                                                    AND a.lease_no = r.lease_no AND a.pos IN (0, r.pos))
     ), w AS (
@@ -130,15 +160,16 @@ $$;
 --   p_receipt  a well-formed receipt
 --   p_now      now
 -- Returns: slot, lane, lease_no, pos of the lease; the message's txid and
---   id, and the attempt of this delivery; no row when the receipt is stale
+--   id, the attempt of this delivery, and how many positions the lease
+--   has; no row when the receipt is stale
 CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_current(p_group int, p_receipt text, p_now timestamptz)
-RETURNS TABLE (slot smallint, lane smallint, lease_no bigint, pos bigint, txid xid8, id bigint, attempt int)
+RETURNS TABLE (slot smallint, lane smallint, lease_no bigint, pos bigint, txid xid8, id bigint, attempt int, n int)
 LANGUAGE plpgsql
 AS $$
 BEGIN
     RETURN QUERY
     SELECT l.slot, l.lane, l.lease_no, r.pos, coalesce(l.redo_txids[x.i], b.txid), coalesce(l.redo_ids[x.i], b.id),
-           coalesce(l.redo_att[x.i], m.attempt)
+           coalesce(l.redo_att[x.i], m.attempt), l.n
     FROM (SELECT split_part(p_receipt, '.', 1)::int AS slot, split_part(p_receipt, '.', 2)::bigint AS pos,
                  split_part(p_receipt, '.', 3)::int AS lane, split_part(p_receipt, '.', 4)::bigint AS lease_no,
                  nullif(split_part(p_receipt, '.', 5), '')::bigint AS token) r
@@ -152,7 +183,8 @@ BEGIN
     WHERE (x.i IS NOT NULL OR r.pos BETWEEN l.first_pos AND l.last_pos)
       AND (l.expires_at > p_now
            OR EXISTS (SELECT 1 FROM ext e WHERE e.group_id = p_group AND e.lane = r.lane
-                                            AND e.lease_no = r.lease_no AND e.expires_at > p_now))
+                                            AND e.lease_no = r.lease_no AND e.pos IN (0, r.pos)
+                                            AND e.expires_at > p_now))
       AND NOT EXISTS (SELECT 1 FROM ack a WHERE a.group_id = p_group AND a.lane = r.lane
                                             AND a.lease_no = r.lease_no AND a.pos IN (0, r.pos));
 END
@@ -180,6 +212,10 @@ DECLARE
     v_dead boolean;
     v_delay interval;
 BEGIN
+    -- (the lease's lock first: see e2_ack__s)
+    PERFORM pg_advisory_xact_lock(sluice._lock_ns('lease'),
+                                  sluice._lease_lock(g.id, split_part(p_receipt, '.', 3)::int,
+                                                     split_part(p_receipt, '.', 4)::bigint));
     SELECT * INTO c FROM e2_current(g.id, p_receipt, v_now);
     IF NOT FOUND THEN
         RETURN false;
@@ -194,7 +230,8 @@ BEGIN
         END IF;
     ELSE
         INSERT INTO ack (slot, group_id, lane, lease_no, pos, kind, at)
-        VALUES (c.slot, g.id, c.lane, c.lease_no, c.pos, CASE WHEN v_dead THEN 'd' ELSE 'n' END, v_now)
+        VALUES (c.slot, g.id, c.lane, c.lease_no, CASE WHEN c.n = 1 THEN 0 ELSE c.pos END,
+                CASE WHEN v_dead THEN 'd' ELSE 'n' END, v_now)
         ON CONFLICT DO NOTHING;
         IF NOT FOUND THEN
             RETURN false;   -- completed meanwhile
@@ -220,10 +257,11 @@ BEGIN
 END
 $$;
 
--- e2_extend: renew leases (sluice.extend of a queue of engine 2): each
--- current receipt's lease then lasts at least until now + p_lease (a lease
--- is never shortened). A lease covers a receive's messages of one lane, so
--- extending one receipt extends its lease-mates too.
+-- e2_extend: renew deliveries (sluice.extend of a queue of engine 2): each
+-- current receipt then lasts at least until now + p_lease (a delivery is
+-- never shortened). The receipts that are every position of a lease extend
+-- it whole (one row, pos 0); the others one row per position, and only
+-- those positions: the lease's other positions still end with it.
 --
 -- Parameters:
 --   p_group     group id
@@ -241,9 +279,12 @@ DECLARE
 BEGIN
     WITH c AS MATERIALIZED (
         SELECT c.* FROM (SELECT DISTINCT x FROM unnest(p_receipts) x) r CROSS JOIN LATERAL e2_current(p_group, r.x, v_now) c
+    ), w AS (
+        SELECT c.slot, c.lane, c.lease_no, count(DISTINCT c.pos) = max(c.n) AS whole FROM c GROUP BY 1, 2, 3
     ), ins AS (
-        INSERT INTO ext (slot, group_id, lane, lease_no, expires_at)
-        SELECT DISTINCT c.slot, p_group, c.lane, c.lease_no, v_now + p_lease FROM c
+        INSERT INTO ext (slot, group_id, lane, lease_no, pos, expires_at)
+        SELECT DISTINCT c.slot, p_group, c.lane, c.lease_no, CASE WHEN w.whole THEN 0 ELSE c.pos END, v_now + p_lease
+        FROM c JOIN w ON w.slot = c.slot AND w.lane = c.lane AND w.lease_no = c.lease_no
         RETURNING 1
     )
     SELECT count(*) INTO n FROM c WHERE EXISTS (SELECT FROM ins) OR true;
@@ -264,6 +305,7 @@ $$;
 --   p_slot      this copy's slot
 -- Returns: how many were completed (cardinality of p_receipts), or 0 when
 --   they are not such a batch (nothing was written)
+-- Locks: the lease's (sluice._lease_lock), then checks
 CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_ack_whole__s(p_group int, p_receipts text[], p_now timestamptz,
                                                        p_slot smallint)
 RETURNS int
@@ -281,6 +323,7 @@ BEGIN
     IF v_token IS NULL OR cardinality(p_receipts) < 2 THEN
         RETURN 0;
     END IF;
+    PERFORM pg_advisory_xact_lock(sluice._lock_ns('lease'), sluice._lease_lock(p_group, v_lane, v_no));
     INSERT INTO ack__s (slot, group_id, lane, lease_no, pos, kind, at)
     SELECT p_slot, p_group, v_lane, v_no, 0, 'a', p_now
     FROM lease__s l
@@ -288,7 +331,7 @@ BEGIN
       AND l.n = cardinality(p_receipts)
       AND (l.expires_at > p_now
            OR EXISTS (SELECT 1 FROM ext__s e WHERE e.group_id = p_group AND e.lane = v_lane
-                                               AND e.lease_no = v_no AND e.expires_at > p_now))
+                                               AND e.lease_no = v_no AND e.pos = 0 AND e.expires_at > p_now))
       AND NOT EXISTS (SELECT 1 FROM ack__s a WHERE a.group_id = p_group AND a.lane = v_lane AND a.lease_no = v_no)
       AND (SELECT count(DISTINCT x.pos) = l.n
                   AND bool_and(x.ok AND (x.pos BETWEEN l.first_pos AND l.last_pos OR x.pos = ANY (l.redo_pos)))

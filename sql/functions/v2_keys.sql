@@ -253,12 +253,13 @@ BEGIN
     WITH ins AS (
         INSERT INTO ack (slot, group_id, lane, lease_no, pos, kind, at)
         SELECT c.slot, g.id, c.lane, c.lease_no, r.pos, r.kind, p_now
-        FROM (SELECT c.pos, CASE WHEN p_due IS NULL THEN 'd' ELSE 'n' END::"char" AS kind
+        FROM (SELECT CASE WHEN c.n = 1 THEN 0 ELSE c.pos END AS pos,
+                     CASE WHEN p_due IS NULL THEN 'd' ELSE 'n' END::"char" AS kind
               UNION ALL SELECT w.pos, 'n' FROM unnest(v_rel) w) r
         ON CONFLICT DO NOTHING
         RETURNING ack.pos
     )
-    SELECT EXISTS (SELECT FROM ins WHERE ins.pos = c.pos) INTO v_done;
+    SELECT EXISTS (SELECT FROM ins WHERE ins.pos IN (0, c.pos)) INTO v_done;
     IF NOT v_done THEN
         RETURN false;   -- completed meanwhile
     END IF;

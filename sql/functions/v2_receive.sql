@@ -10,7 +10,12 @@
 -- (to deliver them again, or pass them when completed). So a backlog
 -- already numbered is taken without probing for new messages (these come
 -- after it in every lane anyway), and a lane taken for its positions looks
--- at its own ended leases first. Eight looks at most. A receive that finds
+-- at its own ended leases first. A receive that still wants more once the
+-- lanes are drained numbers again (up to 8 cuts: a large receive numbers
+-- what it needs), and a lane that gave all it may in one take (256
+-- positions) is taken again. A receive that has nothing and finds every
+-- lane with positions held by other receives waits for one, at most 100 ms
+-- (sluice._lock_within). Eight looks that take nothing at most. A receive that finds
 -- every lane of the group idle (none with keys held or waiting: an ack may
 -- free a key at any time) notes it in its session (the setting
 -- sluice.idle_<queue>_<group>): for 25 ms the session's receives of the
@@ -36,17 +41,21 @@ RETURNS SETOF sluice.message
 LANGUAGE plpgsql
 AS $$
 DECLARE
-    v_now constant timestamptz := clock_timestamp();
+    v_now timestamptz := clock_timestamp();   -- (again after a wait: leases are dated from when the lane is held)
     v_maint_note constant text := 'sluice.maint_' || q.id;
     v_idle_note constant text := 'sluice.idle_' || q.id || '_' || g.id;
-    v_us constant bigint := (extract(epoch FROM v_now) * 1000000)::bigint;
+    v_us bigint := (extract(epoch FROM v_now) * 1000000)::bigint;
     v_note text := current_setting(v_idle_note, true);
     v_cut_no bigint;
     v_due boolean;
     v_rr int;
     v_start int := floor(random() * q.lanes)::int;
     v_need int := max_messages;
-    v_cut boolean := false;
+    v_cuts int := 0;            -- cuts made (or waited for)
+    v_dry boolean := false;     -- a cut numbered nothing: no more cuts
+    v_waited boolean := false;  -- waited for a lane held by another receive
+    v_busy smallint;
+    v_before int;
     v_ended boolean := false;   -- looking at lanes whose leases ended
     v_n int;
     v_try int := 0;
@@ -61,7 +70,11 @@ DECLARE
     v_done boolean := false;    -- no lane had anything more
 BEGIN
     IF p_ack IS NOT NULL THEN
+        -- (it may wait for a completion not committed: meanwhile another
+        -- receive may scan the lanes past a lease dated from before)
         PERFORM e2_ack(g.id, p_ack);
+        v_now := clock_timestamp();
+        v_us := (extract(epoch FROM v_now) * 1000000)::bigint;
     END IF;
     IF v_now >= p_started + q.rotate_interval
        AND coalesce(current_setting(v_maint_note, true), '') < to_char(v_now - interval '1 second', 'YYYYMMDDHH24MISSUS')
@@ -82,8 +95,8 @@ BEGIN
     -- prioritized message waits to be: it jumps a backlog)
     v_prio := e2_prio_due__s(g.id, q.lanes::smallint, v_now);
     IF v_prio = 'n' THEN
-        v_cut := true;
-        PERFORM e2_number__s(q.id, q.lanes, p_slot, p_epoch, v_now);
+        v_cuts := 1;
+        PERFORM e2_number__s(q.id, q.lanes, p_slot, p_epoch, v_now, true);
     END IF;
     IF v_prio IS NOT NULL THEN
         RETURN QUERY SELECT * FROM e2_take_prio(q, g, 1, v_need, p_lease, p_consumer, v_now, p_slot);
@@ -94,7 +107,6 @@ BEGIN
         END IF;
     END IF;
     WHILE v_try < 8 LOOP
-        v_try := v_try + 1;
         -- the first lane in turn with work (or with no state here: the slow
         -- path looks) whose lock is free, and its state (read before the
         -- lock: it may be stale, see e2_take__s)
@@ -115,17 +127,45 @@ BEGIN
                    THEN pg_try_advisory_xact_lock(sluice._lane_lock(g.id, l.lane)) ELSE false END
         LIMIT 1;
         IF NOT FOUND THEN
-            -- No free lane with positions: number first (once), then the
-            -- lanes with leases that ended; none of those either: stop.
-            IF NOT v_cut AND NOT v_ended AND v_need = max_messages THEN
-                v_cut := true;
-                v_rr := e2_number__s(q.id, q.lanes, p_slot, p_epoch, v_now);
+            -- No free lane with positions: number (while cuts number
+            -- something), then the lanes with leases that ended; none of
+            -- those either: stop. (Only a receive that has nothing yet
+            -- waits for another's cut.)
+            IF NOT v_dry AND NOT v_ended AND v_cuts < 8 THEN
+                v_cuts := v_cuts + 1;
+                v_rr := e2_number__s(q.id, q.lanes, p_slot, p_epoch, v_now, v_need = max_messages);
+                v_now := clock_timestamp();   -- (it may have waited for another's cut)
                 IF v_rr IS NOT NULL THEN
                     v_start := v_rr;   -- (the lane the cut dealt to first: looked at first)
                     v_seen := '{}';
                     CONTINUE;
                 END IF;
+                v_dry := true;
             END IF;
+            IF NOT v_ended AND NOT v_waited AND v_need = max_messages THEN
+                -- every lane with positions is held by another receive:
+                -- wait for the first (at most 100 ms), then take from it
+                -- (more consumers than lanes wait rather than poll). (The
+                -- condition of the lane statement above, less the lock.)
+                v_waited := true;
+                SELECT l.lane INTO v_busy
+                FROM (SELECT c.heads FROM cut__s c ORDER BY c.cut_no DESC LIMIT 1) h
+                CROSS JOIN generate_series(0, q.lanes - 1) o
+                CROSS JOIN LATERAL (SELECT ((o + v_start) % q.lanes)::smallint AS lane) l
+                JOIN LATERAL (SELECT x.kind, x.cursor, x.old_due, x.waiting FROM lease__s x
+                              WHERE x.group_id = g.id AND x.lane = l.lane ORDER BY x.lease_no DESC LIMIT 1) st ON true
+                WHERE NOT l.lane = ANY (v_seen)
+                  AND (st.kind = 'f' OR h.heads[l.lane + 1] > st.cursor OR st.old_due <= v_now OR st.waiting IS NOT NULL)
+                LIMIT 1;
+                IF v_busy IS NOT NULL
+                   AND sluice._lock_within(format('SELECT pg_catalog.pg_advisory_xact_lock(%s)',
+                                                  sluice._lane_lock(g.id, v_busy)), '100ms') THEN
+                    v_now := clock_timestamp();
+                    v_start := v_busy;
+                    CONTINUE;
+                END IF;
+            END IF;
+            v_try := v_try + 1;
             IF v_ended THEN
                 v_done := true;
                 IF v_need = max_messages AND NOT v_waits AND v_prio IS NULL THEN   -- every lane idle: note it
@@ -138,7 +178,7 @@ BEGIN
             CONTINUE;
         END IF;
         v_start := s.lane + 1;
-        v_seen := v_seen || s.lane::int;
+        v_before := v_need;
         v_waits := v_waits OR s.waiting IS NOT NULL OR s.held IS NOT NULL;
         v_ex_t := NULL; v_ex_no := NULL; v_settled := NULL; v_next := s.next_exp;
         IF s.kind IN ('r', 'c') AND s.old_due > v_now AND s.next_exp <= v_now THEN
@@ -147,9 +187,6 @@ BEGIN
         IF s.lease_no IS NULL OR s.kind NOT IN ('r', 'c') OR s.old_due <= v_now OR v_settled IS FALSE THEN
             RETURN QUERY SELECT * FROM e2_slow(q, g, s.lane, v_need, p_lease, p_consumer, v_now, p_slot);
             GET DIAGNOSTICS v_n = ROW_COUNT;
-            IF s.lease_no IS NULL AND v_n = 0 THEN
-                v_try := v_try - 1;   -- (a lane only carried here: not a look, at most once a lane)
-            END IF;
             v_waits := v_waits OR (v_n = 0 AND s.head > s.cursor);   -- (positions it could not take: keys)
         ELSE
             v_n := 0;
@@ -179,8 +216,16 @@ BEGIN
                 GET DIAGNOSTICS v_n = ROW_COUNT;
             END IF;
         END IF;
+        IF v_n = 0 AND s.lease_no IS NOT NULL THEN
+            v_try := v_try + 1;   -- (a lane only carried here is not a look: at most once a lane)
+        END IF;
         v_need := v_need - v_n;
         EXIT WHEN v_need = 0;
+        -- (a lane that gave less than asked and more than nothing may have
+        -- stopped at a take's bound: looked at again; the others not)
+        IF v_ended OR v_n = 0 OR v_n >= v_before THEN
+            v_seen := v_seen || s.lane::int;
+        END IF;
     END LOOP;
     IF v_done AND v_need > 0 AND v_prio IS NOT NULL THEN
         -- the levels below 0: nothing else is ready
@@ -198,11 +243,13 @@ $$;
 --   p_queue_id, p_lanes  queue id and lanes
 --   p_slot, p_epoch      the current slot and epoch, as the receive read them
 --   p_now                the receive's time
+--   p_wait               wait for another receive's numbering (else
+--                        return NULL at once when it holds the lock)
 -- Returns: the lane the cut dealt to first (to look at first), or NULL when
 --   nothing was numbered and no other receive's numbering was waited for
 -- Calls: e2_unnumbered__s, e2_cut, e2_wait_cut
 CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_number__s(p_queue_id int, p_lanes int, p_slot smallint, p_epoch bigint,
-                                                    p_now timestamptz)
+                                                    p_now timestamptz, p_wait boolean)
 RETURNS int
 LANGUAGE plpgsql
 AS $$
@@ -226,7 +273,7 @@ BEGIN
         v_loops := v_loops + 1;
         v_n := e2_cut(p_queue_id, p_lanes, p_slot, p_epoch);
     END LOOP;
-    IF v_n IS NULL AND e2_wait_cut(p_queue_id) THEN
+    IF v_n IS NULL AND p_wait AND e2_wait_cut(p_queue_id) THEN
         -- another receive was numbering: its positions (committed now), and
         -- what came since
         PERFORM e2_cut(p_queue_id, p_lanes, p_slot, p_epoch);

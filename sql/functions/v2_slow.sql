@@ -121,7 +121,9 @@ $$;
 
 -- e2_expire: handle a lane's next expired lease (e), passing the lane's
 -- scan point over it. When e, or the lease that e puts off (kind x), was
--- extended past now, a deferral (kind x) to its new end is written. Else
+-- extended past now, a deferral (kind x) to its new end is written; when
+-- only some of its positions were, those stay (a deferral to the first of
+-- their ends) and the others are handled now, as follows. Else
 -- its positions that are not completed come back: those whose attempts are
 -- used up (max_attempts) become dead letters, up to p_need are delivered
 -- again (attempt + 1) in a new lease of this receive, the rest are parked:
@@ -161,6 +163,9 @@ DECLARE
     v_exp timestamptz := 'infinity';
     v_held sluice.e2_held[];
     v_wait sluice.e2_wait[];
+    v_later bigint[];       -- positions extended on their own past now
+    v_first timestamptz;    -- when the first of them ends
+    v_last timestamptz;
 BEGIN
     SELECT * INTO STRICT e FROM lease x WHERE x.group_id = g.id AND x.lane = p_lane AND x.lease_no = p_e_no;
     SELECT x.held, x.waiting, x.levels INTO STRICT st FROM lease x
@@ -172,17 +177,47 @@ BEGIN
         SELECT * INTO STRICT r FROM lease x WHERE x.group_id = g.id AND x.lane = p_lane AND x.lease_no = e.ref;
     END IF;
     v_end := greatest(r.expires_at, (SELECT max(x.expires_at) FROM ext x
-                                     WHERE x.group_id = g.id AND x.lane = p_lane AND x.lease_no = r.lease_no));
-    -- (no row when it was extended: u's fields are then NULL)
-    SELECT * INTO u FROM e2_unsettled(g.id, p_lane, r.lease_no, r.slot, q.max_attempts, p_need, p_now, p_slot, q.id)
-    WHERE v_end <= p_now;
+                                     WHERE x.group_id = g.id AND x.lane = p_lane AND x.lease_no = r.lease_no
+                                       AND x.pos = 0));
+    -- the positions extended on their own past now: left in r, which is
+    -- put off to the first of their ends; a lease holding keys is put off
+    -- whole, to the last (its keys stay held)
+    SELECT array_agg(t.pos), min(t.ends), max(t.ends) INTO v_later, v_first, v_last
+    FROM (SELECT x.pos, max(x.expires_at) AS ends FROM ext x
+          WHERE x.group_id = g.id AND x.lane = p_lane AND x.lease_no = r.lease_no AND x.pos <> 0
+          GROUP BY x.pos HAVING max(x.expires_at) > p_now) t;
+    IF v_later IS NOT NULL AND EXISTS (SELECT FROM unnest(v_held) h WHERE h.lease_no = r.lease_no) THEN
+        v_end := greatest(v_end, v_last);
+    END IF;
     IF v_end > p_now THEN
-        v_no := v_no + 1;   -- put off to the lease's new end
+        v_later := NULL;
+        v_first := v_end;
+    END IF;
+    -- (no row when it is put off whole: u's fields are then NULL; the
+    -- lease's lock first, so that completions of its positions committed
+    -- meanwhile are seen: see e2_ack__s)
+    IF v_end <= p_now THEN
+        PERFORM pg_advisory_xact_lock(sluice._lock_ns('lease'), sluice._lease_lock(g.id, p_lane, r.lease_no));
+    END IF;
+    SELECT * INTO u FROM e2_unsettled(g.id, p_lane, r.lease_no, r.slot, q.max_attempts, p_need, p_now, p_slot, q.id,
+                                      v_later)
+    WHERE v_end <= p_now;
+    IF v_later IS NOT NULL THEN
+        -- the others are passed on now (delivered again, parked): r is
+        -- done with them
+        INSERT INTO ack (slot, group_id, lane, lease_no, pos, kind, at)
+        SELECT r.slot, g.id, p_lane, r.lease_no, w.pos, 'e', p_now
+        FROM unnest(coalesce(u.redo, '{}') || coalesce(u.park, '{}')) w
+        ON CONFLICT DO NOTHING;
+    END IF;
+    IF v_first > p_now THEN
+        v_no := v_no + 1;   -- put off to the lease's (or its extended positions') new end
         INSERT INTO lease (slot, group_id, lane, lease_no, kind, ref, first_pos, last_pos, n, token, expires_at,
                            delivered_at, cursor, scan_t, scan_no, old_due, held, waiting, levels)
-        VALUES (p_slot, g.id, p_lane, v_no, 'x', r.lease_no, 1, 0, 0, 0, v_end, p_now, p_cursor,
+        VALUES (p_slot, g.id, p_lane, v_no, 'x', r.lease_no, 1, 0, 0, 0, v_first, p_now, p_cursor,
                 e.expires_at, e.lease_no, 'infinity', v_held, v_wait, st.levels);
-    ELSIF EXISTS (SELECT FROM unnest(u.park) w WHERE w.khash IS NULL) THEN
+    END IF;
+    IF EXISTS (SELECT FROM unnest(u.park) w WHERE w.khash IS NULL) THEN
         v_no := v_no + 1;
         INSERT INTO lease (slot, group_id, lane, lease_no, kind, first_pos, last_pos, n, redo_pos, redo_att,
                            redo_ids, redo_txids, token, expires_at, delivered_at, cursor, scan_t, scan_no, old_due)
@@ -249,18 +284,21 @@ $$;
 --   p_now       now
 --   p_slot      current slot
 --   p_queue_id  queue id
+--   p_skip      positions left out (extended on their own; NULL: none)
 -- Returns: redo (to deliver again, with the attempt of that delivery) and
 --   park (to park, with their last attempt), each in position order
 -- Tables: sluice.dead_letter and ack (kind d) for the dead
 CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_unsettled(p_group int, p_lane smallint, p_no bigint, p_lslot smallint,
                                                     p_max int, p_need int, p_now timestamptz, p_slot smallint,
-                                                    p_queue_id int,
+                                                    p_queue_id int, p_skip bigint[],
                                                     OUT redo sluice.e2_wait[], OUT park sluice.e2_wait[])
 RETURNS record
 LANGUAGE plpgsql
 AS $$
 DECLARE
     v_all sluice.e2_wait[];   -- every position not completed, with its last attempt
+    v_n int := (SELECT l.n FROM lease l WHERE l.group_id = p_group AND l.lane = p_lane AND l.lease_no = p_no
+                                          AND l.slot = p_lslot);
 BEGIN
     SELECT array_agg(ROW(x.pos, m.khash, x.id, x.txid, m.slot, x.att)::sluice.e2_wait ORDER BY x.pos)
     INTO v_all
@@ -277,15 +315,20 @@ BEGIN
           WHERE l.group_id = p_group AND l.lane = p_lane AND l.lease_no = p_no AND l.slot = p_lslot) x
     JOIN LATERAL (SELECT mm.* FROM msg mm WHERE mm.txid = x.txid AND mm.id = x.id) m ON true
     WHERE (x.att IS NOT NULL OR m.target IS NULL OR m.target = p_group)
+      AND NOT x.pos = ANY (coalesce(p_skip, '{}'))
       AND NOT EXISTS (SELECT 1 FROM ack a WHERE a.group_id = p_group AND a.lane = p_lane AND a.lease_no = p_no
                                             AND a.pos IN (0, x.pos));
     -- (a range position's last attempt is its message's)
     v_all := ARRAY(SELECT ROW(w.pos, w.khash, w.id, w.txid, w.mslot, coalesce(w.attempt, m.attempt))::sluice.e2_wait
                    FROM unnest(v_all) w JOIN msg m ON m.slot = w.mslot AND m.txid = w.txid AND m.id = w.id
                    ORDER BY w.pos);
+    -- (a lease of one position is completed by a row pos 0: see e2_ack__s;
+    -- one completed meanwhile, not committed when v_all was read, wins)
     WITH dead AS (
         INSERT INTO ack (slot, group_id, lane, lease_no, pos, kind, at)
-        SELECT p_lslot, p_group, p_lane, p_no, w.pos, 'd', p_now FROM unnest(v_all) w WHERE w.attempt >= p_max
+        SELECT p_lslot, p_group, p_lane, p_no, CASE WHEN v_n = 1 THEN 0 ELSE w.pos END, 'd', p_now
+        FROM unnest(v_all) w WHERE w.attempt >= p_max
+        ON CONFLICT DO NOTHING
         RETURNING ack.pos
     )
     INSERT INTO sluice.dead_letter (queue_id, group_id, message_id, attempts, error, died_at, sent_at, priority,
@@ -293,7 +336,7 @@ BEGIN
     SELECT p_queue_id, p_group, coalesce(m.orig, m.id), w.attempt, 'lease expired', p_now, m.sent_at, m.priority,
            m.key, m.headers, m.body
     FROM unnest(v_all) w
-    JOIN dead d ON d.pos = w.pos JOIN msg m ON m.slot = w.mslot AND m.txid = w.txid AND m.id = w.id;
+    JOIN dead d ON d.pos IN (0, w.pos) JOIN msg m ON m.slot = w.mslot AND m.txid = w.txid AND m.id = w.id;
     -- the rest: the first p_need again (attempt + 1), the others parked
     -- (with their last attempt)
     SELECT array_agg(ROW(u.pos, u.khash, u.id, u.txid, u.mslot, u.attempt + 1)::sluice.e2_wait ORDER BY u.pos)

@@ -188,8 +188,8 @@ $$;
 -- now, that are not completed (acked, nacked, dead-lettered: ack rows, pos
 -- 0 for the whole lease). A lease's positions are its range (those meant
 -- for the group: a retry copy is for one group) and those it redelivers
--- (redo_pos, with their attempts). An extend renews a whole lease: every
--- position of it shows the new end. consumer and delivered_at are the
+-- (redo_pos, with their attempts). Each position shows its own end: its
+-- lease's, or the latest extension of the whole lease or of the position. consumer and delivered_at are the
 -- receive's that made the lease.
 --
 -- Costs O(groups x lanes + leases not scanned past + their positions), a
@@ -231,7 +231,7 @@ BEGIN
         JOIN lease r ON r.group_id = c.group_id AND r.lane = c.lane AND r.lease_no = c.lease_no AND r.kind = 'r'
         CROSS JOIN LATERAL (SELECT greatest(r.expires_at, (SELECT max(t.expires_at) FROM ext t
                                                            WHERE t.group_id = c.group_id AND t.lane = c.lane
-                                                             AND t.lease_no = r.lease_no)) AS ends) x
+                                                             AND t.lease_no = r.lease_no)) AS ends) x   -- (its latest position's)
         WHERE x.ends > v_now
           AND NOT EXISTS (SELECT 1 FROM ack a WHERE a.group_id = c.group_id AND a.lane = c.lane
                                                 AND a.lease_no = r.lease_no AND a.pos = 0)
@@ -251,12 +251,20 @@ BEGIN
         SELECT l.group_id, l.name, l.lane, l.lease_no, l.consumer, l.delivered_at, l.ends, u.pos, u.id, u.txid, u.att
         FROM live l CROSS JOIN LATERAL unnest(l.redo_pos, l.redo_ids, l.redo_txids, l.redo_att) u(pos, id, txid, att)
     )
-    SELECT p.name, coalesce(m.orig, m.id), p.pos, coalesce(p.att, m.attempt), p.consumer, p.delivered_at, p.ends
+    SELECT p.name, coalesce(m.orig, m.id), p.pos, coalesce(p.att, m.attempt), p.consumer, p.delivered_at, e.ends
     FROM pos p
+    -- (each position's own end: the lease's, or its extensions', of the
+    -- whole lease or of the position)
+    CROSS JOIN LATERAL (SELECT greatest(r.expires_at, (SELECT max(t.expires_at) FROM ext t
+                                                       WHERE t.group_id = p.group_id AND t.lane = p.lane
+                                                         AND t.lease_no = p.lease_no AND t.pos IN (0, p.pos))) AS ends
+                        FROM lease r WHERE r.group_id = p.group_id AND r.lane = p.lane AND r.lease_no = p.lease_no
+                        LIMIT 1) e
     JOIN msg m ON m.txid = p.txid AND m.id = p.id
-    WHERE NOT EXISTS (SELECT 1 FROM ack a WHERE a.group_id = p.group_id AND a.lane = p.lane
+    WHERE e.ends > v_now
+      AND NOT EXISTS (SELECT 1 FROM ack a WHERE a.group_id = p.group_id AND a.lane = p.lane
                                           AND a.lease_no = p.lease_no AND a.pos = p.pos)
-    ORDER BY p.ends, p.name, p.pos
+    ORDER BY e.ends, p.name, p.pos
     LIMIT p_max;
 END
 $$;

@@ -16,8 +16,11 @@
 --            positions and redelivered ones), and the lane's state after it
 --            (cursor, expiry scan point); the newest row of a lane is its state
 --   ack      completions: one row per lease acked whole (pos 0), else one
---            per position (kind a acked, n nacked, d dead-lettered)
---   ext      lease extensions (extend)
+--            per position (kind a acked, n nacked, d dead-lettered, e ended
+--            and passed on: delivered again or parked by a later lease row,
+--            while other positions of its lease were extended)
+--   ext      lease extensions (extend): of a whole lease (pos 0), or of
+--            single positions
 --   pending  messages numbered only when due (delays, retries with backoff)
 --   prio     the positions of unkeyed messages with a priority other than 0,
 --            by level: they are numbered in a lane of their own (lane
@@ -111,7 +114,8 @@ BEGIN
         ) PARTITION BY LIST (slot);
         CREATE TABLE %1$I.ext (
             slot smallint NOT NULL, group_id int NOT NULL, lane smallint NOT NULL,
-            lease_no bigint NOT NULL, expires_at timestamptz NOT NULL
+            lease_no bigint NOT NULL, expires_at timestamptz NOT NULL,
+            pos bigint NOT NULL DEFAULT 0   -- the position extended (0: every position of the lease)
         ) PARTITION BY LIST (slot);
         CREATE INDEX ON %1$I.ext (group_id, lane, lease_no, expires_at);
         CREATE TABLE %1$I.prio (
