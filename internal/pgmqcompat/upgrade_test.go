@@ -2,6 +2,7 @@ package pgmqcompat
 
 import (
 	"archive/tar"
+	"bytes"
 	"compress/gzip"
 	"context"
 	"io"
@@ -44,6 +45,9 @@ func layerFS(t *testing.T, path string) fstest.MapFS {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// The layer's queues were of engine 1 when it was released (the
+		// default then); queues made today default to engine 2.
+		data = bytes.ReplaceAll(data, []byte(`'{"default_group": false,`), []byte(`'{"engine": 1, "default_group": false,`))
 		fsys[strings.TrimPrefix(h.Name, "sql/pgmq/")] = &fstest.MapFile{Data: data}
 	}
 	return fsys

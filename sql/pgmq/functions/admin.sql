@@ -44,8 +44,10 @@ BEGIN
     -- Retention 0: a deleted message is gone in PGMQ (an archived one is
     -- copied into the archive), so nothing reads a completed message again
     -- and its storage is reclaimed at the next rotations, not kept for
-    -- sluice's default hour of replay.
-    PERFORM sluice.create_queue(q, '{"default_group": false, "max_attempts": 1000, "retention": "0 seconds"}'::jsonb
+    -- sluice's default hour of replay. Engine 1: the layer's side tables
+    -- (reads, deletes, archive) follow engine 1's slots (docs/pgmq.md).
+    PERFORM sluice.create_queue(q, '{"default_group": false, "max_attempts": 1000, "retention": "0 seconds",
+                                     "engine": 1}'::jsonb
                                    || CASE WHEN lanes IS NOT NULL THEN jsonb_build_object('lanes', lanes::int) ELSE '{}' END);
     PERFORM sluice.create_group(q, 'pgmq');
     SELECT id INTO STRICT qid FROM sluice.queue WHERE name = q;
