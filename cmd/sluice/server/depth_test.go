@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
@@ -39,9 +40,14 @@ func TestUnwritableAnswerIs500(t *testing.T) {
 	ts := start(t, func(c *server.Config) { c.Logger = slog.New(slog.NewTextHandler(&log, nil)) })
 	ts.must(201, "POST", "/v1/queues", tokAdmin, map[string]any{"name": "q"})
 	deep := strings.Repeat("[", 12000) + strings.Repeat("]", 12000)
-	if _, err := ts.pool.Exec(context.Background(), `INSERT INTO sluice.messages (queue_id, slot, id, txid, sent_at, body)
-	   SELECT q.id, (SELECT ns.slot FROM sluice._slot_now(q.id) ns), nextval(q.id_seq), pg_current_xact_id(), clock_timestamp(), $1::jsonb
-	   FROM sluice.queue q WHERE q.name = 'q'`, deep); err != nil {
+	var qid int
+	if err := ts.pool.QueryRow(context.Background(), `SELECT id FROM sluice.queue WHERE name = 'q'`).Scan(&qid); err != nil {
+		t.Fatal(err)
+	}
+	// (engine 2: the queue's own msg table, in its schema)
+	if _, err := ts.pool.Exec(context.Background(), fmt.Sprintf(`INSERT INTO sluice_q%d.msg (slot, id, txid, sent_at, body)
+	   SELECT (SELECT ns.slot FROM sluice._slot_now(q.id) ns), nextval(q.id_seq), pg_current_xact_id(), clock_timestamp(), $1::jsonb
+	   FROM sluice.queue q WHERE q.id = $2`, qid), deep, qid); err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range []struct{ method, path string }{
