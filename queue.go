@@ -53,10 +53,11 @@ type QueueOptions struct {
 	// every call; more keep less retained traffic on disk when Retention is
 	// long (up to about Retention x Slots / (Slots - 1)).
 	Slots *int
-	// Engine is the storage engine, 1 (the default) or 2, fixed at
+	// Engine is the storage engine, 2 (the default) or 1, fixed at
 	// creation. Engine 2 (docs/design.md, "Engine v2") receives and acks in
 	// a few statements, with the same calls and semantics as engine 1's
-	// (its differences: docs/design.md, "Engine v2").
+	// (its differences: docs/design.md, "Engine v2"); engine 1 is the
+	// first engine, kept for the pgmq layer and queues made before.
 	Engine *int
 	// Notify sends a NOTIFY on channel "sluice" when a send commits, to
 	// wake waiting consumers (true); without it they poll.

@@ -144,20 +144,19 @@ $$;
 --                               one); more keep less retained traffic on disk when
 --                               retention is long (up to about retention x slots /
 --                               (slots - 1)). Fixed at creation.
---              engine           storage engine, 1 or 2 (1). 2 is engine v2 (docs/design.md,
+--              engine           storage engine, 1 or 2 (2). 2 is engine v2 (docs/design.md,
 --                               "Engine v2"): each call a few statements over
 --                               tables that are not partitioned where the hot path
---                               reads them. In this release it supports
---                               everything but priorities (send or send_batch
---                               with a priority other than 0 raises SL011, not
---                               supported yet).
+--                               reads them, with engine 1's calls and semantics.
+--                               1 is the first engine (the pgmq layer's queues).
 --                               Fixed at creation.
 --              notify           NOTIFY channel 'sluice' (payload: the queue name)
 --                               when a send commits, to wake waiting consumers (true)
 --              default_group    create the group 'default' (true)
 -- Returns: nothing
 -- Errors: SL001 invalid_name, SL004 duplicate_queue, SL007 invalid_option
--- Tables: creates schema sluice_q<id> (11 tables x slots partitions, see sluice._create_storage) and a sequence.
+-- Tables: creates schema sluice_q<id> (engine 2: 9 tables x slots partitions, see
+--         sluice._create_storage_v2; engine 1: sluice._create_storage) and a sequence.
 CREATE OR REPLACE FUNCTION sluice.create_queue(queue text, options jsonb DEFAULT '{}')
 RETURNS void
 LANGUAGE plpgsql

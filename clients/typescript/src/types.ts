@@ -146,7 +146,7 @@ export interface QueueOptions {
   lanes?: number;
   /** Storage slots, 2 to 4 (2); fixed at creation. Fewer cost less per call; more keep less retained traffic on disk. */
   slots?: number;
-  /** Storage engine, 1 or 2 (1); fixed at creation (2 is engine v2, docs/design.md). */
+  /** Storage engine, 1 or 2 (2); fixed at creation (2 is engine v2, 1 the first engine: docs/design.md). */
   engine?: number;
   /** NOTIFY channel 'sluice' when a send commits (true). */
   notify?: boolean;

@@ -66,7 +66,7 @@ class QueueOptions:
     lanes: int | None = _option("integer")
     #: storage slots, 2 to 4 (2); fixed at creation
     slots: int | None = _option("integer")
-    #: storage engine, 1 or 2 (1); fixed at creation (2 is engine v2, docs/design.md)
+    #: storage engine, 1 or 2 (2); fixed at creation (2 is engine v2, 1 the first engine: docs/design.md)
     engine: int | None = _option("integer")
     #: NOTIFY channel 'sluice' when a send commits, to wake waiting consumers (True)
     notify: bool | None = _option("boolean")
