@@ -17,9 +17,13 @@ func (r *runner) newSystem(name string) (system, error) {
 	switch name {
 	case "sluice":
 		return r.sluice(), nil
-	case "sluice-v2":
+	case "sluice-v2": // (engine 2 explicitly: the default since issue 37)
 		s := r.sluice()
 		s.engine = 2
+		return s, nil
+	case "sluice-v1": // engine 1, the first engine
+		s := r.sluice()
+		s.engine = 1
 		return s, nil
 	case "skiplocked":
 		return &tableSystem{table: "skiplocked"}, nil
@@ -32,7 +36,7 @@ func (r *runner) newSystem(name string) (system, error) {
 	case "river":
 		return newRiverSystem(r.o.Pool, r.o.Poll, r.o.Out), nil
 	}
-	return nil, fmt.Errorf("unknown system %q (known: sluice, sluice-v2, skiplocked, pgmq, pgmq-compat, river)", name)
+	return nil, fmt.Errorf("unknown system %q (known: sluice, sluice-v1, sluice-v2, skiplocked, pgmq, pgmq-compat, river)", name)
 }
 
 // sluice returns sluice's system with the run's queue options (retention,

@@ -145,7 +145,10 @@ func (s *sluiceSystem) keyExpr() string {
 
 func (s *sluiceSystem) name() string {
 	n := "sluice"
-	if s.engine == 2 {
+	switch s.engine {
+	case 1:
+		n = "sluice-v1"
+	case 2:
 		n = "sluice-v2"
 	}
 	if s.ackWithReceive {
