@@ -150,7 +150,7 @@ func TestUpgradeFrom010CatchesOldCalls(t *testing.T) {
 
 	var during []int64
 	got := map[int64]int{leased[0].ID: 1, leased[2].ID: 1} // acked across the upgrade, and extended
-	var held []string                                       // receipts of the receives across the upgrade
+	var held []string                                      // receipts of the receives across the upgrade
 	for i, c := range calls {
 		o := <-results[i]
 		switch {
