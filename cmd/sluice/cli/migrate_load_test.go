@@ -155,6 +155,7 @@ func TestMigrateUnderLoadFrom010OldConsumers(t *testing.T) {
 	l.startProducers()
 	l.startOldProducer()
 	time.Sleep(time.Second)
+	start := time.Now()
 	res, err := migrate.Apply(ctx, conn, sqlsrc.FS)
 	if err != nil {
 		t.Fatalf("upgrade from 0.1.0: %v", err)
@@ -162,7 +163,8 @@ func TestMigrateUnderLoadFrom010OldConsumers(t *testing.T) {
 	if len(res.Applied) == 0 {
 		t.Fatal("the upgrade from 0.1.0 applied no migration")
 	}
-	t.Logf("upgrade from 0.1.0: %d migrations, to version %d", len(res.Applied), res.Version)
+	t.Logf("upgrade from 0.1.0: %d migrations, to version %d, in %v", len(res.Applied), res.Version,
+		time.Since(start).Round(time.Millisecond))
 	l.startConsumers(false)
 	time.Sleep(2 * time.Second) // load after the upgrade, on old and new consumers
 	l.finish(func() {
