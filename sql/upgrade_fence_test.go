@@ -84,6 +84,10 @@ func TestUpgradeFrom010CatchesOldCalls(t *testing.T) {
 		{"send_batch with dedup keys", `SELECT id::text FROM sluice.send_batch('fq', ARRAY['{"b": 3}']::jsonb[],
 		                                 dedup_keys => ARRAY['d2']) AS s(id)`, nil,
 			func(r []string) bool { return len(r) == 1 }},
+		{"status", `SELECT group_name FROM (SELECT queue, group_name, ready, delayed, in_flight, dead, oldest_pending_age,
+		        lag, cursor, lwm, head, live_epochs, holds_reclaim FROM sluice.status($1::text)) s`, []any{"fq"},
+			defaultGroup},
+		{"status of every queue", "SELECT group_name FROM sluice.status()", nil, defaultGroup},
 		{"dead_letters", "SELECT id::text FROM sluice.dead_letters($1, $2::text, $3::int)", []any{"fq", nil, 10},
 			func(r []string) bool { return len(r) == 0 }},
 		{"list_queues", "SELECT queue FROM sluice.list_queues()", nil,
@@ -208,6 +212,12 @@ func TestUpgradeFrom010CatchesOldCalls(t *testing.T) {
 	}
 }
 func oneID(r []string) bool { return len(r) == 1 && r[0] != "" }
+
+// defaultGroup judges status's groups: default, and the group create_group
+// makes meanwhile if it came first.
+func defaultGroup(r []string) bool {
+	return slices.Equal(r, []string{"default"}) || slices.Equal(r, []string{"default", "later"})
+}
 
 // waitBlocked waits until each of the backends pids waits for a lock (or
 // has finished its call).

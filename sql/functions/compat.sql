@@ -6,11 +6,13 @@
 -- until the upgrade commits; it then goes on with the old function's code
 -- on the new schema. The old code calls by name what its release had: the
 -- functions below are what release 0.1.0's receive, ack, nack, extend,
--- send and send_batch call that the current engine does not have as they
--- were. Each forwards to the current function. No current code calls them.
--- (e_ack, e_nack and e_extend kept their arguments; 0.1.0 called them with
--- search_path pg_catalog, pg_temp: they set the queue's path when they
--- find another, engine_ack.sql.)
+-- send, send_batch and status call that the current engine does not have
+-- as they were. Each forwards to the current function. No current code calls them.
+-- 0.1.0 called its queue's copies with search_path pg_catalog, pg_temp (the
+-- current API sets the queue's first): e_dedup_lookup and e_dedup_record
+-- set the queue's path, and so do e_ack, e_nack and e_extend, which kept
+-- their arguments, when they find another (engine_ack.sql). 0.1.0's
+-- callers' SET search_path clause restores it when they return.
 --
 -- Kept for one release (tested by TestUpgradeFrom010CatchesOldCalls):
 -- the release after the next drops them, and upgrading from 0.1.0 then goes
@@ -34,6 +36,28 @@ BEGIN
 END
 $$;
 
+-- e_status: the status rows of release 0.1.0 (the columns sluice.queue_status
+-- had then): its status, caught by an upgrade, expects them, and failed
+-- with 42804 on the current rows (e_queue_status, named e_status before).
+--
+-- Parameters:
+--   q  the queue
+-- Returns: e_queue_status's rows, their first 13 columns
+-- Calls: e_queue_status
+DROP FUNCTION IF EXISTS sluice_tmpl.e_status(sluice.queue);   -- (a template: its result type changed)
+CREATE OR REPLACE FUNCTION sluice_tmpl.e_status(q sluice.queue)
+RETURNS TABLE (queue text, group_name text, ready bigint, delayed bigint, in_flight bigint, dead bigint,
+               oldest_pending_age interval, lag bigint, cursor bigint, lwm bigint, head bigint,
+               live_epochs int, holds_reclaim boolean)
+LANGUAGE plpgsql STABLE
+AS $$
+BEGIN
+    RETURN QUERY SELECT s.queue, s.group_name, s.ready, s.delayed, s.in_flight, s.dead, s.oldest_pending_age,
+                        s.lag, s.cursor, s.lwm, s.head, s.live_epochs, s.holds_reclaim
+                 FROM sluice_tmpl.e_queue_status(q) s;
+END
+$$;
+
 -- e_dedup_lookup: release 0.1.0's send looked one deduplication key up with
 -- it (now e_dedup_lookup_all).
 --
@@ -46,9 +70,9 @@ $$;
 CREATE OR REPLACE FUNCTION sluice_tmpl.e_dedup_lookup(p_key text, p_window interval)
 RETURNS bigint
 LANGUAGE plpgsql STABLE
-SET search_path = sluice_tmpl, pg_catalog, pg_temp   -- (the queue's, in its copy)
 AS $$
 BEGIN
+    PERFORM set_config('search_path', 'sluice_tmpl, pg_catalog, pg_temp', true);   -- (0.1.0's send's SET clause restores it)
     RETURN (SELECT x.msg_id FROM sluice_tmpl.e_dedup_lookup_all(ARRAY[p_key], p_window) x);
 END
 $$;
@@ -64,9 +88,9 @@ $$;
 CREATE OR REPLACE FUNCTION sluice_tmpl.e_dedup_record(p_slot smallint, p_key text, p_id bigint)
 RETURNS void
 LANGUAGE plpgsql
-SET search_path = sluice_tmpl, pg_catalog, pg_temp   -- (the queue's, in its copy)
 AS $$
 BEGIN
+    PERFORM set_config('search_path', 'sluice_tmpl, pg_catalog, pg_temp', true);   -- (0.1.0's send's SET clause restores it)
     PERFORM sluice_tmpl.e_dedup_record_all(p_slot, ARRAY[p_key], ARRAY[p_id]);
 END
 $$;
