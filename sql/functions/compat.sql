@@ -7,8 +7,8 @@
 -- on the new schema. The old code calls by name what its release had: the
 -- functions below are what release 0.1.0's receive, ack, nack, extend,
 -- send, send_batch and status call that the current engine does not have
--- as they were. Each forwards to the current function. No current code calls them.
--- 0.1.0 called its queue's copies with search_path pg_catalog, pg_temp (the
+-- as they were. Each forwards to the current function; no current code
+-- calls them. 0.1.0 called its queue's copies with search_path pg_catalog, pg_temp (the
 -- current API sets the queue's first): e_dedup_lookup and e_dedup_record
 -- set the queue's path, and so do e_ack, e_nack and e_extend, which kept
 -- their arguments, when they find another (engine_ack.sql). 0.1.0's
