@@ -72,7 +72,8 @@ RETURNS bigint
 LANGUAGE plpgsql STABLE
 AS $$
 BEGIN
-    PERFORM set_config('search_path', 'sluice_tmpl, pg_catalog, pg_temp', true);   -- (0.1.0's send's SET clause restores it)
+    -- (the queue's path: 0.1.0's send's SET clause restores its own)
+    PERFORM set_config('search_path', 'sluice_tmpl, pg_catalog, pg_temp', true);
     RETURN (SELECT x.msg_id FROM sluice_tmpl.e_dedup_lookup_all(ARRAY[p_key], p_window) x);
 END
 $$;
@@ -90,7 +91,8 @@ RETURNS void
 LANGUAGE plpgsql
 AS $$
 BEGIN
-    PERFORM set_config('search_path', 'sluice_tmpl, pg_catalog, pg_temp', true);   -- (0.1.0's send's SET clause restores it)
+    -- (the queue's path: 0.1.0's send's SET clause restores its own)
+    PERFORM set_config('search_path', 'sluice_tmpl, pg_catalog, pg_temp', true);
     PERFORM sluice_tmpl.e_dedup_record_all(p_slot, ARRAY[p_key], ARRAY[p_id]);
 END
 $$;
