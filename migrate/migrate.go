@@ -13,7 +13,10 @@
 // Migration files run inside a transaction the migrator opens, so they must
 // not contain transaction control (BEGIN, COMMIT) or statements that cannot
 // run in a transaction block (CREATE INDEX CONCURRENTLY). Function files are
-// loaded after all migrations.
+// loaded after all migrations, in the same transaction: an upgrade is one
+// transaction, behind a fence (see Apply), so that the calls of a running
+// deployment see the old schema and functions or the new ones, never a
+// mix.
 //
 // Apply migrates through a pgx connection; Script renders the same work as
 // one psql script for teams that run their own migration tooling. Both take
@@ -38,6 +41,23 @@ import (
 // concurrent migrations of one database run one after another. It spells
 // "sluice" followed by 0x0001.
 const LockKey int64 = 0x736c_7569_6365_0001
+
+// fenceSQL starts an upgrade's transaction: it takes sluice.queue (when it
+// exists) in ACCESS EXCLUSIVE mode before anything else. Every public
+// function of every release reads sluice.queue before anything else it
+// locks, so the fence waits for the transactions that called one to end,
+// and the calls that start meanwhile wait at that read, before they have
+// changed anything; they go on once the upgrade commits (with the function
+// bodies they had compiled: see sql/functions/compat.sql). Taken first, it
+// cannot deadlock with them.
+const fenceSQL = `DO $sluice_fence$
+BEGIN
+    IF to_regclass('sluice.queue') IS NOT NULL THEN
+        LOCK TABLE sluice.queue IN ACCESS EXCLUSIVE MODE;
+    END IF;
+END
+$sluice_fence$;
+`
 
 // bootstrapSQL creates the schema and the table that records applied
 // migrations. It is safe to run at any time.
@@ -71,17 +91,22 @@ type Result struct {
 
 // Apply brings the database conn is connected to up to date with the schema
 // in fsys: it creates schema sluice and table sluice.schema_migration if
-// needed, applies every migration not yet recorded there (each in its own
-// transaction, together with the row that records it), then reloads all
-// function files in one transaction. It holds the advisory lock LockKey on
-// conn's session meanwhile, so concurrent calls serialize; running it again
-// applies nothing and succeeds.
+// needed, then, in one transaction, applies every migration not yet recorded
+// there (each with the row that records it) and reloads all function files.
+// That transaction first takes the fence (sluice.queue in ACCESS EXCLUSIVE
+// mode): calls of the API running meanwhile finish first, those that start
+// meanwhile wait and then run on the new schema, and none meets a schema
+// half upgraded or a function a migration dropped before the reload made
+// its successor (issue 38, item 1). When nothing is pending and the
+// function files were loaded as they are, it changes nothing (no DDL, no
+// fence). It holds the advisory lock LockKey on conn's session meanwhile,
+// so concurrent calls serialize; running it again applies nothing and
+// succeeds.
 //
 // A database that records a migration fsys does not have (it was migrated by
 // a newer sluice) is left untouched and reported as an error. A failing file
-// is reported as a *FileError; the failing transaction is rolled back, and
-// migrations applied before it stay applied. conn must not be inside a
-// transaction.
+// is reported as a *FileError; the transaction is rolled back, and nothing
+// of this call stays applied. conn must not be inside a transaction.
 func Apply(ctx context.Context, conn *pgx.Conn, fsys fs.FS) (res Result, err error) {
 	src, err := load(fsys)
 	if err != nil {
@@ -113,25 +138,23 @@ func Apply(ctx context.Context, conn *pgx.Conn, fsys fs.FS) (res Result, err err
 		return Result{}, err
 	}
 
+	var pending []Migration
 	for _, m := range src.migrations {
-		if _, done := applied[m.Version]; done {
-			continue
+		if _, done := applied[m.Version]; !done {
+			pending = append(pending, m)
 		}
-		if err := applyMigration(ctx, conn, m, src.migrSQL[m.Path]); err != nil {
+	}
+	loaded := false
+	if len(pending) == 0 {
+		if loaded, err = functionsLoaded(ctx, conn, src); err != nil {
 			return res, err
 		}
-		res.Applied = append(res.Applied, m)
 	}
-
-	loaded, err := functionsLoaded(ctx, conn, src)
-	if err != nil {
-		return res, err
-	}
-	if len(res.Applied) > 0 || !loaded {
-		if err := reloadFunctions(ctx, conn, src); err != nil {
+	if !loaded {
+		if err := upgrade(ctx, conn, src, pending); err != nil {
 			return res, err
 		}
-		res.Functions = src.functions
+		res.Applied, res.Functions = pending, src.functions
 	}
 	res.Version = src.latest()
 	if res.SuperuserOwner, err = superuserOwner(ctx, conn); err != nil {
@@ -197,18 +220,36 @@ func checkKnown(src *source, applied map[int]string) error {
 	return nil
 }
 
-func applyMigration(ctx context.Context, conn *pgx.Conn, m Migration, body string) error {
+// upgrade applies the pending migrations and reloads the function files of
+// src in one transaction that starts with the fence (fenceSQL).
+func upgrade(ctx context.Context, conn *pgx.Conn, src *source, pending []Migration) error {
+	what := manifestPath
+	if len(pending) > 0 {
+		what = pending[0].Path
+	}
 	return inTx(ctx, conn, func(tx pgx.Tx) error {
-		// Without arguments pgx uses the simple protocol, which runs a
-		// multi-statement file as is.
-		if _, err := tx.Exec(ctx, body); err != nil {
-			return newFileError(m.Path, body, err)
+		if _, err := tx.Exec(ctx, fenceSQL); err != nil {
+			return fmt.Errorf("taking the upgrade's fence (sluice.queue): %w", err)
 		}
-		if _, err := tx.Exec(ctx, "INSERT INTO sluice.schema_migration (version, name) VALUES ($1, $2)", m.Version, m.Name); err != nil {
-			return fmt.Errorf("%s: recording version %d: %w", m.Path, m.Version, err)
+		for _, m := range pending {
+			if err := applyMigration(ctx, tx, m, src.migrSQL[m.Path]); err != nil {
+				return err
+			}
 		}
-		return nil
-	}, m.Path)
+		return reloadFunctions(ctx, tx, src)
+	}, what)
+}
+
+func applyMigration(ctx context.Context, tx pgx.Tx, m Migration, body string) error {
+	// Without arguments pgx uses the simple protocol, which runs a
+	// multi-statement file as is.
+	if _, err := tx.Exec(ctx, body); err != nil {
+		return newFileError(m.Path, body, err)
+	}
+	if _, err := tx.Exec(ctx, "INSERT INTO sluice.schema_migration (version, name) VALUES ($1, $2)", m.Version, m.Name); err != nil {
+		return fmt.Errorf("%s: recording version %d: %w", m.Path, m.Version, err)
+	}
+	return nil
 }
 
 // functionsLoaded reports whether the function files of src, as they are,
@@ -233,31 +274,31 @@ func functionsLoaded(ctx context.Context, conn *pgx.Conn, src *source) (bool, er
 	return loaded, nil
 }
 
-func reloadFunctions(ctx context.Context, conn *pgx.Conn, src *source) error {
+// reloadFunctions runs the function files of src in tx and records their
+// digest.
+func reloadFunctions(ctx context.Context, tx pgx.Tx, src *source) error {
 	if len(src.functions) == 0 {
 		return nil
 	}
-	return inTx(ctx, conn, func(tx pgx.Tx) error {
-		for _, p := range src.functions {
-			body := src.funcSQL[p]
-			if _, err := tx.Exec(ctx, body); err != nil {
-				return newFileError(p, body, err)
-			}
+	for _, p := range src.functions {
+		body := src.funcSQL[p]
+		if _, err := tx.Exec(ctx, body); err != nil {
+			return newFileError(p, body, err)
 		}
-		// (a schema without sluice.function_load, migration 0018, records none)
-		var has bool
-		if err := tx.QueryRow(ctx, `SELECT to_regclass('sluice.function_load') IS NOT NULL`).Scan(&has); err != nil {
-			return fmt.Errorf("looking for sluice.function_load: %w", err)
-		}
-		if !has {
-			return nil
-		}
-		if _, err := tx.Exec(ctx, `INSERT INTO sluice.function_load (digest) VALUES ($1) ON CONFLICT DO NOTHING`,
-			src.functionsDigest()); err != nil {
-			return fmt.Errorf("recording the function files' digest: %w", err)
-		}
+	}
+	// (a schema without sluice.function_load, migration 0018, records none)
+	var has bool
+	if err := tx.QueryRow(ctx, `SELECT to_regclass('sluice.function_load') IS NOT NULL`).Scan(&has); err != nil {
+		return fmt.Errorf("looking for sluice.function_load: %w", err)
+	}
+	if !has {
 		return nil
-	}, manifestPath)
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO sluice.function_load (digest) VALUES ($1) ON CONFLICT DO NOTHING`,
+		src.functionsDigest()); err != nil {
+		return fmt.Errorf("recording the function files' digest: %w", err)
+	}
+	return nil
 }
 
 // inTx runs fn in a transaction on conn and commits it; what names the work

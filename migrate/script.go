@@ -10,10 +10,10 @@ import (
 // Script renders the schema in fsys as one SQL script that does what Apply
 // does, for psql (psql -f) or another migration tool. Like Apply it takes the
 // advisory lock LockKey, creates schema sluice and sluice.schema_migration,
-// refuses a database migrated by a newer sluice, runs each migration not yet
-// recorded in its own transaction together with the row that records it,
-// then reloads the functions in one transaction; running it twice is
-// harmless.
+// refuses a database migrated by a newer sluice, then, in one transaction
+// that starts with the fence (sluice.queue in ACCESS EXCLUSIVE mode, see
+// Apply), runs each migration not yet recorded together with the row that
+// records it and reloads the functions; running it twice is harmless.
 //
 // Each migration runs inside a DO block that checks sluice.schema_migration
 // and EXECUTEs the file, so the script needs nothing from psql but its first
@@ -52,26 +52,29 @@ END
 $sluice_check$;
 `, strings.Join(versions, ","))
 
+	b.WriteString("\n-- One transaction, behind the fence: calls running meanwhile see the old\n")
+	b.WriteString("-- schema or the new one.\nBEGIN;\n")
+	b.WriteString(fenceSQL)
 	for _, m := range src.migrations {
 		body := src.migrSQL[m.Path]
 		outer := dollarTag("sluice_migrate", body)
 		inner := dollarTag("sluice_sql", body)
-		fmt.Fprintf(&b, "\n-- %s\nBEGIN;\n", m.Path)
+		fmt.Fprintf(&b, "\n-- %s\n", m.Path)
 		fmt.Fprintf(&b, "DO %s\nBEGIN\n", outer)
 		fmt.Fprintf(&b, "    IF EXISTS (SELECT 1 FROM sluice.schema_migration WHERE version = %d) THEN\n        RETURN;\n    END IF;\n", m.Version)
 		fmt.Fprintf(&b, "    EXECUTE %s\n%s%s%s;\n", inner, body, newlineIfMissing(body), inner)
 		fmt.Fprintf(&b, "    INSERT INTO sluice.schema_migration (version, name) VALUES (%d, %s);\n", m.Version, quoteLiteral(m.Name))
-		fmt.Fprintf(&b, "END\n%s;\nCOMMIT;\n", outer)
+		fmt.Fprintf(&b, "END\n%s;\n", outer)
 	}
 
 	if len(src.functions) > 0 {
-		fmt.Fprintf(&b, "\n-- Functions, in the order of %s.\nBEGIN;\n", manifestPath)
+		fmt.Fprintf(&b, "\n-- Functions, in the order of %s.\n", manifestPath)
 		for _, p := range src.functions {
 			body := src.funcSQL[p]
 			fmt.Fprintf(&b, "\n-- %s\n%s%s", p, body, newlineIfMissing(body))
 		}
-		b.WriteString("COMMIT;\n")
 	}
+	b.WriteString("COMMIT;\n")
 
 	fmt.Fprintf(&b, "\nDO $sluice_unlock$ BEGIN PERFORM pg_advisory_unlock(%d); END $sluice_unlock$;\n", LockKey)
 	return b.String(), nil

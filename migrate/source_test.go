@@ -83,8 +83,15 @@ func TestScriptShape(t *testing.T) {
 	if !strings.HasPrefix(script, "\\set ON_ERROR_STOP on\n") {
 		t.Errorf("script does not start with \\set ON_ERROR_STOP on")
 	}
+	// One transaction for every migration and the functions, the fence first.
+	if strings.Count(script, "BEGIN;\n") != 1 || strings.Count(script, "COMMIT;\n") != 1 {
+		t.Errorf("script has %d BEGIN and %d COMMIT, want one of each", strings.Count(script, "BEGIN;\n"),
+			strings.Count(script, "COMMIT;\n"))
+	}
 	for _, want := range []string{
-		"-- tables/0001_queue.sql\nBEGIN;\n",
+		"BEGIN;\nDO $sluice_fence$\n",
+		"LOCK TABLE sluice.queue IN ACCESS EXCLUSIVE MODE;",
+		"-- tables/0001_queue.sql\n",
 		"VALUES (2, '0002_index.sql');",
 		"-- functions/send.sql\n",
 		"pg_advisory_lock(", "pg_advisory_unlock(",

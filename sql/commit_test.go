@@ -132,7 +132,7 @@ func TestEngineFunctionsTurnJITOff(t *testing.T) {
 	defer rows.Close()
 	// e_receive, e_ack, e_nack and e_extend run with the settings of their
 	// public callers instead (below).
-	entry := map[string]bool{"e_status": true,
+	entry := map[string]bool{"e_queue_status": true,
 		"e_maintain": true, "e_purge": true, "e_start_pos": true, "e_base": true,
 		"e_dedup_lookup_all": true, "e_dedup_record_all": true, "e_peek": true, "e_leases": true}
 	// e_peek reads every message the queue stores (there is no index by

@@ -447,7 +447,7 @@ BEGIN
             RETURN QUERY SELECT * FROM sluice._pred_status(q);
             RETURN;
         END IF;
-        RETURN QUERY EXECUTE format('SELECT * FROM %I.e_status($1)', sluice._qschema(q.id)) USING q;
+        RETURN QUERY EXECUTE format('SELECT * FROM %I.e_queue_status($1)', sluice._qschema(q.id)) USING q;
         RETURN;
     END IF;
     -- Every queue: each read in a subtransaction that is rolled back once
@@ -470,7 +470,7 @@ BEGIN
                 IF q.predecessor IS NOT NULL THEN
                     SELECT array_agg(s) INTO v_rows FROM sluice._pred_status(q) s;
                 ELSE
-                    EXECUTE format('SELECT array_agg(s) FROM %I.e_status($1) s', sluice._qschema(q.id)) INTO v_rows USING q;
+                    EXECUTE format('SELECT array_agg(s) FROM %I.e_queue_status($1) s', sluice._qschema(q.id)) INTO v_rows USING q;
                 END IF;
             END IF;
             RAISE EXCEPTION USING ERRCODE = 'SL000';   -- (release the locks; v_rows stays)

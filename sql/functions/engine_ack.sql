@@ -166,6 +166,11 @@ AS $$
 DECLARE
     n int;
 BEGIN
+    IF current_setting('search_path') <> 'sluice_tmpl, pg_catalog, pg_temp' THEN
+        -- release 0.1.0's ack, caught by an upgrade, calls this copy with
+        -- its own path (compat.sql); the current ack sets the queue's
+        PERFORM set_config('search_path', 'sluice_tmpl, pg_catalog, pg_temp', true);
+    END IF;
     IF NOT sluice._names_run(p_receipts) THEN
         -- no run named: an acks row each, in a statement that costs less
         INSERT INTO acks (slot, group_id, pos, kind, acked_at)
@@ -297,6 +302,11 @@ DECLARE
     v_now timestamptz;
     v_key bigint;
 BEGIN
+    IF current_setting('search_path') <> 'sluice_tmpl, pg_catalog, pg_temp' THEN
+        -- release 0.1.0's nack, caught by an upgrade, calls this copy with
+        -- its own path (compat.sql); the current nack sets the queue's
+        PERFORM set_config('search_path', 'sluice_tmpl, pg_catalog, pg_temp', true);
+    END IF;
     SELECT * INTO c FROM e_current_deliveries(g.id, ARRAY[p_receipt]);
     IF NOT FOUND THEN
         RETURN false;
@@ -375,6 +385,11 @@ DECLARE
     v_now timestamptz := clock_timestamp();
     n int;
 BEGIN
+    IF current_setting('search_path') <> 'sluice_tmpl, pg_catalog, pg_temp' THEN
+        -- release 0.1.0's extend, caught by an upgrade, calls this copy with
+        -- its own path (compat.sql); the current extend sets the queue's
+        PERFORM set_config('search_path', 'sluice_tmpl, pg_catalog, pg_temp', true);
+    END IF;
     -- (a row of its own for each message, also for those leased in a run)
     INSERT INTO deliveries (slot, group_id, lane, pos, attempt, token, msg_id, txid, expires_at, delivered_at)
     SELECT c.slot, p_group_id, c.lane, c.pos, c.attempt, c.token, coalesce(c.msg_id, rm.id), coalesce(c.txid, rm.txid),

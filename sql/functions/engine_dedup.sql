@@ -1,9 +1,8 @@
 -- Group: engine templates - idempotent send (see engine_cut.sql for what a template is)
 
 -- (send and send_batch both use the functions below, a key or many: the
--- one-key forms e_dedup_lookup and e_dedup_record are gone)
-DROP FUNCTION IF EXISTS sluice_tmpl.e_dedup_lookup(text, interval);
-DROP FUNCTION IF EXISTS sluice_tmpl.e_dedup_record(smallint, text, bigint);
+-- one-key forms e_dedup_lookup and e_dedup_record are kept only for release
+-- 0.1.0's calls caught by an upgrade, compat.sql)
 
 -- e_dedup_lookup_all: the ids of the messages sent with these deduplication
 -- keys within the window, in one statement (a send's key, or a

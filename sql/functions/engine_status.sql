@@ -307,7 +307,8 @@ BEGIN
 END
 $$;
 
--- e_status: the rows of sluice.status for this queue (see there). The
+-- e_queue_status: the rows of sluice.status for this queue (see there;
+-- named e_status before, which compat.sql keeps for release 0.1.0). The
 -- messages not numbered yet are read once for every group (e_unnumbered),
 -- at most sluice.status_exact_limit (10,000) of each kind. A group's dead
 -- letters are counted twice on dead_letter_group_idx (queue_id, group_id):
@@ -319,7 +320,7 @@ $$;
 -- Returns: one row per group (one row with group_name NULL if none)
 -- Errors: SL006 when the setting sluice.status_exact_limit is not a
 --         number from 0 to 1000000000
-CREATE OR REPLACE FUNCTION sluice_tmpl.e_status(q sluice.queue)
+CREATE OR REPLACE FUNCTION sluice_tmpl.e_queue_status(q sluice.queue)
 RETURNS SETOF sluice.queue_status
 LANGUAGE plpgsql STABLE
 AS $$

@@ -476,8 +476,6 @@ BEGIN
 END
 $$;
 
-DROP FUNCTION IF EXISTS sluice._dedup_lock(int, text);   -- (one key: _dedup_lock_all takes an array)
-
 -- _dedup_lock_all: take the transaction-scoped locks of a queue's
 -- deduplication keys (a send's, or a send_batch's), so that concurrent
 -- sends of one key enqueue one message: in one statement, in the order of

@@ -437,7 +437,7 @@ DECLARE
     -- their public callers set the path and carry the other settings in
     -- their own SET clause: see sluice.receive. A SET clause here would
     -- cost each of those calls ~30 us more.)
-    entry_points constant text[] := ARRAY['e_status', 'e_maintain',
+    entry_points constant text[] := ARRAY['e_queue_status', 'e_maintain',
                                           'e_purge', 'e_start_pos', 'e_base', 'e_dedup_lookup_all', 'e_dedup_record_all',
                                           'e_peek', 'e_leases'];
     scanners constant text[] := ARRAY['e_peek'];

@@ -104,7 +104,7 @@ $$;
 -- Parameters: as sluice.receive (q and g looked up, lease resolved)
 -- Returns: the messages leased (as sluice.receive); a last row with id NULL
 --   when the new queue may deliver
--- Calls: the predecessor's e_receive and e_status
+-- Calls: the predecessor's e_receive and e_queue_status
 CREATE OR REPLACE FUNCTION sluice._pred_receive(q sluice.queue, g sluice.consumer_group, max_messages int,
                                                p_lease interval, p_consumer text, p_ack text[])
 RETURNS SETOF sluice.message
@@ -131,7 +131,7 @@ BEGIN
     IF n >= max_messages THEN
         RETURN;
     END IF;
-    EXECUTE format('SELECT * FROM %I.e_status($1) s WHERE s.group_name = $2', sluice._qschema(pq.id))
+    EXECUTE format('SELECT * FROM %I.e_queue_status($1) s WHERE s.group_name = $2', sluice._qschema(pq.id))
         INTO st USING pq, pg.name;
     IF st.ready = 0 AND st.in_flight = 0 AND coalesce(st.waiting, 0) = 0 AND NOT coalesce(st.estimated, false) THEN
         IF st.delayed = 0 THEN
@@ -207,7 +207,7 @@ BEGIN
     -- stopped is marked here, not by a receive)
     SELECT * INTO STRICT pq FROM sluice.queue x WHERE x.id = q.predecessor;
     EXECUTE format('UPDATE sluice.consumer_group g SET drained = true
-                    FROM %I.e_status($1) s
+                    FROM %I.e_queue_status($1) s
                     WHERE g.queue_id = $1.id AND g.name = s.group_name AND NOT g.drained AND NOT s.estimated
                       AND s.ready = 0 AND s.in_flight = 0 AND s.delayed = 0 AND coalesce(s.waiting, 0) = 0',
                    sluice._qschema(pq.id)) USING pq;
@@ -235,7 +235,7 @@ $$;
 -- Parameters:
 --   q  the queue (predecessor set)
 -- Returns: SETOF sluice.queue_status
--- Calls: both queues' e_status
+-- Calls: both queues' e_queue_status
 CREATE OR REPLACE FUNCTION sluice._pred_status(q sluice.queue)
 RETURNS SETOF sluice.queue_status
 LANGUAGE plpgsql
@@ -248,8 +248,8 @@ DECLARE
     v_old sluice.queue_status[];
 BEGIN
     SELECT * INTO STRICT pq FROM sluice.queue x WHERE x.id = q.predecessor;
-    EXECUTE format('SELECT array_agg(s) FROM %I.e_status($1) s', sluice._qschema(pq.id)) INTO v_old USING pq;
-    FOR s IN EXECUTE format('SELECT * FROM %I.e_status($1)', sluice._qschema(q.id)) USING q LOOP
+    EXECUTE format('SELECT array_agg(s) FROM %I.e_queue_status($1) s', sluice._qschema(pq.id)) INTO v_old USING pq;
+    FOR s IN EXECUTE format('SELECT * FROM %I.e_queue_status($1)', sluice._qschema(q.id)) USING q LOOP
         SELECT * INTO p FROM unnest(v_old) o WHERE o.group_name = s.group_name;
         IF FOUND THEN
             s.ready := s.ready + p.ready;

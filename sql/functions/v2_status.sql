@@ -1,10 +1,10 @@
 -- Group: engine v2 - status, peek, leases, purge (templates, schema sluice_tmpl2)
 --
--- These have the names of engine 1's (e_status, e_peek, e_leases,
+-- These have the names of engine 1's (e_queue_status, e_peek, e_leases,
 -- e_start_pos, e_purge), so that the public API calls a queue's copy
 -- through EXECUTE whatever its engine.
 
--- e_status: sluice.status of a queue of engine 2, one row per group.
+-- e_queue_status: sluice.status of a queue of engine 2, one row per group.
 -- Positions are per lane in engine 2: cursor and head are sums over the
 -- lanes (how many positions the group has passed, how many are numbered),
 -- lwm is the cursor less what is in flight or due again. ready counts
@@ -21,7 +21,7 @@
 -- Parameters:
 --   q  the queue's row
 -- Returns: SETOF sluice.queue_status
-CREATE OR REPLACE FUNCTION sluice_tmpl2.e_status(q sluice.queue)
+CREATE OR REPLACE FUNCTION sluice_tmpl2.e_queue_status(q sluice.queue)
 RETURNS SETOF sluice.queue_status
 LANGUAGE plpgsql
 AS $$

@@ -201,7 +201,7 @@ DECLARE
     -- (the templates per slot also copied once through the parents: the
     -- slow path's take)
     through_parents constant text[] := ARRAY['e2_take__s', 'e2_take_keyed__s', 'e2_key_done__s'];
-    entry_points constant text[] := ARRAY['e_status', 'e2_start', 'e_maintain', 'e_peek', 'e_leases',
+    entry_points constant text[] := ARRAY['e_queue_status', 'e2_start', 'e_maintain', 'e_peek', 'e_leases',
                                           'e_purge', 'e_start_pos'];
     f record;
     def text;

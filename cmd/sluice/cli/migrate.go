@@ -13,8 +13,9 @@ import (
 const migrateUsage = `Usage: sluice migrate [--database-url URL] [--print] [--pgmq]
 
 Installs the sluice schema (PostgreSQL schema "sluice") in a database, or
-upgrades it: applies the migrations the database has not had yet, each in its
-own transaction, then reloads all functions. Running it again changes nothing;
+upgrades it: applies the migrations the database has not had yet and reloads
+all functions, in one transaction; calls of the API that start meanwhile wait
+for it, and none fails (docs/operations.md). Running it again changes nothing;
 concurrent runs wait for each other. Run it as a dedicated owner role, not
 as a superuser: the API's functions run as their owner (it warns when that
 owner is a superuser; see docs/operations.md).

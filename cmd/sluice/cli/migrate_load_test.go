@@ -85,7 +85,7 @@ func TestMigrateUnderLoad(t *testing.T) {
 		}
 	}
 	t.Logf("20 migrations with a reload of every function in %v", time.Since(start).Round(time.Millisecond))
-	l.finish()
+	l.finish(nil)
 }
 
 // The same across a real version change: a database installed at release
@@ -117,7 +117,145 @@ func TestMigrateUnderLoadFrom010(t *testing.T) {
 	t.Logf("upgrade from 0.1.0: %d migrations, to version %d", len(res.Applied), res.Version)
 	l.startConsumers(false)
 	time.Sleep(2 * time.Second) // load after the upgrade
-	l.finish()
+	l.finish(nil)
+}
+
+// TestMigrateUnderLoadFrom010 with release 0.1.0's consumers and producers
+// running across the upgrade (issue 38, item 1): a database installed at
+// release 0.1.0 (sql/testdata/engine-0.1.0.tar.gz, as sql/upgrade_test.go
+// installs it) with an engine 1 queue is migrated once to the current
+// version while two consumers make 0.1.0's calls over SQL, as its Go
+// library made them (queries.go of that release: receive, extend, nack of
+// some first deliveries, ack) and a producer sends with 0.1.0's send; the
+// Go and HTTP producers send throughout too (send's call is the same in
+// both). This code's clients need the current schema (the Go worker and
+// the HTTP server call sluice.receive with arguments 0.1.0 does not have;
+// so do the Python and TypeScript workers, left out here): the Go worker
+// and the HTTP consumer start right after the upgrade, as the new release's
+// processes of a rolling deploy do, and compete with the old ones. No call
+// fails (the upgrade runs in one transaction behind its fence; the old
+// calls it catches complete, sql/functions/compat.sql), and every message
+// is handled exactly once.
+func TestMigrateUnderLoadFrom010OldConsumers(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	url := server.NewDatabaseFrom(t, engineTarFS(t, "../../../sql/testdata/engine-0.1.0.tar.gz"))
+	conn := loadConn(t, ctx, url)
+	l := newLoad(t, ctx, url, map[string]string{"mold": `{"lease": "` + loadLease + `"}`})
+	old, stopOld := context.WithCancel(ctx)
+	var oldDone sync.WaitGroup
+	for i := range 2 {
+		oldDone.Add(1)
+		go func() {
+			defer oldDone.Done()
+			l.sqlConsume(old, fmt.Sprintf("sql010-%d", i), "mold")
+		}()
+	}
+	l.startProducers()
+	l.startOldProducer()
+	time.Sleep(time.Second)
+	start := time.Now()
+	res, err := migrate.Apply(ctx, conn, sqlsrc.FS)
+	if err != nil {
+		t.Fatalf("upgrade from 0.1.0: %v", err)
+	}
+	if len(res.Applied) == 0 {
+		t.Fatal("the upgrade from 0.1.0 applied no migration")
+	}
+	t.Logf("upgrade from 0.1.0: %d migrations, to version %d, in %v", len(res.Applied), res.Version,
+		time.Since(start).Round(time.Millisecond))
+	l.startConsumers(false)
+	time.Sleep(2 * time.Second) // load after the upgrade, on old and new consumers
+	l.finish(func() {
+		stopOld()
+		oldDone.Wait()
+	}, "sql010-0", "sql010-1")
+}
+
+// The calls of release 0.1.0's Go library (its queries.go).
+const (
+	sql010Send    = `SELECT sluice.send($1, $2::jsonb, $3::jsonb, $4::text, $5::interval, $6::int, $7::text)`
+	sql010Receive = `SELECT id, attempt, receipt FROM (SELECT id, body, headers, key, priority, attempt, sent_at,
+       receipt, lease_expires_at, pos FROM sluice.receive($1, $2, $3::int, $4::interval, $5::text)) r`
+	sql010Extend = `SELECT sluice.extend($1, $2, $3::text[], $4::interval)`
+	sql010Nack   = `SELECT sluice.nack($1, $2, $3, $4::interval, $5::text)`
+	sql010Ack    = `SELECT sluice.ack($1, $2, $3::text[])`
+)
+
+// sqlConsume receives, extends and acks with the calls of release 0.1.0
+// until ctx is done, recording as consumer who; it nacks (retry at once)
+// the first delivery of every seventh message instead of acking it.
+func (l *load) sqlConsume(ctx context.Context, who, q string) {
+	bg := context.WithoutCancel(ctx) // (calls not cut short by ctx, as in httpConsume)
+	for ctx.Err() == nil {
+		rows, err := l.pool.Query(bg, sql010Receive, q, "default", 5, nil, who)
+		if err != nil {
+			l.fail("%s: receive: %v", who, err)
+			return
+		}
+		var ids []int64
+		var receipts []string
+		var retry []string
+		var id int64
+		var attempt int
+		var r string
+		_, err = pgx.ForEachRow(rows, []any{&id, &attempt, &r}, func() error {
+			if id%7 == 0 && attempt == 1 {
+				retry = append(retry, r)
+			} else {
+				ids, receipts = append(ids, id), append(receipts, r)
+			}
+			return nil
+		})
+		if err != nil {
+			l.fail("%s: receive: %v", who, err)
+			return
+		}
+		if len(ids)+len(retry) == 0 {
+			time.Sleep(20 * time.Millisecond)
+			continue
+		}
+		var n int
+		if err := l.pool.QueryRow(bg, sql010Extend, q, "default", append(receipts, retry...), loadLease).Scan(&n); err != nil ||
+			n != len(ids)+len(retry) {
+			l.fail("%s: extend: %d of %d, %v", who, n, len(ids)+len(retry), err)
+			return
+		}
+		for _, r := range retry {
+			var ok bool
+			if err := l.pool.QueryRow(bg, sql010Nack, q, "default", r, "0 seconds", "again").Scan(&ok); err != nil || !ok {
+				l.fail("%s: nack: %v, %v", who, ok, err)
+				return
+			}
+		}
+		if len(ids) == 0 {
+			continue
+		}
+		if err := l.pool.QueryRow(bg, sql010Ack, q, "default", receipts).Scan(&n); err != nil || n != len(ids) {
+			l.fail("%s: ack: %d of %d, %v", who, n, len(ids), err)
+			return
+		}
+		for _, id := range ids {
+			l.record(who, q, id)
+		}
+	}
+}
+
+// startOldProducer starts a producer that sends with release 0.1.0's call
+// (as sql010), a message every 10ms to every queue in turn, until finish.
+func (l *load) startOldProducer() {
+	l.producers.Add(1)
+	l.producerNames = append(l.producerNames, "sql010")
+	go l.produce("sql010", func(q string, n int) (int64, bool) {
+		var id int64
+		err := l.pool.QueryRow(l.ctx, sql010Send, q, fmt.Sprintf(`{"n": %d}`, n), nil, nil, nil, 0, nil).Scan(&id)
+		if err != nil {
+			l.fail("0.1.0's send to %s: %v", q, err)
+			return 0, false
+		}
+		return id, true
+	})
 }
 
 func loadConn(t *testing.T, ctx context.Context, url string) *pgx.Conn {
@@ -151,6 +289,8 @@ type load struct {
 	consumers sync.WaitGroup
 	external  []*extWorker
 	failures  atomic.Int64
+
+	producerNames []string // the producers started, each of which must send
 }
 
 // newLoad creates the queues (name: options) and starts "sluice server" on
@@ -332,6 +472,7 @@ func (l *load) call(ctx context.Context, path string, body any, want int, out an
 // queue in turn, a message every 10ms, until finish.
 func (l *load) startProducers() {
 	l.producers.Add(2)
+	l.producerNames = append(l.producerNames, "go", "http")
 	go l.produce("go", func(q string, n int) (int64, bool) {
 		id, err := l.client.Send(l.ctx, q, json.RawMessage(fmt.Sprintf(`{"n": %d}`, n)), nil)
 		if err != nil {
@@ -369,10 +510,11 @@ func (l *load) produce(who string, send func(q string, n int) (int64, bool)) {
 }
 
 // finish stops the producers, waits until every message sent was handled
-// (or a minute), stops the consumers, and checks: no failure, each message
-// handled exactly once and acked (the queues hold nothing, not even a dead
-// letter), every consumer handled some.
-func (l *load) finish() {
+// (or a minute), stops the consumers (and with stopOthers those the caller
+// started, named others), and checks: no failure, each message handled
+// exactly once and acked (the queues hold nothing, not even a dead letter),
+// every consumer handled some.
+func (l *load) finish(stopOthers func(), others ...string) {
 	t := l.t
 	close(l.stopSend)
 	l.producers.Wait()
@@ -382,6 +524,9 @@ func (l *load) finish() {
 	}
 	l.stopRecv()
 	l.consumers.Wait()
+	if stopOthers != nil {
+		stopOthers()
+	}
 	for _, w := range l.external {
 		w.stop(l)
 	}
@@ -415,12 +560,12 @@ func (l *load) finish() {
 		t.Errorf("%d of %d messages never handled", lost, len(l.sent))
 	}
 	t.Logf("sent by producer: %v; handled by consumer: %v", bySender, byConsumer)
-	for _, who := range []string{"go", "http"} {
+	for _, who := range l.producerNames {
 		if bySender[who] == 0 {
 			t.Errorf("the %s producer sent nothing", who)
 		}
 	}
-	consumers := []string{"go", "http"}
+	consumers := append([]string{"go", "http"}, others...)
 	for _, w := range l.external {
 		consumers = append(consumers, w.name)
 	}
