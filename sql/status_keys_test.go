@@ -2,6 +2,7 @@ package sqlsrc_test
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 )
 
@@ -15,13 +16,22 @@ type keyedStatus struct {
 // their key are not ready: status counts them as waiting, at every step of
 // a drain (before the first cut, with a key's message leased, after a nack
 // that parks it, after acks), checked column by column against a model of
-// the queue (issue 15, item 7).
+// the queue (issue 15, item 7). On both engines; engine 2's positions are
+// per lane, its head and lwm sums over the lanes (lwm: 1 + the positions
+// before each lane's first one not completed).
 func TestStatusKeysExact(t *testing.T) {
 	t.Parallel()
+	engines(t, func(t *testing.T, opts func(string) string) {
+		statusKeysExact(t, opts, strings.Contains(opts(""), `"engine": 2`))
+	})
+}
+
+func statusKeysExact(t *testing.T, opts func(string) string, v2 bool) {
 	b := setup(t)
-	b.createQueue("k", `{"lanes": 2}`)
+	b.createQueue("k", opts(`{"lanes": 2}`))
 	type m struct {
 		key  string
+		lane int64 // engine 2's (engine 1: 0, one sequence)
 		pos  int64 // 0 until numbered
 		done bool
 		out  bool // leased
@@ -39,33 +49,45 @@ func TestStatusKeysExact(t *testing.T) {
 		add(k)
 	}
 	qid := b.queueID("k")
-	head := int64(0)
+	heads := map[int64]int64{} // by lane
 	// Positions are given by the cut, lane by lane (not in send order):
 	// read them from the batches once numbered. Ids are in send order.
 	numbered := func() {
-		rows, err := b.pool.Query(b.ctx, fmt.Sprintf(`SELECT u.id, b.first_pos + u.o - 1
-			FROM sluice_q%d.batches b CROSS JOIN LATERAL unnest(b.ids) WITH ORDINALITY AS u(id, o)`, qid))
+		query := `SELECT u.id, 0, b.first_pos + u.o - 1
+			FROM sluice_q%d.batches b CROSS JOIN LATERAL unnest(b.ids) WITH ORDINALITY AS u(id, o)`
+		if v2 {
+			query = `SELECT u.id, b.lane, b.first_pos + u.o - 1
+			FROM sluice_q%d.batch b CROSS JOIN LATERAL unnest(b.ids) WITH ORDINALITY AS u(id, o)`
+		}
+		rows, err := b.pool.Query(b.ctx, fmt.Sprintf(query, qid))
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer rows.Close()
 		for rows.Next() {
-			var id, pos int64
-			if err := rows.Scan(&id, &pos); err != nil {
+			var id, lane, pos int64
+			if err := rows.Scan(&id, &lane, &pos); err != nil {
 				t.Fatal(err)
 			}
-			msgs[id-1].pos = pos
-			head = max(head, pos)
+			msgs[id-1].lane, msgs[id-1].pos = lane, pos
+			heads[lane] = max(heads[lane], pos)
 		}
 	}
-	lwm := func() int64 {
-		v := head + 1
-		for _, x := range msgs {
-			if !x.done && x.pos != 0 {
-				v = min(v, x.pos)
+	// head: the sum of the lanes' heads; lwm: 1 + the positions before each
+	// lane's first one not completed
+	positions := func() (head, lwm int64) {
+		lwm = 1
+		for lane, h := range heads {
+			head += h
+			v := h + 1
+			for _, x := range msgs {
+				if !x.done && x.pos != 0 && x.lane == lane {
+					v = min(v, x.pos)
+				}
 			}
+			lwm += v - 1
 		}
-		return v
+		return head, lwm
 	}
 	// The model: per key, none ready while one is leased, else the first left.
 	want := func() keyedStatus {
@@ -96,7 +118,8 @@ func TestStatusKeysExact(t *testing.T) {
 				seen[x.key] = true
 			}
 		}
-		s.Lwm, s.Head, s.Pending = lwm(), head, s.Lag > 0
+		s.Head, s.Lwm = positions()
+		s.Pending = s.Lag > 0
 		return s
 	}
 	check := func(what string) {
