@@ -25,8 +25,8 @@
 --      p_limit: the rest is the ids the queue's sequence gave out after the
 --      last one counted, less the delayed messages among them.
 --
--- And every message due later (msg (due), partial index), whether a cut
--- has seen it (pending) or not: none of them has a position. O(delayed).
+-- And every message due later (e2_status_delayed), whether a cut has seen
+-- it (pending) or not: none of them has a position. O(delayed).
 --
 -- Parameters:
 --   q                               the queue
@@ -36,6 +36,7 @@
 --   p_due_upto                      pending messages due by then are numbered
 --   p_now                           the time status is computed for
 --   p_limit                         how many of each kind to count at most
+-- Calls: e2_status_span, e2_status_delayed
 -- Returns: per target group (NULL: any group): tgs, due (due now), delayed
 --   (due later, all of them), retries (of those, retry copies: a nack's),
 --   oldest (earliest sent_at of both); ukeys, utgs: key hash and target of
@@ -115,39 +116,76 @@ BEGIN
     rest := 0;
     v_last := CASE WHEN r.b_over THEN r.b_last END;
     IF r.f_over THEN
-        -- a transaction's messages have the ids it drew, first to last
-        rest := greatest(0, (SELECT coalesce(sum(s.hi - s.lo + 1), 0)
-                             FROM (SELECT x.x AS txid, (-1)::bigint AS after FROM unnest(v_full) x(x)
-                                   UNION ALL
-                                   SELECT v_ptxid, v_pid WHERE v_ptxid IS NOT NULL) t
-                             CROSS JOIN LATERAL (
-                                 SELECT (SELECT m.id FROM msg m WHERE m.txid = t.txid AND m.id > t.after
-                                         ORDER BY m.id LIMIT 1) AS lo,
-                                        (SELECT m.id FROM msg m WHERE m.txid = t.txid AND m.id > t.after
-                                         ORDER BY m.id DESC LIMIT 1) AS hi) s
-                             WHERE s.lo IS NOT NULL) - r.f_n);
+        rest := greatest(0, e2_status_span(v_full, v_ptxid, v_pid) - r.f_n);
     END IF;
-    -- Every message due later, by target group, merged into the arrays.
+    SELECT * INTO tgs, due, delayed, retries, oldest, v_after FROM e2_status_delayed(p_now, v_last, r.tgs, r.due, r.oldest);
+    IF r.b_over THEN
+        rest := rest + greatest(0, coalesce(pg_sequence_last_value(q.id_seq), 0) - v_last - v_after);
+    END IF;
+END
+$$;
+
+-- e2_status_span: how many messages the transactions in progress at the
+-- newest cut have (e2_status_unnumbered's estimate of its kind 1): a
+-- transaction's messages have the ids it drew, first to last. Two index
+-- probes per transaction.
+--
+-- Parameters:
+--   p_txids        transactions none of whose messages is numbered
+--   p_ptxid, p_pid one whose messages after p_pid are not (NULL: none)
+-- Returns: the sum of their id spans
+CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_status_span(p_txids xid8[], p_ptxid xid8, p_pid bigint)
+RETURNS bigint
+LANGUAGE plpgsql STABLE
+AS $$
+BEGIN
+    RETURN (SELECT coalesce(sum(s.hi - s.lo + 1), 0)
+            FROM (SELECT x.x AS txid, (-1)::bigint AS after FROM unnest(p_txids) x(x)
+                  UNION ALL
+                  SELECT p_ptxid, p_pid WHERE p_ptxid IS NOT NULL) t
+            CROSS JOIN LATERAL (
+                SELECT (SELECT m.id FROM msg m WHERE m.txid = t.txid AND m.id > t.after ORDER BY m.id LIMIT 1) AS lo,
+                       (SELECT m.id FROM msg m WHERE m.txid = t.txid AND m.id > t.after
+                        ORDER BY m.id DESC LIMIT 1) AS hi) s
+            WHERE s.lo IS NOT NULL);
+END
+$$;
+
+-- e2_status_delayed: every message due later (msg (due), a partial index:
+-- O(delayed)), by target group, merged into e2_status_unnumbered's arrays
+-- of the messages due now (see there).
+--
+-- Parameters:
+--   p_now                  the time status is computed for
+--   p_last                 the last id of kind 3 counted (NULL: none)
+--   p_tgs, p_due, p_oldest the messages due now read, by target group
+-- Returns: tgs, due, delayed, retries, oldest (by target group, as
+--   e2_status_unnumbered), after_last: the delayed messages of an id above
+--   p_last
+CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_status_delayed(p_now timestamptz, p_last bigint, p_tgs int[], p_due bigint[],
+                                                         p_oldest timestamptz[], OUT tgs int[], OUT due bigint[],
+                                                         OUT delayed bigint[], OUT retries bigint[],
+                                                         OUT oldest timestamptz[], OUT after_last bigint)
+LANGUAGE plpgsql STABLE
+AS $$
+BEGIN
     WITH dl AS (
         SELECT m.target AS tg, count(*) AS n, count(*) FILTER (WHERE m.orig IS NOT NULL) AS rt,
-               min(m.sent_at) AS o, count(*) FILTER (WHERE m.id > v_last) AS after_last
+               min(m.sent_at) AS o, count(*) FILTER (WHERE m.id > p_last) AS after_last
         FROM msg m
         WHERE m.due > p_now
         GROUP BY 1
     ), a AS (
         SELECT coalesce(u.tg, dl.tg) AS tg, coalesce(u.due, 0) AS due, coalesce(dl.n, 0) AS delayed,
                coalesce(dl.rt, 0) AS rt, least(u.o, dl.o) AS o
-        FROM unnest(r.tgs, r.due, r.oldest) AS u(tg, due, o)
+        FROM unnest(p_tgs, p_due, p_oldest) AS u(tg, due, o)
         FULL JOIN dl ON coalesce(dl.tg, 0) = coalesce(u.tg, 0)   -- (group ids are above 0)
     )
     SELECT coalesce(array_agg(a.tg ORDER BY a.tg), '{}'), coalesce(array_agg(a.due ORDER BY a.tg), '{}'),
            coalesce(array_agg(a.delayed ORDER BY a.tg), '{}'), coalesce(array_agg(a.rt ORDER BY a.tg), '{}'),
            coalesce(array_agg(a.o ORDER BY a.tg), '{}'), (SELECT coalesce(sum(dl.after_last), 0) FROM dl)
-    INTO tgs, due, delayed, retries, oldest, v_after
+    INTO tgs, due, delayed, retries, oldest, after_last
     FROM a;
-    IF r.b_over THEN
-        rest := rest + greatest(0, coalesce(pg_sequence_last_value(q.id_seq), 0) - v_last - v_after);
-    END IF;
 END
 $$;
 
@@ -206,39 +244,39 @@ BEGIN
         RETURN;
     END IF;
     cur := st.cursor;
-    -- the leases not scanned past
+    -- the leases not scanned past, with their completions (acked: the
+    -- positions completed one by one; 0 for the whole lease)
     SELECT coalesce(sum(u.open) FILTER (WHERE u.live), 0) AS in_flight,
            coalesce(sum(u.open) FILTER (WHERE NOT u.live), 0) AS again, min(u.first_open) AS first_open
     INTO ls
     FROM (SELECT r.live, r.open,
-                 CASE WHEN r.open > 0 AND r.redo_pos IS NOT NULL
-                      THEN (SELECT min(p.p) FROM unnest(r.redo_pos) p(p)
-                            WHERE NOT EXISTS (SELECT 1 FROM ack a WHERE a.group_id = p_group AND a.lane = p_lane
-                                                                    AND a.lease_no = r.lease_no AND a.pos = p.p))
-                      WHEN r.open > 0
-                      THEN (SELECT min(b.first_pos + t.o - 1)
+                 CASE WHEN r.open = 0 THEN NULL
+                      WHEN r.redo_pos IS NOT NULL
+                      THEN (SELECT min(p.p) FROM unnest(r.redo_pos) p(p) WHERE p.p <> ALL (r.acked))
+                      WHEN cardinality(r.acked) = 0 AND r.n = r.last_pos - r.first_pos + 1 THEN r.first_pos
+                      WHEN r.n = r.last_pos - r.first_pos + 1
+                      THEN (SELECT min(p.p) FROM generate_series(r.first_pos, r.last_pos) p(p) WHERE p.p <> ALL (r.acked))
+                      -- (a range with positions meant for other groups)
+                      ELSE (SELECT min(b.first_pos + t.o - 1)
                             FROM batch b CROSS JOIN LATERAL unnest(b.ids, b.targets) WITH ORDINALITY t(id, tg, o)
                             WHERE b.lane = p_lane AND b.last_pos >= r.first_pos AND b.first_pos <= r.last_pos
                               AND b.first_pos + t.o - 1 BETWEEN r.first_pos AND r.last_pos
-                              AND (t.tg IS NULL OR t.tg = p_group)
-                              AND NOT EXISTS (SELECT 1 FROM ack a WHERE a.group_id = p_group AND a.lane = p_lane
-                                                                    AND a.lease_no = r.lease_no
-                                                                    AND a.pos = b.first_pos + t.o - 1)) END AS first_open
+                              AND (t.tg IS NULL OR t.tg = p_group) AND b.first_pos + t.o - 1 <> ALL (r.acked)) END
+                 AS first_open
           FROM lease e
           -- (a deferral stands for the lease it puts off)
           CROSS JOIN LATERAL (
-              SELECT x.lease_no, x.first_pos, x.last_pos, x.redo_pos,
-                     e.kind = 'x' OR greatest(x.expires_at, (SELECT max(t.expires_at) FROM ext t
-                                                              WHERE t.group_id = p_group AND t.lane = p_lane
-                                                                AND t.lease_no = x.lease_no)) > p_now AS live,
-                     CASE WHEN EXISTS (SELECT 1 FROM ack a WHERE a.group_id = p_group AND a.lane = p_lane
-                                                             AND a.lease_no = x.lease_no AND a.pos = 0) THEN 0
-                          ELSE x.n - (SELECT count(*) FROM ack a WHERE a.group_id = p_group AND a.lane = p_lane
-                                                                   AND a.lease_no = x.lease_no) END AS open
-              FROM lease x
-              WHERE x.group_id = p_group AND x.lane = p_lane
-                AND x.lease_no = CASE WHEN e.kind = 'x' THEN e.ref ELSE e.lease_no END
-              LIMIT 1) r
+              SELECT y.*, CASE WHEN 0 = ANY (y.acked) THEN 0 ELSE y.n - cardinality(y.acked) END AS open
+              FROM (SELECT x.lease_no, x.first_pos, x.last_pos, x.redo_pos, x.n,
+                           greatest(x.expires_at, (SELECT max(t.expires_at) FROM ext t
+                                                   WHERE t.group_id = p_group AND t.lane = p_lane
+                                                     AND t.lease_no = x.lease_no)) > p_now AS live,
+                           ARRAY(SELECT a.pos FROM ack a WHERE a.group_id = p_group AND a.lane = p_lane
+                                                          AND a.lease_no = x.lease_no) AS acked
+                    FROM lease x
+                    WHERE x.group_id = p_group AND x.lane = p_lane
+                      AND x.lease_no = CASE WHEN e.kind = 'x' THEN e.ref ELSE e.lease_no END
+                    LIMIT 1) y) r
           WHERE e.group_id = p_group AND e.lane = p_lane AND e.expires_at > '-infinity'
             AND e.expires_at >= st.scan_t AND (e.expires_at, e.lease_no) > (st.scan_t, st.scan_no)) u;
     in_flight := ls.in_flight;
@@ -247,26 +285,38 @@ BEGIN
     IF p_prio THEN
         -- above the floor: not the positions taken by their level, nor
         -- those meant for another group
-        nafter := p_head - st.cursor - (SELECT count(*) FROM prio pp
-                                       WHERE pp.pos > st.cursor
-                                         AND (pp.target <> p_group
-                                              OR pp.pos <= (SELECT l.cursor FROM unnest(st.levels) l
-                                                            WHERE l.level = pp.level)));
+        nafter := 0;
         waits := 0;
         parked := 0;
-        SELECT m.sent_at INTO oldest FROM prio pp JOIN msg m ON m.slot = pp.mslot AND m.txid = pp.txid AND m.id = pp.id
-        WHERE pp.pos = lwm LIMIT 1;
+        IF p_head > st.cursor THEN
+            nafter := p_head - st.cursor - (SELECT count(*) FROM prio pp
+                                           WHERE pp.pos > st.cursor
+                                             AND (pp.target <> p_group
+                                                  OR pp.pos <= (SELECT l.cursor FROM unnest(st.levels) l
+                                                                WHERE l.level = pp.level)));
+        END IF;
+        IF lwm <= p_head THEN
+            SELECT m.sent_at INTO oldest
+            FROM prio pp JOIN msg m ON m.slot = pp.mslot AND m.txid = pp.txid AND m.id = pp.id
+            WHERE pp.pos = lwm LIMIT 1;
+        END IF;
         RETURN;
     END IF;
-    SELECT * INTO w FROM e2_status_keyed(p_group, p_lane, st.cursor, st.held, st.waiting, p_now);
-    nafter := p_head - st.cursor - w.others;
-    waits := w.waits;
-    parked := w.parked;
-    lwm := least(lwm, w.first_wait);
-    kh := w.kh;
-    kpos := w.kpos;
-    kn := w.kn;
-    kready := w.kready;
+    nafter := p_head - st.cursor;
+    waits := 0;
+    parked := 0;
+    -- (nothing held or waiting, nothing after the cursor: nothing keyed)
+    IF st.held IS NOT NULL OR st.waiting IS NOT NULL OR nafter > 0 THEN
+        SELECT * INTO w FROM e2_status_keyed(p_group, p_lane, st.cursor, st.held, st.waiting, p_now);
+        nafter := nafter - w.others;
+        waits := w.waits;
+        parked := w.parked;
+        lwm := least(lwm, w.first_wait);
+        kh := w.kh;
+        kpos := w.kpos;
+        kn := w.kn;
+        kready := w.kready;
+    END IF;
     IF lwm <= p_head THEN
         SELECT m.sent_at INTO oldest
         FROM (SELECT b.* FROM batch b WHERE b.lane = p_lane AND b.last_pos >= lwm ORDER BY b.last_pos LIMIT 1) b
