@@ -361,3 +361,33 @@ func TestStatusOfEveryQueueReleasesLocks(t *testing.T) {
 func strip(row string) string {
 	return regexp.MustCompile(`"?\d+ days? \d\d:\d\d:\d\d[.\d]*"?|"?\d\d:\d\d:\d\d[.\d]*"?`).ReplaceAllString(row, "")
 }
+
+// Engine 2 counts delayed messages by a partial index on msg (due): a queue
+// made before it gets it when the functions are loaded (_instantiate_v2),
+// and status counts the same.
+func TestStatusV2DelayedIndexForOlderQueues(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.createQueue("old", `{"engine": 2}`)
+	b.exec(`SELECT sluice.send('old', '1', delay => '1 hour')`)
+	b.exec(`SELECT sluice.send('old', '2')`)
+	qid := b.queueID("old")
+	index := func() bool {
+		t.Helper()
+		var ok bool
+		if err := b.pool.QueryRow(b.ctx, "SELECT to_regclass($1) IS NOT NULL",
+			fmt.Sprintf("sluice_q%d.msg_due_idx", qid)).Scan(&ok); err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
+	if !index() {
+		t.Fatal("a new queue of engine 2 has no msg_due_idx")
+	}
+	b.exec(fmt.Sprintf("DROP INDEX sluice_q%d.msg_due_idx", qid))
+	b.exec("SELECT sluice._instantiate_v2($1)", qid)
+	if !index() {
+		t.Fatal("_instantiate_v2 did not make msg_due_idx")
+	}
+	b.wantStatus("one delayed, one not", "old", statusRow{Ready: 1, Delayed: 1, Lag: 1, Lwm: 1, Pending: true})
+}

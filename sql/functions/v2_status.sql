@@ -30,7 +30,7 @@
 --
 -- Parameters:
 --   q                               the queue
---   p_snap, p_xmax, p_xip           the newest cut's snapshot, its xmax and xip
+--   p_xmax, p_xip                   the newest cut's snapshot's xmax and xip
 --   p_work_snap, p_work_txid,       the snapshot it numbered in part, and
 --   p_work_id                       where it stopped (NULL: none)
 --   p_due_upto                      pending messages due by then are numbered
@@ -44,7 +44,7 @@
 --   read (meant for any group); estimated: whether a kind had more than
 --   p_limit messages
 CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_status_unnumbered(
-    q sluice.queue, p_snap pg_snapshot, p_xmax xid8, p_xip xid8[], p_work_snap pg_snapshot, p_work_txid xid8,
+    q sluice.queue, p_xmax xid8, p_xip xid8[], p_work_snap pg_snapshot, p_work_txid xid8,
     p_work_id bigint, p_due_upto timestamptz, p_now timestamptz, p_limit bigint,
     OUT tgs int[], OUT due bigint[], OUT delayed bigint[], OUT retries bigint[], OUT oldest timestamptz[],
     OUT ukeys bigint[], OUT utgs int[], OUT rest bigint, OUT estimated boolean)
@@ -454,7 +454,7 @@ BEGIN
     END IF;
     SELECT x.pid, x.held_for INTO h_pid, h_for FROM sluice._numbering_holder(q.id) x;
     SELECT * INTO STRICT c FROM cut x ORDER BY x.cut_no DESC LIMIT 1;
-    SELECT * INTO un FROM e2_status_unnumbered(q, c.snap, c.snap_xmax, c.snap_xip, c.work_snap, c.work_txid, c.work_id,
+    SELECT * INTO un FROM e2_status_unnumbered(q, c.snap_xmax, c.snap_xip, c.work_snap, c.work_txid, c.work_id,
                                                c.due_upto, v_now, v_limit::bigint);
     FOR g IN SELECT cg.id, cg.name FROM sluice.consumer_group cg WHERE cg.queue_id = q.id ORDER BY cg.name LOOP
         any_group := true;
