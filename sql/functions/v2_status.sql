@@ -244,11 +244,91 @@ BEGIN
         RETURN;
     END IF;
     cur := st.cursor;
+    SELECT * INTO ls FROM e2_status_leases(p_group, p_lane, st.scan_t, st.scan_no, p_now);
+    in_flight := ls.in_flight;
+    again := ls.again;
+    lwm := least(st.cursor + 1, ls.first_open);
+    IF p_prio THEN
+        -- above the floor: not the positions taken by their level, nor
+        -- those meant for another group
+        nafter := 0;
+        waits := 0;
+        parked := 0;
+        IF p_head > st.cursor THEN
+            nafter := p_head - st.cursor - (SELECT count(*) FROM prio pp
+                                           WHERE pp.pos > st.cursor
+                                             AND (pp.target <> p_group
+                                                  OR pp.pos <= (SELECT l.cursor FROM unnest(st.levels) l
+                                                                WHERE l.level = pp.level)));
+        END IF;
+        IF lwm <= p_head THEN
+            SELECT m.sent_at INTO oldest
+            FROM prio pp JOIN msg m ON m.slot = pp.mslot AND m.txid = pp.txid AND m.id = pp.id
+            WHERE pp.pos = lwm LIMIT 1;
+        END IF;
+        RETURN;
+    END IF;
+    nafter := p_head - st.cursor;
+    waits := 0;
+    parked := 0;
+    IF st.held IS NULL AND st.waiting IS NULL AND nafter > 0 THEN
+        -- (nothing held or waiting: the positions after the cursor only,
+        -- those meant for other groups and the keyed ones)
+        SELECT nafter - count(*) FILTER (WHERE u.tg <> p_group),
+               array_agg(u.k) FILTER (WHERE u.k IS NOT NULL AND (u.tg IS NULL OR u.tg = p_group)),
+               array_agg(b.first_pos + u.o - 1) FILTER (WHERE u.k IS NOT NULL AND (u.tg IS NULL OR u.tg = p_group))
+        INTO nafter, kh, kpos
+        FROM batch b CROSS JOIN LATERAL unnest(b.targets, b.khashes) WITH ORDINALITY u(tg, k, o)
+        WHERE b.lane = p_lane AND b.last_pos > st.cursor AND (b.targets IS NOT NULL OR b.khashes IS NOT NULL)
+          AND b.first_pos + u.o - 1 > st.cursor;
+        IF kh IS NOT NULL THEN
+            kn := array_fill(1::bigint, ARRAY[cardinality(kh)]);
+            kready := array_fill(true, ARRAY[cardinality(kh)]);
+        END IF;
+    ELSIF st.held IS NOT NULL OR st.waiting IS NOT NULL OR nafter > 0 THEN
+        SELECT * INTO w FROM e2_status_keyed(p_group, p_lane, st.cursor, st.held, st.waiting, p_now);
+        nafter := nafter - w.others;
+        waits := w.waits;
+        parked := w.parked;
+        lwm := least(lwm, w.first_wait);
+        kh := w.kh;
+        kpos := w.kpos;
+        kn := w.kn;
+        kready := w.kready;
+    END IF;
+    IF lwm <= p_head THEN
+        SELECT m.sent_at INTO oldest
+        FROM (SELECT b.* FROM batch b WHERE b.lane = p_lane AND b.last_pos >= lwm ORDER BY b.last_pos LIMIT 1) b
+        JOIN msg m ON m.slot = b.mslots[lwm - b.first_pos + 1] AND m.txid = b.txids[lwm - b.first_pos + 1]
+                  AND m.id = b.ids[lwm - b.first_pos + 1];
+    END IF;
+END
+$$;
+
+-- e2_status_leases: e2_status_lane's look at a lane's leases not scanned
+-- past (a deferral stands for the lease it puts off): their positions not
+-- completed are in flight while the lease has not ended (its end, or its
+-- latest extension's, is after now), else due again; and the first of
+-- them. A lease's completions are read once (ack: the positions completed
+-- one by one, 0 for the whole lease); a range with positions meant for
+-- other groups (n short of the range) looks at its batch rows for them.
+--
+-- Parameters:
+--   p_group, p_lane     the group and lane
+--   p_scan_t, p_scan_no the lane's expiry scan point (its state)
+--   p_now               the time status is computed for
+-- Returns: in_flight, again, first_open (NULL: none)
+CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_status_leases(p_group int, p_lane smallint, p_scan_t timestamptz,
+                                                        p_scan_no bigint, p_now timestamptz, OUT in_flight bigint,
+                                                        OUT again bigint, OUT first_open bigint)
+LANGUAGE plpgsql STABLE
+AS $$
+BEGIN
     -- the leases not scanned past, with their completions (acked: the
     -- positions completed one by one; 0 for the whole lease)
-    SELECT coalesce(sum(u.open) FILTER (WHERE u.live), 0) AS in_flight,
-           coalesce(sum(u.open) FILTER (WHERE NOT u.live), 0) AS again, min(u.first_open) AS first_open
-    INTO ls
+    SELECT coalesce(sum(u.open) FILTER (WHERE u.live), 0), coalesce(sum(u.open) FILTER (WHERE NOT u.live), 0),
+           min(u.first_open)
+    INTO in_flight, again, first_open
     FROM (SELECT r.live, r.open,
                  CASE WHEN r.open = 0 THEN NULL
                       WHEN r.redo_pos IS NOT NULL
@@ -278,51 +358,7 @@ BEGIN
                       AND x.lease_no = CASE WHEN e.kind = 'x' THEN e.ref ELSE e.lease_no END
                     LIMIT 1) y) r
           WHERE e.group_id = p_group AND e.lane = p_lane AND e.expires_at > '-infinity'
-            AND e.expires_at >= st.scan_t AND (e.expires_at, e.lease_no) > (st.scan_t, st.scan_no)) u;
-    in_flight := ls.in_flight;
-    again := ls.again;
-    lwm := least(st.cursor + 1, ls.first_open);
-    IF p_prio THEN
-        -- above the floor: not the positions taken by their level, nor
-        -- those meant for another group
-        nafter := 0;
-        waits := 0;
-        parked := 0;
-        IF p_head > st.cursor THEN
-            nafter := p_head - st.cursor - (SELECT count(*) FROM prio pp
-                                           WHERE pp.pos > st.cursor
-                                             AND (pp.target <> p_group
-                                                  OR pp.pos <= (SELECT l.cursor FROM unnest(st.levels) l
-                                                                WHERE l.level = pp.level)));
-        END IF;
-        IF lwm <= p_head THEN
-            SELECT m.sent_at INTO oldest
-            FROM prio pp JOIN msg m ON m.slot = pp.mslot AND m.txid = pp.txid AND m.id = pp.id
-            WHERE pp.pos = lwm LIMIT 1;
-        END IF;
-        RETURN;
-    END IF;
-    nafter := p_head - st.cursor;
-    waits := 0;
-    parked := 0;
-    -- (nothing held or waiting, nothing after the cursor: nothing keyed)
-    IF st.held IS NOT NULL OR st.waiting IS NOT NULL OR nafter > 0 THEN
-        SELECT * INTO w FROM e2_status_keyed(p_group, p_lane, st.cursor, st.held, st.waiting, p_now);
-        nafter := nafter - w.others;
-        waits := w.waits;
-        parked := w.parked;
-        lwm := least(lwm, w.first_wait);
-        kh := w.kh;
-        kpos := w.kpos;
-        kn := w.kn;
-        kready := w.kready;
-    END IF;
-    IF lwm <= p_head THEN
-        SELECT m.sent_at INTO oldest
-        FROM (SELECT b.* FROM batch b WHERE b.lane = p_lane AND b.last_pos >= lwm ORDER BY b.last_pos LIMIT 1) b
-        JOIN msg m ON m.slot = b.mslots[lwm - b.first_pos + 1] AND m.txid = b.txids[lwm - b.first_pos + 1]
-                  AND m.id = b.ids[lwm - b.first_pos + 1];
-    END IF;
+            AND e.expires_at >= p_scan_t AND (e.expires_at, e.lease_no) > (p_scan_t, p_scan_no)) u;
 END
 $$;
 
@@ -425,7 +461,7 @@ $$;
 -- Returns: SETOF sluice.queue_status
 -- Errors: SL006 when the setting sluice.status_exact_limit is not a
 --         number from 0 to 1000000000
--- Calls: e2_status_unnumbered, e2_status_lane (e2_status_keyed)
+-- Calls: e2_status_unnumbered, e2_status_lane (e2_status_leases, e2_status_keyed)
 CREATE OR REPLACE FUNCTION sluice_tmpl2.e_status(q sluice.queue)
 RETURNS SETOF sluice.queue_status
 LANGUAGE plpgsql
