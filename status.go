@@ -35,10 +35,13 @@ type Status struct {
 	// completed (0 when none).
 	OldestPendingAge time.Duration
 	// Lag counts the messages the group has not completed: ready, waiting,
-	// in flight, waiting for a retry, and committed but not numbered yet.
+	// in flight, waiting for a retry, and committed but not numbered yet;
+	// not a send delayed to later (in Delayed only).
 	Lag int64
 	// Cursor, LWM and Head are positions: last dispatched, first not
-	// completed, last numbered.
+	// completed, last numbered. A queue of engine 2 numbers each lane
+	// apart: they are sums over its lanes (LWM: 1 + the positions before
+	// each lane's first one not completed; Head + 1 when all is completed).
 	Cursor, LWM, Head int64
 	// LiveEpochs is how many storage epochs the queue keeps (1 to its slots).
 	LiveEpochs int

@@ -27,13 +27,10 @@ func engines(t *testing.T, f func(t *testing.T, opts func(string) string)) {
 	}
 }
 
-// withEngine adds "engine": e to a queue's JSON options (engine 1 is the
-// default: o as it is).
+// withEngine adds "engine": e to a queue's JSON options.
 func withEngine(o string, e int) string {
 	o = strings.TrimSpace(o)
 	switch {
-	case e == 1:
-		return o
 	case o == "" || o == "{}":
 		return fmt.Sprintf(`{"engine": %d}`, e)
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 )
@@ -36,12 +37,26 @@ func (b *bundle) wantStatus(what, queue string, want statusRow) {
 
 // status is exact at every step, without a receive in between to refresh
 // it: nothing stale once every message is acked, parked retries count as
-// delayed (not in flight), and the low-water mark is the first position not
-// completed.
+// delayed (not in flight) and in lag, a delayed send counts as delayed and
+// not in lag, and the low-water mark is the first position not completed.
+//
+// Positions are an engine's: engine 1 numbers every lane in one sequence,
+// engine 2 numbers each lane (and the priority lane) apart, and its cursor,
+// head and lwm are sums over the lanes (lwm: 1 + the positions before each
+// lane's first one not completed; docs/sql.md, sluice.status). So where a
+// position not completed is not the last of all, engine 2's lwm is worked
+// out from the lanes of the receipts (lane2Lwm), and after the prioritized
+// message is completed, its lane's position counts as passed.
 func TestStatusIsExactAtEveryStep(t *testing.T) {
 	t.Parallel()
+	engines(t, func(t *testing.T, opts func(string) string) {
+		statusIsExactAtEveryStep(t, opts, strings.Contains(opts(""), `"engine": 2`))
+	})
+}
+
+func statusIsExactAtEveryStep(t *testing.T, opts func(string) string, v2 bool) {
 	b := setup(t)
-	b.createQueue("s", `{"lanes": 4, "max_attempts": 5}`)
+	b.createQueue("s", opts(`{"lanes": 4, "max_attempts": 5}`))
 	b.exec(`SELECT sluice.send_batch('s', array(SELECT jsonb_build_object('n', g) FROM generate_series(1, 100) g))`)
 	keyed := b.sendKeyed("s", `{"k": 1}`, "k", 0)
 	b.exec(`SELECT sluice.send('s', '{"later": true}', delay => '1 hour')`)
@@ -54,10 +69,13 @@ func TestStatusIsExactAtEveryStep(t *testing.T) {
 	b.wantStatus("all leased", "s", statusRow{Delayed: 1, InFlight: 101, Lag: 101, Lwm: 1, Head: 101, Pending: true})
 
 	var rest []string
-	var keyedPos int64
+	var keyedPos, keyedLwm int64
 	for _, m := range got {
 		if m.ID == keyed {
-			keyedPos = m.Pos
+			keyedPos, keyedLwm = m.Pos, m.Pos
+			if v2 {
+				keyedLwm = lane2Lwm(t, got, m)
+			}
 			if !b.nack("s", "default", m.Receipt, "1 hour", "later") {
 				t.Fatal("nack")
 			}
@@ -70,10 +88,10 @@ func TestStatusIsExactAtEveryStep(t *testing.T) {
 	if n := b.ack("s", "default", rest...); n != 100 {
 		t.Fatalf("acked %d", n)
 	}
-	b.wantStatus("all acked but the parked one", "s",
-		statusRow{Delayed: 2, Lag: 1, Lwm: keyedPos, Head: 101, Pending: true})
+	b.wantStatus(fmt.Sprintf("all acked but the parked one (position %d)", keyedPos), "s",
+		statusRow{Delayed: 2, Lag: 1, Lwm: keyedLwm, Head: 101, Pending: true})
 
-	b.createQueue("d", `{"lanes": 3}`)
+	b.createQueue("d", opts(`{"lanes": 3}`))
 	b.exec(`SELECT sluice.send_batch('d', array(SELECT jsonb_build_object('n', g) FROM generate_series(1, 50) g))`)
 	for {
 		ms := b.receive("d", "default", 7, "")
@@ -87,7 +105,7 @@ func TestStatusIsExactAtEveryStep(t *testing.T) {
 	// A message taken out of order for its priority counts as in flight,
 	// then completed, not as ready; a retry meant for another group is not
 	// this group's.
-	b.createQueue("p", `{"lanes": 1}`)
+	b.createQueue("p", opts(`{"lanes": 1}`))
 	b.exec("SELECT sluice.create_group('p', 'other')")
 	b.exec(`SELECT sluice.send_batch('p', array(SELECT jsonb_build_object('n', g) FROM generate_series(1, 10) g))`)
 	b.exec(`SELECT sluice.send('p', '"urgent"', priority => 5)`)
@@ -97,13 +115,57 @@ func TestStatusIsExactAtEveryStep(t *testing.T) {
 	}
 	b.wantStatus("the prioritized one leased", "p", statusRow{Ready: 10, InFlight: 1, Lag: 11, Lwm: 1, Head: 11, Pending: true})
 	b.ack("p", "default", urgent[0].Receipt)
-	b.wantStatus("the prioritized one acked", "p", statusRow{Ready: 10, Lag: 10, Lwm: 1, Head: 11, Pending: true})
+	// (engine 2: the priority lane's one position is completed, lane 0's
+	// first is not: 1 + 1 + 0)
+	lwm := map[bool]int64{false: 1, true: 2}[v2]
+	b.wantStatus("the prioritized one acked", "p", statusRow{Ready: 10, Lag: 10, Lwm: lwm, Head: 11, Pending: true})
 	other := b.receive("p", "other", 1, "")
 	if !b.nack("p", "other", other[0].Receipt, "0 seconds", "retry") {
 		t.Fatal("nack")
 	}
-	b.receive("p", "other", 1, "") // numbers the retry copy, meant for 'other' only
-	b.wantStatus("with a retry of another group numbered", "p", statusRow{Ready: 10, Lag: 10, Lwm: 1, Head: 12, Pending: true})
+	// 'other' receives until it gets the retry copy (meant for 'other'
+	// only): numbered by then
+	for i := 0; ; i++ {
+		ms := b.receive("p", "other", 1, "")
+		if i > 11 || len(ms) == 0 {
+			t.Fatalf("other never got its retry: %+v", ms)
+		}
+		if ms[0].Attempt == 2 {
+			break
+		}
+	}
+	b.wantStatus("with a retry of another group numbered", "p", statusRow{Ready: 10, Lag: 10, Lwm: lwm, Head: 12, Pending: true})
+
+	// A retry with a backoff is delayed and in lag (the group has not
+	// completed it); a delayed send is delayed and not in lag.
+	ms := b.receive("p", "default", 1, "")
+	if len(ms) != 1 || !b.nack("p", "default", ms[0].Receipt, "1 hour", "later") {
+		t.Fatalf("receive and nack: %+v", ms)
+	}
+	b.exec(`SELECT sluice.send('p', '"later"', delay => '1 hour')`)
+	b.wantStatus("with a retry backed off and a delayed send", "p",
+		statusRow{Ready: 9, Delayed: 2, Lag: 10, Lwm: lwm + 1, Head: 12, Pending: true})
+}
+
+// lane2Lwm is engine 2's lwm when every message of got (one receive) is
+// completed but m: 1 + the positions of the other lanes + those before m's
+// in its lane. A receipt of engine 2 is slot.pos.lane.lease.token.
+func lane2Lwm(t *testing.T, got []msg, m msg) int64 {
+	t.Helper()
+	lane := func(r string) string {
+		parts := strings.Split(r, ".")
+		if len(parts) != 5 {
+			t.Fatalf("receipt %q is not of engine 2", r)
+		}
+		return parts[2]
+	}
+	lwm := int64(1)
+	for _, x := range got {
+		if lane(x.Receipt) != lane(m.Receipt) || x.Pos < m.Pos {
+			lwm++
+		}
+	}
+	return lwm
 }
 
 // deadCounts is each group's dead and dead_lettered in sluice.status.
@@ -298,4 +360,34 @@ func TestStatusOfEveryQueueReleasesLocks(t *testing.T) {
 // row's text.
 func strip(row string) string {
 	return regexp.MustCompile(`"?\d+ days? \d\d:\d\d:\d\d[.\d]*"?|"?\d\d:\d\d:\d\d[.\d]*"?`).ReplaceAllString(row, "")
+}
+
+// Engine 2 counts delayed messages by a partial index on msg (due): a queue
+// made before it gets it when the functions are loaded (_instantiate_v2),
+// and status counts the same.
+func TestStatusV2DelayedIndexForOlderQueues(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.createQueue("old", `{"engine": 2}`)
+	b.exec(`SELECT sluice.send('old', '1', delay => '1 hour')`)
+	b.exec(`SELECT sluice.send('old', '2')`)
+	qid := b.queueID("old")
+	index := func() bool {
+		t.Helper()
+		var ok bool
+		if err := b.pool.QueryRow(b.ctx, "SELECT to_regclass($1) IS NOT NULL",
+			fmt.Sprintf("sluice_q%d.msg_due_idx", qid)).Scan(&ok); err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
+	if !index() {
+		t.Fatal("a new queue of engine 2 has no msg_due_idx")
+	}
+	b.exec(fmt.Sprintf("DROP INDEX sluice_q%d.msg_due_idx", qid))
+	b.exec("SELECT sluice._instantiate_v2($1)", qid)
+	if !index() {
+		t.Fatal("_instantiate_v2 did not make msg_due_idx")
+	}
+	b.wantStatus("one delayed, one not", "old", statusRow{Ready: 1, Delayed: 1, Lag: 1, Lwm: 1, Pending: true})
 }

@@ -107,7 +107,10 @@ func TestV2UncommittedCompletionsFreezeNothing(t *testing.T) {
 
 // status of a queue of engine 2 adds up: what is numbered and not taken,
 // what is in flight, what ended without an ack (ready again), what is
-// delayed, what is not numbered yet; lag is their sum.
+// delayed, what is not numbered yet; lag is their sum but the delayed send
+// (docs/sql.md: lag counts ready, in flight, retries and what is not
+// numbered yet; a delayed send is not the group's to complete yet, as on
+// engine 1).
 func TestV2StatusCounts(t *testing.T) {
 	b := setup(t)
 	b.createV2("v2st", `"lanes": 1`)
@@ -123,8 +126,8 @@ func TestV2StatusCounts(t *testing.T) {
 	time.Sleep(300 * time.Millisecond)
 	s := b.status("v2st")["default"]
 	// numbered and not taken: 2; ended unacked: 2; not numbered: 1
-	if s.Ready != 5 || s.InFlight != 1 || s.Delayed != 1 || s.Lag == nil || *s.Lag != 7 {
-		t.Fatalf("status %+v (lag %v): want ready 5, in flight 1, delayed 1, lag 7", s, deref(s.Lag))
+	if s.Ready != 5 || s.InFlight != 1 || s.Delayed != 1 || s.Lag == nil || *s.Lag != 6 {
+		t.Fatalf("status %+v (lag %v): want ready 5, in flight 1, delayed 1, lag 6", s, deref(s.Lag))
 	}
 }
 

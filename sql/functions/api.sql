@@ -369,8 +369,10 @@ $$;
 --
 -- Messages not numbered yet: a committed message is numbered (given its
 -- position) by the next receive of any group, at most 4,000 per receive
--- (or its max_messages, rounded up to a thousand, when that is more);
--- until then status counts it by reading it. It reads at most limit + 1
+-- (or its max_messages, rounded up to a thousand, when that is more; on
+-- engine 2, by a receive that finds no position to take, 4,096 a cut, and
+-- every delayed message come due at once); until then status counts it by
+-- reading it. It reads at most limit + 1
 -- messages of each of three kinds, in index order, where limit is the
 -- setting sluice.status_exact_limit (10,000 by default; 0 to 1,000,000,000;
 -- SET per session, or ALTER ROLE ... SET, ALTER DATABASE ... SET): (1)
@@ -420,8 +422,13 @@ $$;
 --   dead                dead letters not redriven or discarded
 --   oldest_pending_age  age of the oldest message the group has not completed
 --   lag                 messages the group has not completed (ready, in flight,
---                       waiting for a retry, committed but not numbered yet)
---   cursor, lwm, head   positions: last dispatched, first not completed, last numbered
+--                       waiting for a retry, committed but not numbered yet):
+--                       ready + waiting + in_flight + the retries among delayed
+--                       (a send delayed to later is not in lag)
+--   cursor, lwm, head   positions: last dispatched, first not completed, last
+--                       numbered (engine 2 numbers each lane apart: the sums
+--                       over its lanes, lwm 1 + the positions before each
+--                       lane's first one not completed)
 --   live_epochs         storage epochs the queue keeps (1 to its slots)
 --   holds_reclaim       true when this group keeps an old epoch from being reclaimed
 --   held_by_pid         the backend whose open transaction holds the queue's

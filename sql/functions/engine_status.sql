@@ -183,14 +183,16 @@ $$;
 --   p_limit  how many messages of each kind to count at most (one more is
 --            read, to tell whether there are more)
 -- Returns: per target group (NULL: any group) of the messages read: tgs,
---          due (due now), delayed (deliver_at after now, all of them) and
+--          due (due now), delayed (deliver_at after now, all of them),
+--          retries (of those, retry copies: a nack's, counted in lag) and
 --          oldest (earliest sent_at of both); ukeys, utgs: key hash and
 --          target of the keyed due messages read; rest: estimated due
 --          messages beyond those read (meant for any group); estimated:
 --          whether a kind had more than p_limit messages
+DROP FUNCTION IF EXISTS sluice_tmpl.e_unnumbered(sluice.queue, timestamptz, bigint);   -- (before retries)
 CREATE OR REPLACE FUNCTION sluice_tmpl.e_unnumbered(q sluice.queue, p_now timestamptz, p_limit bigint,
                                                     OUT tgs int[], OUT due bigint[], OUT delayed bigint[],
-                                                    OUT oldest timestamptz[], OUT ukeys bigint[], OUT utgs int[],
+                                                    OUT retries bigint[], OUT oldest timestamptz[], OUT ukeys bigint[], OUT utgs int[],
                                                     OUT rest bigint, OUT estimated boolean)
 LANGUAGE plpgsql STABLE
 AS $$
@@ -285,19 +287,20 @@ BEGIN
     -- Every delayed message, by target group, merged into the arrays.
     WITH dl AS (
         SELECT m.target_group AS tg, count(*) AS n, min(m.sent_at) AS o,
+               count(*) FILTER (WHERE m.origin_id IS NOT NULL) AS rt,
                count(*) FILTER (WHERE m.id > v_last) AS after_last
         FROM messages m
         WHERE m.deliver_at > p_now
         GROUP BY 1
     ), a AS (
         SELECT coalesce(u.tg, dl.tg) AS tg, coalesce(u.due, 0) AS due, coalesce(dl.n, 0) AS delayed,
-               least(u.o, dl.o) AS o
+               coalesce(dl.rt, 0) AS rt, least(u.o, dl.o) AS o
         FROM (SELECT * FROM unnest(tgs, due, oldest) AS u(tg, due, o)) u
         FULL JOIN dl ON coalesce(dl.tg, 0) = coalesce(u.tg, 0)   -- (group ids are above 0)
     )
     SELECT array_agg(a.tg ORDER BY a.tg), array_agg(a.due ORDER BY a.tg), array_agg(a.delayed ORDER BY a.tg),
-           array_agg(a.o ORDER BY a.tg), (SELECT coalesce(sum(dl.after_last), 0) FROM dl)
-    INTO tgs, due, delayed, oldest, v_after
+           array_agg(a.rt ORDER BY a.tg), array_agg(a.o ORDER BY a.tg), (SELECT coalesce(sum(dl.after_last), 0) FROM dl)
+    INTO tgs, due, delayed, retries, oldest, v_after
     FROM a;
     IF r.b_over THEN
         -- the ids the queue's sequence gave out after the last message of 3
@@ -396,10 +399,11 @@ BEGIN
         v_lwm := e_group_lwm(g, q.lanes, true);
         -- Committed messages not numbered yet, of this group: due now (as
         -- read, plus the estimate beyond them), delayed, and the oldest.
-        SELECT coalesce(sum(x.due), 0) + un.rest AS due, coalesce(sum(x.delayed), 0) AS delayed, min(x.o) AS oldest,
+        SELECT coalesce(sum(x.due), 0) + un.rest AS due, coalesce(sum(x.delayed), 0) AS delayed,
+               coalesce(sum(x.rt), 0) AS retries, min(x.o) AS oldest,
                ARRAY(SELECT k.k FROM unnest(un.ukeys, un.utgs) AS k(k, tg) WHERE k.tg IS NULL OR k.tg = g.id) AS ukeys
         INTO u
-        FROM unnest(un.tgs, un.due, un.delayed, un.oldest) AS x(tg, due, delayed, o)
+        FROM unnest(un.tgs, un.due, un.delayed, un.retries, un.oldest) AS x(tg, due, delayed, rt, o)
         WHERE x.tg IS NULL OR x.tg = g.id;
         s.queue := q.name;
         s.group_name := g.name;
@@ -417,7 +421,9 @@ BEGIN
           AND NOT EXISTS (SELECT 1 FROM sluice.redrive r WHERE r.dead_letter_id = d.id);
         SELECT count(*) INTO s.dead_lettered FROM sluice.dead_letter d
         WHERE d.queue_id = q.id AND d.group_id = g.id;
-        s.lag := ls.numbered + ls.in_flight + ls.expired + ls.parked + u.due;   -- (waiting: in numbered, expired, due)
+        -- (waiting: in numbered, expired, due; a retry copy due later is the
+        -- group's, a delayed send is not yet)
+        s.lag := ls.numbered + ls.in_flight + ls.expired + ls.parked + u.due + u.retries;
         s.oldest_pending_age := NULL;
         IF v_lwm <= head.last_pos THEN
             SELECT v_now - m.sent_at INTO s.oldest_pending_age

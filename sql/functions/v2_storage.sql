@@ -71,6 +71,7 @@ BEGIN
         ) PARTITION BY LIST (slot);
         CREATE INDEX ON %1$I.msg (txid, id);
         CREATE INDEX ON %1$I.msg (txid) WHERE priority <> 0 AND khash IS NULL;   -- (e2_prio_due__s)
+        CREATE INDEX msg_due_idx ON %1$I.msg (due) WHERE due IS NOT NULL;   -- (status: the delayed ones)
         CREATE TABLE %1$I.cut (
             slot smallint NOT NULL, cut_no bigint NOT NULL, snap pg_snapshot NOT NULL,
             snap_xmax xid8 NOT NULL, snap_xip xid8[] NOT NULL, heads bigint[] NOT NULL, rr int NOT NULL,
@@ -215,6 +216,12 @@ BEGIN
         FOR s IN 0..v_slots - 1 LOOP
             EXECUTE format('CREATE TABLE %I.%I PARTITION OF %I.dedup FOR VALUES IN (%s)', sch, 'dedup_' || s, sch, s);
         END LOOP;
+    END IF;
+    -- A queue made before status counted its delayed messages by their due
+    -- time gets the index (only messages sent with a delay, and retries
+    -- with a backoff, have an entry).
+    IF to_regclass(format('%I.msg_due_idx', sch)) IS NULL THEN
+        EXECUTE format('CREATE INDEX msg_due_idx ON %I.msg (due) WHERE due IS NOT NULL', sch);
     END IF;
     -- (replaced in place, see sluice._instantiate; then the copies whose
     -- template is gone, or whose signature changed, are dropped)
