@@ -16,18 +16,21 @@ import (
 // scope's readings run one at a time, each starting at least statusSpacing
 // after the one before started, or 4 times as long as that one took (at
 // most statusSpacingMax): a scope whose readings are slow (every queue of
-// a large database) keeps a connection busy a fifth of the time at most. So
-// one token's 64 concurrent status calls cost one reading at a time, at
+// a large database) keeps a connection busy a fifth of the time at most.
+// So one token's 64 concurrent status calls cost one reading at a time, at
 // most 1/statusSpacing a second, instead of 64 (which kept PostgreSQL's
-// CPUs busy: other tokens' sends, receives and acks took 5-24x their idle
-// p99, bench scenario statusburst). A reading starts after every request
-// it answers arrived: an answer counts every write that completed before
-// its request was made (no cache, no staleness), at the price of waiting
-// up to statusSpacing when the scope was read just before. The event
-// streams' feed reads through the same share (its scope is its role's
-// every queue). At most statusSlots readings of all scopes run at once,
-// each also through the gate, so that status cannot take more than a few
-// of the connections the other gated requests share.
+// CPUs busy: other tokens' sends, receives and acks took a median 3.9x
+// their idle p99 in bench scenario statusburst, 1.5x since).
+//
+// A reading starts after every request it answers arrived: an answer
+// counts every write that completed before its request was made (no
+// cache, no staleness), at the price of waiting up to the spacing when the
+// scope was read just before. The event streams' feed reads through the
+// same share (its scope is its role's every queue). At most a quarter of
+// the gated connections run readings at once, whatever the scopes, each
+// also through the gate, so that status cannot take more than a few of the
+// connections the other gated requests share; a request waiting for a
+// reading holds none.
 
 // statusSpacing is the least time between the starts of two readings of one
 // scope; statusSpacingMax the most it grows to after a slow reading.
@@ -183,7 +186,7 @@ func (sh *statusShare) finish(key string, sc *statusScope, run *statusRun, rows 
 		time.AfterFunc(statusSpacingMax, func() {
 			sh.mu.Lock()
 			defer sh.mu.Unlock()
-			if sc.running == nil && sc.next == nil && sh.scopes[key] == sc {
+			if sc.running == nil && sc.next == nil && sh.scopes[key] == sc && time.Since(sc.last) >= statusSpacingMax {
 				delete(sh.scopes, key)
 			}
 		})
