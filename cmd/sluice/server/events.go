@@ -162,9 +162,10 @@ func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) error {
 	for {
 		name, body := "status", any(nil)
 		if reading.err != nil {
-			pr := toProblem(reading.err)
+			// (a copy: the streams of the role share the reading's error)
+			pr := *toProblem(reading.err)
 			pr.Instance = r.URL.Path
-			name, body = "problem", pr
+			name, body = "problem", &pr
 		} else {
 			body = statusBody(p, reading.rows)
 		}
