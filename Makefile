@@ -56,7 +56,7 @@ demo:
 BENCHFLAGS ?=
 bench:
 	cd bench && $(GO) build -o $(CURDIR)/$(BIN)/sluice-bench .
-	$(BIN)/sluice-bench send drain keyed latency steady shootout overload app xmin memory \
+	$(BIN)/sluice-bench send drain keyed latency steady shootout overload app xmin statusburst memory \
 		--xmin-duration 2m --interval 30s --xmin-systems sluice,skiplocked,pgmq,pgmq-compat --lease 5s $(BENCHFLAGS)
 
 ## test: vet, staticcheck, the real pgmq clients, the Python and TypeScript

@@ -85,6 +85,11 @@ Scenarios:
             and 100) beside the same over SQL, long-poll receive + ack end
             to end at 1,000 msg/s, and the database work of 1,000 idle
             long polls
+  statusburst
+            sluice server in this process (auth on, pool of 16): other tokens'
+            send, receive and ack p50/p99 without and with 64 callers of one
+            token looping on GET /v1/status, in turns: the p99 ratio (issue
+            39's target: at most 2)
   memory    one connection's memory after it received and completed a
             message on each of 1 and 20 queues, for sluice, PGMQ (installed
             for the run, as in shootout) and pgmq-compat: MB per further

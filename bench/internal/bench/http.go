@@ -282,10 +282,12 @@ func (r *runner) startHTTP(ctx context.Context) (*httpBench, func(), error) {
 	return h, stopAll, nil
 }
 
-// serveHTTP starts a sluice server on 127.0.0.1 (no request limit, no
-// log) and adds its stop to stops.
+// serveHTTP starts a sluice server on 127.0.0.1 (no log; no request
+// limit unless cfg sets one) and adds its stop to stops.
 func serveHTTP(ctx context.Context, cfg server.Config, stops *[]func()) (*server.Server, string, error) {
-	cfg.MaxConcurrent = 1 << 20
+	if cfg.MaxConcurrent == 0 {
+		cfg.MaxConcurrent = 1 << 20
+	}
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	srv, err := server.New(cfg)
 	if err != nil {

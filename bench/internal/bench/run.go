@@ -20,7 +20,7 @@ import (
 )
 
 // Scenarios are the scenario names Run accepts, in the order of "all".
-var scenarioNames = []string{"send", "drain", "keyed", "latency", "steady", "shootout", "overload", "app", "xmin", "clients", "http", "memory"}
+var scenarioNames = []string{"send", "drain", "keyed", "latency", "steady", "shootout", "overload", "app", "xmin", "clients", "http", "statusburst", "memory"}
 
 // Scenarios returns the names of the scenarios.
 func Scenarios() []string { return slices.Clone(scenarioNames) }
@@ -193,6 +193,8 @@ func Run(ctx context.Context, scenarios []string, o Options) (*Report, error) {
 			res, err = r.clients(ctx)
 		case "http":
 			res, err = r.http(ctx)
+		case "statusburst":
+			res, err = r.statusburst(ctx)
 		case "memory":
 			res, err = r.memory(ctx)
 		default:

@@ -174,6 +174,47 @@ func TestHTTPSmoke(t *testing.T) {
 	}
 }
 
+// TestStatusBurstSmoke runs the statusburst scenario briefly: it must
+// measure the steady work in each cell, the burst's status calls, and
+// leave no queue behind. (Its ratio, the issue's target, is read from a
+// real run: bench/README.md.)
+func TestStatusBurstSmoke(t *testing.T) {
+	pool := server.NewPool(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var out bytes.Buffer
+	rep, err := bench.Run(ctx, []string{"statusburst"}, bench.Options{Pool: pool, Out: &out, Duration: time.Second, Command: "test"})
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	if len(rep.Results) != 1 || len(rep.Results[0].Tables) != 2 {
+		t.Fatalf("results: %+v\n%s", rep.Results, out.String())
+	}
+	rows := rep.Results[0].Tables[0].Rows
+	if len(rows) != 10 {
+		t.Fatalf("rows %v, want an idle and a burst cell per turn\n%s", rows, out.String())
+	}
+	for _, row := range rows {
+		if ops, err := strconv.Atoi(row[2]); err != nil || ops < 10 {
+			t.Errorf("row %v: want the steady work's requests measured\n%s", row, out.String())
+		}
+		if row[1] == "burst" {
+			if calls, err := strconv.ParseFloat(row[8], 64); err != nil || calls <= 0 {
+				t.Errorf("row %v: want status calls answered\n%s", row, out.String())
+			}
+		}
+	}
+	if r := rep.Results[0].Tables[1].Rows; len(r) != 1 {
+		t.Errorf("summary %v", r)
+	} else if v, err := strconv.ParseFloat(r[0][2], 64); err != nil || v <= 0 {
+		t.Errorf("summary ratio %q", r[0][2])
+	}
+	var left int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM sluice.list_queues()`).Scan(&left); err != nil || left != 0 {
+		t.Errorf("%d queues left behind (%v)", left, err)
+	}
+}
+
 // TestMemorySmoke runs the memory scenario for sluice and pgmq-compat: each
 // must report a connection's memory after 1 and after 20 queues, growing
 // with the queues (each queue's copy of the engine is compiled and planned

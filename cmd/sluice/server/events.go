@@ -8,8 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/sluicemq/sluice"
 )
 
@@ -88,7 +86,7 @@ func (h *eventHub) run(ctx context.Context, f *feed) {
 	t := time.NewTicker(h.s.cfg.EventsInterval)
 	defer t.Stop()
 	for {
-		rows, err := h.s.readStatus(ctx, &Principal{Role: f.role})
+		rows, err := h.s.readStatus(ctx, &Principal{Role: f.role}, "")
 		if ctx.Err() != nil {
 			return
 		}
@@ -109,17 +107,6 @@ func (h *eventHub) run(ctx context.Context, f *feed) {
 		case <-t.C:
 		}
 	}
-}
-
-// readStatus calls sluice.status for every queue under the principal's
-// role.
-func (s *Server) readStatus(ctx context.Context, p *Principal) ([]sluice.Status, error) {
-	var rows []sluice.Status
-	err := s.one(ctx, p, func(tx pgx.Tx) (err error) {
-		rows, err = s.client.StatusTx(ctx, tx, "")
-		return err
-	})
-	return rows, err
 }
 
 // statusBody is the body of GET /v1/status and of a "status" event: the
@@ -175,9 +162,10 @@ func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) error {
 	for {
 		name, body := "status", any(nil)
 		if reading.err != nil {
-			pr := toProblem(reading.err)
+			// (a copy: the streams of the role share the reading's error)
+			pr := *toProblem(reading.err)
 			pr.Instance = r.URL.Path
-			name, body = "problem", pr
+			name, body = "problem", &pr
 		} else {
 			body = statusBody(p, reading.rows)
 		}

@@ -17,3 +17,20 @@ type (
 	RedriveRequest     = redriveRequest
 	DiscardRequest     = discardRequest
 )
+
+// StatusWaiting is how many GET /v1/status requests (and event feeds) wait
+// for a status reading, pending or in progress, of any scope.
+func (s *Server) StatusWaiting() int {
+	sh := s.statuses
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	n := 0
+	for _, sc := range sh.scopes {
+		for _, run := range []*statusRun{sc.running, sc.next} {
+			if run != nil {
+				n += run.waiters
+			}
+		}
+	}
+	return n
+}

@@ -142,9 +142,11 @@ func TestEventsFirstEventFromTheFeed(t *testing.T) {
 	}
 }
 
-// With every connection that status calls may use stuck in the database,
-// other tokens' sends, receives and acks still get through: the pool keeps
-// connections for them (64 status calls of one token held all 16).
+// With every connection that gated requests may use stuck in the
+// database, other tokens' sends, receives and acks still get through: the
+// pool keeps connections for them (64 status calls of one token held all
+// 16; status calls now share readings, TestStatusBurstSharesReadings, so
+// the test fills the gate with peeks).
 func TestPoolReservedForMessages(t *testing.T) {
 	ts := start(t, poolSize(t, 16))
 	ts.must(201, "POST", "/v1/queues", tokAdmin, map[string]any{"name": "orders"})
@@ -155,14 +157,14 @@ func TestPoolReservedForMessages(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			ts.doWithin(20*time.Second, "GET", "/v1/status", tokAdmin)
+			ts.doWithin(20*time.Second, "GET", "/v1/queues/slow/messages", tokAdmin)
 		}()
 	}
 	defer wg.Wait()
 	defer release()
-	// Wait for the status calls to be stuck on the lock (looking on a
-	// connection of the test's own: the server's pool may be full, which is
-	// what the test is about).
+	// Wait for the peeks to be stuck on the lock (looking on a connection
+	// of the test's own: the server's pool may be full, which is what the
+	// test is about).
 	watch, err := pgx.Connect(context.Background(), ts.pool.Config().ConnString())
 	if err != nil {
 		t.Fatal(err)
@@ -179,7 +181,7 @@ func TestPoolReservedForMessages(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%d status calls wait on the lock", waiting)
+			t.Fatalf("%d peeks wait on the lock", waiting)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -202,7 +204,7 @@ func TestPoolReservedForMessages(t *testing.T) {
 		}
 		cancel()
 		if send != 201 || recv != 200 || ack != 200 {
-			t.Fatalf("round %d with the status calls stuck: send %d, receive %d, ack %d (0: no answer in 5s)", i, send, recv, ack)
+			t.Fatalf("round %d with the peeks stuck: send %d, receive %d, ack %d (0: no answer in 5s)", i, send, recv, ack)
 		}
 	}
 }

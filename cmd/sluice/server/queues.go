@@ -266,24 +266,42 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) error {
 	if queue != "" && !p.Allows(queue) {
 		return forbidQueue(queue)
 	}
-	var rows []sluice.Status
-	var err error
-	if queue != "" || len(p.Queues) == 0 {
-		err = s.one(r.Context(), p, func(tx pgx.Tx) (err error) {
-			rows, err = s.client.StatusTx(r.Context(), tx, queue)
-			return err
-		})
-	} else {
-		err = s.tx(r.Context(), p, func(tx pgx.Tx) (err error) {
-			rows, err = s.allowedStatus(r.Context(), tx, p)
-			return err
-		})
-	}
+	rows, err := s.readStatus(r.Context(), p, queue)
 	if err != nil {
 		return err
 	}
 	writeJSON(w, http.StatusOK, statusBody(p, rows))
 	return nil
+}
+
+// readStatus reads the status of queue, or of every queue p may use if
+// queue is "", through the status share (statusshare.go): requests of the
+// same scope share a reading that starts after each of them arrived. A
+// problem it returns is the request's own copy (one reading's error
+// answers several requests, and writing a problem sets its fields).
+func (s *Server) readStatus(ctx context.Context, p *Principal, queue string) ([]sluice.Status, error) {
+	rows, err := s.statuses.read(ctx, statusScopeKey(p, queue), func(ctx context.Context) (rows []sluice.Status, err error) {
+		if queue != "" || len(p.Queues) == 0 {
+			err = s.one(ctx, p, func(tx pgx.Tx) (err error) {
+				rows, err = s.client.StatusTx(ctx, tx, queue)
+				return err
+			})
+		} else {
+			err = s.tx(ctx, p, func(tx pgx.Tx) (err error) {
+				rows, err = s.allowedStatus(ctx, tx, p)
+				return err
+			})
+		}
+		return rows, err
+	})
+	if err != nil {
+		own := *toProblem(err)
+		if own.cause == nil {
+			own.cause = err
+		}
+		return nil, &own
+	}
+	return rows, nil
 }
 
 // allowedStatus reads the status of the queues p may use, one by one: a

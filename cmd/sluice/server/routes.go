@@ -36,8 +36,9 @@ const (
 	// they alone may use the reserve, so that one token's administration
 	// or status calls cannot make other tokens' sends and receives wait.
 	connMessage
-	// connNone routes hold no connection of their own (the event stream
-	// reads from a shared feed).
+	// connNone routes hold no connection of their own: the event stream
+	// reads from a shared feed, and GET /v1/status from shared readings
+	// that pass the gate themselves (statusshare.go).
 	connNone
 )
 
@@ -55,7 +56,7 @@ func (s *Server) routeTable() []route {
 		{method: "DELETE", path: "/v1/queues/{queue}", handle: s.dropQueue},
 		{method: "POST", path: "/v1/queues/{queue}/purge", handle: s.purgeQueue},
 		{method: "POST", path: "/v1/queues/{queue}/upgrade", handle: s.upgradeQueue},
-		{method: "GET", path: "/v1/status", handle: s.status},
+		{method: "GET", path: "/v1/status", use: connNone, handle: s.status},
 		{method: "GET", path: "/v1/status/history", handle: s.statusHistoryHandler},
 		{method: "GET", path: "/v1/whoami", handle: s.whoAmI},
 		{method: "GET", path: "/v1/events", use: connNone, handle: s.serveEvents},

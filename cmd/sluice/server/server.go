@@ -137,8 +137,10 @@ type Server struct {
 	hub     *eventHub
 	history *statusHistory
 	gate    *gate
-	handler http.Handler
-	routes  []route
+	// statuses shares the status readings (statusshare.go).
+	statuses *statusShare
+	handler  http.Handler
+	routes   []route
 	// batches keeps batch sends' memory between requests (batchScratch).
 	batches sync.Pool
 	// hosts are cfg.Hosts in lower case; listenIP is the address Serve
@@ -178,7 +180,9 @@ func New(cfg Config) (*Server, error) {
 	if reserve <= 0 {
 		reserve = max(2, poolMax/4)
 	}
-	s.gate = newGate(max(1, poolMax-reserve), gateWait)
+	gated := max(1, poolMax-reserve)
+	s.gate = newGate(gated, gateWait)
+	s.statuses = newStatusShare(s.gate, max(1, gated/4), statusSpacing)
 	s.batches.New = func() any { return new(batchScratch) }
 	s.metrics = newMetrics(s)
 	s.hub = newEventHub(s)
