@@ -47,7 +47,7 @@ describe("typed queue options", () => {
       assert.equal(before?.backoffBase, 0);
       assert.equal(before?.maxAttempts, 5); // unset: the engine's default
       assert.equal(before?.maxDelay, 1500);
-      assert.equal(before?.engine, 1);
+      assert.equal(before?.engine, 2); // the default
       assert.deepEqual(await s.alterQueue(q, {}), before);
       const after = await s.alterQueue(q, { dedupWindow: 2.5, notify: false });
       assert.deepEqual(after, { ...before, dedupWindow: 2.5, notify: false });
