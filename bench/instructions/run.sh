@@ -14,7 +14,9 @@
 # env:   PGBIN    PostgreSQL server binaries (default: pg_config --bindir)
 #        RUN_AS   the user that runs the server when this runs as root
 #                 (default postgres: PostgreSQL refuses to run as root)
-#        BATCHES  receive sizes (default "1 100")
+#        BATCHES  receive sizes (default "1 100"); 0 is an empty receive
+#                 (max 1) of a group that has nothing, without an ack (the
+#                 reference: the same DELETE on an empty table)
 #        SETUP    SQL statements run on each sluice database (each its own
 #                 transaction) after the queue 'ic' is made and before the
 #                 preload, e.g. a prioritized message sent and consumed: SETUP="SELECT sluice.send('ic', '{}', priority => 5);
@@ -44,6 +46,7 @@ BATCHES=${BATCHES:-1 100}
 # of large ones
 few() { if [ "$1" -ge 50 ]; then echo 3; else echo 50; fi; }
 many() { if [ "$1" -ge 50 ]; then echo 13; else echo 250; fi; }
+# (an empty receive takes nothing: batch 0 preloads nothing)
 preload=0
 for b in $BATCHES; do preload=$((preload + b * ($(few "$b") + $(many "$b")))); done
 as_user() { if [ "$(id -u)" = 0 ]; then su "${RUN_AS:-postgres}" -s /bin/bash -c "$1"; else bash -c "$1"; fi; }
@@ -82,11 +85,15 @@ for arg in "$@"; do
 	psql_ "$(url s$i)" \
 		-c "SELECT count(*) FROM sluice.send_batch('ic', ARRAY(SELECT jsonb_build_object('n', g, 'pad', repeat('x', 64)) FROM generate_series(1, $preload) g))" \
 		>/dev/null
+	# (the empty receives' group, after the preload: only when measured, as
+	# a second group costs the others' rounds too)
+	case " $BATCHES " in *" 0 "*) psql_ "$(url s$i)" -c "SELECT sluice.create_group('ic', 'idle', 'latest')" >/dev/null ;; esac
 done
 psql_ "$(url postgres)" -c "CREATE DATABASE sl"
 psql_ "$(url sl)" -c "CREATE TABLE q (id bigserial PRIMARY KEY, body jsonb NOT NULL)" \
+	-c "CREATE TABLE q0 (id bigserial PRIMARY KEY, body jsonb NOT NULL)" \
 	-c "INSERT INTO q (body) SELECT jsonb_build_object('n', g, 'pad', repeat('x', 64)) FROM generate_series(1, $preload) g" \
-	-c "VACUUM ANALYZE q" >/dev/null
+	-c "VACUUM ANALYZE q" -c "VACUUM ANALYZE q0" >/dev/null
 stop
 
 # rounds DB BATCH N: a script of N rounds. Both kinds read every body they
@@ -96,8 +103,12 @@ stop
 rounds() {
 	local n
 	for ((n = 0; n < $3; n++)); do
-		if [ "$1" = sl ]; then
+		if [ "$1" = sl ] && [ "$2" = 0 ]; then
+			echo "WITH d AS (DELETE FROM q0 WHERE id = ANY (ARRAY(SELECT id FROM q0 ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED)) RETURNING id, body) SELECT count(*), sum(length(d.body::text)) FROM d"
+		elif [ "$1" = sl ]; then
 			echo "WITH d AS (DELETE FROM q WHERE id = ANY (ARRAY(SELECT id FROM q ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED)) RETURNING id, body) SELECT count(*), sum(length(d.body::text)) FROM d"
+		elif [ "$2" = 0 ]; then
+			echo "SELECT count(*) FROM sluice.receive('ic', 'idle', 1) m"
 		else
 			echo "SELECT set_config('bench.receipts', coalesce(array_agg(m.receipt), '{}')::text, false), sum(length(m.body::text)) FROM sluice.receive('ic', 'default', $2) m"
 			echo "SELECT sluice.ack('ic', 'default', current_setting('bench.receipts')::text[])"
@@ -124,7 +135,7 @@ count() {
 	echo "$n"
 }
 
-printf '| engine | %s |\n|---|%s\n' "$(for b in $BATCHES; do printf 'batch %s: instructions per round | ' "$b"; done | sed 's/ | $//')" \
+printf '| engine | %s |\n|---|%s\n' "$(for b in $BATCHES; do if [ "$b" = 0 ]; then printf 'empty receive: instructions | '; else printf 'batch %s: instructions per round | ' "$b"; fi; done | sed 's/ | $//')" \
 	"$(for b in $BATCHES; do printf -- '--:|'; done)"
 dbs=(); labels=()
 i=0

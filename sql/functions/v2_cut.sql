@@ -132,7 +132,7 @@ BEGIN
         -- 4,097 (the last snapshot's transactions in progress, and those
         -- at or after its xmax), so that a backlog is not read whole by
         -- every cut
-        SELECT x.* FROM (
+        SELECT x.*, row_number() OVER (ORDER BY x.txid, x.id) AS rn FROM (
             (SELECT m.slot, m.txid, m.id, m.due, m.target, m.khash, m.priority
              FROM msg m
              WHERE m.txid = ANY (v_xip) AND (m.txid, m.id) > (v_from_txid, v_from_id)
@@ -147,20 +147,22 @@ BEGIN
         ORDER BY x.txid, x.id
         LIMIT 4097
     ), fresh AS MATERIALIZED (
-        SELECT f.* FROM cand f ORDER BY f.txid, f.id LIMIT 4096
+        -- (rn: their order, numbered as the index scans gave them: no sort)
+        SELECT f.* FROM cand f WHERE f.rn <= 4096
     ), w AS (
         -- more to number in this snapshot: where this cut stopped
-        SELECT (SELECT count(*) FROM cand) > 4096 AS more,
-               (SELECT f.txid FROM fresh f ORDER BY f.txid DESC, f.id DESC LIMIT 1) AS txid,
-               (SELECT f.id FROM fresh f ORDER BY f.txid DESC, f.id DESC LIMIT 1) AS id
+        SELECT EXISTS (SELECT FROM cand f WHERE f.rn > 4096) AS more, l.txid, l.id
+        FROM (SELECT 1) one
+        LEFT JOIN LATERAL (SELECT f.txid, f.id FROM fresh f ORDER BY f.rn DESC LIMIT 1) l ON true
     ), later AS (
         INSERT INTO pending (slot, due, mslot, txid, id)
         SELECT p_slot, f.due, f.slot, f.txid, f.id FROM fresh f WHERE f.due > p_now
         RETURNING 1
     ), due AS (
-        -- (i: the order of numbering; j: of the ones dealt out)
-        SELECT x.txid, x.id, x.mslot, x.target, x.khash, x.prio, row_number() OVER (ORDER BY x.k, x.txid, x.id) - 1 AS i,
-               row_number() OVER (PARTITION BY x.khash IS NULL AND x.prio = 0 ORDER BY x.k, x.txid, x.id) - 1 AS j
+        -- (i: the order of numbering; j: of the ones dealt out (unkeyed,
+        -- priority 0), counted in the same pass)
+        SELECT x.txid, x.id, x.mslot, x.target, x.khash, x.prio, row_number() OVER o - 1 AS i,
+               count(*) FILTER (WHERE x.khash IS NULL AND x.prio = 0) OVER o - 1 AS j
         FROM (SELECT p.txid, p.id, p.mslot, m.target, m.khash, CASE WHEN m.khash IS NULL THEN m.priority ELSE 0 END AS prio,
                      0 AS k
               FROM c JOIN pending p ON p.due > c.due_upto AND p.due <= p_now
@@ -168,6 +170,7 @@ BEGIN
               UNION ALL
               SELECT f.txid, f.id, f.slot, f.target, f.khash, CASE WHEN f.khash IS NULL THEN f.priority ELSE 0 END, 1
               FROM fresh f WHERE f.due IS NULL OR f.due <= p_now) x
+        WINDOW o AS (ORDER BY x.k, x.txid, x.id ROWS UNBOUNDED PRECEDING)
     ), k AS (
         SELECT count(*) AS n, count(*) FILTER (WHERE d.khash IS NULL AND d.prio = 0) AS nu,
                greatest(1, least(64, ceil(count(*) FILTER (WHERE d.khash IS NULL AND d.prio = 0)::numeric / p_lanes)))::bigint AS chunk
@@ -183,15 +186,18 @@ BEGIN
         SELECT l.*, coalesce(c.heads[l.lane + 1], 0) + row_number() OVER (PARTITION BY l.lane ORDER BY l.i) AS pos
         FROM laned l CROSS JOIN c
     ), rows AS (
+        -- (the aggregates read their rows in position order, as the
+        -- sorted subquery gives them, grouped by its leading sort keys so
+        -- that no sort comes between: one sort, not one per aggregate and
+        -- batch row)
         INSERT INTO batch (slot, lane, first_pos, last_pos, ids, txids, mslots, targets, cut_no, khashes)
-        SELECT p_slot, p.lane, min(p.pos), max(p.pos), array_agg(p.id ORDER BY p.pos), array_agg(p.txid ORDER BY p.pos),
-               array_agg(p.mslot ORDER BY p.pos),
-               CASE WHEN bool_or(p.target IS NOT NULL) THEN array_agg(p.target ORDER BY p.pos) END,
+        SELECT p_slot, p.lane, min(p.pos), max(p.pos), array_agg(p.id), array_agg(p.txid), array_agg(p.mslot),
+               CASE WHEN bool_or(p.target IS NOT NULL) THEN array_agg(p.target) END,
                (SELECT c.cut_no + 1 FROM c),
-               CASE WHEN bool_or(p.khash IS NOT NULL) THEN array_agg(p.khash ORDER BY p.pos) END
-        FROM placed p
-        WHERE p.lane < p_lanes
-        GROUP BY p.lane, (p.pos - 1) / 64
+               CASE WHEN bool_or(p.khash IS NOT NULL) THEN array_agg(p.khash) END
+        FROM (SELECT pp.lane, (pp.pos - 1) / 64 AS grp, pp.pos, pp.id, pp.txid, pp.mslot, pp.target, pp.khash
+              FROM placed pp WHERE pp.lane < p_lanes ORDER BY pp.lane, grp, pp.pos) p
+        GROUP BY p.lane, p.grp
         RETURNING lane, last_pos
     ), prows AS (
         INSERT INTO prio (slot, level, pos, id, txid, mslot, cut_no, target)
