@@ -21,7 +21,7 @@ import (
 func TestLostLaneStatesSkipCompleted(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.createQueue("q", `{"lanes": 2}`)
+	b.createQueue("q", `{"engine": 1, "lanes": 2}`)
 	b.exec("SELECT sluice.create_group('q', 'g')")
 	schema := fmt.Sprintf("sluice_q%d", b.int64("SELECT id FROM sluice.queue WHERE name = 'q'"))
 	sent := b.int64s(`
@@ -102,7 +102,7 @@ func TestLostLaneStatesSkipCompleted(t *testing.T) {
 func TestLostLaneStatesDoNotSkipABatchWithCompletions(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.createQueue("q", `{"lanes": 1}`)
+	b.createQueue("q", `{"engine": 1, "lanes": 1}`)
 	schema := fmt.Sprintf("sluice_q%d", b.int64("SELECT id FROM sluice.queue WHERE name = 'q'"))
 	b.exec(`SELECT sluice.send_batch('q', array_agg(jsonb_build_object('n', i))) FROM generate_series(1, 10) i`)
 	if ms := b.receive("q", "default", 1, "1 hour"); len(ms) != 1 { // cuts the first batch
@@ -152,7 +152,7 @@ func TestLostLaneStatesDoNotSkipABatchWithCompletions(t *testing.T) {
 func TestEmptyFirstTakeCheckpointsTheLane(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.createQueue("q", `{"lanes": 1}`)
+	b.createQueue("q", `{"engine": 1, "lanes": 1}`)
 	schema := fmt.Sprintf("sluice_q%d", b.int64("SELECT id FROM sluice.queue WHERE name = 'q'"))
 	checkpoints := func() int64 { return b.int64("SELECT count(*) FROM " + schema + ".checkpoints") }
 

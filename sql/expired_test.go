@@ -111,7 +111,7 @@ func TestReceiveAfterRunsExpireIsBounded(t *testing.T) {
 // max_attempts keeps them from going to the dead letters.)
 func leaseAll(b *bundle, receives, batch int) {
 	b.t.Helper()
-	b.createQueue("q", `{"lanes": 1, "lease": "1 second", "max_attempts": 1000}`)
+	b.createQueue("q", `{"engine": 1, "lanes": 1, "lease": "1 second", "max_attempts": 1000}`)
 	b.exec(`SELECT sluice.send_batch('q', array(SELECT jsonb_build_object('n', g) FROM generate_series(1, 3000) g))`)
 	b.exec(fmt.Sprintf(`DO $$ BEGIN FOR i IN 1..%d LOOP PERFORM sluice.receive('q', 'default', %d); END LOOP; END $$`,
 		receives, batch))

@@ -75,7 +75,7 @@ func (b *bundle) calls(f func(tx pgx.Tx), names ...string) map[string]int64 {
 // one cut deals out to the lanes in chunks; it returns the queue's schema.
 func fourLanes(b *bundle) string {
 	b.t.Helper()
-	b.createQueue("q", `{"lanes": 4}`)
+	b.createQueue("q", `{"engine": 1, "lanes": 4}`)
 	b.exec(`SELECT sluice.send_batch('q', array(SELECT jsonb_build_object('n', g) FROM generate_series(1, 400) g))`)
 	return fmt.Sprintf("sluice_q%d", b.int64("SELECT id FROM sluice.queue WHERE name = 'q'"))
 }
@@ -280,7 +280,7 @@ func TestFullPathPassesOverExpiredAckedLeases(t *testing.T) {
 // receives have nothing to number. Returns the counted rounds and calls.
 func (b *bundle) threesPastTheLease(cutter bool) (int, map[string]int64) {
 	b.t.Helper()
-	b.createQueue("q", `{"lanes": 4, "lease": "1500 milliseconds"}`)
+	b.createQueue("q", `{"engine": 1, "lanes": 4, "lease": "1500 milliseconds"}`)
 	if cutter {
 		b.exec("SELECT sluice.create_group('q', 'cutter', 'latest')")
 	}
@@ -380,7 +380,7 @@ func TestFreshLanesLookForNoCompletions(t *testing.T) {
 func TestFastPathOnceThePrioritiesAreCompleted(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.createQueue("q", `{"lanes": 2}`)
+	b.createQueue("q", `{"engine": 1, "lanes": 2}`)
 	schema := fmt.Sprintf("sluice_q%d", b.int64("SELECT id FROM sluice.queue WHERE name = 'q'"))
 	b.exec("SELECT sluice.send('q', '{\"urgent\": 1}', priority => 5)")
 	first := b.receive("q", "default", 1, "")
@@ -460,7 +460,7 @@ func TestFastPathOnceThePrioritiesAreCompleted(t *testing.T) {
 func TestFastPathTakesManySmallBatches(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.createQueue("q", `{"lanes": 1}`)
+	b.createQueue("q", `{"engine": 1, "lanes": 1}`)
 	b.exec("SELECT sluice.create_group('q', 'behind', 'latest')")
 	for i := 0; i < 300; i++ {
 		b.send(b.pool, "q", `{"n": 1}`)

@@ -37,7 +37,7 @@ func receiveOnConn(b *bundle, c *pgxpool.Conn, group string, lease string) []msg
 
 func TestIdleNoteSkipsTheLanes(t *testing.T) {
 	b := setup(t)
-	b.createQueue("q", "")
+	b.createQueue("q", `{"engine": 1}`)
 	schema := fmt.Sprintf("sluice_q%d", b.int64("SELECT id FROM sluice.queue WHERE name = 'q'"))
 	b.send(b.pool, "q", `{"n": 1}`)
 	b.ack("q", "default", receipts(b.receive("q", "default", 10, ""))...)
@@ -86,7 +86,7 @@ func TestIdleNoteSkipsTheLanes(t *testing.T) {
 
 func TestIdleNoteHidesNoWork(t *testing.T) {
 	b := setup(t)
-	b.createQueue("q", `{"backoff_base": "0 seconds"}`)
+	b.createQueue("q", `{"engine": 1, "backoff_base": "0 seconds"}`)
 	c := b.conn()
 	// idle polls until the session has a note that the group is idle (a
 	// lane that was never taken from counts as work until a receive has
@@ -201,7 +201,7 @@ func TestIdleNoteNarrowsTheLookAfterACut(t *testing.T) {
 	for attempt := 1; attempt <= 3; attempt++ {
 		b := setup(t)
 		q := fmt.Sprintf("q%d", attempt)
-		b.createQueue(q, "")
+		b.createQueue(q, `{"engine": 1}`)
 		var took time.Duration
 		calls := b.calls(func(tx pgx.Tx) {
 			// Empty polls: every lane gets a state, then the session a note.
@@ -250,7 +250,7 @@ func TestIdleNoteNarrowsTheLookAfterACut(t *testing.T) {
 // noted the group idle.
 func TestIdleNoteOnceTiedKeyedLeasesRanOut(t *testing.T) {
 	b := setup(t)
-	b.createQueue("q", `{"lanes": 1, "lease": "200 milliseconds"}`)
+	b.createQueue("q", `{"engine": 1, "lanes": 1, "lease": "200 milliseconds"}`)
 	b.exec(`SELECT sluice.send_batch('q', array_fill('{}'::jsonb, ARRAY[4]), keys => ARRAY['a', 'b', 'c', 'd'])`)
 	ms := b.receive("q", "default", 10, "")
 	if len(ms) != 4 {

@@ -43,7 +43,7 @@ func (b *bundle) laneOf(queue string) map[int64]int {
 func TestLanesSpreadMessagesAndKeepOrderPerLane(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.createQueue("q", `{"lanes": 4}`)
+	b.createQueue("q", `{"engine": 1, "lanes": 4}`)
 	tx, err := b.pool.Begin(b.ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -113,7 +113,7 @@ func TestLanesSpreadMessagesAndKeepOrderPerLane(t *testing.T) {
 func TestHeldReceiveBlocksOnlyItsLane(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.createQueue("q", `{"lanes": 4}`)
+	b.createQueue("q", `{"engine": 1, "lanes": 4}`)
 	b.exec(`SELECT sluice.send_batch('q', array(SELECT jsonb_build_object('n', g) FROM generate_series(1, 400) g))`)
 	// Number them (a receive in its own transaction does).
 	first := b.receive("q", "default", 1, "")
@@ -401,7 +401,7 @@ func TestPriorityAfterWaitingForAnotherGroupsCut(t *testing.T) {
 	const trials = 6
 	for trial := 0; trial < trials; trial++ {
 		qn := fmt.Sprintf("q%d", trial)
-		b.createQueue(qn, `{"lanes": 2}`)
+		b.createQueue(qn, `{"engine": 1, "lanes": 2}`)
 		schema := fmt.Sprintf("sluice_q%d", b.int64("SELECT id FROM sluice.queue WHERE name = $1", qn))
 		b.exec(`SELECT sluice.send($1, '{"old": 1}', priority => 5)`, qn)
 		first := b.receive(qn, "default", 1, "")

@@ -280,7 +280,7 @@ func TestLeasesSingleDelivery(t *testing.T) {
 func TestLeasesRunsExtendNack(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.createQueue("r", `{"lanes": 1}`)
+	b.createQueue("r", `{"engine": 1, "lanes": 1}`)
 	b.exec("SELECT sluice.create_group('r', 'audit')")
 	var sent []int64
 	for i := range 6 {

@@ -27,7 +27,7 @@ func (b *bundle) runRows(queue, table string) (rows, positions int64) {
 func TestRunLeasedAndAckedWithOneRowEach(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.createQueue("q", `{"lanes": 1}`)
+	b.createQueue("q", `{"engine": 1, "lanes": 1}`)
 	for i := 0; i < 50; i++ {
 		b.send(b.pool, "q", fmt.Sprintf(`{"n": %d}`, i))
 	}
@@ -197,7 +197,7 @@ func TestRunAckedConcurrently(t *testing.T) {
 func TestCompletedCountCountsOverlapOnce(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.createQueue("q", `{"lanes": 1}`)
+	b.createQueue("q", `{"engine": 1, "lanes": 1}`)
 	for i := 0; i < 10; i++ {
 		b.send(b.pool, "q", `{}`)
 	}
