@@ -174,7 +174,7 @@ func sendBatchSizesAndFields(t *testing.T, engine int) {
 			'5 minutes',
 			ARRAY(SELECT g % 5 - 2 FROM generate_series(1, 100) g)) WITH ORDINALITY AS s(id, ord)`)
 	bad := b.int64(`SELECT count(*) FROM sent s
-		LEFT JOIN `+storedMessages(b, "q")+` m ON m.id = s.id
+		LEFT JOIN ` + storedMessages(b, "q") + ` m ON m.id = s.id
 		WHERE m.body IS DISTINCT FROM jsonb_build_object('g', s.ord)
 		   OR m.headers IS DISTINCT FROM CASE WHEN s.ord % 3 = 0 THEN jsonb_build_object('h', s.ord) END
 		   OR m.key IS DISTINCT FROM CASE WHEN s.ord % 4 = 0 THEN 'k' || s.ord % 7 END
@@ -185,7 +185,7 @@ func sendBatchSizesAndFields(t *testing.T, engine int) {
 	if bad != 0 {
 		t.Fatalf("%d of 100 messages not stored as sent, or ids not in body order", bad)
 	}
-	if n := b.int64(`SELECT count(DISTINCT m.sent_at) FROM sent s JOIN `+storedMessages(b, "q")+` m
+	if n := b.int64(`SELECT count(DISTINCT m.sent_at) FROM sent s JOIN ` + storedMessages(b, "q") + ` m
 		ON m.id = s.id`); n != 1 {
 		t.Fatalf("the batch has %d sent_at values, want 1", n)
 	}
