@@ -225,8 +225,12 @@ BEGIN
         v_need := v_need - v_n;
         EXIT WHEN v_need = 0;
         -- (a lane that gave less than asked and more than nothing may have
-        -- stopped at a take's bound: looked at again; the others not)
-        IF v_ended OR v_n = 0 OR v_n >= v_before THEN
+        -- stopped at a take's bound: looked at again; the others not. So is
+        -- a lane that passed an ended lease that was settled when the next
+        -- one past it has ended too, so that a redelivery due behind
+        -- settled leases is not left for later receives, one lease each,
+        -- while this one returns empty.)
+        IF (v_ended OR v_n = 0 OR v_n >= v_before) AND NOT (v_settled IS TRUE AND v_next <= v_now) THEN
             v_seen := v_seen || s.lane::int;
         END IF;
     END LOOP;
