@@ -10,6 +10,13 @@ import (
 	sqlsrc "github.com/sluicemq/sluice/sql"
 )
 
+// Engine 1's checkpoints and "ahead" (docs/design.md, "What must be
+// durable"): these tests pin {"engine": 1}. Engine 2 has no counterpart to
+// them: its lane states and leases are logged, so a crash never resumes a
+// lane from a checkpoint behind completed positions; what a crash can lose
+// there (uncommitted and the newest asynchronous commits) is checked by
+// TestRandomCrashesLoseNothingEngine2.
+//
 // A crash loses the unlogged lane states and leases (group_states,
 // deliveries, runs) but keeps the logged completions: the lanes resume
 // from their checkpoints, behind positions already acked. Those must not be
