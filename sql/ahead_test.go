@@ -10,6 +10,13 @@ import (
 	sqlsrc "github.com/sluicemq/sluice/sql"
 )
 
+// Engine 1's checkpoints and "ahead" (docs/design.md, "What must be
+// durable"): these tests pin {"engine": 1}. Engine 2 has no counterpart to
+// them: its lane states and leases are logged, so a crash never resumes a
+// lane from a checkpoint behind completed positions; what a crash can lose
+// there (uncommitted and the newest asynchronous commits) is checked by
+// TestRandomCrashesLoseNothingEngine2.
+//
 // A crash loses the unlogged lane states and leases (group_states,
 // deliveries, runs) but keeps the logged completions: the lanes resume
 // from their checkpoints, behind positions already acked. Those must not be
@@ -21,7 +28,7 @@ import (
 func TestLostLaneStatesSkipCompleted(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.createQueue("q", `{"lanes": 2}`)
+	b.createQueue("q", `{"engine": 1, "lanes": 2}`)
 	b.exec("SELECT sluice.create_group('q', 'g')")
 	schema := fmt.Sprintf("sluice_q%d", b.int64("SELECT id FROM sluice.queue WHERE name = 'q'"))
 	sent := b.int64s(`
@@ -102,7 +109,7 @@ func TestLostLaneStatesSkipCompleted(t *testing.T) {
 func TestLostLaneStatesDoNotSkipABatchWithCompletions(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.createQueue("q", `{"lanes": 1}`)
+	b.createQueue("q", `{"engine": 1, "lanes": 1}`)
 	schema := fmt.Sprintf("sluice_q%d", b.int64("SELECT id FROM sluice.queue WHERE name = 'q'"))
 	b.exec(`SELECT sluice.send_batch('q', array_agg(jsonb_build_object('n', i))) FROM generate_series(1, 10) i`)
 	if ms := b.receive("q", "default", 1, "1 hour"); len(ms) != 1 { // cuts the first batch
@@ -152,7 +159,7 @@ func TestLostLaneStatesDoNotSkipABatchWithCompletions(t *testing.T) {
 func TestEmptyFirstTakeCheckpointsTheLane(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.createQueue("q", `{"lanes": 1}`)
+	b.createQueue("q", `{"engine": 1, "lanes": 1}`)
 	schema := fmt.Sprintf("sluice_q%d", b.int64("SELECT id FROM sluice.queue WHERE name = 'q'"))
 	checkpoints := func() int64 { return b.int64("SELECT count(*) FROM " + schema + ".checkpoints") }
 

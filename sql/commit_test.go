@@ -1,6 +1,8 @@
 package sqlsrc_test
 
 import (
+	"fmt"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -113,44 +115,71 @@ func TestReceiveCommitsAsynchronously(t *testing.T) {
 }
 
 // TestEngineFunctionsTurnJITOff: the entry points of each queue's copy of
-// the engine (the functions the public API calls) run with the engine's
-// settings, applied by sluice._instantiate: sequential scans off and JIT off
-// (a plan that keeps a disabled seq scan is costed at 1e10 and would be
+// the engine (the functions the public API calls through EXECUTE) run with
+// the engine's settings, applied by sluice._instantiate (engine 1) and
+// sluice._instantiate_v2 (engine 2): sequential scans off and JIT off (a
+// plan that keeps a disabled seq scan is costed at 1e10 and would be
 // JIT-compiled on every run), generic plans, and the queue's schema first
 // in search_path. The other copies inherit them and set nothing (a SET
-// clause costs a call ~30 us), and no template sets anything.
+// clause costs a call ~30 us), and no template (sluice_tmpl, sluice_tmpl2)
+// sets anything. On engine 2 the hot entry points are copied per slot
+// (e2_receive_<s>, e2_ack_<s>, ...; docs/design.md, "The path of a
+// receive"): the public functions call them by their bare name and carry
+// the settings (below), so none of them sets anything either; the one
+// exception is the cut (e2_cut_store), which turns bitmap scans off for
+// its ordered reads of a backlog, and that alone.
 func TestEngineFunctionsTurnJITOff(t *testing.T) {
 	b := setup(t)
-	b.createQueue("jit", `{}`)
+	b.createQueue("jit", `{"engine": 1}`)
+	b.createQueue("jit2", `{"engine": 2, "slots": 3}`)
+	engineOf := map[string]int{
+		fmt.Sprintf("sluice_q%d", b.int64("SELECT id FROM sluice.queue WHERE name = 'jit'")):  1,
+		fmt.Sprintf("sluice_q%d", b.int64("SELECT id FROM sluice.queue WHERE name = 'jit2'")): 2,
+	}
 	rows, err := b.pool.Query(b.ctx, `
 		SELECT n.nspname, p.proname, coalesce(array_to_string(p.proconfig, ' '), '')
 		FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
-		WHERE n.nspname = 'sluice_tmpl' OR n.nspname LIKE 'sluice\_q%'`)
+		WHERE n.nspname IN ('sluice_tmpl', 'sluice_tmpl2') OR n.nspname LIKE 'sluice\_q%'`)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer rows.Close()
-	// e_receive, e_ack, e_nack and e_extend run with the settings of their
-	// public callers instead (below).
-	entry := map[string]bool{"e_queue_status": true,
-		"e_maintain": true, "e_purge": true, "e_start_pos": true, "e_base": true,
-		"e_dedup_lookup_all": true, "e_dedup_record_all": true, "e_peek": true, "e_leases": true}
+	// e_receive, e_ack, e_nack and e_extend (engine 1), and every e2_*
+	// copy but e2_start (engine 2), run with the settings of their public
+	// callers instead (below).
+	entry := map[int]map[string]bool{
+		1: {"e_queue_status": true, "e_maintain": true, "e_purge": true, "e_start_pos": true, "e_base": true,
+			"e_dedup_lookup_all": true, "e_dedup_record_all": true, "e_peek": true, "e_leases": true},
+		2: {"e_queue_status": true, "e2_start": true, "e_maintain": true, "e_peek": true, "e_leases": true,
+			"e_purge": true, "e_start_pos": true},
+	}
 	// e_peek reads every message the queue stores (there is no index by
-	// id): it keeps sequential scans (sluice._instantiate).
+	// id): it keeps sequential scans (sluice._instantiate, _instantiate_v2).
 	seqscan := map[string]string{"e_peek": "enable_seqscan=on"}
-	seen := 0
+	// What a copy that is no entry point sets (engine 2's cut).
+	other := map[int]map[string]string{2: {"e2_cut_store": "enable_bitmapscan=off"}}
+	seen := map[int]int{}
+	perSlot := map[string]int{} // engine 2's per-slot copies of the hot paths, by template
+	hotCopy := regexp.MustCompile(`^(e2_receive|e2_ack|e2_take)_[0-9]+$`)
 	for rows.Next() {
 		var schema, name, config string
 		if err := rows.Scan(&schema, &name, &config); err != nil {
 			t.Fatal(err)
 		}
+		engine := engineOf[schema]
+		if engine == 0 && strings.HasPrefix(schema, "sluice_q") {
+			t.Fatalf("a queue schema %s of no queue of the test", schema)
+		}
+		if m := hotCopy.FindStringSubmatch(name); engine == 2 && m != nil {
+			perSlot[m[1]]++
+		}
 		switch {
-		case schema == "sluice_tmpl" || !entry[name]:
-			if config != "" {
-				t.Errorf("%s.%s sets %s; only the copies of entry points set anything", schema, name, config)
+		case engine == 0 || !entry[engine][name]:
+			if want := other[engine][name]; config != want {
+				t.Errorf("%s.%s sets %q, want %q; only the copies of entry points set anything", schema, name, config, want)
 			}
 		default:
-			seen++
+			seen[engine]++
 			scan := "enable_seqscan=off"
 			if v, ok := seqscan[name]; ok {
 				scan = v
@@ -166,8 +195,16 @@ func TestEngineFunctionsTurnJITOff(t *testing.T) {
 	if err := rows.Err(); err != nil {
 		t.Fatal(err)
 	}
-	if seen != len(entry) {
-		t.Fatalf("found %d entry points in the queue's schema, want %d", seen, len(entry))
+	for engine, names := range entry {
+		if seen[engine] != len(names) {
+			t.Errorf("found %d entry points in the schema of the queue of engine %d, want %d", seen[engine], engine, len(names))
+		}
+	}
+	// Each slot of the queue of engine 2 (3) has its copy of the hot paths.
+	for _, hot := range []string{"e2_receive", "e2_ack", "e2_take"} {
+		if perSlot[hot] != 3 {
+			t.Errorf("%d copies %s_<slot>, want one per slot (3)", perSlot[hot], hot)
+		}
 	}
 	// The public functions that call a queue's copy through the search path
 	// (sluice._queue_path) carry the engine's other settings themselves,

@@ -13,7 +13,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// A model check of crash recovery and lease expiry. Random sends (in
+// A model check of crash recovery and lease expiry, on queues of engine 1
+// (engine 2's: crash_model_v2_test.go, the same model). Random sends (in
 // batches, unkeyed and keyed over a few keys), receives of random sizes,
 // acks of random subsets of what is in flight, nacks (retry at once), waits
 // past the lease (1 s),
@@ -31,7 +32,13 @@ import (
 // SLUICE_MODEL_TRACE logs every call.
 func TestRandomCrashesLoseNothing(t *testing.T) {
 	t.Parallel()
-	seed := uint64(time.Now().UnixNano())
+	runCrashModel(t, 1)
+}
+
+// modelSeed is the seed of a model run: SLUICE_MODEL_SEED, else the time;
+// modelRounds is the number of queues of one: SLUICE_MODEL_ROUNDS, else 4.
+func modelSeed(t *testing.T) (seed uint64, rounds int) {
+	seed = uint64(time.Now().UnixNano())
 	if v := os.Getenv("SLUICE_MODEL_SEED"); v != "" {
 		s, err := strconv.ParseUint(v, 10, 64)
 		if err != nil {
@@ -39,37 +46,52 @@ func TestRandomCrashesLoseNothing(t *testing.T) {
 		}
 		seed = s
 	}
-	rounds := 4
+	rounds = 4
 	if v, err := strconv.Atoi(os.Getenv("SLUICE_MODEL_ROUNDS")); err == nil {
 		rounds = v
 	}
 	t.Logf("seed %d (SLUICE_MODEL_SEED repeats it)", seed)
+	return seed, rounds
+}
+
+// runCrashModel runs the model on queues of the engine given: their rounds
+// (random lanes, and on engine 2 random slots and rotation), each a random
+// history then a drain.
+func runCrashModel(t *testing.T, engine int) {
+	seed, rounds := modelSeed(t)
 	rng := rand.New(rand.NewPCG(seed, 7))
 	b := setup(t)
 	// One session, as a consumer loop's: its plans are made once. (A real
-	// crash ends every session; what a session keeps of a queue, its idle
-	// note, is reset at each crash below.)
+	// crash ends every session: engine 1's below resets what a session
+	// keeps of a queue, its idle note; engine 2's ends the session.)
 	conn, err := b.pool.Acquire(b.ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Release()
+	defer func() { conn.Release() }()
 	for round := 0; round < rounds; round++ {
 		lanes := []int{1, 2, 4}[rng.IntN(3)]
-		m := &crashModel{b: b, conn: conn, rng: rng, queue: fmt.Sprintf("q%d", round),
+		m := &crashModel{b: b, conn: conn, rng: rng, queue: fmt.Sprintf("q%d", round), engine: engine,
 			key: map[int64]string{}, acked: map[int64]bool{}, inflight: map[int64]held{}, attempt: map[int64]int{},
 			released: map[int64]bool{}}
-		b.createQueue(m.queue, fmt.Sprintf(`{"lanes": %d, "lease": "%d ms", "max_attempts": 1000}`, lanes, modelLease.Milliseconds()))
+		opts := fmt.Sprintf(`"engine": %d, "lanes": %d, "lease": "%d ms", "max_attempts": 1000`, engine, lanes, modelLease.Milliseconds())
+		if engine == 2 && rng.IntN(2) == 0 {
+			// A new epoch each second, its slot reclaimed as soon as it
+			// may be: crashes across rotations and reclaims.
+			opts += fmt.Sprintf(`, "rotate_interval": "1 second", "retention": "0 seconds", "slots": %d`, 2+rng.IntN(3))
+		}
+		b.createQueue(m.queue, "{"+opts+"}")
 		m.qid = b.int64("SELECT id FROM sluice.queue WHERE name = $1", m.queue)
 		start := time.Now()
 		for step := 0; step < 120; step++ {
 			m.step()
 		}
 		m.drain()
-		t.Logf("round %d: %d lanes, %d messages, %d crashes, %d expiries, %s", round, lanes, len(m.sent), m.crashes, m.expiries,
-			time.Since(start).Round(time.Millisecond))
+		conn = m.conn // (engine 2's crashes replace the session)
+		t.Logf("round %d: %s, %d messages, %d crashes (%d ops lost), %d killed receives, %d expiries, %s", round, opts, len(m.sent),
+			m.crashes, m.lostOps, m.kills, m.expiries, time.Since(start).Round(time.Millisecond))
 		if t.Failed() {
-			t.Fatalf("round %d (%d lanes, %d messages, %d crashes, %d expiries): see above", round, lanes, len(m.sent), m.crashes, m.expiries)
+			t.Fatalf("round %d (%s, %d messages, %d crashes, %d expiries): see above", round, opts, len(m.sent), m.crashes, m.expiries)
 		}
 	}
 }
@@ -104,6 +126,10 @@ type crashModel struct {
 	released map[int64]bool // given back by a keyed nack of an earlier message: comes again with the same attempt
 	crashes  int
 	expiries int
+	engine   int
+	window       // engine 2: what a crash may lose (crash_model_v2_test.go)
+	lostOps  int // engine 2: operations undone by crashes
+	kills    int // engine 2: receives whose connection was killed
 }
 
 func (m *crashModel) step() {
@@ -125,6 +151,8 @@ func (m *crashModel) step() {
 		m.nackOne()
 	case r < 97:
 		m.expire()
+	case m.engine == 2 && r < 98:
+		m.killedReceive([]int{1, 3, 10, 40}[m.rng.IntN(4)])
 	default:
 		m.crash()
 	}
@@ -137,6 +165,7 @@ func (m *crashModel) trace(format string, args ...any) {
 }
 
 func (m *crashModel) send(n int) {
+	m.commit() // (a send commits synchronously: what came before is durable)
 	keys := make([]*string, n)
 	for i := range keys {
 		if m.rng.IntN(10) < 4 {
@@ -169,14 +198,31 @@ func (m *crashModel) send(n int) {
 	}
 }
 
-// receive takes up to n and checks each message against the model.
+// receive takes up to n and checks each message against the model. (On
+// engine 2 it runs in the window a crash may lose.)
 func (m *crashModel) receive(n int) int {
 	t := m.b.t
+	m.begin()
 	ms, err := receiveOn(m.b.ctx, m.conn, m.queue, "default", n, "")
 	if err != nil {
 		t.Fatalf("receive: %v", err)
 	}
 	at := time.Now()
+	got := m.check(ms)
+	for _, msg := range ms {
+		delete(m.released, msg.ID)
+		m.attempt[msg.ID] = msg.Attempt
+		m.inflight[msg.ID] = held{msg.Receipt, at}
+		m.handOut(msg)
+	}
+	m.trace("receive %d: %v", n, got)
+	return len(ms)
+}
+
+// check checks the messages of one receive against the model (without
+// recording them) and returns them for the trace.
+func (m *crashModel) check(ms []msg) []string {
+	t := m.b.t
 	here := map[int64]bool{}
 	var got []string
 	for _, msg := range ms {
@@ -204,12 +250,8 @@ func (m *crashModel) receive(n int) int {
 			}
 		}
 		here[id] = true
-		delete(m.released, id)
-		m.attempt[id] = msg.Attempt
-		m.inflight[id] = held{msg.Receipt, at}
 	}
-	m.trace("receive %d: %v", n, got)
-	return len(ms)
+	return got
 }
 
 // ackSome acks a random subset of what is in flight, a key's messages in
@@ -243,8 +285,18 @@ func (m *crashModel) ack(ids []int64) {
 	m.trace("ack %v", ids)
 	for _, id := range ids {
 		l := m.inflight[id]
+		// Engine 2: an ack commits asynchronously (durable => false) three
+		// times in four, in the window a crash may lose; a durable one
+		// flushes everything committed before it (the log is linear).
+		durable := m.engine == 1 || m.rng.IntN(4) == 0
+		if durable {
+			m.commit()
+		} else {
+			m.begin()
+		}
 		var n int
-		if err := m.conn.QueryRow(m.b.ctx, "SELECT sluice.ack($1, 'default', ARRAY[$2])", m.queue, l.receipt).Scan(&n); err != nil {
+		if err := m.conn.QueryRow(m.b.ctx, "SELECT sluice.ack($1, 'default', ARRAY[$2], durable => $3)", m.queue, l.receipt,
+			durable).Scan(&n); err != nil {
 			m.b.t.Fatalf("ack: %v", err)
 		}
 		switch {
@@ -280,6 +332,7 @@ func (m *crashModel) nackOne() {
 	}
 	l := m.inflight[id]
 	m.trace("nack %d", id)
+	m.commit() // (a nack commits synchronously: what came before is durable)
 	var ok bool
 	if err := m.conn.QueryRow(m.b.ctx, "SELECT sluice.nack($1, 'default', $2, '0 s')", m.queue, l.receipt).Scan(&ok); err != nil {
 		m.b.t.Fatalf("nack: %v", err)
@@ -304,7 +357,14 @@ func (m *crashModel) nackOne() {
 // and their messages come again with the next attempt.
 func (m *crashModel) expire() {
 	m.trace("expire")
+	m.commit()
 	time.Sleep(modelLease + 100*time.Millisecond)
+	if m.engine == 2 {
+		// Rotation and reclaim, where the queue's options ask for them.
+		if _, err := m.conn.Exec(m.b.ctx, "SELECT sluice.maintain()"); err != nil {
+			m.b.t.Fatalf("maintain: %v", err)
+		}
+	}
 	for id, l := range m.inflight {
 		var n int
 		if err := m.conn.QueryRow(m.b.ctx, "SELECT sluice.ack($1, 'default', ARRAY[$2])", m.queue, l.receipt).Scan(&n); err != nil {
@@ -323,12 +383,16 @@ func (m *crashModel) expire() {
 // come back empty (and the session's idle note goes, as the session would).
 func (m *crashModel) crash() {
 	m.trace("crash")
+	m.crashes++
+	if m.engine == 2 {
+		m.lose()
+		return
+	}
 	m.b.exec(fmt.Sprintf("TRUNCATE sluice_q%[1]d.group_states, sluice_q%[1]d.deliveries, sluice_q%[1]d.runs", m.qid))
 	if _, err := m.conn.Exec(m.b.ctx, "SELECT set_config(sluice._idle_note_name($1), '', false)", m.qid); err != nil {
 		m.b.t.Fatal(err)
 	}
 	m.inflight, m.attempt, m.released = map[int64]held{}, map[int64]int{}, map[int64]bool{}
-	m.crashes++
 }
 
 // drain, after a crash half of the time, receives (random sizes) and acks
@@ -348,6 +412,7 @@ func (m *crashModel) drain() {
 		}
 		m.ack(slices.Sorted(maps.Keys(m.inflight)))
 	}
+	m.commit()
 	for _, id := range m.sent {
 		if !m.acked[id] {
 			m.b.t.Errorf("message %d (key %q) was never delivered again after %d crashes: stranded", id, m.key[id], m.crashes)

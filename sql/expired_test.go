@@ -70,15 +70,22 @@ func TestMassExpiryRedeliversEachOnce(t *testing.T) {
 // message read ~11,000 buffers (the old walk read them all, in order, every
 // time). Counted in buffers (EXPLAIN ANALYZE of the call, which counts its
 // statements' buffers too), not in time.
+// On both engines.
 func TestReceiveAfterMassExpiryIsBounded(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-	leaseAll(b, 3000, 1)
-	time.Sleep(1500 * time.Millisecond)
-	reads := receiveBuffers(t, b, "q")
-	// ~500 measured; the walk of every expired lease read ~9,600-11,000.
-	if reads[2] > 3000 {
-		t.Fatalf("receives with 3,000 expired leases read %v buffers (median %d), want a bounded window (< 3,000)", reads, reads[2])
+	for _, engine := range []int{1, 2} {
+		t.Run(fmt.Sprintf("engine=%d", engine), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			leaseAll(b, engine, 3000, 1)
+			time.Sleep(1500 * time.Millisecond)
+			reads := receiveBuffers(t, b, "q")
+			t.Logf("buffers read by five receives: %v", reads)
+			// ~500 measured; the walk of every expired lease read ~9,600-11,000.
+			if reads[2] > 3000 {
+				t.Fatalf("receives with 3,000 expired leases read %v buffers (median %d), want a bounded window (< 3,000)", reads, reads[2])
+			}
+		})
 	}
 }
 
@@ -87,12 +94,23 @@ func TestReceiveAfterMassExpiryIsBounded(t *testing.T) {
 // needs, not as many runs. Before, with 30 expired runs of 100, each receive
 // of one message probed the ~3,000 positions of its window's 33 runs and
 // read ~15,700 buffers (~1,200 now, measured), on every receive until they
-// were redelivered.
+// were redelivered. On both engines (engine 2 leases a receive's messages
+// of one lane with one lease row, as a run).
 func TestReceiveAfterRunsExpireIsBounded(t *testing.T) {
 	t.Parallel()
+	for _, engine := range []int{1, 2} {
+		t.Run(fmt.Sprintf("engine=%d", engine), func(t *testing.T) {
+			t.Parallel()
+			receiveAfterRunsExpireIsBounded(t, engine)
+		})
+	}
+}
+
+func receiveAfterRunsExpireIsBounded(t *testing.T, engine int) {
 	b := setup(t)
-	leaseAll(b, 30, 100)
-	runs := b.int64(fmt.Sprintf("SELECT count(*) FROM sluice_q%d.runs", b.int64("SELECT id FROM sluice.queue WHERE name = 'q'")))
+	leaseAll(b, engine, 30, 100)
+	count := map[int]string{1: "SELECT count(*) FROM sluice_q%d.runs", 2: "SELECT count(*) FROM sluice_q%d.lease WHERE kind = 'r' AND n >= 100"}[engine]
+	runs := b.int64(fmt.Sprintf(count, b.int64("SELECT id FROM sluice.queue WHERE name = 'q'")))
 	if runs < 25 {
 		t.Fatalf("30 receives of 100 leased %d runs, want about 30 (the test is about runs)", runs)
 	}
@@ -104,14 +122,14 @@ func TestReceiveAfterRunsExpireIsBounded(t *testing.T) {
 	}
 }
 
-// leaseAll makes queue q (one lane, leases of 1 second) with 3,000
+// leaseAll makes queue q (of engine, one lane, leases of 1 second) with 3,000
 // messages and leases them all in `receives` receives of `batch` each, in
 // one call. (Leases may expire while they are being made, on a slow
 // machine: then some are redelivered in the loop, which is fine, and
 // max_attempts keeps them from going to the dead letters.)
-func leaseAll(b *bundle, receives, batch int) {
+func leaseAll(b *bundle, engine, receives, batch int) {
 	b.t.Helper()
-	b.createQueue("q", `{"lanes": 1, "lease": "1 second", "max_attempts": 1000}`)
+	b.createQueue("q", fmt.Sprintf(`{"engine": %d, "lanes": 1, "lease": "1 second", "max_attempts": 1000}`, engine))
 	b.exec(`SELECT sluice.send_batch('q', array(SELECT jsonb_build_object('n', g) FROM generate_series(1, 3000) g))`)
 	b.exec(fmt.Sprintf(`DO $$ BEGIN FOR i IN 1..%d LOOP PERFORM sluice.receive('q', 'default', %d); END LOOP; END $$`,
 		receives, batch))

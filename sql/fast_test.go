@@ -75,7 +75,7 @@ func (b *bundle) calls(f func(tx pgx.Tx), names ...string) map[string]int64 {
 // one cut deals out to the lanes in chunks; it returns the queue's schema.
 func fourLanes(b *bundle) string {
 	b.t.Helper()
-	b.createQueue("q", `{"lanes": 4}`)
+	b.createQueue("q", `{"engine": 1, "lanes": 4}`)
 	b.exec(`SELECT sluice.send_batch('q', array(SELECT jsonb_build_object('n', g) FROM generate_series(1, 400) g))`)
 	return fmt.Sprintf("sluice_q%d", b.int64("SELECT id FROM sluice.queue WHERE name = 'q'"))
 }
@@ -280,7 +280,7 @@ func TestFullPathPassesOverExpiredAckedLeases(t *testing.T) {
 // receives have nothing to number. Returns the counted rounds and calls.
 func (b *bundle) threesPastTheLease(cutter bool) (int, map[string]int64) {
 	b.t.Helper()
-	b.createQueue("q", `{"lanes": 4, "lease": "1500 milliseconds"}`)
+	b.createQueue("q", `{"engine": 1, "lanes": 4, "lease": "1500 milliseconds"}`)
 	if cutter {
 		b.exec("SELECT sluice.create_group('q', 'cutter', 'latest')")
 	}
@@ -380,7 +380,7 @@ func TestFreshLanesLookForNoCompletions(t *testing.T) {
 func TestFastPathOnceThePrioritiesAreCompleted(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.createQueue("q", `{"lanes": 2}`)
+	b.createQueue("q", `{"engine": 1, "lanes": 2}`)
 	schema := fmt.Sprintf("sluice_q%d", b.int64("SELECT id FROM sluice.queue WHERE name = 'q'"))
 	b.exec("SELECT sluice.send('q', '{\"urgent\": 1}', priority => 5)")
 	first := b.receive("q", "default", 1, "")
@@ -460,7 +460,7 @@ func TestFastPathOnceThePrioritiesAreCompleted(t *testing.T) {
 func TestFastPathTakesManySmallBatches(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.createQueue("q", `{"lanes": 1}`)
+	b.createQueue("q", `{"engine": 1, "lanes": 1}`)
 	b.exec("SELECT sluice.create_group('q', 'behind', 'latest')")
 	for i := 0; i < 300; i++ {
 		b.send(b.pool, "q", `{"n": 1}`)
@@ -480,5 +480,84 @@ func TestFastPathTakesManySmallBatches(t *testing.T) {
 	if got != 100 || n["e_take_fast"] != 1 {
 		t.Fatalf("a receive of 100 over 1-message batches got %d (e_take_fast %d, e_pick %d), want 100 by the fast path",
 			got, n["e_take_fast"], n["e_pick"])
+	}
+}
+
+// Engine 2's counterpart of TestFastPathsAreTaken: a receive with nothing to
+// number, on lanes that need nothing but taking, takes its hot statement
+// (e2_take_<slot>: docs/design.md, "The path of a receive"), not the slow
+// path, the keyed take or a cut; it takes consecutive positions of one
+// lane; an ack of all it took completes them with one row (pos 0).
+func TestV2HotPathIsTaken(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.createQueue("q", `{"engine": 2, "lanes": 4}`)
+	b.exec(`SELECT sluice.send_batch('q', array(SELECT jsonb_build_object('n', g) FROM generate_series(1, 400) g))`)
+	// The first receive numbers them (a cut).
+	first := b.receive("q", "default", 1, "")
+	b.ack("q", "default", receipts(first)...)
+
+	var got []msg
+	n := b.calls(func(tx pgx.Tx) {
+		var err error
+		if got, err = receiveOn(b.ctx, tx, "q", "default", 25, ""); err != nil {
+			t.Fatal(err)
+		}
+	}, "e2_take_0", "e2_slow", "e2_take_keyed_0", "e2_cut")
+	if n["e2_take_0"] != 1 || n["e2_slow"] != 0 || n["e2_take_keyed_0"] != 0 || n["e2_cut"] != 0 {
+		t.Fatalf("receive called e2_take_0 %d, e2_slow %d, e2_take_keyed_0 %d, e2_cut %d times: want 1, 0, 0, 0",
+			n["e2_take_0"], n["e2_slow"], n["e2_take_keyed_0"], n["e2_cut"])
+	}
+	if len(got) != 25 {
+		t.Fatalf("the hot path took %d, want 25 (a lane holds 100)", len(got))
+	}
+	for i, m := range got {
+		if m.ID == first[0].ID || m.Attempt != 1 {
+			t.Fatalf("message %d: id %d (the first receive's: %d), attempt %d", i, m.ID, first[0].ID, m.Attempt)
+		}
+		if i > 0 && m.Pos != got[i-1].Pos+1 {
+			t.Fatalf("positions %d then %d: a lane's positions are taken in order", got[i-1].Pos, m.Pos)
+		}
+	}
+	rows, positions := b.runRows("q", "acks")
+	if acked := b.ack("q", "default", receipts(got)...); acked != 25 {
+		t.Fatalf("ack of a whole lease = %d, want 25", acked)
+	}
+	if r, p := b.runRows("q", "acks"); r != rows+1 || p != positions+25 {
+		t.Fatalf("the ack of a whole lease wrote %d completion rows for %d positions, want 1 for 25", r-rows, p-positions)
+	}
+	if again := b.ack("q", "default", receipts(got)...); again != 0 {
+		t.Fatalf("second ack of the lease = %d, want 0", again)
+	}
+}
+
+// Engine 2's counterpart of TestFastPathTakesManySmallBatches: a group that
+// falls behind one that numbers a small batch with each receive takes 100
+// of those batches' messages in one receive, by its hot statement (which
+// reads four batches a call: the receive looks at the lane again while it
+// gives less than asked and more than nothing), not the slow path.
+func TestV2HotPathTakesManySmallBatches(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.createQueue("q", `{"engine": 2, "lanes": 1}`)
+	b.exec("SELECT sluice.create_group('q', 'behind', 'latest')")
+	for i := 0; i < 300; i++ {
+		b.send(b.pool, "q", `{"n": 1}`)
+		if got := b.receiveAndAck(b.pool, "default", 10); got != 1 {
+			t.Fatalf("round %d: the default group got %d", i, got)
+		}
+	}
+	if n := b.int64(fmt.Sprintf("SELECT count(*) FROM sluice_q%d.batch", b.queueID("q"))); n < 250 {
+		t.Fatalf("only %d batches for 300 messages: the test tests nothing", n)
+	}
+	b.receiveAndAck(b.pool, "behind", 100)
+	var got int
+	n := b.calls(func(tx pgx.Tx) {
+		got = b.receiveAndAck(tx, "behind", 100)
+	}, "e2_take_0", "e2_slow")
+	t.Logf("a receive of 100 over small batches: %d messages; %v", got, n)
+	if got != 100 || n["e2_take_0"] == 0 || n["e2_slow"] != 0 {
+		t.Fatalf("a receive of 100 over 1-message batches got %d (e2_take_0 %d, e2_slow %d), want 100 by the hot statement",
+			got, n["e2_take_0"], n["e2_slow"])
 	}
 }

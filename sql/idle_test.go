@@ -10,7 +10,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// The idle note (engine_fast.sql): a session whose receive found no lane of
+// The idle note (engine 1: engine_note.sql; engine 2: e2_receive__s in
+// v2_receive.sql): a session whose receive found no lane of
 // its group with work does not look at the lanes again while the note
 // holds, and nothing that makes work is hidden by it.
 
@@ -35,9 +36,19 @@ func receiveOnConn(b *bundle, c *pgxpool.Conn, group string, lease string) []msg
 	return ms
 }
 
+// On both engines: engine 1's lane states are group_states, engine 2's
+// the lease rows (v2_receive.sql: while the note holds, a receive only
+// probes for messages to number).
 func TestIdleNoteSkipsTheLanes(t *testing.T) {
+	for _, engine := range []int{1, 2} {
+		t.Run(fmt.Sprintf("engine=%d", engine), func(t *testing.T) { idleNoteSkipsTheLanes(t, engine) })
+	}
+}
+
+func idleNoteSkipsTheLanes(t *testing.T, engine int) {
 	b := setup(t)
-	b.createQueue("q", "")
+	b.createQueue("q", fmt.Sprintf(`{"engine": %d}`, engine))
+	states := map[int]string{1: "group_states_%", 2: "lease_%"}[engine]
 	schema := fmt.Sprintf("sluice_q%d", b.int64("SELECT id FROM sluice.queue WHERE name = 'q'"))
 	b.send(b.pool, "q", `{"n": 1}`)
 	b.ack("q", "default", receipts(b.receive("q", "default", 10, ""))...)
@@ -55,8 +66,8 @@ func TestIdleNoteSkipsTheLanes(t *testing.T) {
 		if err := tx.QueryRow(b.ctx, `
 			SELECT coalesce(sum(pg_stat_get_xact_numscans(i.indexrelid)), 0)::bigint
 			FROM pg_index i JOIN pg_class c ON c.oid = i.indrelid
-			WHERE c.relnamespace = $1::regnamespace AND c.relname LIKE 'group_states_%' AND c.relkind = 'r'`,
-			schema).Scan(&n); err != nil {
+			WHERE c.relnamespace = $1::regnamespace AND c.relname LIKE $2 AND c.relkind = 'r'`,
+			schema, states).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
 		return n
@@ -73,7 +84,9 @@ func TestIdleNoteSkipsTheLanes(t *testing.T) {
 		}
 	}
 	var note string
-	if err := tx.QueryRow(b.ctx, "SELECT current_setting($1)", "sluice.idle_"+schema[len("sluice_q"):]).Scan(&note); err != nil {
+	if err := tx.QueryRow(b.ctx, `SELECT current_setting('sluice.idle_' || q.id || CASE WHEN q.engine = 2 THEN '_' || g.id ELSE '' END)
+	                              FROM sluice.queue q JOIN sluice.consumer_group g ON g.queue_id = q.id
+	                              WHERE q.name = 'q' AND g.name = 'default'`).Scan(&note); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("%d of %d polls looked at no lane state; note %q", skipped, polls, note)
@@ -84,9 +97,38 @@ func TestIdleNoteSkipsTheLanes(t *testing.T) {
 	}
 }
 
+// idleNote reads the idle note of group default of queue q in session c:
+// engine 1's sluice.idle_<queue id> ("... idle" when the group was found
+// idle), engine 2's sluice.idle_<queue id>_<group id> ("<cut_no>:<until,
+// in microseconds>"). It returns the note and whether it says idle.
+func idleNote(b *bundle, c *pgxpool.Conn, engine int) (string, bool) {
+	b.t.Helper()
+	var note string
+	if err := c.QueryRow(b.ctx, `SELECT coalesce(current_setting('sluice.idle_' || q.id
+	                                    || CASE WHEN q.engine = 2 THEN '_' || g.id ELSE '' END, true), '')
+	                             FROM sluice.queue q JOIN sluice.consumer_group g ON g.queue_id = q.id
+	                             WHERE q.name = 'q' AND g.name = 'default'`).Scan(&note); err != nil {
+		b.t.Fatal(err)
+	}
+	if engine == 1 {
+		return note, strings.HasSuffix(note, " idle")
+	}
+	cut, until, ok := strings.Cut(note, ":")
+	return note, ok && cut != "" && until != ""
+}
+
+// Nothing that makes work is hidden by the note, on either engine: new
+// messages, a lease that runs out, a cut by another group, nacks here and
+// elsewhere (engine 2's note: v2_receive.sql, e2_receive__s).
 func TestIdleNoteHidesNoWork(t *testing.T) {
+	for _, engine := range []int{1, 2} {
+		t.Run(fmt.Sprintf("engine=%d", engine), func(t *testing.T) { idleNoteHidesNoWork(t, engine) })
+	}
+}
+
+func idleNoteHidesNoWork(t *testing.T, engine int) {
 	b := setup(t)
-	b.createQueue("q", `{"backoff_base": "0 seconds"}`)
+	b.createQueue("q", fmt.Sprintf(`{"engine": %d, "backoff_base": "0 seconds"}`, engine))
 	c := b.conn()
 	// idle polls until the session has a note that the group is idle (a
 	// lane that was never taken from counts as work until a receive has
@@ -94,16 +136,14 @@ func TestIdleNoteHidesNoWork(t *testing.T) {
 	idle := func(what string) {
 		t.Helper()
 		var note string
-		for i := 0; i < 3 && !strings.HasSuffix(note, " idle"); i++ {
+		noted := false
+		for i := 0; i < 3 && !noted; i++ {
 			if ms := receiveOnConn(b, c, "default", ""); len(ms) != 0 {
 				t.Fatalf("%s: got %d messages from an idle queue", what, len(ms))
 			}
-			if err := c.QueryRow(b.ctx, `SELECT coalesce(current_setting('sluice.idle_' || id, true), '')
-			                             FROM sluice.queue WHERE name = 'q'`).Scan(&note); err != nil {
-				t.Fatal(err)
-			}
+			note, noted = idleNote(b, c, engine)
 		}
-		if !strings.HasSuffix(note, " idle") {
+		if !noted {
 			t.Fatalf("%s: no idle note after empty receives (%q)", what, note)
 		}
 	}
@@ -179,7 +219,10 @@ func TestIdleNoteHidesNoWork(t *testing.T) {
 	}
 
 	// A note that is not one of sluice's is ignored.
-	if _, err := c.Exec(b.ctx, "SELECT set_config('sluice.idle_' || id, 'not a note', false) FROM sluice.queue WHERE name = 'q'"); err != nil {
+	if _, err := c.Exec(b.ctx, `SELECT set_config('sluice.idle_' || q.id || CASE WHEN q.engine = 2 THEN '_' || g.id ELSE '' END,
+	                                              'not a note', false)
+	                            FROM sluice.queue q JOIN sluice.consumer_group g ON g.queue_id = q.id
+	                            WHERE q.name = 'q' AND g.name = 'default'`); err != nil {
 		t.Fatal(err)
 	}
 	b.send(b.pool, "q", `{"n": "after a bad note"}`)
@@ -201,7 +244,7 @@ func TestIdleNoteNarrowsTheLookAfterACut(t *testing.T) {
 	for attempt := 1; attempt <= 3; attempt++ {
 		b := setup(t)
 		q := fmt.Sprintf("q%d", attempt)
-		b.createQueue(q, "")
+		b.createQueue(q, `{"engine": 1}`)
 		var took time.Duration
 		calls := b.calls(func(tx pgx.Tx) {
 			// Empty polls: every lane gets a state, then the session a note.
@@ -248,9 +291,18 @@ func TestIdleNoteNarrowsTheLookAfterACut(t *testing.T) {
 // leases tied at that time counted them as work ("two of any",
 // e_lanes_with_work) on every poll, which then took the full path and never
 // noted the group idle.
+//
+// On both engines (engine 2: its lane state passes the ended leases, then
+// its polls note the group idle; counted, its calls of the keyed take).
 func TestIdleNoteOnceTiedKeyedLeasesRanOut(t *testing.T) {
+	for _, engine := range []int{1, 2} {
+		t.Run(fmt.Sprintf("engine=%d", engine), func(t *testing.T) { idleNoteOnceTiedKeyedLeasesRanOut(t, engine) })
+	}
+}
+
+func idleNoteOnceTiedKeyedLeasesRanOut(t *testing.T, engine int) {
 	b := setup(t)
-	b.createQueue("q", `{"lanes": 1, "lease": "200 milliseconds"}`)
+	b.createQueue("q", fmt.Sprintf(`{"engine": %d, "lanes": 1, "lease": "200 milliseconds"}`, engine))
 	b.exec(`SELECT sluice.send_batch('q', array_fill('{}'::jsonb, ARRAY[4]), keys => ARRAY['a', 'b', 'c', 'd'])`)
 	ms := b.receive("q", "default", 10, "")
 	if len(ms) != 4 {
@@ -264,21 +316,28 @@ func TestIdleNoteOnceTiedKeyedLeasesRanOut(t *testing.T) {
 	time.Sleep(1100 * time.Millisecond)
 	const polls = 10
 	var note string
+	full := map[int]string{1: "e_pick", 2: "e2_take_keyed_0"}[engine]
 	n := b.calls(func(tx pgx.Tx) {
 		for i := 0; i < polls; i++ {
 			if ms, err := receiveOn(b.ctx, tx, "q", "default", 10, ""); err != nil || len(ms) != 0 {
 				t.Fatalf("poll %d of an idle group: %d messages, %v", i, len(ms), err)
 			}
 		}
-		if err := tx.QueryRow(b.ctx, `SELECT coalesce(current_setting('sluice.idle_' || id, true), '')
-		                              FROM sluice.queue WHERE name = 'q'`).Scan(&note); err != nil {
+		if err := tx.QueryRow(b.ctx, `SELECT coalesce(current_setting('sluice.idle_' || q.id
+		                                  || CASE WHEN q.engine = 2 THEN '_' || g.id ELSE '' END, true), '')
+		                              FROM sluice.queue q JOIN sluice.consumer_group g ON g.queue_id = q.id
+		                              WHERE q.name = 'q' AND g.name = 'default'`).Scan(&note); err != nil {
 			t.Fatal(err)
 		}
-	}, "e_pick")
-	t.Logf("%d polls: e_pick %d, note %q", polls, n["e_pick"], note)
+	}, full)
+	t.Logf("%d polls: %s %d, note %q", polls, full, n[full], note)
 	// the first polls pass the leases and move the low-water mark (the full
 	// path); from then on the group is idle
-	if !strings.HasSuffix(note, " idle") || n["e_pick"] > 3 {
-		t.Fatalf("%d of %d polls of an idle group took the full path; note %q", n["e_pick"], polls, note)
+	idle := strings.HasSuffix(note, " idle")
+	if engine == 2 {
+		idle = strings.Contains(note, ":")
+	}
+	if !idle || n[full] > 3 {
+		t.Fatalf("%d of %d polls of an idle group took the full path (%s); note %q", n[full], polls, full, note)
 	}
 }

@@ -277,10 +277,23 @@ func TestLeasesSingleDelivery(t *testing.T) {
 // of them shows its new expiry (once); a nacked message, keyed or not, is
 // not in flight; an ack of the rest empties the list. Groups are apart,
 // and the group filter keeps one.
+//
+// On both engines (engine 2 leases a receive's messages of one lane with
+// one lease row, as engine 1's run, and an extend renews the receipts
+// given).
 func TestLeasesRunsExtendNack(t *testing.T) {
 	t.Parallel()
+	for _, engine := range []int{1, 2} {
+		t.Run(fmt.Sprintf("engine=%d", engine), func(t *testing.T) {
+			t.Parallel()
+			leasesRunsExtendNack(t, engine)
+		})
+	}
+}
+
+func leasesRunsExtendNack(t *testing.T, engine int) {
 	b := setup(t)
-	b.createQueue("r", `{"lanes": 1}`)
+	b.createQueue("r", fmt.Sprintf(`{"engine": %d, "lanes": 1}`, engine))
 	b.exec("SELECT sluice.create_group('r', 'audit')")
 	var sent []int64
 	for i := range 6 {
@@ -295,8 +308,9 @@ func TestLeasesRunsExtendNack(t *testing.T) {
 		t.Fatalf("received %d, want 6", len(ms))
 	}
 	qid := b.queueID("r")
-	if n := b.int64(fmt.Sprintf("SELECT count(*) FROM sluice_q%d.runs", qid)); n != 1 {
-		t.Fatalf("%d runs rows after a receive of 6 unkeyed messages, want 1 (the test is about runs)", n)
+	runs := map[int]string{1: "SELECT count(*) FROM sluice_q%d.runs", 2: "SELECT count(*) FROM sluice_q%d.lease WHERE kind = 'r'"}[engine]
+	if n := b.int64(fmt.Sprintf(runs, qid)); n != 1 {
+		t.Fatalf("%d runs (lease) rows after a receive of 6 unkeyed messages, want 1 (the test is about runs)", n)
 	}
 	ls := b.leases("r", nil, 100)
 	if got := leaseIDs(ls); !slices.Equal(got, sent) {
@@ -316,18 +330,21 @@ func TestLeasesRunsExtendNack(t *testing.T) {
 	if err := b.pool.QueryRow(b.ctx, "SELECT sluice.extend('r', 'default', $1, '1 hour')", []string{ms[2].Receipt}).Scan(&n); err != nil || n != 1 {
 		t.Fatalf("extend: %d, %v", n, err)
 	}
+	before := ls[0].Expires
 	ls = b.leases("r", nil, 100)
 	want := append(slices.Clone(sent[:2]), sent[3:]...)
 	want = append(want, sent[2])
+	extended := ls[len(ls)-1:]
 	if got := leaseIDs(ls); !slices.Equal(got, want) {
 		t.Fatalf("leases after an extend: %v, want %v", got, want)
 	}
-	last := ls[len(ls)-1]
-	if d := last.Expires.Sub(ls[0].Expires); d < 45*time.Minute {
-		t.Errorf("extended lease expires %s, the others %s", last.Expires, ls[0].Expires)
-	}
-	if last.Consumer == nil || *last.Consumer != "c1" || !last.DeliveredAt.Equal(ls[0].DeliveredAt) {
-		t.Errorf("the extended lease keeps its receive's consumer and time: %+v, run %+v", last, ls[0])
+	for _, l := range extended {
+		if d := l.Expires.Sub(before); d < 45*time.Minute {
+			t.Errorf("extended lease %d expires %s, before %s", l.ID, l.Expires, before)
+		}
+		if l.Consumer == nil || *l.Consumer != "c1" || !l.DeliveredAt.Equal(ls[0].DeliveredAt) {
+			t.Errorf("the extended lease keeps its receive's consumer and time: %+v, run %+v", l, ls[0])
+		}
 	}
 
 	// Nack the first (unkeyed: completed, a retry copy is sent) and the

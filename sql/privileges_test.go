@@ -81,6 +81,11 @@ func internalCalls(qid int64) []string {
 		fmt.Sprintf(`SELECT * FROM %s.e_receive(sluice._get_queue('q'), NULL, 1, '1 minute', NULL)`, s),
 		fmt.Sprintf(`SELECT %s.e_ack(1, ARRAY['0.1.1.1'])`, s),
 		fmt.Sprintf(`TRUNCATE %s.messages_0`, s),
+		// engine 2's storage and copies (of the queue, were it of engine 2)
+		fmt.Sprintf(`SELECT count(*) FROM %s.msg`, s),
+		fmt.Sprintf(`SELECT count(*) FROM %s.lease_0`, s),
+		fmt.Sprintf(`SELECT %s.e2_ack(1, ARRAY['0.1.0.1.1'])`, s),
+		`SELECT count(*) FROM sluice_tmpl2.e2_ack(1, ARRAY['0.1.0.1.1'])`,
 	}
 }
 
@@ -199,13 +204,15 @@ func TestPrivilegeProducer(t *testing.T) {
 	b.allowed(producer, "producer", `SELECT sluice.send('q', '{"a": 1}')`)
 	b.allowed(producer, "producer", `SELECT sluice.send('q', '2', '{"h": 1}', 'k', '1 second', 3, 'd')`)
 	b.allowed(producer, "producer", `SELECT sluice.send_batch('q', ARRAY['3'::jsonb, '4'])`)
-	if n := b.int64("SELECT count(*) FROM sluice.messages"); n != 4 {
+	// (the queue's own storage: engine 2, the default, has its msg table)
+	if n := b.int64("SELECT count(*) FROM " + storedMessages(b, "q") + " m"); n != 4 {
 		t.Errorf("messages after the producer's sends: %d, want 4", n)
 	}
 	b.checkAPI(producer, "producer", qid, producerFuncs)
 	// The producer cannot read back what it (or anyone) sent.
 	b.denied(producer, "producer", `SELECT body FROM sluice.messages`)
-	b.denied(producer, "producer", fmt.Sprintf(`SELECT body FROM sluice_q%d.messages`, qid))
+	b.denied(producer, "producer", fmt.Sprintf(`SELECT body FROM sluice_q%d.msg`, qid))
+	b.denied(producer, "producer", fmt.Sprintf(`SELECT body FROM sluice_q%d.msg_0`, qid))
 	if got := b.receive("q", "default", 10, ""); len(got) != 3 {
 		t.Errorf("received %d messages, want 3 (one is delayed)", len(got))
 	}

@@ -110,14 +110,42 @@ func TestSendBatchErrorsInOrder(t *testing.T) {
 	}
 }
 
+// storedMessages is a query of the messages a queue stores, as sent (no
+// retry or redrive copies), with engine 1's column names (id, body,
+// headers, key, priority, deliver_at, sent_at, dedup_key), from the
+// queue's own storage: sluice.messages on engine 1; on engine 2 its msg
+// table (deliver_at is its due), with the dedup_key its dedup table
+// recorded for the message.
+func storedMessages(b *bundle, queue string) string {
+	b.t.Helper()
+	qid := b.int64("SELECT id FROM sluice.queue WHERE name = $1", queue)
+	if b.int64("SELECT engine FROM sluice.queue WHERE id = $1", qid) == 1 {
+		return fmt.Sprintf(`(SELECT id, body, headers, key, priority, deliver_at, sent_at, dedup_key
+		                     FROM sluice.messages WHERE queue_id = %d)`, qid)
+	}
+	return fmt.Sprintf(`(SELECT m.id, m.body, m.headers, m.key, m.priority, m.due AS deliver_at, m.sent_at,
+	                            (SELECT d.dedup_key FROM sluice_q%[1]d.dedup d WHERE d.msg_id = m.id LIMIT 1) AS dedup_key
+	                     FROM sluice_q%[1]d.msg m WHERE m.orig IS NULL)`, qid)
+}
+
 // Batches whose arrays together are larger than max_payload, while each
 // message fits (so that send_batch sizes every message), and batches read
-// from a table: sent whole, every field as given.
+// from a table: sent whole, every field as given, on either engine (each
+// read from the queue's own storage).
 func TestSendBatchSizesAndFields(t *testing.T) {
 	t.Parallel()
+	for _, engine := range []int{1, 2} {
+		t.Run(fmt.Sprintf("engine=%d", engine), func(t *testing.T) {
+			t.Parallel()
+			sendBatchSizesAndFields(t, engine)
+		})
+	}
+}
+
+func sendBatchSizesAndFields(t *testing.T, engine int) {
 	b := setup(t)
-	b.createQueue("small", `{"max_payload": 100}`)
-	b.createQueue("q", "")
+	b.createQueue("small", fmt.Sprintf(`{"engine": %d, "max_payload": 100}`, engine))
+	b.createQueue("q", fmt.Sprintf(`{"engine": %d}`, engine))
 	// '{"p": "x..."}' with 86 letters is 100 bytes in an array: at
 	// max_payload, sent.
 	if n := b.int64(`SELECT pg_column_size(x) FROM unnest(ARRAY[jsonb_build_object('p', repeat('x', 86))]) x`); n != 100 {
@@ -146,7 +174,7 @@ func TestSendBatchSizesAndFields(t *testing.T) {
 			'5 minutes',
 			ARRAY(SELECT g % 5 - 2 FROM generate_series(1, 100) g)) WITH ORDINALITY AS s(id, ord)`)
 	bad := b.int64(`SELECT count(*) FROM sent s
-		LEFT JOIN sluice.messages m ON m.queue_id = (SELECT id FROM sluice.queue WHERE name = 'q') AND m.id = s.id
+		LEFT JOIN ` + storedMessages(b, "q") + ` m ON m.id = s.id
 		WHERE m.body IS DISTINCT FROM jsonb_build_object('g', s.ord)
 		   OR m.headers IS DISTINCT FROM CASE WHEN s.ord % 3 = 0 THEN jsonb_build_object('h', s.ord) END
 		   OR m.key IS DISTINCT FROM CASE WHEN s.ord % 4 = 0 THEN 'k' || s.ord % 7 END
@@ -157,8 +185,8 @@ func TestSendBatchSizesAndFields(t *testing.T) {
 	if bad != 0 {
 		t.Fatalf("%d of 100 messages not stored as sent, or ids not in body order", bad)
 	}
-	if n := b.int64(`SELECT count(DISTINCT m.sent_at) FROM sent s JOIN sluice.messages m
-		ON m.queue_id = (SELECT id FROM sluice.queue WHERE name = 'q') AND m.id = s.id`); n != 1 {
+	if n := b.int64(`SELECT count(DISTINCT m.sent_at) FROM sent s JOIN ` + storedMessages(b, "q") + ` m
+		ON m.id = s.id`); n != 1 {
 		t.Fatalf("the batch has %d sent_at values, want 1", n)
 	}
 }

@@ -27,7 +27,7 @@ func (b *bundle) upgradeQueue(queue string) {
 func TestUpgradeQueueKeepsEverything(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.createQueue("up", `{"max_attempts": 1, "lanes": 1}`)
+	b.createQueue("up", `{"engine": 1, "max_attempts": 1, "lanes": 1}`)
 	b.exec("SELECT sluice.create_group('up', 'other')")
 	d1 := b.sendKeyed("up", `"dies"`, "", 0)
 	got := b.receive("up", "default", 1, "")
@@ -109,7 +109,7 @@ func TestUpgradeQueueKeepsEverything(t *testing.T) {
 func TestUpgradeQueueUnderLoad(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.createQueue("upl", `{"lanes": 4}`)
+	b.createQueue("upl", `{"engine": 1, "lanes": 4}`)
 	ctx, cancel := context.WithTimeout(b.ctx, 2*time.Minute)
 	defer cancel()
 	const keys = 20
@@ -232,7 +232,7 @@ func TestUpgradeQueueUnderLoad(t *testing.T) {
 func TestUpgradeFinishedByReceives(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.createQueue("upr", `{"rotate_interval": "100 milliseconds"}`)
+	b.createQueue("upr", `{"engine": 1, "rotate_interval": "100 milliseconds"}`)
 	old := b.sendKeyed("upr", `1`, "", 0)
 	b.upgradeQueue("upr")
 	got := b.receive("upr", "default", 10, "")

@@ -297,6 +297,9 @@ BEGIN
         IF NOT ok AND q.predecessor IS NOT NULL THEN   -- (an upgrade in progress)
             ok := sluice._pred_complete(q, g, 'nack', ARRAY[nack.receipt], nack.delay, nack.error) = 1;
         END IF;
+        -- (as below: a keyed nack writes the lane's state, which the note
+        -- of e2_receive__s would hide for up to 25 ms)
+        PERFORM set_config('sluice.idle_' || q.id || '_' || g.id, '', false);
         RETURN ok;
     END IF;
     ok := e_nack(q, g, nack.receipt, nack.delay, nack.error);   -- the queue's copy (_queue_path)

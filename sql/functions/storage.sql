@@ -412,7 +412,8 @@ END
 $$;
 
 -- _instantiate: (re)create a queue's copies of the engine functions from the
--- templates in schema sluice_tmpl. Run for every queue on each migrate.
+-- templates in schema sluice_tmpl. Run for every queue on each migrate. For
+-- a queue of engine 2 it calls _instantiate_v2 instead.
 --
 -- Templates are written without SET clauses. A copy differs from its
 -- template in its schema, and the entry points (the functions the public
@@ -444,6 +445,13 @@ DECLARE
     f record;
     s int;
 BEGIN
+    -- A queue of engine 2 has copies of the other templates: whoever reloads
+    -- a queue's copies by this name gets them (copying engine 1's here would
+    -- drop engine 2's, and the queue's next receive would fail).
+    IF (SELECT qq.engine FROM sluice.queue qq WHERE qq.id = p_queue_id) = 2 THEN
+        PERFORM sluice._instantiate_v2(p_queue_id);
+        RETURN;
+    END IF;
     -- A queue made before runs (migration 0010) gets their tables.
     IF to_regclass(format('%I.runs', sch)) IS NULL THEN
         EXECUTE sluice._runs_ddl(sch);

@@ -46,6 +46,9 @@ DECLARE
     v_idle_note constant text := 'sluice.idle_' || q.id || '_' || g.id;
     v_us bigint := (extract(epoch FROM v_now) * 1000000)::bigint;
     v_note text := current_setting(v_idle_note, true);
+    -- until when the note holds (a setting of that name that is no note of
+    -- ours is ignored)
+    v_until bigint := CASE WHEN v_note SIMILAR TO '[0-9]+:[0-9]+' THEN split_part(v_note, ':', 2)::bigint END;
     v_cut_no bigint;
     v_due boolean;
     v_rr int;
@@ -82,7 +85,7 @@ BEGIN
         PERFORM set_config(v_maint_note, to_char(v_now, 'YYYYMMDDHH24MISSUS'), false);
         PERFORM e_maintain(q.id);
     END IF;
-    IF v_note <> '' AND split_part(v_note, ':', 2)::bigint > v_us THEN
+    IF v_until > v_us THEN
         -- This session's last receive of the group found every lane idle
         -- (the idle note, valid 25 ms): unless something was numbered since
         -- or is to be numbered, nothing to look at.
@@ -222,8 +225,12 @@ BEGIN
         v_need := v_need - v_n;
         EXIT WHEN v_need = 0;
         -- (a lane that gave less than asked and more than nothing may have
-        -- stopped at a take's bound: looked at again; the others not)
-        IF v_ended OR v_n = 0 OR v_n >= v_before THEN
+        -- stopped at a take's bound: looked at again; the others not. So is
+        -- a lane that passed an ended lease that was settled when the next
+        -- one past it has ended too, so that a redelivery due behind
+        -- settled leases is not left for later receives, one lease each,
+        -- while this one returns empty.)
+        IF (v_ended OR v_n = 0 OR v_n >= v_before) AND NOT (v_settled IS TRUE AND v_next <= v_now) THEN
             v_seen := v_seen || s.lane::int;
         END IF;
     END LOOP;

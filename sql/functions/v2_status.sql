@@ -560,12 +560,26 @@ END
 $$;
 
 -- e_start_pos: engine 1's start of a new group; in engine 2 the start is
--- written per lane once the group exists (e2_start): 0 here.
+-- written per lane once the group exists (e2_start): 0 here. It checks
+-- what e2_start would refuse, before the caller (create_group, seek_group)
+-- writes the group's row: a start at 'latest' numbers messages (a cut),
+-- which needs READ COMMITTED; refused only later, the row's insert would
+-- have drawn an id from consumer_group_id_seq, which no rollback gives back.
+--
+-- Parameters:
+--   p_queue_id   queue id
+--   p_earliest   true for 'earliest'
+--   p_ts         for a timestamp start (NULL for 'latest')
+-- Returns: 0
+-- Errors: SL010 invalid_isolation ('latest' outside READ COMMITTED)
 CREATE OR REPLACE FUNCTION sluice_tmpl2.e_start_pos(p_queue_id int, p_earliest boolean, p_ts timestamptz)
 RETURNS bigint
 LANGUAGE plpgsql
 AS $$
 BEGIN
+    IF NOT p_earliest AND p_ts IS NULL AND current_setting('transaction_isolation') <> 'read committed' THEN
+        PERFORM sluice._isolation_error('numbering messages');
+    END IF;
     RETURN 0;
 END
 $$;

@@ -204,6 +204,9 @@ DECLARE
     through_parents constant text[] := ARRAY['e2_take__s', 'e2_take_keyed__s', 'e2_key_done__s'];
     entry_points constant text[] := ARRAY['e_queue_status', 'e2_start', 'e_maintain', 'e_peek', 'e_leases',
                                           'e_purge', 'e_start_pos'];
+    -- e_peek reads every stored message (msg has no index by id): it keeps
+    -- sequential scans, as engine 1's (sluice._instantiate)
+    scanners constant text[] := ARRAY['e_peek'];
     f record;
     def text;
     sig text;
@@ -247,10 +250,10 @@ BEGIN
              WHERE p.pronamespace = sch::regnamespace AND NOT p.oid::regprocedure::text = ANY (sigs) LOOP
         EXECUTE format('DROP FUNCTION %s', f.oid::regprocedure);
     END LOOP;
-    FOR f IN SELECT p.oid FROM pg_proc p
+    FOR f IN SELECT p.oid, p.proname FROM pg_proc p
              WHERE p.pronamespace = sch::regnamespace AND p.proname = ANY (entry_points) LOOP
         EXECUTE format('ALTER FUNCTION %s SET search_path = %s %s', f.oid::regprocedure,
-                       sluice._queue_path(p_queue_id), sluice._engine_settings());
+                       sluice._queue_path(p_queue_id), sluice._engine_settings(f.proname = ANY (scanners)));
     END LOOP;
     -- The cut reads a backlog 4,096 messages at a time in (txid, id) order:
     -- by ordered index scans that stop there, not a bitmap scan of all of it
