@@ -61,7 +61,12 @@ BEGIN
     WHERE e.group_id = g.id AND e.lane = p_lane AND e.expires_at >= st.scan_t AND e.expires_at > '-infinity'
       AND e.expires_at <= p_now AND (e.expires_at, e.lease_no) > (st.scan_t, st.scan_no)
     ORDER BY e.expires_at, e.lease_no LIMIT 1;
-    IF FOUND THEN
+    -- (the lease's lock, if free: an ack, nack or extend of it not
+    -- committed holds it, and a receive, which may hold the cut lock, never
+    -- waits for one; the lease is handled by a later receive)
+    IF FOUND AND pg_try_advisory_xact_lock(sluice._lock_ns('lease'),
+                                           sluice._lease_lock(g.id, p_lane, CASE WHEN r.kind = 'x' THEN r.ref
+                                                                                  ELSE r.lease_no END)) THEN
         RETURN QUERY SELECT * FROM e2_expire(q, g, p_lane, v_no, st.cursor, r.lease_no, p_need, p_lease, p_consumer,
                                              p_now, p_slot);   -- (its state row passes r, after the run)
         GET DIAGNOSTICS n = ROW_COUNT;
@@ -194,11 +199,8 @@ BEGIN
         v_first := v_end;
     END IF;
     -- (no row when it is put off whole: u's fields are then NULL; the
-    -- lease's lock first, so that completions of its positions committed
-    -- meanwhile are seen: see e2_ack__s)
-    IF v_end <= p_now THEN
-        PERFORM pg_advisory_xact_lock(sluice._lock_ns('lease'), sluice._lease_lock(g.id, p_lane, r.lease_no));
-    END IF;
+    -- caller holds the lease's lock, so completions of its positions
+    -- committed meanwhile are seen: see e2_ack__s)
     SELECT * INTO u FROM e2_unsettled(g.id, p_lane, r.lease_no, r.slot, q.max_attempts, p_need, p_now, p_slot, q.id,
                                       v_later)
     WHERE v_end <= p_now;
