@@ -85,10 +85,7 @@ func delayedMessageDoesNotPinReclaim(t *testing.T, engine int) {
 	b.createQueue("far", fmt.Sprintf(`{"rotate_interval": "200 milliseconds", "retention": "0 seconds", "lanes": 2,
 		"engine": %d}`, engine))
 	qid := b.queueID("far")
-	stored := "sluice.messages" // (engine 1: the shared parent; engine 2: the queue's own table)
-	if engine == 2 {
-		stored = fmt.Sprintf("sluice_q%d.msg", qid)
-	}
+	stored := b.messagesTableOf("far")
 	b.exec(`SELECT sluice.send('far', '"far"', delay => '300 days')`)
 	b.exec(`SELECT sluice.send('far', '"soon"', delay => '4 seconds')`)
 	start := time.Now()

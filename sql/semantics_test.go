@@ -371,20 +371,23 @@ func TestGroupStartPositions(t *testing.T) {
 
 // Completed messages are reclaimed by rotation and TRUNCATE once the
 // retention has passed; a group that stops consuming holds the space back,
-// status shows it, and dropping the group releases it.
+// status shows it, and dropping the group releases it. On engine 2 (each
+// number of slots) and engine 1 (two slots).
 func TestRetentionReclaimAndStalledGroup(t *testing.T) {
 	t.Parallel()
-	for _, slots := range []int{2, 3, 4} {
-		t.Run(fmt.Sprintf("slots=%d", slots), func(t *testing.T) {
+	for _, c := range []struct{ engine, slots int }{{2, 2}, {2, 3}, {2, 4}, {1, 2}} {
+		t.Run(fmt.Sprintf("engine=%d/slots=%d", c.engine, c.slots), func(t *testing.T) {
 			t.Parallel()
-			retentionReclaimAndStalledGroup(t, slots)
+			retentionReclaimAndStalledGroup(t, c.engine, c.slots)
 		})
 	}
 }
 
-func retentionReclaimAndStalledGroup(t *testing.T, slots int) {
+func retentionReclaimAndStalledGroup(t *testing.T, engine, slots int) {
 	b := setup(t)
-	b.createQueue("q", fmt.Sprintf(`{"retention": "0 seconds", "rotate_interval": "100 milliseconds", "slots": %d}`, slots))
+	b.createQueue("q", fmt.Sprintf(`{"retention": "0 seconds", "rotate_interval": "100 milliseconds", "slots": %d,
+		"engine": %d}`, slots, engine))
+	stored := b.messagesTableOf("q")
 	b.exec("SELECT sluice.create_group('q', 'stalled')")
 	stalledFirst := b.send(b.pool, "q", `{"first": true}`)
 	if got := b.receive("q", "stalled", 1, ""); len(got) != 1 || got[0].ID != stalledFirst {
@@ -415,12 +418,12 @@ func retentionReclaimAndStalledGroup(t *testing.T, slots int) {
 			st["default"].HoldsReclaim)
 	}
 	// The pending message is still there for the stalled group.
-	if n := b.int64("SELECT count(*) FROM sluice.messages WHERE id = $1", stalledFirst); n != 1 {
+	if n := b.int64("SELECT count(*) FROM "+stored+" WHERE id = $1", stalledFirst); n != 1 {
 		t.Fatal("the stalled group's pending message was dropped")
 	}
 	b.exec("SELECT sluice.drop_group('q', 'stalled')")
 	consumeUntil("a reclaim after the drop", func() bool {
-		return b.int64("SELECT count(*) FROM sluice.messages WHERE id = $1", stalledFirst) == 0
+		return b.int64("SELECT count(*) FROM "+stored+" WHERE id = $1", stalledFirst) == 0
 	})
 	if n := b.int64("SELECT count(*) FROM sluice.reclaim"); n == 0 {
 		t.Fatal("the first message is gone but no reclaim was logged")
@@ -429,6 +432,22 @@ func retentionReclaimAndStalledGroup(t *testing.T, slots int) {
 	if s := b.status("q")["default"]; s.Ready != 0 || s.InFlight != 0 {
 		t.Fatalf("default: ready %d in flight %d, want 0 and 0", s.Ready, s.InFlight)
 	}
+}
+
+// messagesTableOf names the table that stores a queue's messages: engine
+// 1's shared parent sluice.messages, or the msg table in an engine 2
+// queue's own schema (which keeps a message's retry copies too, with the
+// message's id in orig, not id).
+func (b *bundle) messagesTableOf(queue string) string {
+	b.t.Helper()
+	var id, engine int
+	if err := b.pool.QueryRow(b.ctx, "SELECT id, engine FROM sluice.queue WHERE name = $1", queue).Scan(&id, &engine); err != nil {
+		b.t.Fatal(err)
+	}
+	if engine == 1 {
+		return "sluice.messages"
+	}
+	return fmt.Sprintf("sluice_q%d.msg", id)
 }
 
 func TestPurgeAndDrop(t *testing.T) {

@@ -410,3 +410,34 @@ func TestV2DelayedMessageMovesAcrossReclaims(t *testing.T) {
 	}
 	b.v2expectEmpty("v2mv", "default")
 }
+
+// A receive that rotates the queue itself (its epoch older than
+// rotate_interval) still gets the message sent just before: the rest of
+// the receive runs in the new slot. (Run on in the old slot's copy, it
+// spent its eight looks on the lanes the rotation had fenced there and
+// never numbered the message: it returned nothing, and status showed the
+// message ready.) Every lane's state ends in the current slot. Three
+// rounds: each receive reclaims the older slot, then rotates into it.
+func TestV2ReceiveThatRotatesGetsTheNewMessage(t *testing.T) {
+	b := setup(t)
+	b.createV2("v2rr", `"rotate_interval": "100 milliseconds", "retention": "0 seconds", "slots": 2, "lanes": 8`)
+	for round := 0; round < 3; round++ {
+		b.v2drainAck("v2rr", "default", 10)
+		time.Sleep(1100 * time.Millisecond) // (a receive maintains at most once a second per session)
+		epoch := b.v2epoch("v2rr")
+		id := b.send(b.pool, "v2rr", fmt.Sprintf(`{"round": %d}`, round))
+		got := b.v2receive("v2rr", "default", 10, "")
+		if e := b.v2epoch("v2rr"); e != epoch+1 {
+			t.Fatalf("round %d: epoch %d after the receive, want %d (the receive rotates)", round, e, epoch+1)
+		}
+		if len(got) != 1 || got[0].ID != id {
+			t.Fatalf("round %d: the receive that rotated got %+v, want message %d", round, got, id)
+		}
+		b.ack("v2rr", "default", got[0].Receipt)
+		if n := b.int64(fmt.Sprintf(`SELECT count(*) FROM (SELECT DISTINCT ON (lane) slot FROM sluice_q%d.lease
+			ORDER BY lane, lease_no DESC) s WHERE s.slot <> (SELECT slot FROM sluice.epoch WHERE queue_id = $1
+			ORDER BY epoch DESC LIMIT 1)`, b.queueID("v2rr")), b.queueID("v2rr")); n != 0 {
+			t.Fatalf("round %d: %d lanes' states outside the current slot", round, n)
+		}
+	}
+}
