@@ -441,3 +441,38 @@ func TestV2ReceiveThatRotatesGetsTheNewMessage(t *testing.T) {
 		}
 	}
 }
+
+// A queue that holds only a message delayed for a day rotates no more once
+// reclaim has moved it into the current slot: a moved message is not
+// traffic (else the queue would rotate, and copy it, every
+// rotate_interval).
+func TestV2DelayedOnlyQueueStopsRotating(t *testing.T) {
+	b := setup(t)
+	b.createV2("v2still", `"rotate_interval": "100 milliseconds", "retention": "0 seconds", "slots": 2, "lanes": 2`)
+	qid := b.queueID("v2still")
+	b.exec(`SELECT sluice.send('v2still', '"tomorrow"', delay => '1 day')`)
+	b.v2sendN("v2still", 1)                // (traffic: epoch 0 rotates)
+	b.v2drainAck("v2still", "default", 10) // (numbers the delayed one: pending)
+	// rotations and reclaims until the message was moved at least once
+	for i := 0; b.int64(`SELECT count(*) FROM sluice.reclaim WHERE queue_id = $1 AND epoch = 0`, qid) == 0; i++ {
+		if i == 30 {
+			t.Fatalf("epoch 0 not reclaimed, epoch %d", b.v2epoch("v2still"))
+		}
+		time.Sleep(150 * time.Millisecond)
+		b.v2maintain()
+	}
+	settled := b.v2epoch("v2still")
+	for i := 0; i < 6; i++ {
+		time.Sleep(150 * time.Millisecond)
+		b.v2maintain()
+	}
+	if e := b.v2epoch("v2still"); e > settled+1 {
+		t.Fatalf("epoch %d after 6 rotate intervals with only a delayed message stored, from %d: it keeps rotating", e, settled)
+	}
+	if st := b.v2status("v2still", "default"); st.Delayed != 1 {
+		t.Fatalf("status delayed %d, want 1", st.Delayed)
+	}
+	if n := b.int64(fmt.Sprintf(`SELECT count(*) FROM sluice_q%d.msg`, qid)); n != 1 {
+		t.Fatalf("%d stored rows, want 1 (the delayed message)", n)
+	}
+}

@@ -42,9 +42,16 @@ BEGIN
         oldest := oldest + 1;
         reclaimed := reclaimed + 1;
     END LOOP;
+    -- Rotate when the current slot has traffic: positions numbered there,
+    -- or messages sent since the newest cut. (Not for messages that reclaim
+    -- moved here because they are due later: a queue that only holds those
+    -- would rotate, and copy them, every rotate_interval.)
     IF clock_timestamp() >= cur.started_at + q.rotate_interval AND cur.epoch - oldest < q.slots - 1
        AND (EXISTS (SELECT 1 FROM batch b WHERE b.slot = cur.slot)
-            OR EXISTS (SELECT 1 FROM msg m WHERE m.slot = cur.slot)) THEN
+            OR EXISTS (SELECT 1 FROM prio p WHERE p.slot = cur.slot)
+            OR EXISTS (SELECT 1 FROM msg m
+                       WHERE m.slot = cur.slot
+                         AND m.txid >= (SELECT c.snap_xmax FROM cut c ORDER BY c.cut_no DESC LIMIT 1))) THEN
         PERFORM e2_rotate(q, cur.epoch + 1);
         rotated := true;
     END IF;
