@@ -15,9 +15,8 @@ func (b *bundle) groupExists(queue, group string) bool {
 // receive has used it for that long, and not before; receives keep it
 // alive; a group without a ttl never expires; a receive's own upkeep on
 // another group of the queue expires it too, so no scheduler is needed
-// (issue 15, item 9). On both engines (engine 2's receives run the
-// queue's upkeep once a second when a group has a ttl, not only when the
-// epoch is due to rotate).
+// (issue 15, item 9). On both engines (engine 2's receives ran the
+// queue's upkeep only when the epoch was due to rotate).
 func TestGroupTTL(t *testing.T) {
 	t.Parallel()
 	for _, engine := range []int{1, 2} {

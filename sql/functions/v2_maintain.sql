@@ -4,17 +4,18 @@
 -- a new epoch starts in the next slot, if that slot is free (the ring of
 -- slots is not full). The oldest epoch's slot is reclaimed, its nine leaves
 -- truncated at once, when nothing in it is needed any more (e2_reclaimable).
--- Both run in sluice.maintain and in a receive that finds the interval
--- passed (at most once a second per session): no background process.
+-- Both run in sluice.maintain and in receives (about once a second per
+-- session): no background process.
 
 -- e_maintain: rotate and reclaim a queue of engine 2 (the caller holds the
--- queue's maint lock), and finish its upgrade when every group has drained
--- its predecessor.
+-- queue's maint lock), finish its upgrade when every group has drained
+-- its predecessor, and analyze the slot leaves that filled with the
+-- statistics of an empty table (sluice._analyze_filled).
 --
 -- Parameters:
 --   p_queue_id  queue id
 -- Returns: rotated, reclaimed (slots truncated) and changed (anything written)
--- Calls: e2_carry_idle, e2_reclaim, e2_rotate, sluice._finish_upgrade
+-- Calls: e2_carry_idle, e2_reclaim, e2_rotate, sluice._finish_upgrade, sluice._analyze_filled
 CREATE OR REPLACE FUNCTION sluice_tmpl2.e_maintain(p_queue_id int, OUT rotated boolean, OUT reclaimed int,
                                                   OUT changed boolean)
 LANGUAGE plpgsql
@@ -60,7 +61,8 @@ BEGIN
     IF q.predecessor IS NOT NULL THEN
         changed := sluice._finish_upgrade(q) OR changed;
     END IF;
-    changed := changed OR rotated OR reclaimed > 0;
+    -- slot leaves whose statistics say "empty" while they fill (as engine 1)
+    changed := sluice._analyze_filled(q, sluice._v2_tables()) > 0 OR changed OR rotated OR reclaimed > 0;
 END
 $$;
 

@@ -24,10 +24,11 @@
 -- Prioritized messages first: the priority lane's levels above 0 (numbered
 -- first when one waits to be), then the lanes, then, when no lane had
 -- anything more, the levels below 0 (e2_take_prio).
--- Rotation and reclaim (e_maintain) run here too when the current epoch is
--- older than rotate_interval or a group of the queue has a ttl (to expire
--- it: create_group), at most once a second per session, if no other call
--- is at them; when it rotated, the new slot's copy serves the receive.
+-- The queue's upkeep (e_maintain: groups past their ttl, reclaim, rotation
+-- when the epoch is older than rotate_interval, statistics of slot leaves
+-- that filled) runs here too, about once a second per session, if no other
+-- call is at it, as in engine 1; when it rotated, the new slot's copy
+-- serves the receive.
 --
 -- Parameters: as sluice.receive (q and g looked up, lease resolved), and
 --   p_epoch, p_started  the current epoch and when it started
@@ -77,14 +78,8 @@ BEGIN
         v_now := clock_timestamp();
         v_us := (extract(epoch FROM v_now) * 1000000)::bigint;
     END IF;
-    IF coalesce(current_setting(v_maint_note, true), '') >= to_char(v_now - interval '1 second', 'YYYYMMDDHH24MISSUS') THEN
-        NULL;   -- (this session looked less than a second ago)
-    ELSIF v_now < p_started + q.rotate_interval
-          AND NOT EXISTS (SELECT 1 FROM sluice.consumer_group cg WHERE cg.queue_id = q.id AND cg.ttl IS NOT NULL) THEN
-        -- nothing to rotate yet, no group that may expire: looked at again
-        -- in a second
-        PERFORM set_config(v_maint_note, to_char(v_now, 'YYYYMMDDHH24MISSUS'), false);
-    ELSIF pg_try_advisory_xact_lock(sluice._lock_ns('maint'), q.id) THEN
+    IF coalesce(current_setting(v_maint_note, true), '') < to_char(v_now - interval '1 second', 'YYYYMMDDHH24MISSUS')
+       AND pg_try_advisory_xact_lock(sluice._lock_ns('maint'), q.id) THEN
         PERFORM set_config(v_maint_note, to_char(v_now, 'YYYYMMDDHH24MISSUS'), false);
         IF (SELECT m.rotated FROM e_maintain(q.id) m) THEN
             -- The queue rotated: the new slot's copy serves this receive.
