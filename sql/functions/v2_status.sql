@@ -454,9 +454,9 @@ $$;
 -- group (e2_status_unnumbered), at most sluice.status_exact_limit (10,000)
 -- of each kind. holds_reclaim: the group holds the oldest epoch's slot once
 -- its retention passed (e2_group_holds, as reclaim asks). Costs O(groups x
--- lanes x (leases not scanned past + batch
--- rows after the cursor with targets or keys + waiting positions) + delayed
--- messages + dead letters), plus the messages not numbered yet read.
+-- lanes x (leases not scanned past + batch rows after the cursor with
+-- targets or keys + waiting positions) + delayed messages + dead letters),
+-- plus the messages not numbered yet read.
 --
 -- Parameters:
 --   q  the queue's row
