@@ -141,13 +141,27 @@ func TestDropQueueUnderLoad(t *testing.T) {
 
 // TestAdminDDLDoesNotStallOtherQueues: while a producer transaction is open
 // on queue A, create_queue B and drop_queue C do not make sends and
-// receives on queue D wait (issue 15, item 2).
+// receives on queue D wait (issue 15, item 2). On both engines: engine 1's
+// queues share the parent sluice.messages, whose lock the producer holds,
+// so C's table is detached later (by maintain); engine 2's queues share no
+// table, so C's schema goes at once.
 func TestAdminDDLDoesNotStallOtherQueues(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-	for _, q := range []string{"a", "c", "d"} {
-		b.createQueue(q, "")
+	for _, engine := range []int{1, 2} {
+		t.Run(fmt.Sprintf("engine=%d", engine), func(t *testing.T) {
+			t.Parallel()
+			adminDDLDoesNotStallOtherQueues(t, engine)
+		})
 	}
+}
+
+func adminDDLDoesNotStallOtherQueues(t *testing.T, engine int) {
+	b := setup(t)
+	opts := fmt.Sprintf(`{"engine": %d}`, engine)
+	for _, q := range []string{"a", "c", "d"} {
+		b.createQueue(q, opts)
+	}
+	cid := b.queueID("c")
 	b.send(b.pool, "c", "1")
 	holder, err := b.pool.Begin(b.ctx)
 	if err != nil {
@@ -162,7 +176,7 @@ func TestAdminDDLDoesNotStallOtherQueues(t *testing.T) {
 	ddlDone := make(chan string, 2)
 	go func() {
 		start := time.Now()
-		_, err := b.pool.Exec(b.ctx, "SELECT sluice.create_queue('b')")
+		_, err := b.pool.Exec(b.ctx, "SELECT sluice.create_queue('b', $1::jsonb)", opts)
 		ddlDone <- fmt.Sprintf("create_queue b: %v after %v", err, time.Since(start).Round(time.Millisecond))
 	}()
 	go func() {
@@ -200,11 +214,14 @@ func TestAdminDDLDoesNotStallOtherQueues(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	// drop_queue c could not detach c's messages table while the holder's
-	// transaction (which inserted into sluice.messages) is open: c's schema
-	// is left, empty, for later.
-	if n := b.int64(`SELECT count(*) FROM pg_namespace WHERE nspname ~ '^sluice_(dropped_)?q[0-9]+$'`); n != 4 {
-		t.Errorf("%d queue schemas while the producer transaction is open, want 4 (a, b, d and what c left)", n)
+	// Engine 1: drop_queue c could not detach c's messages table while the
+	// holder's transaction (which inserted into sluice.messages) is open:
+	// c's schema is left, empty, for later. Engine 2: nothing of c's is
+	// shared, and its schema is gone.
+	if n, want := b.int64(`SELECT count(*) FROM pg_namespace WHERE nspname ~ '^sluice_(dropped_)?q[0-9]+$'`),
+		map[int]int64{1: 4, 2: 3}[engine]; n != want {
+		t.Errorf("%d queue schemas while the producer transaction is open, want %d (a, b, d, and on engine 1 what c left)",
+			n, want)
 	}
 	if err := holder.Commit(b.ctx); err != nil {
 		t.Fatal(err)
@@ -234,8 +251,26 @@ func TestAdminDDLDoesNotStallOtherQueues(t *testing.T) {
 	if n := b.int64(`SELECT count(*) FROM pg_namespace WHERE nspname ~ '^sluice_q[0-9]+$'`); n != 3 {
 		t.Errorf("%d queue schemas after maintain, want 3 (a, b, d)", n)
 	}
-	if n := b.int64(`SELECT count(*) FROM pg_inherits WHERE inhparent = 'sluice.messages'::regclass`); n != 3 {
-		t.Errorf("%d partitions of sluice.messages after maintain, want 3 (a, b, d)", n)
+	if engine == 1 {
+		if n := b.int64(`SELECT count(*) FROM pg_inherits WHERE inhparent = 'sluice.messages'::regclass`); n != 3 {
+			t.Errorf("%d partitions of sluice.messages after maintain, want 3 (a, b, d)", n)
+		}
+		return
+	}
+	// engine 2: each queue left has its own message table, with a leaf per
+	// slot; c has nothing left, and sluice.messages none of them
+	for _, q := range []string{"a", "b", "d"} {
+		if n := b.int64(`SELECT count(*) FROM pg_inherits
+			WHERE inhparent = to_regclass(format('sluice_q%s.msg', $1::int))`, b.queueID(q)); n != 2 {
+			t.Errorf("queue %s: %d slot tables of its msg, want 2", q, n)
+		}
+	}
+	if n := b.int64(`SELECT count(*) FROM pg_class WHERE relnamespace::regnamespace::text ~ ('^sluice_(dropped_)?q' || $1::int || '$')`,
+		cid); n != 0 {
+		t.Errorf("%d relations of the dropped queue c left after maintain, want 0", n)
+	}
+	if n := b.int64(`SELECT count(*) FROM pg_inherits WHERE inhparent = 'sluice.messages'::regclass`); n != 0 {
+		t.Errorf("%d partitions of sluice.messages on engine 2, want 0 (each queue keeps its own)", n)
 	}
 }
 

@@ -145,10 +145,12 @@ BEGIN
 END
 $$;
 
--- e_analyze_filled: ANALYZE the queue's slot partitions whose statistics
--- say "empty or nearly" (0 <= reltuples < 50) but that have 50 live rows or
--- more now, so that every session plans its statements on them again, for
--- their real size.
+-- _analyze_filled: ANALYZE the queue's slot partitions (of the tables
+-- named, either engine's) whose statistics say "empty or nearly" (0 <=
+-- reltuples < 50) but that have 50 live rows or more now, so that every
+-- session plans its statements on them again, for their real size. Called
+-- by both engines' maintenance (e_analyze_filled here, engine 2's
+-- e_maintain).
 --
 -- Why (issue 16). A slot's partitions wait empty between the TRUNCATE of
 -- reclaim (or their creation) and the epoch that writes into them, and
@@ -186,15 +188,18 @@ $$;
 -- snapshot look ids up in pg_subtrans.
 --
 -- Parameters:
---   q  the queue
+--   q         the queue
+--   p_tables  its slot-partitioned tables (sluice._slot_tables' names for
+--             engine 1, sluice._v2_tables() for engine 2)
 -- Returns: how many partitions were analyzed
-CREATE OR REPLACE FUNCTION sluice_tmpl.e_analyze_filled(q sluice.queue)
+CREATE OR REPLACE FUNCTION sluice._analyze_filled(q sluice.queue, p_tables text[])
 RETURNS int
 LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_lock_timeout constant text := current_setting('lock_timeout');
-    v_names constant name[] := ARRAY(SELECT st.name || '_' || s.slot FROM sluice._slot_tables() st
+    v_names constant name[] := ARRAY(SELECT st.name || '_' || s.slot FROM unnest(p_tables) st(name)
                                      CROSS JOIN generate_series(0, q.slots - 1) AS s(slot));
     t record;
     n int := 0;
@@ -235,6 +240,20 @@ BEGIN
         PERFORM set_config('lock_timeout', v_lock_timeout, true);
     END LOOP;
     RETURN n;
+END
+$$;
+
+-- e_analyze_filled: sluice._analyze_filled of an engine 1 queue's tables.
+--
+-- Parameters:
+--   q  the queue
+-- Returns: how many partitions were analyzed
+CREATE OR REPLACE FUNCTION sluice_tmpl.e_analyze_filled(q sluice.queue)
+RETURNS int
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    RETURN sluice._analyze_filled(q, ARRAY(SELECT st.name FROM sluice._slot_tables() st));
 END
 $$;
 

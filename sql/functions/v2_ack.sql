@@ -323,6 +323,13 @@ BEGIN
     IF v_token IS NULL OR cardinality(p_receipts) < 2 THEN
         RETURN 0;
     END IF;
+    -- Receipts of more than one lease are not such a batch: their leases are
+    -- locked in key order by e2_ack__s. (Locked here first, the first one's
+    -- lease would be taken out of that order, and two acks naming the same
+    -- leases, as a retried ack does, could wait for each other: deadlock.)
+    IF EXISTS (SELECT 1 FROM unnest(p_receipts) r WHERE right(r, length(v_suffix)) <> v_suffix) THEN
+        RETURN 0;
+    END IF;
     PERFORM pg_advisory_xact_lock(sluice._lock_ns('lease'), sluice._lease_lock(p_group, v_lane, v_no));
     INSERT INTO ack__s (slot, group_id, lane, lease_no, pos, kind, at)
     SELECT p_slot, p_group, v_lane, v_no, 0, 'a', p_now

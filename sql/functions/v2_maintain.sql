@@ -4,17 +4,18 @@
 -- a new epoch starts in the next slot, if that slot is free (the ring of
 -- slots is not full). The oldest epoch's slot is reclaimed, its nine leaves
 -- truncated at once, when nothing in it is needed any more (e2_reclaimable).
--- Both run in sluice.maintain and in a receive that finds the interval
--- passed (at most once a second per session): no background process.
+-- Both run in sluice.maintain and in receives (about once a second per
+-- session): no background process.
 
 -- e_maintain: rotate and reclaim a queue of engine 2 (the caller holds the
--- queue's maint lock), and finish its upgrade when every group has drained
--- its predecessor.
+-- queue's maint lock), finish its upgrade when every group has drained
+-- its predecessor, and analyze the slot leaves that filled with the
+-- statistics of an empty table (sluice._analyze_filled).
 --
 -- Parameters:
 --   p_queue_id  queue id
 -- Returns: rotated, reclaimed (slots truncated) and changed (anything written)
--- Calls: e2_carry_idle, e2_reclaimable, e2_rotate, sluice._finish_upgrade
+-- Calls: e2_carry_idle, e2_reclaim, e2_rotate, sluice._finish_upgrade, sluice._analyze_filled
 CREATE OR REPLACE FUNCTION sluice_tmpl2.e_maintain(p_queue_id int, OUT rotated boolean, OUT reclaimed int,
                                                   OUT changed boolean)
 LANGUAGE plpgsql
@@ -38,13 +39,20 @@ BEGIN
     WHILE oldest < cur.epoch LOOP
         v_slot := (oldest % q.slots)::smallint;
         changed := e2_carry_idle(q, v_slot, cur.slot) OR changed;
-        EXIT WHEN NOT e2_reclaim(q, oldest, v_slot);
+        EXIT WHEN NOT e2_reclaim(q, oldest, v_slot, cur.slot);
         oldest := oldest + 1;
         reclaimed := reclaimed + 1;
     END LOOP;
+    -- Rotate when the current slot has traffic: positions numbered there,
+    -- or messages sent since the newest cut. (Not for messages that reclaim
+    -- moved here because they are due later: a queue that only holds those
+    -- would rotate, and copy them, every rotate_interval.)
     IF clock_timestamp() >= cur.started_at + q.rotate_interval AND cur.epoch - oldest < q.slots - 1
        AND (EXISTS (SELECT 1 FROM batch b WHERE b.slot = cur.slot)
-            OR EXISTS (SELECT 1 FROM msg m WHERE m.slot = cur.slot)) THEN
+            OR EXISTS (SELECT 1 FROM prio p WHERE p.slot = cur.slot)
+            OR EXISTS (SELECT 1 FROM msg m
+                       WHERE m.slot = cur.slot
+                         AND m.txid >= (SELECT c.snap_xmax FROM cut c ORDER BY c.cut_no DESC LIMIT 1))) THEN
         PERFORM e2_rotate(q, cur.epoch + 1);
         rotated := true;
     END IF;
@@ -53,7 +61,8 @@ BEGIN
     IF q.predecessor IS NOT NULL THEN
         changed := sluice._finish_upgrade(q) OR changed;
     END IF;
-    changed := changed OR rotated OR reclaimed > 0;
+    -- slot leaves whose statistics say "empty" while they fill (as engine 1)
+    changed := sluice._analyze_filled(q, sluice._v2_tables()) > 0 OR changed OR rotated OR reclaimed > 0;
 END
 $$;
 
@@ -116,14 +125,18 @@ BEGIN
         SELECT st.slot, st.group_id, st.lane, st.lease_no + 1, 'f', 1, 0, 0, 0, '-infinity', clock_timestamp(),
                st.cursor, st.scan_t, st.scan_no, 'infinity', st.held, st.waiting, st.levels
         FROM st
-        RETURNING 1
+        -- (the state read may predate a receive that committed before the
+        -- lock was taken: its row has the key, and the lane is left to it)
+        ON CONFLICT DO NOTHING
+        RETURNING group_id, lane
     ), ins AS (
         INSERT INTO lease (slot, group_id, lane, lease_no, kind, first_pos, last_pos, n, token, expires_at,
                            delivered_at, cursor, scan_t, scan_no, old_due, next_exp, held, waiting, levels)
         SELECT p_cur, st.group_id, st.lane, st.lease_no + 2, 'c', 1, 0, 0, 0, '-infinity', clock_timestamp(),
                st.cursor, st.scan_t, st.scan_no, e2_old_due(st.group_id, st.lane, p_cur, st.scan_t, st.scan_no),
                e2_next_exp(st.group_id, st.lane, p_cur, st.scan_t, st.scan_no), st.held, st.waiting, st.levels
-        FROM st
+        FROM st JOIN fence f ON f.group_id = st.group_id AND f.lane = st.lane
+        ON CONFLICT DO NOTHING
         RETURNING 1
     )
     SELECT count(*) INTO n FROM ins;
@@ -133,21 +146,19 @@ $$;
 
 -- e2_reclaimable: whether slot p_slot (of epoch p_epoch, not current) holds
 -- nothing still needed: its retention passed (the next epoch began that
--- long ago); every message in it numbered, none waiting in pending;
+-- long ago); every message in it numbered (seen by a cut: one due later
+-- waits in pending, and e2_reclaim moves it to the current slot);
 -- its dedup keys, if it has any, not within the dedup window (the next
--- epoch began longer ago than that, as engine 1 counts it); and, for
--- every lane of every group: its state not in it, its leases in it all
--- scanned past (and their extensions ended), no deferred lease (kind x) not
--- yet scanned past, and every position whose message or batch is in the
--- slot below the lane's low-water mark (the least of cursor + 1, the
--- positions of leases not yet scanned past and the keyed positions waiting:
--- below it, everything is completed). Groups dropped do not count.
+-- epoch began longer ago than that, as engine 1 counts it); no extension in
+-- it not ended; and no group holds it (e2_group_holds). Groups dropped do
+-- not count.
 --
 -- Parameters:
 --   q        the queue
 --   p_epoch  the epoch
 --   p_slot   its slot
 -- Returns: true when the slot can be truncated
+-- Calls: e2_group_holds
 CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_reclaimable(q sluice.queue, p_epoch bigint, p_slot smallint)
 RETURNS boolean
 LANGUAGE plpgsql
@@ -167,46 +178,90 @@ BEGIN
     END IF;
     SELECT * INTO STRICT c FROM cut x ORDER BY x.cut_no DESC LIMIT 1;
     IF EXISTS (SELECT 1 FROM msg m WHERE m.slot = p_slot AND NOT pg_visible_in_snapshot(m.txid, c.snap))
-       OR EXISTS (SELECT 1 FROM pending p WHERE (p.mslot = p_slot OR p.slot = p_slot) AND p.due > c.due_upto)
        OR EXISTS (SELECT 1 FROM ext x WHERE x.slot = p_slot AND x.expires_at > clock_timestamp()) THEN
         RETURN false;
     END IF;
-    RETURN NOT EXISTS (
+    RETURN NOT EXISTS (SELECT 1 FROM sluice.consumer_group g WHERE g.queue_id = q.id AND e2_group_holds(q, g.id, p_slot));
+END
+$$;
+
+-- e2_group_holds: whether a group still needs something in slot p_slot (so
+-- that the slot is not reclaimed; status's holds_reclaim): for one of its
+-- lanes, the lane's state is in the slot, or a position whose message or
+-- batch is in the slot is not below the lane's low-water mark. The
+-- low-water mark is the least of the cursor + 1, the first waiting keyed
+-- position and the first position of each lease not yet scanned past that
+-- is not settled (below it, everything is completed). A lease not scanned
+-- past holds the slot too when it is not settled and lives in the slot, or
+-- is a deferral (kind x). A settled lease (kind r, acked whole or every
+-- position completed) holds nothing even before its end: its positions
+-- need no message any more, and a scan that no longer finds it (its slot
+-- truncated, with its acks) has nothing to do for it. So under steady
+-- traffic a slot is reclaimed once its messages are completed, not a lease
+-- duration later (leases end long after they are acked).
+--
+-- Parameters:
+--   q        the queue
+--   p_group  the group
+--   p_slot   the slot
+-- Returns: true when the group holds the slot
+CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_group_holds(q sluice.queue, p_group int, p_slot smallint)
+RETURNS boolean
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    RETURN EXISTS (
         SELECT 1
-        FROM sluice.consumer_group g CROSS JOIN generate_series(0, q.lanes) l(lane)   -- (lanes: the priority lane)
-        CROSS JOIN LATERAL (SELECT s.* FROM lease s WHERE s.group_id = g.id AND s.lane = l.lane
+        FROM generate_series(0, q.lanes) l(lane)   -- (lanes: the priority lane)
+        CROSS JOIN LATERAL (SELECT s.* FROM lease s WHERE s.group_id = p_group AND s.lane = l.lane
                             ORDER BY s.lease_no DESC LIMIT 1) s
-        CROSS JOIN LATERAL (
-            -- the leases not scanned past: the low-water mark, and whether
-            -- one is deferred or lives in the slot
-            SELECT least(s.cursor + 1, min(CASE WHEN e.last_pos >= e.first_pos THEN e.first_pos END),
-                         min((SELECT min(r) FROM unnest(e.redo_pos) r)),
-                         (SELECT min(x.pos) FROM unnest(s.waiting) x)) AS lwm,
-                   bool_or(e.kind = 'x' OR e.slot = p_slot) AS holds
-            FROM lease e
-            WHERE e.group_id = g.id AND e.lane = l.lane AND e.expires_at > '-infinity'
-              AND e.expires_at >= s.scan_t AND (e.expires_at, e.lease_no) > (s.scan_t, s.scan_no)) w
-        CROSS JOIN LATERAL (SELECT CASE WHEN l.lane < q.lanes
-                                        THEN (SELECT max(b.last_pos) FROM batch b
-                                              WHERE b.lane = l.lane AND (b.slot = p_slot OR p_slot = ANY (b.mslots)))
-                                        ELSE (SELECT max(p.pos) FROM prio p WHERE p.slot = p_slot OR p.mslot = p_slot)
-                                   END AS last) b
-        WHERE g.queue_id = q.id
-          AND (s.slot = p_slot OR coalesce(w.holds, false) OR coalesce(b.last, 0) >= w.lwm));
+        CROSS JOIN LATERAL (SELECT coalesce(CASE WHEN l.lane < q.lanes
+                                                 THEN (SELECT max(b.last_pos) FROM batch b
+                                                       WHERE b.lane = l.lane AND (b.slot = p_slot OR p_slot = ANY (b.mslots)))
+                                                 ELSE (SELECT max(p.pos) FROM prio p WHERE p.slot = p_slot OR p.mslot = p_slot)
+                                            END, 0) AS last) b
+        WHERE s.slot = p_slot
+           OR b.last > s.cursor
+           OR b.last >= (SELECT min(x.pos) FROM unnest(s.waiting) x)
+           OR EXISTS (
+                -- a lease not scanned past that holds the slot and is not settled
+                SELECT 1 FROM lease e
+                WHERE e.group_id = p_group AND e.lane = l.lane AND e.expires_at > '-infinity'
+                  AND e.expires_at >= s.scan_t AND (e.expires_at, e.lease_no) > (s.scan_t, s.scan_no)
+                  AND (e.kind = 'x' OR e.slot = p_slot
+                       OR e.last_pos >= e.first_pos AND e.first_pos <= b.last
+                       OR (SELECT min(r) FROM unnest(e.redo_pos) r) <= b.last)
+                  AND NOT (e.kind = 'r'
+                           AND (EXISTS (SELECT 1 FROM ack a WHERE a.slot = e.slot AND a.group_id = p_group
+                                                              AND a.lane = l.lane AND a.lease_no = e.lease_no
+                                                              AND a.pos = 0)
+                                OR (SELECT count(*) FROM ack a WHERE a.slot = e.slot AND a.group_id = p_group
+                                                                 AND a.lane = l.lane AND a.lease_no = e.lease_no) = e.n))));
 END
 $$;
 
 -- e2_reclaim: truncate slot p_slot (epoch p_epoch) if it is reclaimable,
 -- checked again under ACCESS EXCLUSIVE locks on its nine leaves, taken
 -- within 50 ms (else it is left for a later call: a reader of the slot, or
--- a transaction holding a lock on one of its leaves, keeps it).
+-- a transaction holding a lock on one of its leaves, keeps it). The
+-- messages due later (in pending, not numbered yet) that the slot stores or
+-- lists move first to the current slot (p_cur): the message copied there
+-- as it is (same id and txid, which no cut numbers again: the cuts have
+-- seen its transaction), and its pending row written there, naming where
+-- the message now is. So a message delayed for months does not keep its
+-- slot, and the queue keeps rotating (as engine 1's reclaim). A pending
+-- row of another slot that named the message in this one names nothing
+-- after the TRUNCATE: the cut's join to msg skips it, and status counts
+-- the delayed messages, not the rows.
 --
 -- Parameters:
 --   q        the queue
 --   p_epoch  the oldest epoch kept
 --   p_slot   its slot
+--   p_cur    the current slot
 -- Returns: whether it was truncated
-CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_reclaim(q sluice.queue, p_epoch bigint, p_slot smallint)
+-- Calls: e2_reclaimable
+CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_reclaim(q sluice.queue, p_epoch bigint, p_slot smallint, p_cur smallint)
 RETURNS boolean
 LANGUAGE plpgsql
 AS $$
@@ -223,6 +278,24 @@ BEGIN
     IF NOT e2_reclaimable(q, p_epoch, p_slot) THEN
         RETURN false;
     END IF;
+    -- (no cut runs meanwhile: a cut reads pending and msg through their
+    -- parents, so it waits for the locks just taken)
+    WITH mv AS MATERIALIZED (
+        SELECT DISTINCT p.due, p.txid, p.id, p.mslot
+        FROM (SELECT x.due_upto FROM cut x ORDER BY x.cut_no DESC LIMIT 1) c
+        JOIN pending p ON p.due > c.due_upto
+        JOIN msg m ON m.slot = p.mslot AND m.txid = p.txid AND m.id = p.id
+        WHERE p.slot = p_slot OR p.mslot = p_slot
+    ), copied AS (
+        INSERT INTO msg (slot, id, txid, orig, attempt, target, due, sent_at, headers, body, key, khash, priority)
+        SELECT p_cur, m.id, m.txid, m.orig, m.attempt, m.target, m.due, m.sent_at, m.headers, m.body, m.key, m.khash,
+               m.priority
+        FROM mv JOIN msg m ON m.slot = mv.mslot AND m.txid = mv.txid AND m.id = mv.id
+        WHERE mv.mslot = p_slot
+    )
+    INSERT INTO pending (slot, due, mslot, txid, id)
+    SELECT p_cur, mv.due, CASE WHEN mv.mslot = p_slot THEN p_cur ELSE mv.mslot END, mv.txid, mv.id
+    FROM mv;
     EXECUTE format('TRUNCATE %s', v_leaves);
     INSERT INTO sluice.reclaim (queue_id, epoch, reclaimed_at) VALUES (q.id, p_epoch, clock_timestamp());
     RETURN true;

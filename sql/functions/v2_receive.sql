@@ -24,9 +24,11 @@
 -- Prioritized messages first: the priority lane's levels above 0 (numbered
 -- first when one waits to be), then the lanes, then, when no lane had
 -- anything more, the levels below 0 (e2_take_prio).
--- Rotation and reclaim (e_maintain) run here too when the current epoch is
--- older than rotate_interval, at most once a second per session, if no other
--- call is at them.
+-- The queue's upkeep (e_maintain: groups past their ttl, reclaim, rotation
+-- when the epoch is older than rotate_interval, statistics of slot leaves
+-- that filled) runs here too, about once a second per session, if no other
+-- call is at it, as in engine 1; when it rotated, the new slot's copy
+-- serves the receive.
 --
 -- Parameters: as sluice.receive (q and g looked up, lease resolved), and
 --   p_epoch, p_started  the current epoch and when it started
@@ -79,11 +81,21 @@ BEGIN
         v_now := clock_timestamp();
         v_us := (extract(epoch FROM v_now) * 1000000)::bigint;
     END IF;
-    IF v_now >= p_started + q.rotate_interval
-       AND coalesce(current_setting(v_maint_note, true), '') < to_char(v_now - interval '1 second', 'YYYYMMDDHH24MISSUS')
+    IF coalesce(current_setting(v_maint_note, true), '') < to_char(v_now - interval '1 second', 'YYYYMMDDHH24MISSUS')
        AND pg_try_advisory_xact_lock(sluice._lock_ns('maint'), q.id) THEN
         PERFORM set_config(v_maint_note, to_char(v_now, 'YYYYMMDDHH24MISSUS'), false);
-        PERFORM e_maintain(q.id);
+        IF (SELECT m.rotated FROM e_maintain(q.id) m) THEN
+            -- The queue rotated: the new slot's copy serves this receive.
+            -- This one's statements name a slot that is no longer current,
+            -- whose lanes the rotation fenced: each lane would cost one of
+            -- the eight looks in the slow path, and what is not numbered
+            -- yet would wait for the next receive.
+            SELECT e.epoch, e.slot, e.started_at INTO p_epoch, p_slot, p_started
+            FROM sluice.epoch e WHERE e.queue_id = q.id ORDER BY e.epoch DESC LIMIT 1;
+            RETURN QUERY EXECUTE format('SELECT * FROM e2_receive_%s($1, $2, $3, $4, $5, NULL, $6, $7, $8)', p_slot)
+                USING q, g, max_messages, p_lease, p_consumer, p_epoch, p_started, p_slot;
+            RETURN;
+        END IF;
     END IF;
     IF v_until > v_us THEN
         -- This session's last receive of the group found every lane idle

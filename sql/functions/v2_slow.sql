@@ -34,6 +34,15 @@ DECLARE
     v_tno bigint;
     n int;
 BEGIN
+    -- A receive that read the current slot before a rotation (and, since a
+    -- settled lease holds no slot, perhaps the reclaim of that slot with
+    -- its fences) would move the lane back into a slot no longer current,
+    -- next to the state written in the current one: nothing here then.
+    -- (Under the lane's lock: once the slot is current here, the lane's
+    -- state written there keeps it from being reclaimed.)
+    IF p_slot IS DISTINCT FROM (SELECT ns.slot FROM sluice._slot_now(q.id) ns) THEN
+        RETURN;
+    END IF;
     -- the lane's state: its newest lease row, of any slot (every lane of a
     -- group has one from the group's creation)
     SELECT s.* INTO STRICT st FROM lease s WHERE s.group_id = g.id AND s.lane = p_lane

@@ -452,16 +452,18 @@ $$;
 -- yet; lag counts ready, waiting, in flight and the retries due later, not
 -- the delayed sends. The messages not numbered yet are read once for every
 -- group (e2_status_unnumbered), at most sluice.status_exact_limit (10,000)
--- of each kind. Costs O(groups x lanes x (leases not scanned past + batch
--- rows after the cursor with targets or keys + waiting positions) + delayed
--- messages + dead letters), plus the messages not numbered yet read.
+-- of each kind. holds_reclaim: the group holds the oldest epoch's slot once
+-- its retention passed (e2_group_holds, as reclaim asks). Costs O(groups x
+-- lanes x (leases not scanned past + batch rows after the cursor with
+-- targets or keys + waiting positions) + delayed messages + dead letters),
+-- plus the messages not numbered yet read.
 --
 -- Parameters:
 --   q  the queue's row
 -- Returns: SETOF sluice.queue_status
 -- Errors: SL006 when the setting sluice.status_exact_limit is not a
 --         number from 0 to 1000000000
--- Calls: e2_status_unnumbered, e2_status_lane (e2_status_leases, e2_status_keyed)
+-- Calls: e2_status_unnumbered, e2_status_lane (e2_status_leases, e2_status_keyed), e2_group_holds
 CREATE OR REPLACE FUNCTION sluice_tmpl2.e_queue_status(q sluice.queue)
 RETURNS SETOF sluice.queue_status
 LANGUAGE plpgsql
@@ -482,6 +484,14 @@ DECLARE
     -- counts them: from the catalog, not by reading the cuts)
     v_live constant int := (SELECT max(e.epoch) FROM sluice.epoch e WHERE e.queue_id = q.id)
                            - coalesce((SELECT max(r.epoch) + 1 FROM sluice.reclaim r WHERE r.queue_id = q.id), 0) + 1;
+    -- the slot of the oldest epoch kept, when it is not the current one and
+    -- its retention has passed: a group that holds it holds reclaim
+    v_old_slot constant smallint := (
+        SELECT e.slot FROM sluice.epoch e
+        WHERE e.queue_id = q.id AND v_live > 1
+          AND e.epoch = coalesce((SELECT max(r.epoch) + 1 FROM sluice.reclaim r WHERE r.queue_id = q.id), 0)
+          AND (SELECT n.started_at FROM sluice.epoch n WHERE n.queue_id = q.id AND n.epoch = e.epoch + 1)
+              <= clock_timestamp() - q.retention);
 BEGIN
     IF (CASE WHEN v_limit ~ '^\s*[0-9]{1,10}\s*$' THEN v_limit::bigint > 1000000000 ELSE true END) THEN
         RAISE EXCEPTION USING ERRCODE = 'SL006',
@@ -539,7 +549,7 @@ BEGIN
         INTO s.dead, s.dead_lettered
         FROM sluice.dead_letter dl WHERE dl.queue_id = q.id AND dl.group_id = g.id;
         s.live_epochs := v_live;
-        s.holds_reclaim := false;
+        s.holds_reclaim := coalesce(v_old_slot IS NOT NULL AND e2_group_holds(q, g.id, v_old_slot), false);
         s.estimated := un.estimated;
         s.held_by_pid := h_pid;
         s.held_for := h_for;
