@@ -278,9 +278,12 @@ CREATE OR REPLACE FUNCTION sluice._lease_lock(p_group_id int, p_lane int, p_leas
 RETURNS int
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 AS $$
-    SELECT pg_catalog.hashint8((p_group_id::pg_catalog.int8 OPERATOR(pg_catalog.<<) 40)
-                               OPERATOR(pg_catalog.#) (p_lane::pg_catalog.int8 OPERATOR(pg_catalog.<<) 30)
-                               OPERATOR(pg_catalog.#) p_lease_no)
+    -- (the high half of a 64-bit hash of the lease_no seeded by group and
+    -- lane: hashint8 alone folds the halves of its argument together, so
+    -- that keys of near leases of two lanes were equal)
+    SELECT (pg_catalog.hashint8extended(p_lease_no, (p_group_id::pg_catalog.int8 OPERATOR(pg_catalog.<<) 16)
+                                                    OPERATOR(pg_catalog.|) p_lane::pg_catalog.int8)
+            OPERATOR(pg_catalog.>>) 32)::pg_catalog.int4
 $$;
 
 -- _receipt_ok: whether a receipt is of sluice's form,
