@@ -59,6 +59,7 @@ DECLARE
     v_cuts int := 0;            -- cuts made (or waited for)
     v_dry boolean := false;     -- a cut numbered nothing: no more cuts
     v_waited boolean := false;  -- waited for a lane held by another receive
+    v_passes int := 0;          -- settled ended leases passed
     v_busy smallint;
     v_before int;
     v_ended boolean := false;   -- looking at lanes whose leases ended
@@ -231,18 +232,24 @@ BEGIN
                 GET DIAGNOSTICS v_n = ROW_COUNT;
             END IF;
         END IF;
-        IF v_n = 0 AND s.lease_no IS NOT NULL THEN
+        IF v_n = 0 AND s.lease_no IS NOT NULL AND v_settled IS TRUE AND v_passes < 64 THEN
+            -- (passing a settled ended lease is progress, not a look: at
+            -- most 64 a receive, so that leases acked and ended do not use
+            -- up the looks before a lease to deliver again is reached)
+            v_passes := v_passes + 1;
+        ELSIF v_n = 0 AND s.lease_no IS NOT NULL THEN
             v_try := v_try + 1;   -- (a lane only carried here is not a look: at most once a lane)
         END IF;
         v_need := v_need - v_n;
         EXIT WHEN v_need = 0;
         -- (a lane that gave less than asked and more than nothing may have
-        -- stopped at a take's bound: looked at again; the others not. So is
-        -- a lane that passed an ended lease that was settled when the next
-        -- one past it has ended too, so that a redelivery due behind
-        -- settled leases is not left for later receives, one lease each,
-        -- while this one returns empty.)
-        IF (v_ended OR v_n = 0 OR v_n >= v_before) AND NOT (v_settled IS TRUE AND v_next <= v_now) THEN
+        -- stopped at a take's bound, or at one ended lease of several:
+        -- looked at again; the others not. So is a lane that passed an
+        -- ended lease that was settled when the next one past it has ended
+        -- too, so that a redelivery due behind settled leases is not left
+        -- for later receives, one lease each, while this one returns
+        -- empty.)
+        IF (v_n = 0 OR v_n >= v_before) AND NOT (v_settled IS TRUE AND v_next <= v_now) THEN
             v_seen := v_seen || s.lane::int;
         END IF;
     END LOOP;
