@@ -469,7 +469,9 @@ func TestSendBatchPrioritiesAndDedup(t *testing.T) {
 func TestSeekGroup(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.createQueue("jobs", nil)
+	// (one lane: the receives return commit order; with several, unkeyed
+	// messages of two lanes come in either order)
+	b.createQueue("jobs", &sluice.QueueOptions{Lanes: sluice.Ptr(1)})
 	first, second := b.send("jobs", `1`), b.send("jobs", `2`)
 	receiveAll := func() []int64 {
 		msgs, err := b.client.Receive(b.ctx, "jobs", "default", &sluice.ReceiveOptions{Max: 10})
