@@ -143,16 +143,11 @@ BEGIN
                    THEN pg_try_advisory_xact_lock(sluice._lane_lock(g.id, l.lane)) ELSE false END
         LIMIT 1;
         IF NOT FOUND THEN
-            -- No free lane with positions: number, when the receive has
-            -- nothing yet or the last cut stopped at its bound with more
-            -- of its snapshot to number (a large receive numbers what it
-            -- needs: up to 8 cuts), then the lanes with leases that ended;
-            -- none of those either: stop. (Only a receive that has nothing
-            -- yet waits for another's cut.)
-            IF NOT v_dry AND NOT v_ended AND v_cuts < 8
-               AND (v_need = max_messages
-                    OR (v_cuts > 0 AND EXISTS (SELECT 1 FROM (SELECT c.work_snap FROM cut__s c ORDER BY c.cut_no DESC LIMIT 1) c
-                                               WHERE c.work_snap IS NOT NULL))) THEN
+            -- No free lane with positions: number (while cuts number
+            -- something), then the lanes with leases that ended; none of
+            -- those either: stop. (Only a receive that has nothing yet
+            -- waits for another's cut.)
+            IF NOT v_dry AND NOT v_ended AND v_cuts < 8 THEN
                 v_cuts := v_cuts + 1;
                 v_rr := e2_number__s(q.id, q.lanes, p_slot, p_epoch, v_now, v_need = max_messages);
                 v_now := clock_timestamp();   -- (it may have waited for another's cut)
