@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"sort"
+	"strings"
 )
 
 // Per-key order.
@@ -39,11 +40,14 @@ import (
 // another's end ran after it on the server. Calls that overlap, or an
 // unknown ack, never cause a report.
 //
-// PostgreSQL kills need no exception. Leases are unlogged and end with a
-// crash, but acks, positions and the batches that number them are logged:
-// an ack that returned is durable, and an ack of unknown outcome that the
-// engine has seen committed (it then gave out the next position) is durable
-// too, as PostgreSQL makes a commit visible only once it is flushed. So a
+// PostgreSQL kills need no exception. Leases may be lost in a crash
+// (engine 1's are unlogged, engine 2's commit without waiting for the disk),
+// but a key's positions are durable before any is handed out (a receive
+// that numbers keyed messages commits durably; see
+// TestKeyOrderSurvivesACrashAfterAReceive), an ack that returned is
+// durable, and an ack of unknown outcome that the engine has seen committed
+// (it then gave out the next position) is durable too, as PostgreSQL makes a
+// commit visible only once it is flushed. So a
 // crash can redeliver a key's unfinished messages, which still come in
 // order, but cannot undo the completion of an earlier position behind a
 // later one. An unknown ack that in fact did not commit shows later as a
@@ -164,8 +168,8 @@ func (kh *keyHistory) violations(g, key string) []string {
 			if !acked {
 				when = "it was never acked"
 			}
-			report(q, d.Pos, "position %d (message %d, attempt %d) received by %s [seq %d-%d] before the previous position %d was completed (%s)",
-				d.Pos, d.ID, d.Attempt, d.Consumer, d.seqStart, d.seqEnd, q, when)
+			report(q, d.Pos, "position %d (message %d, attempt %d) received by %s [seq %d-%d] before the previous position %d was completed (%s); position %d: %s",
+				d.Pos, d.ID, d.Attempt, d.Consumer, d.seqStart, d.seqEnd, q, when, q, describe(ds, q))
 		}
 	}
 
@@ -226,4 +230,16 @@ func (kh *keyHistory) violations(g, key string) []string {
 			p.d.Pos, p.d.ID, p.d.Attempt, p.d.Consumer, what, p.start, top.d.Pos, top.d.ID, top.seqEnd)
 	}
 	return out
+}
+
+// describe lists the deliveries of position pos among ds (message, attempt,
+// consumer, the receive's seq), for a report.
+func describe(ds []*Delivery, pos int64) string {
+	var parts []string
+	for _, d := range ds {
+		if d.Pos == pos {
+			parts = append(parts, fmt.Sprintf("message %d attempt %d to %s [seq %d-%d]", d.ID, d.Attempt, d.Consumer, d.seqStart, d.seqEnd))
+		}
+	}
+	return strings.Join(parts, "; ")
 }

@@ -34,7 +34,9 @@
 -- messages holds them back from every group until it commits. It sets synchronous_commit to off
 -- for the rest of its transaction, so that its commit does not wait for the
 -- disk: what it writes (leases, the cursor, new cuts) is safe to lose in a
--- crash, since whatever durable depends on it commits later and flushes it.
+-- crash, since whatever durable depends on it commits later and flushes it;
+-- a receive that numbered keyed messages commits as the caller asked, so
+-- that a key's order, once handed out, survives a crash.
 -- ack, nack, extend, send and send_batch in the same transaction set the
 -- caller's synchronous_commit back; other writes of the caller's in that
 -- transaction commit asynchronously unless sluice.durable_receive is on

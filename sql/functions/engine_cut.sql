@@ -416,6 +416,11 @@ BEGIN
           UNION ALL
           SELECT 0, 1, 0, '{}', '{}', '{}', NULL, NULL, NULL WHERE n = 0) b;
     IF c.any_key THEN
+        -- keyed positions are handed out only once on disk (see e2_cut's
+        -- file header: a cut lost in a crash is made again in txid order)
+        IF current_setting('sluice.caller_synchronous_commit', true) <> '' THEN
+            PERFORM sluice._durable_commit();
+        END IF;
         INSERT INTO keyed (slot, key_hash, pos, target, mslot, id, txid)
         SELECT v_slot, u.k, v_first + u.o - 1, u.tg, u.slot, u.id, u.txid
         FROM unnest(c.ids, c.txids, c.slots, c.targets, c.keys) WITH ORDINALITY AS u(id, txid, slot, tg, k, o)

@@ -517,7 +517,10 @@ $$;
 -- crash loses nothing: anything durable that depends on them (an ack, a
 -- checkpoint, a send) commits later, and its synchronous commit flushes the
 -- write-ahead log up to itself, the receive's records included; what was not
--- flushed is cut again. Without a flush to wait for, the group's dispatch
+-- flushed is cut again, except keyed messages: a new cut could number a
+-- key's messages in another order than the lost one handed out, so a cut
+-- that numbers keyed messages restores the caller's setting
+-- (_durable_commit). Without a flush to wait for, the group's dispatch
 -- lock is held for CPU time only. ack, nack, extend, send and send_batch in
 -- the same transaction restore the caller's setting (_durable_commit), so a
 -- transaction that receives and completes commits as the caller asked.

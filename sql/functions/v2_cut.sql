@@ -10,6 +10,13 @@
 -- sender) costs each cut one index probe, never a rescan of what is numbered.
 -- Messages not due yet go to pending and are numbered by the first cut at
 -- or after their due time.
+--
+-- A receive commits without waiting for the disk (sluice._receive_commit),
+-- and a cut lost in a crash is made again, by a new snapshot, in (txid, id)
+-- order: two messages of a key from concurrent transactions may then swap.
+-- A cut that numbers a keyed message therefore commits durably (its
+-- positions reach a consumer only once they are on disk); unkeyed positions
+-- promise no order and may be numbered anew after a crash.
 
 -- e2_unnumbered__s: the newest cut's number (of this slot's cuts: the
 -- current slot's copy is called) and whether a cut would number anything: a
@@ -98,6 +105,7 @@ DECLARE
     v_from_id bigint;
     v_snap pg_snapshot;
     v_own xid8;
+    v_keyed bigint;
 BEGIN
     -- A snapshot held for the whole transaction would number from an old
     -- view of the cuts and of the messages (create_group or seek_group
@@ -173,6 +181,7 @@ BEGIN
         WINDOW o AS (ORDER BY x.k, x.txid, x.id ROWS UNBOUNDED PRECEDING)
     ), k AS (
         SELECT count(*) AS n, count(*) FILTER (WHERE d.khash IS NULL AND d.prio = 0) AS nu,
+               count(*) FILTER (WHERE d.khash IS NOT NULL) AS nk,
                greatest(1, least(64, ceil(count(*) FILTER (WHERE d.khash IS NULL AND d.prio = 0)::numeric / p_lanes)))::bigint AS chunk
         FROM due d
     ), laned AS (
@@ -221,7 +230,11 @@ BEGIN
         WHERE k.n > 0 OR EXISTS (SELECT FROM later) OR c.work_snap IS NOT NULL
         RETURNING 1
     )
-    SELECT k.n INTO n FROM k WHERE EXISTS (SELECT FROM cutrow) OR k.n = 0;
+    SELECT k.n, k.nk INTO n, v_keyed FROM k WHERE EXISTS (SELECT FROM cutrow) OR k.n = 0;
+    IF v_keyed > 0 AND current_setting('sluice.caller_synchronous_commit', true) <> '' THEN
+        -- keyed positions are handed out only once on disk (_durable_commit)
+        PERFORM sluice._durable_commit();
+    END IF;
     RETURN coalesce(n, 0);
 END
 $$;
