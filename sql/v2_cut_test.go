@@ -1,7 +1,11 @@
 package sqlsrc_test
 
 import (
+	"encoding/json"
 	"fmt"
+	"math/rand/v2"
+	"sort"
+	"strings"
 	"testing"
 )
 
@@ -51,5 +55,130 @@ func TestV2BacklogNumberedInSteps(t *testing.T) {
 	}
 	if s := b.status("v2big")["default"]; s.Ready != 0 || s.InFlight != 0 {
 		t.Errorf("status after the drain: %+v", s)
+	}
+}
+
+// The short path of a cut (e2_cut_few: a few new messages, none delayed or
+// prioritized) numbers exactly as the full statement does. Two queues of 3
+// lanes get the same messages in the same transactions (so the same txids):
+// keyed ones of four keys and unkeyed ones, and each round the unkeyed
+// messages nacked in the round before come back as retry copies (a target
+// group); queue b also gets a prioritized message each round, which makes
+// every one of its cuts take the full statement, and goes to the priority
+// lane, apart from the others. Round after round, across the 64-position
+// batch rows, both queues' lanes hold the same messages at the same
+// positions in the same batch rows, and their last cuts the same heads and
+// dealing point.
+func TestV2ShortCutNumbersAsTheFullStatement(t *testing.T) {
+	b := setup(t)
+	b.createV2("cfa", `"lanes": 3`)
+	b.createV2("cfb", `"lanes": 3`)
+	rng := rand.New(rand.NewPCG(7, 37))
+	n, copies := 0, 0
+	for round := 0; round < 60; round++ {
+		tx, err := b.pool.Begin(b.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 1 + rng.IntN(16-copies) { // (with the copies: at most 16 a cut)
+			n++
+			key := any(nil)
+			if rng.IntN(10) < 4 {
+				key = fmt.Sprintf("k%d", rng.IntN(4))
+			}
+			for _, q := range []string{"cfa", "cfb"} {
+				if _, err := tx.Exec(b.ctx, `SELECT sluice.send($1, jsonb_build_object('n', $2::int), key => $3)`, q, n, key); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		if _, err := tx.Exec(b.ctx, `SELECT sluice.send('cfb', '{"n": 0}', priority => 5)`); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Commit(b.ctx); err != nil {
+			t.Fatal(err)
+		}
+		// every message ready in each queue, by body; nack the unkeyed
+		// first deliveries of every third body (their copies come in the
+		// next cut), ack the rest, in body order in both queues and in one
+		// transaction (so that the copies' ids and txid agree)
+		got := map[string]map[int]msg{"cfa": {}, "cfb": {}}
+		for q := range got {
+			for ms := b.receive(q, "default", 100, ""); len(ms) > 0; ms = b.receive(q, "default", 100, "") {
+				for _, m := range ms {
+					var body struct{ N int }
+					if err := json.Unmarshal([]byte(m.Body), &body); err != nil {
+						t.Fatal(err)
+					}
+					got[q][body.N] = m // (N 0: the prioritized one)
+				}
+			}
+		}
+		ns := make([]int, 0, len(got["cfb"]))
+		for k := range got["cfb"] {
+			ns = append(ns, k)
+		}
+		sort.Ints(ns)
+		tx, err = b.pool.Begin(b.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		copies = 0
+		for _, k := range ns {
+			retry := k > 0 && k%3 == 0 && got["cfb"][k].Key == nil && got["cfb"][k].Attempt == 1 && copies < 6
+			if retry {
+				copies++
+			}
+			for _, q := range []string{"cfa", "cfb"} {
+				m, ok := got[q][k]
+				if !ok {
+					if k == 0 && q == "cfa" {
+						continue
+					}
+					t.Fatalf("round %d: body %d received from cfb but not from %s", round, k, q)
+				}
+				if retry {
+					_, err = tx.Exec(b.ctx, `SELECT sluice.nack($1, 'default', $2, '0 seconds', 'again')`, q, m.Receipt)
+				} else {
+					_, err = tx.Exec(b.ctx, `SELECT sluice.ack($1, 'default', ARRAY[$2])`, q, m.Receipt)
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		if len(got["cfa"]) != len(ns)-1 {
+			t.Fatalf("round %d: %d messages from cfa, %d from cfb (one prioritized)", round, len(got["cfa"]), len(ns))
+		}
+		if err := tx.Commit(b.ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lanes := func(q string) string {
+		qid := b.int64("SELECT id FROM sluice.queue WHERE name = $1", q)
+		var out string
+		if err := b.pool.QueryRow(b.ctx, fmt.Sprintf(`
+			SELECT string_agg(format('%%s:%%s-%%s [%%s]', x.lane, x.first_pos, x.last_pos, x.msgs), ' ' ORDER BY x.lane, x.first_pos)
+			FROM (SELECT bt.lane, bt.first_pos, bt.last_pos,
+			             (SELECT string_agg(concat(m.body->>'n', CASE WHEN u.tg IS NOT NULL THEN 'r' END,
+			                                       CASE WHEN u.kh IS NOT NULL THEN 'k' END), ',' ORDER BY u.o)
+			              FROM unnest(bt.ids, bt.txids, bt.mslots, bt.targets, bt.khashes) WITH ORDINALITY AS u(id, txid, mslot, tg, kh, o)
+			              JOIN sluice_q%[1]d.msg m ON m.slot = u.mslot AND m.txid = u.txid AND m.id = u.id) AS msgs
+			      FROM sluice_q%[1]d.batch bt WHERE bt.lane < 3) x`, qid)).Scan(&out); err != nil {
+			t.Fatal(err)
+		}
+		var heads, rr string
+		if err := b.pool.QueryRow(b.ctx, fmt.Sprintf(`SELECT c.heads[1:3]::text, c.rr::text FROM sluice_q%d.cut c
+			ORDER BY c.cut_no DESC LIMIT 1`, qid)).Scan(&heads, &rr); err != nil {
+			t.Fatal(err)
+		}
+		return out + " heads " + heads + " rr " + rr
+	}
+	a, bb := lanes("cfa"), lanes("cfb")
+	if a != bb {
+		t.Fatalf("the short path numbered otherwise than the full statement:\nshort: %s\nfull:  %s", a, bb)
+	}
+	if !strings.Contains(a, "r") || !strings.Contains(a, "k") || !strings.Contains(a, ":65-") {
+		t.Fatalf("the rounds did not cover retry copies, keyed messages and a second batch row of a lane: %s", a)
 	}
 }

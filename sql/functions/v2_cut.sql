@@ -81,6 +81,125 @@ BEGIN
 END
 $$;
 
+-- e2_cut_candidates: the first messages a cut numbers: those visible in
+-- its snapshot and not in the last full cut's, after what a partial cut
+-- numbered of that snapshot, in (txid, id) order, numbered (rn) in that
+-- order. Two index scans in that order, each stopped at p_limit (the last
+-- snapshot's transactions in progress, and those at or after its xmax),
+-- so that a backlog is not read whole by every cut. (SQL, inlined into its
+-- callers' statements.)
+--
+-- Parameters:
+--   p_xip, p_xmax          the last full cut's snapshot (in progress, xmax)
+--   p_from_txid, p_from_id where a partial cut stopped ('0', 0: none)
+--   p_snap                 the snapshot the cut numbers by
+--   p_limit                how many at most
+-- Returns: slot, txid, id, due, target, khash, priority, rn
+SET check_function_bodies = off;   -- (a SQL template names the queue's tables: see engine_runs.sql)
+CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_cut_candidates(p_xip xid8[], p_xmax xid8, p_from_txid xid8,
+                                                         p_from_id bigint, p_snap pg_snapshot, p_limit int)
+RETURNS TABLE (slot smallint, txid xid8, id bigint, due timestamptz, target int, khash bigint, priority int, rn bigint)
+LANGUAGE sql STABLE
+AS $$
+    SELECT x.*, row_number() OVER (ORDER BY x.txid, x.id) FROM (
+        (SELECT m.slot, m.txid, m.id, m.due, m.target, m.khash, m.priority
+         FROM msg m
+         WHERE m.txid = ANY (p_xip) AND (m.txid, m.id) > (p_from_txid, p_from_id)
+           AND pg_visible_in_snapshot(m.txid, p_snap)
+         ORDER BY m.txid, m.id LIMIT p_limit)
+        UNION ALL
+        (SELECT m.slot, m.txid, m.id, m.due, m.target, m.khash, m.priority
+         FROM msg m
+         WHERE m.txid >= p_xmax AND (m.txid, m.id) > (p_from_txid, p_from_id)
+           AND pg_visible_in_snapshot(m.txid, p_snap)
+         ORDER BY m.txid, m.id LIMIT p_limit)) x
+    ORDER BY x.txid, x.id
+    LIMIT p_limit
+$$;
+RESET check_function_bodies;
+
+-- e2_cut_few: the short path of a cut (e2_cut_store) for at most 16 new
+-- messages, none due later and none prioritized, when no partial cut is
+-- going on and no pending message has come due: the same positions and
+-- rows as e2_cut_store's statement would write (keyed ones to their key's
+-- lane, the others dealt out in chunks from rr), by two small statements
+-- instead of its one large one, whose executor start-up costs more than
+-- numbering a few messages.
+--
+-- Parameters:
+--   p_lanes, p_slot, p_epoch, p_now  as e2_cut_store
+--   p_xip, p_xmax   the last cut's snapshot (in progress, xmax)
+--   p_snap          the snapshot to number by
+--   c_no, c_heads, c_rr, c_due_upto  the last cut's number, heads, rr and due_upto
+-- Returns: how many positions were numbered; NULL when the short path does
+--   not apply (nothing written)
+-- Calls: e2_cut_candidates, sluice._durable_commit (keyed messages numbered)
+CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_cut_few(p_lanes int, p_slot smallint, p_epoch bigint, p_now timestamptz,
+                                                  p_xip xid8[], p_xmax xid8, p_snap pg_snapshot, c_no bigint,
+                                                  c_heads bigint[], c_rr int, c_due_upto timestamptz)
+RETURNS bigint
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_n int;
+    v_nu int;       -- unkeyed ones (dealt out)
+    v_odd boolean;  -- one is due later or prioritized, or a pending one came due
+    v_ids bigint[];
+    v_txids xid8[];
+    v_mslots smallint[];
+    v_targets int[];
+    v_kh bigint[];
+    v_lanes smallint[] := '{}';
+    v_pos bigint[] := '{}';
+    v_heads bigint[] := c_heads;
+    v_chunk int;
+    v_j int := 0;
+    v_l int;
+BEGIN
+    SELECT count(*)::int, count(*) FILTER (WHERE f.khash IS NULL)::int,
+           coalesce(bool_or(f.due > p_now OR (f.khash IS NULL AND f.priority <> 0)), false)
+           OR EXISTS (SELECT 1 FROM pending p WHERE p.due > c_due_upto AND p.due <= p_now),
+           array_agg(f.id), array_agg(f.txid), array_agg(f.slot), array_agg(f.target), array_agg(f.khash)
+    INTO v_n, v_nu, v_odd, v_ids, v_txids, v_mslots, v_targets, v_kh
+    FROM e2_cut_candidates(p_xip, p_xmax, '0'::xid8, 0, p_snap, 17) f;   -- (in rn order, as they come: no sort)
+    IF v_n > 16 OR v_odd THEN
+        RETURN NULL;
+    ELSIF v_n = 0 THEN
+        RETURN 0;   -- nothing to number: no cut row
+    END IF;
+    v_chunk := greatest(1, least(64, ceil(v_nu::numeric / p_lanes)))::int;
+    FOR i IN 1 .. v_n LOOP
+        IF v_kh[i] IS NOT NULL THEN
+            v_l := ((v_kh[i] % p_lanes + p_lanes) % p_lanes)::int;
+        ELSE
+            v_l := (c_rr + v_j / v_chunk) % p_lanes;
+            v_j := v_j + 1;
+        END IF;
+        v_heads[v_l + 1] := coalesce(v_heads[v_l + 1], 0) + 1;
+        v_lanes := v_lanes || v_l::smallint;
+        v_pos := v_pos || v_heads[v_l + 1];
+    END LOOP;
+    -- one batch row per lane and 64 positions, as e2_cut_store's (its
+    -- arrays in position order, as the sorted subquery gives them)
+    INSERT INTO batch (slot, lane, first_pos, last_pos, ids, txids, mslots, targets, cut_no, khashes)
+    SELECT p_slot, u.lane, min(u.pos), max(u.pos), array_agg(u.id), array_agg(u.txid), array_agg(u.mslot),
+           CASE WHEN bool_or(u.tg IS NOT NULL) THEN array_agg(u.tg) END, c_no + 1,
+           CASE WHEN bool_or(u.kh IS NOT NULL) THEN array_agg(u.kh) END
+    FROM (SELECT x.*, (x.pos - 1) / 64 AS grp
+          FROM unnest(v_lanes, v_pos, v_ids, v_txids, v_mslots, v_targets, v_kh) AS x(lane, pos, id, txid, mslot, tg, kh)
+          ORDER BY x.lane, grp, x.pos) u
+    GROUP BY u.lane, u.grp;
+    INSERT INTO cut (slot, cut_no, snap, snap_xmax, snap_xip, heads, rr, due_upto, at, epoch)
+    VALUES (p_slot, c_no + 1, p_snap, pg_snapshot_xmax(p_snap), ARRAY(SELECT pg_snapshot_xip(p_snap)), v_heads,
+            ((c_rr + ceil(v_nu::numeric / v_chunk)) % p_lanes)::int, p_now, clock_timestamp(), p_epoch);
+    IF v_nu < v_n AND current_setting('sluice.caller_synchronous_commit', true) <> '' THEN
+        -- keyed positions are handed out only once on disk (file header)
+        PERFORM sluice._durable_commit();
+    END IF;
+    RETURN v_n;
+END
+$$;
+
 -- e2_cut_store: the cut's one statement (see e2_cut): the new messages
 -- visible in its snapshot and not in the last cut's; those due later to
 -- pending; those due and the pending ones come due numbered into lanes; the
@@ -93,6 +212,7 @@ $$;
 --   p_now    the cut's time (due_upto of the new cut)
 -- Returns: how many positions were numbered
 -- Errors: SL010 invalid_isolation (outside READ COMMITTED)
+-- Calls: e2_cut_few (the short path), e2_cut_candidates
 CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_cut_store(p_lanes int, p_slot smallint, p_epoch bigint, p_now timestamptz)
 RETURNS bigint
 LANGUAGE plpgsql
@@ -106,6 +226,11 @@ DECLARE
     v_snap pg_snapshot;
     v_own xid8;
     v_keyed bigint;
+    v_partial boolean;
+    v_cut_no bigint;
+    v_heads bigint[];
+    v_rr int;
+    v_due_upto timestamptz;
 BEGIN
     -- A snapshot held for the whole transaction would number from an old
     -- view of the cuts and of the messages (create_group or seek_group
@@ -119,8 +244,8 @@ BEGIN
     -- that the candidates' statement has plain values to scan the index
     -- from, in order.
     SELECT c.snap_xip, c.snap_xmax, coalesce(c.work_txid, '0'::xid8), coalesce(c.work_id, 0),
-           coalesce(c.work_snap, pg_current_snapshot())
-    INTO v_xip, v_xmax, v_from_txid, v_from_id, v_snap
+           coalesce(c.work_snap, pg_current_snapshot()), c.work_snap IS NOT NULL, c.cut_no, c.heads, c.rr, c.due_upto
+    INTO v_xip, v_xmax, v_from_txid, v_from_id, v_snap, v_partial, v_cut_no, v_heads, v_rr, v_due_upto
     FROM cut c ORDER BY c.cut_no DESC LIMIT 1;
     -- This transaction's own messages (a receive after a send in one
     -- transaction) are not committed: in progress for the cut, numbered by
@@ -129,31 +254,21 @@ BEGIN
     IF v_own IS NOT NULL AND pg_visible_in_snapshot(v_own, v_snap) THEN
         v_snap := sluice._snapshot_with(v_snap, v_own);
     END IF;
+    -- A few new messages, none of them delayed or prioritized, and nothing
+    -- partly numbered or come due: the short path (a receive's usual cut).
+    IF NOT v_partial THEN
+        n := e2_cut_few(p_lanes, p_slot, p_epoch, p_now, v_xip, v_xmax, v_snap, v_cut_no, v_heads, v_rr, v_due_upto);
+        IF n IS NOT NULL THEN
+            RETURN n;
+        END IF;
+    END IF;
     WITH c AS MATERIALIZED (
         SELECT * FROM cut c ORDER BY c.cut_no DESC LIMIT 1
     ), s AS MATERIALIZED (
         SELECT v_snap AS snap
     ), cand AS MATERIALIZED (
-        -- the first 4,097 messages visible in it and not in the last full
-        -- cut's snapshot, after what a partial cut numbered of it, in
-        -- (txid, id) order: two index scans in that order, each stopped at
-        -- 4,097 (the last snapshot's transactions in progress, and those
-        -- at or after its xmax), so that a backlog is not read whole by
-        -- every cut
-        SELECT x.*, row_number() OVER (ORDER BY x.txid, x.id) AS rn FROM (
-            (SELECT m.slot, m.txid, m.id, m.due, m.target, m.khash, m.priority
-             FROM msg m
-             WHERE m.txid = ANY (v_xip) AND (m.txid, m.id) > (v_from_txid, v_from_id)
-               AND pg_visible_in_snapshot(m.txid, v_snap)
-             ORDER BY m.txid, m.id LIMIT 4097)
-            UNION ALL
-            (SELECT m.slot, m.txid, m.id, m.due, m.target, m.khash, m.priority
-             FROM msg m
-             WHERE m.txid >= v_xmax AND (m.txid, m.id) > (v_from_txid, v_from_id)
-               AND pg_visible_in_snapshot(m.txid, v_snap)
-             ORDER BY m.txid, m.id LIMIT 4097)) x
-        ORDER BY x.txid, x.id
-        LIMIT 4097
+        -- the first 4,097 messages to number (e2_cut_candidates)
+        SELECT * FROM e2_cut_candidates(v_xip, v_xmax, v_from_txid, v_from_id, v_snap, 4097)
     ), fresh AS MATERIALIZED (
         -- (rn: their order, numbered as the index scans gave them: no sort)
         SELECT f.* FROM cand f WHERE f.rn <= 4096
