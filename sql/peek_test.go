@@ -83,30 +83,47 @@ func peekIDs(ps []peeked) []int64 {
 }
 
 // peek pages through the stored messages in id order, shows what send
-// stored, and changes nothing (no lease, no cursor, no row anywhere).
+// stored (headers, key, delay, priority), and changes nothing (no lease,
+// no cursor, no row anywhere); a nacked message (its retry copy) still
+// shows once, naming its group in resent_to (a keyed one is retried in
+// place: no copy, no resent_to); a received one is still stored; an
+// uncommitted send is not shown. On both engines (engine 2's was
+// TestV2PeekPagesInIDOrder).
 func TestPeekPagesInIDOrder(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-	b.createQueue("p", `{"lanes": 2}`)
+	for _, engine := range []int{1, 2} {
+		t.Run(fmt.Sprintf("engine%d", engine), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			b.createQueue("p", fmt.Sprintf(`{"engine": %d, "lanes": 2}`, engine))
+			b.checkPeekPages("p")
+		})
+	}
+}
+
+// checkPeekPages is TestPeekPagesInIDOrder on queue (empty, 2 lanes,
+// group default).
+func (b *bundle) checkPeekPages(queue string) {
+	t := b.t
 	var sent []int64
 	for i := range 23 {
 		var id int64
-		if err := b.pool.QueryRow(b.ctx, `SELECT sluice.send('p', jsonb_build_object('n', $1::int),
+		if err := b.pool.QueryRow(b.ctx, `SELECT sluice.send($2, jsonb_build_object('n', $1::int),
 			headers => CASE WHEN $1::int = 3 THEN '{"h": 1}'::jsonb END,
-			key => CASE WHEN $1::int = 4 THEN 'k' END,
+			key => CASE WHEN $1::int IN (4, 7) THEN 'k' END,
 			delay => CASE WHEN $1::int = 5 THEN interval '1 hour' END,
-			priority => CASE WHEN $1::int = 6 THEN 7 ELSE 0 END)`, i).Scan(&id); err != nil {
+			priority => CASE WHEN $1::int = 6 THEN 7 ELSE 0 END)`, i, queue).Scan(&id); err != nil {
 			t.Fatal(err)
 		}
 		sent = append(sent, id)
 	}
 	before := b.dataFingerprint()
-	statusBefore := b.statusRow("p")
+	statusBefore := b.statusRow(queue)
 
 	var all []peeked
 	var after *int64
 	for page := 0; ; page++ {
-		ps := b.peek("p", 10, after)
+		ps := b.peek(queue, 10, after)
 		if len(ps) == 0 {
 			break
 		}
@@ -124,55 +141,74 @@ func TestPeekPagesInIDOrder(t *testing.T) {
 		if want := fmt.Sprintf(`{"n": %d}`, i); p.Body != want {
 			t.Errorf("message %d: body %s, want %s", i, p.Body, want)
 		}
-		if p.HasHeader != (i == 3) || (p.Key != nil) != (i == 4) || p.Delayed != (i == 5) || (p.Priority == 7) != (i == 6) {
+		if p.HasHeader != (i == 3) || (p.Key != nil) != (i == 4 || i == 7) || p.Delayed != (i == 5) ||
+			(p.Priority == 7) != (i == 6) || p.ResentTo != nil {
 			t.Errorf("message %d: %+v", i, p)
 		}
-		if p.ResentTo != nil {
-			t.Errorf("message %d: resent_to %v, want NULL", i, p.ResentTo)
-		}
 	}
-	if got := b.peek("p", 1000, nil); len(got) != 23 {
+	if got := b.peek(queue, 1000, nil); len(got) != 23 {
 		t.Errorf("peek 1000: %d rows, want 23", len(got))
 	}
-	if got := peekIDs(b.peek("p", 3, &sent[20])); !slices.Equal(got, sent[21:]) {
+	if got := peekIDs(b.peek(queue, 3, &sent[20])); !slices.Equal(got, sent[21:]) {
 		t.Errorf("peek after %d: %v, want %v", sent[20], got, sent[21:])
 	}
 	if after := b.dataFingerprint(); after != before {
 		t.Errorf("peek changed the data:\n before %s\n after  %s", before, after)
 	}
-	if got := b.statusRow("p"); got != statusBefore {
+	if got := b.statusRow(queue); got != statusBefore {
 		t.Errorf("status after peek %+v, want %+v", got, statusBefore)
 	}
-	if n := len(b.leases("p", nil, 100)); n != 0 {
+	if n := len(b.leases(queue, nil, 100)); n != 0 {
 		t.Errorf("%d leases after peek, want 0", n)
 	}
 
-	// A nacked message is stored again as a retry copy for its group: peek
-	// still shows it once, by its id, naming the group; a received message
-	// is still stored.
-	ms := b.receive("p", "default", 2, "")
-	if len(ms) != 2 {
-		t.Fatalf("received %d, want 2", len(ms))
+	// Receive everything due; nack an unkeyed message (stored again as a
+	// retry copy for its group) and the first keyed one (retried in place;
+	// it releases the key's second if in its run).
+	ms := b.receiveAs(queue, "default", 100, "1 hour", "")
+	for len(ms) < 21 {
+		more := b.receiveAs(queue, "default", 100, "1 hour", "")
+		if len(more) == 0 {
+			t.Fatalf("received %d, want the 21 due (a key's second waits)", len(ms))
+		}
+		ms = append(ms, more...)
 	}
-	nacked := ms[0]
-	if nacked.Key != nil {
-		nacked = ms[1] // (a keyed message is retried in place, without a copy)
+	var nacked int64
+	keyedNacked := false
+	for _, m := range ms {
+		if (m.Key != nil && !keyedNacked) || (m.Key == nil && nacked == 0) {
+			if !b.nack(queue, "default", m.Receipt, "1 hour", "") {
+				t.Fatalf("nack of %d", m.ID)
+			}
+			if m.Key == nil {
+				nacked = m.ID
+			} else {
+				keyedNacked = true
+			}
+		}
 	}
-	if !b.nack("p", "default", nacked.Receipt, "1 hour", "") {
-		t.Fatal("nack")
-	}
-	ps := b.peek("p", 1000, nil)
+	ps := b.peek(queue, 1000, nil)
 	if got := peekIDs(ps); !slices.Equal(got, sent) {
 		t.Fatalf("peek after a nack: %v, want %v", got, sent)
 	}
 	for _, p := range ps {
-		want := []string(nil)
-		if p.ID == nacked.ID {
+		var want []string
+		if p.ID == nacked {
 			want = []string{"default"}
 		}
 		if !slices.Equal(p.ResentTo, want) || p.Delayed != (p.Body == `{"n": 5}`) {
-			t.Errorf("after a nack of %d: %+v (want resent_to %v)", nacked.ID, p, want)
+			t.Errorf("after a nack of %d: %+v (want resent_to %v)", nacked, p, want)
 		}
+	}
+	// An uncommitted send is not shown.
+	tx, err := b.pool.Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(b.ctx) //nolint:errcheck
+	b.send(tx, queue, `"open"`)
+	if n := len(b.peek(queue, 1000, nil)); n != len(sent) {
+		t.Errorf("peek beside an uncommitted send: %d, want %d", n, len(sent))
 	}
 }
 
