@@ -91,71 +91,66 @@ func TestSendBatchDedupMapsEveryBody(t *testing.T) {
 // deadlock nor enqueue a key twice, and agree on each key's id. On both
 // engines (engine 2's was the second half of TestV2ConcurrentIdempotentSend).
 func TestSendBatchDedupConcurrent(t *testing.T) {
-	t.Parallel()
-	for _, engine := range []int{1, 2} {
-		t.Run(fmt.Sprintf("engine%d", engine), func(t *testing.T) {
-			t.Parallel()
-			b := setup(t)
-			b.v2widen(20) // (every batch holds a connection at once)
-			b.createQueue("q", fmt.Sprintf(`{"engine": %d}`, engine))
-			const n, batches = 400, 6
-			fwd, rev := make([]string, n), make([]string, n)
-			for i := 0; i < n; i++ {
-				fwd[i] = fmt.Sprintf("c%d", i)
-				rev[n-1-i] = fwd[i]
-			}
-			var wg sync.WaitGroup
-			results := make([]map[string]int64, batches)
-			errs := make([]error, batches)
-			for w := 0; w < batches; w++ {
-				wg.Add(1)
-				go func(w int) {
-					defer wg.Done()
-					keys := fwd
-					if w%2 == 1 {
-						keys = rev
-					}
-					rows, err := b.pool.Query(b.ctx, `SELECT x FROM sluice.send_batch('q', ARRAY(SELECT '{}'::jsonb FROM generate_series(1, $2)),
-					                                                               dedup_keys => $1::text[]) x`, keys, n)
-					if err != nil {
+	onBothEngines(t, "", func(b *bundle, _ int) {
+		t := b.t
+		b.v2widen(20) // (every batch holds a connection at once)
+		const n, batches = 400, 6
+		fwd, rev := make([]string, n), make([]string, n)
+		for i := 0; i < n; i++ {
+			fwd[i] = fmt.Sprintf("c%d", i)
+			rev[n-1-i] = fwd[i]
+		}
+		var wg sync.WaitGroup
+		results := make([]map[string]int64, batches)
+		errs := make([]error, batches)
+		for w := 0; w < batches; w++ {
+			wg.Add(1)
+			go func(w int) {
+				defer wg.Done()
+				keys := fwd
+				if w%2 == 1 {
+					keys = rev
+				}
+				rows, err := b.pool.Query(b.ctx, `SELECT x FROM sluice.send_batch('q', ARRAY(SELECT '{}'::jsonb FROM generate_series(1, $2)),
+				                                                               dedup_keys => $1::text[]) x`, keys, n)
+				if err != nil {
+					errs[w] = err
+					return
+				}
+				defer rows.Close()
+				got := map[string]int64{}
+				i := 0
+				for rows.Next() {
+					var id int64
+					if err := rows.Scan(&id); err != nil {
 						errs[w] = err
 						return
 					}
-					defer rows.Close()
-					got := map[string]int64{}
-					i := 0
-					for rows.Next() {
-						var id int64
-						if err := rows.Scan(&id); err != nil {
-							errs[w] = err
-							return
-						}
-						got[keys[i]] = id
-						i++
-					}
-					errs[w] = rows.Err()
-					results[w] = got
-				}(w)
+					got[keys[i]] = id
+					i++
+				}
+				errs[w] = rows.Err()
+				results[w] = got
+			}(w)
+		}
+		wg.Wait()
+		for w, err := range errs {
+			if err != nil {
+				t.Fatalf("batch %d: %v", w, err)
 			}
-			wg.Wait()
-			for w, err := range errs {
-				if err != nil {
-					t.Fatalf("batch %d: %v", w, err)
+		}
+		for w := 1; w < len(results); w++ {
+			for k, id := range results[0] {
+				if results[w][k] != id {
+					t.Fatalf("key %s: batch 0 got id %d, batch %d got %d", k, id, w, results[w][k])
 				}
 			}
-			for w := 1; w < len(results); w++ {
-				for k, id := range results[0] {
-					if results[w][k] != id {
-						t.Fatalf("key %s: batch 0 got id %d, batch %d got %d", k, id, w, results[w][k])
-					}
-				}
-			}
-			if c := b.int64(`SELECT count(*) FROM sluice.peek('q', 1000)`); c != n {
-				t.Fatalf("%d messages stored for %d keys", c, n)
-			}
-			if got := b.v2drainAck("q", "default", 100); len(got) != n {
-				t.Fatalf("%d messages enqueued for %d keys", len(got), n)
-			}
-		})
-	}
+		}
+		if c := b.int64(`SELECT count(*) FROM sluice.peek('q', 1000)`); c != n {
+			t.Fatalf("%d messages stored for %d keys", c, n)
+		}
+		if got := b.v2drainAck("q", "default", 100); len(got) != n {
+			t.Fatalf("%d messages enqueued for %d keys", len(got), n)
+		}
+	})
 }

@@ -90,15 +90,7 @@ func peekIDs(ps []peeked) []int64 {
 // uncommitted send is not shown. On both engines (engine 2's was
 // TestV2PeekPagesInIDOrder).
 func TestPeekPagesInIDOrder(t *testing.T) {
-	t.Parallel()
-	for _, engine := range []int{1, 2} {
-		t.Run(fmt.Sprintf("engine%d", engine), func(t *testing.T) {
-			t.Parallel()
-			b := setup(t)
-			b.createQueue("p", fmt.Sprintf(`{"engine": %d, "lanes": 2}`, engine))
-			b.checkPeekPages("p")
-		})
-	}
+	onBothEngines(t, `"lanes": 2`, func(b *bundle, _ int) { b.checkPeekPages("q") })
 }
 
 // checkPeekPages is TestPeekPagesInIDOrder on queue (empty, 2 lanes,
