@@ -10,9 +10,10 @@ import (
 )
 
 // Tests of dedup keys, peek and leases on queues of engine 2, with the
-// expectations engine 1's tests have (semantics_test.go,
-// dedup_batch_test.go, peek_test.go), through the public SQL API; purge
-// and redrive: v2_purge_redrive_test.go.
+// expectations engine 1's tests have, through the public SQL API; purge
+// and redrive: v2_purge_redrive_test.go. Those whose body is the same on
+// both engines run on both from semantics_test.go (TestConcurrentIdempotentSend),
+// dedup_batch_test.go and peek_test.go (subtests engine1, engine2).
 
 // v2sendKey sends body with a dedup key and returns the id send returned.
 func (b *bundle) v2sendKey(queue, body, key string) int64 {
@@ -350,46 +351,6 @@ func TestV2OpsBadInput(t *testing.T) {
 	}
 	if after := b.dataFingerprint(); after != before {
 		t.Errorf("a redrive of nothing changed the data:\n before %s\n after  %s", before, after)
-	}
-}
-
-// peek and leases wait for nobody: a receive that holds its lanes and the
-// cut in an open transaction does not hold them up; its leases show once
-// it commits.
-func TestV2PeekLeasesDoNotWait(t *testing.T) {
-	b := setup(t)
-	b.createV2("v2w", `"lanes": 2`)
-	b.v2sendN("v2w", 10)
-	tx, err := b.pool.Begin(b.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(b.ctx) //nolint:errcheck
-	ms, err := v2receiveOn(b.ctx, tx, "v2w", "default", 4, "1 hour")
-	if err != nil || len(ms) != 4 {
-		t.Fatalf("receive in a transaction: %d, %v", len(ms), err)
-	}
-	conn, err := b.pool.Acquire(b.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Release()
-	if _, err := conn.Exec(b.ctx, "SET statement_timeout = '3s'"); err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Exec(b.ctx, "RESET statement_timeout") //nolint:errcheck
-	var n int64
-	if err := conn.QueryRow(b.ctx, "SELECT count(*) FROM sluice.peek('v2w', 100)").Scan(&n); err != nil || n != 10 {
-		t.Fatalf("peek beside an open receive: %d, %v", n, err)
-	}
-	if err := conn.QueryRow(b.ctx, "SELECT count(*) FROM sluice.leases('v2w')").Scan(&n); err != nil || n != 0 {
-		t.Fatalf("leases beside an open receive: %d, %v (want 0: not committed)", n, err)
-	}
-	if err := tx.Commit(b.ctx); err != nil {
-		t.Fatal(err)
-	}
-	if got := leaseIDs(b.leases("v2w", nil, 100)); !v2same(got, v2ids(ms)) {
-		t.Fatalf("leases after the receive committed: %s", v2diff(got, v2ids(ms)))
 	}
 }
 
