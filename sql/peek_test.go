@@ -457,45 +457,48 @@ func TestPeekLeasesBadInput(t *testing.T) {
 // once it commits, those of the messages it received. On both engines
 // (engine 2's was TestV2PeekLeasesDoNotWait).
 func TestPeekLeasesDoNotWait(t *testing.T) {
-	onBothEngines(t, `"lanes": 2`, func(b *bundle, _ int) {
-		t := b.t
-		for i := range 10 {
-			b.send(b.pool, "q", fmt.Sprint(i))
-		}
-		tx, err := b.pool.Begin(b.ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer tx.Rollback(b.ctx) //nolint:errcheck
-		ms, err := receiveOn(b.ctx, tx, "q", "default", 4, "1 hour")
-		if err != nil || len(ms) != 4 {
-			t.Fatalf("receive in a transaction: %d, %v", len(ms), err)
-		}
-		conn, err := b.pool.Acquire(b.ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Release()
-		if _, err := conn.Exec(b.ctx, "SET statement_timeout = '3s'"); err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Exec(b.ctx, "RESET statement_timeout") //nolint:errcheck
-		var n int64
-		if err := conn.QueryRow(b.ctx, "SELECT count(*) FROM sluice.peek('q', 100)").Scan(&n); err != nil || n != 10 {
-			t.Fatalf("peek beside an open receive: %d, %v", n, err)
-		}
-		if err := conn.QueryRow(b.ctx, "SELECT count(*) FROM sluice.leases('q')").Scan(&n); err != nil || n != 0 {
-			t.Fatalf("leases beside an open receive: %d, %v (want 0: not committed)", n, err)
-		}
-		if err := tx.Commit(b.ctx); err != nil {
-			t.Fatal(err)
-		}
-		received := make([]int64, len(ms))
-		for i, m := range ms {
-			received[i] = m.ID
-		}
-		if got := leaseIDs(b.leases("q", nil, 100)); !v2same(got, received) {
-			t.Fatalf("leases after the receive committed: %s", v2diff(got, received))
-		}
-	})
+	onBothEngines(t, `"lanes": 2`, peekLeasesDoNotWait)
+}
+
+// peekLeasesDoNotWait is TestPeekLeasesDoNotWait on queue q.
+func peekLeasesDoNotWait(b *bundle, _ int) {
+	t := b.t
+	for i := range 10 {
+		b.send(b.pool, "q", fmt.Sprint(i))
+	}
+	tx, err := b.pool.Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(b.ctx) //nolint:errcheck
+	ms, err := receiveOn(b.ctx, tx, "q", "default", 4, "1 hour")
+	if err != nil || len(ms) != 4 {
+		t.Fatalf("receive in a transaction: %d, %v", len(ms), err)
+	}
+	conn, err := b.pool.Acquire(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(b.ctx, "SET statement_timeout = '3s'"); err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Exec(b.ctx, "RESET statement_timeout") //nolint:errcheck
+	var n int64
+	if err := conn.QueryRow(b.ctx, "SELECT count(*) FROM sluice.peek('q', 100)").Scan(&n); err != nil || n != 10 {
+		t.Fatalf("peek beside an open receive: %d, %v", n, err)
+	}
+	if err := conn.QueryRow(b.ctx, "SELECT count(*) FROM sluice.leases('q')").Scan(&n); err != nil || n != 0 {
+		t.Fatalf("leases beside an open receive: %d, %v (want 0: not committed)", n, err)
+	}
+	if err := tx.Commit(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	received := make([]int64, len(ms))
+	for i, m := range ms {
+		received[i] = m.ID
+	}
+	if got := leaseIDs(b.leases("q", nil, 100)); !v2same(got, received) {
+		t.Fatalf("leases after the receive committed: %s", v2diff(got, received))
+	}
 }
