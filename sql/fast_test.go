@@ -3,6 +3,8 @@ package sqlsrc_test
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -112,46 +114,78 @@ func TestFastPathsAreTaken(t *testing.T) {
 	}
 	b.ack("q", "default", receipts(first)...)
 
+	got := b.takeFromOneLane("fast path", first, map[string]int64{"e_fast_lane": 1, "e_take_fast": 1, "e_pick": 0, "e_cut": 0})
+	if rows, positions := b.runRows("q", "acks"); positions != int64(len(first)) || rows != int64(len(first)) {
+		t.Fatalf("%d completion rows for %d positions before the run's ack, want %d for %d", rows, positions, len(first), len(first))
+	}
+	b.ackWholeRun(got, map[string]int64{"e_current_deliveries": 0})
+}
+
+// takeFromOneLane receives 25 messages of queue q (group default) and
+// returns them, counting the calls of the queue's functions named in want:
+// each must be called as many times as want says (the path the receive
+// takes, named path). The 25 are consecutive positions of one lane, each
+// at its first attempt, none of them received before (in before).
+func (b *bundle) takeFromOneLane(path string, before []msg, want map[string]int64) []msg {
+	t := b.t
+	t.Helper()
+	names := make([]string, 0, len(want))
+	for name := range want {
+		names = append(names, name)
+	}
+	slices.Sort(names)
 	var got []msg
 	n := b.calls(func(tx pgx.Tx) {
 		var err error
 		if got, err = receiveOn(b.ctx, tx, "q", "default", 25, ""); err != nil {
 			t.Fatal(err)
 		}
-	}, "e_fast_lane", "e_take_fast", "e_pick", "e_cut")
-	if n["e_fast_lane"] != 1 || n["e_take_fast"] != 1 || n["e_pick"] != 0 || n["e_cut"] != 0 {
-		t.Fatalf("receive called e_fast_lane %d, e_take_fast %d, e_pick %d, e_cut %d times: want 1, 1, 0, 0",
-			n["e_fast_lane"], n["e_take_fast"], n["e_pick"], n["e_cut"])
+	}, names...)
+	if !maps.Equal(n, want) {
+		t.Fatalf("receive called %v, want %v (the %s)", n, want, path)
 	}
 	if len(got) != 25 {
-		t.Fatalf("the fast path took %d, want 25 (a lane holds 100)", len(got))
+		t.Fatalf("the %s took %d, want 25 (a lane holds 100)", path, len(got))
 	}
 	seen := map[int64]bool{}
-	for _, m := range first {
+	for _, m := range before {
 		seen[m.ID] = true
 	}
 	for i, m := range got {
 		if seen[m.ID] || m.Attempt != 1 {
-			t.Fatalf("message %d: id %d (seen before: %v), attempt %d", i, m.ID, seen[m.ID], m.Attempt)
+			t.Fatalf("message %d: id %d (received before: %v), attempt %d", i, m.ID, seen[m.ID], m.Attempt)
 		}
 		if i > 0 && m.Pos != got[i-1].Pos+1 {
-			t.Fatalf("positions %d then %d: a lane's batch is taken in order", got[i-1].Pos, m.Pos)
+			t.Fatalf("positions %d then %d: a lane's positions are taken in order", got[i-1].Pos, m.Pos)
 		}
 	}
+	return got
+}
 
+// ackWholeRun acks all that one receive took from one lane of queue q
+// (got): all of it counts, with one completion row for its positions, and
+// the queue's functions named in want are called as many times as it
+// says; acked again, nothing is current any more, by either path.
+func (b *bundle) ackWholeRun(got []msg, want map[string]int64) {
+	t := b.t
+	t.Helper()
+	names := make([]string, 0, len(want))
+	for name := range want {
+		names = append(names, name)
+	}
+	rows, positions := b.runRows("q", "acks")
 	var acked int
-	n = b.calls(func(tx pgx.Tx) {
+	n := b.calls(func(tx pgx.Tx) {
 		if err := tx.QueryRow(b.ctx, "SELECT sluice.ack('q', 'default', $1)", receipts(got)).Scan(&acked); err != nil {
 			t.Fatal(err)
 		}
-	}, "e_current_deliveries")
-	if acked != 25 || n["e_current_deliveries"] != 0 {
-		t.Fatalf("ack of a whole run = %d with %d calls of e_current_deliveries, want 25 and 0", acked, n["e_current_deliveries"])
+	}, names...)
+	if acked != len(got) || !maps.Equal(n, want) {
+		t.Fatalf("ack of a whole run = %d, calling %v; want %d, calling %v", acked, n, len(got), want)
 	}
-	if rows, positions := b.runRows("q", "acks"); positions != int64(len(first)+25) || rows != int64(len(first)+1) {
-		t.Fatalf("%d completion rows for %d positions, want %d for %d", rows, positions, len(first)+1, len(first)+25)
+	if r, p := b.runRows("q", "acks"); r != rows+1 || p != positions+int64(len(got)) {
+		t.Fatalf("the ack of a whole run wrote %d completion rows for %d positions, want 1 for %d", r-rows, p-positions, len(got))
 	}
-	// Acked again: nothing is current any more, by either path.
 	if again := b.ack("q", "default", receipts(got)...); again != 0 {
 		t.Fatalf("second ack of the run = %d, want 0", again)
 	}
@@ -497,38 +531,8 @@ func TestV2HotPathIsTaken(t *testing.T) {
 	first := b.receive("q", "default", 1, "")
 	b.ack("q", "default", receipts(first)...)
 
-	var got []msg
-	n := b.calls(func(tx pgx.Tx) {
-		var err error
-		if got, err = receiveOn(b.ctx, tx, "q", "default", 25, ""); err != nil {
-			t.Fatal(err)
-		}
-	}, "e2_take_0", "e2_slow", "e2_take_keyed_0", "e2_cut")
-	if n["e2_take_0"] != 1 || n["e2_slow"] != 0 || n["e2_take_keyed_0"] != 0 || n["e2_cut"] != 0 {
-		t.Fatalf("receive called e2_take_0 %d, e2_slow %d, e2_take_keyed_0 %d, e2_cut %d times: want 1, 0, 0, 0",
-			n["e2_take_0"], n["e2_slow"], n["e2_take_keyed_0"], n["e2_cut"])
-	}
-	if len(got) != 25 {
-		t.Fatalf("the hot path took %d, want 25 (a lane holds 100)", len(got))
-	}
-	for i, m := range got {
-		if m.ID == first[0].ID || m.Attempt != 1 {
-			t.Fatalf("message %d: id %d (the first receive's: %d), attempt %d", i, m.ID, first[0].ID, m.Attempt)
-		}
-		if i > 0 && m.Pos != got[i-1].Pos+1 {
-			t.Fatalf("positions %d then %d: a lane's positions are taken in order", got[i-1].Pos, m.Pos)
-		}
-	}
-	rows, positions := b.runRows("q", "acks")
-	if acked := b.ack("q", "default", receipts(got)...); acked != 25 {
-		t.Fatalf("ack of a whole lease = %d, want 25", acked)
-	}
-	if r, p := b.runRows("q", "acks"); r != rows+1 || p != positions+25 {
-		t.Fatalf("the ack of a whole lease wrote %d completion rows for %d positions, want 1 for 25", r-rows, p-positions)
-	}
-	if again := b.ack("q", "default", receipts(got)...); again != 0 {
-		t.Fatalf("second ack of the lease = %d, want 0", again)
-	}
+	got := b.takeFromOneLane("hot path", first, map[string]int64{"e2_take_0": 1, "e2_slow": 0, "e2_take_keyed_0": 0, "e2_cut": 0})
+	b.ackWholeRun(got, nil)
 }
 
 // Engine 2's counterpart of TestFastPathTakesManySmallBatches: a group that

@@ -249,6 +249,25 @@ func (b *bundle) dataFingerprint() string {
 	return strings.Join(parts, " ")
 }
 
+// onBothEngines runs body as parallel subtests engine1 and engine2 of t
+// (itself parallel), each with a database of its own holding queue q of
+// that engine, with the options opts (members of a JSON object, or "").
+func onBothEngines(t *testing.T, opts string, body func(b *bundle, engine int)) {
+	t.Parallel()
+	for _, engine := range []int{1, 2} {
+		t.Run(fmt.Sprintf("engine%d", engine), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			o := fmt.Sprintf(`{"engine": %d}`, engine)
+			if opts != "" {
+				o = fmt.Sprintf(`{"engine": %d, %s}`, engine, opts)
+			}
+			b.createQueue("q", o)
+			body(b, engine)
+		})
+	}
+}
+
 // waitFor polls cond every 20 ms until it holds or the timeout passes.
 func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()

@@ -83,30 +83,39 @@ func peekIDs(ps []peeked) []int64 {
 }
 
 // peek pages through the stored messages in id order, shows what send
-// stored, and changes nothing (no lease, no cursor, no row anywhere).
+// stored (headers, key, delay, priority), and changes nothing (no lease,
+// no cursor, no row anywhere); a nacked message (its retry copy) still
+// shows once, naming its group in resent_to (a keyed one is retried in
+// place: no copy, no resent_to); a received one is still stored; an
+// uncommitted send is not shown. On both engines (engine 2's was
+// TestV2PeekPagesInIDOrder).
 func TestPeekPagesInIDOrder(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	b.createQueue("p", `{"lanes": 2}`)
+	onBothEngines(t, `"lanes": 2`, func(b *bundle, _ int) { b.checkPeekPages("q") })
+}
+
+// checkPeekPages is TestPeekPagesInIDOrder on queue (empty, 2 lanes,
+// group default).
+func (b *bundle) checkPeekPages(queue string) {
+	t := b.t
 	var sent []int64
 	for i := range 23 {
 		var id int64
-		if err := b.pool.QueryRow(b.ctx, `SELECT sluice.send('p', jsonb_build_object('n', $1::int),
+		if err := b.pool.QueryRow(b.ctx, `SELECT sluice.send($2, jsonb_build_object('n', $1::int),
 			headers => CASE WHEN $1::int = 3 THEN '{"h": 1}'::jsonb END,
-			key => CASE WHEN $1::int = 4 THEN 'k' END,
+			key => CASE WHEN $1::int IN (4, 7) THEN 'k' END,
 			delay => CASE WHEN $1::int = 5 THEN interval '1 hour' END,
-			priority => CASE WHEN $1::int = 6 THEN 7 ELSE 0 END)`, i).Scan(&id); err != nil {
+			priority => CASE WHEN $1::int = 6 THEN 7 ELSE 0 END)`, i, queue).Scan(&id); err != nil {
 			t.Fatal(err)
 		}
 		sent = append(sent, id)
 	}
 	before := b.dataFingerprint()
-	statusBefore := b.statusRow("p")
+	statusBefore := b.statusRow(queue)
 
 	var all []peeked
 	var after *int64
 	for page := 0; ; page++ {
-		ps := b.peek("p", 10, after)
+		ps := b.peek(queue, 10, after)
 		if len(ps) == 0 {
 			break
 		}
@@ -124,55 +133,74 @@ func TestPeekPagesInIDOrder(t *testing.T) {
 		if want := fmt.Sprintf(`{"n": %d}`, i); p.Body != want {
 			t.Errorf("message %d: body %s, want %s", i, p.Body, want)
 		}
-		if p.HasHeader != (i == 3) || (p.Key != nil) != (i == 4) || p.Delayed != (i == 5) || (p.Priority == 7) != (i == 6) {
+		if p.HasHeader != (i == 3) || (p.Key != nil) != (i == 4 || i == 7) || p.Delayed != (i == 5) ||
+			(p.Priority == 7) != (i == 6) || p.ResentTo != nil {
 			t.Errorf("message %d: %+v", i, p)
 		}
-		if p.ResentTo != nil {
-			t.Errorf("message %d: resent_to %v, want NULL", i, p.ResentTo)
-		}
 	}
-	if got := b.peek("p", 1000, nil); len(got) != 23 {
+	if got := b.peek(queue, 1000, nil); len(got) != 23 {
 		t.Errorf("peek 1000: %d rows, want 23", len(got))
 	}
-	if got := peekIDs(b.peek("p", 3, &sent[20])); !slices.Equal(got, sent[21:]) {
+	if got := peekIDs(b.peek(queue, 3, &sent[20])); !slices.Equal(got, sent[21:]) {
 		t.Errorf("peek after %d: %v, want %v", sent[20], got, sent[21:])
 	}
 	if after := b.dataFingerprint(); after != before {
 		t.Errorf("peek changed the data:\n before %s\n after  %s", before, after)
 	}
-	if got := b.statusRow("p"); got != statusBefore {
+	if got := b.statusRow(queue); got != statusBefore {
 		t.Errorf("status after peek %+v, want %+v", got, statusBefore)
 	}
-	if n := len(b.leases("p", nil, 100)); n != 0 {
+	if n := len(b.leases(queue, nil, 100)); n != 0 {
 		t.Errorf("%d leases after peek, want 0", n)
 	}
 
-	// A nacked message is stored again as a retry copy for its group: peek
-	// still shows it once, by its id, naming the group; a received message
-	// is still stored.
-	ms := b.receive("p", "default", 2, "")
-	if len(ms) != 2 {
-		t.Fatalf("received %d, want 2", len(ms))
+	// Receive everything due; nack an unkeyed message (stored again as a
+	// retry copy for its group) and the first keyed one (retried in place;
+	// it releases the key's second if in its run).
+	ms := b.receiveAs(queue, "default", 100, "1 hour", "")
+	for len(ms) < 21 {
+		more := b.receiveAs(queue, "default", 100, "1 hour", "")
+		if len(more) == 0 {
+			t.Fatalf("received %d, want the 21 due (a key's second waits)", len(ms))
+		}
+		ms = append(ms, more...)
 	}
-	nacked := ms[0]
-	if nacked.Key != nil {
-		nacked = ms[1] // (a keyed message is retried in place, without a copy)
+	var nacked int64
+	keyedNacked := false
+	for _, m := range ms {
+		if (m.Key != nil && !keyedNacked) || (m.Key == nil && nacked == 0) {
+			if !b.nack(queue, "default", m.Receipt, "1 hour", "") {
+				t.Fatalf("nack of %d", m.ID)
+			}
+			if m.Key == nil {
+				nacked = m.ID
+			} else {
+				keyedNacked = true
+			}
+		}
 	}
-	if !b.nack("p", "default", nacked.Receipt, "1 hour", "") {
-		t.Fatal("nack")
-	}
-	ps := b.peek("p", 1000, nil)
+	ps := b.peek(queue, 1000, nil)
 	if got := peekIDs(ps); !slices.Equal(got, sent) {
 		t.Fatalf("peek after a nack: %v, want %v", got, sent)
 	}
 	for _, p := range ps {
-		want := []string(nil)
-		if p.ID == nacked.ID {
+		var want []string
+		if p.ID == nacked {
 			want = []string{"default"}
 		}
 		if !slices.Equal(p.ResentTo, want) || p.Delayed != (p.Body == `{"n": 5}`) {
-			t.Errorf("after a nack of %d: %+v (want resent_to %v)", nacked.ID, p, want)
+			t.Errorf("after a nack of %d: %+v (want resent_to %v)", nacked, p, want)
 		}
+	}
+	// An uncommitted send is not shown.
+	tx, err := b.pool.Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(b.ctx) //nolint:errcheck
+	b.send(tx, queue, `"open"`)
+	if n := len(b.peek(queue, 1000, nil)); n != len(sent) {
+		t.Errorf("peek beside an uncommitted send: %d, want %d", n, len(sent))
 	}
 }
 
@@ -220,18 +248,34 @@ func (b *bundle) receiveAs(queue, group string, n int, lease, consumer string) [
 }
 
 // leases shows a single delivery while it is current, and not once it is
-// acked or its lease has expired; a redelivery shows with its attempt.
+// acked or its lease has expired; a redelivery shows with its attempt;
+// status's in_flight agrees. On both engines (TestV2Leases goes on from
+// there on engine 2).
 func TestLeasesSingleDelivery(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	b.createQueue("l", "")
-	id := b.send(b.pool, "l", `"a"`)
+	onBothEngines(t, "", func(b *bundle, _ int) {
+		_, ls := b.checkLeaseOfOneDelivery("q")
+		if n := b.status("q")["default"].InFlight; n != int64(len(ls)) {
+			b.t.Errorf("status in flight %d, leases %d", n, len(ls))
+		}
+	})
+}
+
+// checkLeaseOfOneDelivery checks, on queue (nothing stored, group default),
+// that leases shows a single delivery while it is current (group, id,
+// position, attempt 1, consumer, an hour from about now), and not once it
+// is acked or its lease has expired, without a receive in between; its
+// redelivery shows with attempt 2, at its position, with no consumer. It
+// returns the redelivery (not acked) and the leases then.
+func (b *bundle) checkLeaseOfOneDelivery(queue string) ([]msg, []lease) {
+	t := b.t
+	t.Helper()
+	id := b.send(b.pool, queue, `"a"`)
 	start := time.Now()
-	ms := b.receiveAs("l", "default", 1, "1 hour", "worker-1")
+	ms := b.receiveAs(queue, "default", 1, "1 hour", "worker-1")
 	if len(ms) != 1 {
 		t.Fatalf("received %d", len(ms))
 	}
-	ls := b.leases("l", nil, 100)
+	ls := b.leases(queue, nil, 100)
 	if len(ls) != 1 {
 		t.Fatalf("leases: %+v, want one", ls)
 	}
@@ -245,32 +289,30 @@ func TestLeasesSingleDelivery(t *testing.T) {
 	if l.DeliveredAt.Before(start.Add(-time.Minute)) || l.DeliveredAt.After(time.Now().Add(time.Minute)) {
 		t.Errorf("delivered_at %s, want about now", l.DeliveredAt)
 	}
-	if n := b.ack("l", "default", ms[0].Receipt); n != 1 {
+	if n := b.ack(queue, "default", ms[0].Receipt); n != 1 {
 		t.Fatalf("ack: %d", n)
 	}
-	if ls := b.leases("l", nil, 100); len(ls) != 0 {
+	if ls := b.leases(queue, nil, 100); len(ls) != 0 {
 		t.Errorf("leases after the ack: %+v", ls)
 	}
 
 	// A lease that expires is no longer in flight, without a receive in
 	// between; its redelivery is, with attempt 2.
-	id = b.send(b.pool, "l", `"b"`)
-	ms = b.receive("l", "default", 1, "300 milliseconds")
-	if len(ms) != 1 || len(b.leases("l", nil, 100)) != 1 {
+	id = b.send(b.pool, queue, `"b"`)
+	ms = b.receive(queue, "default", 1, "300 milliseconds")
+	if len(ms) != 1 || len(b.leases(queue, nil, 100)) != 1 {
 		t.Fatalf("second message: received %d", len(ms))
 	}
-	waitFor(t, 10*time.Second, "the lease to expire", func() bool { return len(b.leases("l", nil, 100)) == 0 })
-	ms = b.receive("l", "default", 1, "1 hour")
+	waitFor(t, 10*time.Second, "the lease to expire", func() bool { return len(b.leases(queue, nil, 100)) == 0 })
+	ms = b.receive(queue, "default", 1, "1 hour")
 	if len(ms) != 1 || ms[0].Attempt != 2 {
 		t.Fatalf("redelivery: %+v", ms)
 	}
-	ls = b.leases("l", nil, 100)
-	if len(ls) != 1 || ls[0].ID != id || ls[0].Attempt != 2 || ls[0].Consumer != nil {
+	ls = b.leases(queue, nil, 100)
+	if len(ls) != 1 || ls[0].ID != id || ls[0].Attempt != 2 || ls[0].Consumer != nil || ls[0].Pos != ms[0].Pos {
 		t.Errorf("leases after the redelivery: %+v, want message %d, attempt 2, no consumer", ls, id)
 	}
-	if n := b.status("l")["default"].InFlight; n != int64(len(ls)) {
-		t.Errorf("status in flight %d, leases %d", n, len(ls))
-	}
+	return ms, ls
 }
 
 // A run leased by one receive shows each position once; an extend of one
@@ -426,20 +468,24 @@ func TestPeekLeasesBadInput(t *testing.T) {
 
 // peek and leases wait for nobody: a receive that holds its lanes (and
 // the cut) in an open transaction does not hold them up; its leases show
-// once it commits.
+// once it commits, those of the messages it received. On both engines
+// (engine 2's was TestV2PeekLeasesDoNotWait).
 func TestPeekLeasesDoNotWait(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	b.createQueue("w", "")
+	onBothEngines(t, `"lanes": 2`, peekLeasesDoNotWait)
+}
+
+// peekLeasesDoNotWait is TestPeekLeasesDoNotWait on queue q.
+func peekLeasesDoNotWait(b *bundle, _ int) {
+	t := b.t
 	for i := range 10 {
-		b.send(b.pool, "w", fmt.Sprint(i))
+		b.send(b.pool, "q", fmt.Sprint(i))
 	}
 	tx, err := b.pool.Begin(b.ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer tx.Rollback(b.ctx) //nolint:errcheck
-	ms, err := receiveOn(b.ctx, tx, "w", "default", 4, "1 hour")
+	ms, err := receiveOn(b.ctx, tx, "q", "default", 4, "1 hour")
 	if err != nil || len(ms) != 4 {
 		t.Fatalf("receive in a transaction: %d, %v", len(ms), err)
 	}
@@ -453,16 +499,20 @@ func TestPeekLeasesDoNotWait(t *testing.T) {
 	}
 	defer conn.Exec(b.ctx, "RESET statement_timeout") //nolint:errcheck
 	var n int64
-	if err := conn.QueryRow(b.ctx, "SELECT count(*) FROM sluice.peek('w', 100)").Scan(&n); err != nil || n != 10 {
+	if err := conn.QueryRow(b.ctx, "SELECT count(*) FROM sluice.peek('q', 100)").Scan(&n); err != nil || n != 10 {
 		t.Fatalf("peek beside an open receive: %d, %v", n, err)
 	}
-	if err := conn.QueryRow(b.ctx, "SELECT count(*) FROM sluice.leases('w')").Scan(&n); err != nil || n != 0 {
+	if err := conn.QueryRow(b.ctx, "SELECT count(*) FROM sluice.leases('q')").Scan(&n); err != nil || n != 0 {
 		t.Fatalf("leases beside an open receive: %d, %v (want 0: not committed)", n, err)
 	}
 	if err := tx.Commit(b.ctx); err != nil {
 		t.Fatal(err)
 	}
-	if got := leaseIDs(b.leases("w", nil, 100)); len(got) != 4 {
-		t.Fatalf("leases after the receive committed: %v", got)
+	received := make([]int64, len(ms))
+	for i, m := range ms {
+		received[i] = m.ID
+	}
+	if got := leaseIDs(b.leases("q", nil, 100)); !v2same(got, received) {
+		t.Fatalf("leases after the receive committed: %s", v2diff(got, received))
 	}
 }

@@ -45,35 +45,115 @@ func TestSlotStatisticsOfAnEmptyTableAreRedoneOnceFilled(t *testing.T) {
 	}
 }
 
-func slotStatsCase(t *testing.T, how string) {
-	b := setup(t)
-	// One lane, and a retention that keeps the first slot (a reclaim would
-	// TRUNCATE, which resets the statistics and makes every session plan again).
-	b.createQueue("q", `{"lanes": 1, "rotate_interval": "1 second", "lease": "5 minutes", "engine": 1}`)
-	qid := b.int64("SELECT id FROM sluice.queue WHERE name = 'q'")
-	analyze := func(tables ...string) {
-		t.Helper()
-		for _, tb := range tables {
-			b.exec(fmt.Sprintf("ANALYZE sluice_q%d.%s", qid, tb))
-		}
-	}
+// slotStats is what both engines' cases work with: queue q (one lane, a
+// rotation every second, a retention that keeps the first slot: a reclaim
+// would TRUNCATE, which resets the statistics and makes every session plan
+// again), an xid held open until the test ends, and the consumer's
+// session c, which keeps its cached plans unless something makes it plan
+// again.
+type slotStats struct {
+	b   *bundle
+	c   *pgxpool.Conn
+	qid int64
+}
 
+func newSlotStats(t *testing.T, engine int) *slotStats {
+	b := setup(t)
+	b.createQueue("q", fmt.Sprintf(`{"lanes": 1, "rotate_interval": "1 second", "lease": "5 minutes", "engine": %d}`, engine))
+	s := &slotStats{b: b, qid: b.queueID("q")}
 	holder, err := b.pool.Begin(b.ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer holder.Rollback(b.ctx) //nolint:errcheck
+	t.Cleanup(func() { holder.Rollback(b.ctx) }) //nolint:errcheck
 	if _, err := holder.Exec(b.ctx, "SELECT pg_current_xact_id()"); err != nil {
 		t.Fatal(err)
 	}
-
-	// The consumer's session keeps its cached plans unless something makes
-	// it plan again.
-	c, err := b.pool.Acquire(b.ctx)
-	if err != nil {
+	if s.c, err = b.pool.Acquire(b.ctx); err != nil {
 		t.Fatal(err)
 	}
-	defer c.Release()
+	t.Cleanup(s.c.Release)
+	return s
+}
+
+// analyze runs ANALYZE on these tables of the queue's schema.
+func (s *slotStats) analyze(tables ...string) {
+	s.b.t.Helper()
+	for _, tb := range tables {
+		s.b.exec(fmt.Sprintf("ANALYZE sluice_q%d.%s", s.qid, tb))
+	}
+}
+
+// ack acks ms through db, checking that each one counts.
+func (s *slotStats) ack(db q, ms []msg) {
+	s.b.t.Helper()
+	var n int
+	if err := db.QueryRow(s.b.ctx, "SELECT sluice.ack('q', 'default', $1)", receipts(ms)).Scan(&n); err != nil || n != len(ms) {
+		s.b.t.Fatalf("ack of %d: %d, %v", len(ms), n, err)
+	}
+}
+
+// firstSlot runs the first slot's traffic through the consumer's session
+// (recv), with the low-water mark's walk planned while slot 1 is empty,
+// and rotates: the next epoch, in slot 1, is the current one.
+func (s *slotStats) firstSlot(recv func(n int) []msg) {
+	b := s.b
+	b.t.Helper()
+	b.exec(`SELECT sluice.send_batch('q', array(SELECT jsonb_build_object('n', g) FROM generate_series(1, 20) g))`)
+	first := recv(10)
+	s.ack(s.c, first[:5])
+	time.Sleep(1100 * time.Millisecond)
+	rest := recv(10)
+	s.ack(s.c, append(first[5:], rest...))
+	time.Sleep(1100 * time.Millisecond)
+	b.exec("SELECT sluice.maintain()")
+	if e := b.int64("SELECT max(epoch) FROM sluice.epoch WHERE queue_id = $1", s.qid); e != 1 {
+		b.t.Fatalf("epoch %d after maintain, want 1", e)
+	}
+}
+
+// redoneOnceFilled waits until the statistics count the 299 completions
+// of slot 1 (in table acks) and runs maintain: no partition of the queue
+// may then say "(nearly) empty" once it has rows.
+func (s *slotStats) redoneOnceFilled(acks string) {
+	b := s.b
+	b.t.Helper()
+	// Maintenance counts live rows from the statistics, which a session
+	// reports when it goes idle, at most once a second (a statement makes the
+	// consumer's session report).
+	waitFor(b.t, 20*time.Second, "the statistics to count 299 completions in slot 1", func() bool {
+		time.Sleep(200 * time.Millisecond)
+		if _, err := s.c.Exec(b.ctx, "SELECT 1"); err != nil {
+			b.t.Fatal(err)
+		}
+		return b.int64(fmt.Sprintf("SELECT pg_stat_get_live_tuples('sluice_q%d.%s'::regclass)", s.qid, acks)) >= 299
+	})
+	b.exec("SELECT sluice.maintain()")
+	var stale []string
+	rows, err := b.pool.Query(b.ctx, `SELECT c.relname FROM pg_class c
+		WHERE c.relnamespace = $1::regnamespace AND c.relkind = 'r' AND c.reltuples >= 0 AND c.reltuples < 50
+		  AND pg_stat_get_live_tuples(c.oid) >= 50 ORDER BY 1`, fmt.Sprintf("sluice_q%d", s.qid))
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			b.t.Fatal(err)
+		}
+		stale = append(stale, name)
+	}
+	if err := rows.Err(); err != nil {
+		b.t.Fatal(err)
+	}
+	if len(stale) > 0 {
+		b.t.Errorf("partitions with rows but the statistics of an empty table after maintain: %v", stale)
+	}
+}
+
+func slotStatsCase(t *testing.T, how string) {
+	s := newSlotStats(t, 1)
+	b, c, qid := s.b, s.c, s.qid
 	recv := func(n int) []msg {
 		t.Helper()
 		ms, err := receiveOn(b.ctx, c, "q", "default", n, "")
@@ -82,32 +162,13 @@ func slotStatsCase(t *testing.T, how string) {
 		}
 		return ms
 	}
-	ack := func(db q, ms []msg) {
-		t.Helper()
-		var n int
-		if err := db.QueryRow(b.ctx, "SELECT sluice.ack('q', 'default', $1)", receipts(ms)).Scan(&n); err != nil || n != len(ms) {
-			t.Fatalf("ack of %d: %d, %v", len(ms), n, err)
-		}
-	}
 
-	// The first slot's traffic, with the low-water mark's walk planned while
-	// slot 1 is empty (and, in the first case, analyzed so).
+	// The first slot's traffic (in the first case, with slot 1 analyzed
+	// while empty).
 	if how == "analyzed while empty" {
-		analyze("messages", "batches", "deliveries", "acks", "group_states")
+		s.analyze("messages", "batches", "deliveries", "acks", "group_states")
 	}
-	b.exec(`SELECT sluice.send_batch('q', array(SELECT jsonb_build_object('n', g) FROM generate_series(1, 20) g))`)
-	first := recv(10)
-	ack(c, first[:5])
-	time.Sleep(1100 * time.Millisecond)
-	rest := recv(10)
-	ack(c, append(first[5:], rest...))
-
-	// The next epoch, in slot 1, fills.
-	time.Sleep(1100 * time.Millisecond)
-	b.exec("SELECT sluice.maintain()")
-	if e := b.int64("SELECT max(epoch) FROM sluice.epoch WHERE queue_id = $1", qid); e != 1 {
-		t.Fatalf("epoch %d after maintain, want 1", e)
-	}
+	s.firstSlot(recv)
 	b.exec(`SELECT sluice.send_batch('q', array(SELECT jsonb_build_object('n', g) FROM generate_series(1, 600) g))`)
 	ms := recv(300)
 	if len(ms) != 300 {
@@ -121,51 +182,19 @@ func slotStatsCase(t *testing.T, how string) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ack(tx, ms[:299])
-		analyze("acks_1")
+		s.ack(tx, ms[:299])
+		s.analyze("acks_1")
 		if err := tx.Commit(b.ctx); err != nil {
 			t.Fatal(err)
 		}
 	case "analyzed with one row":
-		ack(c, ms[:1])
-		analyze("acks_1")
-		ack(c, ms[1:299])
+		s.ack(c, ms[:1])
+		s.analyze("acks_1")
+		s.ack(c, ms[1:299])
 	default:
-		ack(c, ms[:299])
+		s.ack(c, ms[:299])
 	}
-	// Maintenance counts live rows from the statistics, which a session
-	// reports when it goes idle, at most once a second (a statement makes the
-	// consumer's session report).
-	waitFor(t, 20*time.Second, "the statistics to count 299 completions in slot 1", func() bool {
-		time.Sleep(200 * time.Millisecond)
-		if _, err := c.Exec(b.ctx, "SELECT 1"); err != nil {
-			t.Fatal(err)
-		}
-		return b.int64(fmt.Sprintf("SELECT pg_stat_get_live_tuples('sluice_q%d.acks_1'::regclass)", qid)) >= 299
-	})
-	b.exec("SELECT sluice.maintain()")
-
-	// No partition of the queue says "(nearly) empty" once it has rows.
-	var stale []string
-	rows, err := b.pool.Query(b.ctx, `SELECT c.relname FROM pg_class c
-		WHERE c.relnamespace = $1::regnamespace AND c.relkind = 'r' AND c.reltuples >= 0 AND c.reltuples < 50
-		  AND pg_stat_get_live_tuples(c.oid) >= 50 ORDER BY 1`, fmt.Sprintf("sluice_q%d", qid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for rows.Next() {
-		var s string
-		if err := rows.Scan(&s); err != nil {
-			t.Fatal(err)
-		}
-		stale = append(stale, s)
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	if len(stale) > 0 {
-		t.Errorf("partitions with rows but the statistics of an empty table after maintain: %v", stale)
-	}
+	s.redoneOnceFilled("acks_1")
 
 	// The walk over the 299 completed positions probes each one: one index
 	// entry a probe, every completion of the group in the slot with a plan
@@ -219,28 +248,8 @@ func TestV2SlotStatisticsOfAnEmptyTableAreRedoneOnceFilled(t *testing.T) {
 }
 
 func v2SlotStatsCase(t *testing.T, how string) {
-	b := setup(t)
-	b.createV2("q", `"lanes": 1, "rotate_interval": "1 second", "lease": "5 minutes"`)
-	qid := b.queueID("q")
-	analyze := func(tables ...string) {
-		t.Helper()
-		for _, tb := range tables {
-			b.exec(fmt.Sprintf("ANALYZE sluice_q%d.%s", qid, tb))
-		}
-	}
-	holder, err := b.pool.Begin(b.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer holder.Rollback(b.ctx) //nolint:errcheck
-	if _, err := holder.Exec(b.ctx, "SELECT pg_current_xact_id()"); err != nil {
-		t.Fatal(err)
-	}
-	c, err := b.pool.Acquire(b.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Release()
+	s := newSlotStats(t, 2)
+	b, c, qid := s.b, s.c, s.qid
 	// recv receives n messages (in as many receives as it takes: how many
 	// one receive returns is not what this test is about)
 	recv := func(n int) []msg {
@@ -258,27 +267,10 @@ func v2SlotStatsCase(t *testing.T, how string) {
 		}
 		return all
 	}
-	ack := func(db q, ms []msg) {
-		t.Helper()
-		var n int
-		if err := db.QueryRow(b.ctx, "SELECT sluice.ack('q', 'default', $1)", receipts(ms)).Scan(&n); err != nil || n != len(ms) {
-			t.Fatalf("ack of %d: %d, %v", len(ms), n, err)
-		}
-	}
 	if how == "analyzed while empty" {
-		analyze("msg", "cut", "batch", "lease", "ack")
+		s.analyze("msg", "cut", "batch", "lease", "ack")
 	}
-	b.exec(`SELECT sluice.send_batch('q', array(SELECT jsonb_build_object('n', g) FROM generate_series(1, 20) g))`)
-	first := recv(10)
-	ack(c, first[:5])
-	time.Sleep(1100 * time.Millisecond)
-	rest := recv(10)
-	ack(c, append(first[5:], rest...))
-	time.Sleep(1100 * time.Millisecond)
-	b.exec("SELECT sluice.maintain()")
-	if e := b.v2epoch("q"); e != 1 {
-		t.Fatalf("epoch %d after maintain, want 1", e)
-	}
+	s.firstSlot(recv)
 	b.exec(`SELECT sluice.send_batch('q', array(SELECT jsonb_build_object('n', g) FROM generate_series(1, 600) g))`)
 	// one message a receive: the lane's leases fill lease_1 and, acked one by
 	// one, ack_1
@@ -290,8 +282,8 @@ func v2SlotStatsCase(t *testing.T, how string) {
 		}
 		ms = append(ms, m...)
 		if i == 0 && how == "analyzed with one row" {
-			ack(c, m)
-			analyze("ack_1", "lease_1")
+			s.ack(c, m)
+			s.analyze("ack_1", "lease_1")
 		}
 	}
 	switch how {
@@ -301,49 +293,22 @@ func v2SlotStatsCase(t *testing.T, how string) {
 			t.Fatal(err)
 		}
 		for _, m := range ms[:299] {
-			ack(tx, []msg{m})
+			s.ack(tx, []msg{m})
 		}
-		analyze("ack_1")
+		s.analyze("ack_1")
 		if err := tx.Commit(b.ctx); err != nil {
 			t.Fatal(err)
 		}
 	case "analyzed with one row":
 		for _, m := range ms[1:299] {
-			ack(c, []msg{m})
+			s.ack(c, []msg{m})
 		}
 	default:
 		for _, m := range ms[:299] {
-			ack(c, []msg{m})
+			s.ack(c, []msg{m})
 		}
 	}
-	waitFor(t, 20*time.Second, "the statistics to count 299 completions in slot 1", func() bool {
-		time.Sleep(200 * time.Millisecond)
-		if _, err := c.Exec(b.ctx, "SELECT 1"); err != nil {
-			t.Fatal(err)
-		}
-		return b.int64(fmt.Sprintf("SELECT pg_stat_get_live_tuples('sluice_q%d.ack_1'::regclass)", qid)) >= 299
-	})
-	b.exec("SELECT sluice.maintain()")
-	var stale []string
-	rows, err := b.pool.Query(b.ctx, `SELECT c.relname FROM pg_class c
-		WHERE c.relnamespace = $1::regnamespace AND c.relkind = 'r' AND c.reltuples >= 0 AND c.reltuples < 50
-		  AND pg_stat_get_live_tuples(c.oid) >= 50 ORDER BY 1`, fmt.Sprintf("sluice_q%d", qid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for rows.Next() {
-		var s string
-		if err := rows.Scan(&s); err != nil {
-			t.Fatal(err)
-		}
-		stale = append(stale, s)
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	if len(stale) > 0 {
-		t.Errorf("partitions with rows but the statistics of an empty table after maintain: %v", stale)
-	}
+	s.redoneOnceFilled("ack_1")
 	time.Sleep(1100 * time.Millisecond)
 	tx, err := c.Begin(b.ctx)
 	if err != nil {

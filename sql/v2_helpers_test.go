@@ -174,6 +174,21 @@ func v2short(ids []int64) string {
 	return fmt.Sprint(ids)
 }
 
+// v2leased makes queue (engine 2, one lane), sends it n messages (v2sendN)
+// and receives them with one receive of up to upTo messages under lease:
+// it fails the test unless that receive returns exactly the messages sent.
+// It returns their ids and what was received.
+func (b *bundle) v2leased(queue string, n, upTo int, lease string) ([]int64, []v2msg) {
+	b.t.Helper()
+	b.createV2(queue, `"lanes": 1`)
+	ids := b.v2sendN(queue, n)
+	ms := b.v2receive(queue, "default", upTo, lease)
+	if !v2same(v2ids(ms), ids) {
+		b.t.Fatalf("receive: %s", v2diff(v2ids(ms), ids))
+	}
+	return ids, ms
+}
+
 // v2sendN sends n messages one by one (autocommit) and returns their ids.
 func (b *bundle) v2sendN(queue string, n int) []int64 {
 	b.t.Helper()

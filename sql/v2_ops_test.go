@@ -5,15 +5,15 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 )
 
 // Tests of dedup keys, peek and leases on queues of engine 2, with the
-// expectations engine 1's tests have (semantics_test.go,
-// dedup_batch_test.go, peek_test.go), through the public SQL API; purge
-// and redrive: v2_purge_redrive_test.go.
+// expectations engine 1's tests have, through the public SQL API; purge
+// and redrive: v2_purge_redrive_test.go. Those whose body is the same on
+// both engines run on both from semantics_test.go (TestConcurrentIdempotentSend),
+// dedup_batch_test.go and peek_test.go (subtests engine1, engine2).
 
 // v2sendKey sends body with a dedup key and returns the id send returned.
 func (b *bundle) v2sendKey(queue, body, key string) int64 {
@@ -131,295 +131,6 @@ func TestV2DedupRollbackAndDelay(t *testing.T) {
 	}
 }
 
-// A batch of dedup keys mixing keys sent before, keys repeated in the batch
-// and bodies without a key: each body gets the id of the message its key
-// names, exactly the bodies without a key and the first body of each new
-// key are enqueued, in body order (as TestSendBatchDedupMapsEveryBody).
-func TestV2SendBatchDedupMapsEveryBody(t *testing.T) {
-	b := setup(t)
-	b.createV2("v2db", "")
-	before := map[string]int64{}
-	for i := 0; i < 30; i++ {
-		key := fmt.Sprintf("k%d", i*7)
-		before[key] = b.v2sendKey("v2db", "{}", key)
-	}
-	var keys []any
-	for i := 0; i < 600; i++ {
-		if i%5 == 0 {
-			keys = append(keys, nil)
-		} else {
-			keys = append(keys, fmt.Sprintf("k%d", (i*37)%200))
-		}
-	}
-	batch := `SELECT x FROM sluice.send_batch('v2db', ARRAY(SELECT jsonb_build_object('i', g) FROM generate_series(0, 599) g),
-		headers => ARRAY(SELECT jsonb_build_object('h', g) FROM generate_series(0, 599) g), dedup_keys => $1::text[]) x`
-	ids := b.int64s(batch, keys)
-	if len(ids) != 600 {
-		t.Fatalf("%d ids for 600 bodies", len(ids))
-	}
-	first := map[string]int64{}
-	var inserted []int
-	for i, k := range keys {
-		if k == nil {
-			inserted = append(inserted, i)
-			continue
-		}
-		key := k.(string)
-		want, ok := before[key]
-		if !ok {
-			if want, ok = first[key]; !ok {
-				first[key] = ids[i]
-				want = ids[i]
-				inserted = append(inserted, i)
-			}
-		}
-		if ids[i] != want {
-			t.Fatalf("body %d (key %s): id %d, want %d", i, key, ids[i], want)
-		}
-	}
-	for j := 1; j < len(inserted); j++ {
-		if ids[inserted[j]] <= ids[inserted[j-1]] {
-			t.Fatalf("bodies %d and %d enqueued with ids %d, %d: not in body order",
-				inserted[j-1], inserted[j], ids[inserted[j-1]], ids[inserted[j]])
-		}
-	}
-	// what is stored: each enqueued body with its own headers, by id
-	stored := b.int64s(`SELECT (body->>'i')::bigint FROM sluice.peek('v2db', 1000)
-		WHERE body ? 'i' AND (headers->>'h')::int = (body->>'i')::int ORDER BY id`)
-	if len(stored) != len(inserted) {
-		t.Fatalf("%d messages enqueued (with their headers), want %d", len(stored), len(inserted))
-	}
-	for j, i := range inserted {
-		if stored[j] != int64(i) {
-			t.Fatalf("message %d enqueued is body %d, want %d", j, stored[j], i)
-		}
-	}
-	again := b.int64s(batch, keys)
-	for i, k := range keys {
-		if k != nil && again[i] != ids[i] {
-			t.Fatalf("again, body %d (key %s): id %d, want %d", i, k, again[i], ids[i])
-		}
-	}
-	if n := b.int64(`SELECT count(*) FROM sluice.peek('v2db', 1000) WHERE body ? 'i'`); n != int64(len(inserted)+120) {
-		t.Fatalf("after the batch again: %d messages, want %d", n, len(inserted)+120)
-	}
-	got := b.v2drainAck("v2db", "default", 200)
-	if len(got) != 30+len(inserted)+120 {
-		t.Fatalf("received %d, want %d", len(got), 30+len(inserted)+120)
-	}
-}
-
-// Sends of one dedup key from many connections at once enqueue one message
-// (each holds the key a moment before it commits); batches sharing keys
-// in opposite orders neither deadlock nor enqueue a key twice.
-func TestV2ConcurrentIdempotentSend(t *testing.T) {
-	b := setup(t)
-	b.v2widen(20)
-	b.createV2("v2dc", "")
-	const senders = 12
-	ids := make(chan int64, senders)
-	errs := make(chan error, senders)
-	start := make(chan struct{})
-	for i := 0; i < senders; i++ {
-		go func() {
-			<-start
-			tx, err := b.pool.Begin(b.ctx)
-			if err != nil {
-				errs <- err
-				return
-			}
-			var id int64
-			if err := tx.QueryRow(b.ctx, "SELECT sluice.send('v2dc', '{}', dedup_key => 'once')").Scan(&id); err != nil {
-				tx.Rollback(b.ctx) //nolint:errcheck
-				errs <- err
-				return
-			}
-			time.Sleep(20 * time.Millisecond)
-			errs <- tx.Commit(b.ctx)
-			ids <- id
-		}()
-	}
-	close(start)
-	for i := 0; i < senders; i++ {
-		if err := <-errs; err != nil {
-			t.Fatal(err)
-		}
-	}
-	first := <-ids
-	for i := 1; i < senders; i++ {
-		if id := <-ids; id != first {
-			t.Fatalf("concurrent sends of one key returned %d and %d", first, id)
-		}
-	}
-	if got := b.v2drainAck("v2dc", "default", 100); len(got) != 1 || got[0].ID != first {
-		t.Fatalf("%d messages enqueued by %d concurrent sends of one key, want 1 (%d)", len(got), senders, first)
-	}
-
-	const n = 200
-	fwd, rev := make([]string, n), make([]string, n)
-	for i := 0; i < n; i++ {
-		fwd[i] = fmt.Sprintf("c%d", i)
-		rev[n-1-i] = fwd[i]
-	}
-	var wg sync.WaitGroup
-	results := make([]map[string]int64, 4)
-	berrs := make([]error, 4)
-	for w := 0; w < 4; w++ {
-		wg.Add(1)
-		go func(w int) {
-			defer wg.Done()
-			keys := fwd
-			if w%2 == 1 {
-				keys = rev
-			}
-			rows, err := b.pool.Query(b.ctx, `SELECT x FROM sluice.send_batch('v2dc', ARRAY(SELECT '{}'::jsonb FROM generate_series(1, $2)),
-				dedup_keys => $1::text[]) x`, keys, n)
-			if err != nil {
-				berrs[w] = err
-				return
-			}
-			defer rows.Close()
-			got := map[string]int64{}
-			i := 0
-			for rows.Next() {
-				var id int64
-				if err := rows.Scan(&id); err != nil {
-					berrs[w] = err
-					return
-				}
-				got[keys[i]] = id
-				i++
-			}
-			berrs[w] = rows.Err()
-			results[w] = got
-		}(w)
-	}
-	wg.Wait()
-	for w, err := range berrs {
-		if err != nil {
-			t.Fatalf("batch %d: %v", w, err)
-		}
-	}
-	for w := 1; w < len(results); w++ {
-		for k, id := range results[0] {
-			if results[w][k] != id {
-				t.Fatalf("key %s: batch 0 got id %d, batch %d got %d", k, id, w, results[w][k])
-			}
-		}
-	}
-	if got := b.v2drainAck("v2dc", "default", 100); len(got) != n {
-		t.Fatalf("%d messages enqueued for %d keys", len(got), n)
-	}
-}
-
-// peek pages through the stored messages in id order, shows what send
-// stored (headers, key, delay; priority 0: engine 2 has no priorities
-// yet), and changes nothing; a nacked message (its retry copy) still shows
-// once, naming its group in resent_to (a keyed one is retried in place: no
-// copy, no resent_to); a received one is still stored.
-func TestV2PeekPagesInIDOrder(t *testing.T) {
-	b := setup(t)
-	b.createV2("v2p", `"lanes": 2`)
-	var sent []int64
-	for i := range 23 {
-		var id int64
-		if err := b.pool.QueryRow(b.ctx, `SELECT sluice.send('v2p', jsonb_build_object('n', $1::int),
-			headers => CASE WHEN $1::int = 3 THEN '{"h": 1}'::jsonb END,
-			key => CASE WHEN $1::int IN (4, 7) THEN 'k' END,
-			delay => CASE WHEN $1::int = 5 THEN interval '1 hour' END)`, i).Scan(&id); err != nil {
-			t.Fatal(err)
-		}
-		sent = append(sent, id)
-	}
-	before := b.dataFingerprint()
-	statusBefore := b.statusRow("v2p")
-	var all []peeked
-	var after *int64
-	for page := 0; ; page++ {
-		ps := b.peek("v2p", 10, after)
-		if len(ps) == 0 {
-			break
-		}
-		if page > 3 {
-			t.Fatalf("more than 3 pages of 10 for 23 messages")
-		}
-		all = append(all, ps...)
-		last := ps[len(ps)-1].ID
-		after = &last
-	}
-	if got := peekIDs(all); !slices.Equal(got, sent) {
-		t.Fatalf("paged ids %v, want %v", got, sent)
-	}
-	for i, p := range all {
-		if want := fmt.Sprintf(`{"n": %d}`, i); p.Body != want {
-			t.Errorf("message %d: body %s, want %s", i, p.Body, want)
-		}
-		if p.HasHeader != (i == 3) || (p.Key != nil) != (i == 4 || i == 7) || p.Delayed != (i == 5) || p.Priority != 0 ||
-			p.ResentTo != nil {
-			t.Errorf("message %d: %+v", i, p)
-		}
-	}
-	if got := peekIDs(b.peek("v2p", 3, &sent[20])); !slices.Equal(got, sent[21:]) {
-		t.Errorf("peek after %d: %v, want %v", sent[20], got, sent[21:])
-	}
-	if after := b.dataFingerprint(); after != before {
-		t.Errorf("peek changed the data:\n before %s\n after  %s", before, after)
-	}
-	if got := b.statusRow("v2p"); got != statusBefore {
-		t.Errorf("status after peek %+v, want %+v", got, statusBefore)
-	}
-	if n := len(b.leases("v2p", nil, 100)); n != 0 {
-		t.Errorf("%d leases after peek, want 0", n)
-	}
-	// receive everything due; nack an unkeyed message and the first keyed
-	// one (retried in place; it releases the key's second if in its run)
-	ms := b.receiveAs("v2p", "default", 100, "1 hour", "")
-	for len(ms) < 21 {
-		more := b.receiveAs("v2p", "default", 100, "1 hour", "")
-		if len(more) == 0 {
-			t.Fatalf("received %d, want the 21 due (a key's second waits)", len(ms))
-		}
-		ms = append(ms, more...)
-	}
-	var nacked int64
-	keyedNacked := false
-	for _, m := range ms {
-		if (m.Key != nil && !keyedNacked) || (m.Key == nil && nacked == 0) {
-			if !b.nack("v2p", "default", m.Receipt, "1 hour", "") {
-				t.Fatalf("nack of %d", m.ID)
-			}
-			if m.Key == nil {
-				nacked = m.ID
-			} else {
-				keyedNacked = true
-			}
-		}
-	}
-	ps := b.peek("v2p", 1000, nil)
-	if got := peekIDs(ps); !slices.Equal(got, sent) {
-		t.Fatalf("peek after a nack: %v, want %v", got, sent)
-	}
-	for _, p := range ps {
-		var want []string
-		if p.ID == nacked {
-			want = []string{"default"}
-		}
-		if !slices.Equal(p.ResentTo, want) || p.Delayed != (p.Body == `{"n": 5}`) {
-			t.Errorf("after a nack of %d: %+v (want resent_to %v)", nacked, p, want)
-		}
-	}
-	// an uncommitted send is not shown
-	tx, err := b.pool.Begin(b.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(b.ctx) //nolint:errcheck
-	b.send(tx, "v2p", `"open"`)
-	if n := len(b.peek("v2p", 1000, nil)); n != len(sent) {
-		t.Errorf("peek beside an uncommitted send: %d, want %d", n, len(sent))
-	}
-}
-
 // leases shows a delivery while it is current (group, id, position,
 // attempt, consumer, times), not once it is acked or its lease has expired
 // (without a receive in between); a redelivery shows with attempt 2; an
@@ -431,48 +142,7 @@ func TestV2Leases(t *testing.T) {
 	b := setup(t)
 	b.createV2("v2l", `"lanes": 1`)
 	b.exec("SELECT sluice.create_group('v2l', 'audit')")
-	id := b.send(b.pool, "v2l", `"a"`)
-	start := time.Now()
-	ms := b.receiveAs("v2l", "default", 1, "1 hour", "worker-1")
-	if len(ms) != 1 {
-		t.Fatalf("received %d", len(ms))
-	}
-	ls := b.leases("v2l", nil, 100)
-	if len(ls) != 1 {
-		t.Fatalf("leases: %+v, want one", ls)
-	}
-	l := ls[0]
-	if l.Group != "default" || l.ID != id || l.Pos != ms[0].Pos || l.Attempt != 1 || l.Consumer == nil || *l.Consumer != "worker-1" {
-		t.Errorf("lease %+v, want message %d at %d, attempt 1, consumer worker-1", l, id, ms[0].Pos)
-	}
-	if d := l.Expires.Sub(l.DeliveredAt); d < 59*time.Minute || d > 61*time.Minute {
-		t.Errorf("lease from %s to %s, want an hour", l.DeliveredAt, l.Expires)
-	}
-	if l.DeliveredAt.Before(start.Add(-time.Minute)) || l.DeliveredAt.After(time.Now().Add(time.Minute)) {
-		t.Errorf("delivered_at %s, want about now", l.DeliveredAt)
-	}
-	if n := b.ack("v2l", "default", ms[0].Receipt); n != 1 {
-		t.Fatalf("ack: %d", n)
-	}
-	if ls := b.leases("v2l", nil, 100); len(ls) != 0 {
-		t.Errorf("leases after the ack: %+v", ls)
-	}
-	b.v2drainAck("v2l", "audit", 10)
-
-	// expiry, then a redelivery with attempt 2
-	id = b.send(b.pool, "v2l", `"b"`)
-	if ms := b.receive("v2l", "default", 1, "300 milliseconds"); len(ms) != 1 || len(b.leases("v2l", nil, 100)) != 1 {
-		t.Fatalf("second message: received %d", len(ms))
-	}
-	waitFor(t, 10*time.Second, "the lease to expire", func() bool { return len(b.leases("v2l", nil, 100)) == 0 })
-	ms = b.receive("v2l", "default", 1, "1 hour")
-	if len(ms) != 1 || ms[0].Attempt != 2 {
-		t.Fatalf("redelivery: %+v", ms)
-	}
-	ls = b.leases("v2l", nil, 100)
-	if len(ls) != 1 || ls[0].ID != id || ls[0].Attempt != 2 || ls[0].Consumer != nil || ls[0].Pos != ms[0].Pos {
-		t.Errorf("leases after the redelivery: %+v, want message %d, attempt 2, no consumer", ls, id)
-	}
+	ms, _ := b.checkLeaseOfOneDelivery("v2l")
 	b.ack("v2l", "default", ms[0].Receipt)
 	b.v2drainAck("v2l", "audit", 10)
 
@@ -485,7 +155,7 @@ func TestV2Leases(t *testing.T) {
 	if len(ms) != 6 {
 		t.Fatalf("received %d, want 6", len(ms))
 	}
-	ls = b.leases("v2l", nil, 100)
+	ls := b.leases("v2l", nil, 100)
 	if got := leaseIDs(ls); !slices.Equal(got, sent) {
 		t.Fatalf("leases of the receive: %v, want %v", got, sent)
 	}
@@ -640,46 +310,6 @@ func TestV2OpsBadInput(t *testing.T) {
 	}
 	if after := b.dataFingerprint(); after != before {
 		t.Errorf("a redrive of nothing changed the data:\n before %s\n after  %s", before, after)
-	}
-}
-
-// peek and leases wait for nobody: a receive that holds its lanes and the
-// cut in an open transaction does not hold them up; its leases show once
-// it commits.
-func TestV2PeekLeasesDoNotWait(t *testing.T) {
-	b := setup(t)
-	b.createV2("v2w", `"lanes": 2`)
-	b.v2sendN("v2w", 10)
-	tx, err := b.pool.Begin(b.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(b.ctx) //nolint:errcheck
-	ms, err := v2receiveOn(b.ctx, tx, "v2w", "default", 4, "1 hour")
-	if err != nil || len(ms) != 4 {
-		t.Fatalf("receive in a transaction: %d, %v", len(ms), err)
-	}
-	conn, err := b.pool.Acquire(b.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Release()
-	if _, err := conn.Exec(b.ctx, "SET statement_timeout = '3s'"); err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Exec(b.ctx, "RESET statement_timeout") //nolint:errcheck
-	var n int64
-	if err := conn.QueryRow(b.ctx, "SELECT count(*) FROM sluice.peek('v2w', 100)").Scan(&n); err != nil || n != 10 {
-		t.Fatalf("peek beside an open receive: %d, %v", n, err)
-	}
-	if err := conn.QueryRow(b.ctx, "SELECT count(*) FROM sluice.leases('v2w')").Scan(&n); err != nil || n != 0 {
-		t.Fatalf("leases beside an open receive: %d, %v (want 0: not committed)", n, err)
-	}
-	if err := tx.Commit(b.ctx); err != nil {
-		t.Fatal(err)
-	}
-	if got := leaseIDs(b.leases("v2w", nil, 100)); !v2same(got, v2ids(ms)) {
-		t.Fatalf("leases after the receive committed: %s", v2diff(got, v2ids(ms)))
 	}
 }
 

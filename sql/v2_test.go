@@ -33,12 +33,7 @@ func TestV2Basic(t *testing.T) {
 // the redelivery); a current receipt counts 1, then 0.
 func TestV2Redelivery(t *testing.T) {
 	b := setup(t)
-	b.createV2("v2r", `"lanes": 1`)
-	ids := b.v2sendN("v2r", 5)
-	first := b.v2receive("v2r", "default", 10, "1 second")
-	if !v2same(v2ids(first), ids) {
-		t.Fatalf("first receive: %s", v2diff(v2ids(first), ids))
-	}
+	ids, first := b.v2leased("v2r", 5, 10, "1 second")
 	end := first[0].Expires
 	// Not before the lease ends.
 	for time.Now().Add(100 * time.Millisecond).Before(end) {
@@ -88,12 +83,7 @@ func TestV2Redelivery(t *testing.T) {
 // completes each once; the lease's end then redelivers nothing.
 func TestV2PartialAcksThenExpiry(t *testing.T) {
 	b := setup(t)
-	b.createV2("v2pa", `"lanes": 1`)
-	ids := b.v2sendN("v2pa", 6)
-	ms := b.v2receive("v2pa", "default", 6, "1 second")
-	if !v2same(v2ids(ms), ids) {
-		t.Fatalf("receive: %s", v2diff(v2ids(ms), ids))
-	}
+	_, ms := b.v2leased("v2pa", 6, 6, "1 second")
 	if n := b.ack("v2pa", "default", ms[0].Receipt); n != 1 {
 		t.Errorf("ack 1 counted %d", n)
 	}
@@ -258,12 +248,7 @@ func (b *bundle) v2waitReceive(queue, group string, timeout time.Duration) v2msg
 // the lease's end.
 func TestV2NackAmongLeaseMates(t *testing.T) {
 	b := setup(t)
-	b.createV2("v2nm", `"lanes": 1`)
-	ids := b.v2sendN("v2nm", 4)
-	ms := b.v2receive("v2nm", "default", 4, "2 seconds")
-	if !v2same(v2ids(ms), ids) {
-		t.Fatalf("receive: %s", v2diff(v2ids(ms), ids))
-	}
+	_, ms := b.v2leased("v2nm", 4, 4, "2 seconds")
 	if !b.nack("v2nm", "default", ms[1].Receipt, "0", "x") {
 		t.Fatal("nack false")
 	}
@@ -291,12 +276,7 @@ func TestV2NackAmongLeaseMates(t *testing.T) {
 // lease; an expired receipt cannot be extended.
 func TestV2Extend(t *testing.T) {
 	b := setup(t)
-	b.createV2("v2e", `"lanes": 1`)
-	ids := b.v2sendN("v2e", 2)
-	ms := b.v2receive("v2e", "default", 2, "1 second")
-	if !v2same(v2ids(ms), ids) {
-		t.Fatalf("receive: %s", v2diff(v2ids(ms), ids))
-	}
+	_, ms := b.v2leased("v2e", 2, 2, "1 second")
 	var n int
 	if err := b.pool.QueryRow(b.ctx, "SELECT sluice.extend('v2e', 'default', $1, '3 seconds')",
 		[]string{ms[0].Receipt}).Scan(&n); err != nil {

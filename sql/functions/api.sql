@@ -356,6 +356,40 @@ BEGIN
 END
 $$;
 
+-- _status_row: what every row of sluice.status for a queue says of the
+-- queue itself, and, as it is, the one row of a queue without groups
+-- (group_name and the counts NULL, holds_reclaim and estimated false).
+-- e_queue_status of both engines starts each group's row from it.
+--
+-- Parameters:
+--   p_queue        queue name
+--   p_head         the last position numbered (engine 2: the sum over its lanes)
+--   p_live_epochs  storage epochs the queue keeps
+--   p_pid, p_for   the holder of the queue's numbering and how long its
+--                  transaction has been open (sluice._numbering_holder), or NULLs
+-- Returns: sluice.queue_status
+-- Errors: none
+-- Calls: nothing
+CREATE OR REPLACE FUNCTION sluice._status_row(p_queue text, p_head bigint, p_live_epochs bigint,
+                                              p_pid int, p_for interval)
+RETURNS sluice.queue_status
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    s sluice.queue_status;
+BEGIN
+    s.queue := p_queue;
+    s.head := p_head;
+    s.live_epochs := p_live_epochs;
+    s.holds_reclaim := false;
+    s.estimated := false;
+    s.held_by_pid := p_pid;
+    s.held_for := p_for;
+    RETURN s;
+END
+$$;
+
 -- status: depth and progress of each group of a queue (or of every queue).
 -- Reads only; exact at the time of the call, except ready and lag when a
 -- queue has more messages not numbered yet than the limit below (estimated

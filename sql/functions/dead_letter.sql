@@ -43,6 +43,31 @@ BEGIN
 END
 $$;
 
+-- _dead_letter_counts: a group's dead letters, as sluice.status counts
+-- them (e_queue_status of both engines): those neither redriven nor
+-- discarded (dead: no row in sluice.redrive, as dead_letters shows them),
+-- and every one recorded (dead_lettered: a counter, which redrive and
+-- discard leave alone). One scan of dead_letter_group_idx (queue_id,
+-- group_id, id), with an anti-join on sluice.redrive's primary key: O(the
+-- group's dead letters).
+--
+-- Parameters:
+--   p_queue_id  queue id
+--   p_group_id  group id
+-- Returns: dead, dead_lettered (0 and 0 when the group has none)
+-- Errors: none
+-- Calls: nothing (reads sluice.dead_letter and sluice.redrive)
+CREATE OR REPLACE FUNCTION sluice._dead_letter_counts(p_queue_id int, p_group_id int,
+                                                      OUT dead bigint, OUT dead_lettered bigint)
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT count(*) FILTER (WHERE NOT EXISTS (SELECT 1 FROM sluice.redrive r WHERE r.dead_letter_id = d.id)),
+           count(*)
+    FROM sluice.dead_letter d
+    WHERE d.queue_id = p_queue_id AND d.group_id = p_group_id
+$$;
+
 -- redrive: make dead letters deliverable again. Each is sent again to the
 -- group it died in (only that group receives it), with its attempts reset;
 -- it keeps its message id, body, headers, key and priority. A dead letter

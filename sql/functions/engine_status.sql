@@ -314,15 +314,18 @@ $$;
 -- named e_status before, which compat.sql keeps for release 0.1.0). The
 -- messages not numbered yet are read once for every group (e_unnumbered),
 -- at most sluice.status_exact_limit (10,000) of each kind. A group's dead
--- letters are counted twice on dead_letter_group_idx (queue_id, group_id):
--- dead (not redriven, an anti-join with sluice.redrive) and dead_lettered
--- (all of them, index only), each O(the group's dead letters).
+-- letters (dead, dead_lettered) are counted by sluice._dead_letter_counts,
+-- O(the group's dead letters).
 --
 -- Parameters:
 --   q  the queue
--- Returns: one row per group (one row with group_name NULL if none)
+-- Returns: one row per group (one row with group_name NULL if none), each
+--   started from sluice._status_row
 -- Errors: SL006 when the setting sluice.status_exact_limit is not a
 --         number from 0 to 1000000000
+-- Calls: e_min_lwm, e_unnumbered, e_lane_state, e_window, e_newest, e_completed,
+--   e_group_lwm, e_key_waiting, sluice._numbering_holder, sluice._status_row,
+--   sluice._dead_letter_counts
 CREATE OR REPLACE FUNCTION sluice_tmpl.e_queue_status(q sluice.queue)
 RETURNS SETOF sluice.queue_status
 LANGUAGE plpgsql STABLE
@@ -333,6 +336,7 @@ DECLARE
     un record;
     u record;
     s sluice.queue_status;
+    v_row sluice.queue_status;   -- (sluice._status_row)
     v_now timestamptz := clock_timestamp();
     v_cur bigint := sluice._current_epoch(q.id);
     v_oldest bigint;
@@ -356,8 +360,10 @@ BEGIN
     SELECT * INTO un FROM e_unnumbered(q, v_now, v_limit::bigint);
     v_oldest := coalesce((SELECT max(r.epoch) FROM sluice.reclaim r WHERE r.queue_id = q.id) + 1, 0);
     SELECT e.started_at INTO v_retired_at FROM sluice.epoch e WHERE e.queue_id = q.id AND e.epoch = v_oldest + 1;
+    v_row := sluice._status_row(q.name, head.last_pos, v_cur - v_oldest + 1, h_pid, h_for);
     FOR g IN SELECT * FROM sluice.consumer_group cg WHERE cg.queue_id = q.id ORDER BY cg.name LOOP
         any_group := true;
+        s := v_row;
         -- Over the group's lanes: the positions dispatched and not completed
         -- (leased, or expired and not redelivered yet), and those numbered
         -- after each lane's cursor. The keyed ones of the window and after
@@ -405,22 +411,15 @@ BEGIN
         INTO u
         FROM unnest(un.tgs, un.due, un.delayed, un.retries, un.oldest) AS x(tg, due, delayed, rt, o)
         WHERE x.tg IS NULL OR x.tg = g.id;
-        s.queue := q.name;
         s.group_name := g.name;
         s.cursor := ls.cursor;
         s.lwm := v_lwm;
-        s.head := head.last_pos;
         s.in_flight := ls.in_flight;
         v_waiting := e_key_waiting(g.id, ls.cursors, ls.wkeys, ls.wpos, ls.wready, u.ukeys);
         s.waiting := v_waiting;
         s.ready := ls.numbered + ls.expired + u.due - v_waiting;
         s.delayed := u.delayed + ls.parked;
-        -- (both by dead_letter_group_idx: queue_id, group_id)
-        SELECT count(*) INTO s.dead FROM sluice.dead_letter d
-        WHERE d.queue_id = q.id AND d.group_id = g.id
-          AND NOT EXISTS (SELECT 1 FROM sluice.redrive r WHERE r.dead_letter_id = d.id);
-        SELECT count(*) INTO s.dead_lettered FROM sluice.dead_letter d
-        WHERE d.queue_id = q.id AND d.group_id = g.id;
+        SELECT x.dead, x.dead_lettered INTO s.dead, s.dead_lettered FROM sluice._dead_letter_counts(q.id, g.id) x;
         -- (waiting: in numbered, expired, due; a retry copy due later is the
         -- group's, a delayed send is not yet)
         s.lag := ls.numbered + ls.in_flight + ls.expired + ls.parked + u.due + u.retries;
@@ -437,24 +436,13 @@ BEGIN
         IF s.oldest_pending_age IS NULL AND u.oldest IS NOT NULL THEN
             s.oldest_pending_age := v_now - u.oldest;
         END IF;
-        s.live_epochs := v_cur - v_oldest + 1;
         -- (v_min is made of the stored low-water marks, as reclaim sees them)
         s.holds_reclaim := v_oldest < v_cur AND e_group_lwm(g, q.lanes) = v_min AND v_now >= v_retired_at + q.retention;
         s.estimated := un.estimated;
-        s.held_by_pid := h_pid;
-        s.held_for := h_for;
         RETURN NEXT s;
     END LOOP;
     IF NOT any_group THEN
-        s := NULL;
-        s.queue := q.name;
-        s.head := head.last_pos;
-        s.live_epochs := v_cur - v_oldest + 1;
-        s.holds_reclaim := false;
-        s.estimated := false;
-        s.held_by_pid := h_pid;
-        s.held_for := h_for;
-        RETURN NEXT s;
+        RETURN NEXT v_row;
     END IF;
 END
 $$;

@@ -510,6 +510,39 @@ BEGIN
 END
 $$;
 
+-- _dedup_batch_ids: the ids send_batch returns for a batch with
+-- dedup_keys (both engines: sluice._send_batch_dedup, e2_send_batch_dedup),
+-- one per body in body order: a key sent before gives its message's id, a
+-- key repeated in the batch the id of its first body, any other body the
+-- next id of those the batch inserted (the j-th body inserted, in body
+-- order, has p_ids[j]). One statement, whatever the number of keys.
+-- (No SET clause, so that the caller's RETURN QUERY inlines it, as its
+-- statement was before: every name is qualified instead.)
+--
+-- Parameters:
+--   p_dedup  the batch's dedup keys, one per body (NULLs allowed)
+--   p_old    key -> id of the keys sent before (a jsonb object)
+--   p_ids    the ids of the bodies inserted, in body order (NULL: none)
+-- Returns: one id per body, in the order of bodies
+-- Errors: none
+-- Calls: nothing
+CREATE OR REPLACE FUNCTION sluice._dedup_batch_ids(p_dedup text[], p_old jsonb, p_ids bigint[])
+RETURNS SETOF bigint
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT CASE WHEN v.old_id IS NOT NULL THEN v.old_id
+                WHEN v.dk IS NULL THEN p_ids[v.j::int]
+                ELSE p_ids[v.first_j::int] END
+    FROM (SELECT w.*, pg_catalog.first_value(w.j) OVER (PARTITION BY w.dk ORDER BY w.ord) AS first_j
+          FROM (SELECT u.*, pg_catalog.count(*) FILTER (WHERE u.inserted) OVER (ORDER BY u.ord) AS j
+                FROM (SELECT x.dk, x.ord, (p_old OPERATOR(pg_catalog.->>) x.dk)::bigint AS old_id,
+                             x.dk IS NULL
+                             OR (pg_catalog.row_number() OVER (PARTITION BY x.dk ORDER BY x.ord) OPERATOR(pg_catalog.=) 1
+                                 AND p_old OPERATOR(pg_catalog.->>) x.dk IS NULL) AS inserted
+                      FROM pg_catalog.unnest(p_dedup) WITH ORDINALITY AS x(dk, ord)) u) w) v
+    ORDER BY v.ord
+$$;
+
 -- _receive_commit: let the receiving transaction commit asynchronously
 -- (synchronous_commit off until it ends), remembering the caller's setting.
 -- A receive writes leases and cursors (unlogged: lost in a crash anyway) and

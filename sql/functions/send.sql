@@ -397,6 +397,8 @@ $$;
 --   p_now   the batch's sent_at
 -- Returns: one id per body, in the order of bodies (for a duplicate, the id
 --          of the message first sent with its key)
+-- Calls: sluice._dedup_lock_all, e_dedup_lookup_all, e_dedup_record_all (the
+--   queue's), sluice._dedup_batch_ids
 CREATE OR REPLACE FUNCTION sluice._send_batch_dedup(q sluice.queue, bodies jsonb[], headers jsonb[], keys text[],
                                                     delay interval, priorities int[], dedup_keys text[],
                                                     p_now timestamptz)
@@ -441,19 +443,7 @@ BEGIN
             PERFORM pg_notify('sluice', q.name);
         END IF;
     END IF;
-    -- One id per body: the j-th body inserted (in body order) has ids[j]; a
-    -- key sent before gives its message's id, a key repeated in the batch
-    -- the id of its first body (first_j).
-    RETURN QUERY
-    SELECT CASE WHEN v.old_id IS NOT NULL THEN v.old_id
-                WHEN v.dk IS NULL THEN ids[v.j::int]
-                ELSE ids[v.first_j::int] END
-    FROM (SELECT w.*, first_value(w.j) OVER (PARTITION BY w.dk ORDER BY w.ord) AS first_j
-          FROM (SELECT u.*, count(*) FILTER (WHERE u.inserted) OVER (ORDER BY u.ord) AS j
-                FROM (SELECT x.dk, x.ord, (old ->> x.dk)::bigint AS old_id,
-                             x.dk IS NULL OR (row_number() OVER (PARTITION BY x.dk ORDER BY x.ord) = 1
-                                              AND old ->> x.dk IS NULL) AS inserted
-                      FROM unnest(dedup_keys) WITH ORDINALITY AS x(dk, ord)) u) w) v
-    ORDER BY v.ord;
+    -- One id per body (sluice._dedup_batch_ids).
+    RETURN QUERY SELECT x FROM sluice._dedup_batch_ids(dedup_keys, old, ids) x;
 END
 $$;

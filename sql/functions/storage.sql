@@ -92,6 +92,8 @@ $$;
 -- Tables: creates schema sluice_q<id>: messages (a partition of
 --   sluice.messages), batches, deliveries, acks, group_states, checkpoints,
 --   dedup, keyed, prio, runs, run_acks, each with 4 slot partitions
+-- Calls: sluice._runs_ddl, sluice._v2_dedup_ddl (the dedup table, engine 2's
+--   too), sluice._slot_tables, sluice._instantiate
 CREATE OR REPLACE FUNCTION sluice._create_storage(p_queue_id int)
 RETURNS void
 LANGUAGE plpgsql
@@ -193,13 +195,7 @@ BEGIN
             lane     smallint NOT NULL DEFAULT 0
         ) PARTITION BY LIST (slot);
         CREATE INDEX ON %1$I.prio (lane, priority, pos);
-        CREATE TABLE %1$I.dedup (
-            slot      smallint NOT NULL,
-            dedup_key text NOT NULL,
-            msg_id    bigint NOT NULL,
-            at        timestamptz NOT NULL
-        ) PARTITION BY LIST (slot);
-        CREATE INDEX ON %1$I.dedup (dedup_key, at);
+        %3$s
         %2$s
         CREATE TABLE %1$I.checkpoints (
             slot     smallint NOT NULL,
@@ -210,7 +206,7 @@ BEGIN
             lane     smallint NOT NULL DEFAULT 0,
             PRIMARY KEY (group_id, lane, seq, slot)
         ) PARTITION BY LIST (slot);
-    $ddl$, sch, sluice._runs_ddl(sch));
+    $ddl$, sch, sluice._runs_ddl(sch), sluice._v2_dedup_ddl(sch));
     FOR s IN 0..(SELECT qq.slots FROM sluice.queue qq WHERE qq.id = p_queue_id) - 1 LOOP
         FOR t IN SELECT * FROM sluice._slot_tables() LOOP
             EXECUTE format('CREATE %s TABLE %I.%I PARTITION OF %I.%I FOR VALUES IN (%s)',

@@ -75,7 +75,7 @@ $$;
 -- Returns: one id per body, in the order of bodies (for a duplicate, the id
 --   of the message first sent with its key)
 -- Errors: SL010 invalid_isolation (not READ COMMITTED), when a key is given
--- Calls: e2_dedup_lookup, e2_send_batch, e2_dedup_record
+-- Calls: e2_dedup_lookup, e2_send_batch, e2_dedup_record, sluice._dedup_batch_ids
 CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_send_batch_dedup(q sluice.queue, p_due timestamptz, p_now timestamptz,
                                                            p_headers jsonb[], p_bodies jsonb[], p_keys text[],
                                                            p_priorities int[], p_dedup text[])
@@ -110,19 +110,7 @@ BEGIN
             PERFORM pg_notify('sluice', q.name);
         END IF;
     END IF;
-    -- One id per body: the j-th body sent (in body order) has ids[j]; a key
-    -- sent before gives its message's id, a key repeated in the batch the
-    -- id of its first body (first_j).
-    RETURN QUERY
-    SELECT CASE WHEN v.old_id IS NOT NULL THEN v.old_id
-                WHEN v.dk IS NULL THEN ids[v.j::int]
-                ELSE ids[v.first_j::int] END
-    FROM (SELECT w.*, first_value(w.j) OVER (PARTITION BY w.dk ORDER BY w.ord) AS first_j
-          FROM (SELECT u.*, count(*) FILTER (WHERE u.inserted) OVER (ORDER BY u.ord) AS j
-                FROM (SELECT x.dk, x.ord, (old ->> x.dk)::bigint AS old_id,
-                             x.dk IS NULL OR (row_number() OVER (PARTITION BY x.dk ORDER BY x.ord) = 1
-                                              AND old ->> x.dk IS NULL) AS inserted
-                      FROM unnest(p_dedup) WITH ORDINALITY AS x(dk, ord)) u) w) v
-    ORDER BY v.ord;
+    -- One id per body (sluice._dedup_batch_ids).
+    RETURN QUERY SELECT x FROM sluice._dedup_batch_ids(p_dedup, old, ids) x;
 END
 $$;

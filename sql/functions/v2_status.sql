@@ -463,7 +463,8 @@ $$;
 -- Returns: SETOF sluice.queue_status
 -- Errors: SL006 when the setting sluice.status_exact_limit is not a
 --         number from 0 to 1000000000
--- Calls: e2_status_unnumbered, e2_status_lane (e2_status_leases, e2_status_keyed), e2_group_holds
+-- Calls: e2_status_unnumbered, e2_status_lane (e2_status_leases, e2_status_keyed), e2_group_holds,
+--   sluice._numbering_holder, sluice._status_row (each row starts from it), sluice._dead_letter_counts
 CREATE OR REPLACE FUNCTION sluice_tmpl2.e_queue_status(q sluice.queue)
 RETURNS SETOF sluice.queue_status
 LANGUAGE plpgsql
@@ -477,6 +478,7 @@ DECLARE
     g record;
     l record;
     s sluice.queue_status;
+    v_row sluice.queue_status;   -- (sluice._status_row)
     h_pid int;
     h_for interval;
     any_group boolean := false;
@@ -502,8 +504,10 @@ BEGIN
     SELECT * INTO STRICT c FROM cut x ORDER BY x.cut_no DESC LIMIT 1;
     SELECT * INTO un FROM e2_status_unnumbered(q, c.snap_xmax, c.snap_xip, c.work_snap, c.work_txid, c.work_id,
                                                c.due_upto, v_now, v_limit::bigint);
+    v_row := sluice._status_row(q.name, (SELECT sum(x.h) FROM unnest(c.heads) x(h))::bigint, v_live, h_pid, h_for);
     FOR g IN SELECT cg.id, cg.name FROM sluice.consumer_group cg WHERE cg.queue_id = q.id ORDER BY cg.name LOOP
         any_group := true;
+        s := v_row;
         -- The group's messages not numbered yet: due now (as read, plus the
         -- estimate beyond them), due later, the retries among them, the
         -- oldest, and the keys of those due.
@@ -533,7 +537,6 @@ BEGIN
                       GROUP BY k.k) y)::bigint AS waiting
         INTO l
         FROM ls;
-        s.queue := q.name;
         s.group_name := g.name;
         s.waiting := l.waiting;
         s.ready := l.ready + u.due - l.waiting;
@@ -544,27 +547,13 @@ BEGIN
         s.lwm := l.lwm;
         s.head := l.head;
         s.oldest_pending_age := v_now - least(l.oldest, u.oldest);
-        SELECT count(*) FILTER (WHERE NOT EXISTS (SELECT 1 FROM sluice.redrive r WHERE r.dead_letter_id = dl.id)),
-               count(*)
-        INTO s.dead, s.dead_lettered
-        FROM sluice.dead_letter dl WHERE dl.queue_id = q.id AND dl.group_id = g.id;
-        s.live_epochs := v_live;
+        SELECT x.dead, x.dead_lettered INTO s.dead, s.dead_lettered FROM sluice._dead_letter_counts(q.id, g.id) x;
         s.holds_reclaim := coalesce(v_old_slot IS NOT NULL AND e2_group_holds(q, g.id, v_old_slot), false);
         s.estimated := un.estimated;
-        s.held_by_pid := h_pid;
-        s.held_for := h_for;
         RETURN NEXT s;
     END LOOP;
     IF NOT any_group THEN
-        s := NULL;
-        s.queue := q.name;
-        s.head := (SELECT sum(x.h) FROM unnest(c.heads) x(h));
-        s.live_epochs := v_live;
-        s.holds_reclaim := false;
-        s.estimated := false;
-        s.held_by_pid := h_pid;
-        s.held_for := h_for;
-        RETURN NEXT s;
+        RETURN NEXT v_row;
     END IF;
 END
 $$;

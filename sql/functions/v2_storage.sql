@@ -154,10 +154,12 @@ AS $$
     SELECT ARRAY['msg', 'cut', 'batch', 'lease', 'ack', 'ext', 'pending', 'prio', 'dedup']
 $$;
 
--- _v2_dedup_ddl: the statement that creates a queue's dedup table (engine
--- 2), without its slot partitions: for new queues (_create_storage_v2) and
--- for those made before it (_instantiate_v2). One row per message sent with
--- a dedup_key: the key, the message's id and when it was sent (v2_dedup.sql).
+-- _v2_dedup_ddl: the statement that creates a queue's dedup table, without
+-- its slot partitions. Both engines have the same table: for new queues of
+-- engine 1 (sluice._create_storage) and of engine 2 (_create_storage_v2),
+-- and for queues of engine 2 made before it (_instantiate_v2). One row per
+-- message sent with a dedup_key: the key, the message's id and when it was
+-- sent (engine_dedup.sql, v2_dedup.sql).
 --
 -- Parameters:
 --   p_schema  the queue's schema
