@@ -578,20 +578,22 @@ END
 $$;
 
 -- _durable_commit: undo _receive_commit for the rest of the transaction: it
--- completes or sends messages, so it commits with the caller's
--- synchronous_commit. Callers test sluice.caller_synchronous_commit first
--- (set only after a receive in this transaction) to keep their hot path short.
+-- completes or sends messages, or its cut numbered keyed ones, so it commits
+-- with the caller's synchronous_commit. Callers test
+-- sluice.caller_synchronous_commit first (set only after a receive in this
+-- transaction) to keep their hot path short. (No SET clause, which would
+-- cost each call ~30 us: every name is qualified instead, as in
+-- _receive_commit.)
 CREATE OR REPLACE FUNCTION sluice._durable_commit()
 RETURNS void
 LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v text := current_setting('sluice.caller_synchronous_commit', true);
+    v text := pg_catalog.current_setting('sluice.caller_synchronous_commit', true);
 BEGIN
-    IF coalesce(v, '') <> '' THEN
-        PERFORM set_config('synchronous_commit', v, true);
-        PERFORM set_config('sluice.caller_synchronous_commit', '', true);
+    IF coalesce(v, '') OPERATOR(pg_catalog.<>) '' THEN
+        PERFORM pg_catalog.set_config('synchronous_commit', v, true);
+        PERFORM pg_catalog.set_config('sluice.caller_synchronous_commit', '', true);
     END IF;
 END
 $$;
