@@ -16,7 +16,12 @@
 #                 (default postgres: PostgreSQL refuses to run as root)
 #        BATCHES  receive sizes (default "1 100"); 0 is an empty receive
 #                 (max 1) of a group that has nothing, without an ack (the
-#                 reference: the same DELETE on an empty table)
+#                 reference: the same DELETE on an empty table); s is the
+#                 steady state: a round is a send of one message, then a
+#                 receive of 1 and its ack, on a queue of its own with
+#                 nothing else in it, so that each receive numbers the
+#                 message just sent (the reference: an INSERT, then the
+#                 DELETE of 1)
 #        SETUP    SQL statements run on each sluice database (each its own
 #                 transaction) after the queue 'ic' is made and before the
 #                 preload, e.g. a prioritized message sent and consumed: SETUP="SELECT sluice.send('ic', '{}', priority => 5);
@@ -44,11 +49,11 @@ PGBIN=${PGBIN:-$(pg_config --bindir 2>/dev/null || true)}
 BATCHES=${BATCHES:-1 100}
 # few and many rounds of a batch size: 50 and 250 of small batches, 3 and 13
 # of large ones
-few() { if [ "$1" -ge 50 ]; then echo 3; else echo 50; fi; }
-many() { if [ "$1" -ge 50 ]; then echo 13; else echo 250; fi; }
+few() { if [ "$1" != s ] && [ "$1" -ge 50 ]; then echo 3; else echo 50; fi; }
+many() { if [ "$1" != s ] && [ "$1" -ge 50 ]; then echo 13; else echo 250; fi; }
 # (an empty receive takes nothing: batch 0 preloads nothing)
 preload=0
-for b in $BATCHES; do preload=$((preload + b * ($(few "$b") + $(many "$b")))); done
+for b in $BATCHES; do [ "$b" = s ] || preload=$((preload + b * ($(few "$b") + $(many "$b")))); done
 as_user() { if [ "$(id -u)" = 0 ]; then su "${RUN_AS:-postgres}" -s /bin/bash -c "$1"; else bash -c "$1"; fi; }
 
 work=$(mktemp -d)
@@ -88,12 +93,16 @@ for arg in "$@"; do
 	# (the empty receives' group, after the preload: only when measured, as
 	# a second group costs the others' rounds too)
 	case " $BATCHES " in *" 0 "*) psql_ "$(url s$i)" -c "SELECT sluice.create_group('ic', 'idle', 'latest')" >/dev/null ;; esac
+	# (the steady rounds' queue, empty)
+	case " $BATCHES " in *" s "*) psql_ "$(url s$i)" \
+		-c "SELECT sluice.create_queue('st', '{\"lease\": \"1 hour\", \"rotate_interval\": \"1 day\"}'::jsonb || '${opts//\'/\'\'}'::jsonb)" >/dev/null ;; esac
 done
 psql_ "$(url postgres)" -c "CREATE DATABASE sl"
 psql_ "$(url sl)" -c "CREATE TABLE q (id bigserial PRIMARY KEY, body jsonb NOT NULL)" \
 	-c "CREATE TABLE q0 (id bigserial PRIMARY KEY, body jsonb NOT NULL)" \
+	-c "CREATE TABLE qs (id bigserial PRIMARY KEY, body jsonb NOT NULL)" \
 	-c "INSERT INTO q (body) SELECT jsonb_build_object('n', g, 'pad', repeat('x', 64)) FROM generate_series(1, $preload) g" \
-	-c "VACUUM ANALYZE q" -c "VACUUM ANALYZE q0" >/dev/null
+	-c "VACUUM ANALYZE q" -c "VACUUM ANALYZE q0" -c "VACUUM ANALYZE qs" >/dev/null
 stop
 
 # rounds DB BATCH N: a script of N rounds. Both kinds read every body they
@@ -103,7 +112,14 @@ stop
 rounds() {
 	local n
 	for ((n = 0; n < $3; n++)); do
-		if [ "$1" = sl ] && [ "$2" = 0 ]; then
+		if [ "$1" = sl ] && [ "$2" = s ]; then
+			echo "INSERT INTO qs (body) VALUES (jsonb_build_object('n', $n, 'pad', repeat('x', 64)))"
+			echo "WITH d AS (DELETE FROM qs WHERE id = ANY (ARRAY(SELECT id FROM qs ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED)) RETURNING id, body) SELECT count(*), sum(length(d.body::text)) FROM d"
+		elif [ "$2" = s ]; then
+			echo "SELECT sluice.send('st', jsonb_build_object('n', $n, 'pad', repeat('x', 64)))"
+			echo "SELECT set_config('bench.receipts', coalesce(array_agg(m.receipt), '{}')::text, false), sum(length(m.body::text)) FROM sluice.receive('st', 'default', 1) m"
+			echo "SELECT sluice.ack('st', 'default', current_setting('bench.receipts')::text[])"
+		elif [ "$1" = sl ] && [ "$2" = 0 ]; then
 			echo "WITH d AS (DELETE FROM q0 WHERE id = ANY (ARRAY(SELECT id FROM q0 ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED)) RETURNING id, body) SELECT count(*), sum(length(d.body::text)) FROM d"
 		elif [ "$1" = sl ]; then
 			echo "WITH d AS (DELETE FROM q WHERE id = ANY (ARRAY(SELECT id FROM q ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED)) RETURNING id, body) SELECT count(*), sum(length(d.body::text)) FROM d"
@@ -135,7 +151,7 @@ count() {
 	echo "$n"
 }
 
-printf '| engine | %s |\n|---|%s\n' "$(for b in $BATCHES; do if [ "$b" = 0 ]; then printf 'empty receive: instructions | '; else printf 'batch %s: instructions per round | ' "$b"; fi; done | sed 's/ | $//')" \
+printf '| engine | %s |\n|---|%s\n' "$(for b in $BATCHES; do case $b in 0) printf 'empty receive: instructions | ' ;; s) printf 'steady (send 1, receive 1, ack): instructions per round | ' ;; *) printf 'batch %s: instructions per round | ' "$b" ;; esac; done | sed 's/ | $//')" \
 	"$(for b in $BATCHES; do printf -- '--:|'; done)"
 dbs=(); labels=()
 i=0
