@@ -476,3 +476,31 @@ func TestV2DelayedOnlyQueueStopsRotating(t *testing.T) {
 		t.Fatalf("%d stored rows, want 1 (the delayed message)", n)
 	}
 }
+
+// A receive that rotates, on a queue whose every lane has leases that have
+// ended since (acked, so settled), gets the messages sent before it. The
+// rotation carries each lane's state into the new slot with the old slot's
+// ended leases still to pass, so the first look at each lane goes through
+// the slow path, which passes them and finds no new position (nothing is
+// numbered yet). Counted as looks, those eight lanes used up the receive's
+// eight looks before it numbered anything: it returned nothing with 10
+// messages ready (found by a consumer loop that sat idle past its lease and
+// rotate_interval).
+func TestV2ReceiveThatRotatesPastEndedLeases(t *testing.T) {
+	b := setup(t)
+	b.createV2("v2re", `"rotate_interval": "1 second", "lease": "1 second", "lanes": 8`)
+	for round := 0; round < 4; round++ {
+		b.exec(`SELECT count(*) FROM sluice.send_batch('v2re', ARRAY(SELECT '{}'::jsonb FROM generate_series(1, 16)))`)
+		b.v2drainAck("v2re", "default", 8)
+	}
+	time.Sleep(2200 * time.Millisecond) // (the leases end; a rotation is due)
+	epoch := b.v2epoch("v2re")
+	b.exec(`SELECT count(*) FROM sluice.send_batch('v2re', ARRAY(SELECT '{}'::jsonb FROM generate_series(1, 10)))`)
+	got := b.v2receive("v2re", "default", 10, "")
+	if e := b.v2epoch("v2re"); e != epoch+1 {
+		t.Fatalf("epoch %d after the receive, want %d (the receive rotates)", e, epoch+1)
+	}
+	if len(got) != 10 {
+		t.Fatalf("the receive that rotated got %d messages, want the 10 ready", len(got))
+	}
+}

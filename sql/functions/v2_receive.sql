@@ -232,10 +232,14 @@ BEGIN
                 GET DIAGNOSTICS v_n = ROW_COUNT;
             END IF;
         END IF;
-        IF v_n = 0 AND s.lease_no IS NOT NULL AND v_settled IS TRUE AND v_passes < 64 THEN
+        IF v_n = 0 AND s.lease_no IS NOT NULL AND v_passes < 64
+           AND (v_settled IS TRUE OR s.kind NOT IN ('r', 'c') OR s.old_due <= v_now) THEN
             -- (passing a settled ended lease is progress, not a look: at
             -- most 64 a receive, so that leases acked and ended do not use
-            -- up the looks before a lease to deliver again is reached)
+            -- up the looks before a lease to deliver again is reached; so
+            -- is the slow path carrying a lane's state out of an older
+            -- slot, as every lane needs after a rotation: else eight lanes
+            -- use up the looks before anything new is numbered)
             v_passes := v_passes + 1;
         ELSIF v_n = 0 AND s.lease_no IS NOT NULL THEN
             v_try := v_try + 1;   -- (a lane only carried here is not a look: at most once a lane)
