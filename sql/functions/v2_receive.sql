@@ -1,41 +1,47 @@
 -- Group: engine v2 - receive and a group's start (templates, schema sluice_tmpl2)
 
 -- e2_receive__s: sluice.receive of a queue of engine 2 whose current slot
--- is this copy's. Takes from the first free lane with positions to take
--- (e2_take__s, or the slow path e2_slow for a lane the hot path does not
--- serve); while it has fewer than max_messages, from the next one. When no
--- free lane has positions, it numbers what is committed and not numbered
--- yet, if anything is and no other receive is at it (e2_unnumbered__s,
--- e2_cut), and looks again; then it looks at the lanes whose leases ended
--- (to deliver them again, or pass them when completed). So a backlog
--- already numbered is taken without probing for new messages (these come
--- after it in every lane anyway), and a lane taken for its positions looks
--- at its own ended leases first. A receive that still wants more once the
--- lanes are drained numbers again (up to 8 cuts: a large receive numbers
--- what it needs), and a lane that gave all it may in one take (256
--- positions) is taken again. A receive that has nothing and finds every
--- lane with positions held by other receives waits for one, at most 100 ms
--- (sluice._lock_within). Eight looks that take nothing at most. A receive that finds
--- every lane of the group idle (none with keys held or waiting: an ack may
--- free a key at any time) notes it in its session (the setting
--- sluice.idle_<queue>_<group>): for 25 ms the session's receives of the
--- group then only probe for new messages (a lease that ends in that time is
--- seen up to 25 ms later).
+-- is this copy's. First the ack it carries, then what comes before any
+-- look (e2_before_look__s: the queue's upkeep about once a second per
+-- session, the idle note); when the upkeep rotated, the new slot's copy
+-- serves the receive. Then it takes from the first free lane with
+-- positions to take (e2_lane_open; e2_take__s, or e2_take_keyed__s for
+-- keys, or the slow path e2_slow for a lane the hot path does not serve);
+-- while it has fewer than max_messages, from the next one. When no free
+-- lane has positions, it numbers what is committed and not numbered yet,
+-- if anything is and no other receive is at it (e2_number__s), and looks
+-- again; then it looks at the lanes whose leases ended (to deliver them
+-- again, or pass them when completed). So a backlog already numbered is
+-- taken without probing for new messages (these come after it in every
+-- lane anyway), and a lane taken for its positions looks at its own ended
+-- leases first. A receive that still wants more once the lanes are drained
+-- numbers again (up to 8 cuts: a large receive numbers what it needs), and
+-- a lane that gave all it may in one take (256 positions) is taken again.
+-- A receive that has nothing and finds every lane with positions held by
+-- other receives waits for one, at most 100 ms (e2_wait_lane__s). Eight
+-- looks that take nothing at most. A receive that finds every lane of the
+-- group idle (none with keys held or waiting: an ack may free a key at any
+-- time) notes it in its session (the setting sluice.idle_<queue>_<group>,
+-- cut_no:until): for 25 ms the session's receives of the group then only
+-- probe for new messages (a lease that ends in that time is seen up to
+-- 25 ms later; e2_before_look__s).
 -- Prioritized messages first: the priority lane's levels above 0 (numbered
 -- first when one waits to be), then the lanes, then, when no lane had
 -- anything more, the levels below 0 (e2_take_prio).
--- The queue's upkeep (e_maintain: groups past their ttl, reclaim, rotation
--- when the epoch is older than rotate_interval, statistics of slot leaves
--- that filled) runs here too, about once a second per session, if no other
--- call is at it, as in engine 1; when it rotated, the new slot's copy
--- serves the receive.
+-- (The numbering, the take from the lane picked and the loop's accounting
+-- stay inline, not functions of their own: they are the hot path, and a
+-- call costs it. The take as a function, its rows copied once more, cost
+-- a receive of one message ~3% more; docs/design.md, "The path of a
+-- receive".)
 --
 -- Parameters: as sluice.receive (q and g looked up, lease resolved), and
 --   p_epoch, p_started  the current epoch and when it started
 --   p_slot              its slot (this copy's)
 -- Returns: the messages leased, as sluice.receive
--- Calls: e2_ack, e_maintain, e2_unnumbered__s, e2_number__s, e2_expired__s, e2_take__s,
---   e2_take_keyed__s, e2_slow, e2_prio_due__s, e2_take_prio
+-- Calls: e2_ack, e2_before_look__s, e2_receive_<slot> (after a rotation),
+--   e2_prio_due__s, e2_number__s, e2_take_prio, e2_lane_open (inlined),
+--   e2_wait_lane__s, e2_unnumbered__s, e2_expired__s, e2_take__s,
+--   e2_take_keyed__s, e2_slow
 CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_receive__s(q sluice.queue, g sluice.consumer_group, max_messages int,
                                                      p_lease interval, p_consumer text, p_ack text[],
                                                      p_epoch bigint, p_started timestamptz, p_slot smallint)
@@ -44,74 +50,50 @@ LANGUAGE plpgsql
 AS $$
 DECLARE
     v_now timestamptz := clock_timestamp();   -- (again after a wait: leases are dated from when the lane is held)
-    v_maint_note constant text := 'sluice.maint_' || q.id;
-    v_idle_note constant text := 'sluice.idle_' || q.id || '_' || g.id;
-    v_us bigint := (extract(epoch FROM v_now) * 1000000)::bigint;
-    v_note text := current_setting(v_idle_note, true);
-    -- until when the note holds (a setting of that name that is no note of
-    -- ours is ignored)
-    v_until bigint := CASE WHEN v_note SIMILAR TO '[0-9]+:[0-9]+' THEN split_part(v_note, ':', 2)::bigint END;
-    v_cut_no bigint;
-    v_due boolean;
-    v_rr int;
+    v_at timestamptz;                         -- when it began to look (the idle note's)
     v_start int := floor(random() * q.lanes)::int;
     v_need int := max_messages;
-    v_cuts int := 0;            -- cuts made (or waited for)
-    v_dry boolean := false;     -- a cut numbered nothing: no more cuts
+    v_cuts int := 8;            -- cuts it may still make (or wait for); 0 once one numbered nothing
     v_waited boolean := false;  -- waited for a lane held by another receive
     v_passes int := 0;          -- settled ended leases passed
-    v_busy smallint;
-    v_before int;
     v_ended boolean := false;   -- looking at lanes whose leases ended
-    v_n int;
     v_try int := 0;
-    s record;
-    v_ex_t timestamptz;     -- the lane's first ended lease past its scan point (e2_expired__s)
-    v_ex_no bigint;
-    v_settled boolean;
-    v_next timestamptz;
-    v_seen int[] := '{}';   -- the lanes looked at (not looked at again, but after a cut)
+    v_seen int[] := '{}';       -- the lanes looked at (not looked at again, but after a cut)
     v_waits boolean := false;   -- a lane looked at has keys held or waiting: not idle
+    v_begun "char";             -- e2_before_look__s's answer: r rotated, i idle, NULL look
     v_prio "char";              -- the priority lane: NULL nothing, n to number first, t to look at
-    v_done boolean := false;    -- no lane had anything more
+    s record;                   -- the lane picked, and its state
+    v_rr int; v_n int; v_before int;
+    -- the lane's first ended lease past its scan point (e2_expired__s)
+    v_ex_t timestamptz; v_ex_no bigint; v_settled boolean; v_next timestamptz;
 BEGIN
     IF p_ack IS NOT NULL THEN
         -- (it may wait for a completion not committed: meanwhile another
         -- receive may scan the lanes past a lease dated from before)
         PERFORM e2_ack(g.id, p_ack);
         v_now := clock_timestamp();
-        v_us := (extract(epoch FROM v_now) * 1000000)::bigint;
     END IF;
-    IF coalesce(current_setting(v_maint_note, true), '') < to_char(v_now - interval '1 second', 'YYYYMMDDHH24MISSUS')
-       AND pg_try_advisory_xact_lock(sluice._lock_ns('maint'), q.id) THEN
-        PERFORM set_config(v_maint_note, to_char(v_now, 'YYYYMMDDHH24MISSUS'), false);
-        IF (SELECT m.rotated FROM e_maintain(q.id) m) THEN
-            -- The queue rotated: the new slot's copy serves this receive.
-            -- This one's statements name a slot that is no longer current,
-            -- whose lanes the rotation fenced: each lane would cost one of
-            -- the eight looks in the slow path, and what is not numbered
-            -- yet would wait for the next receive.
-            SELECT e.epoch, e.slot, e.started_at INTO p_epoch, p_slot, p_started
-            FROM sluice.epoch e WHERE e.queue_id = q.id ORDER BY e.epoch DESC LIMIT 1;
-            RETURN QUERY EXECUTE format('SELECT * FROM e2_receive_%s($1, $2, $3, $4, $5, NULL, $6, $7, $8)', p_slot)
-                USING q, g, max_messages, p_lease, p_consumer, p_epoch, p_started, p_slot;
-            RETURN;
-        END IF;
-    END IF;
-    IF v_until > v_us THEN
-        -- This session's last receive of the group found every lane idle
-        -- (the idle note, valid 25 ms): unless something was numbered since
-        -- or is to be numbered, nothing to look at.
-        SELECT x.cut_no, x.due INTO v_cut_no, v_due FROM e2_unnumbered__s(v_now) x;
-        IF v_cut_no = split_part(v_note, ':', 1)::bigint AND NOT v_due THEN
-            RETURN;
-        END IF;
+    v_at := v_now;
+    v_begun := e2_before_look__s(q.id, g.id, v_now);
+    IF v_begun = 'i' THEN
+        RETURN;
+    ELSIF v_begun = 'r' THEN
+        -- The queue rotated: the new slot's copy serves this receive.
+        -- This one's statements name a slot that is no longer current,
+        -- whose lanes the rotation fenced: each lane would cost one of
+        -- the eight looks in the slow path, and what is not numbered
+        -- yet would wait for the next receive.
+        SELECT e.epoch, e.slot, e.started_at INTO p_epoch, p_slot, p_started
+        FROM sluice.epoch e WHERE e.queue_id = q.id ORDER BY e.epoch DESC LIMIT 1;
+        RETURN QUERY EXECUTE format('SELECT * FROM e2_receive_%s($1, $2, $3, $4, $5, NULL, $6, $7, $8)', p_slot)
+            USING q, g, max_messages, p_lease, p_consumer, p_epoch, p_started, p_slot;
+        RETURN;
     END IF;
     -- the priority lane's levels above 0 first (numbered first when a
     -- prioritized message waits to be: it jumps a backlog)
     v_prio := e2_prio_due__s(g.id, q.lanes::smallint, v_now);
     IF v_prio = 'n' THEN
-        v_cuts := 1;
+        v_cuts := 7;
         PERFORM e2_number__s(q.id, q.lanes, p_slot, p_epoch, v_now, true);
     END IF;
     IF v_prio IS NOT NULL THEN
@@ -137,61 +119,49 @@ BEGIN
                            FROM lease__s x WHERE x.group_id = g.id AND x.lane = l.lane
                            ORDER BY x.lease_no DESC LIMIT 1) st ON true
         WHERE CASE WHEN l.lane = ANY (v_seen) THEN false
-                   WHEN CASE WHEN v_ended THEN st.next_exp <= v_now
-                             ELSE st.lease_no IS NULL OR st.kind = 'f' OR h.heads[l.lane + 1] > st.cursor
-                                  OR st.old_due <= v_now OR st.waiting IS NOT NULL END
+                   WHEN e2_lane_open(v_ended, v_now, h.heads[l.lane + 1], st.kind, st.lease_no, st.cursor,
+                                     st.old_due, st.waiting IS NOT NULL, st.next_exp)
                    THEN pg_try_advisory_xact_lock(sluice._lane_lock(g.id, l.lane)) ELSE false END
         LIMIT 1;
-        IF NOT FOUND THEN
+        IF NOT FOUND AND NOT v_ended THEN
             -- No free lane with positions: number (while cuts number
-            -- something), then the lanes with leases that ended; none of
-            -- those either: stop. (Only a receive that has nothing yet
-            -- waits for another's cut.)
-            IF NOT v_dry AND NOT v_ended AND v_cuts < 8 THEN
-                v_cuts := v_cuts + 1;
+            -- something) and look again; or, with nothing yet, wait for a
+            -- lane another receive holds (once); else the lanes with leases
+            -- that ended. (Only a receive that has nothing yet waits for
+            -- another's cut.)
+            IF v_cuts > 0 THEN
                 v_rr := e2_number__s(q.id, q.lanes, p_slot, p_epoch, v_now, v_need = max_messages);
                 v_now := clock_timestamp();   -- (it may have waited for another's cut)
+                v_cuts := CASE WHEN v_rr IS NULL THEN 0 ELSE v_cuts - 1 END;
                 IF v_rr IS NOT NULL THEN
                     v_start := v_rr;   -- (the lane the cut dealt to first: looked at first)
                     v_seen := '{}';
                     CONTINUE;
                 END IF;
-                v_dry := true;
             END IF;
-            IF NOT v_ended AND NOT v_waited AND v_need = max_messages THEN
-                -- every lane with positions is held by another receive:
-                -- wait for the first (at most 100 ms), then take from it
-                -- (more consumers than lanes wait rather than poll). (The
-                -- condition of the lane statement above, less the lock.)
+            IF NOT v_waited AND v_need = max_messages THEN
                 v_waited := true;
-                SELECT l.lane INTO v_busy
-                FROM (SELECT c.heads FROM cut__s c ORDER BY c.cut_no DESC LIMIT 1) h
-                CROSS JOIN generate_series(0, q.lanes - 1) o
-                CROSS JOIN LATERAL (SELECT ((o + v_start) % q.lanes)::smallint AS lane) l
-                JOIN LATERAL (SELECT x.kind, x.cursor, x.old_due, x.waiting FROM lease__s x
-                              WHERE x.group_id = g.id AND x.lane = l.lane ORDER BY x.lease_no DESC LIMIT 1) st ON true
-                WHERE NOT l.lane = ANY (v_seen)
-                  AND (st.kind = 'f' OR h.heads[l.lane + 1] > st.cursor OR st.old_due <= v_now OR st.waiting IS NOT NULL)
-                LIMIT 1;
-                IF v_busy IS NOT NULL
-                   AND sluice._lock_within(format('SELECT pg_catalog.pg_advisory_xact_lock(%s)',
-                                                  sluice._lane_lock(g.id, v_busy)), '100ms') THEN
+                v_rr := e2_wait_lane__s(g.id, q.lanes, v_start, v_seen, v_now);
+                IF v_rr IS NOT NULL THEN
                     v_now := clock_timestamp();
-                    v_start := v_busy;
+                    v_start := v_rr;
                     CONTINUE;
                 END IF;
             END IF;
             v_try := v_try + 1;
-            IF v_ended THEN
-                v_done := true;
-                IF v_need = max_messages AND NOT v_waits AND v_prio IS NULL THEN   -- every lane idle: note it
-                    SELECT x.cut_no INTO v_cut_no FROM e2_unnumbered__s(v_now) x;
-                    PERFORM set_config(v_idle_note, v_cut_no || ':' || (v_us + 25000), false);
-                END IF;
-                EXIT;
-            END IF;
             v_ended := true;
             CONTINUE;
+        ELSIF NOT FOUND THEN
+            -- none of those either: stop
+            IF v_need = max_messages AND NOT v_waits AND v_prio IS NULL THEN   -- every lane idle: note it
+                PERFORM set_config('sluice.idle_' || q.id || '_' || g.id,
+                                   (SELECT x.cut_no FROM e2_unnumbered__s(v_now) x) || ':'
+                                   || ((extract(epoch FROM v_at) * 1000000)::bigint + 25000), false);
+            ELSIF v_need > 0 AND v_prio IS NOT NULL THEN
+                -- the levels below 0: nothing else is ready
+                RETURN QUERY SELECT * FROM e2_take_prio(q, g, -1, v_need, p_lease, p_consumer, v_now, p_slot);
+            END IF;
+            RETURN;
         END IF;
         v_start := s.lane + 1;
         v_before := v_need;
@@ -257,10 +227,120 @@ BEGIN
             v_seen := v_seen || s.lane::int;
         END IF;
     END LOOP;
-    IF v_done AND v_need > 0 AND v_prio IS NOT NULL THEN
-        -- the levels below 0: nothing else is ready
-        RETURN QUERY SELECT * FROM e2_take_prio(q, g, -1, v_need, p_lease, p_consumer, v_now, p_slot);
+END
+$$;
+
+-- e2_before_look__s: what a receive (e2_receive__s) does, after the ack it
+-- carries, before it looks at a lane. The queue's upkeep (e_maintain:
+-- groups past their ttl, reclaim, rotation when the epoch is older than
+-- rotate_interval, statistics of slot leaves that filled), about once a
+-- second per session (the setting sluice.maint_<queue>), if no other call
+-- is at it, as in engine 1. The idle note (sluice.idle_<queue>_<group>,
+-- cut_no:until, written by e2_receive__s, valid 25 ms; a setting of that
+-- name that is no note of ours is ignored): while it holds, unless
+-- something was numbered since or is to be numbered, there is nothing to
+-- look at.
+--
+-- Parameters:
+--   p_queue_id, p_group  queue and group id
+--   p_now                the receive's time
+-- Returns: 'r' the queue rotated (the receive goes on in the new slot's
+--   copy), 'i' the idle note holds (nothing to look at), NULL: look
+-- Calls: e_maintain, e2_unnumbered__s
+CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_before_look__s(p_queue_id int, p_group int, p_now timestamptz)
+RETURNS "char"
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_maint_note constant text := 'sluice.maint_' || p_queue_id;
+    v_note constant text := current_setting('sluice.idle_' || p_queue_id || '_' || p_group, true);
+    -- until when the note holds (a setting of that name that is no note of
+    -- ours is ignored)
+    v_until constant bigint := CASE WHEN v_note SIMILAR TO '[0-9]+:[0-9]+' THEN split_part(v_note, ':', 2)::bigint END;
+BEGIN
+    IF coalesce(current_setting(v_maint_note, true), '') < to_char(p_now - interval '1 second', 'YYYYMMDDHH24MISSUS')
+       AND pg_try_advisory_xact_lock(sluice._lock_ns('maint'), p_queue_id) THEN
+        PERFORM set_config(v_maint_note, to_char(p_now, 'YYYYMMDDHH24MISSUS'), false);
+        IF (SELECT m.rotated FROM e_maintain(p_queue_id) m) THEN
+            RETURN 'r';
+        END IF;
     END IF;
+    IF v_until > (extract(epoch FROM p_now) * 1000000)::bigint THEN
+        -- This session's last receive of the group found every lane idle
+        -- (the idle note, valid 25 ms): unless something was numbered since
+        -- or is to be numbered, nothing to look at.
+        RETURN (SELECT CASE WHEN x.cut_no = split_part(v_note, ':', 1)::bigint AND NOT x.due THEN 'i' END
+                FROM e2_unnumbered__s(p_now) x);
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+-- e2_lane_open: whether a lane is one for a receive to take from, by its
+-- state (the newest lease row of the group's lane in the slot, NULL when it
+-- has none there: the slow path looks) and the slot's newest head: in the
+-- first pass, one with positions past its cursor, keyed positions waiting,
+-- an older slot's lease due, a fence or no state here; in the pass over
+-- ended leases, one whose next lease has ended. The one condition of
+-- e2_receive__s's lane statement and of e2_wait_lane__s's look for a lane
+-- another receive holds; an expression the planner inlines into both.
+--
+-- Parameters:
+--   p_ended     the pass over lanes whose leases ended
+--   p_now       the receive's time
+--   p_head      the lane's head (the newest cut's)
+--   p_kind, p_lease_no, p_cursor, p_old_due, p_next_exp  the lane's state
+--   p_waiting   the state lists keyed positions waiting
+-- Returns: whether to try the lane
+CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_lane_open(p_ended boolean, p_now timestamptz, p_head bigint, p_kind "char",
+                                                    p_lease_no bigint, p_cursor bigint, p_old_due timestamptz,
+                                                    p_waiting boolean, p_next_exp timestamptz)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT CASE WHEN p_ended THEN p_next_exp <= p_now
+                ELSE p_lease_no IS NULL OR p_kind = 'f' OR p_head > p_cursor OR p_old_due <= p_now OR p_waiting END
+$$;
+
+-- e2_wait_lane__s: for a receive that has nothing and found no free lane
+-- with positions (and numbered nothing): every lane with positions is held
+-- by another receive. Wait for the first in turn (at most 100 ms:
+-- sluice._lock_within), then the receive takes from it: more consumers
+-- than lanes wait rather than poll. A lane of the group with a state in
+-- this slot that e2_lane_open would try in the first pass, less the lock.
+--
+-- Parameters:
+--   p_group, p_lanes  group id and the queue's lanes
+--   p_start           the lane to look at first
+--   p_seen            the lanes the receive looked at (not these)
+--   p_now             the receive's time
+-- Returns: the lane waited for, its lock held; NULL: none, or the wait
+--   timed out
+-- Calls: e2_lane_open (inlined), sluice._lane_lock, sluice._lock_within
+CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_wait_lane__s(p_group int, p_lanes int, p_start int, p_seen int[],
+                                                       p_now timestamptz)
+RETURNS smallint
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_busy smallint;
+BEGIN
+    SELECT l.lane INTO v_busy
+    FROM (SELECT c.heads FROM cut__s c ORDER BY c.cut_no DESC LIMIT 1) h
+    CROSS JOIN generate_series(0, p_lanes - 1) o
+    CROSS JOIN LATERAL (SELECT ((o + p_start) % p_lanes)::smallint AS lane) l
+    JOIN LATERAL (SELECT x.kind, x.lease_no, x.cursor, x.old_due, x.next_exp, x.waiting FROM lease__s x
+                  WHERE x.group_id = p_group AND x.lane = l.lane ORDER BY x.lease_no DESC LIMIT 1) st ON true
+    WHERE NOT l.lane = ANY (p_seen)
+      AND e2_lane_open(false, p_now, h.heads[l.lane + 1], st.kind, st.lease_no, st.cursor, st.old_due,
+                       st.waiting IS NOT NULL, st.next_exp)
+    LIMIT 1;
+    IF v_busy IS NOT NULL
+       AND sluice._lock_within(format('SELECT pg_catalog.pg_advisory_xact_lock(%s)',
+                                      sluice._lane_lock(p_group, v_busy)), '100ms') THEN
+        RETURN v_busy;
+    END IF;
+    RETURN NULL;
 END
 $$;
 
