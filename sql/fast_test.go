@@ -494,18 +494,7 @@ func TestFastPathOnceThePrioritiesAreCompleted(t *testing.T) {
 func TestFastPathTakesManySmallBatches(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.createQueue("q", `{"engine": 1, "lanes": 1}`)
-	b.exec("SELECT sluice.create_group('q', 'behind', 'latest')")
-	for i := 0; i < 300; i++ {
-		b.send(b.pool, "q", `{"n": 1}`)
-		if got := b.receiveAndAck(b.pool, "default", 10); got != 1 {
-			t.Fatalf("round %d: the default group got %d", i, got)
-		}
-	}
-	if n := b.int64(fmt.Sprintf("SELECT count(*) FROM sluice_q%d.batches WHERE last_pos >= first_pos", b.queueID("q"))); n < 250 {
-		t.Fatalf("only %d batches for 300 messages: the test tests nothing", n)
-	}
-	b.receiveAndAck(b.pool, "behind", 100) // (its first receive, by the full path)
+	b.smallBatchesBehind(1, "batches WHERE last_pos >= first_pos")
 	var got int
 	n := b.calls(func(tx pgx.Tx) {
 		got = b.receiveAndAck(tx, "behind", 100)
@@ -543,18 +532,7 @@ func TestV2HotPathIsTaken(t *testing.T) {
 func TestV2HotPathTakesManySmallBatches(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.createQueue("q", `{"engine": 2, "lanes": 1}`)
-	b.exec("SELECT sluice.create_group('q', 'behind', 'latest')")
-	for i := 0; i < 300; i++ {
-		b.send(b.pool, "q", `{"n": 1}`)
-		if got := b.receiveAndAck(b.pool, "default", 10); got != 1 {
-			t.Fatalf("round %d: the default group got %d", i, got)
-		}
-	}
-	if n := b.int64(fmt.Sprintf("SELECT count(*) FROM sluice_q%d.batch", b.queueID("q"))); n < 250 {
-		t.Fatalf("only %d batches for 300 messages: the test tests nothing", n)
-	}
-	b.receiveAndAck(b.pool, "behind", 100)
+	b.smallBatchesBehind(2, "batch")
 	var got int
 	n := b.calls(func(tx pgx.Tx) {
 		got = b.receiveAndAck(tx, "behind", 100)
@@ -564,4 +542,26 @@ func TestV2HotPathTakesManySmallBatches(t *testing.T) {
 		t.Fatalf("a receive of 100 over 1-message batches got %d (e2_take_0 %d, e2_slow %d), want 100 by the hot statement",
 			got, n["e2_take_0"], n["e2_slow"])
 	}
+}
+
+// smallBatchesBehind makes queue q (the engine given, one lane) with a group
+// "behind" that starts at the latest message, sends 300 messages one by one
+// while the default group receives each (a small batch numbered per
+// receive, at least 250 of them counted in the queue's table batches, e.g.
+// "batch" or "batches WHERE ..."), then gives "behind" its first receive
+// (by the full path), so that its next receive is the one to measure.
+func (b *bundle) smallBatchesBehind(engine int, batches string) {
+	b.t.Helper()
+	b.createQueue("q", fmt.Sprintf(`{"engine": %d, "lanes": 1}`, engine))
+	b.exec("SELECT sluice.create_group('q', 'behind', 'latest')")
+	for i := 0; i < 300; i++ {
+		b.send(b.pool, "q", `{"n": 1}`)
+		if got := b.receiveAndAck(b.pool, "default", 10); got != 1 {
+			b.t.Fatalf("round %d: the default group got %d", i, got)
+		}
+	}
+	if n := b.int64(fmt.Sprintf("SELECT count(*) FROM sluice_q%d.%s", b.queueID("q"), batches)); n < 250 {
+		b.t.Fatalf("only %d batches for 300 messages: the test tests nothing", n)
+	}
+	b.receiveAndAck(b.pool, "behind", 100)
 }
