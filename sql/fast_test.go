@@ -48,7 +48,15 @@ func (b *bundle) xactCalls(tx pgx.Tx) map[fnCall]int64 {
 // functions (the queues' copies) was called in it.
 func (b *bundle) calls(f func(tx pgx.Tx), names ...string) map[string]int64 {
 	b.t.Helper()
-	tx, err := b.pool.Begin(b.ctx)
+	return b.callsOn(b.pool, f, names...)
+}
+
+// callsOn is calls in a transaction of s: the pool, or one session.
+func (b *bundle) callsOn(s interface {
+	Begin(context.Context) (pgx.Tx, error)
+}, f func(tx pgx.Tx), names ...string) map[string]int64 {
+	b.t.Helper()
+	tx, err := s.Begin(b.ctx)
 	if err != nil {
 		b.t.Fatal(err)
 	}
@@ -520,7 +528,7 @@ func TestV2HotPathIsTaken(t *testing.T) {
 	first := b.receive("q", "default", 1, "")
 	b.ack("q", "default", receipts(first)...)
 
-	got := b.takeFromOneLane("hot path", first, map[string]int64{"e2_take_0": 1, "e2_slow": 0, "e2_take_keyed_0": 0, "e2_cut": 0})
+	got := b.takeFromOneLane("hot path", first, map[string]int64{"e2_take_0": 1, "e2_slow": 0, "e2_take_keyed_0": 0, "e2_number_0": 0, "e2_cut_store": 0})
 	b.ackWholeRun(got, nil)
 }
 

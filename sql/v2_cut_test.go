@@ -58,7 +58,7 @@ func TestV2BacklogNumberedInSteps(t *testing.T) {
 	}
 }
 
-// The short path of a cut (e2_cut_few: a few new messages, none delayed or
+// The short path of a cut (e2_cut_now_<slot>: a few new messages, none delayed or
 // prioritized) numbers exactly as the full statement does. Two queues of 3
 // lanes get the same messages in the same transactions (so the same txids):
 // keyed ones of four keys and unkeyed ones, and each round the unkeyed

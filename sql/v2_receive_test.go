@@ -1,8 +1,13 @@
 package sqlsrc_test
 
 import (
+	"encoding/json"
+	"fmt"
+	"maps"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // The first receive of a new group returns what is committed (no tick, no
@@ -43,5 +48,94 @@ func TestV2ReceiveAfterSettledLeasesEnded(t *testing.T) {
 	ms := b.v2receive("v2settled", "default", 10, "")
 	if !v2same(v2ids(ms), ids) {
 		t.Errorf("one receive after the settled leases ended: %s", v2diff(v2ids(ms), ids))
+	}
+}
+
+// A session whose receive had to number before it took anything numbers
+// first on its next receive of the group (e2_before_look_<slot>, the note
+// n): in steady traffic each receive takes what was sent since the last,
+// and does not look at every lane for nothing before it numbers. More than
+// a few new messages are not numbered that way (a backlog is numbered as
+// it is taken): the note goes, and the receive takes what its lanes hold.
+func TestV2ReceiveNumbersFirstAfterItHadTo(t *testing.T) {
+	b := setup(t)
+	b.createV2("q", `"lanes": 4`)
+	c, err := b.pool.Acquire(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Release()
+	note := func() string {
+		var v string
+		if err := c.QueryRow(b.ctx, `SELECT coalesce(current_setting('sluice.idle_' || q.id || '_' || g.id, true), '')
+		                             FROM sluice.queue q JOIN sluice.consumer_group g ON g.queue_id = q.id
+		                             WHERE q.name = 'q' AND g.name = 'default'`).Scan(&v); err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	schema := fmt.Sprintf("sluice_q%d", b.int64("SELECT id FROM sluice.queue WHERE name = 'q'"))
+	cuts := func() int64 { return b.int64("SELECT count(*) FROM " + schema + ".cut") }
+	receive := func(step string, want map[string]int64) []msg {
+		t.Helper()
+		var got []msg
+		names := make([]string, 0, len(want))
+		for name := range want {
+			names = append(names, name)
+		}
+		n := b.callsOn(c, func(tx pgx.Tx) {
+			var err error
+			if got, err = receiveOn(b.ctx, tx, "q", "default", 1, ""); err != nil {
+				t.Fatal(err)
+			}
+		}, names...)
+		if !maps.Equal(n, want) {
+			t.Fatalf("%s: receive called %v, want %v", step, n, want)
+		}
+		return got
+	}
+	body := func(m msg) string {
+		var v struct{ N string }
+		if err := json.Unmarshal([]byte(m.Body), &v); err != nil {
+			t.Fatal(err)
+		}
+		return v.N
+	}
+
+	b.send(b.pool, "q", `{"n": "first"}`)
+	if got := receive("no note", map[string]int64{"e2_number_0": 1, "e2_cut_now_0": 1}); len(got) != 1 || body(got[0]) != "first" {
+		t.Fatalf("no note: got %v", got)
+	}
+	if v := note(); v != "n" {
+		t.Fatalf("after a receive that had to number: note %q, want n", v)
+	}
+	for i := range 3 {
+		want := fmt.Sprintf("steady %d", i)
+		b.send(b.pool, "q", fmt.Sprintf(`{"n": %q}`, want))
+		got := receive(want, map[string]int64{"e2_number_0": 0, "e2_cut_now_0": 1, "e2_cut_store": 0})
+		if len(got) != 1 || body(got[0]) != want {
+			t.Fatalf("%s: got %v", want, got)
+		}
+		if v := note(); v != "n" {
+			t.Fatalf("%s: note %q, want n", want, v)
+		}
+	}
+
+	// Ten sent are a few: numbered first, one taken; then twenty more
+	// sent: the next receive takes one of the nine, and numbers nothing.
+	b.exec(`SELECT sluice.send_batch('q', array(SELECT jsonb_build_object('n', 'ten') FROM generate_series(1, 10)))`)
+	if got := receive("ten", map[string]int64{"e2_number_0": 0, "e2_cut_now_0": 1, "e2_cut_store": 0}); len(got) != 1 || body(got[0]) != "ten" {
+		t.Fatalf("ten: got %v", got)
+	}
+	b.exec(`SELECT sluice.send_batch('q', array(SELECT jsonb_build_object('n', 'twenty') FROM generate_series(1, 20)))`)
+	before := cuts()
+	if got := receive("a backlog", map[string]int64{"e2_number_0": 0, "e2_cut_store": 0}); len(got) != 1 || body(got[0]) != "ten" {
+		t.Fatalf("a backlog: got %v, want one of the ten numbered", got)
+	}
+	if n := cuts(); n != before {
+		t.Fatalf("a backlog: %d cuts made, want none (it is numbered as it is taken)", n-before)
+	}
+	if v := note(); v != "" {
+		t.Fatalf("a backlog: note %q, want none", v)
 	}
 }

@@ -1,9 +1,10 @@
 -- Group: engine v2 - numbering (templates, schema sluice_tmpl2)
 --
 -- A message gets its position when a cut numbers it: a receive that finds
--- committed messages not numbered yet (e2_unnumbered__s) takes the queue's cut
--- lock if it is free and numbers them (e2_cut); if another receive holds it,
--- that one numbers them. A cut numbers exactly the messages whose
+-- no positions to take takes the queue's cut lock if it is free and numbers
+-- what is committed and not numbered yet (e2_cut_now__s); if another receive
+-- holds it, and there is something to number (e2_unnumbered__s), it waits
+-- for that one's positions and numbers what came since. A cut numbers exactly the messages whose
 -- transaction is visible in its snapshot and was not in the previous cut's:
 -- those of transactions at or after that snapshot's xmax or in its
 -- in-progress list (xip), so a transaction held open (an xid held, a slow
@@ -44,43 +45,6 @@ BEGIN
 END
 $$;
 
--- e2_cut: number what is committed and not numbered yet, at most 4,096
--- messages (a backlog is numbered in steps: the rest of a snapshot by the
--- next cuts, before any newer message), if this receive gets the queue's
--- cut lock (held until it commits: the next cut must see this one).
--- Positions are per lane: a keyed message goes to its key's lane (key hash
--- mod lanes), an unkeyed one with a priority other than 0 to the priority
--- lane (number lanes: its positions are rows of prio, by level), the others
--- are dealt out to the lanes in chunks (at most 64, fewer when there are
--- few: every lane gets some), from where the last cut stopped. One batch
--- row per lane and 64 positions. The snapshot the cut numbers by is its statement's own, so a
--- message committed after it is left to the next cut, never skipped.
---
--- Parameters:
---   p_queue_id  queue id
---   p_lanes     the queue's lanes
---   p_slot      the slot of the current epoch as the receive read it
---   p_epoch     the current epoch (both read again under the lock)
--- Returns: how many positions it numbered (NULL: the lock was held)
--- Calls: e2_cut_store
-CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_cut(p_queue_id int, p_lanes int, p_slot smallint, p_epoch bigint)
-RETURNS bigint
-LANGUAGE plpgsql
-AS $$
-DECLARE
-    v_now timestamptz;
-BEGIN
-    IF NOT pg_try_advisory_xact_lock(sluice._lock_ns('cut'), p_queue_id) THEN
-        RETURN NULL;
-    END IF;
-    v_now := clock_timestamp();   -- after the lock: cuts' times increase
-    -- the slot again, after the lock: a rotation (which holds it) may have
-    -- committed since the receive read it
-    SELECT ns.epoch, ns.slot INTO p_epoch, p_slot FROM sluice._slot_now(p_queue_id) ns;
-    RETURN e2_cut_store(p_lanes, p_slot, p_epoch, v_now);
-END
-$$;
-
 -- e2_cut_candidates: the first messages a cut numbers: those visible in
 -- its snapshot and not in the last full cut's, after what a partial cut
 -- numbered of that snapshot, in (txid, id) order, numbered (rn) in that
@@ -118,32 +82,52 @@ AS $$
 $$;
 RESET check_function_bodies;
 
--- e2_cut_few: the short path of a cut (e2_cut_store) for at most 16 new
--- messages, none due later and none prioritized, when no partial cut is
--- going on and no pending message has come due: the same positions and
--- rows as e2_cut_store's statement would write (keyed ones to their key's
--- lane, the others dealt out in chunks from rr), by two small statements
--- instead of its one large one, whose executor start-up costs more than
--- numbering a few messages.
+-- e2_cut_now__s: number what is committed and not numbered yet, for a
+-- receive that holds the queue's cut lock (e2_number__s; held until it
+-- commits: the next cut must see this one), at most 4,096 messages (a
+-- backlog is numbered in steps: the rest of a snapshot by the next cuts,
+-- before any newer message). Positions are per lane: a keyed message goes
+-- to its key's lane (key hash mod lanes), an unkeyed one with a priority
+-- other than 0 to the priority lane (number lanes: its positions are rows
+-- of prio, by level), the others are dealt out to the lanes in chunks (at
+-- most 64, fewer when there are few: every lane gets some), from where the
+-- last cut stopped. One batch row per lane and 64 positions. The snapshot
+-- the cut numbers by is taken after the lock, so a message committed after
+-- it is left to the next cut, never skipped.
+-- The usual cut of a receive, at most 16 new messages, none due later and
+-- none prioritized, in the slot the receive read, with nothing partly
+-- numbered or come due, is made here: one statement reads the last cut
+-- and the candidates (and so is the probe: nothing to number writes
+-- nothing), one writes the batch rows and the cut row, with the same
+-- positions and rows as the full statement (e2_cut_store), whose executor
+-- start-up costs more than numbering a few messages. Any other goes to
+-- e2_cut_store.
 --
 -- Parameters:
---   p_lanes, p_slot, p_epoch, p_now  as e2_cut_store
---   p_xip, p_xmax   the last cut's snapshot (in progress, xmax)
---   p_snap          the snapshot to number by
---   c_no, c_heads, c_rr, c_due_upto  the last cut's number, heads, rr and due_upto
--- Returns: how many positions were numbered; NULL when the short path does
---   not apply (nothing written)
--- Calls: e2_cut_candidates, sluice._durable_commit (keyed messages numbered)
-CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_cut_few(p_lanes int, p_slot smallint, p_epoch bigint, p_now timestamptz,
-                                                  p_xip xid8[], p_xmax xid8, p_snap pg_snapshot, c_no bigint,
-                                                  c_heads bigint[], c_rr int, c_due_upto timestamptz)
-RETURNS bigint
+--   p_queue_id, p_lanes  queue id and lanes
+--   p_slot, p_epoch      the current slot and epoch, as the receive read them
+--                        (read again here: a rotation, which holds the lock,
+--                        may have committed since)
+--   p_short              only the short path: else nothing is written and n
+--                        is NULL (a receive that numbers before it looks
+--                        leaves a backlog to be numbered as it is taken)
+-- Returns: n, how many positions it numbered; rr, the lane it dealt to
+--   first; cut_no, the number of the last cut before it
+-- Calls: e2_cut_candidates (inlined), e2_cut_store, sluice._snapshot_with,
+--   sluice._durable_commit (keyed messages numbered)
+CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_cut_now__s(p_queue_id int, p_lanes int, p_slot smallint, p_epoch bigint,
+                                                     p_short boolean, OUT n bigint, OUT rr int, OUT cut_no bigint)
 LANGUAGE plpgsql
 AS $$
 DECLARE
-    v_n int;
-    v_nu int;       -- unkeyed ones (dealt out)
-    v_odd boolean;  -- one is due later or prioritized, or a pending one came due
+    v_now constant timestamptz := clock_timestamp();   -- (after the lock: cuts' times increase)
+    v_own constant xid8 := pg_current_xact_id_if_assigned();
+    v_snap pg_snapshot;   -- the snapshot to number by
+    v_slot smallint;
+    v_epoch bigint;
+    v_short boolean;  -- the short path applies
+    v_nu int;         -- unkeyed ones (dealt out)
+    v_heads bigint[]; -- the last cut's heads
     v_ids bigint[];
     v_txids xid8[];
     v_mslots smallint[];
@@ -151,28 +135,46 @@ DECLARE
     v_kh bigint[];
     v_lanes smallint[] := '{}';
     v_pos bigint[] := '{}';
-    v_heads bigint[] := c_heads;
     v_chunk int;
     v_j int := 0;
     v_l int;
 BEGIN
-    SELECT count(*)::int, count(*) FILTER (WHERE f.khash IS NULL)::int,
-           coalesce(bool_or(f.due > p_now OR (f.khash IS NULL AND f.priority <> 0)), false)
-           OR EXISTS (SELECT 1 FROM pending p WHERE p.due > c_due_upto AND p.due <= p_now),
-           array_agg(f.id), array_agg(f.txid), array_agg(f.slot), array_agg(f.target), array_agg(f.khash)
-    INTO v_n, v_nu, v_odd, v_ids, v_txids, v_mslots, v_targets, v_kh
-    FROM e2_cut_candidates(p_xip, p_xmax, '0'::xid8, 0, p_snap, 17) f;   -- (in rn order, as they come: no sort)
-    IF v_n > 16 OR v_odd THEN
-        RETURN NULL;
-    ELSIF v_n = 0 THEN
-        RETURN 0;   -- nothing to number: no cut row
+    -- The snapshot to number by, taken after the lock. This transaction's
+    -- own messages (a receive after a send in one transaction) are not
+    -- committed: in progress for the cut, numbered by a cut after the commit.
+    v_snap := pg_current_snapshot();
+    IF v_own IS NOT NULL AND pg_visible_in_snapshot(v_own, v_snap) THEN
+        v_snap := sluice._snapshot_with(v_snap, v_own);
+    END IF;
+    -- The last cut of this slot, the current slot, and the first 17
+    -- messages to number, as they come (what commits after the snapshot is
+    -- left to the next cut).
+    SELECT x.cut_no, x.heads, x.rr, ns.slot, ns.epoch, f.n, f.nu,
+           f.n <= 16 AND NOT f.odd AND x.work_snap IS NULL
+           AND NOT EXISTS (SELECT 1 FROM pending p WHERE p.due > x.due_upto AND p.due <= v_now),
+           f.ids, f.txids, f.mslots, f.targets, f.kh
+    INTO cut_no, v_heads, rr, v_slot, v_epoch, n, v_nu, v_short, v_ids, v_txids, v_mslots, v_targets, v_kh
+    FROM (SELECT y.cut_no, y.heads, y.rr, y.snap_xip, y.snap_xmax, y.due_upto, y.work_snap FROM cut__s y
+          ORDER BY y.cut_no DESC LIMIT 1) x
+    CROSS JOIN sluice._slot_now(p_queue_id) ns
+    CROSS JOIN LATERAL (
+        SELECT count(*)::int AS n, count(*) FILTER (WHERE m.khash IS NULL)::int AS nu,
+               coalesce(bool_or(m.due > v_now OR (m.khash IS NULL AND m.priority <> 0)), false) AS odd,
+               array_agg(m.id) AS ids, array_agg(m.txid) AS txids, array_agg(m.slot) AS mslots,
+               array_agg(m.target) AS targets, array_agg(m.khash) AS kh
+        FROM e2_cut_candidates(x.snap_xip, x.snap_xmax, '0'::xid8, 0, v_snap, 17) m) f;   -- (in rn order: no sort)
+    IF NOT (v_short AND v_slot = p_slot AND v_epoch = p_epoch) THEN
+        n := CASE WHEN NOT p_short THEN e2_cut_store(p_lanes, v_slot, v_epoch, v_now) END;
+        RETURN;
+    ELSIF n = 0 THEN
+        RETURN;   -- nothing to number: no cut row
     END IF;
     v_chunk := greatest(1, least(64, ceil(v_nu::numeric / p_lanes)))::int;
-    FOR i IN 1 .. v_n LOOP
+    FOR i IN 1 .. n LOOP
         IF v_kh[i] IS NOT NULL THEN
             v_l := ((v_kh[i] % p_lanes + p_lanes) % p_lanes)::int;
         ELSE
-            v_l := (c_rr + v_j / v_chunk) % p_lanes;
+            v_l := (rr + v_j / v_chunk) % p_lanes;
             v_j := v_j + 1;
         END IF;
         v_heads[v_l + 1] := coalesce(v_heads[v_l + 1], 0) + 1;
@@ -180,30 +182,34 @@ BEGIN
         v_pos := v_pos || v_heads[v_l + 1];
     END LOOP;
     -- one batch row per lane and 64 positions, as e2_cut_store's (its
-    -- arrays in position order, as the sorted subquery gives them)
-    INSERT INTO batch (slot, lane, first_pos, last_pos, ids, txids, mslots, targets, cut_no, khashes)
-    SELECT p_slot, u.lane, min(u.pos), max(u.pos), array_agg(u.id), array_agg(u.txid), array_agg(u.mslot),
-           CASE WHEN bool_or(u.tg IS NOT NULL) THEN array_agg(u.tg) END, c_no + 1,
-           CASE WHEN bool_or(u.kh IS NOT NULL) THEN array_agg(u.kh) END
-    FROM (SELECT x.*, (x.pos - 1) / 64 AS grp
-          FROM unnest(v_lanes, v_pos, v_ids, v_txids, v_mslots, v_targets, v_kh) AS x(lane, pos, id, txid, mslot, tg, kh)
-          ORDER BY x.lane, grp, x.pos) u
-    GROUP BY u.lane, u.grp;
-    INSERT INTO cut (slot, cut_no, snap, snap_xmax, snap_xip, heads, rr, due_upto, at, epoch)
-    VALUES (p_slot, c_no + 1, p_snap, pg_snapshot_xmax(p_snap), ARRAY(SELECT pg_snapshot_xip(p_snap)), v_heads,
-            ((c_rr + ceil(v_nu::numeric / v_chunk)) % p_lanes)::int, p_now, clock_timestamp(), p_epoch);
-    IF v_nu < v_n AND current_setting('sluice.caller_synchronous_commit', true) <> '' THEN
+    -- arrays in position order, as the sorted subquery gives them), and the
+    -- cut row
+    WITH rows AS (
+        INSERT INTO batch__s (slot, lane, first_pos, last_pos, ids, txids, mslots, targets, cut_no, khashes)
+        SELECT p_slot, u.lane, min(u.pos), max(u.pos), array_agg(u.id), array_agg(u.txid), array_agg(u.mslot),
+               CASE WHEN bool_or(u.tg IS NOT NULL) THEN array_agg(u.tg) END, cut_no + 1,
+               CASE WHEN bool_or(u.kh IS NOT NULL) THEN array_agg(u.kh) END
+        FROM (SELECT x.*, (x.pos - 1) / 64 AS grp
+              FROM unnest(v_lanes, v_pos, v_ids, v_txids, v_mslots, v_targets, v_kh) AS x(lane, pos, id, txid, mslot, tg, kh)
+              ORDER BY x.lane, grp, x.pos) u
+        GROUP BY u.lane, u.grp
+    )
+    INSERT INTO cut__s (slot, cut_no, snap, snap_xmax, snap_xip, heads, rr, due_upto, at, epoch)
+    VALUES (p_slot, cut_no + 1, v_snap, pg_snapshot_xmax(v_snap), ARRAY(SELECT pg_snapshot_xip(v_snap)), v_heads,
+            ((rr + ceil(v_nu::numeric / v_chunk)) % p_lanes)::int, v_now, clock_timestamp(), p_epoch);
+    IF v_nu < n AND current_setting('sluice.caller_synchronous_commit', true) <> '' THEN
         -- keyed positions are handed out only once on disk (file header)
         PERFORM sluice._durable_commit();
     END IF;
-    RETURN v_n;
 END
 $$;
 
--- e2_cut_store: the cut's one statement (see e2_cut): the new messages
--- visible in its snapshot and not in the last cut's; those due later to
--- pending; those due and the pending ones come due numbered into lanes; the
--- batch rows and the new cut row written.
+-- e2_cut_store: the full cut, one statement (see e2_cut_now__s), through
+-- the parents, the caller holding the cut lock: the new messages visible in
+-- its snapshot and not in the last cut's (or the rest of a snapshot a cut
+-- left partly numbered); those due later to pending; those due and the
+-- pending ones come due numbered into lanes; the batch rows and the new cut
+-- row written.
 --
 -- Parameters:
 --   p_lanes  lanes
@@ -212,7 +218,7 @@ $$;
 --   p_now    the cut's time (due_upto of the new cut)
 -- Returns: how many positions were numbered
 -- Errors: SL010 invalid_isolation (outside READ COMMITTED)
--- Calls: e2_cut_few (the short path), e2_cut_candidates
+-- Calls: e2_cut_candidates, sluice._durable_commit (keyed messages numbered)
 CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_cut_store(p_lanes int, p_slot smallint, p_epoch bigint, p_now timestamptz)
 RETURNS bigint
 LANGUAGE plpgsql
@@ -226,11 +232,6 @@ DECLARE
     v_snap pg_snapshot;
     v_own xid8;
     v_keyed bigint;
-    v_partial boolean;
-    v_cut_no bigint;
-    v_heads bigint[];
-    v_rr int;
-    v_due_upto timestamptz;
 BEGIN
     -- A snapshot held for the whole transaction would number from an old
     -- view of the cuts and of the messages (create_group or seek_group
@@ -244,8 +245,8 @@ BEGIN
     -- that the candidates' statement has plain values to scan the index
     -- from, in order.
     SELECT c.snap_xip, c.snap_xmax, coalesce(c.work_txid, '0'::xid8), coalesce(c.work_id, 0),
-           coalesce(c.work_snap, pg_current_snapshot()), c.work_snap IS NOT NULL, c.cut_no, c.heads, c.rr, c.due_upto
-    INTO v_xip, v_xmax, v_from_txid, v_from_id, v_snap, v_partial, v_cut_no, v_heads, v_rr, v_due_upto
+           coalesce(c.work_snap, pg_current_snapshot())
+    INTO v_xip, v_xmax, v_from_txid, v_from_id, v_snap
     FROM cut c ORDER BY c.cut_no DESC LIMIT 1;
     -- This transaction's own messages (a receive after a send in one
     -- transaction) are not committed: in progress for the cut, numbered by
@@ -253,14 +254,6 @@ BEGIN
     v_own := pg_current_xact_id_if_assigned();
     IF v_own IS NOT NULL AND pg_visible_in_snapshot(v_own, v_snap) THEN
         v_snap := sluice._snapshot_with(v_snap, v_own);
-    END IF;
-    -- A few new messages, none of them delayed or prioritized, and nothing
-    -- partly numbered or come due: the short path (a receive's usual cut).
-    IF NOT v_partial THEN
-        n := e2_cut_few(p_lanes, p_slot, p_epoch, p_now, v_xip, v_xmax, v_snap, v_cut_no, v_heads, v_rr, v_due_upto);
-        IF n IS NOT NULL THEN
-            RETURN n;
-        END IF;
     END IF;
     WITH c AS MATERIALIZED (
         SELECT * FROM cut c ORDER BY c.cut_no DESC LIMIT 1

@@ -3,8 +3,11 @@
 -- e2_receive__s: sluice.receive of a queue of engine 2 whose current slot
 -- is this copy's. First the ack it carries, then what comes before any
 -- look (e2_before_look__s: the queue's upkeep about once a second per
--- session, the idle note); when the upkeep rotated, the new slot's copy
--- serves the receive. Then it takes from the first free lane with
+-- session, the session's note); when the upkeep rotated, the new slot's
+-- copy serves the receive. After a receive of the session that found
+-- every lane idle or had to number to take anything, it numbers first (a
+-- few new messages at most), the steady state, where each receive takes
+-- what was sent since the last. Then it takes from the first free lane with
 -- positions to take (e2_lane_open; e2_take__s, or e2_take_keyed__s for
 -- keys, or the slow path e2_slow for a lane the hot path does not serve);
 -- while it has fewer than max_messages, from the next one. When no free
@@ -23,8 +26,9 @@
 -- group idle (none with keys held or waiting: an ack may free a key at any
 -- time) notes it in its session (the setting sluice.idle_<queue>_<group>,
 -- cut_no:until): for 25 ms the session's receives of the group then only
--- probe for new messages (a lease that ends in that time is seen up to
--- 25 ms later; e2_before_look__s).
+-- number what is new, or probe for it (a lease that ends in that time is
+-- seen up to 25 ms later; e2_before_look__s). A receive that had nothing
+-- before it numbered notes n there: the next numbers first.
 -- Prioritized messages first: the priority lane's levels above 0 (numbered
 -- first when one waits to be), then the lanes, then, when no lane had
 -- anything more, the levels below 0 (e2_take_prio).
@@ -38,7 +42,7 @@
 --   p_epoch, p_started  the current epoch and when it started
 --   p_slot              its slot (this copy's)
 -- Returns: the messages leased, as sluice.receive
--- Calls: e2_ack, e2_before_look__s, e2_receive_<slot> (after a rotation),
+-- Calls: e2_ack, e2_before_look__s (numbers first), e2_receive_<slot> (after a rotation),
 --   e2_prio_due__s, e2_number__s, e2_take_prio, e2_lane_open (inlined),
 --   e2_wait_lane__s, e2_unnumbered__s, e2_expired__s, e2_take__s,
 --   e2_take_keyed__s, e2_slow
@@ -60,7 +64,7 @@ DECLARE
     v_try int := 0;
     v_seen int[] := '{}';       -- the lanes looked at (not looked at again, but after a cut)
     v_waits boolean := false;   -- a lane looked at has keys held or waiting: not idle
-    v_begun "char";             -- e2_before_look__s's answer: r rotated, i idle, NULL look
+    v_begun int;                -- e2_before_look__s's answer: -2 rotated, -1 idle, a lane it numbered, NULL look
     v_prio "char";              -- the priority lane: NULL nothing, n to number first, t to look at
     s record;                   -- the lane picked, and its state
     v_rr int; v_n int; v_before int;
@@ -74,10 +78,13 @@ BEGIN
         v_now := clock_timestamp();
     END IF;
     v_at := v_now;
-    v_begun := e2_before_look__s(q.id, g.id, v_now);
-    IF v_begun = 'i' THEN
+    v_begun := e2_before_look__s(q.id, g.id, v_now, q.lanes, p_slot, p_epoch);
+    IF v_begun = -1 THEN
         RETURN;
-    ELSIF v_begun = 'r' THEN
+    ELSIF v_begun >= 0 THEN
+        v_start := v_begun;   -- (it numbered: the lane the cut dealt to first)
+        v_cuts := 7;
+    ELSIF v_begun = -2 THEN
         -- The queue rotated: the new slot's copy serves this receive.
         -- This one's statements name a slot that is no longer current,
         -- whose lanes the rotation fenced: each lane would cost one of
@@ -136,6 +143,10 @@ BEGIN
                 IF v_rr IS NOT NULL THEN
                     v_start := v_rr;   -- (the lane the cut dealt to first: looked at first)
                     v_seen := '{}';
+                    IF v_need = max_messages AND v_begun IS NULL THEN
+                        -- the session's next receive of the group numbers first
+                        PERFORM set_config('sluice.idle_' || q.id || '_' || g.id, 'n', false);
+                    END IF;
                     CONTINUE;
                 END IF;
             END IF;
@@ -230,46 +241,73 @@ BEGIN
 END
 $$;
 
--- e2_before_look__s: what a receive (e2_receive__s) does, after the ack it
--- carries, before it looks at a lane. The queue's upkeep (e_maintain:
+-- e2_before_look__s: what a receive (e2_receive__s), after the ack it
+-- carries, does before it looks at a lane. The queue's upkeep (e_maintain:
 -- groups past their ttl, reclaim, rotation when the epoch is older than
 -- rotate_interval, statistics of slot leaves that filled), about once a
 -- second per session (the setting sluice.maint_<queue>), if no other call
--- is at it, as in engine 1. The idle note (sluice.idle_<queue>_<group>,
--- cut_no:until, written by e2_receive__s, valid 25 ms; a setting of that
--- name that is no note of ours is ignored): while it holds, unless
--- something was numbered since or is to be numbered, there is nothing to
--- look at.
+-- is at it, as in engine 1. Then the session's note of the group
+-- (sluice.idle_<queue>_<group>, written by e2_receive__s; a setting of that
+-- name that is no note of ours is ignored): after a receive that found
+-- every lane idle (cut_no:until, valid 25 ms) or had to number to take
+-- anything (n), the next one numbers first, a few new messages at most
+-- (the cut's short path, e2_cut_now__s: a backlog is numbered as it is
+-- taken), and looks from the lane the cut dealt to first: in steady
+-- traffic each receive numbers what was sent since the last, and would
+-- otherwise look at every lane for nothing first. While the idle note
+-- holds, a receive with nothing numbered, now or since the note, looks at
+-- nothing. When another receive is numbering (it holds the cut lock), the
+-- idle note is checked by the probe (e2_unnumbered__s) instead.
 --
 -- Parameters:
 --   p_queue_id, p_group  queue and group id
 --   p_now                the receive's time
--- Returns: 'r' the queue rotated (the receive goes on in the new slot's
---   copy), 'i' the idle note holds (nothing to look at), NULL: look
--- Calls: e_maintain, e2_unnumbered__s
-CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_before_look__s(p_queue_id int, p_group int, p_now timestamptz)
-RETURNS "char"
+--   p_lanes, p_slot, p_epoch  the queue's lanes, the slot and epoch read
+-- Returns: -2 the queue rotated (the receive goes on in the new slot's
+--   copy), -1 the idle note holds (nothing to look at), a lane: it
+--   numbered, look from there; NULL: look
+-- Calls: e_maintain, e2_cut_now__s, e2_unnumbered__s
+CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_before_look__s(p_queue_id int, p_group int, p_now timestamptz, p_lanes int,
+                                                         p_slot smallint, p_epoch bigint)
+RETURNS int
 LANGUAGE plpgsql
 AS $$
 DECLARE
     v_maint_note constant text := 'sluice.maint_' || p_queue_id;
-    v_note constant text := current_setting('sluice.idle_' || p_queue_id || '_' || p_group, true);
-    -- until when the note holds (a setting of that name that is no note of
-    -- ours is ignored)
-    v_until constant bigint := CASE WHEN v_note SIMILAR TO '[0-9]+:[0-9]+' THEN split_part(v_note, ':', 2)::bigint END;
+    v_name constant text := 'sluice.idle_' || p_queue_id || '_' || p_group;
+    v_note constant text := current_setting(v_name, true);
+    -- the idle note holds (until when: a setting of that name that is no
+    -- note of ours is ignored)
+    v_idle constant boolean := CASE WHEN v_note SIMILAR TO '[0-9]+:[0-9]+'
+                                    THEN split_part(v_note, ':', 2)::bigint > (extract(epoch FROM p_now) * 1000000)::bigint
+                                    ELSE false END;
+    v_n bigint;
+    v_rr int;
+    v_cut bigint;
 BEGIN
     IF coalesce(current_setting(v_maint_note, true), '') < to_char(p_now - interval '1 second', 'YYYYMMDDHH24MISSUS')
        AND pg_try_advisory_xact_lock(sluice._lock_ns('maint'), p_queue_id) THEN
         PERFORM set_config(v_maint_note, to_char(p_now, 'YYYYMMDDHH24MISSUS'), false);
         IF (SELECT m.rotated FROM e_maintain(p_queue_id) m) THEN
-            RETURN 'r';
+            RETURN -2;
         END IF;
     END IF;
-    IF v_until > (extract(epoch FROM p_now) * 1000000)::bigint THEN
-        -- This session's last receive of the group found every lane idle
-        -- (the idle note, valid 25 ms): unless something was numbered since
-        -- or is to be numbered, nothing to look at.
-        RETURN (SELECT CASE WHEN x.cut_no = split_part(v_note, ':', 1)::bigint AND NOT x.due THEN 'i' END
+    IF NOT v_idle AND v_note IS DISTINCT FROM 'n' THEN
+        RETURN NULL;
+    ELSIF pg_try_advisory_xact_lock(sluice._lock_ns('cut'), p_queue_id) THEN
+        SELECT x.n, x.rr, x.cut_no INTO v_n, v_rr, v_cut FROM e2_cut_now__s(p_queue_id, p_lanes, p_slot, p_epoch, true) x;
+        IF v_n > 0 THEN
+            RETURN v_rr;
+        ELSIF v_n = 0 AND v_idle AND v_cut = split_part(v_note, ':', 1)::bigint THEN
+            RETURN -1;   -- nothing numbered since the note, nor to number
+        ELSIF NOT v_idle THEN
+            PERFORM set_config(v_name, '', false);   -- (numbering first was for nothing)
+        END IF;
+        RETURN NULL;
+    ELSIF v_idle THEN
+        -- unless something was numbered since the note or is to be
+        -- numbered, nothing to look at
+        RETURN (SELECT CASE WHEN x.cut_no = split_part(v_note, ':', 1)::bigint AND NOT x.due THEN -1 END
                 FROM e2_unnumbered__s(p_now) x);
     END IF;
     RETURN NULL;
@@ -345,9 +383,11 @@ END
 $$;
 
 -- e2_number__s: for a receive that found no free lane with positions:
--- number what is committed and not numbered yet, if anything is (the cut);
--- when another receive is numbering (it holds the cut lock), wait for it,
--- at most 100 ms, and number what came since.
+-- number what is committed and not numbered yet, if anything is (the cut,
+-- e2_cut_now__s, under the queue's cut lock: its read is the probe). When
+-- another receive holds the lock and there is something to number
+-- (e2_unnumbered__s), wait for that receive's positions, at most 100 ms,
+-- and number what came since.
 --
 -- Parameters:
 --   p_queue_id, p_lanes  queue id and lanes
@@ -357,7 +397,7 @@ $$;
 --                        return NULL at once when it holds the lock)
 -- Returns: the lane the cut dealt to first (to look at first), or NULL when
 --   nothing was numbered and no other receive's numbering was waited for
--- Calls: e2_unnumbered__s, e2_cut, e2_wait_cut
+-- Calls: e2_cut_now__s, e2_unnumbered__s, e2_wait_cut
 CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_number__s(p_queue_id int, p_lanes int, p_slot smallint, p_epoch bigint,
                                                     p_now timestamptz, p_wait boolean)
 RETURNS int
@@ -369,11 +409,17 @@ DECLARE
     v_n bigint;
     v_loops int := 0;
 BEGIN
-    SELECT x.due, x.rr INTO v_due, v_rr FROM e2_unnumbered__s(p_now) x;
-    IF NOT v_due THEN
+    IF NOT pg_try_advisory_xact_lock(sluice._lock_ns('cut'), p_queue_id) THEN
+        -- another receive is numbering: its positions (committed once the
+        -- lock is free), and what came since
+        SELECT x.due, x.rr INTO v_due, v_rr FROM e2_unnumbered__s(p_now) x;
+        IF v_due AND p_wait AND e2_wait_cut(p_queue_id) THEN
+            PERFORM e2_cut_now__s(p_queue_id, p_lanes, p_slot, p_epoch, false);
+            RETURN v_rr;
+        END IF;
         RETURN NULL;
     END IF;
-    v_n := e2_cut(p_queue_id, p_lanes, p_slot, p_epoch);
+    SELECT x.n, x.rr INTO v_n, v_rr FROM e2_cut_now__s(p_queue_id, p_lanes, p_slot, p_epoch, false) x;
     -- a cut that only put messages due later aside (a large batch sent with
     -- a delay, 4,096 a cut) and left more to number: again, up to 16 cuts,
     -- so that ready messages behind such a batch are not held back
@@ -381,14 +427,8 @@ BEGIN
           AND EXISTS (SELECT 1 FROM (SELECT c.work_snap FROM cut__s c ORDER BY c.cut_no DESC LIMIT 1) c
                       WHERE c.work_snap IS NOT NULL) LOOP
         v_loops := v_loops + 1;
-        v_n := e2_cut(p_queue_id, p_lanes, p_slot, p_epoch);
+        v_n := (SELECT x.n FROM e2_cut_now__s(p_queue_id, p_lanes, p_slot, p_epoch, false) x);
     END LOOP;
-    IF v_n IS NULL AND p_wait AND e2_wait_cut(p_queue_id) THEN
-        -- another receive was numbering: its positions (committed now), and
-        -- what came since
-        PERFORM e2_cut(p_queue_id, p_lanes, p_slot, p_epoch);
-        RETURN v_rr;
-    END IF;
     RETURN CASE WHEN v_n > 0 THEN v_rr END;
 END
 $$;
