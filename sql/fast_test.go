@@ -51,10 +51,13 @@ func (b *bundle) calls(f func(tx pgx.Tx), names ...string) map[string]int64 {
 	return b.callsOn(b.pool, f, names...)
 }
 
-// callsOn is calls in a transaction of s: the pool, or one session.
-func (b *bundle) callsOn(s interface {
+// beginner starts a transaction: the pool, or one session of it.
+type beginner interface {
 	Begin(context.Context) (pgx.Tx, error)
-}, f func(tx pgx.Tx), names ...string) map[string]int64 {
+}
+
+// callsOn is calls in a transaction of s.
+func (b *bundle) callsOn(s beginner, f func(tx pgx.Tx), names ...string) map[string]int64 {
 	b.t.Helper()
 	tx, err := s.Begin(b.ctx)
 	if err != nil {
@@ -137,21 +140,7 @@ func TestFastPathsAreTaken(t *testing.T) {
 func (b *bundle) takeFromOneLane(path string, before []msg, want map[string]int64) []msg {
 	t := b.t
 	t.Helper()
-	names := make([]string, 0, len(want))
-	for name := range want {
-		names = append(names, name)
-	}
-	slices.Sort(names)
-	var got []msg
-	n := b.calls(func(tx pgx.Tx) {
-		var err error
-		if got, err = receiveOn(b.ctx, tx, "q", "default", 25, ""); err != nil {
-			t.Fatal(err)
-		}
-	}, names...)
-	if !maps.Equal(n, want) {
-		t.Fatalf("receive called %v, want %v (the %s)", n, want, path)
-	}
+	got := b.receiveCounting(b.pool, 25, "the "+path, want)
 	if len(got) != 25 {
 		t.Fatalf("the %s took %d, want 25 (a lane holds 100)", path, len(got))
 	}
@@ -166,6 +155,25 @@ func (b *bundle) takeFromOneLane(path string, before []msg, want map[string]int6
 		if i > 0 && m.Pos != got[i-1].Pos+1 {
 			t.Fatalf("positions %d then %d: a lane's positions are taken in order", got[i-1].Pos, m.Pos)
 		}
+	}
+	return got
+}
+
+// receiveCounting receives up to n messages of group default of queue q in
+// a transaction of s, and fails unless each engine function named in want
+// (the queue's copy) was called as often as it says; what names the step.
+func (b *bundle) receiveCounting(s beginner, n int, what string, want map[string]int64) []msg {
+	b.t.Helper()
+	names := slices.Sorted(maps.Keys(want))
+	var got []msg
+	calls := b.callsOn(s, func(tx pgx.Tx) {
+		var err error
+		if got, err = receiveOn(b.ctx, tx, "q", "default", n, ""); err != nil {
+			b.t.Fatal(err)
+		}
+	}, names...)
+	if !maps.Equal(calls, want) {
+		b.t.Fatalf("receive called %v, want %v (%s)", calls, want, what)
 	}
 	return got
 }

@@ -3,11 +3,8 @@ package sqlsrc_test
 import (
 	"encoding/json"
 	"fmt"
-	"maps"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 )
 
 // The first receive of a new group returns what is committed (no tick, no
@@ -78,21 +75,7 @@ func TestV2ReceiveNumbersFirstAfterItHadTo(t *testing.T) {
 	cuts := func() int64 { return b.int64("SELECT count(*) FROM " + schema + ".cut") }
 	receive := func(step string, want map[string]int64) []msg {
 		t.Helper()
-		var got []msg
-		names := make([]string, 0, len(want))
-		for name := range want {
-			names = append(names, name)
-		}
-		n := b.callsOn(c, func(tx pgx.Tx) {
-			var err error
-			if got, err = receiveOn(b.ctx, tx, "q", "default", 1, ""); err != nil {
-				t.Fatal(err)
-			}
-		}, names...)
-		if !maps.Equal(n, want) {
-			t.Fatalf("%s: receive called %v, want %v", step, n, want)
-		}
-		return got
+		return b.receiveCounting(c, 1, step, want)
 	}
 	body := func(m msg) string {
 		var v struct{ N string }
