@@ -97,8 +97,8 @@ RESET check_function_bodies;
 -- The usual cut of a receive, at most 16 new messages, none due later and
 -- none prioritized, in the slot the receive read, with nothing partly
 -- numbered or come due, is made here: one statement reads the last cut
--- and the candidates (and so is the probe: nothing to number writes
--- nothing), one writes the batch rows and the cut row, with the same
+-- and the candidates (nothing to number writes nothing), one writes the
+-- batch rows and the cut row, with the same
 -- positions and rows as the full statement (e2_cut_store), whose executor
 -- start-up costs more than numbering a few messages. Any other goes to
 -- e2_cut_store.
@@ -112,11 +112,11 @@ RESET check_function_bodies;
 --                        is NULL (a receive that numbers before it looks
 --                        leaves a backlog to be numbered as it is taken)
 -- Returns: n, how many positions it numbered; rr, the lane it dealt to
---   first; cut_no, the number of the last cut before it
+--   first
 -- Calls: e2_cut_candidates (inlined), e2_cut_store, sluice._snapshot_with,
 --   sluice._durable_commit (keyed messages numbered)
 CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_cut_now__s(p_queue_id int, p_lanes int, p_slot smallint, p_epoch bigint,
-                                                     p_short boolean, OUT n bigint, OUT rr int, OUT cut_no bigint)
+                                                     p_short boolean, OUT n bigint, OUT rr int)
 LANGUAGE plpgsql
 AS $$
 DECLARE
@@ -127,7 +127,8 @@ DECLARE
     v_epoch bigint;
     v_short boolean;  -- the short path applies
     v_nu int;         -- unkeyed ones (dealt out)
-    v_heads bigint[]; -- the last cut's heads
+    v_cut_no bigint;  -- the last cut's number and heads
+    v_heads bigint[];
     v_ids bigint[];
     v_txids xid8[];
     v_mslots smallint[];
@@ -153,7 +154,7 @@ BEGIN
            f.n <= 16 AND NOT f.odd AND x.work_snap IS NULL
            AND NOT EXISTS (SELECT 1 FROM pending p WHERE p.due > x.due_upto AND p.due <= v_now),
            f.ids, f.txids, f.mslots, f.targets, f.kh
-    INTO cut_no, v_heads, rr, v_slot, v_epoch, n, v_nu, v_short, v_ids, v_txids, v_mslots, v_targets, v_kh
+    INTO v_cut_no, v_heads, rr, v_slot, v_epoch, n, v_nu, v_short, v_ids, v_txids, v_mslots, v_targets, v_kh
     FROM (SELECT y.cut_no, y.heads, y.rr, y.snap_xip, y.snap_xmax, y.due_upto, y.work_snap FROM cut__s y
           ORDER BY y.cut_no DESC LIMIT 1) x
     CROSS JOIN sluice._slot_now(p_queue_id) ns
@@ -187,7 +188,7 @@ BEGIN
     WITH rows AS (
         INSERT INTO batch__s (slot, lane, first_pos, last_pos, ids, txids, mslots, targets, cut_no, khashes)
         SELECT p_slot, u.lane, min(u.pos), max(u.pos), array_agg(u.id), array_agg(u.txid), array_agg(u.mslot),
-               CASE WHEN bool_or(u.tg IS NOT NULL) THEN array_agg(u.tg) END, cut_no + 1,
+               CASE WHEN bool_or(u.tg IS NOT NULL) THEN array_agg(u.tg) END, v_cut_no + 1,
                CASE WHEN bool_or(u.kh IS NOT NULL) THEN array_agg(u.kh) END
         FROM (SELECT x.*, (x.pos - 1) / 64 AS grp
               FROM unnest(v_lanes, v_pos, v_ids, v_txids, v_mslots, v_targets, v_kh) AS x(lane, pos, id, txid, mslot, tg, kh)
@@ -195,7 +196,7 @@ BEGIN
         GROUP BY u.lane, u.grp
     )
     INSERT INTO cut__s (slot, cut_no, snap, snap_xmax, snap_xip, heads, rr, due_upto, at, epoch)
-    VALUES (p_slot, cut_no + 1, v_snap, pg_snapshot_xmax(v_snap), ARRAY(SELECT pg_snapshot_xip(v_snap)), v_heads,
+    VALUES (p_slot, v_cut_no + 1, v_snap, pg_snapshot_xmax(v_snap), ARRAY(SELECT pg_snapshot_xip(v_snap)), v_heads,
             ((rr + ceil(v_nu::numeric / v_chunk)) % p_lanes)::int, v_now, clock_timestamp(), p_epoch);
     IF v_nu < n AND current_setting('sluice.caller_synchronous_commit', true) <> '' THEN
         -- keyed positions are handed out only once on disk (file header)

@@ -255,9 +255,8 @@ $$;
 -- taken), and looks from the lane the cut dealt to first: in steady
 -- traffic each receive numbers what was sent since the last, and would
 -- otherwise look at every lane for nothing first. While the idle note
--- holds, a receive with nothing numbered, now or since the note, looks at
--- nothing. When another receive is numbering (it holds the cut lock), the
--- idle note is checked by the probe (e2_unnumbered__s) instead.
+-- holds, the probe (e2_unnumbered__s) comes first: with nothing to number
+-- and nothing numbered since the note, there is nothing to look at.
 --
 -- Parameters:
 --   p_queue_id, p_group  queue and group id
@@ -284,6 +283,7 @@ DECLARE
     v_n bigint;
     v_rr int;
     v_cut bigint;
+    v_due boolean;
 BEGIN
     IF coalesce(current_setting(v_maint_note, true), '') < to_char(p_now - interval '1 second', 'YYYYMMDDHH24MISSUS')
        AND pg_try_advisory_xact_lock(sluice._lock_ns('maint'), p_queue_id) THEN
@@ -294,21 +294,22 @@ BEGIN
     END IF;
     IF NOT v_idle AND v_note IS DISTINCT FROM 'n' THEN
         RETURN NULL;
-    ELSIF pg_try_advisory_xact_lock(sluice._lock_ns('cut'), p_queue_id) THEN
-        SELECT x.n, x.rr, x.cut_no INTO v_n, v_rr, v_cut FROM e2_cut_now__s(p_queue_id, p_lanes, p_slot, p_epoch, true) x;
+    ELSIF v_idle THEN
+        -- unless something was numbered since the note or is to be
+        -- numbered, nothing to look at (the probe: cheaper than the cut's
+        -- read, and most receives of an idle group find nothing)
+        SELECT x.cut_no, x.due INTO v_cut, v_due FROM e2_unnumbered__s(p_now) x;
+        IF NOT v_due THEN
+            RETURN CASE WHEN v_cut = split_part(v_note, ':', 1)::bigint THEN -1 END;
+        END IF;
+    END IF;
+    IF pg_try_advisory_xact_lock(sluice._lock_ns('cut'), p_queue_id) THEN
+        SELECT x.n, x.rr INTO v_n, v_rr FROM e2_cut_now__s(p_queue_id, p_lanes, p_slot, p_epoch, true) x;
         IF v_n > 0 THEN
             RETURN v_rr;
-        ELSIF v_n = 0 AND v_idle AND v_cut = split_part(v_note, ':', 1)::bigint THEN
-            RETURN -1;   -- nothing numbered since the note, nor to number
         ELSIF NOT v_idle THEN
             PERFORM set_config(v_name, '', false);   -- (numbering first was for nothing)
         END IF;
-        RETURN NULL;
-    ELSIF v_idle THEN
-        -- unless something was numbered since the note or is to be
-        -- numbered, nothing to look at
-        RETURN (SELECT CASE WHEN x.cut_no = split_part(v_note, ':', 1)::bigint AND NOT x.due THEN -1 END
-                FROM e2_unnumbered__s(p_now) x);
     END IF;
     RETURN NULL;
 END
@@ -383,11 +384,10 @@ END
 $$;
 
 -- e2_number__s: for a receive that found no free lane with positions:
--- number what is committed and not numbered yet, if anything is (the cut,
--- e2_cut_now__s, under the queue's cut lock: its read is the probe). When
--- another receive holds the lock and there is something to number
--- (e2_unnumbered__s), wait for that receive's positions, at most 100 ms,
--- and number what came since.
+-- number what is committed and not numbered yet, if anything is (the probe,
+-- e2_unnumbered__s, then the cut, e2_cut_now__s, under the queue's cut
+-- lock). When another receive holds the lock, wait for that receive's
+-- positions, at most 100 ms, and number what came since.
 --
 -- Parameters:
 --   p_queue_id, p_lanes  queue id and lanes
@@ -409,11 +409,13 @@ DECLARE
     v_n bigint;
     v_loops int := 0;
 BEGIN
-    IF NOT pg_try_advisory_xact_lock(sluice._lock_ns('cut'), p_queue_id) THEN
+    SELECT x.due, x.rr INTO v_due, v_rr FROM e2_unnumbered__s(p_now) x;
+    IF NOT v_due THEN
+        RETURN NULL;
+    ELSIF NOT pg_try_advisory_xact_lock(sluice._lock_ns('cut'), p_queue_id) THEN
         -- another receive is numbering: its positions (committed once the
         -- lock is free), and what came since
-        SELECT x.due, x.rr INTO v_due, v_rr FROM e2_unnumbered__s(p_now) x;
-        IF v_due AND p_wait AND e2_wait_cut(p_queue_id) THEN
+        IF p_wait AND e2_wait_cut(p_queue_id) THEN
             PERFORM e2_cut_now__s(p_queue_id, p_lanes, p_slot, p_epoch, false);
             RETURN v_rr;
         END IF;
