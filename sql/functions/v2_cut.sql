@@ -1,10 +1,12 @@
 -- Group: engine v2 - numbering (templates, schema sluice_tmpl2)
 --
 -- A message gets its position when a cut numbers it: a receive that finds
--- no positions to take takes the queue's cut lock if it is free and numbers
--- what is committed and not numbered yet (e2_cut_now__s); if another receive
--- holds it, and there is something to number (e2_unnumbered__s), it waits
--- for that one's positions and numbers what came since. A cut numbers exactly the messages whose
+-- no positions to take and committed messages not numbered yet
+-- (e2_unnumbered__s) takes the queue's cut lock if it is free and numbers
+-- them (e2_cut_now__s); if another receive holds it, it waits for that
+-- one's positions and numbers what came since. (A receive whose session's
+-- last receive of the group had to number numbers first, without the
+-- probe: e2_before_look__s.) A cut numbers exactly the messages whose
 -- transaction is visible in its snapshot and was not in the previous cut's:
 -- those of transactions at or after that snapshot's xmax or in its
 -- in-progress list (xip), so a transaction held open (an xid held, a slow
@@ -83,8 +85,8 @@ $$;
 RESET check_function_bodies;
 
 -- e2_cut_now__s: number what is committed and not numbered yet, for a
--- receive that holds the queue's cut lock (e2_number__s; held until it
--- commits: the next cut must see this one), at most 4,096 messages (a
+-- receive that holds the queue's cut lock (e2_number__s, e2_before_look__s;
+-- held until it commits: the next cut must see this one), at most 4,096 messages (a
 -- backlog is numbered in steps: the rest of a snapshot by the next cuts,
 -- before any newer message). Positions are per lane: a keyed message goes
 -- to its key's lane (key hash mod lanes), an unkeyed one with a priority
@@ -98,10 +100,9 @@ RESET check_function_bodies;
 -- none prioritized, in the slot the receive read, with nothing partly
 -- numbered or come due, is made here: one statement reads the last cut
 -- and the candidates (nothing to number writes nothing), one writes the
--- batch rows and the cut row, with the same
--- positions and rows as the full statement (e2_cut_store), whose executor
--- start-up costs more than numbering a few messages. Any other goes to
--- e2_cut_store.
+-- batch rows and the cut row, with the same positions and rows as the
+-- full statement (e2_cut_store), whose executor start-up costs more than
+-- numbering a few messages. Any other goes to e2_cut_store.
 --
 -- Parameters:
 --   p_queue_id, p_lanes  queue id and lanes
