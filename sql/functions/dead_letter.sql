@@ -111,6 +111,10 @@ BEGIN
           FOR UPDATE OF d) x;
     IF q.engine = 2 THEN
         -- (claimed and sent by the queue's copy, into its msg: v2_send.sql)
+        IF NOT q.prioritized AND EXISTS (SELECT FROM sluice.dead_letter d
+                                         WHERE d.id = ANY (v_dead) AND d.priority <> 0 AND d.key IS NULL) THEN
+            PERFORM sluice._mark_prioritized(q.id);   -- (receives look at the priority lane)
+        END IF;
         PERFORM set_config('search_path', sluice._queue_path(q.id), true);
         RETURN e2_redrive(q, v_dead);
     END IF;

@@ -400,6 +400,22 @@ BEGIN
 END
 $$;
 
+-- _mark_prioritized: note that a queue has had an unkeyed message with a
+-- priority other than 0 (sluice.queue.prioritized): its receives look at
+-- the priority lane from then on (e2_receive__s). Once per queue: callers
+-- call it only while the queue's row says false. Keyed messages keep their
+-- key's order whatever their priority, so a caller may pass over them.
+--
+-- Parameters:
+--   p_queue_id  queue id
+CREATE OR REPLACE FUNCTION sluice._mark_prioritized(p_queue_id int)
+RETURNS void
+LANGUAGE sql
+SET search_path = pg_catalog, pg_temp
+AS $$
+    UPDATE sluice.queue SET prioritized = true WHERE id = p_queue_id AND NOT prioritized
+$$;
+
 -- _lease_ok: whether v is a valid lease: a positive interval of at most 7
 -- days (NULL: not known, so not valid either). No SET clause, so that
 -- callers inline it: receive tests it on every call and calls _check_lease

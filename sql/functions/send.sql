@@ -71,6 +71,7 @@ DECLARE
     v_id bigint;
     v_now timestamptz;
     v_engine smallint;
+    v_prioritized boolean;
 BEGIN
     IF current_setting('sluice.caller_synchronous_commit', true) <> '' THEN
         PERFORM sluice._durable_commit();   -- after a receive in this transaction
@@ -80,8 +81,8 @@ BEGIN
     PERFORM pg_advisory_xact_lock_shared(sluice._lock_ns('queue'), hashtext(send.queue));
     -- The hot path: one lookup for everything send needs, then one INSERT.
     SELECT q.id, (SELECT ns.slot FROM sluice._slot_now(q.id) ns),
-           q.id_seq, q.max_payload, q.notify, q.dedup_window, q.max_delay, q.engine
-    INTO v_qid, v_slot, v_seq, v_max, v_notify, v_window, v_max_delay, v_engine
+           q.id_seq, q.max_payload, q.notify, q.dedup_window, q.max_delay, q.engine, q.prioritized
+    INTO v_qid, v_slot, v_seq, v_max, v_notify, v_window, v_max_delay, v_engine, v_prioritized
     FROM sluice.queue q WHERE q.name = send.queue;
     -- (no schema: dropped after the snapshot of a REPEATABLE READ transaction)
     IF v_qid IS NULL OR to_regnamespace(sluice._qschema(v_qid)) IS NULL THEN
@@ -125,6 +126,9 @@ BEGIN
             IF v_id IS NOT NULL THEN
                 RETURN v_id;   -- a duplicate: nothing is enqueued
             END IF;
+        END IF;
+        IF send.priority <> 0 AND send.key IS NULL AND NOT v_prioritized THEN
+            PERFORM sluice._mark_prioritized(v_qid);   -- (receives look at the priority lane)
         END IF;
         v_now := clock_timestamp();
         v_id := e2_send(v_qid, nextval(v_seq), CASE WHEN send.delay > interval '0' THEN v_now + send.delay END,
@@ -341,6 +345,10 @@ BEGIN
     END IF;
     IF q.engine = 2 THEN
         PERFORM set_config('search_path', sluice._queue_path(q.id), true);
+        IF NOT q.prioritized AND send_batch.priorities IS NOT NULL
+           AND EXISTS (SELECT FROM unnest(send_batch.priorities, send_batch.keys) AS u(p, k) WHERE u.p <> 0 AND u.k IS NULL) THEN
+            PERFORM sluice._mark_prioritized(q.id);   -- (receives look at the priority lane)
+        END IF;
         IF send_batch.dedup_keys IS NOT NULL THEN
             RETURN QUERY SELECT * FROM e2_send_batch_dedup(q, CASE WHEN send_batch.delay > interval '0'
                                                                    THEN v_now + send_batch.delay END,

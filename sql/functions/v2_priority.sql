@@ -10,6 +10,9 @@
 -- nothing more. Leases of the priority lane list their positions
 -- (redo_pos), and expire, are redelivered and dead-lettered as any lane's
 -- (e2_slow). Keyed messages keep their key's order whatever their priority.
+-- A receive looks at the priority lane only once the queue has had an
+-- unkeyed prioritized message (sluice.queue.prioritized: set by send,
+-- send_batch and redrive, sluice._mark_prioritized).
 
 -- e2_prio_due__s: whether a receive has to look at the priority lane: a
 -- prioritized message committed and not numbered yet (it must be numbered

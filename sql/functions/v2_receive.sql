@@ -31,7 +31,9 @@
 -- before it numbered notes n there: the next numbers first.
 -- Prioritized messages first: the priority lane's levels above 0 (numbered
 -- first when one waits to be), then the lanes, then, when no lane had
--- anything more, the levels below 0 (e2_take_prio).
+-- anything more, the levels below 0 (e2_take_prio); only on a queue that
+-- has had an unkeyed prioritized message (sluice.queue.prioritized, set by
+-- the sends: the look is a statement each receive would pay).
 -- (The numbering, the take from the lane picked and the loop's accounting
 -- stay inline, not functions of their own: they are the hot path, and a
 -- call costs it. The take as a function, its rows copied once more, cost
@@ -98,7 +100,8 @@ BEGIN
     END IF;
     -- the priority lane's levels above 0 first (numbered first when a
     -- prioritized message waits to be: it jumps a backlog)
-    v_prio := e2_prio_due__s(g.id, q.lanes::smallint, v_now);
+    -- (a queue that never had an unkeyed prioritized message: none)
+    v_prio := CASE WHEN q.prioritized THEN e2_prio_due__s(g.id, q.lanes::smallint, v_now) END;
     IF v_prio = 'n' THEN
         v_cuts := 7;
         PERFORM e2_number__s(q.id, q.lanes, p_slot, p_epoch, v_now, true);

@@ -1,0 +1,61 @@
+package sqlsrc_test
+
+import (
+	"testing"
+)
+
+// A queue of engine 2 looks at its priority lane only once it has had an
+// unkeyed message with a priority other than 0 (sluice.queue.prioritized,
+// set by send, send_batch and redrive): every receive of a queue that never
+// had one would pay the look (e2_prio_due_<slot>). Keyed messages keep their
+// key's order whatever their priority and do not set it. Once set, the
+// prioritized message comes first, as it would have.
+func TestV2PriorityLaneLookedAtOnceThereIsOne(t *testing.T) {
+	b := setup(t)
+	b.createV2("q", `"lanes": 2, "max_attempts": 1`)
+	flag := func() bool {
+		return b.int64(`SELECT prioritized::int FROM sluice.queue WHERE name = 'q'`) == 1
+	}
+	looks := func(step string, want int64) []msg {
+		t.Helper()
+		got := b.receiveCounting(b.pool, 10, step, map[string]int64{"e2_prio_due_0": want})
+		b.ack("q", "default", receipts(got)...)
+		return got
+	}
+
+	b.send(b.pool, "q", `{"n": 1}`)
+	b.exec(`SELECT sluice.send('q', '{"n": 2}', key => 'k', priority => 5)`)
+	if got := looks("plain and keyed", 0); len(got) != 2 {
+		t.Fatalf("plain and keyed: got %d messages, want 2", len(got))
+	}
+	if flag() {
+		t.Fatal("a plain and a keyed prioritized send set prioritized")
+	}
+
+	b.exec(`SELECT sluice.send_batch('q', ARRAY['{"n": 3}', '{"n": 4}']::jsonb[], priorities => ARRAY[0, 3])`)
+	if !flag() {
+		t.Fatal("send_batch with an unkeyed priority 3 did not set prioritized")
+	}
+	if got := looks("after send_batch", 1); len(got) != 2 || got[0].Body != `{"n": 4}` {
+		t.Fatalf("after send_batch: got %+v, want n 4 (priority 3) first", got)
+	}
+
+	// A dead letter with a priority, redriven into a queue whose flag is
+	// off (as one that came from another queue's upgrade could be).
+	b.exec(`SELECT sluice.send('q', '{"n": 5}', priority => 2)`)
+	m := b.receiveAs("q", "default", 1, "1 hour", "")
+	if len(m) != 1 || !b.nack("q", "default", m[0].Receipt, "0", "dead") {
+		t.Fatalf("dead letter: %+v", m)
+	}
+	b.exec(`UPDATE sluice.queue SET prioritized = false WHERE name = 'q'`)
+	if n := b.int64(`SELECT sluice.redrive('q')`); n != 1 {
+		t.Fatalf("redrive = %d, want 1", n)
+	}
+	if !flag() {
+		t.Fatal("a redrive of a prioritized dead letter did not set prioritized")
+	}
+	b.send(b.pool, "q", `{"n": 6}`)
+	if got := looks("after the redrive", 1); len(got) != 2 || got[0].Body != `{"n": 5}` {
+		t.Fatalf("after the redrive: got %+v, want n 5 (priority 2) first", got)
+	}
+}
