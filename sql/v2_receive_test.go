@@ -122,3 +122,18 @@ func TestV2ReceiveNumbersFirstAfterItHadTo(t *testing.T) {
 		t.Fatalf("a backlog: note %q, want none", v)
 	}
 }
+
+// A receive that finds nothing to take looks no further than it must: it
+// waits for a lane only when one with positions was held by another
+// receive (e2_wait_lane_<slot>), and looks at the lanes whose leases ended
+// only when one had (TestReceiveWaitsForABusyLane and the redelivery tests
+// check that it still does both when there is something).
+func TestV2EmptyReceiveWaitsForNoLane(t *testing.T) {
+	b := setup(t)
+	b.createV2("q", `"lanes": 4`)
+	for i := range 3 {
+		if got := b.receiveCounting(b.pool, 1, fmt.Sprintf("empty %d", i), map[string]int64{"e2_wait_lane_0": 0}); len(got) != 0 {
+			t.Fatalf("empty %d: got %v", i, got)
+		}
+	}
+}

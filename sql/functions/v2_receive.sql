@@ -63,6 +63,7 @@ DECLARE
     v_waited boolean := false;  -- waited for a lane held by another receive
     v_passes int := 0;          -- settled ended leases passed
     v_ended boolean := false;   -- looking at lanes whose leases ended
+    v_stop boolean := false;    -- every lane looked at: stop
     v_try int := 0;
     v_seen int[] := '{}';       -- the lanes looked at (not looked at again, but after a cut)
     v_waits boolean := false;   -- a lane looked at has keys held or waiting: not idle
@@ -131,7 +132,12 @@ BEGIN
         WHERE CASE WHEN l.lane = ANY (v_seen) THEN false
                    WHEN e2_lane_open(v_ended, v_now, h.heads[l.lane + 1], st.kind, st.lease_no, st.cursor,
                                      st.old_due, st.waiting IS NOT NULL, st.next_exp)
-                   THEN pg_try_advisory_xact_lock(sluice._lane_lock(g.id, l.lane)) ELSE false END
+                   -- (a lane held by another receive: noted, for the wait below)
+                   THEN pg_try_advisory_xact_lock(sluice._lane_lock(g.id, l.lane))
+                        OR set_config('sluice.lane_busy', 'y', true) IS NULL
+                   -- (a lease that ended, for the pass over those: noted)
+                   WHEN NOT v_ended AND st.next_exp <= v_now THEN set_config('sluice.lane_ended', 'y', true) IS NULL
+                   ELSE false END
         LIMIT 1;
         IF NOT FOUND AND NOT v_ended THEN
             -- No free lane with positions: number (while cuts number
@@ -153,7 +159,7 @@ BEGIN
                     CONTINUE;
                 END IF;
             END IF;
-            IF NOT v_waited AND v_need = max_messages THEN
+            IF NOT v_waited AND v_need = max_messages AND current_setting('sluice.lane_busy', true) = 'y' THEN
                 v_waited := true;
                 v_rr := e2_wait_lane__s(g.id, q.lanes, v_start, v_seen, v_now);
                 IF v_rr IS NOT NULL THEN
@@ -164,18 +170,14 @@ BEGIN
             END IF;
             v_try := v_try + 1;
             v_ended := true;
+            -- (no lane looked at had a lease that ended: the pass over them
+            -- would find none)
+            v_stop := current_setting('sluice.lane_ended', true) IS DISTINCT FROM 'y';
+            EXIT WHEN v_stop;
             CONTINUE;
         ELSIF NOT FOUND THEN
-            -- none of those either: stop
-            IF v_need = max_messages AND NOT v_waits AND v_prio IS NULL THEN   -- every lane idle: note it
-                PERFORM set_config('sluice.idle_' || q.id || '_' || g.id,
-                                   (SELECT x.cut_no FROM e2_unnumbered__s(v_now) x) || ':'
-                                   || ((extract(epoch FROM v_at) * 1000000)::bigint + 25000), false);
-            ELSIF v_need > 0 AND v_prio IS NOT NULL THEN
-                -- the levels below 0: nothing else is ready
-                RETURN QUERY SELECT * FROM e2_take_prio(q, g, -1, v_need, p_lease, p_consumer, v_now, p_slot);
-            END IF;
-            RETURN;
+            v_stop := true;   -- none of those either: stop
+            EXIT;
         END IF;
         v_start := s.lane + 1;
         v_before := v_need;
@@ -241,6 +243,16 @@ BEGIN
             v_seen := v_seen || s.lane::int;
         END IF;
     END LOOP;
+    IF NOT v_stop THEN
+        RETURN;
+    ELSIF v_need = max_messages AND NOT v_waits AND v_prio IS NULL THEN   -- every lane idle: note it
+        PERFORM set_config('sluice.idle_' || q.id || '_' || g.id,
+                           (SELECT c.cut_no FROM cut__s c ORDER BY c.cut_no DESC LIMIT 1) || ':'
+                           || ((extract(epoch FROM v_at) * 1000000)::bigint + 25000), false);
+    ELSIF v_need > 0 AND v_prio IS NOT NULL THEN
+        -- the levels below 0: nothing else is ready
+        RETURN QUERY SELECT * FROM e2_take_prio(q, g, -1, v_need, p_lease, p_consumer, v_now, p_slot);
+    END IF;
 END
 $$;
 
