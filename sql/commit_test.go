@@ -155,6 +155,51 @@ func TestReceiveThatNumbersKeyedMessagesCommitsDurably(t *testing.T) {
 	}
 }
 
+// TestV2NumberFirstKeyedCommitsDurably: on engine 2, a receive that numbers
+// first (its session's last receive of the group had to number:
+// e2_before_look_<slot>) and numbers keyed messages commits durably too,
+// as one that numbers after it looked (above).
+func TestV2NumberFirstKeyedCommitsDurably(t *testing.T) {
+	b := setup(t)
+	b.createQueue("q", `{"engine": 2, "lanes": 1}`)
+	c, err := b.pool.Acquire(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Release()
+	receiveIn := func(what string) string {
+		t.Helper()
+		tx, err := c.Begin(b.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(b.ctx)
+		ms, err := receiveOn(b.ctx, tx, "q", "default", 1, "30 seconds")
+		if err != nil || len(ms) != 1 {
+			t.Fatalf("%s: receive: %v, %d messages", what, err, len(ms))
+		}
+		v := b.syncCommit(tx)
+		if err := tx.Commit(b.ctx); err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	b.exec(`SELECT sluice.send('q', '{}')`)
+	if v := receiveIn("an unkeyed message"); v != "off" {
+		t.Fatalf("a receive that numbered only an unkeyed message: synchronous_commit = %s, want off", v)
+	}
+	var note string
+	if err := c.QueryRow(b.ctx, `SELECT coalesce(current_setting('sluice.idle_' || q.id || '_' || g.id, true), '')
+	                             FROM sluice.queue q JOIN sluice.consumer_group g ON g.queue_id = q.id
+	                             WHERE q.name = 'q' AND g.name = 'default'`).Scan(&note); err != nil || note != "n" {
+		t.Fatalf("the session's note: %q (%v), want n: the next receive numbers first", note, err)
+	}
+	b.exec(`SELECT sluice.send('q', '{}', key => 'k')`)
+	if v := receiveIn("a keyed message, numbered first"); v != "on" {
+		t.Fatalf("a receive that numbered a keyed message first: synchronous_commit = %s, want on", v)
+	}
+}
+
 // TestEngineFunctionsTurnJITOff: the entry points of each queue's copy of
 // the engine (the functions the public API calls through EXECUTE) run with
 // the engine's settings, applied by sluice._instantiate (engine 1) and
