@@ -32,7 +32,8 @@
 -- it holds the lanes it took until the transaction ends (other consumers of
 -- the group take other lanes meanwhile), and a receive that numbered new
 -- messages holds them back from every group until it commits. It sets synchronous_commit to off
--- for the rest of its transaction, so that its commit does not wait for the
+-- for the rest of its transaction (on engine 2, unless it found its group
+-- idle and wrote nothing), so that its commit does not wait for the
 -- disk: what it writes (leases, the cursor, new cuts) is safe to lose in a
 -- crash, since whatever durable depends on it commits later and flushes it;
 -- a receive that numbered keyed messages commits as the caller asked, so
@@ -125,7 +126,11 @@ BEGIN
     IF receive.ack IS NOT NULL AND cardinality(receive.ack) > 0 AND sluice._receipts_ok(receive.ack) IS NOT TRUE THEN
         PERFORM sluice._parse_receipts(receive.ack);   -- raises SL008, naming the receipt
     END IF;
-    PERFORM sluice._receive_commit();
+    -- (engine 2's copy does this itself, before it writes anything: an idle
+    -- group's poll, which writes nothing, need not)
+    IF q.engine <> 2 OR q.predecessor IS NOT NULL THEN
+        PERFORM sluice._receive_commit();
+    END IF;
     IF q.predecessor IS NOT NULL THEN
         -- an upgrade in progress: the predecessor's messages first, the
         -- new queue's once it has nothing ready or in flight for the group

@@ -64,6 +64,10 @@ DECLARE
     v_passes int := 0;          -- settled ended leases passed
     v_ended boolean := false;   -- looking at lanes whose leases ended
     v_stop boolean := false;    -- every lane looked at: stop
+    -- this copy makes the receive's commit asynchronous (_receive_commit),
+    -- before it writes anything: sluice.receive does for an upgrade's
+    -- queue, whose predecessor it receives from first
+    v_async boolean := q.predecessor IS NULL;
     v_try int := 0;
     v_seen int[] := '{}';       -- the lanes looked at (not looked at again, but after a cut)
     v_waits boolean := false;   -- a lane looked at has keys held or waiting: not idle
@@ -75,16 +79,25 @@ DECLARE
     v_ex_t timestamptz; v_ex_no bigint; v_settled boolean; v_next timestamptz;
 BEGIN
     IF p_ack IS NOT NULL THEN
+        IF v_async THEN
+            PERFORM sluice._receive_commit();
+            v_async := false;
+        END IF;
         -- (it may wait for a completion not committed: meanwhile another
         -- receive may scan the lanes past a lease dated from before)
         PERFORM e2_ack(g.id, p_ack);
         v_now := clock_timestamp();
     END IF;
     v_at := v_now;
-    v_begun := e2_before_look__s(q.id, g.id, v_now, q.lanes, p_slot, p_epoch);
+    v_begun := e2_before_look__s(q.id, g.id, v_now, q.lanes, p_slot, p_epoch, v_async);
     IF v_begun = -1 THEN
-        RETURN;
-    ELSIF v_begun >= 0 THEN
+        RETURN;   -- (nothing written)
+    ELSIF v_async AND v_begun IS NULL THEN
+        -- (before_look numbered nothing, so no cut restored the caller's
+        -- setting that this could undo; one that numbered made it first)
+        PERFORM sluice._receive_commit();
+    END IF;
+    IF v_begun >= 0 THEN
         v_start := v_begun;   -- (it numbered: the lane the cut dealt to first)
         v_cuts := 7;
     ELSIF v_begun = -2 THEN
@@ -277,12 +290,14 @@ $$;
 --   p_queue_id, p_group  queue and group id
 --   p_now                the receive's time
 --   p_lanes, p_slot, p_epoch  the queue's lanes, the slot and epoch read
+--   p_async              make the receive's commit asynchronous before it
+--                        numbers (sluice._receive_commit)
 -- Returns: -2 the queue rotated (the receive goes on in the new slot's
 --   copy), -1 the idle note holds (nothing to look at), a lane: it
 --   numbered, look from there; NULL: look
--- Calls: e_maintain, e2_cut_now__s, e2_unnumbered__s
+-- Calls: e_maintain, e2_cut_now__s, e2_unnumbered__s, sluice._receive_commit
 CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_before_look__s(p_queue_id int, p_group int, p_now timestamptz, p_lanes int,
-                                                         p_slot smallint, p_epoch bigint)
+                                                         p_slot smallint, p_epoch bigint, p_async boolean)
 RETURNS int
 LANGUAGE plpgsql
 AS $$
@@ -317,6 +332,11 @@ BEGIN
         IF NOT v_due THEN
             RETURN CASE WHEN v_cut = split_part(v_note, ':', 1)::bigint THEN -1 END;
         END IF;
+    END IF;
+    IF p_async THEN
+        -- (before the cut: one that numbers keyed messages restores the
+        -- caller's setting, which this would undo after it)
+        PERFORM sluice._receive_commit();
     END IF;
     IF pg_try_advisory_xact_lock(sluice._lock_ns('cut'), p_queue_id) THEN
         SELECT x.n, x.rr INTO v_n, v_rr FROM e2_cut_now__s(p_queue_id, p_lanes, p_slot, p_epoch, true) x;
