@@ -182,3 +182,53 @@ func TestV2ShortCutNumbersAsTheFullStatement(t *testing.T) {
 		t.Fatalf("the rounds did not cover retry copies, keyed messages and a second batch row of a lane: %s", a)
 	}
 }
+
+// A cut reads what is new since the last cut's snapshot, not the slot's
+// messages from the start: the buffers a steady receive (one message sent,
+// then received, which numbers it) reads do not grow with what the slot
+// holds. The cut's read of the messages at or after the last snapshot's
+// xmax once started its index scan at the slot's first message (a row
+// comparison with ('0', 0), the bound of a partial cut that had not
+// started, was taken as the scan's start): 20,000 numbered messages made
+// each steady receive read ~60 more buffers.
+func TestV2SteadyCutDoesNotReadTheSlot(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.createV2("v2steady", `"rotate_interval": "1 day"`)
+	steady := func() int64 {
+		var reads []int64
+		for i := 0; i < 5; i++ {
+			b.exec(`SELECT sluice.send('v2steady', '{"steady": true}')`)
+			var raw []byte
+			if err := b.pool.QueryRow(b.ctx, `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON)
+				SELECT * FROM sluice.receive('v2steady', 'default', 1, lease => '1 hour')`).Scan(&raw); err != nil {
+				t.Fatal(err)
+			}
+			var plan []struct {
+				Plan struct {
+					Rows float64 `json:"Actual Rows"`
+					Hit  int64   `json:"Shared Hit Blocks"`
+					Read int64   `json:"Shared Read Blocks"`
+				}
+			}
+			if err := json.Unmarshal(raw, &plan); err != nil || len(plan) != 1 {
+				t.Fatalf("plan %s: %v", raw, err)
+			}
+			if plan[0].Plan.Rows != 1 {
+				t.Fatalf("a steady receive returned %v messages, want 1", plan[0].Plan.Rows)
+			}
+			reads = append(reads, plan[0].Plan.Hit+plan[0].Plan.Read)
+		}
+		sort.Slice(reads, func(i, j int) bool { return reads[i] < reads[j] })
+		return reads[2]
+	}
+	b.v2drainAck("v2steady", "default", 100)
+	small := steady()
+	b.exec(`SELECT count(*) FROM sluice.send_batch('v2steady', ARRAY(SELECT jsonb_build_object('n', g) FROM generate_series(1, 20000) g))`)
+	if got := len(b.v2drainAck("v2steady", "default", 1000)); got != 20000 {
+		t.Fatalf("drained %d, want 20,000", got)
+	}
+	if big := steady(); big > small+15 {
+		t.Errorf("a steady receive read %d buffers (median of 5) with 20,000 numbered messages in its slot, %d with a few: it reads the slot", big, small)
+	}
+}

@@ -111,8 +111,12 @@ func TestV2PurgeAcrossSlots(t *testing.T) {
 	if len(held) == 0 {
 		t.Fatal("nothing received")
 	}
-	if n := b.int64("SELECT sluice.purge_queue('v2ps')"); n != 30 {
-		t.Fatalf("purge = %d, want 30", n)
+	// (30 stored, or 20 when the acked first 10's slot was reclaimed: on a
+	// busy machine a receive's upkeep may rotate before the second 10)
+	qid := b.int64("SELECT id FROM sluice.queue WHERE name = 'v2ps'")
+	stored := b.int64(fmt.Sprintf("SELECT count(*) FROM sluice_q%d.msg", qid))
+	if n := b.int64("SELECT sluice.purge_queue('v2ps')"); n != stored || n < 20 {
+		t.Fatalf("purge = %d, want the %d stored (at least the 20 not acked)", n, stored)
 	}
 	if got := b.v2drain("v2ps", "default", 10, ""); len(got) != 0 {
 		t.Fatalf("received %v after the purge", v2ids(got))

@@ -76,7 +76,13 @@ AS $$
         UNION ALL
         (SELECT m.slot, m.txid, m.id, m.due, m.target, m.khash, m.priority
          FROM msg m
-         WHERE m.txid >= p_xmax AND (m.txid, m.id) > (p_from_txid, p_from_id)
+         -- (one row bound, the tighter of the two: a btree scan starts at
+         -- its row comparison, so (p_from_txid, p_from_id) as given, '0'
+         -- unless a partial cut stopped, would read the slot's index from
+         -- its start at every cut; ids are positive)
+         WHERE m.txid >= p_xmax
+           AND (m.txid, m.id) > (greatest(p_from_txid, p_xmax),
+                                 CASE WHEN p_from_txid >= p_xmax THEN p_from_id ELSE 0 END)
            AND pg_visible_in_snapshot(m.txid, p_snap)
          ORDER BY m.txid, m.id LIMIT p_limit)) x
     ORDER BY x.txid, x.id
