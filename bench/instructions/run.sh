@@ -21,7 +21,10 @@
 #                 receive of 1 and its ack, on a queue of its own with
 #                 nothing else in it, so that each receive numbers the
 #                 message just sent (the reference: an INSERT, then the
-#                 DELETE of 1)
+#                 DELETE of 1); u is s on a queue whose current slot holds
+#                 20,000 messages received and acked before the run (as a
+#                 slot does under steady traffic before it rotates: what a
+#                 round costs must not grow with them; the same reference)
 #        SETUP    SQL statements run on each sluice database (each its own
 #                 transaction) after the queue 'ic' is made and before the
 #                 preload, e.g. a prioritized message sent and consumed: SETUP="SELECT sluice.send('ic', '{}', priority => 5);
@@ -49,11 +52,12 @@ PGBIN=${PGBIN:-$(pg_config --bindir 2>/dev/null || true)}
 BATCHES=${BATCHES:-1 100}
 # few and many rounds of a batch size: 50 and 250 of small batches, 3 and 13
 # of large ones
-few() { if [ "$1" != s ] && [ "$1" -ge 50 ]; then echo 3; else echo 50; fi; }
-many() { if [ "$1" != s ] && [ "$1" -ge 50 ]; then echo 13; else echo 250; fi; }
+steady() { [ "$1" = s ] || [ "$1" = u ]; }
+few() { if ! steady "$1" && [ "$1" -ge 50 ]; then echo 3; else echo 50; fi; }
+many() { if ! steady "$1" && [ "$1" -ge 50 ]; then echo 13; else echo 250; fi; }
 # (an empty receive takes nothing: batch 0 preloads nothing)
 preload=0
-for b in $BATCHES; do [ "$b" = s ] || preload=$((preload + b * ($(few "$b") + $(many "$b")))); done
+for b in $BATCHES; do steady "$b" || preload=$((preload + b * ($(few "$b") + $(many "$b")))); done
 as_user() { if [ "$(id -u)" = 0 ]; then su "${RUN_AS:-postgres}" -s /bin/bash -c "$1"; else bash -c "$1"; fi; }
 
 work=$(mktemp -d)
@@ -96,6 +100,12 @@ for arg in "$@"; do
 	# (the steady rounds' queue, empty)
 	case " $BATCHES " in *" s "*) psql_ "$(url s$i)" \
 		-c "SELECT sluice.create_queue('st', '{\"lease\": \"1 hour\", \"rotate_interval\": \"1 day\"}'::jsonb || '${opts//\'/\'\'}'::jsonb)" >/dev/null ;; esac
+	case " $BATCHES " in *" u "*) psql_ "$(url s$i)" \
+		-c "SELECT sluice.create_queue('su', '{\"lease\": \"1 hour\", \"rotate_interval\": \"1 day\"}'::jsonb || '${opts//\'/\'\'}'::jsonb)" \
+		-c "SELECT count(*) FROM sluice.send_batch('su', ARRAY(SELECT jsonb_build_object('n', g, 'pad', repeat('x', 64)) FROM generate_series(1, 20000) g))" \
+		-c "DO \$\$ DECLARE r text[]; BEGIN LOOP
+		        SELECT array_agg(m.receipt) INTO r FROM sluice.receive('su', 'default', 1000) m;
+		        EXIT WHEN r IS NULL; PERFORM sluice.ack('su', 'default', r); END LOOP; END \$\$" >/dev/null ;; esac
 done
 psql_ "$(url postgres)" -c "CREATE DATABASE sl"
 psql_ "$(url sl)" -c "CREATE TABLE q (id bigserial PRIMARY KEY, body jsonb NOT NULL)" \
@@ -112,13 +122,14 @@ stop
 rounds() {
 	local n
 	for ((n = 0; n < $3; n++)); do
-		if [ "$1" = sl ] && [ "$2" = s ]; then
+		if [ "$1" = sl ] && { [ "$2" = s ] || [ "$2" = u ]; }; then
 			echo "INSERT INTO qs (body) VALUES (jsonb_build_object('n', $n, 'pad', repeat('x', 64)))"
 			echo "WITH d AS (DELETE FROM qs WHERE id = ANY (ARRAY(SELECT id FROM qs ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED)) RETURNING id, body) SELECT count(*), sum(length(d.body::text)) FROM d"
-		elif [ "$2" = s ]; then
-			echo "SELECT sluice.send('st', jsonb_build_object('n', $n, 'pad', repeat('x', 64)))"
-			echo "SELECT set_config('bench.receipts', coalesce(array_agg(m.receipt), '{}')::text, false), sum(length(m.body::text)) FROM sluice.receive('st', 'default', 1) m"
-			echo "SELECT sluice.ack('st', 'default', current_setting('bench.receipts')::text[])"
+		elif [ "$2" = s ] || [ "$2" = u ]; then
+			local sq=st; [ "$2" = s ] || sq=su
+			echo "SELECT sluice.send('$sq', jsonb_build_object('n', $n, 'pad', repeat('x', 64)))"
+			echo "SELECT set_config('bench.receipts', coalesce(array_agg(m.receipt), '{}')::text, false), sum(length(m.body::text)) FROM sluice.receive('$sq', 'default', 1) m"
+			echo "SELECT sluice.ack('$sq', 'default', current_setting('bench.receipts')::text[])"
 		elif [ "$1" = sl ] && [ "$2" = 0 ]; then
 			echo "WITH d AS (DELETE FROM q0 WHERE id = ANY (ARRAY(SELECT id FROM q0 ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED)) RETURNING id, body) SELECT count(*), sum(length(d.body::text)) FROM d"
 		elif [ "$1" = sl ]; then
@@ -151,7 +162,7 @@ count() {
 	echo "$n"
 }
 
-printf '| engine | %s |\n|---|%s\n' "$(for b in $BATCHES; do case $b in 0) printf 'empty receive: instructions | ' ;; s) printf 'steady (send 1, receive 1, ack): instructions per round | ' ;; *) printf 'batch %s: instructions per round | ' "$b" ;; esac; done | sed 's/ | $//')" \
+printf '| engine | %s |\n|---|%s\n' "$(for b in $BATCHES; do case $b in 0) printf 'empty receive: instructions | ' ;; s) printf 'steady (send 1, receive 1, ack): instructions per round | ' ;; u) printf 'steady, slot of 20,000 used: instructions per round | ' ;; *) printf 'batch %s: instructions per round | ' "$b" ;; esac; done | sed 's/ | $//')" \
 	"$(for b in $BATCHES; do printf -- '--:|'; done)"
 dbs=(); labels=()
 i=0
