@@ -13,11 +13,15 @@ func TestMaintainLetsIdleQueuesLocksGo(t *testing.T) {
 	b := setup(t)
 	b.createQueue("idle1", "")
 	b.createQueue("idle2", "")
-	b.createQueue("busy", `{"rotate_interval": "100 milliseconds"}`)
+	b.createQueue("busy", "")
 	for _, q := range []string{"idle1", "idle2", "busy"} {
 		b.send(b.pool, q, `{}`)
 		b.ack(q, "default", receipts(b.receive(q, "default", 1, ""))...)
 	}
+	// (only now: with 100 ms from the start, a receive's upkeep on a slow
+	// machine could rotate first, and then maintain could not, the first
+	// slot being kept for its retention)
+	b.exec(`SELECT sluice.alter_queue('busy', '{"rotate_interval": "100 milliseconds"}')`)
 	b.send(b.pool, "busy", `{}`) // traffic in the current slot: due to rotate
 	time.Sleep(200 * time.Millisecond)
 	tx, err := b.pool.Begin(b.ctx)

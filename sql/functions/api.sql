@@ -306,7 +306,7 @@ BEGIN
         END IF;
         -- (as below: a keyed nack writes the lane's state, which the note
         -- of e2_receive__s would hide for up to 25 ms)
-        PERFORM set_config('sluice.idle_' || q.id || '_' || g.id, '', false);
+        PERFORM set_config(sluice._idle_note_name(q.id, g.id), '', false);
         RETURN ok;
     END IF;
     ok := e_nack(q, g, nack.receipt, nack.delay, nack.error);   -- the queue's copy (_queue_path)

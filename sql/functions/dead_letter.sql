@@ -112,7 +112,7 @@ BEGIN
     IF q.engine = 2 THEN
         -- (claimed and sent by the queue's copy, into its msg: v2_send.sql)
         IF NOT q.prioritized AND EXISTS (SELECT FROM sluice.dead_letter d
-                                         WHERE d.id = ANY (v_dead) AND d.priority <> 0 AND d.key IS NULL) THEN
+                                         WHERE d.id = ANY (v_dead) AND sluice._prioritized(d.priority, d.key)) THEN
             PERFORM sluice._mark_prioritized(q.id);   -- (receives look at the priority lane)
         END IF;
         PERFORM set_config('search_path', sluice._queue_path(q.id), true);

@@ -255,6 +255,21 @@ AS $$
     SELECT 'sluice.idle_' OPERATOR(pg_catalog.||) p_queue_id::pg_catalog.text
 $$;
 
+-- _idle_note_name: the name of engine 2's idle note of a group in this
+-- session (e2_receive__s writes it, e2_before_look__s reads it, nack clears
+-- it). No SET clause, so that callers inline it.
+--
+-- Parameters:
+--   p_queue_id, p_group_id  queue and group ids
+-- Returns: the setting's name, sluice.idle_<queue id>_<group id>
+CREATE OR REPLACE FUNCTION sluice._idle_note_name(p_queue_id int, p_group_id int)
+RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT 'sluice.idle_' OPERATOR(pg_catalog.||) p_queue_id::pg_catalog.text
+           OPERATOR(pg_catalog.||) '_' OPERATOR(pg_catalog.||) p_group_id::pg_catalog.text
+$$;
+
 -- _lane_lock: the key of the transaction-scoped advisory lock that one
 -- receive at a time holds on a (group, lane): one bigint (the bigint form
 -- has its own key space, apart from the (int, int) locks of _lock_ns), the
@@ -398,6 +413,24 @@ BEGIN
             MESSAGE = format('%s must be from 1 to %s, got %s', what, hi, coalesce(v::text, 'NULL'));
     END IF;
 END
+$$;
+
+-- _prioritized: whether a message of this priority and key is served by
+-- the priority lane: an unkeyed one with a priority other than 0 (a keyed
+-- one keeps its key's order whatever its priority). The rule that sets
+-- sluice.queue.prioritized (send, send_batch, redrive); the cut deals by
+-- the same rule (e2_cut_store, on khash). No SET clause, so that callers
+-- inline it.
+--
+-- Parameters:
+--   p_priority  the message's priority
+--   p_key       its ordering key (NULL: none)
+-- Returns: true for the priority lane
+CREATE OR REPLACE FUNCTION sluice._prioritized(p_priority int, p_key text)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT p_priority OPERATOR(pg_catalog.<>) 0 AND p_key IS NULL
 $$;
 
 -- _mark_prioritized: note that a queue has had an unkeyed message with a

@@ -127,7 +127,7 @@ BEGIN
                 RETURN v_id;   -- a duplicate: nothing is enqueued
             END IF;
         END IF;
-        IF send.priority <> 0 AND send.key IS NULL AND NOT v_prioritized THEN
+        IF sluice._prioritized(send.priority, send.key) AND NOT v_prioritized THEN
             PERFORM sluice._mark_prioritized(v_qid);   -- (receives look at the priority lane)
         END IF;
         v_now := clock_timestamp();
@@ -346,7 +346,7 @@ BEGIN
     IF q.engine = 2 THEN
         PERFORM set_config('search_path', sluice._queue_path(q.id), true);
         IF NOT q.prioritized AND send_batch.priorities IS NOT NULL
-           AND EXISTS (SELECT FROM unnest(send_batch.priorities, send_batch.keys) AS u(p, k) WHERE u.p <> 0 AND u.k IS NULL) THEN
+           AND EXISTS (SELECT FROM unnest(send_batch.priorities, send_batch.keys) AS u(p, k) WHERE sluice._prioritized(u.p, u.k)) THEN
             PERFORM sluice._mark_prioritized(q.id);   -- (receives look at the priority lane)
         END IF;
         IF send_batch.dedup_keys IS NOT NULL THEN

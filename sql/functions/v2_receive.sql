@@ -167,7 +167,7 @@ BEGIN
                     v_seen := '{}';
                     IF v_need = max_messages AND v_begun IS NULL THEN
                         -- the session's next receive of the group numbers first
-                        PERFORM set_config('sluice.idle_' || q.id || '_' || g.id, 'n', false);
+                        PERFORM set_config(sluice._idle_note_name(q.id, g.id), 'n', false);
                     END IF;
                     CONTINUE;
                 END IF;
@@ -259,7 +259,7 @@ BEGIN
     IF NOT v_stop THEN
         RETURN;
     ELSIF v_need = max_messages AND NOT v_waits AND v_prio IS NULL THEN   -- every lane idle: note it
-        PERFORM set_config('sluice.idle_' || q.id || '_' || g.id,
+        PERFORM set_config(sluice._idle_note_name(q.id, g.id),
                            (SELECT c.cut_no FROM cut__s c ORDER BY c.cut_no DESC LIMIT 1) || ':'
                            || ((extract(epoch FROM v_at) * 1000000)::bigint + 25000), false);
     ELSIF v_need > 0 AND v_prio IS NOT NULL THEN
@@ -303,7 +303,7 @@ LANGUAGE plpgsql
 AS $$
 DECLARE
     v_maint_note constant text := 'sluice.maint_' || p_queue_id;
-    v_name constant text := 'sluice.idle_' || p_queue_id || '_' || p_group;
+    v_name constant text := sluice._idle_note_name(p_queue_id, p_group);
     v_note constant text := current_setting(v_name, true);
     -- the idle note holds (until when: a setting of that name that is no
     -- note of ours is ignored)
