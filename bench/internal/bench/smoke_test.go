@@ -218,7 +218,8 @@ func TestStatusBurstSmoke(t *testing.T) {
 // TestMemorySmoke runs the memory scenario for sluice and pgmq-compat: each
 // must report a connection's memory after 1 and after 20 queues, growing
 // with the queues (each queue's copy of the engine is compiled and planned
-// in the connection), and leave no queue behind.
+// in the connection), and more once the queues rotated, and leave no queue
+// behind.
 func TestMemorySmoke(t *testing.T) {
 	pool := server.NewPool(t)
 	// (40 queues made and dropped, each with its copy of the engine: over
@@ -245,6 +246,11 @@ func TestMemorySmoke(t *testing.T) {
 		per, err3 := strconv.ParseFloat(row[3], 64)
 		if err1 != nil || err2 != nil || err3 != nil || one <= 0 || all <= one || per <= 0 {
 			t.Errorf("row %v: want positive MB, growing from 1 to 20 queues", row)
+		}
+		// (after a rotation a connection also holds the copies that name
+		// each queue's second slot)
+		if rot, err := strconv.ParseFloat(row[5], 64); err != nil || rot <= per {
+			t.Errorf("row %v: want more MB a queue after a rotation than before", row)
 		}
 	}
 	var left int
