@@ -25,6 +25,11 @@
 #                 20,000 messages received and acked before the run (as a
 #                 slot does under steady traffic before it rotates: what a
 #                 round costs must not grow with them; the same reference)
+#        SEED     the seed of random() in each backend (default 0.5): a
+#                 receive starts at a random lane, and the lanes it passes
+#                 change its cost, so that counts repeat only with one seed;
+#                 compare binaries with the same seed, and several seeds for
+#                 a change that moves how lanes are picked
 #        SETUP    SQL statements run on each sluice database (each its own
 #                 transaction) after the queue 'ic' is made and before the
 #                 preload, e.g. a prioritized message sent and consumed: SETUP="SELECT sluice.send('ic', '{}', priority => 5);
@@ -121,6 +126,9 @@ stop
 # dead rows: no vacuum runs in single-user mode).
 rounds() {
 	local n
+	# (receives start at a random lane: a fixed seed makes a run's paths,
+	# and so its counts, repeat; at batch 100 two seeds differ by ~0.6M)
+	echo "SELECT setseed(${SEED:-0.5})"
 	for ((n = 0; n < $3; n++)); do
 		if [ "$1" = sl ] && { [ "$2" = s ] || [ "$2" = u ]; }; then
 			echo "INSERT INTO qs (body) VALUES (jsonb_build_object('n', $n, 'pad', repeat('x', 64)))"
