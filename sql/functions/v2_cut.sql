@@ -268,33 +268,43 @@ BEGIN
     ), s AS MATERIALIZED (
         SELECT v_snap AS snap
     ), cand AS MATERIALIZED (
-        -- the first 4,097 messages to number (e2_cut_candidates)
-        SELECT * FROM e2_cut_candidates(v_xip, v_xmax, v_from_txid, v_from_id, v_snap, 4097)
-    ), fresh AS MATERIALIZED (
-        -- (rn: their order, numbered as the index scans gave them: no sort)
-        SELECT f.* FROM cand f WHERE f.rn <= 4096
-    ), w AS (
-        -- more to number in this snapshot: where this cut stopped
+        -- the first 4,097 messages to number (e2_cut_candidates), with, in
+        -- their order (as the index scans give it: no sort), how many of
+        -- them up to each are due (ri) and dealt out (rj: unkeyed,
+        -- priority 0)
+        SELECT f.*, count(*) FILTER (WHERE f.due IS NULL OR f.due <= p_now) OVER o AS ri,
+               count(*) FILTER (WHERE (f.due IS NULL OR f.due <= p_now) AND f.khash IS NULL AND f.priority = 0)
+                   OVER o AS rj
+        FROM e2_cut_candidates(v_xip, v_xmax, v_from_txid, v_from_id, v_snap, 4097) f
+        WINDOW o AS (ORDER BY f.txid, f.id ROWS UNBOUNDED PRECEDING)
+    ), w AS MATERIALIZED (
+        -- more to number in this snapshot: where this cut stopped (its
+        -- 4,096th). (Materialized: the cut row reads more six times.)
         SELECT EXISTS (SELECT FROM cand f WHERE f.rn > 4096) AS more, l.txid, l.id
         FROM (SELECT 1) one
-        LEFT JOIN LATERAL (SELECT f.txid, f.id FROM fresh f ORDER BY f.rn DESC LIMIT 1) l ON true
+        LEFT JOIN (SELECT f.txid, f.id FROM cand f WHERE f.rn = 4096) l ON true
     ), later AS (
         INSERT INTO pending (slot, due, mslot, txid, id)
-        SELECT p_slot, f.due, f.slot, f.txid, f.id FROM fresh f WHERE f.due > p_now
+        SELECT p_slot, f.due, f.slot, f.txid, f.id FROM cand f WHERE f.rn <= 4096 AND f.due > p_now
         RETURNING 1
-    ), due AS (
+    ), pend AS MATERIALIZED (
+        -- the pending ones come due, numbered first, in (txid, id) order
         -- (i: the order of numbering; j: of the ones dealt out (unkeyed,
         -- priority 0), counted in the same pass)
-        SELECT x.txid, x.id, x.mslot, x.target, x.khash, x.prio, row_number() OVER o - 1 AS i,
-               count(*) FILTER (WHERE x.khash IS NULL AND x.prio = 0) OVER o - 1 AS j
-        FROM (SELECT p.txid, p.id, p.mslot, m.target, m.khash, CASE WHEN m.khash IS NULL THEN m.priority ELSE 0 END AS prio,
-                     0 AS k
+        SELECT x.*, row_number() OVER o - 1 AS i, count(*) FILTER (WHERE x.khash IS NULL AND x.prio = 0) OVER o - 1 AS j
+        FROM (SELECT p.txid, p.id, p.mslot, m.target, m.khash, CASE WHEN m.khash IS NULL THEN m.priority ELSE 0 END AS prio
               FROM c JOIN pending p ON p.due > c.due_upto AND p.due <= p_now
-              JOIN msg m ON m.slot = p.mslot AND m.txid = p.txid AND m.id = p.id
-              UNION ALL
-              SELECT f.txid, f.id, f.slot, f.target, f.khash, CASE WHEN f.khash IS NULL THEN f.priority ELSE 0 END, 1
-              FROM fresh f WHERE f.due IS NULL OR f.due <= p_now) x
-        WINDOW o AS (ORDER BY x.k, x.txid, x.id ROWS UNBOUNDED PRECEDING)
+              JOIN msg m ON m.slot = p.mslot AND m.txid = p.txid AND m.id = p.id) x
+        WINDOW o AS (ORDER BY x.txid, x.id ROWS UNBOUNDED PRECEDING)
+    ), due AS (
+        -- then the new ones that are due, counted on from there (ri, rj)
+        SELECT p.* FROM pend p
+        UNION ALL
+        SELECT f.txid, f.id, f.slot, f.target, f.khash, CASE WHEN f.khash IS NULL THEN f.priority ELSE 0 END,
+               np.n + f.ri - 1, np.nu + f.rj - 1
+        FROM cand f
+        CROSS JOIN (SELECT count(*) AS n, count(*) FILTER (WHERE p.khash IS NULL AND p.prio = 0) AS nu FROM pend p) np
+        WHERE f.rn <= 4096 AND (f.due IS NULL OR f.due <= p_now)
     ), k AS (
         SELECT count(*) AS n, count(*) FILTER (WHERE d.khash IS NULL AND d.prio = 0) AS nu,
                count(*) FILTER (WHERE d.khash IS NOT NULL) AS nk,
