@@ -46,6 +46,9 @@ func TestQueuesAreEngine2(t *testing.T) {
 	if got := scalar[int64](t, db, "SELECT msg_id FROM pgmq.q_e2_create"); got != a {
 		t.Fatalf("q_e2_create shows %d, want %d", got, a)
 	}
+	if scalar[bool](t, db, "SELECT sluice.upgrade_queue($1)", q) {
+		t.Fatal("sluice.upgrade_queue upgraded a queue of engine 2")
+	}
 }
 
 // TestViewShowsRetriedMessageOnce checks, on engine 2, that a message that
@@ -125,7 +128,7 @@ func TestViewShowsRetriedMessageOnce(t *testing.T) {
 // TestSideTablesRotateEngine1 runs the rotation checks of
 // TestSideTablesRotate on a queue of engine 1, made by an earlier layer
 // (testdata/pgmq-layer-d41f738.tar.gz) and kept through the upgrade: the
-// layer serves both engines.
+// layer serves both engines. sluice.upgrade_queue refuses the queue.
 func TestSideTablesRotateEngine1(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -142,6 +145,10 @@ func TestSideTablesRotateEngine1(t *testing.T) {
 	}
 	if e := engineOf(t, db, "rot"); e != 1 {
 		t.Fatalf("the old queue is of engine %d after the upgrade, want 1", e)
+	}
+	// (docs/pgmq.md, Upgrades: an engine 1 pgmq queue is not moved by sluice.upgrade_queue)
+	if e := pgErr(t, db, "SELECT sluice.upgrade_queue('rot')"); e.Code != "SL011" {
+		t.Fatalf("sluice.upgrade_queue of an engine 1 pgmq queue: %s %s, want SL011", e.Code, e.Message)
 	}
 	sideTablesRotate(t, db)
 }
