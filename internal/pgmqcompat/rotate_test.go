@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // TestSideTablesRotate checks that the side tables are reclaimed by
@@ -20,6 +21,16 @@ func TestSideTablesRotate(t *testing.T) {
 	// (sluice's default rotate_interval, a minute: no read rotates by itself
 	// until the reclaim below shortens it)
 	exec(t, db, "SELECT pgmq.create('rot')")
+	if e := engineOf(t, db, "rot"); e != 2 {
+		t.Fatalf("queue of engine %d, want 2", e)
+	}
+	sideTablesRotate(t, db)
+}
+
+// sideTablesRotate is TestSideTablesRotate's body, on the pgmq queue 'rot'
+// (fresh, of either engine, with sluice's default rotate_interval).
+func sideTablesRotate(t *testing.T, db *pgxpool.Pool) {
+	t.Helper()
 	rotate := func() bool { return scalar[bool](t, db, "SELECT pgmq._rotate('rot')") }
 	sideRows := func(ids ...int64) int64 {
 		return scalar[int64](t, db, `SELECT (SELECT count(*) FROM pgmq._sl_r_rot WHERE msg_id = ANY ($1))
@@ -49,7 +60,7 @@ func TestSideTablesRotate(t *testing.T) {
 	for sideRows(a, b) > 0 {
 		if time.Now().After(deadline) {
 			t.Fatalf("the side rows of a and b never reclaimed (%d left, %d messages in sluice, status %s)", sideRows(a, b),
-				scalar[int64](t, db, "SELECT count(*) FROM sluice.messages m JOIN sluice.queue q ON q.id = m.queue_id WHERE q.name = 'rot'"),
+				scalar[int64](t, db, "SELECT count(*) FROM sluice.peek('rot', 1000)"),
 				scalar[string](t, db, "SELECT row_to_json(s)::text FROM sluice.status('rot') s"))
 		}
 		exec(t, db, "SELECT * FROM sluice.maintain()")

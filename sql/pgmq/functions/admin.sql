@@ -1,9 +1,10 @@
 -- Group: pgmq compatibility, queue administration.
 
 -- _create: create a pgmq queue (shared by the create* functions): a sluice
--- queue of the lowercased name with the single consumer group 'pgmq', the
--- view q_<name>, the archive table a_<name>, the two side tables and the
--- queue's copies of the template functions (_instantiate). Does nothing when
+-- queue of engine 2 of the lowercased name with the single consumer group
+-- 'pgmq', the view q_<name> (_make_view), the archive table a_<name>, the two
+-- side tables and the queue's copies of the template functions
+-- (_instantiate). Does nothing when
 -- the queue exists (PGMQ's create is idempotent). The sluice queue has
 -- sluice's default number of lanes, or the setting sluice.pgmq_lanes when it
 -- is set (SET sluice.pgmq_lanes = 1, or ALTER DATABASE ... SET: one lane
@@ -24,7 +25,6 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     q constant text := lower(p_name);
-    qid int;
     lanes constant text := nullif(current_setting('sluice.pgmq_lanes', true), '');
 BEGIN
     PERFORM pgmq.validate_queue_name(p_name);
@@ -44,13 +44,13 @@ BEGIN
     -- Retention 0: a deleted message is gone in PGMQ (an archived one is
     -- copied into the archive), so nothing reads a completed message again
     -- and its storage is reclaimed at the next rotations, not kept for
-    -- sluice's default hour of replay. Engine 1: the layer's side tables
-    -- (reads, deletes, archive) follow engine 1's slots (docs/pgmq.md).
+    -- sluice's default hour of replay. Engine 2, sluice's default (named,
+    -- since the view and the side tables' rotation read its storage: see
+    -- _make_view and _rotate; queues made before are of engine 1 and keep it).
     PERFORM sluice.create_queue(q, '{"default_group": false, "max_attempts": 1000, "retention": "0 seconds",
-                                     "engine": 1}'::jsonb
+                                     "engine": 2}'::jsonb
                                    || CASE WHEN lanes IS NOT NULL THEN jsonb_build_object('lanes', lanes::int) ELSE '{}' END);
     PERFORM sluice.create_group(q, 'pgmq');
-    SELECT id INTO STRICT qid FROM sluice.queue WHERE name = q;
 
     EXECUTE format($ddl$
         CREATE TABLE pgmq.%1$I (
@@ -65,8 +65,8 @@ BEGIN
             message      jsonb,
             headers      jsonb
         ) PARTITION BY LIST (slot);
-        CREATE UNLOGGED TABLE pgmq.%7$I PARTITION OF pgmq.%1$I FOR VALUES IN (0);
-        CREATE UNLOGGED TABLE pgmq.%8$I PARTITION OF pgmq.%1$I FOR VALUES IN (1);
+        CREATE UNLOGGED TABLE pgmq.%4$I PARTITION OF pgmq.%1$I FOR VALUES IN (0);
+        CREATE UNLOGGED TABLE pgmq.%5$I PARTITION OF pgmq.%1$I FOR VALUES IN (1);
         CREATE INDEX ON pgmq.%1$I (msg_id, at);
         CREATE TABLE pgmq.%2$I (
             slot    smallint NOT NULL,
@@ -74,8 +74,8 @@ BEGIN
             kind    "char" NOT NULL,
             done_at timestamptz NOT NULL
         ) PARTITION BY LIST (slot);
-        CREATE TABLE pgmq.%9$I PARTITION OF pgmq.%2$I FOR VALUES IN (0);
-        CREATE TABLE pgmq.%10$I PARTITION OF pgmq.%2$I FOR VALUES IN (1);
+        CREATE TABLE pgmq.%6$I PARTITION OF pgmq.%2$I FOR VALUES IN (0);
+        CREATE TABLE pgmq.%7$I PARTITION OF pgmq.%2$I FOR VALUES IN (1);
         CREATE INDEX ON pgmq.%2$I (msg_id);
         CREATE TABLE pgmq.%3$I (
             msg_id       bigint PRIMARY KEY,
@@ -88,23 +88,10 @@ BEGIN
             headers      jsonb
         );
         CREATE INDEX ON pgmq.%3$I (archived_at);
-        CREATE VIEW pgmq.%4$I WITH (security_barrier) AS
-        SELECT m.id AS msg_id,
-               coalesce(r.read_ct, 0) AS read_ct,
-               m.sent_at AS enqueued_at,
-               r.read_at AS last_read_at,
-               coalesce(r.vt, m.deliver_at, m.sent_at) AS vt,
-               m.body AS message,
-               m.headers
-          FROM sluice.messages m
-          LEFT JOIN LATERAL (SELECT x.read_ct, x.read_at, x.vt FROM pgmq.%1$I x
-                              WHERE x.msg_id = m.id ORDER BY x.at DESC LIMIT 1) r ON true
-         WHERE m.queue_id = %5$s AND m.target_group IS NULL
-           AND NOT EXISTS (SELECT 1 FROM pgmq.%2$I d WHERE d.msg_id = m.id);
-        COMMENT ON VIEW pgmq.%4$I IS 'sluice: read-only view of the pgmq queue %6$s (writes are not supported)';
         $ddl$,
-        pgmq._tbl(q, 'r'), pgmq._tbl(q, 'd'), pgmq._tbl(q, 'a'), pgmq._tbl(q, 'q'), qid, q,
+        pgmq._tbl(q, 'r'), pgmq._tbl(q, 'd'), pgmq._tbl(q, 'a'),
         pgmq._tbl(q, 'r') || '_0', pgmq._tbl(q, 'r') || '_1', pgmq._tbl(q, 'd') || '_0', pgmq._tbl(q, 'd') || '_1');
+    PERFORM pgmq._make_view(q);
 
     PERFORM pgmq._instantiate(q);
     -- (as grants.sql gives them for the queues that exist at install)

@@ -280,16 +280,80 @@ BEGIN
 END
 $$;
 
+-- _make_view: (re)create a queue's view q_<name> over the storage of its
+-- sluice queue's engine: each message in sluice's storage once, under its
+-- msg_id (sluice's message id, which a retry keeps), with read_ct, vt and
+-- last_read_at from its newest row in _sl_r_<name> (none: 0, when it is
+-- due, NULL), less the messages with a tombstone in _sl_d_<name>.
+--   engine 1: the queue's rows of sluice.messages, less the retry copies
+--             (target_group set), as the view always read it;
+--   engine 2: sluice_q<id>.msg: every row without orig, and of the retry
+--             and redrive copies (orig = the message's id) the oldest of
+--             each message whose own row is no longer stored (a slot
+--             reclaimed while its retry waits).
+-- Called by _create; the view of a queue made by an earlier version is not
+-- remade (it is the engine 1 form).
+--
+-- Parameters:
+--   p_queue  the sluice queue name (the pgmq queue exists in sluice.queue)
+-- Returns: nothing
+-- Errors: P0002 no such sluice queue (an internal call: _create made it)
+CREATE OR REPLACE FUNCTION pgmq._make_view(p_queue text)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    sq record;
+    stored text;
+BEGIN
+    SELECT x.id, x.engine INTO STRICT sq FROM sluice.queue x WHERE x.name = p_queue;
+    IF sq.engine = 1 THEN
+        stored := format('SELECT m.id, m.sent_at, m.deliver_at AS due, m.body, m.headers FROM sluice.messages m
+                           WHERE m.queue_id = %s AND m.target_group IS NULL', sq.id);
+    ELSE
+        stored := format('SELECT m.id, m.sent_at, m.due, m.body, m.headers FROM %1$I.msg m WHERE m.orig IS NULL
+                          UNION ALL
+                          SELECT c.orig, c.sent_at, c.due, c.body, c.headers
+                            FROM (SELECT DISTINCT ON (m.orig) m.orig, m.sent_at, m.due, m.body, m.headers
+                                    FROM %1$I.msg m WHERE m.orig IS NOT NULL ORDER BY m.orig, m.id) c
+                           WHERE NOT EXISTS (SELECT 1 FROM %1$I.msg o WHERE o.id = c.orig AND o.orig IS NULL)',
+                         sluice._qschema(sq.id));
+    END IF;
+    EXECUTE format($ddl$
+        CREATE OR REPLACE VIEW pgmq.%1$I WITH (security_barrier) AS
+        SELECT m.id AS msg_id,
+               coalesce(r.read_ct, 0) AS read_ct,
+               m.sent_at AS enqueued_at,
+               r.read_at AS last_read_at,
+               coalesce(r.vt, m.due, m.sent_at) AS vt,
+               m.body AS message,
+               m.headers
+          FROM (%2$s) m
+          LEFT JOIN LATERAL (SELECT x.read_ct, x.read_at, x.vt FROM pgmq.%3$I x
+                              WHERE x.msg_id = m.id ORDER BY x.at DESC LIMIT 1) r ON true
+         WHERE NOT EXISTS (SELECT 1 FROM pgmq.%4$I d WHERE d.msg_id = m.id);
+        COMMENT ON VIEW pgmq.%1$I IS 'sluice: read-only view of the pgmq queue %5$s (writes are not supported)';
+        $ddl$,
+        pgmq._tbl(p_queue, 'q'), stored, pgmq._tbl(p_queue, 'r'), pgmq._tbl(p_queue, 'd'), p_queue);
+END
+$$;
+
 -- _rotate: start a new side generation for a queue when the slot it would
 -- write (the older one) holds nothing still needed: no delivery whose vt has
 -- not passed of a message not completed, and no completed message still in
--- sluice's storage (so q_<name>
--- would not show it again and a read would not deliver it). Then that slot is
--- truncated and becomes the current one. Skips (returns false) when another
--- session holds a lock on the slot, or rotates already.
+-- sluice's storage (so q_<name> would not show it again and a read would
+-- not deliver it): for a queue of engine 1 its rows of sluice.messages, of
+-- engine 2 the rows of sluice_q<id>.msg (a retry copy counts for the
+-- message it retries, orig). Then that slot is truncated and becomes the
+-- current one. Skips (returns false) when another session holds a lock on
+-- the slot, or rotates already.
 --
 -- Called by a read, under the read's settings (see _deliver): its own SET
--- clauses give its scans of the old slot back their defaults.
+-- clauses give its scans of the old slot back their defaults, and make its
+-- joins hash (or merge) joins, linear in the tables' sizes whatever the
+-- statistics of a slot just truncated say (sluice's storage has no index
+-- by message id).
 --
 -- Parameters:
 --   p_queue  the sluice queue name
@@ -300,11 +364,12 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = auto
 SET enable_seqscan = on
+SET enable_nestloop = off
 AS $$
 DECLARE
     g bigint;
     old smallint;
-    qid int;
+    sq record;
     r_old text;
     d_old text;
     busy boolean;
@@ -319,13 +384,16 @@ BEGIN
     old := ((g + 1) % 2)::smallint;
     r_old := pgmq._tbl(p_queue, 'r') || '_' || old;
     d_old := pgmq._tbl(p_queue, 'd') || '_' || old;
-    SELECT id INTO qid FROM sluice.queue WHERE name = p_queue;
+    SELECT x.id, x.engine INTO sq FROM sluice.queue x WHERE x.name = p_queue;
     EXECUTE format('SELECT EXISTS (SELECT 1 FROM pgmq.%I r WHERE r.vt >= clock_timestamp()
                                      AND NOT EXISTS (SELECT 1 FROM pgmq.%I d WHERE d.msg_id = r.msg_id))',
                    r_old, pgmq._tbl(p_queue, 'd')) INTO busy;
-    IF NOT busy THEN
+    IF NOT busy AND sq.engine = 2 THEN
+        EXECUTE format('SELECT EXISTS (SELECT 1 FROM %I.msg m WHERE coalesce(m.orig, m.id) IN (SELECT d.msg_id FROM pgmq.%I d))',
+                       sluice._qschema(sq.id), d_old) INTO busy;
+    ELSIF NOT busy THEN
         EXECUTE format('SELECT EXISTS (SELECT 1 FROM pgmq.%I d JOIN sluice.messages m ON m.queue_id = $1 AND m.id = d.msg_id)',
-                       d_old) INTO busy USING qid;
+                       d_old) INTO busy USING sq.id;
     END IF;
     IF busy THEN
         RETURN false;
