@@ -137,3 +137,36 @@ func TestV2EmptyReceiveWaitsForNoLane(t *testing.T) {
 		}
 	}
 }
+
+// One consumer gets unkeyed messages in the order they were numbered when
+// they were dealt to fewer lanes than the queue has: a receive that did not
+// number them itself looks at the lanes from the one the next cut deals to,
+// that is from the lane dealt to longest ago, not from a random one. (A
+// pooled client's receives run on any connection: the order must not hang
+// on the session.) Here eight messages, numbered by the first receive, one
+// a lane; seven receives after it, each its own transaction. With a random
+// first lane, seven in order came one time in eight per receive.
+func TestV2OneConsumerTakesTheLanesInTheOrderDealt(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for round := 0; round < 3; round++ {
+		queue := fmt.Sprintf("v2order%d", round)
+		b.createV2(queue, `"lanes": 8`)
+		ids := append([]int64{b.send(b.pool, queue, `{"n": 0}`)}, b.v2sendBatch(queue, 7, "")...)
+		var got []int64
+		for i := 0; i < 8; i++ {
+			ms := b.v2receive(queue, "default", 1, "")
+			if len(ms) != 1 {
+				t.Fatalf("round %d, receive %d: %d messages", round, i, len(ms))
+			}
+			got = append(got, ms[0].ID)
+		}
+		if fmt.Sprint(got) != fmt.Sprint(ids) {
+			t.Fatalf("round %d: one consumer received %v, want the order sent %v", round, got, ids)
+		}
+		if lanes := b.int64(fmt.Sprintf(`SELECT count(DISTINCT lane) FROM sluice_q%d.batch`,
+			b.int64("SELECT id FROM sluice.queue WHERE name = $1", queue))); lanes < 2 {
+			t.Fatalf("round %d: the messages went to %d lane(s), want several (the test's premise)", round, lanes)
+		}
+	}
+}

@@ -22,7 +22,10 @@
 -- above 0 (highest first), then the rest in commit order; messages with a
 -- priority below 0 only when no lane the receive holds has anything else.
 -- Commit order holds per lane (a queue with lanes = 1 keeps it for the whole
--- queue). A keyed message is returned only when every earlier message of its
+-- queue); engine 2 looks at the lanes in the order its cuts deal to them,
+-- from the lane dealt to longest ago, so one consumer gets unkeyed messages
+-- in commit order while those it has not received were dealt to fewer lanes
+-- than the queue has. A keyed message is returned only when every earlier message of its
 -- key is completed in the group, or returned by this same call before it (a
 -- run of one key, in order): handle a key's messages in order and stop at the
 -- first failure. A message that has used up the queue's max_attempts through

@@ -148,7 +148,7 @@ $$;
 --                               "Engine v2"): each call a few statements over
 --                               tables that are not partitioned where the hot path
 --                               reads them, with engine 1's calls and semantics.
---                               1 is the first engine (the pgmq layer's queues).
+--                               1 is the first engine (queues made before 2 was the default).
 --                               Fixed at creation.
 --              notify           NOTIFY channel 'sluice' (payload: the queue name)
 --                               when a send commits, to wake waiting consumers (true)

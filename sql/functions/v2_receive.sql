@@ -57,7 +57,13 @@ AS $$
 DECLARE
     v_now timestamptz := clock_timestamp();   -- (again after a wait: leases are dated from when the lane is held)
     v_at timestamptz;                         -- when it began to look (the idle note's)
-    v_start int := floor(random() * q.lanes)::int;
+    -- the lane to look at first; NULL: the one the next cut deals to first
+    -- (the newest cut's rr): looking on from there, lane after lane, the
+    -- lanes the cuts dealt to longest ago come first, so that one consumer
+    -- takes unkeyed messages in the order they were numbered (the cuts deal
+    -- in chunks, lane after lane), and consumers that start there together
+    -- pass each other by the lanes' try-locks
+    v_start int;
     v_need int := max_messages;
     v_cuts int := 8;            -- cuts it may still make (or wait for); 0 once one numbered nothing
     v_waited boolean := false;  -- waited for a lane held by another receive
@@ -135,9 +141,9 @@ BEGIN
         SELECT l.lane, h.heads[l.lane + 1] AS head, st.kind, st.lease_no, st.cursor, st.scan_t, st.scan_no,
                st.old_due, st.next_exp, st.held, st.waiting
         INTO s
-        FROM (SELECT c.heads FROM cut__s c ORDER BY c.cut_no DESC LIMIT 1) h
+        FROM (SELECT c.heads, c.rr FROM cut__s c ORDER BY c.cut_no DESC LIMIT 1) h
         CROSS JOIN generate_series(0, q.lanes - 1) o
-        CROSS JOIN LATERAL (SELECT ((o + v_start) % q.lanes)::smallint AS lane) l
+        CROSS JOIN LATERAL (SELECT ((o + coalesce(v_start, h.rr)) % q.lanes)::smallint AS lane) l
         LEFT JOIN LATERAL (SELECT x.kind, x.lease_no, x.cursor, x.scan_t, x.scan_no, x.old_due, x.next_exp,
                                   x.held, x.waiting
                            FROM lease__s x WHERE x.group_id = g.id AND x.lane = l.lane
@@ -174,7 +180,7 @@ BEGIN
             END IF;
             IF NOT v_waited AND v_need = max_messages AND current_setting('sluice.lane_busy', true) = 'y' THEN
                 v_waited := true;
-                v_rr := e2_wait_lane__s(g.id, q.lanes, v_start, v_seen, v_now);
+                v_rr := e2_wait_lane__s(g.id, q.lanes, coalesce(v_start, 0), v_seen, v_now);
                 IF v_rr IS NOT NULL THEN
                     v_now := clock_timestamp();
                     v_start := v_rr;
