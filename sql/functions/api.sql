@@ -25,10 +25,10 @@
 -- queue); engine 2 looks at the lanes in the order its cuts deal to them,
 -- from the lane dealt to longest ago, so one consumer gets unkeyed messages
 -- in commit order while those it has not received were dealt to fewer lanes
--- than the queue has. A keyed message is returned only when every earlier message of its
--- key is completed in the group, or returned by this same call before it (a
--- run of one key, in order): handle a key's messages in order and stop at the
--- first failure. A message that has used up the queue's max_attempts through
+-- than the queue has. A keyed message is returned only when every earlier
+-- message of its key is completed in the group, or returned by this same
+-- call before it (a run of one key, in order): handle a key's messages in
+-- order and stop at the first failure. A message that has used up the queue's max_attempts through
 -- expired leases goes to the dead letters instead.
 --
 -- Call it in its own transaction (autocommit) or at the start of a short one:
