@@ -53,8 +53,7 @@ BEGIN
             OR EXISTS (SELECT 1 FROM msg m
                        WHERE m.slot = cur.slot
                          AND m.txid >= (SELECT c.snap_xmax FROM cut c ORDER BY c.cut_no DESC LIMIT 1))) THEN
-        PERFORM e2_rotate(q, cur.epoch + 1);
-        rotated := true;
+        rotated := e2_rotate(q, cur.epoch + 1);
     END IF;
     -- an upgrade whose every group has drained the old storage: it goes
     -- (the queue's upkeep, so that no background process is needed for it)
@@ -67,21 +66,29 @@ END
 $$;
 
 -- e2_rotate: start epoch p_epoch in its slot, under the cut lock (waited
--- for: a cut is short), with a copy of the newest cut there, which the hot
+-- for, at most 100 ms: a cut is short; and the receive that holds it may
+-- be waiting for the leaves this maintenance truncated, which it holds
+-- until it commits: then it rotates at its next upkeep), with a copy of the newest cut there, which the hot
 -- path of the new slot reads the lanes' heads from, and the state of every
 -- lane not held by a receive carried there (e2_carry_idle).
 --
 -- Parameters:
 --   q        the queue
 --   p_epoch  the new epoch (its slot is free)
+-- Returns: whether it rotated (false: the cut lock was not free within
+--   100 ms)
+-- Calls: e2_carry_idle, sluice._lock_within
 CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_rotate(q sluice.queue, p_epoch bigint)
-RETURNS void
+RETURNS boolean
 LANGUAGE plpgsql
 AS $$
 DECLARE
     v_slot constant smallint := (p_epoch % q.slots)::smallint;
 BEGIN
-    PERFORM pg_advisory_xact_lock(sluice._lock_ns('cut'), q.id);
+    IF NOT sluice._lock_within(format('SELECT pg_catalog.pg_advisory_xact_lock(%s, %s)', sluice._lock_ns('cut'), q.id),
+                               '100ms') THEN
+        RETURN false;
+    END IF;
     INSERT INTO sluice.epoch (queue_id, epoch, slot, started_at) VALUES (q.id, p_epoch, v_slot, clock_timestamp());
     INSERT INTO cut (slot, cut_no, snap, snap_xmax, snap_xip, heads, rr, due_upto, at, epoch, work_snap, work_txid,
                      work_id)
@@ -91,6 +98,7 @@ BEGIN
     -- every lane no receive holds moves now, so that the hot path finds it
     -- here (one a receive holds moves with its next receive)
     PERFORM e2_carry_idle(q, ((p_epoch - 1) % q.slots)::smallint, v_slot);
+    RETURN true;
 END
 $$;
 

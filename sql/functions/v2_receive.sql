@@ -124,7 +124,7 @@ BEGIN
     v_prio := CASE WHEN q.prioritized THEN e2_prio_due__s(g.id, q.lanes::smallint, v_now) END;
     IF v_prio = 'n' THEN
         v_cuts := 7;
-        PERFORM e2_number__s(q.id, q.lanes, p_slot, p_epoch, v_now, true);
+        PERFORM e2_number__s(q.id, q.lanes, p_slot, p_epoch, v_now, true, NULL);
     END IF;
     IF v_prio IS NOT NULL THEN
         RETURN QUERY SELECT * FROM e2_take_prio(q, g, 1, v_need, p_lease, p_consumer, v_now, p_slot);
@@ -137,35 +137,39 @@ BEGIN
     WHILE v_try < 8 LOOP
         -- the first lane in turn with work (or with no state here: the slow
         -- path looks) whose lock is free, and its state (read before the
-        -- lock: it may be stale, see e2_take__s)
-        SELECT l.lane, h.heads[l.lane + 1] AS head, st.kind, st.lease_no, st.cursor, st.scan_t, st.scan_no,
-               st.old_due, st.next_exp, st.held, st.waiting
-        INTO s
-        FROM (SELECT c.heads, c.rr FROM cut__s c ORDER BY c.cut_no DESC LIMIT 1) h
-        CROSS JOIN generate_series(0, q.lanes - 1) o
-        CROSS JOIN LATERAL (SELECT ((o + coalesce(v_start, h.rr)) % q.lanes)::smallint AS lane) l
-        LEFT JOIN LATERAL (SELECT x.kind, x.lease_no, x.cursor, x.scan_t, x.scan_no, x.old_due, x.next_exp,
-                                  x.held, x.waiting
-                           FROM lease__s x WHERE x.group_id = g.id AND x.lane = l.lane
-                           ORDER BY x.lease_no DESC LIMIT 1) st ON true
-        WHERE CASE WHEN l.lane = ANY (v_seen) THEN false
-                   WHEN e2_lane_open(v_ended, v_now, h.heads[l.lane + 1], st.kind, st.lease_no, st.cursor,
-                                     st.old_due, st.waiting IS NOT NULL, st.next_exp)
-                   -- (a lane held by another receive: noted, for the wait below)
-                   THEN pg_try_advisory_xact_lock(sluice._lane_lock(g.id, l.lane))
-                        OR set_config('sluice.lane_busy', 'y', true) IS NULL
-                   -- (a lease that ended, for the pass over those: noted)
-                   WHEN NOT v_ended AND st.next_exp <= v_now THEN set_config('sluice.lane_ended', 'y', true) IS NULL
-                   ELSE false END
-        LIMIT 1;
-        IF NOT FOUND AND NOT v_ended THEN
+        -- lock: it may be stale, see e2_take__s); lane NULL: none. With the
+        -- newest cut's number, so that a cut that commits before the probe
+        -- below, and after this, is looked at (e2_number__s).
+        SELECT h.cut_no AS cut, x.* INTO s
+        FROM (SELECT c.cut_no, c.heads, c.rr FROM cut__s c ORDER BY c.cut_no DESC LIMIT 1) h
+        LEFT JOIN LATERAL (
+            SELECT l.lane, h.heads[l.lane + 1] AS head, st.kind, st.lease_no, st.cursor, st.scan_t, st.scan_no,
+                   st.old_due, st.next_exp, st.held, st.waiting
+            FROM generate_series(0, q.lanes - 1) o
+            CROSS JOIN LATERAL (SELECT ((o + coalesce(v_start, h.rr)) % q.lanes)::smallint AS lane) l
+            LEFT JOIN LATERAL (SELECT x.kind, x.lease_no, x.cursor, x.scan_t, x.scan_no, x.old_due, x.next_exp,
+                                      x.held, x.waiting
+                               FROM lease__s x WHERE x.group_id = g.id AND x.lane = l.lane
+                               ORDER BY x.lease_no DESC LIMIT 1) st ON true
+            WHERE CASE WHEN l.lane = ANY (v_seen) THEN false
+                       WHEN e2_lane_open(v_ended, v_now, h.heads[l.lane + 1], st.kind, st.lease_no, st.cursor,
+                                         st.old_due, st.waiting IS NOT NULL, st.next_exp)
+                       -- (a lane held by another receive: noted, for the wait below)
+                       THEN pg_try_advisory_xact_lock(sluice._lane_lock(g.id, l.lane))
+                            OR set_config('sluice.lane_busy', 'y', true) IS NULL
+                       -- (a lease that ended, for the pass over those: noted)
+                       WHEN NOT v_ended AND st.next_exp <= v_now
+                       THEN set_config('sluice.lane_ended', 'y', true) IS NULL
+                       ELSE false END
+            LIMIT 1) x ON true;
+        IF s.lane IS NULL AND NOT v_ended THEN
             -- No free lane with positions: number (while cuts number
             -- something) and look again; or, with nothing yet, wait for a
             -- lane another receive holds (once); else the lanes with leases
             -- that ended. (Only a receive that has nothing yet waits for
             -- another's cut.)
             IF v_cuts > 0 THEN
-                v_rr := e2_number__s(q.id, q.lanes, p_slot, p_epoch, v_now, v_need = max_messages);
+                v_rr := e2_number__s(q.id, q.lanes, p_slot, p_epoch, v_now, v_need = max_messages, s.cut);
                 v_now := clock_timestamp();   -- (it may have waited for another's cut)
                 v_cuts := CASE WHEN v_rr IS NULL THEN 0 ELSE v_cuts - 1 END;
                 IF v_rr IS NOT NULL THEN
@@ -194,7 +198,7 @@ BEGIN
             v_stop := current_setting('sluice.lane_ended', true) IS DISTINCT FROM 'y';
             EXIT WHEN v_stop;
             CONTINUE;
-        ELSIF NOT FOUND THEN
+        ELSIF s.lane IS NULL THEN
             v_stop := true;   -- none of those either: stop
             EXIT;
         END IF;
@@ -436,23 +440,27 @@ $$;
 --   p_now                the receive's time
 --   p_wait               wait for another receive's numbering (else
 --                        return NULL at once when it holds the lock)
+--   p_seen               the newest cut the receive's look saw (NULL: none)
 -- Returns: the lane the cut dealt to first (to look at first), or NULL when
 --   nothing was numbered and no other receive's numbering was waited for
+--   or committed since the receive looked (a newer cut than p_seen: its
+--   positions are to look at, though nothing is left to number)
 -- Calls: e2_cut_now__s, e2_unnumbered__s, e2_wait_cut
 CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_number__s(p_queue_id int, p_lanes int, p_slot smallint, p_epoch bigint,
-                                                    p_now timestamptz, p_wait boolean)
+                                                    p_now timestamptz, p_wait boolean, p_seen bigint)
 RETURNS int
 LANGUAGE plpgsql
 AS $$
 DECLARE
     v_due boolean;
     v_rr int;
+    v_cut bigint;
     v_n bigint;
     v_loops int := 0;
 BEGIN
-    SELECT x.due, x.rr INTO v_due, v_rr FROM e2_unnumbered__s(p_now) x;
+    SELECT x.due, x.rr, x.cut_no INTO v_due, v_rr, v_cut FROM e2_unnumbered__s(p_now) x;
     IF NOT v_due THEN
-        RETURN NULL;
+        RETURN CASE WHEN v_cut > p_seen THEN v_rr END;
     ELSIF NOT pg_try_advisory_xact_lock(sluice._lock_ns('cut'), p_queue_id) THEN
         -- another receive is numbering: its positions (committed once the
         -- lock is free), and what came since
