@@ -6,8 +6,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/sluicemq/sluice/internal/pgtest"
 )
 
 // engineOf returns the engine of a pgmq queue's sluice queue.
@@ -133,12 +131,7 @@ func TestSideTablesRotateEngine1(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	url := server.NewDatabase(t)
-	conn := pgtest.Connect(t, url)
-	if _, err := installFS(ctx, conn, layerFS(t, "testdata/pgmq-layer-d41f738.tar.gz")); err != nil {
-		t.Fatalf("installing the old layer: %v", err)
-	}
-	db := pgtest.NewPool(t, url)
+	conn, db := oldLayerDatabase(ctx, t)
 	exec(t, db, "SELECT pgmq.create('rot')")
 	if _, err := Install(ctx, conn); err != nil {
 		t.Fatalf("upgrade: %v", err)

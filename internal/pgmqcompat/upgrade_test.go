@@ -12,6 +12,9 @@ import (
 	"testing/fstest"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/sluicemq/sluice/internal/pgtest"
 )
 
@@ -66,12 +69,7 @@ func TestUpgradeInPlace(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	url := server.NewDatabase(t)
-	conn := pgtest.Connect(t, url)
-	if _, err := installFS(ctx, conn, layerFS(t, "testdata/pgmq-layer-d41f738.tar.gz")); err != nil {
-		t.Fatalf("installing the old layer: %v", err)
-	}
-	db := pgtest.NewPool(t, url)
+	conn, db := oldLayerDatabase(ctx, t)
 	exec(t, db, "SELECT pgmq.create('old')")
 	exec(t, db, "SELECT pgmq.create('oldnotify')")
 	exec(t, db, "SELECT pgmq.create('oldkeep')")
@@ -177,4 +175,18 @@ func TestUpgradeInPlace(t *testing.T) {
 	if got := msgs(t, db, "pgmq.pop('new')"); len(got) != 1 {
 		t.Fatalf("pop after a second install: %v", ids(got))
 	}
+}
+
+// oldLayerDatabase makes a database with the layer of an earlier sluice
+// (testdata/pgmq-layer-d41f738.tar.gz: engine 1 queues, per-queue functions
+// and lanes) installed, and returns a connection (to upgrade it with
+// Install) and a pool on it.
+func oldLayerDatabase(ctx context.Context, t *testing.T) (*pgx.Conn, *pgxpool.Pool) {
+	t.Helper()
+	url := server.NewDatabase(t)
+	conn := pgtest.Connect(t, url)
+	if _, err := installFS(ctx, conn, layerFS(t, "testdata/pgmq-layer-d41f738.tar.gz")); err != nil {
+		t.Fatalf("installing the old layer: %v", err)
+	}
+	return conn, pgtest.NewPool(t, url)
 }
