@@ -170,3 +170,40 @@ func TestV2OneConsumerTakesTheLanesInTheOrderDealt(t *testing.T) {
 		}
 	}
 }
+
+// A queue made and sent to in one transaction delivers the message when
+// another transaction, begun after it, committed before the create: the
+// first cut's snapshot then has this transaction below its xmax and not in
+// progress, and took its messages for numbered (they were never
+// delivered; pgmqcompat's TestInstallAsDatabaseOwner lost its message so
+// once in CI, under the parallel tests' transactions).
+func TestV2CreateAndSendInOneTransaction(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	tx, err := b.pool.Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(b.ctx) //nolint:errcheck
+	var own int64
+	if err := tx.QueryRow(b.ctx, "SELECT pg_current_xact_id()::text::bigint").Scan(&own); err != nil {
+		t.Fatal(err)
+	}
+	// a later transaction commits first
+	b.exec("CREATE TEMP TABLE later_xid (x int); DROP TABLE later_xid")
+	var later int64
+	if err := b.pool.QueryRow(b.ctx, "SELECT pg_current_xact_id()::text::bigint").Scan(&later); err != nil || later <= own {
+		t.Fatalf("the later transaction's xid %d, this one's %d: %v", later, own, err)
+	}
+	if _, err := tx.Exec(b.ctx, `SELECT sluice.create_queue('v2onetx', '{"engine": 2}')`); err != nil {
+		t.Fatal(err)
+	}
+	id := b.send(tx, "v2onetx", `{"n": 1}`)
+	if err := tx.Commit(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	ms := b.v2receive("v2onetx", "default", 10, "")
+	if len(ms) != 1 || ms[0].ID != id {
+		t.Fatalf("received %v, want message %d, sent in the transaction that made the queue", v2ids(ms), id)
+	}
+}

@@ -137,10 +137,19 @@ BEGIN
             EXECUTE format('CREATE TABLE %I.%I PARTITION OF %I.%I FOR VALUES IN (%s)', sch, t || '_' || s, sch, t, s);
         END LOOP;
     END LOOP;
+    -- The first cut: nothing numbered, as of now. This transaction's own
+    -- messages (a send after the create, in one transaction) are not
+    -- committed: in progress for it (as every cut treats its own), else a
+    -- transaction that began after this one and committed before this
+    -- snapshot would put this one below its xmax, out of its in-progress
+    -- list, and no cut would number them.
     EXECUTE format('INSERT INTO %I.cut (slot, cut_no, snap, snap_xmax, snap_xip, heads, rr, due_upto, at, epoch)
                     SELECT 0, 0, s, pg_snapshot_xmax(s), ARRAY(SELECT pg_snapshot_xip(s)), array_fill(0::bigint, ARRAY[%s]),
                            0, clock_timestamp(), clock_timestamp(), 0
-                    FROM pg_current_snapshot() s', sch, q.lanes + 1);
+                    FROM (SELECT CASE WHEN o.own IS NOT NULL AND pg_visible_in_snapshot(o.own, c.snap)
+                                      THEN sluice._snapshot_with(c.snap, o.own) ELSE c.snap END AS s
+                          FROM (SELECT pg_current_snapshot() AS snap) c
+                          CROSS JOIN (SELECT pg_current_xact_id_if_assigned() AS own) o) x', sch, q.lanes + 1);
     PERFORM sluice._instantiate_v2(p_queue_id);
 END
 $$;
