@@ -90,6 +90,57 @@ AS $$
 $$;
 RESET check_function_bodies;
 
+-- e2_deal_chunk: how many of a cut's unkeyed messages, past the receive's
+-- share, go to each lane in turn (e2_dealt_lane): rest / lanes rounded up,
+-- at least 1, at most 64.
+--
+-- Parameters:
+--   p_rest   how many are dealt past the share
+--   p_lanes  lanes
+-- Returns: the chunk
+CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_deal_chunk(p_rest bigint, p_lanes int)
+RETURNS bigint
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT greatest(1, least(64, (p_rest + p_lanes - 1) / p_lanes))
+$$;
+
+-- e2_dealt_lane: the lane a cut deals an unkeyed message (of priority 0)
+-- to; keyed ones go to their key's lane. The first p_share of them (the
+-- need of the receive that cuts: it takes them in one take, one lease) go
+-- to lane p_rr, where the last cut left off; the rest in chunks of rest /
+-- lanes (at least 1, at most 64), lane after lane from the next one, so
+-- that every lane gets some for the group's other consumers. One place for
+-- the cut's two statements (e2_cut_now__s, e2_cut_store); SQL, inlined into
+-- them.
+--
+-- Parameters:
+--   p_j      the message's place among those the cut deals, from 0; p_nu:
+--            one past the last
+--   p_nu     how many the cut deals
+--   p_share  the receive's need (0: none, as a group's start)
+--   p_rr     the lane to deal to first (the last cut's rr)
+--   p_lanes  lanes
+-- Returns: the lane; for p_j = p_nu, the lane the next cut deals to first
+--   (the new cut's rr)
+-- Calls: e2_deal_chunk (inlined)
+SET check_function_bodies = off;   -- (e2_deal_chunk: the queue's copy, on its path)
+CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_dealt_lane(p_j bigint, p_nu bigint, p_share bigint, p_rr int, p_lanes int)
+RETURNS int
+LANGUAGE sql IMMUTABLE
+AS $$
+    -- (share: least(p_share, p_nu); off: 1 when it is not 0; chunk:
+    -- e2_deal_chunk of the rest)
+    SELECT ((p_rr + CASE WHEN p_j < least(p_share, p_nu) THEN 0
+                         WHEN p_j < p_nu
+                         THEN (least(p_share, p_nu) > 0)::int
+                              + (p_j - least(p_share, p_nu)) / e2_deal_chunk(p_nu - least(p_share, p_nu), p_lanes)
+                         ELSE (least(p_share, p_nu) > 0)::int
+                              + (p_nu - least(p_share, p_nu) + e2_deal_chunk(p_nu - least(p_share, p_nu), p_lanes) - 1)
+                                / e2_deal_chunk(p_nu - least(p_share, p_nu), p_lanes) END) % p_lanes)::int
+$$;
+RESET check_function_bodies;
+
 -- e2_cut_now__s: number what is committed and not numbered yet, for a
 -- receive that holds the queue's cut lock (e2_number__s, e2_before_look__s;
 -- held until it commits: the next cut must see this one), at most 4,096 messages (a
@@ -97,11 +148,12 @@ RESET check_function_bodies;
 -- before any newer message). Positions are per lane: a keyed message goes
 -- to its key's lane (key hash mod lanes), an unkeyed one with a priority
 -- other than 0 to the priority lane (number lanes: its positions are rows
--- of prio, by level), the others are dealt out to the lanes in chunks (at
--- most 64, fewer when there are few: every lane gets some), from where the
--- last cut stopped. One batch row per lane and 64 positions. The snapshot
--- the cut numbers by is taken after the lock, so a message committed after
--- it is left to the next cut, never skipped.
+-- of prio, by level), the others are dealt out to the lanes from where the
+-- last cut stopped: the receive's need to that lane, the rest in chunks (at
+-- most 64, fewer when there are few: every lane gets some; e2_dealt_lane).
+-- One batch row per lane and 64 positions. The snapshot the cut numbers by
+-- is taken after the lock, so a message committed after it is left to the
+-- next cut, never skipped.
 -- The usual cut of a receive, at most 16 new messages, none due later and
 -- none prioritized, in the slot the receive read, with nothing partly
 -- numbered or come due, is made here: one statement reads the last cut
@@ -118,12 +170,14 @@ RESET check_function_bodies;
 --   p_short              only the short path: else nothing is written and n
 --                        is NULL (a receive that numbers before it looks
 --                        leaves a backlog to be numbered as it is taken)
+--   p_need               how many the receive still wants: that many go to
+--                        the first lane dealt to (e2_dealt_lane)
 -- Returns: n, how many positions it numbered; rr, the lane it dealt to
 --   first
--- Calls: e2_cut_candidates (inlined), e2_cut_store, sluice._snapshot_with,
+-- Calls: e2_cut_candidates, e2_dealt_lane (inlined), e2_cut_store, sluice._snapshot_with,
 --   sluice._durable_commit (keyed messages numbered)
 CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_cut_now__s(p_queue_id int, p_lanes int, p_slot smallint, p_epoch bigint,
-                                                     p_short boolean, OUT n bigint, OUT rr int)
+                                                     p_short boolean, p_need int, OUT n bigint, OUT rr int)
 LANGUAGE plpgsql
 AS $$
 DECLARE
@@ -143,7 +197,6 @@ DECLARE
     v_kh bigint[];
     v_lanes smallint[] := '{}';
     v_pos bigint[] := '{}';
-    v_chunk int;
     v_j int := 0;
     v_l int;
 BEGIN
@@ -172,17 +225,16 @@ BEGIN
                array_agg(m.target) AS targets, array_agg(m.khash) AS kh
         FROM e2_cut_candidates(x.snap_xip, x.snap_xmax, '0'::xid8, 0, v_snap, 17) m) f;   -- (in rn order: no sort)
     IF NOT (v_short AND v_slot = p_slot AND v_epoch = p_epoch) THEN
-        n := CASE WHEN NOT p_short THEN e2_cut_store(p_lanes, v_slot, v_epoch, v_now) END;
+        n := CASE WHEN NOT p_short THEN e2_cut_store(p_lanes, v_slot, v_epoch, v_now, p_need) END;
         RETURN;
     ELSIF n = 0 THEN
         RETURN;   -- nothing to number: no cut row
     END IF;
-    v_chunk := greatest(1, least(64, ceil(v_nu::numeric / p_lanes)))::int;
     FOR i IN 1 .. n LOOP
         IF v_kh[i] IS NOT NULL THEN
             v_l := ((v_kh[i] % p_lanes + p_lanes) % p_lanes)::int;
         ELSE
-            v_l := (rr + v_j / v_chunk) % p_lanes;
+            v_l := e2_dealt_lane(v_j, v_nu, p_need, rr, p_lanes);
             v_j := v_j + 1;
         END IF;
         v_heads[v_l + 1] := coalesce(v_heads[v_l + 1], 0) + 1;
@@ -204,7 +256,7 @@ BEGIN
     )
     INSERT INTO cut__s (slot, cut_no, snap, snap_xmax, snap_xip, heads, rr, due_upto, at, epoch)
     VALUES (p_slot, v_cut_no + 1, v_snap, pg_snapshot_xmax(v_snap), ARRAY(SELECT pg_snapshot_xip(v_snap)), v_heads,
-            ((rr + ceil(v_nu::numeric / v_chunk)) % p_lanes)::int, v_now, clock_timestamp(), p_epoch);
+            e2_dealt_lane(v_nu, v_nu, p_need, rr, p_lanes), v_now, clock_timestamp(), p_epoch);
     IF v_nu < n AND current_setting('sluice.caller_synchronous_commit', true) <> '' THEN
         -- keyed positions are handed out only once on disk (file header)
         PERFORM sluice._durable_commit();
@@ -224,10 +276,13 @@ $$;
 --   p_slot   slot to write into
 --   p_epoch  current epoch
 --   p_now    the cut's time (due_upto of the new cut)
+--   p_need   how many the receive that cuts still wants (e2_dealt_lane; 0:
+--            no receive)
 -- Returns: how many positions were numbered
 -- Errors: SL010 invalid_isolation (outside READ COMMITTED)
--- Calls: e2_cut_candidates, sluice._durable_commit (keyed messages numbered)
-CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_cut_store(p_lanes int, p_slot smallint, p_epoch bigint, p_now timestamptz)
+-- Calls: e2_cut_candidates, e2_dealt_lane (inlined), sluice._durable_commit (keyed messages numbered)
+CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_cut_store(p_lanes int, p_slot smallint, p_epoch bigint, p_now timestamptz,
+                                                    p_need int)
 RETURNS bigint
 LANGUAGE plpgsql
 AS $$
@@ -307,15 +362,14 @@ BEGIN
         WHERE f.rn <= 4096 AND (f.due IS NULL OR f.due <= p_now)
     ), k AS (
         SELECT count(*) AS n, count(*) FILTER (WHERE d.khash IS NULL AND d.prio = 0) AS nu,
-               count(*) FILTER (WHERE d.khash IS NOT NULL) AS nk,
-               greatest(1, least(64, ceil(count(*) FILTER (WHERE d.khash IS NULL AND d.prio = 0)::numeric / p_lanes)))::bigint AS chunk
+               count(*) FILTER (WHERE d.khash IS NOT NULL) AS nk
         FROM due d
     ), laned AS (
         -- a keyed message to its key's lane, a prioritized one to the
         -- priority lane (p_lanes), the others dealt out in chunks
         SELECT d.*, (CASE WHEN d.khash IS NOT NULL THEN (d.khash % p_lanes + p_lanes) % p_lanes
                           WHEN d.prio <> 0 THEN p_lanes
-                          ELSE (c.rr + d.j / k.chunk) % p_lanes END)::smallint AS lane
+                          ELSE e2_dealt_lane(d.j, k.nu, p_need, c.rr, p_lanes) END)::smallint AS lane
         FROM due d CROSS JOIN c CROSS JOIN k
     ), placed AS (
         SELECT l.*, coalesce(c.heads[l.lane + 1], 0) + row_number() OVER (PARTITION BY l.lane ORDER BY l.i) AS pos
@@ -350,7 +404,7 @@ BEGIN
                                      coalesce((SELECT max(r.last_pos) FROM rows r WHERE r.lane = o.o - 1), 0),
                                      coalesce((SELECT max(r.last_pos) FROM prows r WHERE r.lane = o.o - 1), 0))
                      FROM generate_series(1, p_lanes + 1) o ORDER BY o.o),
-               ((c.rr + ceil(k.nu::numeric / k.chunk)) % p_lanes)::int, p_now, clock_timestamp(), p_epoch,
+               e2_dealt_lane(k.nu, k.nu, p_need, c.rr, p_lanes), p_now, clock_timestamp(), p_epoch,
                CASE WHEN w.more THEN s.snap END, CASE WHEN w.more THEN w.txid END, CASE WHEN w.more THEN w.id END
         FROM c CROSS JOIN s CROSS JOIN k CROSS JOIN w
         WHERE k.n > 0 OR EXISTS (SELECT FROM later) OR c.work_snap IS NOT NULL

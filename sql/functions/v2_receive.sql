@@ -95,7 +95,7 @@ BEGIN
         v_now := clock_timestamp();
     END IF;
     v_at := v_now;
-    v_begun := e2_before_look__s(q.id, g.id, v_now, q.lanes, p_slot, p_epoch, v_async);
+    v_begun := e2_before_look__s(q.id, g.id, v_now, q.lanes, p_slot, p_epoch, v_async, max_messages);
     IF v_begun = -1 THEN
         RETURN;   -- (nothing written)
     ELSIF v_async AND v_begun IS NULL THEN
@@ -124,7 +124,7 @@ BEGIN
     v_prio := CASE WHEN q.prioritized THEN e2_prio_due__s(g.id, q.lanes::smallint, v_now) END;
     IF v_prio = 'n' THEN
         v_cuts := 7;
-        PERFORM e2_number__s(q.id, q.lanes, p_slot, p_epoch, v_now, true, NULL);
+        PERFORM e2_number__s(q.id, q.lanes, p_slot, p_epoch, v_now, true, NULL, v_need);
     END IF;
     IF v_prio IS NOT NULL THEN
         RETURN QUERY SELECT * FROM e2_take_prio(q, g, 1, v_need, p_lease, p_consumer, v_now, p_slot);
@@ -169,7 +169,7 @@ BEGIN
             -- that ended. (Only a receive that has nothing yet waits for
             -- another's cut.)
             IF v_cuts > 0 THEN
-                v_rr := e2_number__s(q.id, q.lanes, p_slot, p_epoch, v_now, v_need = max_messages, s.cut);
+                v_rr := e2_number__s(q.id, q.lanes, p_slot, p_epoch, v_now, v_need = max_messages, s.cut, v_need);
                 v_now := clock_timestamp();   -- (it may have waited for another's cut)
                 v_cuts := CASE WHEN v_rr IS NULL THEN 0 ELSE v_cuts - 1 END;
                 IF v_rr IS NOT NULL THEN
@@ -302,12 +302,14 @@ $$;
 --   p_lanes, p_slot, p_epoch  the queue's lanes, the slot and epoch read
 --   p_async              make the receive's commit asynchronous before it
 --                        numbers (sluice._receive_commit)
+--   p_need               the receive's max_messages (e2_cut_now__s)
 -- Returns: -2 the queue rotated (the receive goes on in the new slot's
 --   copy), -1 the idle note holds (nothing to look at), a lane: it
 --   numbered, look from there; NULL: look
 -- Calls: e_maintain, e2_cut_now__s, e2_unnumbered__s, sluice._receive_commit
 CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_before_look__s(p_queue_id int, p_group int, p_now timestamptz, p_lanes int,
-                                                         p_slot smallint, p_epoch bigint, p_async boolean)
+                                                         p_slot smallint, p_epoch bigint, p_async boolean,
+                                                         p_need int)
 RETURNS int
 LANGUAGE plpgsql
 AS $$
@@ -349,7 +351,7 @@ BEGIN
         PERFORM sluice._receive_commit();
     END IF;
     IF pg_try_advisory_xact_lock(sluice._lock_ns('cut'), p_queue_id) THEN
-        SELECT x.n, x.rr INTO v_n, v_rr FROM e2_cut_now__s(p_queue_id, p_lanes, p_slot, p_epoch, true) x;
+        SELECT x.n, x.rr INTO v_n, v_rr FROM e2_cut_now__s(p_queue_id, p_lanes, p_slot, p_epoch, true, p_need) x;
         IF v_n > 0 THEN
             RETURN v_rr;
         ELSIF NOT v_idle THEN
@@ -441,13 +443,14 @@ $$;
 --   p_wait               wait for another receive's numbering (else
 --                        return NULL at once when it holds the lock)
 --   p_seen               the newest cut the receive's look saw (NULL: none)
+--   p_need               how many the receive still wants (e2_cut_now__s)
 -- Returns: the lane the cut dealt to first (to look at first), or NULL when
 --   nothing was numbered and no other receive's numbering was waited for
 --   or committed since the receive looked (a newer cut than p_seen: its
 --   positions are to look at, though nothing is left to number)
 -- Calls: e2_cut_now__s, e2_unnumbered__s, e2_wait_cut
 CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_number__s(p_queue_id int, p_lanes int, p_slot smallint, p_epoch bigint,
-                                                    p_now timestamptz, p_wait boolean, p_seen bigint)
+                                                    p_now timestamptz, p_wait boolean, p_seen bigint, p_need int)
 RETURNS int
 LANGUAGE plpgsql
 AS $$
@@ -463,14 +466,16 @@ BEGIN
         RETURN CASE WHEN v_cut > p_seen THEN v_rr END;
     ELSIF NOT pg_try_advisory_xact_lock(sluice._lock_ns('cut'), p_queue_id) THEN
         -- another receive is numbering: its positions (committed once the
-        -- lock is free), and what came since
+        -- lock is free), and what came since (looked at first when there is
+        -- any: this receive's share is in the lane its cut dealt to first)
         IF p_wait AND e2_wait_cut(p_queue_id) THEN
-            PERFORM e2_cut_now__s(p_queue_id, p_lanes, p_slot, p_epoch, false);
+            SELECT CASE WHEN x.n > 0 THEN x.rr ELSE v_rr END INTO v_rr
+            FROM e2_cut_now__s(p_queue_id, p_lanes, p_slot, p_epoch, false, p_need) x;
             RETURN v_rr;
         END IF;
         RETURN NULL;
     END IF;
-    SELECT x.n, x.rr INTO v_n, v_rr FROM e2_cut_now__s(p_queue_id, p_lanes, p_slot, p_epoch, false) x;
+    SELECT x.n, x.rr INTO v_n, v_rr FROM e2_cut_now__s(p_queue_id, p_lanes, p_slot, p_epoch, false, p_need) x;
     -- a cut that only put messages due later aside (a large batch sent with
     -- a delay, 4,096 a cut) and left more to number: again, up to 16 cuts,
     -- so that ready messages behind such a batch are not held back
@@ -478,7 +483,7 @@ BEGIN
           AND EXISTS (SELECT 1 FROM (SELECT c.work_snap FROM cut__s c ORDER BY c.cut_no DESC LIMIT 1) c
                       WHERE c.work_snap IS NOT NULL) LOOP
         v_loops := v_loops + 1;
-        v_n := (SELECT x.n FROM e2_cut_now__s(p_queue_id, p_lanes, p_slot, p_epoch, false) x);
+        v_n := (SELECT x.n FROM e2_cut_now__s(p_queue_id, p_lanes, p_slot, p_epoch, false, p_need) x);
     END LOOP;
     RETURN CASE WHEN v_n > 0 THEN v_rr END;
 END
@@ -550,7 +555,7 @@ BEGIN
     SELECT ns.epoch, ns.slot INTO v_epoch, v_slot FROM sluice._slot_now(q.id) ns;
     IF NOT p_earliest AND p_ts IS NULL THEN
         PERFORM pg_advisory_xact_lock(sluice._lock_ns('cut'), q.id);
-        PERFORM e2_cut_store(q.lanes, v_slot, v_epoch, clock_timestamp());
+        PERFORM e2_cut_store(q.lanes, v_slot, v_epoch, clock_timestamp(), 0);
     END IF;
     INSERT INTO lease (slot, group_id, lane, lease_no, kind, first_pos, last_pos, n, token, expires_at,
                        delivered_at, cursor, scan_t, scan_no, old_due, next_exp)
