@@ -127,10 +127,19 @@ BEGIN
                         split_part(x, '.', 4)::bigint AS lease_no, nullif(split_part(x, '.', 5), '')::bigint AS token
         FROM unnest(p_receipts) x
     ), v AS MATERIALIZED (
+        -- (each receipt's lease looked up alone, LIMIT 1 keeping it out of
+        -- a join, in the primary key's order, so that the plan made once
+        -- while the slot was nearly empty reads the lease by its key: a
+        -- join merged or hashed the receipts with every lease of the group,
+        -- and a lookup without the order took the index on expiry and read
+        -- every lease of the lane; each cost more with every lease the slot
+        -- held)
         SELECT r.pos, r.lane, r.lease_no, l.n
-        FROM r JOIN lease__s l ON l.group_id = p_group AND l.lane = r.lane AND l.lease_no = r.lease_no
-                              AND l.kind = 'r' AND l.token = r.token
-        WHERE (r.pos BETWEEN l.first_pos AND l.last_pos OR r.pos = ANY (l.redo_pos))
+        FROM r CROSS JOIN LATERAL (SELECT ll.* FROM lease__s ll
+                                   WHERE ll.group_id = p_group AND ll.lane = r.lane AND ll.lease_no = r.lease_no
+                                   ORDER BY ll.group_id, ll.lane, ll.lease_no, ll.slot LIMIT 1) l
+        WHERE l.kind = 'r' AND l.token = r.token
+          AND (r.pos BETWEEN l.first_pos AND l.last_pos OR r.pos = ANY (l.redo_pos))
           AND (l.expires_at > p_now
                OR EXISTS (SELECT 1 FROM ext__s e WHERE e.group_id = p_group AND e.lane = r.lane
                                                    AND e.lease_no = r.lease_no AND e.pos IN (0, r.pos)

@@ -17,9 +17,11 @@
 -- again, or pass them when completed). So a backlog already numbered is
 -- taken without probing for new messages (these come after it in every
 -- lane anyway), and a lane taken for its positions looks at its own ended
--- leases first. A receive that still wants more once the lanes are drained
--- numbers again (up to 8 cuts: a large receive numbers what it needs), and
--- a lane that gave all it may in one take (256 positions) is taken again.
+-- leases first. A receive numbers once: what commits meanwhile is for the
+-- next receive; one that wants more than a cut numbers (4,096) numbers
+-- again while it still wants more once the lanes are drained (up to 8
+-- cuts), and a lane that gave all it may in one take (256 positions) is
+-- taken again.
 -- A receive that has nothing and finds every lane with positions held by
 -- other receives waits for one, at most 100 ms (e2_wait_lane__s). Eight
 -- looks that take nothing at most. A receive that finds every lane of the
@@ -65,7 +67,10 @@ DECLARE
     -- pass each other by the lanes' try-locks
     v_start int;
     v_need int := max_messages;
-    v_cuts int := 8;            -- cuts it may still make (or wait for); 0 once one numbered nothing
+    -- cuts it may still make (or wait for): 0 once one numbered nothing, or
+    -- numbered all that was committed for a receive that wants at most one
+    -- cut's worth (4,096: see the loop)
+    v_cuts int := 8;
     v_waited boolean := false;  -- waited for a lane held by another receive
     v_passes int := 0;          -- settled ended leases passed
     v_ended boolean := false;   -- looking at lanes whose leases ended
@@ -105,7 +110,10 @@ BEGIN
     END IF;
     IF v_begun >= 0 THEN
         v_start := v_begun;   -- (it numbered: the lane the cut dealt to first)
-        v_cuts := 7;
+        -- (its short cut numbered all that was committed: what commits
+        -- meanwhile is for the next receive, unless this one wants more
+        -- than a cut numbers)
+        v_cuts := CASE WHEN max_messages > 4096 THEN 7 ELSE 0 END;
     ELSIF v_begun = -2 THEN
         -- The queue rotated: the new slot's copy serves this receive.
         -- This one's statements name a slot that is no longer current,
@@ -171,7 +179,12 @@ BEGIN
             IF v_cuts > 0 THEN
                 v_rr := e2_number__s(q.id, q.lanes, p_slot, p_epoch, v_now, v_need = max_messages, s.cut, v_need);
                 v_now := clock_timestamp();   -- (it may have waited for another's cut)
-                v_cuts := CASE WHEN v_rr IS NULL THEN 0 ELSE v_cuts - 1 END;
+                -- (a cut numbers all that was committed, up to 4,096: what
+                -- commits meanwhile is for the next receive, unless this
+                -- one wants more than that; in steady traffic each cut
+                -- again numbered a few messages, for a take, a lease and
+                -- looks at the lanes of their own)
+                v_cuts := CASE WHEN v_rr IS NULL OR v_need <= 4096 THEN 0 ELSE v_cuts - 1 END;
                 IF v_rr IS NOT NULL THEN
                     v_start := v_rr;   -- (the lane the cut dealt to first: looked at first)
                     v_seen := '{}';
