@@ -126,26 +126,31 @@ BEGIN
         SELECT DISTINCT split_part(x, '.', 2)::bigint AS pos, split_part(x, '.', 3)::int AS lane,
                         split_part(x, '.', 4)::bigint AS lease_no, nullif(split_part(x, '.', 5), '')::bigint AS token
         FROM unnest(p_receipts) x
+    ), l AS MATERIALIZED (
+        -- the leases named, each read once, by its key (LIMIT 1 keeps it a
+        -- lookup, the primary key's order its index: planned once while
+        -- the slot was nearly empty, a join merged or hashed the receipts
+        -- with every lease of the group, and a lookup without the order
+        -- took the index on expiry and read every lease of the lane; each
+        -- cost more with every lease the slot held), and its completions
+        SELECT x.*, coalesce(a.done, '{}') AS done
+        FROM (SELECT DISTINCT r.lane, r.lease_no, r.token FROM r) n
+        CROSS JOIN LATERAL (SELECT ll.lane, ll.lease_no, ll.n, ll.first_pos, ll.last_pos, ll.redo_pos, ll.expires_at
+                            FROM lease__s ll
+                            WHERE ll.group_id = p_group AND ll.lane = n.lane AND ll.lease_no = n.lease_no
+                              AND ll.kind = 'r' AND ll.token = n.token
+                            ORDER BY ll.group_id, ll.lane, ll.lease_no, ll.slot LIMIT 1) x
+        CROSS JOIN LATERAL (SELECT array_agg(a.pos) AS done FROM ack__s a
+                            WHERE a.group_id = p_group AND a.lane = n.lane AND a.lease_no = n.lease_no) a
     ), v AS MATERIALIZED (
-        -- (each receipt's lease looked up alone, LIMIT 1 keeping it out of
-        -- a join, in the primary key's order, so that the plan made once
-        -- while the slot was nearly empty reads the lease by its key: a
-        -- join merged or hashed the receipts with every lease of the group,
-        -- and a lookup without the order took the index on expiry and read
-        -- every lease of the lane; each cost more with every lease the slot
-        -- held)
         SELECT r.pos, r.lane, r.lease_no, l.n
-        FROM r CROSS JOIN LATERAL (SELECT ll.* FROM lease__s ll
-                                   WHERE ll.group_id = p_group AND ll.lane = r.lane AND ll.lease_no = r.lease_no
-                                   ORDER BY ll.group_id, ll.lane, ll.lease_no, ll.slot LIMIT 1) l
-        WHERE l.kind = 'r' AND l.token = r.token
-          AND (r.pos BETWEEN l.first_pos AND l.last_pos OR r.pos = ANY (l.redo_pos))
+        FROM r JOIN l ON l.lane = r.lane AND l.lease_no = r.lease_no
+        WHERE (r.pos BETWEEN l.first_pos AND l.last_pos OR r.pos = ANY (l.redo_pos))
           AND (l.expires_at > p_now
                OR EXISTS (SELECT 1 FROM ext__s e WHERE e.group_id = p_group AND e.lane = r.lane
                                                    AND e.lease_no = r.lease_no AND e.pos IN (0, r.pos)
                                                    AND e.expires_at > p_now))
-          AND NOT EXISTS (SELECT 1 FROM ack__s a WHERE a.group_id = p_group AND a.lane = r.lane
-                                                   AND a.lease_no = r.lease_no AND a.pos IN (0, r.pos))
+          AND NOT (0 = ANY (l.done) OR r.pos = ANY (l.done))
     ), w AS (
         SELECT v.lane, v.lease_no, count(*)::int AS k, count(*) = max(v.n) AS whole FROM v GROUP BY v.lane, v.lease_no
     ), ins AS (

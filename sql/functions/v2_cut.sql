@@ -90,9 +90,9 @@ AS $$
 $$;
 RESET check_function_bodies;
 
--- e2_deal_chunk: how many of a cut's unkeyed messages, past the receive's
--- share, go to each lane in turn (e2_dealt_lane): rest / lanes rounded up,
--- at least 1, at most 64.
+-- e2_deal_chunk: how many of a cut's unkeyed messages past the receive's
+-- share go to each lane in turn (e2_dealt_lane): the rest / lanes rounded
+-- up, at least 1, at most 64.
 --
 -- Parameters:
 --   p_rest   how many are dealt past the share
@@ -107,39 +107,35 @@ $$;
 
 -- e2_dealt_lane: the lane a cut deals an unkeyed message (of priority 0)
 -- to; keyed ones go to their key's lane. The first p_share of them (the
--- need of the receive that cuts: it takes them in one take, one lease) go
--- to lane p_rr, where the last cut left off; the rest in chunks of rest /
--- lanes (at least 1, at most 64), lane after lane from the next one, so
--- that every lane gets some for the group's other consumers. One place for
--- the cut's two statements (e2_cut_now__s, e2_cut_store); SQL, inlined into
--- them.
+-- need of the receive that cuts, at most all of them: it takes them in one
+-- take, one lease) go to lane p_rr, where the last cut left off; the rest
+-- in chunks of p_chunk (e2_deal_chunk of the rest), lane after lane from
+-- the next one, so that every lane gets some for the group's other
+-- consumers. One place for the cut's two statements (e2_cut_now__s,
+-- e2_cut_store), which compute the share and the chunk once; SQL, inlined
+-- into them (a small expression: one that computed them itself cost the
+-- short path's receive ~50k instructions more, set up anew in each
+-- transaction).
 --
 -- Parameters:
 --   p_j      the message's place among those the cut deals, from 0; p_nu:
 --            one past the last
 --   p_nu     how many the cut deals
---   p_share  the receive's need (0: none, as a group's start)
+--   p_share  least(the receive's need, p_nu) (0: none, as a group's start)
+--   p_chunk  e2_deal_chunk(p_nu - p_share, lanes)
 --   p_rr     the lane to deal to first (the last cut's rr)
 --   p_lanes  lanes
 -- Returns: the lane; for p_j = p_nu, the lane the next cut deals to first
 --   (the new cut's rr)
--- Calls: e2_deal_chunk (inlined)
-SET check_function_bodies = off;   -- (e2_deal_chunk: the queue's copy, on its path)
-CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_dealt_lane(p_j bigint, p_nu bigint, p_share bigint, p_rr int, p_lanes int)
+CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_dealt_lane(p_j bigint, p_nu bigint, p_share bigint, p_chunk bigint,
+                                                     p_rr int, p_lanes int)
 RETURNS int
 LANGUAGE sql IMMUTABLE
 AS $$
-    -- (share: least(p_share, p_nu); off: 1 when it is not 0; chunk:
-    -- e2_deal_chunk of the rest)
-    SELECT ((p_rr + CASE WHEN p_j < least(p_share, p_nu) THEN 0
-                         WHEN p_j < p_nu
-                         THEN (least(p_share, p_nu) > 0)::int
-                              + (p_j - least(p_share, p_nu)) / e2_deal_chunk(p_nu - least(p_share, p_nu), p_lanes)
-                         ELSE (least(p_share, p_nu) > 0)::int
-                              + (p_nu - least(p_share, p_nu) + e2_deal_chunk(p_nu - least(p_share, p_nu), p_lanes) - 1)
-                                / e2_deal_chunk(p_nu - least(p_share, p_nu), p_lanes) END) % p_lanes)::int
+    SELECT ((p_rr + CASE WHEN p_j < p_share THEN 0
+                         WHEN p_j < p_nu THEN (p_share > 0)::int + (p_j - p_share) / p_chunk
+                         ELSE (p_share > 0)::int + (p_nu - p_share + p_chunk - 1) / p_chunk END) % p_lanes)::int
 $$;
-RESET check_function_bodies;
 
 -- e2_cut_now__s: number what is committed and not numbered yet, for a
 -- receive that holds the queue's cut lock (e2_number__s, e2_before_look__s;
@@ -174,7 +170,7 @@ RESET check_function_bodies;
 --                        the first lane dealt to (e2_dealt_lane)
 -- Returns: n, how many positions it numbered; rr, the lane it dealt to
 --   first
--- Calls: e2_cut_candidates, e2_dealt_lane (inlined), e2_cut_store, sluice._snapshot_with,
+-- Calls: e2_cut_candidates, e2_deal_chunk, e2_dealt_lane (inlined), e2_cut_store, sluice._snapshot_with,
 --   sluice._durable_commit (keyed messages numbered)
 CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_cut_now__s(p_queue_id int, p_lanes int, p_slot smallint, p_epoch bigint,
                                                      p_short boolean, p_need int, OUT n bigint, OUT rr int)
@@ -197,6 +193,8 @@ DECLARE
     v_kh bigint[];
     v_lanes smallint[] := '{}';
     v_pos bigint[] := '{}';
+    v_share int;      -- dealt to the first lane (e2_dealt_lane)
+    v_chunk int;
     v_j int := 0;
     v_l int;
 BEGIN
@@ -230,11 +228,13 @@ BEGIN
     ELSIF n = 0 THEN
         RETURN;   -- nothing to number: no cut row
     END IF;
+    v_share := least(p_need, v_nu);
+    v_chunk := e2_deal_chunk(v_nu - v_share, p_lanes);
     FOR i IN 1 .. n LOOP
         IF v_kh[i] IS NOT NULL THEN
             v_l := ((v_kh[i] % p_lanes + p_lanes) % p_lanes)::int;
         ELSE
-            v_l := e2_dealt_lane(v_j, v_nu, p_need, rr, p_lanes);
+            v_l := e2_dealt_lane(v_j, v_nu, v_share, v_chunk, rr, p_lanes);
             v_j := v_j + 1;
         END IF;
         v_heads[v_l + 1] := coalesce(v_heads[v_l + 1], 0) + 1;
@@ -256,7 +256,7 @@ BEGIN
     )
     INSERT INTO cut__s (slot, cut_no, snap, snap_xmax, snap_xip, heads, rr, due_upto, at, epoch)
     VALUES (p_slot, v_cut_no + 1, v_snap, pg_snapshot_xmax(v_snap), ARRAY(SELECT pg_snapshot_xip(v_snap)), v_heads,
-            e2_dealt_lane(v_nu, v_nu, p_need, rr, p_lanes), v_now, clock_timestamp(), p_epoch);
+            e2_dealt_lane(v_nu, v_nu, v_share, v_chunk, rr, p_lanes), v_now, clock_timestamp(), p_epoch);
     IF v_nu < n AND current_setting('sluice.caller_synchronous_commit', true) <> '' THEN
         -- keyed positions are handed out only once on disk (file header)
         PERFORM sluice._durable_commit();
@@ -280,7 +280,8 @@ $$;
 --            no receive)
 -- Returns: how many positions were numbered
 -- Errors: SL010 invalid_isolation (outside READ COMMITTED)
--- Calls: e2_cut_candidates, e2_dealt_lane (inlined), sluice._durable_commit (keyed messages numbered)
+-- Calls: e2_cut_candidates, e2_deal_chunk, e2_dealt_lane (inlined), sluice._durable_commit (keyed messages
+--   numbered)
 CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_cut_store(p_lanes int, p_slot smallint, p_epoch bigint, p_now timestamptz,
                                                     p_need int)
 RETURNS bigint
@@ -364,13 +365,16 @@ BEGIN
         SELECT count(*) AS n, count(*) FILTER (WHERE d.khash IS NULL AND d.prio = 0) AS nu,
                count(*) FILTER (WHERE d.khash IS NOT NULL) AS nk
         FROM due d
+    ), deal AS (
+        -- (the share and the chunk of e2_dealt_lane)
+        SELECT least(p_need, k.nu) AS share, e2_deal_chunk(k.nu - least(p_need, k.nu), p_lanes) AS chunk FROM k
     ), laned AS (
         -- a keyed message to its key's lane, a prioritized one to the
         -- priority lane (p_lanes), the others dealt out in chunks
         SELECT d.*, (CASE WHEN d.khash IS NOT NULL THEN (d.khash % p_lanes + p_lanes) % p_lanes
                           WHEN d.prio <> 0 THEN p_lanes
-                          ELSE e2_dealt_lane(d.j, k.nu, p_need, c.rr, p_lanes) END)::smallint AS lane
-        FROM due d CROSS JOIN c CROSS JOIN k
+                          ELSE e2_dealt_lane(d.j, k.nu, deal.share, deal.chunk, c.rr, p_lanes) END)::smallint AS lane
+        FROM due d CROSS JOIN c CROSS JOIN k CROSS JOIN deal
     ), placed AS (
         SELECT l.*, coalesce(c.heads[l.lane + 1], 0) + row_number() OVER (PARTITION BY l.lane ORDER BY l.i) AS pos
         FROM laned l CROSS JOIN c
@@ -404,9 +408,9 @@ BEGIN
                                      coalesce((SELECT max(r.last_pos) FROM rows r WHERE r.lane = o.o - 1), 0),
                                      coalesce((SELECT max(r.last_pos) FROM prows r WHERE r.lane = o.o - 1), 0))
                      FROM generate_series(1, p_lanes + 1) o ORDER BY o.o),
-               e2_dealt_lane(k.nu, k.nu, p_need, c.rr, p_lanes), p_now, clock_timestamp(), p_epoch,
+               e2_dealt_lane(k.nu, k.nu, deal.share, deal.chunk, c.rr, p_lanes), p_now, clock_timestamp(), p_epoch,
                CASE WHEN w.more THEN s.snap END, CASE WHEN w.more THEN w.txid END, CASE WHEN w.more THEN w.id END
-        FROM c CROSS JOIN s CROSS JOIN k CROSS JOIN w
+        FROM c CROSS JOIN s CROSS JOIN k CROSS JOIN deal CROSS JOIN w
         WHERE k.n > 0 OR EXISTS (SELECT FROM later) OR c.work_snap IS NOT NULL
         RETURNING 1
     )
