@@ -1,7 +1,6 @@
 package sqlsrc_test
 
 import (
-	"encoding/json"
 	"fmt"
 	"slices"
 	"testing"
@@ -145,25 +144,11 @@ func receiveBuffers(t *testing.T, b *bundle, queue string) []int64 {
 	t.Helper()
 	var reads []int64
 	for i := 0; i < 5; i++ {
-		var plan []struct {
-			Plan struct {
-				Rows float64 `json:"Actual Rows"`
-				Hit  int64   `json:"Shared Hit Blocks"`
-				Read int64   `json:"Shared Read Blocks"`
-			}
+		rows, buffers := explainBuffers(t, b.ctx, b.pool, `SELECT * FROM sluice.receive($1, 'default', 1, lease => '1 hour')`, queue)
+		if rows != 1 {
+			t.Fatalf("a receive after the leases expired returned %v messages, want 1", rows)
 		}
-		var raw []byte
-		if err := b.pool.QueryRow(b.ctx, `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON)
-			SELECT * FROM sluice.receive($1, 'default', 1, lease => '1 hour')`, queue).Scan(&raw); err != nil {
-			t.Fatal(err)
-		}
-		if err := json.Unmarshal(raw, &plan); err != nil || len(plan) != 1 {
-			t.Fatalf("plan %s: %v", raw, err)
-		}
-		if plan[0].Plan.Rows != 1 {
-			t.Fatalf("a receive after the leases expired returned %v messages, want 1", plan[0].Plan.Rows)
-		}
-		reads = append(reads, plan[0].Plan.Hit+plan[0].Plan.Read)
+		reads = append(reads, buffers)
 	}
 	slices.Sort(reads)
 	return reads

@@ -2,6 +2,7 @@ package sqlsrc_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
@@ -286,4 +287,28 @@ func receipts(ms []msg) []string {
 		out[i] = m.Receipt
 	}
 	return out
+}
+
+// explainBuffers runs query under EXPLAIN (ANALYZE, BUFFERS) on q and returns
+// the rows its top node returned and the shared buffers it hit or read,
+// counting those of the statements its functions ran.
+func explainBuffers(t *testing.T, ctx context.Context, q interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}, query string, args ...any) (rows float64, buffers int64) {
+	t.Helper()
+	var raw []byte
+	if err := q.QueryRow(ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+query, args...).Scan(&raw); err != nil {
+		t.Fatal(err)
+	}
+	var plan []struct {
+		Plan struct {
+			Rows float64 `json:"Actual Rows"`
+			Hit  int64   `json:"Shared Hit Blocks"`
+			Read int64   `json:"Shared Read Blocks"`
+		}
+	}
+	if err := json.Unmarshal(raw, &plan); err != nil || len(plan) != 1 {
+		t.Fatalf("plan %s: %v", raw, err)
+	}
+	return plan[0].Plan.Rows, plan[0].Plan.Hit + plan[0].Plan.Read
 }

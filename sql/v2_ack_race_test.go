@@ -1,7 +1,6 @@
 package sqlsrc_test
 
 import (
-	"encoding/json"
 	"sort"
 	"strings"
 	"sync"
@@ -117,21 +116,8 @@ func TestV2AckDoesNotReadEveryLease(t *testing.T) {
 			if len(ms) != 8 {
 				t.Fatalf("received %d, want 8", len(ms))
 			}
-			var raw []byte
-			if err := conn.QueryRow(b.ctx, `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON)
-				SELECT sluice.ack('v2ackmany', 'default', $1)`, v2receipts(ms)).Scan(&raw); err != nil {
-				t.Fatal(err)
-			}
-			var plan []struct {
-				Plan struct {
-					Hit  int64 `json:"Shared Hit Blocks"`
-					Read int64 `json:"Shared Read Blocks"`
-				}
-			}
-			if err := json.Unmarshal(raw, &plan); err != nil || len(plan) != 1 {
-				t.Fatalf("plan %s: %v", raw, err)
-			}
-			reads = append(reads, plan[0].Plan.Hit+plan[0].Plan.Read)
+			_, buffers := explainBuffers(t, b.ctx, conn, `SELECT sluice.ack('v2ackmany', 'default', $1)`, v2receipts(ms))
+			reads = append(reads, buffers)
 		}
 		sort.Slice(reads, func(i, j int) bool { return reads[i] < reads[j] })
 		return reads[2]

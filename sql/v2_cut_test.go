@@ -199,25 +199,11 @@ func TestV2SteadyCutDoesNotReadTheSlot(t *testing.T) {
 		var reads []int64
 		for i := 0; i < 5; i++ {
 			b.exec(`SELECT sluice.send('v2steady', '{"steady": true}')`)
-			var raw []byte
-			if err := b.pool.QueryRow(b.ctx, `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON)
-				SELECT * FROM sluice.receive('v2steady', 'default', 1, lease => '1 hour')`).Scan(&raw); err != nil {
-				t.Fatal(err)
+			rows, buffers := explainBuffers(t, b.ctx, b.pool, `SELECT * FROM sluice.receive('v2steady', 'default', 1, lease => '1 hour')`)
+			if rows != 1 {
+				t.Fatalf("a steady receive returned %v messages, want 1", rows)
 			}
-			var plan []struct {
-				Plan struct {
-					Rows float64 `json:"Actual Rows"`
-					Hit  int64   `json:"Shared Hit Blocks"`
-					Read int64   `json:"Shared Read Blocks"`
-				}
-			}
-			if err := json.Unmarshal(raw, &plan); err != nil || len(plan) != 1 {
-				t.Fatalf("plan %s: %v", raw, err)
-			}
-			if plan[0].Plan.Rows != 1 {
-				t.Fatalf("a steady receive returned %v messages, want 1", plan[0].Plan.Rows)
-			}
-			reads = append(reads, plan[0].Plan.Hit+plan[0].Plan.Read)
+			reads = append(reads, buffers)
 		}
 		sort.Slice(reads, func(i, j int) bool { return reads[i] < reads[j] })
 		return reads[2]

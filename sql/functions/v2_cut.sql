@@ -90,6 +90,18 @@ AS $$
 $$;
 RESET check_function_bodies;
 
+-- e2_cut_most: how many messages a cut numbers at most (the rest of its
+-- snapshot is left to the next cuts: a backlog is numbered in steps). SQL,
+-- folded into the statements that name it.
+--
+-- Returns: 4,096
+CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_cut_most()
+RETURNS int
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT 4096
+$$;
+
 -- e2_deal_chunk: how many of a cut's unkeyed messages past the receive's
 -- share go to each lane in turn (e2_dealt_lane): the rest / lanes rounded
 -- up, at least 1, at most 64.
@@ -112,10 +124,9 @@ $$;
 -- in chunks of p_chunk (e2_deal_chunk of the rest), lane after lane from
 -- the next one, so that every lane gets some for the group's other
 -- consumers. One place for the cut's two statements (e2_cut_now__s,
--- e2_cut_store), which compute the share and the chunk once; SQL, inlined
--- into them (a small expression: one that computed them itself cost the
--- short path's receive ~50k instructions more, set up anew in each
--- transaction).
+-- e2_cut_store), which compute the share and the chunk once (a small
+-- expression: it is set up anew in each transaction); SQL, inlined into
+-- them.
 --
 -- Parameters:
 --   p_j      the message's place among those the cut deals, from 0; p_nu:
@@ -280,8 +291,8 @@ $$;
 --            no receive)
 -- Returns: how many positions were numbered
 -- Errors: SL010 invalid_isolation (outside READ COMMITTED)
--- Calls: e2_cut_candidates, e2_deal_chunk, e2_dealt_lane (inlined), sluice._durable_commit (keyed messages
---   numbered)
+-- Calls: e2_cut_candidates, e2_cut_most, e2_deal_chunk, e2_dealt_lane (inlined), sluice._durable_commit
+--   (keyed messages numbered)
 CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_cut_store(p_lanes int, p_slot smallint, p_epoch bigint, p_now timestamptz,
                                                     p_need int)
 RETURNS bigint
@@ -331,17 +342,17 @@ BEGIN
         SELECT f.*, count(*) FILTER (WHERE f.due IS NULL OR f.due <= p_now) OVER o AS ri,
                count(*) FILTER (WHERE (f.due IS NULL OR f.due <= p_now) AND f.khash IS NULL AND f.priority = 0)
                    OVER o AS rj
-        FROM e2_cut_candidates(v_xip, v_xmax, v_from_txid, v_from_id, v_snap, 4097) f
+        FROM e2_cut_candidates(v_xip, v_xmax, v_from_txid, v_from_id, v_snap, e2_cut_most() + 1) f
         WINDOW o AS (ORDER BY f.txid, f.id ROWS UNBOUNDED PRECEDING)
     ), w AS MATERIALIZED (
         -- more to number in this snapshot: where this cut stopped (its
         -- 4,096th). (Materialized: the cut row reads more six times.)
-        SELECT EXISTS (SELECT FROM cand f WHERE f.rn > 4096) AS more, l.txid, l.id
+        SELECT EXISTS (SELECT FROM cand f WHERE f.rn > e2_cut_most()) AS more, l.txid, l.id
         FROM (SELECT 1) one
-        LEFT JOIN (SELECT f.txid, f.id FROM cand f WHERE f.rn = 4096) l ON true
+        LEFT JOIN (SELECT f.txid, f.id FROM cand f WHERE f.rn = e2_cut_most()) l ON true
     ), later AS (
         INSERT INTO pending (slot, due, mslot, txid, id)
-        SELECT p_slot, f.due, f.slot, f.txid, f.id FROM cand f WHERE f.rn <= 4096 AND f.due > p_now
+        SELECT p_slot, f.due, f.slot, f.txid, f.id FROM cand f WHERE f.rn <= e2_cut_most() AND f.due > p_now
         RETURNING 1
     ), pend AS MATERIALIZED (
         -- the pending ones come due, numbered first, in (txid, id) order
@@ -360,7 +371,7 @@ BEGIN
                np.n + f.ri - 1, np.nu + f.rj - 1
         FROM cand f
         CROSS JOIN (SELECT count(*) AS n, count(*) FILTER (WHERE p.khash IS NULL AND p.prio = 0) AS nu FROM pend p) np
-        WHERE f.rn <= 4096 AND (f.due IS NULL OR f.due <= p_now)
+        WHERE f.rn <= e2_cut_most() AND (f.due IS NULL OR f.due <= p_now)
     ), k AS (
         SELECT count(*) AS n, count(*) FILTER (WHERE d.khash IS NULL AND d.prio = 0) AS nu,
                count(*) FILTER (WHERE d.khash IS NOT NULL) AS nk

@@ -46,7 +46,7 @@
 --   p_epoch, p_started  the current epoch and when it started
 --   p_slot              its slot (this copy's)
 -- Returns: the messages leased, as sluice.receive
--- Calls: e2_ack, e2_before_look__s (numbers first), e2_receive_<slot> (after a rotation),
+-- Calls: e2_ack, e2_cut_most, e2_before_look__s (numbers first), e2_receive_<slot> (after a rotation),
 --   e2_prio_due__s, e2_number__s, e2_take_prio, e2_lane_open (inlined),
 --   e2_wait_lane__s, e2_unnumbered__s, e2_expired__s, e2_take__s,
 --   e2_take_keyed__s, e2_slow
@@ -69,7 +69,7 @@ DECLARE
     v_need int := max_messages;
     -- cuts it may still make (or wait for): 0 once one numbered nothing, or
     -- numbered all that was committed for a receive that wants at most one
-    -- cut's worth (4,096: see the loop)
+    -- cut's worth (e2_cut_most: see the loop)
     v_cuts int := 8;
     v_waited boolean := false;  -- waited for a lane held by another receive
     v_passes int := 0;          -- settled ended leases passed
@@ -113,7 +113,7 @@ BEGIN
         -- (its short cut numbered all that was committed: what commits
         -- meanwhile is for the next receive, unless this one wants more
         -- than a cut numbers)
-        v_cuts := CASE WHEN max_messages > 4096 THEN 7 ELSE 0 END;
+        v_cuts := CASE WHEN max_messages > e2_cut_most() THEN 7 ELSE 0 END;
     ELSIF v_begun = -2 THEN
         -- The queue rotated: the new slot's copy serves this receive.
         -- This one's statements name a slot that is no longer current,
@@ -184,7 +184,7 @@ BEGIN
                 -- one wants more than that; in steady traffic each cut
                 -- again numbered a few messages, for a take, a lease and
                 -- looks at the lanes of their own)
-                v_cuts := CASE WHEN v_rr IS NULL OR v_need <= 4096 THEN 0 ELSE v_cuts - 1 END;
+                v_cuts := CASE WHEN v_rr IS NULL OR v_need <= e2_cut_most() THEN 0 ELSE v_cuts - 1 END;
                 IF v_rr IS NOT NULL THEN
                     v_start := v_rr;   -- (the lane the cut dealt to first: looked at first)
                     v_seen := '{}';
