@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // The first receive of a new group returns what is committed (no tick, no
@@ -205,5 +207,56 @@ func TestV2CreateAndSendInOneTransaction(t *testing.T) {
 	ms := b.v2receive("v2onetx", "default", 10, "")
 	if len(ms) != 1 || ms[0].ID != id {
 		t.Fatalf("received %v, want message %d, sent in the transaction that made the queue", v2ids(ms), id)
+	}
+}
+
+// A lease is dated from when the receive holds the lane, not from when the
+// receive began: what it waited for before (here the queue's upkeep, whose
+// rotation waits up to 100 ms for the cut lock another transaction holds)
+// neither shortens the lease nor dates it before the previous holder of the
+// lane let go (a nack, a keyed retry). The fault harness orders deliveries
+// by these dates, and saw a delivery dated before the nack that freed it.
+func TestV2LeaseIsDatedFromWhenTheLaneIsHeld(t *testing.T) {
+	b := setup(t)
+	b.createV2("dated", `"lanes": 2, "rotate_interval": "1 second"`)
+	b.v2sendN("dated", 2)
+	first := b.v2receive("dated", "default", 1, "30 seconds") // (numbers both; the second waits in a lane)
+	if len(first) != 1 {
+		t.Fatalf("first receive: %d messages, want 1", len(first))
+	}
+	b.ack("dated", "default", first[0].Receipt)
+	time.Sleep(1100 * time.Millisecond) // (the epoch is due to rotate)
+
+	holder, err := b.pool.Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Rollback(b.ctx)
+	if _, err := holder.Exec(b.ctx, `SELECT pg_advisory_xact_lock(sluice._lock_ns('cut'), id) FROM sluice.queue WHERE name = 'dated'`); err != nil {
+		t.Fatal(err)
+	}
+	// a new session: its first receive of the queue runs the upkeep
+	conn, err := pgx.ConnectConfig(b.ctx, b.pool.Config().ConnConfig.Copy())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(b.ctx)
+	var began time.Time
+	if err := conn.QueryRow(b.ctx, `SELECT clock_timestamp()`).Scan(&began); err != nil {
+		t.Fatal(err)
+	}
+	ms, err := v2receiveOn(b.ctx, conn, "dated", "default", 1, "30 seconds")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ms) != 1 {
+		t.Fatalf("receive after the upkeep's wait: %d messages, want 1", len(ms))
+	}
+	if dated := ms[0].Expires.Add(-30 * time.Second); dated.Before(began.Add(90 * time.Millisecond)) {
+		t.Errorf("the lease is dated %s after the receive began, before its upkeep's 100 ms wait ended",
+			dated.Sub(began))
+	}
+	if e := b.v2epoch("dated"); e != 0 {
+		t.Errorf("epoch %d: the upkeep rotated while the cut lock was held", e)
 	}
 }

@@ -72,6 +72,7 @@ BEGIN
     IF NOT pg_try_advisory_xact_lock(sluice._lane_lock(g.id, v_lane)) THEN
         RETURN;
     END IF;
+    p_now := clock_timestamp();   -- (its leases are dated from when the lane is held)
     SELECT s.* INTO st FROM lease s WHERE s.group_id = g.id AND s.lane = v_lane ORDER BY s.lease_no DESC LIMIT 1;
     IF NOT FOUND THEN
         -- (a group made before the lane: from the first position)

@@ -57,7 +57,7 @@ RETURNS SETOF sluice.message
 LANGUAGE plpgsql
 AS $$
 DECLARE
-    v_now timestamptz := clock_timestamp();   -- (again after a wait: leases are dated from when the lane is held)
+    v_now timestamptz := clock_timestamp();   -- (again once a lane is held: leases are dated from then)
     v_at timestamptz;                         -- when it began to look (the idle note's)
     -- the lane to look at first; NULL: the one the next cut deals to first
     -- (the newest cut's rr): looking on from there, lane after lane, the
@@ -147,8 +147,10 @@ BEGIN
         -- path looks) whose lock is free, and its state (read before the
         -- lock: it may be stale, see e2_take__s); lane NULL: none. With the
         -- newest cut's number, so that a cut that commits before the probe
-        -- below, and after this, is looked at (e2_number__s).
-        SELECT h.cut_no AS cut, x.* INTO s
+        -- below, and after this, is looked at (e2_number__s), and the time
+        -- once the lane is held, which the lease is dated from (the
+        -- previous holder's leases and nacks committed before it).
+        SELECT h.cut_no AS cut, clock_timestamp() AS at, x.* INTO s
         FROM (SELECT c.cut_no, c.heads, c.rr FROM cut__s c ORDER BY c.cut_no DESC LIMIT 1) h
         LEFT JOIN LATERAL (
             SELECT l.lane, h.heads[l.lane + 1] AS head, st.kind, st.lease_no, st.cursor, st.scan_t, st.scan_no,
@@ -170,6 +172,7 @@ BEGIN
                        THEN set_config('sluice.lane_ended', 'y', true) IS NULL
                        ELSE false END
             LIMIT 1) x ON true;
+        v_now := s.at;
         IF s.lane IS NULL AND NOT v_ended THEN
             -- No free lane with positions: number (while cuts number
             -- something) and look again; or, with nothing yet, wait for a
