@@ -24,16 +24,19 @@
 -- e2_unnumbered__s: the newest cut's number (of this slot's cuts: the
 -- current slot's copy is called) and whether a cut would number anything: a
 -- committed message not numbered yet, or a pending one come due. Read only;
--- one index probe per slot and kind; an idle receive's only look.
+-- one index probe per slot and kind; an idle receive's only look. SQL, and
+-- a set of one row, so that the planner inlines it into its callers'
+-- statements (as a PL/pgSQL function of one statement it cost an empty
+-- receive ~0.1M instructions more: docs/design.md, "Measured").
 --
 -- Parameters:
 --   p_now  the receive's time
 -- Returns: cut_no, due, and rr (the lane the next cut deals to first)
-CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_unnumbered__s(p_now timestamptz, OUT cut_no bigint, OUT due boolean,
-                                                         OUT rr int)
-LANGUAGE plpgsql
+SET check_function_bodies = off;   -- (a SQL template names the queue's tables: see engine_runs.sql)
+CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_unnumbered__s(p_now timestamptz)
+RETURNS TABLE (cut_no bigint, due boolean, rr int)
+LANGUAGE sql STABLE
 AS $$
-BEGIN
     SELECT c.cut_no,
            EXISTS (SELECT 1 FROM msg m WHERE m.txid >= c.snap_xmax AND pg_visible_in_snapshot(m.txid, pg_current_snapshot()))
            OR (cardinality(c.snap_xip) > 0
@@ -42,10 +45,9 @@ BEGIN
            OR EXISTS (SELECT 1 FROM pending p WHERE p.due > c.due_upto AND p.due <= p_now)
            OR c.work_snap IS NOT NULL,
            c.rr
-    INTO cut_no, due, rr
-    FROM cut__s c ORDER BY c.cut_no DESC LIMIT 1;
-END
+    FROM cut__s c ORDER BY c.cut_no DESC LIMIT 1
 $$;
+RESET check_function_bodies;
 
 -- e2_cut_candidates: the first messages a cut numbers: those visible in
 -- its snapshot and not in the last full cut's, after what a partial cut
