@@ -208,6 +208,7 @@ DECLARE
     v_pos bigint[] := '{}';
     v_share int;      -- dealt to the first lane (e2_dealt_lane)
     v_chunk int;
+    v_next int;       -- the new cut's rr
     v_j int := 0;
     v_l int;
 BEGIN
@@ -241,11 +242,20 @@ BEGIN
     ELSIF n = 0 THEN
         RETURN;   -- nothing to number: no cut row
     END IF;
+    -- (The deal's expressions, e2_deal_chunk and e2_dealt_lane, are set up
+    -- anew in each transaction that evaluates them, ~70k instructions: the
+    -- usual cut, whose receive wants every unkeyed message it numbers, takes
+    -- their first case here, the receive's share to lane rr, without them.)
     v_share := least(p_need, v_nu);
-    v_chunk := e2_deal_chunk(v_nu - v_share, p_lanes);
+    IF v_share < v_nu THEN
+        v_chunk := e2_deal_chunk(v_nu - v_share, p_lanes);
+    END IF;
     FOR i IN 1 .. n LOOP
         IF v_kh[i] IS NOT NULL THEN
             v_l := ((v_kh[i] % p_lanes + p_lanes) % p_lanes)::int;
+        ELSIF v_j < v_share THEN
+            v_l := rr;
+            v_j := v_j + 1;
         ELSE
             v_l := e2_dealt_lane(v_j, v_nu, v_share, v_chunk, rr, p_lanes);
             v_j := v_j + 1;
@@ -254,6 +264,13 @@ BEGIN
         v_lanes := v_lanes || v_l::smallint;
         v_pos := v_pos || v_heads[v_l + 1];
     END LOOP;
+    -- the lane the next cut deals to first (e2_dealt_lane of v_nu: the one
+    -- after rr when the share was all of them, rr when none was dealt)
+    IF v_share = v_nu THEN
+        v_next := (rr + (v_nu > 0)::int) % p_lanes;
+    ELSE
+        v_next := e2_dealt_lane(v_nu, v_nu, v_share, v_chunk, rr, p_lanes);
+    END IF;
     -- one batch row per lane and 64 positions, as e2_cut_store's (its
     -- arrays in position order, as the sorted subquery gives them), and the
     -- cut row
@@ -269,7 +286,7 @@ BEGIN
     )
     INSERT INTO cut__s (slot, cut_no, snap, snap_xmax, snap_xip, heads, rr, due_upto, at, epoch)
     VALUES (p_slot, v_cut_no + 1, v_snap, pg_snapshot_xmax(v_snap), ARRAY(SELECT pg_snapshot_xip(v_snap)), v_heads,
-            e2_dealt_lane(v_nu, v_nu, v_share, v_chunk, rr, p_lanes), v_now, clock_timestamp(), p_epoch);
+            v_next, v_now, clock_timestamp(), p_epoch);
     IF v_nu < n AND current_setting('sluice.caller_synchronous_commit', true) <> '' THEN
         -- keyed positions are handed out only once on disk (file header)
         PERFORM sluice._durable_commit();
