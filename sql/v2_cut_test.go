@@ -218,3 +218,102 @@ func TestV2SteadyCutDoesNotReadTheSlot(t *testing.T) {
 		t.Errorf("a steady receive read %d buffers (median of 5) with 20,000 numbered messages in its slot, %d with a few: it reads the slot", big, small)
 	}
 }
+
+// e2_dealt_pos places each message a cut deals where the full statement's
+// window does (e2_cut_store: the dealt messages of each lane numbered in
+// their order, after the lane's head): for every count, share and number of
+// lanes tried, the place it gives is the message's rank among those
+// e2_dealt_lane sends to its lane. The plain cut (e2_cut_plain) places a
+// backlog with it instead of the window and its sort.
+func TestV2DealtPosIsTheRankInTheLane(t *testing.T) {
+	b := setup(t)
+	var bad int64
+	var example string
+	if err := b.pool.QueryRow(b.ctx, `
+		WITH p AS (
+			SELECT nu, share0, share, lanes, rr, sluice_tmpl2.e2_deal_chunk(nu - share, lanes) AS chunk
+			FROM generate_series(1, 300) nu, generate_series(0, 9) s(share0),
+			     LATERAL (SELECT least(s.share0 * s.share0 * 3, nu) AS share) sh,
+			     generate_series(1, 9) lanes, LATERAL (SELECT nu % lanes AS rr) r
+		), d AS (
+			SELECT p.*, j, sluice_tmpl2.e2_dealt_lane(j, nu, share, chunk, rr, lanes) AS lane,
+			       sluice_tmpl2.e2_dealt_pos(j, share, chunk, lanes) AS pos
+			FROM p, generate_series(0, p.nu - 1) j
+		), w AS (
+			SELECT d.*, row_number() OVER (PARTITION BY nu, share0, lanes, lane ORDER BY j) AS rank FROM d
+		)
+		SELECT count(*), coalesce(min(format('nu %s share %s lanes %s rr %s chunk %s: j %s in lane %s at %s, rank %s',
+		                                     nu, share, lanes, rr, chunk, j, lane, pos, rank)), '')
+		FROM w WHERE pos <> rank`).Scan(&bad, &example); err != nil {
+		t.Fatal(err)
+	}
+	if bad > 0 {
+		t.Fatalf("%d messages placed otherwise than their rank in the lane, e.g. %s", bad, example)
+	}
+}
+
+// A backlog of unkeyed messages is numbered by the plain cut (a statement
+// that places each message by arithmetic, e2_cut_plain) in partial cuts of
+// 4,096: each lane's positions run from 1 without a gap or a repeat, each
+// batch row holds its range's positions (64 a row at most, within a block
+// of 64), every message is numbered once, and each lane holds its messages
+// in (txid, id) order. The receives that cut want 1, 37 and 100: shares of
+// several sizes.
+func TestV2PlainCutPlacesEveryMessageOnce(t *testing.T) {
+	b := setup(t)
+	b.createV2("plain", `"lanes": 5`)
+	b.exec(`SELECT count(*) FROM sluice.send_batch('plain', ARRAY(SELECT jsonb_build_object('n', g) FROM generate_series(1, 9000) g))`)
+	got := 0
+	for _, n := range []int{1, 37, 100} {
+		if k := len(b.v2receive("plain", "default", n, "1 hour")); k != n {
+			t.Fatalf("receive of %d: %d messages", n, k)
+		} else {
+			got += k
+		}
+	}
+	if got += len(b.v2drain("plain", "default", 100, "1 hour")); got != 9000 {
+		t.Fatalf("received %d of 9,000", got)
+	}
+	qid := b.int64("SELECT id FROM sluice.queue WHERE name = 'plain'")
+	check := func(what, sql string) {
+		t.Helper()
+		var n int64
+		var example string
+		if err := b.pool.QueryRow(b.ctx, fmt.Sprintf(sql, qid)).Scan(&n, &example); err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			t.Errorf("%s: %d, e.g. %s", what, n, example)
+		}
+	}
+	// every message numbered once (three cuts: 4,096, 4,096 and 808)
+	check("messages not numbered exactly once", `
+		SELECT count(*), coalesce(min(format('id %%s: %%s times', m.id, coalesce(x.k, 0))), '')
+		FROM sluice_q%[1]d.msg m
+		LEFT JOIN (SELECT u.id, count(*) AS k FROM sluice_q%[1]d.batch bt, unnest(bt.ids) u(id) GROUP BY u.id) x ON x.id = m.id
+		WHERE coalesce(x.k, 0) <> 1`)
+	check("batch rows not well formed", `
+		SELECT count(*), coalesce(min(format('lane %%s %%s-%%s with %%s ids', bt.lane, bt.first_pos, bt.last_pos, cardinality(bt.ids))), '')
+		FROM sluice_q%[1]d.batch bt
+		WHERE cardinality(bt.ids) <> bt.last_pos - bt.first_pos + 1 OR (bt.first_pos - 1) / 64 <> (bt.last_pos - 1) / 64
+		   OR cardinality(bt.txids) <> cardinality(bt.ids) OR cardinality(bt.mslots) <> cardinality(bt.ids)`)
+	check("positions of a lane not 1, 2, 3, ...", `
+		SELECT count(*), coalesce(min(format('lane %%s: position %%s is its %%s-th', x.lane, x.pos, x.rank)), '')
+		FROM (SELECT bt.lane, bt.first_pos + u.o - 1 AS pos, row_number() OVER (PARTITION BY bt.lane ORDER BY bt.first_pos, u.o) AS rank
+		      FROM sluice_q%[1]d.batch bt, unnest(bt.ids) WITH ORDINALITY u(id, o)) x
+		WHERE x.pos <> x.rank`)
+	check("lanes out of (txid, id) order", `
+		SELECT count(*), coalesce(min(format('lane %%s position %%s: id %%s after %%s', x.lane, x.pos, x.id, x.prev)), '')
+		FROM (SELECT bt.lane, bt.first_pos + u.o - 1 AS pos, u.id,
+		             lag(u.id) OVER (PARTITION BY bt.lane ORDER BY bt.first_pos, u.o) AS prev
+		      FROM sluice_q%[1]d.batch bt, unnest(bt.ids) WITH ORDINALITY u(id, o)) x
+		WHERE x.id < x.prev`)
+	var cuts, partial int64
+	if err := b.pool.QueryRow(b.ctx, fmt.Sprintf(`SELECT count(*) FILTER (WHERE cut_no > 0), count(*) FILTER (WHERE work_snap IS NOT NULL)
+		FROM sluice_q%d.cut`, qid)).Scan(&cuts, &partial); err != nil {
+		t.Fatal(err)
+	}
+	if cuts != 3 || partial != 2 {
+		t.Errorf("%d cuts, %d of them partial: want 3 and 2", cuts, partial)
+	}
+}

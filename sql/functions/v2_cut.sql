@@ -150,6 +150,26 @@ AS $$
                          ELSE (p_share > 0)::int + (p_nu - p_share + p_chunk - 1) / p_chunk END) % p_lanes)::int
 $$;
 
+-- e2_dealt_pos: where in its lane an unkeyed message dealt by
+-- e2_dealt_lane goes (1: right after the lane's head), for a cut that deals
+-- every message it numbers (none keyed or prioritized: e2_cut_plain). The
+-- share fills lane p_rr first; chunk c (from 0) goes to the lane
+-- (share > 0) + c after p_rr, after the c / p_lanes chunks dealt there
+-- before it (and after the share, on lane p_rr): the positions the full
+-- cut's window numbers (e2_cut_store's placed) without its sort. SQL,
+-- inlined into e2_cut_plain's statement.
+--
+-- Parameters: as e2_dealt_lane (p_j below the number dealt)
+-- Returns: the message's place in its lane among those the cut deals there
+CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_dealt_pos(p_j bigint, p_share bigint, p_chunk bigint, p_lanes int)
+RETURNS bigint
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT CASE WHEN p_j < p_share THEN p_j + 1
+                ELSE CASE WHEN p_share > 0 AND (1 + (p_j - p_share) / p_chunk) % p_lanes = 0 THEN p_share ELSE 0 END
+                     + (p_j - p_share) / p_chunk / p_lanes * p_chunk + (p_j - p_share) % p_chunk + 1 END
+$$;
+
 -- e2_cut_now__s: number what is committed and not numbered yet, for a
 -- receive that holds the queue's cut lock (e2_number__s, e2_before_look__s;
 -- held until it commits: the next cut must see this one), at most 4,096 messages (a
@@ -294,6 +314,94 @@ BEGIN
 END
 $$;
 
+-- e2_cut_plain: the cut of a backlog for e2_cut_store (its caller holds
+-- the cut lock, bitmap scans off): when every message it would number is
+-- due, unkeyed and of priority 0 and no pending one has come due, it deals
+-- them with one statement that places each by arithmetic (e2_dealt_lane,
+-- e2_dealt_pos) and writes the batch rows and the cut row, as the full
+-- statement would; at most 4,096 (the rest of the snapshot is left to the
+-- next cuts, as there). The full statement's windows, sorts and CTE
+-- passes over every message cost ~40k instructions a message, this ~19k
+-- (docs/design.md, "Measured"). A cut that is not plain costs a look at
+-- its first 16 candidates more, or, when its first 16 are plain, reading
+-- them all here for nothing (~4k a message: the full statement reads them
+-- again).
+--
+-- Parameters:
+--   p_lanes, p_slot, p_epoch, p_now, p_need  as e2_cut_store
+--   p_xip, p_xmax, p_from_txid, p_from_id, p_snap  what e2_cut_store read:
+--            the last cut's snapshot, where a partial cut stopped, the
+--            snapshot to number by
+-- Returns: how many positions were numbered; NULL when the cut is not
+--   plain (nothing written: the full statement numbers it)
+-- Calls: e2_cut_candidates, e2_cut_most, e2_deal_chunk, e2_dealt_lane, e2_dealt_pos (inlined)
+CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_cut_plain(p_lanes int, p_slot smallint, p_epoch bigint, p_now timestamptz,
+                                                    p_need int, p_xip xid8[], p_xmax xid8, p_from_txid xid8,
+                                                    p_from_id bigint, p_snap pg_snapshot)
+RETURNS bigint
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    c record;      -- the last cut
+    f record;      -- the candidates, as arrays
+    n bigint;      -- how many this cut numbers
+    v_share bigint;
+    v_chunk bigint;
+BEGIN
+    -- (one among the first 16 that is not plain: the full statement at
+    -- once, without reading the rest here)
+    IF EXISTS (SELECT 1 FROM e2_cut_candidates(p_xip, p_xmax, p_from_txid, p_from_id, p_snap, 16) m
+               WHERE m.khash IS NOT NULL OR m.priority <> 0 OR m.due > p_now) THEN
+        RETURN NULL;
+    END IF;
+    SELECT x.* INTO c FROM cut x ORDER BY x.cut_no DESC LIMIT 1;
+    SELECT count(*) AS k, coalesce(bool_or(m.khash IS NOT NULL OR m.priority <> 0 OR m.due > p_now), false) AS odd,
+           array_agg(m.id) AS ids, array_agg(m.txid) AS txids, array_agg(m.slot) AS mslots,
+           array_agg(m.target) AS targets
+    INTO f
+    FROM e2_cut_candidates(p_xip, p_xmax, p_from_txid, p_from_id, p_snap, e2_cut_most() + 1) m;   -- (in rn order)
+    IF f.k = 0 OR f.odd OR EXISTS (SELECT 1 FROM pending p WHERE p.due > c.due_upto AND p.due <= p_now) THEN
+        RETURN NULL;
+    END IF;
+    n := least(f.k, e2_cut_most());
+    v_share := least(p_need, n);
+    v_chunk := e2_deal_chunk(n - v_share, p_lanes);
+    WITH d AS (
+        SELECT u.id, u.txid, u.mslot, u.tg, e2_dealt_lane(u.j, n, v_share, v_chunk, c.rr, p_lanes) AS lane,
+               e2_dealt_pos(u.j, v_share, v_chunk, p_lanes) AS off
+        FROM (SELECT x.id, x.txid, x.mslot, x.tg, x.o - 1 AS j
+              FROM unnest(f.ids, f.txids, f.mslots, f.targets) WITH ORDINALITY AS x(id, txid, mslot, tg, o)
+              WHERE x.o <= n) u
+    ), rows AS (
+        -- one batch row per lane and 64 positions, its arrays in position
+        -- order (as the sorted subquery gives them)
+        INSERT INTO batch (slot, lane, first_pos, last_pos, ids, txids, mslots, targets, cut_no)
+        SELECT p_slot, b.lane, min(b.pos), max(b.pos), array_agg(b.id), array_agg(b.txid), array_agg(b.mslot),
+               CASE WHEN bool_or(b.tg IS NOT NULL) THEN array_agg(b.tg) END, c.cut_no + 1
+        FROM (SELECT d.lane, coalesce(c.heads[d.lane + 1], 0) + d.off AS pos, d.id, d.txid, d.mslot, d.tg
+              FROM d ORDER BY 1, 2) b
+        GROUP BY b.lane, (b.pos - 1) / 64
+        RETURNING lane, last_pos
+    )
+    -- the cut row: more of the snapshot left (a partial cut, as
+    -- e2_cut_store's): the last full snapshot kept, the one numbered by in
+    -- work_snap and where this one stopped
+    INSERT INTO cut (slot, cut_no, snap, snap_xmax, snap_xip, heads, rr, due_upto, at, epoch, work_snap, work_txid,
+                     work_id)
+    SELECT p_slot, c.cut_no + 1,
+           CASE WHEN f.k > n THEN c.snap ELSE p_snap END,
+           CASE WHEN f.k > n THEN c.snap_xmax ELSE pg_snapshot_xmax(p_snap) END,
+           CASE WHEN f.k > n THEN c.snap_xip ELSE ARRAY(SELECT pg_snapshot_xip(p_snap)) END,
+           ARRAY(SELECT greatest(coalesce(c.heads[o.o], 0),
+                                 coalesce((SELECT max(r.last_pos) FROM rows r WHERE r.lane = o.o - 1), 0))
+                 FROM generate_series(1, p_lanes + 1) o ORDER BY o.o),
+           e2_dealt_lane(n, n, v_share, v_chunk, c.rr, p_lanes), p_now, clock_timestamp(), p_epoch,
+           CASE WHEN f.k > n THEN p_snap END, CASE WHEN f.k > n THEN f.txids[n] END,
+           CASE WHEN f.k > n THEN f.ids[n] END;
+    RETURN n;
+END
+$$;
+
 -- e2_cut_store: the full cut, one statement (see e2_cut_now__s), through
 -- the parents, the caller holding the cut lock: the new messages visible in
 -- its snapshot and not in the last cut's (or the rest of a snapshot a cut
@@ -310,8 +418,8 @@ $$;
 --            no receive)
 -- Returns: how many positions were numbered
 -- Errors: SL010 invalid_isolation (outside READ COMMITTED)
--- Calls: e2_cut_candidates, e2_cut_most, e2_deal_chunk, e2_dealt_lane (inlined), sluice._durable_commit
---   (keyed messages numbered)
+-- Calls: e2_cut_plain, e2_cut_candidates, e2_cut_most, e2_deal_chunk, e2_dealt_lane (inlined),
+--   sluice._durable_commit (keyed messages numbered)
 CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_cut_store(p_lanes int, p_slot smallint, p_epoch bigint, p_now timestamptz,
                                                     p_need int)
 RETURNS bigint
@@ -348,6 +456,12 @@ BEGIN
     v_own := pg_current_xact_id_if_assigned();
     IF v_own IS NOT NULL AND pg_visible_in_snapshot(v_own, v_snap) THEN
         v_snap := sluice._snapshot_with(v_snap, v_own);
+    END IF;
+    -- A backlog of messages due, unkeyed and of priority 0 (most): the
+    -- plain cut; any other, the full statement.
+    n := e2_cut_plain(p_lanes, p_slot, p_epoch, p_now, p_need, v_xip, v_xmax, v_from_txid, v_from_id, v_snap);
+    IF n IS NOT NULL THEN
+        RETURN n;
     END IF;
     WITH c AS MATERIALIZED (
         SELECT * FROM cut c ORDER BY c.cut_no DESC LIMIT 1
