@@ -27,7 +27,7 @@
 -- one index probe per slot and kind; an idle receive's only look. SQL, and
 -- a set of one row, so that the planner inlines it into its callers'
 -- statements (as a PL/pgSQL function of one statement it cost an empty
--- receive ~0.1M instructions more: docs/design.md, "Measured").
+-- receive ~35k instructions more: docs/design.md, "Measured").
 --
 -- Parameters:
 --   p_now  the receive's time
@@ -263,7 +263,7 @@ BEGIN
         RETURN;   -- nothing to number: no cut row
     END IF;
     -- (The deal's expressions, e2_deal_chunk and e2_dealt_lane, are set up
-    -- anew in each transaction that evaluates them, ~70k instructions: the
+    -- anew in each transaction that evaluates them, ~60k instructions: the
     -- usual cut, whose receive wants every unkeyed message it numbers, takes
     -- their first case here, the receive's share to lane rr, without them.)
     v_share := least(p_need, v_nu);
