@@ -214,8 +214,7 @@ BEGIN
     IF EXISTS (SELECT 1 FROM sluice.consumer_group pg WHERE pg.queue_id = q.predecessor AND NOT pg.drained) THEN
         RETURN false;
     END IF;
-    IF NOT sluice._lock_within(format('SELECT pg_catalog.pg_advisory_xact_lock(%s, %s)', sluice._lock_ns('queue'),
-                                      hashtext(q.name)), '50ms') THEN
+    IF NOT sluice._xact_lock_within(sluice._lock_ns('queue'), hashtext(q.name), '50ms') THEN
         RETURN false;
     END IF;
     PERFORM pg_advisory_xact_lock(sluice._lock_ns('maint'), pq.id);

@@ -12,7 +12,12 @@
 -- in-progress list (xip), so a transaction held open (an xid held, a slow
 -- sender) costs each cut one index probe, never a rescan of what is numbered.
 -- Messages not due yet go to pending and are numbered by the first cut at
--- or after their due time.
+-- or after their due time. Each cut row carries the first due time in
+-- pending after its due_upto (next_due), written by the full cut, the one
+-- that reads and writes pending: the probe and the short and plain cuts
+-- compare it with the time and do not read pending (only the messages due
+-- later that pending holds, and reclaim moves with their due times, change
+-- it).
 --
 -- A receive commits without waiting for the disk (sluice._receive_commit),
 -- and a cut lost in a crash is made again, by a new snapshot, in (txid, id)
@@ -23,8 +28,9 @@
 
 -- e2_unnumbered__s: the newest cut's number (of this slot's cuts: the
 -- current slot's copy is called) and whether a cut would number anything: a
--- committed message not numbered yet, or a pending one come due. Read only;
--- one index probe per slot and kind; an idle receive's only look. SQL, and
+-- committed message not numbered yet, or a pending one come due (the cut
+-- row's next_due: pending is not read). Read only; one index probe per slot
+-- and kind; an idle receive's only look. SQL, and
 -- a set of one row, so that the planner inlines it into its callers'
 -- statements (as a PL/pgSQL function of one statement it cost an empty
 -- receive ~35k instructions more: docs/design.md, "Measured").
@@ -42,7 +48,7 @@ AS $$
            OR (cardinality(c.snap_xip) > 0
                AND EXISTS (SELECT 1 FROM msg m
                            WHERE m.txid = ANY (c.snap_xip) AND pg_visible_in_snapshot(m.txid, pg_current_snapshot())))
-           OR EXISTS (SELECT 1 FROM pending p WHERE p.due > c.due_upto AND p.due <= p_now)
+           OR c.next_due <= p_now
            OR c.work_snap IS NOT NULL,
            c.rr
     FROM cut__s c ORDER BY c.cut_no DESC LIMIT 1
@@ -217,8 +223,9 @@ DECLARE
     v_epoch bigint;
     v_short boolean;  -- the short path applies
     v_nu int;         -- unkeyed ones (dealt out)
-    v_cut_no bigint;  -- the last cut's number and heads
+    v_cut_no bigint;  -- the last cut's number, heads and next due time (carried)
     v_heads bigint[];
+    v_next_due timestamptz;
     v_ids bigint[];
     v_txids xid8[];
     v_mslots smallint[];
@@ -242,12 +249,12 @@ BEGIN
     -- The last cut of this slot, the current slot, and the first 17
     -- messages to number, as they come (what commits after the snapshot is
     -- left to the next cut).
-    SELECT x.cut_no, x.heads, x.rr, ns.slot, ns.epoch, f.n, f.nu,
-           f.n <= 16 AND NOT f.odd AND x.work_snap IS NULL
-           AND NOT EXISTS (SELECT 1 FROM pending p WHERE p.due > x.due_upto AND p.due <= v_now),
+    SELECT x.cut_no, x.heads, x.rr, x.next_due, ns.slot, ns.epoch, f.n, f.nu,
+           f.n <= 16 AND NOT f.odd AND x.work_snap IS NULL AND x.next_due > v_now,
            f.ids, f.txids, f.mslots, f.targets, f.kh
-    INTO v_cut_no, v_heads, rr, v_slot, v_epoch, n, v_nu, v_short, v_ids, v_txids, v_mslots, v_targets, v_kh
-    FROM (SELECT y.cut_no, y.heads, y.rr, y.snap_xip, y.snap_xmax, y.due_upto, y.work_snap FROM cut__s y
+    INTO v_cut_no, v_heads, rr, v_next_due, v_slot, v_epoch, n, v_nu, v_short, v_ids, v_txids, v_mslots, v_targets,
+         v_kh
+    FROM (SELECT y.cut_no, y.heads, y.rr, y.snap_xip, y.snap_xmax, y.next_due, y.work_snap FROM cut__s y
           ORDER BY y.cut_no DESC LIMIT 1) x
     CROSS JOIN sluice._slot_now(p_queue_id) ns
     CROSS JOIN LATERAL (
@@ -304,9 +311,9 @@ BEGIN
               ORDER BY x.lane, grp, x.pos) u
         GROUP BY u.lane, u.grp
     )
-    INSERT INTO cut__s (slot, cut_no, snap, snap_xmax, snap_xip, heads, rr, due_upto, at, epoch)
+    INSERT INTO cut__s (slot, cut_no, snap, snap_xmax, snap_xip, heads, rr, due_upto, at, epoch, next_due)
     VALUES (p_slot, v_cut_no + 1, v_snap, pg_snapshot_xmax(v_snap), ARRAY(SELECT pg_snapshot_xip(v_snap)), v_heads,
-            v_next, v_now, clock_timestamp(), p_epoch);
+            v_next, v_now, clock_timestamp(), p_epoch, v_next_due);
     IF v_nu < n AND current_setting('sluice.caller_synchronous_commit', true) <> '' THEN
         -- keyed positions are handed out only once on disk (file header)
         PERFORM sluice._durable_commit();
@@ -360,7 +367,7 @@ BEGIN
            array_agg(m.target) AS targets
     INTO f
     FROM e2_cut_candidates(p_xip, p_xmax, p_from_txid, p_from_id, p_snap, e2_cut_most() + 1) m;   -- (in rn order)
-    IF f.k = 0 OR f.odd OR EXISTS (SELECT 1 FROM pending p WHERE p.due > c.due_upto AND p.due <= p_now) THEN
+    IF f.k = 0 OR f.odd OR c.next_due <= p_now THEN
         RETURN NULL;
     END IF;
     n := least(f.k, e2_cut_most());
@@ -387,7 +394,7 @@ BEGIN
     -- e2_cut_store's): the last full snapshot kept, the one numbered by in
     -- work_snap and where this one stopped
     INSERT INTO cut (slot, cut_no, snap, snap_xmax, snap_xip, heads, rr, due_upto, at, epoch, work_snap, work_txid,
-                     work_id)
+                     work_id, next_due)
     SELECT p_slot, c.cut_no + 1,
            CASE WHEN f.k > n THEN c.snap ELSE p_snap END,
            CASE WHEN f.k > n THEN c.snap_xmax ELSE pg_snapshot_xmax(p_snap) END,
@@ -397,7 +404,7 @@ BEGIN
                  FROM generate_series(1, p_lanes + 1) o ORDER BY o.o),
            e2_dealt_lane(n, n, v_share, v_chunk, c.rr, p_lanes), p_now, clock_timestamp(), p_epoch,
            CASE WHEN f.k > n THEN p_snap END, CASE WHEN f.k > n THEN f.txids[n] END,
-           CASE WHEN f.k > n THEN f.ids[n] END;
+           CASE WHEN f.k > n THEN f.ids[n] END, c.next_due;
     RETURN n;
 END
 $$;
@@ -541,9 +548,16 @@ BEGIN
         SELECT p_slot, p.prio, p.pos, p.id, p.txid, p.mslot, (SELECT c.cut_no + 1 FROM c), p.target
         FROM placed p WHERE p.lane = p_lanes
         RETURNING p_lanes AS lane, pos AS last_pos
+    ), nd AS (
+        -- the cut's next_due: the first due time after p_now in pending,
+        -- of the rows there and of those this cut writes (not visible to
+        -- the statement that writes them)
+        SELECT coalesce(least((SELECT min(p.due) FROM pending p WHERE p.due > p_now),
+                              (SELECT min(f.due) FROM cand f WHERE f.rn <= e2_cut_most() AND f.due > p_now)),
+                        'infinity') AS next_due
     ), cutrow AS (
         INSERT INTO cut (slot, cut_no, snap, snap_xmax, snap_xip, heads, rr, due_upto, at, epoch,
-                         work_snap, work_txid, work_id)
+                         work_snap, work_txid, work_id, next_due)
         SELECT p_slot, c.cut_no + 1,
                CASE WHEN w.more THEN c.snap ELSE s.snap END,
                CASE WHEN w.more THEN c.snap_xmax ELSE pg_snapshot_xmax(s.snap) END,
@@ -553,9 +567,13 @@ BEGIN
                                      coalesce((SELECT max(r.last_pos) FROM prows r WHERE r.lane = o.o - 1), 0))
                      FROM generate_series(1, p_lanes + 1) o ORDER BY o.o),
                e2_dealt_lane(k.nu, k.nu, deal.share, deal.chunk, c.rr, p_lanes), p_now, clock_timestamp(), p_epoch,
-               CASE WHEN w.more THEN s.snap END, CASE WHEN w.more THEN w.txid END, CASE WHEN w.more THEN w.id END
-        FROM c CROSS JOIN s CROSS JOIN k CROSS JOIN deal CROSS JOIN w
-        WHERE k.n > 0 OR EXISTS (SELECT FROM later) OR c.work_snap IS NOT NULL
+               CASE WHEN w.more THEN s.snap END, CASE WHEN w.more THEN w.txid END, CASE WHEN w.more THEN w.id END,
+               nd.next_due
+        FROM c CROSS JOIN s CROSS JOIN k CROSS JOIN deal CROSS JOIN w CROSS JOIN nd
+        -- (a cut that numbers nothing and puts nothing aside still writes
+        -- its row when next_due changes: else the probe would find the same
+        -- pending message due, a stale one or none, at every receive)
+        WHERE k.n > 0 OR EXISTS (SELECT FROM later) OR c.work_snap IS NOT NULL OR nd.next_due <> c.next_due
         RETURNING 1
     )
     SELECT k.n, k.nk INTO n, v_keyed FROM k WHERE EXISTS (SELECT FROM cutrow) OR k.n = 0;
@@ -580,7 +598,6 @@ RETURNS boolean
 LANGUAGE plpgsql
 AS $$
 BEGIN
-    RETURN sluice._lock_within(format('SELECT pg_catalog.pg_advisory_xact_lock(%s, %s)', sluice._lock_ns('cut'), p_queue_id),
-                               '100ms');
+    RETURN sluice._xact_lock_within(sluice._lock_ns('cut'), p_queue_id, '100ms');
 END
 $$;

@@ -85,15 +85,14 @@ AS $$
 DECLARE
     v_slot constant smallint := (p_epoch % q.slots)::smallint;
 BEGIN
-    IF NOT sluice._lock_within(format('SELECT pg_catalog.pg_advisory_xact_lock(%s, %s)', sluice._lock_ns('cut'), q.id),
-                               '100ms') THEN
+    IF NOT sluice._xact_lock_within(sluice._lock_ns('cut'), q.id, '100ms') THEN
         RETURN false;
     END IF;
     INSERT INTO sluice.epoch (queue_id, epoch, slot, started_at) VALUES (q.id, p_epoch, v_slot, clock_timestamp());
     INSERT INTO cut (slot, cut_no, snap, snap_xmax, snap_xip, heads, rr, due_upto, at, epoch, work_snap, work_txid,
-                     work_id)
+                     work_id, next_due)
     SELECT v_slot, c.cut_no + 1, c.snap, c.snap_xmax, c.snap_xip, c.heads, c.rr, c.due_upto, clock_timestamp(), p_epoch,
-           c.work_snap, c.work_txid, c.work_id
+           c.work_snap, c.work_txid, c.work_id, c.next_due
     FROM cut c ORDER BY c.cut_no DESC LIMIT 1;
     -- every lane no receive holds moves now, so that the hot path finds it
     -- here (one a receive holds moves with its next receive)

@@ -777,8 +777,9 @@ BEGIN
     WHERE g.queue_id = q.id;
     EXECUTE format('TRUNCATE %s', v_tables);
     SELECT ns.epoch, ns.slot INTO v_epoch, v_slot FROM sluice._slot_now(q.id) ns;
-    INSERT INTO cut (slot, cut_no, snap, snap_xmax, snap_xip, heads, rr, due_upto, at, epoch)
-    VALUES (v_slot, c.cut_no + 1, '3:3:', '3', '{}', c.heads, c.rr, clock_timestamp(), clock_timestamp(), v_epoch);
+    INSERT INTO cut (slot, cut_no, snap, snap_xmax, snap_xip, heads, rr, due_upto, at, epoch, next_due)
+    VALUES (v_slot, c.cut_no + 1, '3:3:', '3', '{}', c.heads, c.rr, clock_timestamp(), clock_timestamp(), v_epoch,
+            'infinity');
     INSERT INTO lease (slot, group_id, lane, lease_no, kind, first_pos, last_pos, n, token, expires_at,
                        delivered_at, cursor, scan_t, scan_no, old_due, next_exp)
     SELECT v_slot, u.g, u.l, u.no + 1, 'c', 1, 0, 0, 0, '-infinity', clock_timestamp(), coalesce(c.heads[u.l + 1], 0),

@@ -79,6 +79,11 @@ BEGIN
             -- a snapshot partly numbered (cuts number at most 4,096 a time):
             -- its messages after (work_txid, work_id) are still to number
             work_snap pg_snapshot, work_txid xid8, work_id bigint,
+            -- the first due time after due_upto of a message waiting in
+            -- pending ('infinity': none; '-infinity': not known, the next
+            -- cut reads pending): a cut at or after it numbers pending ones,
+            -- and the probe and the short cut read it instead of pending
+            next_due timestamptz NOT NULL,
             PRIMARY KEY (cut_no, slot)
         ) PARTITION BY LIST (slot);
         CREATE TABLE %1$I.batch (
@@ -143,9 +148,9 @@ BEGIN
     -- transaction that began after this one and committed before this
     -- snapshot would put this one below its xmax, out of its in-progress
     -- list, and no cut would number them.
-    EXECUTE format('INSERT INTO %I.cut (slot, cut_no, snap, snap_xmax, snap_xip, heads, rr, due_upto, at, epoch)
+    EXECUTE format('INSERT INTO %I.cut (slot, cut_no, snap, snap_xmax, snap_xip, heads, rr, due_upto, at, epoch, next_due)
                     SELECT 0, 0, s, pg_snapshot_xmax(s), ARRAY(SELECT pg_snapshot_xip(s)), array_fill(0::bigint, ARRAY[%s]),
-                           0, clock_timestamp(), clock_timestamp(), 0
+                           0, clock_timestamp(), clock_timestamp(), 0, ''infinity''
                     FROM (SELECT CASE WHEN o.own IS NOT NULL AND pg_visible_in_snapshot(o.own, c.snap)
                                       THEN sluice._snapshot_with(c.snap, o.own) ELSE c.snap END AS s
                           FROM (SELECT pg_current_snapshot() AS snap) c
@@ -236,6 +241,15 @@ BEGIN
     -- with a backoff, have an entry).
     IF to_regclass(format('%I.msg_due_idx', sch)) IS NULL THEN
         EXECUTE format('CREATE INDEX msg_due_idx ON %I.msg (due) WHERE due IS NOT NULL', sch);
+    END IF;
+    -- A queue made before cuts kept the next due time of pending messages
+    -- gets the column: '-infinity' in the rows there are (not known), so
+    -- that its next cut reads pending and writes it. (No default after:
+    -- every writer of a cut row names it.)
+    IF NOT EXISTS (SELECT 1 FROM pg_attribute a
+                   WHERE a.attrelid = format('%I.cut', sch)::regclass AND a.attname = 'next_due' AND NOT a.attisdropped) THEN
+        EXECUTE format('ALTER TABLE %I.cut ADD COLUMN next_due timestamptz NOT NULL DEFAULT ''-infinity''', sch);
+        EXECUTE format('ALTER TABLE %I.cut ALTER COLUMN next_due DROP DEFAULT', sch);
     END IF;
     -- (replaced in place, see sluice._instantiate; then the copies whose
     -- template is gone, or whose signature changed, are dropped)
