@@ -32,7 +32,9 @@ BEGIN
                             OR (SELECT count(*) FROM ack__s a WHERE a.group_id = p_group AND a.lane = p_lane
                                                                 AND a.lease_no = p_no AND a.pos = ANY (p_pos))
                                >= cardinality(p_pos)
-                     FROM lease__s l WHERE l.group_id = p_group AND l.lane = p_lane AND l.lease_no = p_no),
+                     -- (in the primary key's order: see e2_ack__s)
+                     FROM (SELECT 1 FROM lease__s l WHERE l.group_id = p_group AND l.lane = p_lane AND l.lease_no = p_no
+                           ORDER BY l.slot LIMIT 1) l),
                     true);
 END
 $$;

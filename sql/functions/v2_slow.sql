@@ -181,14 +181,18 @@ DECLARE
     v_first timestamptz;    -- when the first of them ends
     v_last timestamptz;
 BEGIN
-    SELECT * INTO STRICT e FROM lease x WHERE x.group_id = g.id AND x.lane = p_lane AND x.lease_no = p_e_no;
+    -- (each lease by its key in the primary key's order: see e2_ack__s)
+    SELECT * INTO STRICT e FROM lease x WHERE x.group_id = g.id AND x.lane = p_lane AND x.lease_no = p_e_no
+    ORDER BY x.slot LIMIT 1;
     SELECT x.held, x.waiting, x.levels INTO STRICT st FROM lease x
-    WHERE x.group_id = g.id AND x.lane = p_lane AND x.lease_no = p_st_no;
+    WHERE x.group_id = g.id AND x.lane = p_lane AND x.lease_no = p_st_no
+    ORDER BY x.slot LIMIT 1;
     v_held := st.held;
     v_wait := st.waiting;
     r := e;
     IF e.kind = 'x' THEN
-        SELECT * INTO STRICT r FROM lease x WHERE x.group_id = g.id AND x.lane = p_lane AND x.lease_no = e.ref;
+        SELECT * INTO STRICT r FROM lease x WHERE x.group_id = g.id AND x.lane = p_lane AND x.lease_no = e.ref
+        ORDER BY x.slot LIMIT 1;
     END IF;
     v_end := greatest(r.expires_at, (SELECT max(x.expires_at) FROM ext x
                                      WHERE x.group_id = g.id AND x.lane = p_lane AND x.lease_no = r.lease_no
@@ -308,22 +312,30 @@ LANGUAGE plpgsql
 AS $$
 DECLARE
     v_all sluice.e2_wait[];   -- every position not completed, with its last attempt
+    -- (the lease by its key in the primary key's order, here and below: see
+    -- e2_ack__s; slot last, from p_lslot on)
     v_n int := (SELECT l.n FROM lease l WHERE l.group_id = p_group AND l.lane = p_lane AND l.lease_no = p_no
-                                          AND l.slot = p_lslot);
+                                          AND l.slot >= p_lslot
+                ORDER BY l.slot LIMIT 1);
 BEGIN
     SELECT array_agg(ROW(x.pos, m.khash, x.id, x.txid, m.slot, x.att)::sluice.e2_wait ORDER BY x.pos)
     INTO v_all
     FROM (SELECT p.pos, b.id, b.txid, NULL::int AS att
-          FROM lease l
+          FROM (SELECT ll.* FROM lease ll
+                WHERE ll.group_id = p_group AND ll.lane = p_lane AND ll.lease_no = p_no AND ll.slot >= p_lslot
+                ORDER BY ll.slot LIMIT 1) l
           CROSS JOIN LATERAL generate_series(l.first_pos, l.last_pos) p(pos)
           CROSS JOIN LATERAL (SELECT bb.ids[p.pos - bb.first_pos + 1] AS id, bb.txids[p.pos - bb.first_pos + 1] AS txid
                               FROM batch bb WHERE bb.lane = p_lane AND bb.last_pos >= p.pos
                               ORDER BY bb.last_pos LIMIT 1) b
-          WHERE l.group_id = p_group AND l.lane = p_lane AND l.lease_no = p_no AND l.slot = p_lslot
+          WHERE l.slot = p_lslot
           UNION ALL
           SELECT x.pos, x.id, x.txid, x.att
-          FROM lease l CROSS JOIN LATERAL unnest(l.redo_pos, l.redo_ids, l.redo_txids, l.redo_att) x(pos, id, txid, att)
-          WHERE l.group_id = p_group AND l.lane = p_lane AND l.lease_no = p_no AND l.slot = p_lslot) x
+          FROM (SELECT ll.* FROM lease ll
+                WHERE ll.group_id = p_group AND ll.lane = p_lane AND ll.lease_no = p_no AND ll.slot >= p_lslot
+                ORDER BY ll.slot LIMIT 1) l
+          CROSS JOIN LATERAL unnest(l.redo_pos, l.redo_ids, l.redo_txids, l.redo_att) x(pos, id, txid, att)
+          WHERE l.slot = p_lslot) x
     JOIN LATERAL (SELECT mm.* FROM msg mm WHERE mm.txid = x.txid AND mm.id = x.id) m ON true
     WHERE (x.att IS NOT NULL OR m.target IS NULL OR m.target = p_group)
       AND NOT x.pos = ANY (coalesce(p_skip, '{}'))
