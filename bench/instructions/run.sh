@@ -24,7 +24,12 @@
 #                 DELETE of 1); u is s on a queue whose current slot holds
 #                 20,000 messages received and acked before the run (as a
 #                 slot does under steady traffic before it rotates: what a
-#                 round costs must not grow with them; the same reference)
+#                 round costs must not grow with them; the same reference);
+#                 b is s at batch 100: a send_batch of 100, then a receive
+#                 of 100 and its ack, so that each receive numbers (a cut of
+#                 100) what was just sent, which the batch-100 rounds, taking
+#                 from a preload numbered before they are counted, leave out
+#                 (the reference: an INSERT of 100 rows, then the DELETE of 100)
 #        SEED     the seed of random() in each backend (default 0.5): a
 #                 receive starts at a random lane, and the lanes it passes
 #                 change its cost, so that counts repeat only with one seed;
@@ -59,9 +64,9 @@ PGBIN=${PGBIN:-$(pg_config --bindir 2>/dev/null || true)}
 BATCHES=${BATCHES:-1 100}
 # few and many rounds of a batch size: 50 and 250 of small batches, 3 and 13
 # of large ones
-steady() { [ "$1" = s ] || [ "$1" = u ]; }
-few() { if ! steady "$1" && [ "$1" -ge 50 ]; then echo 3; else echo 50; fi; }
-many() { if ! steady "$1" && [ "$1" -ge 50 ]; then echo 13; else echo 250; fi; }
+steady() { [ "$1" = s ] || [ "$1" = u ] || [ "$1" = b ]; }
+few() { if [ "$1" = b ] || { ! steady "$1" && [ "$1" -ge 50 ]; }; then echo 3; else echo 50; fi; }
+many() { if [ "$1" = b ] || { ! steady "$1" && [ "$1" -ge 50 ]; }; then echo 13; else echo 250; fi; }
 # (an empty receive takes nothing: batch 0 preloads nothing)
 preload=0
 for b in $BATCHES; do steady "$b" || preload=$((preload + b * ($(few "$b") + $(many "$b")))); done
@@ -107,6 +112,8 @@ for arg in "$@"; do
 	# (the steady rounds' queue, empty)
 	case " $BATCHES " in *" s "*) psql_ "$(url s$i)" \
 		-c "SELECT sluice.create_queue('st', '{\"lease\": \"1 hour\", \"rotate_interval\": \"1 day\"}'::jsonb || '${opts//\'/\'\'}'::jsonb)" >/dev/null ;; esac
+	case " $BATCHES " in *" b "*) psql_ "$(url s$i)" \
+		-c "SELECT sluice.create_queue('sb', '{\"lease\": \"1 hour\", \"rotate_interval\": \"1 day\"}'::jsonb || '${opts//\'/\'\'}'::jsonb)" >/dev/null ;; esac
 	case " $BATCHES " in *" u "*) psql_ "$(url s$i)" \
 		-c "SELECT sluice.create_queue('su', '{\"lease\": \"1 hour\", \"rotate_interval\": \"1 day\"}'::jsonb || '${opts//\'/\'\'}'::jsonb)" \
 		-c "SELECT count(*) FROM sluice.send_batch('su', ARRAY(SELECT jsonb_build_object('n', g, 'pad', repeat('x', 64)) FROM generate_series(1, 20000) g))" \
@@ -137,7 +144,14 @@ rounds() {
 	# and so its counts, repeat; at batch 100 two seeds differ by ~0.6M)
 	echo "SELECT setseed(${SEED:-0.5})"
 	for ((n = 0; n < $3; n++)); do
-		if [ "$1" = sl ] && { [ "$2" = s ] || [ "$2" = u ]; }; then
+		if [ "$1" = sl ] && [ "$2" = b ]; then
+			echo "INSERT INTO qs (body) SELECT jsonb_build_object('n', g, 'pad', repeat('x', 64)) FROM generate_series(1, 100) g"
+			echo "WITH d AS (DELETE FROM qs WHERE id = ANY (ARRAY(SELECT id FROM qs ORDER BY id LIMIT 100 FOR UPDATE SKIP LOCKED)) RETURNING id, body) SELECT count(*), sum(length(d.body::text)) FROM d"
+		elif [ "$2" = b ]; then
+			echo "SELECT count(*) FROM sluice.send_batch('sb', ARRAY(SELECT jsonb_build_object('n', g, 'pad', repeat('x', 64)) FROM generate_series(1, 100) g))"
+			echo "SELECT set_config('bench.receipts', coalesce(array_agg(m.receipt), '{}')::text, false), sum(length(m.body::text)) FROM sluice.receive('sb', 'default', 100) m"
+			echo "SELECT sluice.ack('sb', 'default', current_setting('bench.receipts')::text[])"
+		elif [ "$1" = sl ] && { [ "$2" = s ] || [ "$2" = u ]; }; then
 			echo "INSERT INTO qs (body) VALUES (jsonb_build_object('n', $n, 'pad', repeat('x', 64)))"
 			echo "WITH d AS (DELETE FROM qs WHERE id = ANY (ARRAY(SELECT id FROM qs ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED)) RETURNING id, body) SELECT count(*), sum(length(d.body::text)) FROM d"
 		elif [ "$2" = s ] || [ "$2" = u ]; then
@@ -178,7 +192,7 @@ count() {
 	echo "$n"
 }
 
-printf '| engine | %s |\n|---|%s\n' "$(for b in $BATCHES; do case $b in 0) printf 'empty receive: instructions | ' ;; s) printf 'steady (send 1, receive 1, ack): instructions per round | ' ;; u) printf 'steady, slot of 20,000 used: instructions per round | ' ;; *) printf 'batch %s: instructions per round | ' "$b" ;; esac; done | sed 's/ | $//')" \
+printf '| engine | %s |\n|---|%s\n' "$(for b in $BATCHES; do case $b in 0) printf 'empty receive: instructions | ' ;; s) printf 'steady (send 1, receive 1, ack): instructions per round | ' ;; u) printf 'steady, slot of 20,000 used: instructions per round | ' ;; b) printf 'steady at batch 100 (send 100, receive 100, ack): instructions per round | ' ;; *) printf 'batch %s: instructions per round | ' "$b" ;; esac; done | sed 's/ | $//')" \
 	"$(for b in $BATCHES; do printf -- '--:|'; done)"
 dbs=(); labels=()
 i=0
