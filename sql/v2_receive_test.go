@@ -55,7 +55,8 @@ func TestV2ReceiveAfterSettledLeasesEnded(t *testing.T) {
 // n): in steady traffic each receive takes what was sent since the last,
 // and does not look at every lane for nothing before it numbers. More than
 // a few new messages are not numbered that way (a backlog is numbered as
-// it is taken): the note goes, and the receive takes what its lanes hold.
+// it is taken): the note goes, and the receive takes what its lanes hold;
+// unless the receive takes all of them.
 func TestV2ReceiveNumbersFirstAfterItHadTo(t *testing.T) {
 	b := setup(t)
 	b.createV2("q", `"lanes": 4`)
@@ -122,6 +123,21 @@ func TestV2ReceiveNumbersFirstAfterItHadTo(t *testing.T) {
 	}
 	if v := note(); v != "" {
 		t.Fatalf("a backlog: note %q, want none", v)
+	}
+
+	// More than a few that the receive takes all of are numbered first too
+	// (a send of 40, a receive of 50): no look at the lanes, no probe.
+	for _, m := range b.receiveCounting(c, 50, "the rest", map[string]int64{"e2_number_0": 1}) {
+		b.ack("q", "default", m.Receipt)
+	}
+	b.send(b.pool, "q", `{"n": "one"}`)
+	if got := receive("one", map[string]int64{"e2_number_0": 1}); len(got) != 1 || note() != "n" {
+		t.Fatalf("one: got %v, note %q", got, note())
+	}
+	b.exec(`SELECT sluice.send_batch('q', array(SELECT jsonb_build_object('n', 'forty') FROM generate_series(1, 40)))`)
+	got := b.receiveCounting(c, 50, "forty", map[string]int64{"e2_number_0": 0, "e2_cut_store": 1})
+	if len(got) != 40 || body(got[0]) != "forty" {
+		t.Fatalf("forty: got %d messages, want the 40", len(got))
 	}
 }
 

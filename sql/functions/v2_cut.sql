@@ -202,9 +202,11 @@ $$;
 --   p_slot, p_epoch      the current slot and epoch, as the receive read them
 --                        (read again here: a rotation, which holds the lock,
 --                        may have committed since)
---   p_short              only the short path: else nothing is written and n
---                        is NULL (a receive that numbers before it looks
---                        leaves a backlog to be numbered as it is taken)
+--   p_short              for a receive that numbers before it looks: more
+--                        than a few only when it takes every one of them
+--                        (at most p_need, and 256), else nothing is written
+--                        and n is NULL (a backlog is numbered as it is
+--                        taken, not ahead of the positions the lanes hold)
 --   p_need               how many the receive still wants: that many go to
 --                        the first lane dealt to (e2_dealt_lane)
 -- Returns: n, how many positions it numbered; rr, the lane it dealt to
@@ -248,7 +250,8 @@ BEGIN
     END IF;
     -- The last cut of this slot, the current slot, and the first 17
     -- messages to number, as they come (what commits after the snapshot is
-    -- left to the next cut).
+    -- left to the next cut); counted up to one past what the receive takes
+    -- (p_short: see there).
     SELECT x.cut_no, x.heads, x.rr, x.next_due, ns.slot, ns.epoch, f.n, f.nu,
            f.n <= 16 AND NOT f.odd AND x.work_snap IS NULL AND x.next_due > v_now,
            f.ids, f.txids, f.mslots, f.targets, f.kh
@@ -260,11 +263,17 @@ BEGIN
     CROSS JOIN LATERAL (
         SELECT count(*)::int AS n, count(*) FILTER (WHERE m.khash IS NULL)::int AS nu,
                coalesce(bool_or(m.due > v_now OR (m.khash IS NULL AND m.priority <> 0)), false) AS odd,
-               array_agg(m.id) AS ids, array_agg(m.txid) AS txids, array_agg(m.slot) AS mslots,
-               array_agg(m.target) AS targets, array_agg(m.khash) AS kh
-        FROM e2_cut_candidates(x.snap_xip, x.snap_xmax, '0'::xid8, 0, v_snap, 17) m) f;   -- (in rn order: no sort)
+               array_agg(m.id) FILTER (WHERE m.rn <= 17) AS ids, array_agg(m.txid) FILTER (WHERE m.rn <= 17) AS txids,
+               array_agg(m.slot) FILTER (WHERE m.rn <= 17) AS mslots,
+               array_agg(m.target) FILTER (WHERE m.rn <= 17) AS targets,
+               array_agg(m.khash) FILTER (WHERE m.rn <= 17) AS kh
+        FROM e2_cut_candidates(x.snap_xip, x.snap_xmax, '0'::xid8, 0, v_snap,
+                               greatest(17, least(p_need, 256) + 1)) m) f;   -- (in rn order: no sort)
     IF NOT (v_short AND v_slot = p_slot AND v_epoch = p_epoch) THEN
-        n := CASE WHEN NOT p_short THEN e2_cut_store(p_lanes, v_slot, v_epoch, v_now, p_need) END;
+        -- (before it looks, a receive numbers more than a few when it takes
+        -- them all: a send of 100 and its receive of 100 read the
+        -- candidates twice, looked at the lanes and probed for nothing)
+        n := CASE WHEN NOT p_short OR n <= least(p_need, 256) THEN e2_cut_store(p_lanes, v_slot, v_epoch, v_now, p_need) END;
         RETURN;
     ELSIF n = 0 THEN
         RETURN;   -- nothing to number: no cut row

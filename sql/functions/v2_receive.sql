@@ -304,9 +304,10 @@ $$;
 -- (sluice.idle_<queue>_<group>, written by e2_receive__s; a setting of that
 -- name that is no note of ours is ignored): after a receive that found
 -- every lane idle (cut_no:until, valid 25 ms) or had to number to take
--- anything (n), the next one numbers first, a few new messages at most
--- (the cut's short path, e2_cut_now__s: a backlog is numbered as it is
--- taken), and looks from the lane the cut dealt to first: in steady
+-- anything (n), the next one numbers first, a few new messages (the cut's
+-- short path) or as many as it takes all of (up to 256), not more
+-- (e2_cut_now__s: a backlog is numbered as it is taken), and looks from
+-- the lane the cut dealt to first: in steady
 -- traffic each receive numbers what was sent since the last, and would
 -- otherwise look at every lane for nothing first. While the idle note
 -- holds, the probe (e2_unnumbered__s) comes first: with nothing to number
