@@ -8,7 +8,7 @@ import (
 // sluice._xact_lock_within waits for an advisory lock at most as long as it
 // is told, without ending the transaction when the wait runs out, puts the
 // caller's lock_timeout back either way, and keeps a lock it took until the
-// transaction ends (both keys' forms).
+// transaction ends (both keys' forms: two keys, and one with p_key2 NULL).
 func TestXactLockWithin(t *testing.T) {
 	b := setup(t)
 	holder, err := b.pool.Begin(b.ctx)
@@ -29,7 +29,7 @@ func TestXactLockWithin(t *testing.T) {
 	}
 	for _, call := range []string{
 		`SELECT sluice._xact_lock_within(424242, 7, '60ms')`,
-		`SELECT sluice._xact_lock_within(4242424242::bigint, '60ms')`,
+		`SELECT sluice._xact_lock_within(4242424242::bigint, NULL, '60ms')`,
 	} {
 		start := time.Now()
 		var got bool
@@ -52,7 +52,7 @@ func TestXactLockWithin(t *testing.T) {
 	}
 	var a, c bool
 	if err := tx.QueryRow(b.ctx, `SELECT sluice._xact_lock_within(424242, 7, '60ms'),
-		sluice._xact_lock_within(4242424242::bigint, '60ms')`).Scan(&a, &c); err != nil {
+		sluice._xact_lock_within(4242424242::bigint, NULL, '60ms')`).Scan(&a, &c); err != nil {
 		t.Fatal(err)
 	}
 	if !a || !c {

@@ -19,6 +19,21 @@ func (b *bundle) nextDue(qid int64) (string, int64) {
 	return due, cuts
 }
 
+// receiveNothingNewCut receives three times from queue qid (name queue)
+// before its delayed message is due: nothing, and no cut row written.
+func (b *bundle) receiveNothingNewCut(queue string, qid int64) {
+	b.t.Helper()
+	_, cuts := b.nextDue(qid)
+	for i := 0; i < 3; i++ {
+		if got := b.v2receive(queue, "default", 10, ""); len(got) != 0 {
+			b.t.Fatalf("receive before the due time: %+v", got)
+		}
+	}
+	if _, after := b.nextDue(qid); after != cuts {
+		b.t.Errorf("receives before the due time wrote %d cut rows, want none", after-cuts)
+	}
+}
+
 // The newest cut row carries the first due time of the messages waiting in
 // pending, which the probe and the short cut read instead of pending: a cut
 // that puts a delayed message aside writes its due time there, receives
@@ -42,15 +57,7 @@ func TestV2NextDueFollowsPending(t *testing.T) {
 		due, _ := b.nextDue(qid)
 		t.Fatalf("next_due after the delayed message was put aside: %s, want its due time", due)
 	}
-	_, cuts := b.nextDue(qid)
-	for i := 0; i < 3; i++ {
-		if got := b.v2receive("ndue", "default", 10, ""); len(got) != 0 {
-			t.Fatalf("receive before the due time: %+v", got)
-		}
-	}
-	if _, after := b.nextDue(qid); after != cuts {
-		t.Errorf("receives before the due time wrote %d cut rows, want none", after-cuts)
-	}
+	b.receiveNothingNewCut("ndue", qid)
 	time.Sleep(1600 * time.Millisecond)
 	got := b.v2receive("ndue", "default", 10, "")
 	if len(got) != 1 || got[0].ID != delayed {
@@ -102,14 +109,7 @@ func TestV2NextDueNotKnownIsReadFromPending(t *testing.T) {
 	if after != cuts+1 || due == "-infinity" || due == "infinity" {
 		t.Fatalf("after the first receive: next_due %s, %d cut rows written; want the due time, 1", due, after-cuts)
 	}
-	for i := 0; i < 3; i++ {
-		if got := b.v2receive("ndold", "default", 10, ""); len(got) != 0 {
-			t.Fatalf("receive before the due time: %+v", got)
-		}
-	}
-	if _, again := b.nextDue(qid); again != after {
-		t.Errorf("receives before the due time wrote %d cut rows, want none", again-after)
-	}
+	b.receiveNothingNewCut("ndold", qid)
 	time.Sleep(1600 * time.Millisecond)
 	if got := b.v2receive("ndold", "default", 10, ""); len(got) != 1 || got[0].ID != delayed {
 		t.Fatalf("receive after the due time: %+v, want message %d", got, delayed)

@@ -699,19 +699,22 @@ BEGIN
 END
 $$;
 
--- _xact_lock_within: take a transaction-level advisory lock, (p_key1,
--- p_key2) or p_key, waiting at most p_timeout, as _lock_within does for any
--- statement, without its dynamic statement (planned anew at each call:
--- ~70k instructions more a wait; a receive waits for another's cut or
--- lane). The caller's lock_timeout is put back either way.
--- (No SET clause, which would cost each call ~30 us: every name is
--- qualified instead.)
+-- _xact_lock_within: take a transaction-level advisory lock, (p_key,
+-- p_key2) or p_key alone (p_key2 NULL), waiting at most p_timeout, as
+-- _lock_within does for any statement, without its dynamic statement
+-- (planned anew at each call: ~70k instructions more a wait; a receive
+-- waits for another's cut or lane). The caller's lock_timeout is put back
+-- either way. (No SET clause, which would cost each call ~30 us: every name
+-- is qualified instead.)
 --
 -- Parameters:
---   p_key1, p_key2 or p_key  the lock's key (pg_advisory_xact_lock's)
---   p_timeout  how long to wait, such as '100ms'
+--   p_key, p_key2  the lock's key: pg_advisory_xact_lock(p_key, p_key2)
+--                  (p_key an int), or pg_advisory_xact_lock(p_key)
+--   p_timeout      how long to wait, such as '100ms'
 -- Returns: true when the lock is held, false when the wait ran out
-CREATE OR REPLACE FUNCTION sluice._xact_lock_within(p_key1 int, p_key2 int, p_timeout text)
+DROP FUNCTION IF EXISTS sluice._xact_lock_within(int, int, text);   -- (two overloads before)
+DROP FUNCTION IF EXISTS sluice._xact_lock_within(bigint, text);
+CREATE OR REPLACE FUNCTION sluice._xact_lock_within(p_key bigint, p_key2 int, p_timeout text)
 RETURNS boolean
 LANGUAGE plpgsql
 AS $$
@@ -721,27 +724,11 @@ DECLARE
 BEGIN
     v := pg_catalog.set_config('lock_timeout', p_timeout, true);
     BEGIN
-        v := pg_catalog.pg_advisory_xact_lock(p_key1, p_key2);
-    EXCEPTION WHEN lock_not_available THEN
-        v := pg_catalog.set_config('lock_timeout', v_timeout, true);
-        RETURN false;
-    END;
-    v := pg_catalog.set_config('lock_timeout', v_timeout, true);
-    RETURN true;
-END
-$$;
-
-CREATE OR REPLACE FUNCTION sluice._xact_lock_within(p_key bigint, p_timeout text)
-RETURNS boolean
-LANGUAGE plpgsql
-AS $$
-DECLARE
-    v_timeout constant text := pg_catalog.current_setting('lock_timeout');
-    v text;
-BEGIN
-    v := pg_catalog.set_config('lock_timeout', p_timeout, true);
-    BEGIN
-        v := pg_catalog.pg_advisory_xact_lock(p_key);
+        IF p_key2 IS NULL THEN
+            v := pg_catalog.pg_advisory_xact_lock(p_key);
+        ELSE
+            v := pg_catalog.pg_advisory_xact_lock(p_key::int, p_key2);
+        END IF;
     EXCEPTION WHEN lock_not_available THEN
         v := pg_catalog.set_config('lock_timeout', v_timeout, true);
         RETURN false;

@@ -439,7 +439,7 @@ BEGIN
                        st.waiting IS NOT NULL, st.next_exp)
     LIMIT 1;
     IF v_busy IS NOT NULL
-       AND sluice._xact_lock_within(sluice._lane_lock(p_group, v_busy), '100ms') THEN
+       AND sluice._xact_lock_within(sluice._lane_lock(p_group, v_busy), NULL, '100ms') THEN
         RETURN v_busy;
     END IF;
     RETURN NULL;
