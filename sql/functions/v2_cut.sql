@@ -13,11 +13,10 @@
 -- sender) costs each cut one index probe, never a rescan of what is numbered.
 -- Messages not due yet go to pending and are numbered by the first cut at
 -- or after their due time. Each cut row carries the first due time in
--- pending after its due_upto (next_due), written by the full cut, the one
--- that reads and writes pending: the probe and the short and plain cuts
--- compare it with the time and do not read pending (only the messages due
--- later that pending holds, and reclaim moves with their due times, change
--- it).
+-- pending after its due_upto (next_due), written by the full cut, the only
+-- one that writes pending or numbers from it (reclaim moves pending rows
+-- with their due times, which leaves it as it is): the probe and the short
+-- and plain cuts compare it with the time and do not read pending.
 --
 -- A receive commits without waiting for the disk (sluice._receive_commit),
 -- and a cut lost in a crash is made again, by a new snapshot, in (txid, id)
