@@ -246,9 +246,13 @@ BEGIN
     -- the key's later positions in the lease, not completed: released
     SELECT array_agg(ROW(x.pos, x.khash, x.id, x.txid, x.slot, x.att)::sluice.e2_wait ORDER BY x.pos) INTO v_rel
     FROM (SELECT u.pos, mm.khash, u.id, u.txid, mm.slot, u.att
-          FROM lease l CROSS JOIN LATERAL unnest(l.redo_pos, l.redo_ids, l.redo_txids, l.redo_att) u(pos, id, txid, att)
+          -- (the lease by its key, in the primary key's order: see e2_ack__s)
+          FROM (SELECT ll.* FROM lease ll
+                WHERE ll.group_id = g.id AND ll.lane = c.lane AND ll.lease_no = c.lease_no AND ll.slot >= c.slot
+                ORDER BY ll.slot LIMIT 1) l
+          CROSS JOIN LATERAL unnest(l.redo_pos, l.redo_ids, l.redo_txids, l.redo_att) u(pos, id, txid, att)
           JOIN msg mm ON mm.txid = u.txid AND mm.id = u.id
-          WHERE l.slot = c.slot AND l.group_id = g.id AND l.lane = c.lane AND l.lease_no = c.lease_no
+          WHERE l.slot = c.slot
             AND u.pos > c.pos AND mm.khash = m.khash
             AND NOT EXISTS (SELECT 1 FROM ack a WHERE a.group_id = g.id AND a.lane = c.lane
                                                   AND a.lease_no = c.lease_no AND a.pos IN (0, u.pos))) x;

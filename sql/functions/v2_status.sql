@@ -415,7 +415,10 @@ BEGIN
                                        WHERE t.group_id = p_group AND t.lane = p_lane AND t.lease_no = h.lease_no))
                <= p_now AS ready
         FROM unnest(p_held) h
-        JOIN lease l ON l.group_id = p_group AND l.lane = p_lane AND l.lease_no = h.lease_no
+        -- (the lease by its key, in the primary key's order: see e2_ack__s)
+        CROSS JOIN LATERAL (SELECT ll.expires_at FROM lease ll
+                            WHERE ll.group_id = p_group AND ll.lane = p_lane AND ll.lease_no = h.lease_no
+                            ORDER BY ll.slot LIMIT 1) l
         CROSS JOIN LATERAL unnest(h.pos) p(p)
         WHERE h.lease_no IS NOT NULL
           AND NOT EXISTS (SELECT 1 FROM ack a WHERE a.group_id = p_group AND a.lane = p_lane
@@ -690,11 +693,14 @@ BEGIN
         SELECT c.group_id, c.name, c.lane, r.lease_no, r.first_pos, r.last_pos, r.redo_pos, r.redo_ids, r.redo_txids,
                r.redo_att, r.consumer, r.delivered_at, x.ends
         FROM cand c
-        JOIN lease r ON r.group_id = c.group_id AND r.lane = c.lane AND r.lease_no = c.lease_no AND r.kind = 'r'
+        -- (each lease by its key, in the primary key's order: see e2_ack__s)
+        CROSS JOIN LATERAL (SELECT rr.* FROM lease rr
+                            WHERE rr.group_id = c.group_id AND rr.lane = c.lane AND rr.lease_no = c.lease_no
+                            ORDER BY rr.slot LIMIT 1) r
         CROSS JOIN LATERAL (SELECT greatest(r.expires_at, (SELECT max(t.expires_at) FROM ext t
                                                            WHERE t.group_id = c.group_id AND t.lane = c.lane
                                                              AND t.lease_no = r.lease_no)) AS ends) x   -- (its latest position's)
-        WHERE x.ends > v_now
+        WHERE r.kind = 'r' AND x.ends > v_now
           AND NOT EXISTS (SELECT 1 FROM ack a WHERE a.group_id = c.group_id AND a.lane = c.lane
                                                 AND a.lease_no = r.lease_no AND a.pos = 0)
     ), pos AS (
@@ -721,7 +727,7 @@ BEGIN
                                                        WHERE t.group_id = p.group_id AND t.lane = p.lane
                                                          AND t.lease_no = p.lease_no AND t.pos IN (0, p.pos))) AS ends
                         FROM lease r WHERE r.group_id = p.group_id AND r.lane = p.lane AND r.lease_no = p.lease_no
-                        LIMIT 1) e
+                        ORDER BY r.slot LIMIT 1) e   -- (the primary key's order: see e2_ack__s)
     JOIN msg m ON m.txid = p.txid AND m.id = p.id
     WHERE e.ends > v_now
       AND NOT EXISTS (SELECT 1 FROM ack a WHERE a.group_id = p.group_id AND a.lane = p.lane
