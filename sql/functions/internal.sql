@@ -702,7 +702,7 @@ $$;
 -- _xact_lock_within: take a transaction-level advisory lock, (p_key,
 -- p_key2) or p_key alone (p_key2 NULL), waiting at most p_timeout, as
 -- _lock_within does for any statement, without its dynamic statement
--- (planned anew at each call: ~70k instructions more a wait; a receive
+-- (planned anew at each call: ~55k instructions more a wait; a receive
 -- waits for another's cut or lane). The caller's lock_timeout is put back
 -- either way. (No SET clause, which would cost each call ~30 us: every name
 -- is qualified instead.)
@@ -724,10 +724,17 @@ DECLARE
 BEGIN
     v := pg_catalog.set_config('lock_timeout', p_timeout, true);
     BEGIN
+        -- (statements, not assignments: a lock granted as lock_timeout
+        -- fires is kept and leaves the cancel pending, raised at the next
+        -- check for interrupts. A statement makes one before it ends,
+        -- inside this block; an assignment need not, and the error comes
+        -- after the block: the likely cause of a receive that failed in CI
+        -- with "canceling statement due to lock timeout" while waits were
+        -- assignments.)
         IF p_key2 IS NULL THEN
-            v := pg_catalog.pg_advisory_xact_lock(p_key);
+            PERFORM pg_catalog.pg_advisory_xact_lock(p_key);
         ELSE
-            v := pg_catalog.pg_advisory_xact_lock(p_key::int, p_key2);
+            PERFORM pg_catalog.pg_advisory_xact_lock(p_key::int, p_key2);
         END IF;
     EXCEPTION WHEN lock_not_available THEN
         v := pg_catalog.set_config('lock_timeout', v_timeout, true);
