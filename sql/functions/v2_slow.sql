@@ -314,9 +314,11 @@ DECLARE
     v_all sluice.e2_wait[];   -- every position not completed, with its last attempt
     -- (the lease by its key in the primary key's order, here and below: see
     -- e2_ack__s; slot last, from p_lslot on)
-    v_n int := (SELECT l.n FROM lease l WHERE l.group_id = p_group AND l.lane = p_lane AND l.lease_no = p_no
-                                          AND l.slot >= p_lslot
-                ORDER BY l.slot LIMIT 1);
+    v_n int := (SELECT l.n
+                FROM (SELECT ll.n, ll.slot FROM lease ll
+                      WHERE ll.group_id = p_group AND ll.lane = p_lane AND ll.lease_no = p_no AND ll.slot >= p_lslot
+                      ORDER BY ll.slot LIMIT 1) l
+                WHERE l.slot = p_lslot);
 BEGIN
     SELECT array_agg(ROW(x.pos, m.khash, x.id, x.txid, m.slot, x.att)::sluice.e2_wait ORDER BY x.pos)
     INTO v_all
