@@ -341,3 +341,59 @@ func idleNoteOnceTiedKeyedLeasesRanOut(t *testing.T, engine int) {
 		t.Fatalf("%d of %d polls of an idle group took the full path (%s); note %q", n[full], polls, full, note)
 	}
 }
+
+// While a session's idle note of a group holds, sluice.receive probes the
+// queue's copy itself and returns, without calling the receive's copy
+// (e2_receive_<slot>): an idle group's poll is the lookups and the probe.
+func TestV2IdlePollIsTheProbeAlone(t *testing.T) {
+	b := setup(t)
+	b.createV2("q", `"lanes": 2`)
+	b.send(b.pool, "q", `{"n": 1}`)
+	b.ack("q", "default", receipts(b.receive("q", "default", 10, ""))...)
+	c := b.conn()
+	for i := 0; i < 3; i++ {
+		receiveOnConn(b, c, "default", "")
+	}
+	if note, ok := idleNote(b, c, 2); !ok {
+		t.Fatalf("no idle note after empty receives (%q)", note)
+	}
+	const polls = 20
+	calls := b.callsOn(c, func(tx pgx.Tx) {
+		for i := 0; i < polls; i++ {
+			if ms, err := receiveOn(b.ctx, tx, "q", "default", 10, ""); err != nil || len(ms) != 0 {
+				t.Fatalf("poll %d of an empty queue: %d messages, %v", i, len(ms), err)
+			}
+		}
+	}, "e2_receive_0", "e2_receive_1")
+	n := calls["e2_receive_0"] + calls["e2_receive_1"]
+	t.Logf("%d of %d idle polls called the receive's copy", n, polls)
+	// A note holds 25 ms, renewed by each poll that finds the group idle,
+	// and the upkeep is due once a second: a few polls at most call the
+	// copy, unless each takes milliseconds; before, every poll did.
+	if n > polls/2 {
+		t.Fatalf("%d of %d idle polls called the receive's copy", n, polls)
+	}
+}
+
+// A session that only polls an idle group still runs the queue's upkeep
+// about once a second (e2_before_look__s): the idle polls' probe is not
+// taken while it is due, so the queue rotates with no other call on it.
+func TestV2IdlePollsKeepTheUpkeep(t *testing.T) {
+	b := setup(t)
+	b.createV2("q", `"rotate_interval": "1 second", "retention": "0 seconds", "slots": 2`)
+	b.send(b.pool, "q", `{"n": 1}`)
+	b.ack("q", "default", receipts(b.receive("q", "default", 10, ""))...)
+	epoch := func() int64 {
+		return b.int64("SELECT max(e.epoch) FROM sluice.epoch e JOIN sluice.queue q ON q.id = e.queue_id WHERE q.name = 'q'")
+	}
+	first := epoch()
+	c := b.conn()
+	waitFor(t, 10*time.Second, "a rotation by the upkeep of idle polls", func() bool {
+		for i := 0; i < 10; i++ { // (a burst: the note holds through most of it)
+			if ms := receiveOnConn(b, c, "default", ""); len(ms) != 0 {
+				t.Fatalf("got %d messages from an idle queue", len(ms))
+			}
+		}
+		return epoch() > first
+	})
+}

@@ -21,7 +21,11 @@
 #                 receive of 1 and its ack, on a queue of its own with
 #                 nothing else in it, so that each receive numbers the
 #                 message just sent (the reference: an INSERT, then the
-#                 DELETE of 1); u is s on a queue whose current slot holds
+#                 DELETE of 1); i is an empty receive of that group while
+#                 its idle note holds (as most receives of a consumer that
+#                 polls an idle queue are: within 25 ms of one that found
+#                 every lane idle; under callgrind 25 ms pass within a few
+#                 receives, so the script extends the note); u is s on a queue whose current slot holds
 #                 20,000 messages received and acked before the run (as a
 #                 slot does under steady traffic before it rotates: what a
 #                 round costs must not grow with them; the same reference);
@@ -35,6 +39,11 @@
 #                 change its cost, so that counts repeat only with one seed;
 #                 compare binaries with the same seed, and several seeds for
 #                 a change that moves how lanes are picked
+#        PROFILE  a directory: keep each count's callgrind file there
+#                 (DB-BATCH-few.out, DB-BATCH-many.out) and write
+#                 DB-BATCH.txt, the instructions per round of each function,
+#                 inclusive (with what it calls) and exclusive, many less few
+#                 over the rounds between: where a round goes
 #        SETUP    SQL statements run on each sluice database (each its own
 #                 transaction) after the queue 'ic' is made and before the
 #                 preload, e.g. a prioritized message sent and consumed: SETUP="SELECT sluice.send('ic', '{}', priority => 5);
@@ -65,11 +74,12 @@ BATCHES=${BATCHES:-1 100}
 # few and many rounds of a batch size: 50 and 250 of small batches, 3 and 13
 # of large ones
 steady() { [ "$1" = s ] || [ "$1" = u ] || [ "$1" = b ]; }
-few() { if [ "$1" = b ] || { ! steady "$1" && [ "$1" -ge 50 ]; }; then echo 3; else echo 50; fi; }
-many() { if [ "$1" = b ] || { ! steady "$1" && [ "$1" -ge 50 ]; }; then echo 13; else echo 250; fi; }
+empty() { [ "$1" = 0 ] || [ "$1" = i ]; }
+few() { if [ "$1" = b ] || { ! steady "$1" && ! empty "$1" && [ "$1" -ge 50 ]; }; then echo 3; else echo 50; fi; }
+many() { if [ "$1" = b ] || { ! steady "$1" && ! empty "$1" && [ "$1" -ge 50 ]; }; then echo 13; else echo 250; fi; }
 # (an empty receive takes nothing: batch 0 preloads nothing)
 preload=0
-for b in $BATCHES; do steady "$b" || preload=$((preload + b * ($(few "$b") + $(many "$b")))); done
+for b in $BATCHES; do steady "$b" || empty "$b" || preload=$((preload + b * ($(few "$b") + $(many "$b")))); done
 as_user() { if [ "$(id -u)" = 0 ]; then su "${RUN_AS:-postgres}" -s /bin/bash -c "$1"; else bash -c "$1"; fi; }
 
 work=$(mktemp -d)
@@ -108,7 +118,7 @@ for arg in "$@"; do
 		>/dev/null
 	# (the empty receives' group, after the preload: only when measured, as
 	# a second group costs the others' rounds too)
-	case " $BATCHES " in *" 0 "*) psql_ "$(url s$i)" -c "SELECT sluice.create_group('ic', 'idle', 'latest')" >/dev/null ;; esac
+	case " $BATCHES " in *" 0 "* | *" i "*) psql_ "$(url s$i)" -c "SELECT sluice.create_group('ic', 'idle', 'latest')" >/dev/null ;; esac
 	# (the steady rounds' queue, empty)
 	case " $BATCHES " in *" s "*) psql_ "$(url s$i)" \
 		-c "SELECT sluice.create_queue('st', '{\"lease\": \"1 hour\", \"rotate_interval\": \"1 day\"}'::jsonb || '${opts//\'/\'\'}'::jsonb)" >/dev/null ;; esac
@@ -159,11 +169,16 @@ rounds() {
 			echo "SELECT sluice.send('$sq', jsonb_build_object('n', $n, 'pad', repeat('x', 64)))"
 			echo "SELECT set_config('bench.receipts', coalesce(array_agg(m.receipt), '{}')::text, false), sum(length(m.body::text)) FROM sluice.receive('$sq', 'default', 1) m"
 			echo "SELECT sluice.ack('$sq', 'default', current_setting('bench.receipts')::text[])"
-		elif [ "$1" = sl ] && [ "$2" = 0 ]; then
+		elif [ "$1" = sl ] && empty "$2"; then
 			echo "WITH d AS (DELETE FROM q0 WHERE id = ANY (ARRAY(SELECT id FROM q0 ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED)) RETURNING id, body) SELECT count(*), sum(length(d.body::text)) FROM d"
 		elif [ "$1" = sl ]; then
 			echo "WITH d AS (DELETE FROM q WHERE id = ANY (ARRAY(SELECT id FROM q ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED)) RETURNING id, body) SELECT count(*), sum(length(d.body::text)) FROM d"
 		elif [ "$2" = 0 ]; then
+			echo "SELECT count(*) FROM sluice.receive('ic', 'idle', 1) m"
+		elif [ "$2" = i ]; then
+			# (the first receive notes the group idle; its note's end is
+			# then moved an hour on)
+			[ "$n" -gt 0 ] || echo "SELECT count(*) FROM sluice.receive('ic', 'idle', 1) m; SELECT set_config(x.n, split_part(current_setting(x.n), ':', 1) || ':' || ((extract(epoch FROM now()) + 3600) * 1000000)::bigint, false) FROM (SELECT sluice._idle_note_name(q.id, g.id) AS n FROM sluice.queue q JOIN sluice.consumer_group g ON g.queue_id = q.id WHERE q.name = 'ic' AND g.name = 'idle') x"
 			echo "SELECT count(*) FROM sluice.receive('ic', 'idle', 1) m"
 		else
 			echo "SELECT set_config('bench.receipts', coalesce(array_agg(m.receipt), '{}')::text, false), sum(length(m.body::text)) FROM sluice.receive('ic', 'default', $2) m"
@@ -172,7 +187,7 @@ rounds() {
 	done
 }
 
-# count DB SCRIPT: the instructions of a single-user backend running
+# count DB SCRIPT [KEEP]: the instructions of a single-user backend running
 # SCRIPT; fails when a statement of it failed (a single-user backend goes on
 # after an error) or callgrind gave no total
 count() {
@@ -188,11 +203,36 @@ count() {
 	# SIGPIPE, which pipefail turns into a failure)
 	n=$(callgrind_annotate "$out" 2>/dev/null | awk '/PROGRAM TOTALS/ && !done { gsub(",", "", $1); print $1; done = 1 }')
 	[ -n "$n" ] || { echo "run.sh: callgrind gave no total for database $1 (see $log)" >&2; exit 1; }
-	rm -f "$out"
+	if [ -n "${3:-}" ]; then mv "$out" "$3"; else rm -f "$out"; fi
 	echo "$n"
 }
 
-printf '| engine | %s |\n|---|%s\n' "$(for b in $BATCHES; do case $b in 0) printf 'empty receive: instructions | ' ;; s) printf 'steady (send 1, receive 1, ack): instructions per round | ' ;; u) printf 'steady, slot of 20,000 used: instructions per round | ' ;; b) printf 'steady at batch 100 (send 100, receive 100, ack): instructions per round | ' ;; *) printf 'batch %s: instructions per round | ' "$b" ;; esac; done | sed 's/ | $//')" \
+# fns KIND: callgrind_annotate's lines as KIND COUNT FUNCTION (the name
+# without its file and object; a static function is its address)
+fns() {
+	awk -v k="$1" '$1 ~ /^[0-9,]+$/ && match($0, /%\) +/) {
+		n = $1; gsub(",", "", n); f = substr($0, RSTART + RLENGTH)
+		sub(/ \[.*$/, "", f); sub(/^[^:]*:/, "", f); print k, n, f }'
+}
+
+# profile FEW MANY ROUNDS OUT: per function, the inclusive and exclusive
+# instructions of MANY less FEW over ROUNDS, the largest inclusive first
+profile() {
+	local f
+	for f in "$1" "$2"; do
+		callgrind_annotate --inclusive=yes --threshold=100 "$f" 2>/dev/null | fns i
+		callgrind_annotate --threshold=100 "$f" 2>/dev/null | fns e
+		echo "--"
+	done | awk -v n="$3" '
+		$1 == "--" { file++; next }
+		{ f = $0; sub(/^[^ ]+ [^ ]+ /, "", f); v[$1, f] += (file ? 1 : -1) * $2; fn[f] = 1 }
+		END {
+			for (f in fn) if (v["i", f] / n >= 1000) printf "%12.0f %12.0f  %s\n", v["i", f] / n, v["e", f] / n, f
+		}' | sort -rn > "$4"
+	sed -i '1i\ inclusive    exclusive  function (instructions per round)' "$4"
+}
+
+printf '| engine | %s |\n|---|%s\n' "$(for b in $BATCHES; do case $b in 0) printf 'empty receive: instructions | ' ;; i) printf 'empty receive, idle note holding: instructions | ' ;; s) printf 'steady (send 1, receive 1, ack): instructions per round | ' ;; u) printf 'steady, slot of 20,000 used: instructions per round | ' ;; b) printf 'steady at batch 100 (send 100, receive 100, ack): instructions per round | ' ;; *) printf 'batch %s: instructions per round | ' "$b" ;; esac; done | sed 's/ | $//')" \
 	"$(for b in $BATCHES; do printf -- '--:|'; done)"
 dbs=(); labels=()
 i=0
@@ -206,8 +246,15 @@ for k in "${!dbs[@]}"; do
 		rounds "$db" "$b" "$few" > "$work/few.sql"
 		rounds "$db" "$b" "$many" > "$work/many.sql"
 		chmod 644 "$work"/*.sql
-		a=$(count "$db" "$work/few.sql")
-		c=$(count "$db" "$work/many.sql")
+		if [ -n "${PROFILE:-}" ]; then
+			mkdir -p "$PROFILE"
+			a=$(count "$db" "$work/few.sql" "$PROFILE/$db-$b-few.out")
+			c=$(count "$db" "$work/many.sql" "$PROFILE/$db-$b-many.out")
+			profile "$PROFILE/$db-$b-few.out" "$PROFILE/$db-$b-many.out" $((many - few)) "$PROFILE/$db-$b.txt"
+		else
+			a=$(count "$db" "$work/few.sql")
+			c=$(count "$db" "$work/many.sql")
+		fi
 		line="$line $(awk -v a="$a" -v c="$c" -v n=$((many - few)) 'BEGIN { printf "%.2fM", (c - a) / n / 1e6 }') |"
 	done
 	echo "$line"

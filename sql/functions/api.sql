@@ -49,7 +49,8 @@
 -- session (the setting sluice.idle_<queue id>); the session's next receives
 -- of the group return nothing at less cost until a newer batch is numbered
 -- or 25 ms have passed: new messages are seen at once, a lease that expires
--- or a keyed nack of another session up to 25 ms later. A receive that
+-- or a keyed nack of another session up to 25 ms later (a receive that
+-- carries receipts to ack does not use the note). A receive that
 -- looked at every lane of its group and took all there was notes the same
 -- for 25 ms; while that holds, the session's receives that number new
 -- messages look only at the lanes those were numbered into, so a lease
@@ -97,6 +98,11 @@ DECLARE
     v_started timestamptz;
     v_open boolean;
     r sluice.message;
+    v_now timestamptz;
+    v_note text;       -- the session's idle note of the group (engine 2)
+    v_noted bigint;    -- the cut it names while it holds
+    v_cut bigint;      -- the newest cut's number, as the probe found it
+    v_probed boolean;  -- what the probe found: something to number (NULL: not probed)
 BEGIN
     IF max_messages IS NULL OR max_messages < 1 OR max_messages > 10000 THEN
         RAISE EXCEPTION USING ERRCODE = 'SL006',
@@ -156,18 +162,45 @@ BEGIN
         -- the copy of the current epoch's slot (its statements name the slot's tables)
         SELECT e.epoch, e.slot, e.started_at INTO v_epoch, v_slot, v_started
         FROM sluice.epoch e WHERE e.queue_id = q.id ORDER BY e.epoch DESC LIMIT 1;
+        -- An idle group's poll (most calls of a consumer polling a queue
+        -- with nothing for it): while the session's idle note of the group
+        -- holds and the queue's upkeep is not due, the copy's probe alone;
+        -- nothing numbered since the note and nothing to number: nothing to
+        -- look at. Else the receive goes on with what it found
+        -- (e2_before_look__s, which probes itself when this did not).
+        v_now := clock_timestamp();
+        v_note := current_setting(sluice._idle_note_name(q.id, g.id), true);
+        v_noted := sluice._idle_note_cut(v_note, v_now);
+        -- (two IFs: PL/pgSQL makes each expression ready once a transaction,
+        -- all of it, and most receives stop at the first)
+        IF v_noted IS NOT NULL AND receive.ack IS NULL AND q.predecessor IS NULL THEN
+            IF NOT sluice._upkeep_due(q.id, v_now) THEN
+                IF v_slot = 0 THEN
+                    SELECT x.cut_no, x.due INTO v_cut, v_probed FROM e2_unnumbered_0(v_now) x;
+                ELSIF v_slot = 1 THEN
+                    SELECT x.cut_no, x.due INTO v_cut, v_probed FROM e2_unnumbered_1(v_now) x;
+                ELSIF v_slot = 2 THEN
+                    SELECT x.cut_no, x.due INTO v_cut, v_probed FROM e2_unnumbered_2(v_now) x;
+                ELSE
+                    SELECT x.cut_no, x.due INTO v_cut, v_probed FROM e2_unnumbered_3(v_now) x;
+                END IF;
+                IF NOT v_probed AND v_cut = v_noted THEN
+                    RETURN;
+                END IF;
+            END IF;
+        END IF;
         IF v_slot = 0 THEN
             RETURN QUERY SELECT * FROM e2_receive_0(q, g, max_messages, v_lease, receive.consumer, receive.ack,
-                                                    v_epoch, v_started, v_slot);
+                                                    v_epoch, v_started, v_slot, v_noted, v_probed);
         ELSIF v_slot = 1 THEN
             RETURN QUERY SELECT * FROM e2_receive_1(q, g, max_messages, v_lease, receive.consumer, receive.ack,
-                                                    v_epoch, v_started, v_slot);
+                                                    v_epoch, v_started, v_slot, v_noted, v_probed);
         ELSIF v_slot = 2 THEN
             RETURN QUERY SELECT * FROM e2_receive_2(q, g, max_messages, v_lease, receive.consumer, receive.ack,
-                                                    v_epoch, v_started, v_slot);
+                                                    v_epoch, v_started, v_slot, v_noted, v_probed);
         ELSE
             RETURN QUERY SELECT * FROM e2_receive_3(q, g, max_messages, v_lease, receive.consumer, receive.ack,
-                                                    v_epoch, v_started, v_slot);
+                                                    v_epoch, v_started, v_slot, v_noted, v_probed);
         END IF;
         RETURN;
     END IF;

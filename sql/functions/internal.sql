@@ -270,6 +270,51 @@ AS $$
            OPERATOR(pg_catalog.||) '_' OPERATOR(pg_catalog.||) p_group_id::pg_catalog.text
 $$;
 
+-- _idle_note_cut: what a session's idle note of a group (engine 2,
+-- _idle_note_name: "cut_no:until", until in microseconds since the epoch,
+-- written by e2_receive__s when a receive found every lane of the group
+-- idle) says at p_now: the newest cut's number then, while it holds; NULL
+-- once it has run out, and for a setting of that name that is no such note
+-- (the "n" of a receive that had to number, or anything a user set). No SET
+-- clause, so that callers inline it (pass the note in a variable: an
+-- argument that is a call is evaluated once per use and not inlined).
+--
+-- Parameters:
+--   p_note  the setting's value (current_setting(name, true))
+--   p_now   the receive's time
+-- Returns: the cut number the note names, or NULL
+CREATE OR REPLACE FUNCTION sluice._idle_note_cut(p_note text, p_now timestamptz)
+RETURNS bigint
+LANGUAGE sql STABLE PARALLEL SAFE
+AS $$
+    -- (a CASE in a CASE: what is no note is never cast; numeric and the
+    -- length, as no number overflows them: a bound in the pattern, {1,18},
+    -- made each call ~20k instructions dearer)
+    SELECT CASE WHEN p_note OPERATOR(pg_catalog.~) '^[0-9]+:[0-9]+$'
+                THEN CASE WHEN pg_catalog.split_part(p_note, ':', 2)::pg_catalog.numeric
+                               OPERATOR(pg_catalog.>) (EXTRACT(epoch FROM p_now) OPERATOR(pg_catalog.*) 1000000)
+                               AND (pg_catalog.octet_length(pg_catalog.split_part(p_note, ':', 1)) OPERATOR(pg_catalog.<=) 18)
+                          THEN pg_catalog.split_part(p_note, ':', 1)::pg_catalog.int8 END END
+$$;
+
+-- _upkeep_due: whether a session's receive of an engine 2 queue is to run
+-- the queue's upkeep (e_maintain, by e2_before_look__s): about once a
+-- second per session, the time of its last one kept in the setting
+-- sluice.maint_<queue id>. No SET clause, so that callers inline it.
+--
+-- Parameters:
+--   p_queue_id  the queue's id
+--   p_now       the receive's time
+-- Returns: true when the session's last upkeep of the queue is a second old or more, or none
+CREATE OR REPLACE FUNCTION sluice._upkeep_due(p_queue_id int, p_now timestamptz)
+RETURNS boolean
+LANGUAGE sql STABLE PARALLEL SAFE
+AS $$
+    SELECT COALESCE(pg_catalog.current_setting('sluice.maint_' OPERATOR(pg_catalog.||) p_queue_id::pg_catalog.text, true), '')
+           OPERATOR(pg_catalog.<) pg_catalog.to_char(p_now OPERATOR(pg_catalog.-) '1 second'::pg_catalog.interval,
+                                                     'YYYYMMDDHH24MISSUS')
+$$;
+
 -- _lane_lock: the key of the transaction-scoped advisory lock that one
 -- receive at a time holds on a (group, lane): one bigint (the bigint form
 -- has its own key space, apart from the (int, int) locks of _lock_ns), the

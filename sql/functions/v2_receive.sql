@@ -45,6 +45,8 @@
 -- Parameters: as sluice.receive (q and g looked up, lease resolved), and
 --   p_epoch, p_started  the current epoch and when it started
 --   p_slot              its slot (this copy's)
+--   p_noted, p_probed   the session's idle note and what sluice.receive's
+--                       probe found (e2_before_look__s)
 -- Returns: the messages leased, as sluice.receive
 -- Calls: e2_ack, e2_cut_most, e2_before_look__s (numbers first), e2_receive_<slot> (after a rotation),
 --   e2_prio_due__s, e2_number__s, e2_take_prio, e2_lane_open (inlined),
@@ -52,7 +54,8 @@
 --   e2_take_keyed__s, e2_slow
 CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_receive__s(q sluice.queue, g sluice.consumer_group, max_messages int,
                                                      p_lease interval, p_consumer text, p_ack text[],
-                                                     p_epoch bigint, p_started timestamptz, p_slot smallint)
+                                                     p_epoch bigint, p_started timestamptz, p_slot smallint,
+                                                     p_noted bigint, p_probed boolean)
 RETURNS SETOF sluice.message
 LANGUAGE plpgsql
 AS $$
@@ -98,9 +101,10 @@ BEGIN
         -- receive may scan the lanes past a lease dated from before)
         PERFORM e2_ack(g.id, p_ack);
         v_now := clock_timestamp();
+        p_noted := NULL;   -- (as the note was before the ack: not used)
     END IF;
     v_at := v_now;
-    v_begun := e2_before_look__s(q.id, g.id, v_now, q.lanes, p_slot, p_epoch, v_async, max_messages);
+    v_begun := e2_before_look__s(q.id, g.id, v_now, q.lanes, p_slot, p_epoch, v_async, max_messages, p_noted, p_probed);
     IF v_begun = -1 THEN
         RETURN;   -- (nothing written)
     ELSIF v_async AND v_begun IS NULL THEN
@@ -122,7 +126,7 @@ BEGIN
         -- yet would wait for the next receive.
         SELECT e.epoch, e.slot, e.started_at INTO p_epoch, p_slot, p_started
         FROM sluice.epoch e WHERE e.queue_id = q.id ORDER BY e.epoch DESC LIMIT 1;
-        RETURN QUERY EXECUTE format('SELECT * FROM e2_receive_%s($1, $2, $3, $4, $5, NULL, $6, $7, $8)', p_slot)
+        RETURN QUERY EXECUTE format('SELECT * FROM e2_receive_%s($1, $2, $3, $4, $5, NULL, $6, $7, $8, NULL, NULL)', p_slot)
             USING q, g, max_messages, p_lease, p_consumer, p_epoch, p_started, p_slot;
         RETURN;
     END IF;
@@ -312,6 +316,9 @@ $$;
 -- otherwise look at every lane for nothing first. While the idle note
 -- holds, the probe (e2_unnumbered__s) comes first: with nothing to number
 -- and nothing numbered since the note, there is nothing to look at.
+-- sluice.receive probes first itself when the upkeep is not due (an idle
+-- group's polls, most calls, then cost no call of the copies) and passes
+-- what it found (p_probed).
 --
 -- Parameters:
 --   p_queue_id, p_group  queue and group id
@@ -320,47 +327,50 @@ $$;
 --   p_async              make the receive's commit asynchronous before it
 --                        numbers (sluice._receive_commit)
 --   p_need               the receive's max_messages (e2_cut_now__s)
+--   p_noted              the cut the session's idle note names while it
+--                        holds (sluice._idle_note_cut; NULL: none, or a
+--                        receive that carried an ack)
+--   p_probed             NULL, or what sluice.receive's probe found while
+--                        the note held (it returns at once when nothing was
+--                        numbered since and nothing is to be): true, to
+--                        number; false, numbered since the note
 -- Returns: -2 the queue rotated (the receive goes on in the new slot's
 --   copy), -1 the idle note holds (nothing to look at), a lane: it
 --   numbered, look from there; NULL: look
 -- Calls: e_maintain, e2_cut_now__s, e2_unnumbered__s, sluice._receive_commit
 CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_before_look__s(p_queue_id int, p_group int, p_now timestamptz, p_lanes int,
                                                          p_slot smallint, p_epoch bigint, p_async boolean,
-                                                         p_need int)
+                                                         p_need int, p_noted bigint, p_probed boolean)
 RETURNS int
 LANGUAGE plpgsql
 AS $$
 DECLARE
-    v_maint_note constant text := 'sluice.maint_' || p_queue_id;
     v_name constant text := sluice._idle_note_name(p_queue_id, p_group);
-    v_note constant text := current_setting(v_name, true);
-    -- the idle note holds (until when: a setting of that name that is no
-    -- note of ours is ignored)
-    v_idle constant boolean := CASE WHEN v_note SIMILAR TO '[0-9]+:[0-9]+'
-                                    THEN split_part(v_note, ':', 2)::bigint > (extract(epoch FROM p_now) * 1000000)::bigint
-                                    ELSE false END;
     v_n bigint;
     v_rr int;
     v_cut bigint;
-    v_due boolean;
+    v_due boolean := p_probed;
 BEGIN
-    IF coalesce(current_setting(v_maint_note, true), '') < to_char(p_now - interval '1 second', 'YYYYMMDDHH24MISSUS')
-       AND pg_try_advisory_xact_lock(sluice._lock_ns('maint'), p_queue_id) THEN
-        PERFORM set_config(v_maint_note, to_char(p_now, 'YYYYMMDDHH24MISSUS'), false);
+    IF sluice._upkeep_due(p_queue_id, p_now) AND pg_try_advisory_xact_lock(sluice._lock_ns('maint'), p_queue_id) THEN
+        PERFORM set_config('sluice.maint_' || p_queue_id, to_char(p_now, 'YYYYMMDDHH24MISSUS'), false);
         IF (SELECT m.rotated FROM e_maintain(p_queue_id) m) THEN
             RETURN -2;
         END IF;
     END IF;
-    IF NOT v_idle AND v_note IS DISTINCT FROM 'n' THEN
-        RETURN NULL;
-    ELSIF v_idle THEN
+    IF p_noted IS NULL THEN
+        IF current_setting(v_name, true) IS DISTINCT FROM 'n' THEN
+            RETURN NULL;
+        END IF;
+    ELSIF p_probed IS NULL THEN
         -- unless something was numbered since the note or is to be
         -- numbered, nothing to look at (the probe: cheaper than the cut's
         -- read, and most receives of an idle group find nothing)
         SELECT x.cut_no, x.due INTO v_cut, v_due FROM e2_unnumbered__s(p_now) x;
         IF NOT v_due THEN
-            RETURN CASE WHEN v_cut = split_part(v_note, ':', 1)::bigint THEN -1 END;
+            RETURN CASE WHEN v_cut = p_noted THEN -1 END;
         END IF;
+    ELSIF NOT p_probed THEN
+        RETURN NULL;   -- (sluice.receive probed: numbered since the note, nothing to number)
     END IF;
     IF p_async THEN
         -- (before the cut: one that numbers keyed messages restores the
@@ -371,7 +381,7 @@ BEGIN
         SELECT x.n, x.rr INTO v_n, v_rr FROM e2_cut_now__s(p_queue_id, p_lanes, p_slot, p_epoch, true, p_need) x;
         IF v_n > 0 THEN
             RETURN v_rr;
-        ELSIF NOT v_idle THEN
+        ELSIF p_noted IS NULL THEN
             PERFORM set_config(v_name, '', false);   -- (numbering first was for nothing)
         END IF;
     END IF;
