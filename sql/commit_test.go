@@ -246,7 +246,7 @@ func TestEngineFunctionsTurnJITOff(t *testing.T) {
 	other := map[int]map[string]string{2: {"e2_cut_store": "enable_bitmapscan=off"}}
 	seen := map[int]int{}
 	perSlot := map[string]int{} // engine 2's per-slot copies of the hot paths, by template
-	hotCopy := regexp.MustCompile(`^(e2_receive|e2_before_look|e2_wait_lane|e2_ack|e2_take)_[0-9]+$`)
+	hotCopy := regexp.MustCompile(`^(e2_receive|e2_before_look|e2_wait_lane|e2_ack|e2_take_keyed)_[0-9]+$`)
 	for rows.Next() {
 		var schema, name, config string
 		if err := rows.Scan(&schema, &name, &config); err != nil {
@@ -287,8 +287,9 @@ func TestEngineFunctionsTurnJITOff(t *testing.T) {
 		}
 	}
 	// Each slot of the queue of engine 2 (3) has its copy of the hot paths
-	// (the receive's helpers that read the slot's tables among them).
-	for _, hot := range []string{"e2_receive", "e2_before_look", "e2_wait_lane", "e2_ack", "e2_take"} {
+	// (the receive's helpers that read the slot's tables among them; the
+	// take's statement is in the receive's: sluice._splice_call).
+	for _, hot := range []string{"e2_receive", "e2_before_look", "e2_wait_lane", "e2_ack", "e2_take_keyed"} {
 		if perSlot[hot] != 3 {
 			t.Errorf("%d copies %s_<slot>, want one per slot (3)", perSlot[hot], hot)
 		}

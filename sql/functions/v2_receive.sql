@@ -236,10 +236,13 @@ BEGIN
         ELSE
             v_n := 0;
             IF s.held IS NULL AND s.waiting IS NULL THEN
-                RETURN QUERY SELECT * FROM e2_take__s(g.id, s.lane, s.lease_no, s.cursor, coalesce(v_ex_t, s.scan_t),
-                                                      coalesce(v_ex_no, s.scan_no), s.old_due, v_next,
-                                                      v_settled IS TRUE OR v_next IS DISTINCT FROM s.next_exp,
-                                                      v_need, p_lease, p_consumer, v_now, p_slot);
+                -- (the copy has e2_take__s's statement here, these values in
+                -- place of its parameters: sluice._splice_call)
+                RETURN QUERY SELECT * FROM e2_take__s(p_group => g.id, p_lane => s.lane, p_no => s.lease_no,
+                    p_cursor => s.cursor, p_scan_t => coalesce(v_ex_t, s.scan_t),
+                    p_scan_no => coalesce(v_ex_no, s.scan_no), p_old_due => s.old_due, p_next_exp => v_next,
+                    p_moved => v_settled IS TRUE OR v_next IS DISTINCT FROM s.next_exp, p_need => v_need,
+                    p_lease => p_lease, p_consumer => p_consumer, p_now => v_now, p_slot => p_slot);
                 GET DIAGNOSTICS v_n = ROW_COUNT;
             END IF;
             IF v_n = 0 AND (s.head > s.cursor OR s.held IS NOT NULL OR s.waiting IS NOT NULL) THEN

@@ -190,6 +190,67 @@ AS $$
     $ddl$, p_schema)
 $$;
 
+-- _splice_call: a template's definition with its call of another template
+-- replaced by the callee's statement, each of the callee's parameters in it
+-- replaced by the value the call passes: the copy runs the statement in
+-- place, with no call and no copy of its rows into one more result set (the
+-- take in the receive: docs/design.md, "The path of a receive"). The call
+-- is a statement of its own, RETURN QUERY SELECT * FROM callee(...);, in
+-- named notation (p_x => value, every parameter once); the callee is a
+-- template of sluice_tmpl2 whose body is one RETURN QUERY. The statement
+-- keeps its comments, where parameter names are replaced too.
+--
+-- Parameters:
+--   p_def     the caller's definition (pg_get_functiondef)
+--   p_callee  the callee's name, in sluice_tmpl2
+-- Returns: the definition with the call replaced
+-- Errors: P0001 when the definition has no such call, the callee is not of
+--   that form, or the call does not name each of its parameters once (a
+--   template edited apart from the other fails the migration, not a receive)
+CREATE OR REPLACE FUNCTION sluice._splice_call(p_def text, p_callee text)
+RETURNS text
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_call constant text := substring(p_def FROM 'RETURN QUERY SELECT \* FROM ' || p_callee || '\(([^;]*)\);');
+    v_stmt text;
+    v_params text[];
+    v_args text[];
+    v_name text;
+    v_value text;
+    v_names text[] := '{}';
+    a text;
+BEGIN
+    SELECT substring(p.prosrc FROM '^\s*BEGIN\s+(RETURN QUERY\s.*;)\s*END\s*$'), p.proargnames
+    INTO v_stmt, v_params
+    FROM pg_proc p WHERE p.pronamespace = 'sluice_tmpl2'::regnamespace AND p.proname = p_callee;
+    IF v_call IS NULL OR v_stmt IS NULL THEN
+        RAISE EXCEPTION 'cannot splice %: no call of it as a statement of its own, or its body is not one RETURN QUERY',
+            p_callee;
+    END IF;
+    -- (the arguments split where the next "name =>" begins: a value may hold commas)
+    v_args := regexp_split_to_array(btrim(v_call), ',\s*(?=[a-z_]+\s*=>)');
+    FOREACH a IN ARRAY v_args LOOP
+        v_name := btrim(split_part(a, '=>', 1));
+        v_value := btrim(substr(a, strpos(a, '=>') + 2));
+        IF strpos(a, '=>') = 0 OR NOT v_name = ANY (v_params) OR v_name = ANY (v_names) THEN
+            RAISE EXCEPTION 'cannot splice %: argument "%" is not one of its parameters, once, by name', p_callee, a;
+        END IF;
+        v_names := v_names || v_name;
+        -- (in parentheses, as an expression it stands for; \ and & escaped,
+        -- which regexp_replace reads in a replacement)
+        v_stmt := regexp_replace(v_stmt, '\m' || v_name || '\M',
+                                 replace(replace('(' || v_value || ')', '\', '\\'), '&', '\&'), 'g');
+    END LOOP;
+    IF cardinality(v_names) <> cardinality(v_params) THEN
+        RAISE EXCEPTION 'cannot splice %: the call passes % of its % parameters', p_callee,
+            cardinality(v_names), cardinality(v_params);
+    END IF;
+    RETURN replace(p_def, 'RETURN QUERY SELECT * FROM ' || p_callee || '(' || v_call || ');', v_stmt);
+END
+$$;
+
 -- _instantiate_v2: (re)create a queue's copies of the v2 templates (schema
 -- sluice_tmpl2). A template whose name ends in __s is copied once per slot
 -- s, with __s replaced by _<s> in its name and body: its statements name
@@ -218,6 +279,9 @@ DECLARE
     -- (the templates per slot also copied once through the parents: the
     -- slow path's take)
     through_parents constant text[] := ARRAY['e2_take__s', 'e2_take_keyed__s', 'e2_key_done__s'];
+    -- (the templates per slot whose statement is spliced into a caller's
+    -- copy, _splice_call: no copy of their own per slot)
+    spliced constant text[] := ARRAY['e2_take__s'];
     entry_points constant text[] := ARRAY['e_queue_status', 'e2_start', 'e_maintain', 'e_peek', 'e_leases',
                                           'e_purge', 'e_start_pos'];
     -- e_peek reads every stored message (msg has no index by id): it keeps
@@ -256,9 +320,13 @@ BEGIN
     FOR f IN SELECT p.oid, p.proname FROM pg_proc p
              WHERE p.pronamespace = 'sluice_tmpl2'::regnamespace ORDER BY p.proname LOOP
         def := replace(pg_get_functiondef(f.oid), 'sluice_tmpl2.', quote_ident(sch) || '.');
+        IF f.proname = 'e2_receive__s' THEN
+            def := sluice._splice_call(def, 'e2_take__s');   -- (the hot take in place: spliced)
+        END IF;
         sig := replace(f.oid::regprocedure::text, 'sluice_tmpl2.', quote_ident(sch) || '.');
         IF f.proname LIKE '%\_\_s' THEN
             FOR s IN 0..v_slots - 1 LOOP
+                CONTINUE WHEN f.proname = ANY (spliced);   -- (no copy per slot: it is in its caller's)
                 PERFORM sluice._replace_function(replace(def, '__s', '_' || s), replace(sig, '__s', '_' || s));
                 sigs := sigs || replace(sig, '__s', '_' || s);
             END LOOP;

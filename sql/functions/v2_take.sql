@@ -2,10 +2,11 @@
 --
 -- e2_take__s is the last step of a receive on a lane it holds: take the
 -- lane's next positions, write its new state (the lease) and read the
--- messages, in one statement. It is copied once per slot (see
--- sluice._instantiate_v2), naming only that slot's leaves, for the hot path
--- (e2_receive__s), and a last time with __s removed, the same statement
--- over the parents, for the slow path (e2_slow).
+-- messages, in one statement. Its statement is spliced into each slot's
+-- copy of e2_receive__s (sluice._splice_call, from sluice._instantiate_v2),
+-- naming only that slot's leaves: the hot path runs it in place, with no
+-- call. It is copied once, with __s removed, the same statement over the
+-- parents, for the slow path (e2_slow).
 
 -- e2_take__s: take up to p_need new positions of a lane the caller holds,
 -- from the cursor on, write the lane's new state and return the messages.
