@@ -352,7 +352,7 @@ DECLARE
     v_n bigint;
     v_rr int;
     v_cut bigint;
-    v_due boolean := p_probed;
+    v_due boolean;
 BEGIN
     IF sluice._upkeep_due(p_queue_id, p_now) AND pg_try_advisory_xact_lock(sluice._lock_ns('maint'), p_queue_id) THEN
         PERFORM set_config('sluice.maint_' || p_queue_id, to_char(p_now, 'YYYYMMDDHH24MISSUS'), false);
