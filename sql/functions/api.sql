@@ -103,6 +103,10 @@ DECLARE
     v_noted bigint;    -- the cut it names while it holds
     v_cut bigint;      -- the newest cut's number, as the probe found it
     v_probed boolean;  -- what the probe found: something to number (NULL: not probed)
+    -- (calls on the hot path are made in expressions, v_done := f(...),
+    -- whose value is not read: PL/pgSQL evaluates an expression in place,
+    -- where a PERFORM is a statement with an executor started for it)
+    v_done boolean;
 BEGIN
     IF max_messages IS NULL OR max_messages < 1 OR max_messages > 10000 THEN
         RAISE EXCEPTION USING ERRCODE = 'SL006',
@@ -116,7 +120,7 @@ BEGIN
     END IF;
     -- (the lookups inline: _get_queue and _get_group raise when there is no
     -- row; the queue's shared lock first, as sluice._use_queue takes it)
-    PERFORM pg_advisory_xact_lock_shared(sluice._lock_ns('queue'), hashtext(receive.queue));
+    v_done := pg_advisory_xact_lock_shared(sluice._lock_ns('queue'), hashtext(receive.queue)) IS NULL;
     SELECT * INTO q FROM sluice.queue qq WHERE qq.name = receive.queue;
     IF NOT FOUND THEN
         q := sluice._get_queue(receive.queue);
@@ -138,7 +142,7 @@ BEGIN
     -- (engine 2's copy does this itself, before it writes anything: an idle
     -- group's poll, which writes nothing, need not)
     IF q.engine <> 2 OR q.predecessor IS NOT NULL THEN
-        PERFORM sluice._receive_commit();
+        v_done := sluice._receive_commit();
     END IF;
     IF q.predecessor IS NOT NULL THEN
         -- an upgrade in progress: the predecessor's messages first, the
@@ -157,7 +161,7 @@ BEGIN
         END IF;
     END IF;
     -- The queue's copy, called statically through its path (_queue_path).
-    PERFORM set_config('search_path', sluice._queue_path(q.id), true);
+    v_done := set_config('search_path', sluice._queue_path(q.id), true) IS NULL;
     IF q.engine = 2 THEN
         -- the copy of the current epoch's slot (its statements name the slot's tables)
         SELECT e.epoch, e.slot, e.started_at INTO v_epoch, v_slot, v_started
@@ -233,10 +237,11 @@ DECLARE
     q sluice.queue;
     g sluice.consumer_group;
     n int;
+    v_done boolean;   -- (calls made in expressions, as in sluice.receive)
 BEGIN
     -- (the lookups inline: _get_queue and _get_group raise when there is no
     -- row; the queue's shared lock first, as sluice._use_queue takes it)
-    PERFORM pg_advisory_xact_lock_shared(sluice._lock_ns('queue'), hashtext(ack.queue));
+    v_done := pg_advisory_xact_lock_shared(sluice._lock_ns('queue'), hashtext(ack.queue)) IS NULL;
     SELECT * INTO q FROM sluice.queue qq WHERE qq.name = ack.queue;
     -- (no schema: dropped after the snapshot of a REPEATABLE READ transaction)
     IF NOT FOUND OR to_regnamespace(sluice._qschema(q.id)) IS NULL THEN
@@ -266,7 +271,7 @@ BEGIN
              ELSE sluice._receipts_ok(ack.receipts) END) IS NOT TRUE THEN
         PERFORM sluice._parse_receipts(ack.receipts);   -- raises SL008, naming the receipt
     END IF;
-    PERFORM set_config('search_path', sluice._queue_path(q.id), true);
+    v_done := set_config('search_path', sluice._queue_path(q.id), true) IS NULL;
     IF q.engine = 2 THEN
         -- a receipt names its lease's slot: one receipt of slot 0 or 1 goes
         -- to that slot's copy at once

@@ -654,20 +654,28 @@ $$;
 -- Setting sluice.durable_receive to on keeps the caller's setting.
 -- (No SET clause, which would cost each receive ~30 us: every name is
 -- qualified instead.)
+-- Returns: whether this call made the commit asynchronous (a value, so that
+-- callers call it in an expression, v := sluice._receive_commit(), which
+-- PL/pgSQL evaluates in place: a PERFORM is a statement, with an executor
+-- started for it; docs/design.md, "What PL/pgSQL costs per transaction")
 CREATE OR REPLACE FUNCTION sluice._receive_commit()
-RETURNS void
+RETURNS boolean
 LANGUAGE plpgsql
 AS $$
+DECLARE
+    v text;
 BEGIN
     IF pg_catalog.current_setting('synchronous_commit') OPERATOR(pg_catalog.<>) 'off'
        AND coalesce(pg_catalog.current_setting('sluice.durable_receive', true), '')
            OPERATOR(pg_catalog.<>) ALL (ARRAY['on', 'true', '1'])
        AND coalesce(pg_catalog.current_setting('sluice.caller_synchronous_commit', true), '')
            OPERATOR(pg_catalog.=) '' THEN
-        PERFORM pg_catalog.set_config('sluice.caller_synchronous_commit',
-                                      pg_catalog.current_setting('synchronous_commit'), true);
-        PERFORM pg_catalog.set_config('synchronous_commit', 'off', true);
+        v := pg_catalog.set_config('sluice.caller_synchronous_commit',
+                                   pg_catalog.current_setting('synchronous_commit'), true);
+        v := pg_catalog.set_config('synchronous_commit', 'off', true);
+        RETURN true;
     END IF;
+    RETURN false;
 END
 $$;
 

@@ -72,13 +72,17 @@ DECLARE
     v_now timestamptz;
     v_engine smallint;
     v_prioritized boolean;
+    -- (calls on the hot path are made in expressions, v_done := f(...),
+    -- whose value is not read: PL/pgSQL evaluates an expression in place,
+    -- where a PERFORM is a statement with an executor started for it)
+    v_done boolean;
 BEGIN
     IF current_setting('sluice.caller_synchronous_commit', true) <> '' THEN
         PERFORM sluice._durable_commit();   -- after a receive in this transaction
     END IF;
     -- Shared with every call on the queue, exclusive for drop_queue (see
     -- sluice._use_queue): taken before the lookup, which then sees a drop.
-    PERFORM pg_advisory_xact_lock_shared(sluice._lock_ns('queue'), hashtext(send.queue));
+    v_done := pg_advisory_xact_lock_shared(sluice._lock_ns('queue'), hashtext(send.queue)) IS NULL;
     -- The hot path: one lookup for everything send needs, then one INSERT.
     SELECT q.id, (SELECT ns.slot FROM sluice._slot_now(q.id) ns),
            q.id_seq, q.max_payload, q.notify, q.dedup_window, q.max_delay, q.engine, q.prioritized
@@ -100,7 +104,7 @@ BEGIN
                                    send.dedup_key, v_max, v_max_delay);
     END IF;
     IF v_engine = 2 THEN
-        PERFORM set_config('search_path', sluice._queue_path(v_qid), true);
+        v_done := set_config('search_path', sluice._queue_path(v_qid), true) IS NULL;
         IF send.dedup_key IS NOT NULL THEN
             -- (v2_dedup.sql: the key's lock, then the lookup; recorded below)
             SELECT x.msg_id INTO v_id FROM e2_dedup_lookup(v_qid, ARRAY[send.dedup_key], v_window) x;
@@ -118,7 +122,7 @@ BEGIN
             PERFORM e2_dedup_record(v_qid, ARRAY[send.dedup_key], ARRAY[v_id]);
         END IF;
         IF v_notify AND pg_try_advisory_xact_lock(sluice._lock_ns('notify'), v_qid) THEN
-            PERFORM pg_notify('sluice', send.queue);
+            v_done := pg_notify('sluice', send.queue) IS NULL;
         END IF;
         RETURN v_id;
     END IF;
@@ -310,10 +314,11 @@ DECLARE
     q sluice.queue;
     n int := cardinality(send_batch.bodies);
     v_now timestamptz;
+    v_done boolean;   -- (calls made in expressions, as in send)
 BEGIN
     -- sluice._use_queue, inlined as in send: the queue's shared lock, then
     -- the lookup (_use_queue itself raises SL001 or SL002).
-    PERFORM pg_advisory_xact_lock_shared(sluice._lock_ns('queue'), hashtext(send_batch.queue));
+    v_done := pg_advisory_xact_lock_shared(sluice._lock_ns('queue'), hashtext(send_batch.queue)) IS NULL;
     SELECT * INTO q FROM sluice.queue WHERE name = send_batch.queue;
     IF q.id IS NULL OR to_regnamespace(sluice._qschema(q.id)) IS NULL THEN
         q := sluice._use_queue(send_batch.queue);
@@ -359,15 +364,18 @@ BEGIN
     -- Nesting depth: no JSON of 4,096 bytes or less can be too deep (see
     -- _json_too_deep), so arrays of that size in all are not looked at, and
     -- of larger ones only the elements over it are walked (an element of
-    -- an array is never compressed: its pg_column_size is its size).
-    IF (pg_column_compression(send_batch.bodies) IS NOT NULL
-        OR pg_column_compression(send_batch.headers) IS NOT NULL
-        OR pg_column_size(send_batch.bodies)::bigint + coalesce(pg_column_size(send_batch.headers), 0) > 4096)
-       AND EXISTS (SELECT FROM unnest(send_batch.bodies, send_batch.headers) AS u(b, h)
+    -- an array is never compressed: its pg_column_size is its size). (Two
+    -- IFs: the look at the elements is a statement, which a condition
+    -- joined to it by AND would run each time.)
+    IF pg_column_compression(send_batch.bodies) IS NOT NULL
+       OR pg_column_compression(send_batch.headers) IS NOT NULL
+       OR pg_column_size(send_batch.bodies)::bigint + coalesce(pg_column_size(send_batch.headers), 0) > 4096 THEN
+        IF EXISTS (SELECT FROM unnest(send_batch.bodies, send_batch.headers) AS u(b, h)
                    WHERE (pg_column_size(u.b) > 4096 AND sluice._json_too_deep(u.b))
                       OR (pg_column_size(u.h) > 4096 AND sluice._json_too_deep(u.h))) THEN
-        PERFORM sluice._send_batch_check(q, send_batch.bodies, send_batch.headers, send_batch.keys,
-                                         send_batch.delay, send_batch.priorities, send_batch.dedup_keys);
+            PERFORM sluice._send_batch_check(q, send_batch.bodies, send_batch.headers, send_batch.keys,
+                                             send_batch.delay, send_batch.priorities, send_batch.dedup_keys);
+        END IF;
     END IF;
     -- Headers objects and key lengths: one pass over the arrays given.
     IF send_batch.headers IS NOT NULL OR send_batch.keys IS NOT NULL OR send_batch.dedup_keys IS NOT NULL THEN
@@ -379,10 +387,12 @@ BEGIN
         END IF;
     END IF;
     IF q.engine = 2 THEN
-        PERFORM set_config('search_path', sluice._queue_path(q.id), true);
-        IF NOT q.prioritized AND send_batch.priorities IS NOT NULL
-           AND EXISTS (SELECT FROM unnest(send_batch.priorities, send_batch.keys) AS u(p, k) WHERE sluice._prioritized(u.p, u.k)) THEN
-            PERFORM sluice._mark_prioritized(q.id);   -- (receives look at the priority lane)
+        v_done := set_config('search_path', sluice._queue_path(q.id), true) IS NULL;
+        IF NOT q.prioritized AND send_batch.priorities IS NOT NULL THEN
+            -- (a statement: only when priorities are given)
+            IF EXISTS (SELECT FROM unnest(send_batch.priorities, send_batch.keys) AS u(p, k) WHERE sluice._prioritized(u.p, u.k)) THEN
+                PERFORM sluice._mark_prioritized(q.id);   -- (receives look at the priority lane)
+            END IF;
         END IF;
         IF send_batch.dedup_keys IS NOT NULL THEN
             RETURN QUERY SELECT * FROM e2_send_batch_dedup(q, CASE WHEN send_batch.delay > interval '0'
@@ -396,7 +406,7 @@ BEGIN
                                                  v_now, send_batch.headers, send_batch.bodies, send_batch.keys,
                                                  send_batch.priorities);
         IF q.notify AND n > 0 AND pg_try_advisory_xact_lock(sluice._lock_ns('notify'), q.id) THEN
-            PERFORM pg_notify('sluice', q.name);
+            v_done := pg_notify('sluice', q.name) IS NULL;
         END IF;
         RETURN;
     END IF;
@@ -416,7 +426,7 @@ BEGIN
         )
         SELECT ins.id FROM ins ORDER BY ins.id;
         IF q.notify AND n > 0 AND pg_try_advisory_xact_lock(sluice._lock_ns('notify'), q.id) THEN
-            PERFORM pg_notify('sluice', q.name);
+            v_done := pg_notify('sluice', q.name) IS NULL;
         END IF;
         RETURN;
     END IF;

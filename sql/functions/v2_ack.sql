@@ -82,6 +82,7 @@ DECLARE
     v_lane int;
     v_no bigint;
     v_token bigint;
+    v_done boolean;   -- (calls made in expressions, as in sluice.receive)
 BEGIN
     IF cardinality(p_receipts) = 1 THEN
         -- One receipt: a lease of one position is completed whole (pos 0),
@@ -109,7 +110,7 @@ BEGIN
         END IF;
         -- Else the position alone of a longer lease, under its lock (or a
         -- stale receipt).
-        PERFORM pg_advisory_xact_lock(sluice._lock_ns('lease'), sluice._lease_lock(p_group, v_lane, v_no));
+        v_done := pg_advisory_xact_lock(sluice._lock_ns('lease'), sluice._lease_lock(p_group, v_lane, v_no)) IS NULL;
         INSERT INTO ack__s (slot, group_id, lane, lease_no, pos, kind, at)
         SELECT p_slot, p_group, v_lane, v_no, v_pos, 'a', p_now
         FROM lease__s l
@@ -346,6 +347,7 @@ DECLARE
     v_suffix constant text := '.' || v_lane || '.' || v_no || '.' || v_token;
     v_prefix constant text := p_slot || '.';
     n int;
+    v_done boolean;   -- (calls made in expressions, as in sluice.receive)
 BEGIN
     IF v_token IS NULL OR cardinality(p_receipts) < 2 THEN
         RETURN 0;
@@ -357,7 +359,7 @@ BEGIN
     IF EXISTS (SELECT 1 FROM unnest(p_receipts) r WHERE right(r, length(v_suffix)) <> v_suffix) THEN
         RETURN 0;
     END IF;
-    PERFORM pg_advisory_xact_lock(sluice._lock_ns('lease'), sluice._lease_lock(p_group, v_lane, v_no));
+    v_done := pg_advisory_xact_lock(sluice._lock_ns('lease'), sluice._lease_lock(p_group, v_lane, v_no)) IS NULL;
     INSERT INTO ack__s (slot, group_id, lane, lease_no, pos, kind, at)
     SELECT p_slot, p_group, v_lane, v_no, 0, 'a', p_now
     FROM lease__s l

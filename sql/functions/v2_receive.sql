@@ -88,18 +88,19 @@ DECLARE
     v_begun int;                -- e2_before_look__s's answer: -2 rotated, -1 idle, a lane it numbered, NULL look
     v_prio "char";              -- the priority lane: NULL nothing, n to number first, t to look at
     s record;                   -- the lane picked, and its state
+    v_done boolean;             -- (calls made in expressions, as in sluice.receive)
     v_rr int; v_n int; v_before int;
     -- the lane's first ended lease past its scan point (e2_expired__s)
     v_ex_t timestamptz; v_ex_no bigint; v_settled boolean; v_next timestamptz;
 BEGIN
     IF p_ack IS NOT NULL THEN
         IF v_async THEN
-            PERFORM sluice._receive_commit();
+            v_done := sluice._receive_commit();
             v_async := false;
         END IF;
         -- (it may wait for a completion not committed: meanwhile another
         -- receive may scan the lanes past a lease dated from before)
-        PERFORM e2_ack(g.id, p_ack);
+        v_n := e2_ack(g.id, p_ack);
         v_now := clock_timestamp();
         p_noted := NULL;   -- (as the note was before the ack: not used)
     END IF;
@@ -110,7 +111,7 @@ BEGIN
     ELSIF v_async AND v_begun IS NULL THEN
         -- (before_look numbered nothing, so no cut restored the caller's
         -- setting that this could undo; one that numbered made it first)
-        PERFORM sluice._receive_commit();
+        v_done := sluice._receive_commit();
     END IF;
     IF v_begun >= 0 THEN
         v_start := v_begun;   -- (it numbered: the lane the cut dealt to first)
@@ -197,7 +198,7 @@ BEGIN
                     v_seen := '{}';
                     IF v_need = max_messages AND v_begun IS NULL THEN
                         -- the session's next receive of the group numbers first
-                        PERFORM set_config(sluice._idle_note_name(q.id, g.id), 'n', false);
+                        v_done := set_config(sluice._idle_note_name(q.id, g.id), 'n', false) IS NULL;
                     END IF;
                     CONTINUE;
                 END IF;
@@ -353,9 +354,10 @@ DECLARE
     v_rr int;
     v_cut bigint;
     v_due boolean;
+    v_done boolean;   -- (calls made in expressions, as in sluice.receive)
 BEGIN
     IF sluice._upkeep_due(p_queue_id, p_now) AND pg_try_advisory_xact_lock(sluice._lock_ns('maint'), p_queue_id) THEN
-        PERFORM set_config('sluice.maint_' || p_queue_id, to_char(p_now, 'YYYYMMDDHH24MISSUS'), false);
+        v_done := set_config('sluice.maint_' || p_queue_id, to_char(p_now, 'YYYYMMDDHH24MISSUS'), false) IS NULL;
         IF (SELECT m.rotated FROM e_maintain(p_queue_id) m) THEN
             RETURN -2;
         END IF;
@@ -378,14 +380,14 @@ BEGIN
     IF p_async THEN
         -- (before the cut: one that numbers keyed messages restores the
         -- caller's setting, which this would undo after it)
-        PERFORM sluice._receive_commit();
+        v_done := sluice._receive_commit();
     END IF;
     IF pg_try_advisory_xact_lock(sluice._lock_ns('cut'), p_queue_id) THEN
         SELECT x.n, x.rr INTO v_n, v_rr FROM e2_cut_now__s(p_queue_id, p_lanes, p_slot, p_epoch, true, p_need) x;
         IF v_n > 0 THEN
             RETURN v_rr;
         ELSIF p_noted IS NULL THEN
-            PERFORM set_config(v_name, '', false);   -- (numbering first was for nothing)
+            v_done := set_config(v_name, '', false) IS NULL;   -- (numbering first was for nothing)
         END IF;
     END IF;
     RETURN NULL;
