@@ -85,13 +85,16 @@ func (l *statementLog) nested(b *bundle, sql string, args ...any) []string {
 // copy, the lane statement and the take; its ack: the queue, the group,
 // the INSERT of the ack row; a send: the queue and the INSERT; in the
 // steady state (a send, then a receive that numbers it, then its ack) the
-// receive numbers first: the cut's call, its read and its INSERT. The
-// least of three rounds, after six to warm the session's plans (the
-// queue's upkeep, once a second a session, adds its own to a round).
+// receive numbers first: the cut's call, its read and its INSERT; a
+// receive that finds nothing (no idle note of the session): the lookups,
+// the copy, one lane statement and the probe for what is not numbered; a
+// poll while the idle note holds: the lookups and the probe. The least of
+// three rounds, after six to warm the session's plans (the queue's upkeep,
+// once a second a session, adds its own to a round).
 func TestV2HotPathsRunTheirStatementsOnly(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	for _, q := range []string{"backlog", "steady"} {
+	for _, q := range []string{"backlog", "steady", "empty"} {
 		b.createQueue(q, `{"engine": 2, "lanes": 2}`)
 	}
 	b.exec(`SELECT sluice.send_batch('backlog', array(SELECT jsonb_build_object('n', g) FROM generate_series(1, 100) g))`)
@@ -102,6 +105,11 @@ func TestV2HotPathsRunTheirStatementsOnly(t *testing.T) {
 	}
 	ack := func(q string) string {
 		return `SELECT sluice.ack('` + q + `', 'default', current_setting('sluice_test.receipts')::text[])`
+	}
+	note := func(value string) string {
+		return `SELECT set_config(x.n, ` + value + `, false)
+		        FROM (SELECT sluice._idle_note_name(q.id, g.id) AS n FROM sluice.queue q
+		              JOIN sluice.consumer_group g ON g.queue_id = q.id WHERE q.name = 'empty' AND g.name = 'default') x`
 	}
 	lookups := []string{"FROM sluice.queue qq", "FROM sluice.consumer_group gg"}
 	take := append(lookups[:2:2], "FROM sluice.epoch e", "FROM e2_receive_0(", "SELECT h.cut_no AS cut",
@@ -116,6 +124,12 @@ func TestV2HotPathsRunTheirStatementsOnly(t *testing.T) {
 		{"steady receive", receive("steady"),
 			append(take[:len(take):len(take)], "FROM e2_cut_now_0(", "SELECT x.cut_no, x.heads", "INSERT INTO cut_0")},
 		{"steady ack", ack("steady"), append(lookups[:2:2], "INSERT INTO ack_0")},
+		// (the session's idle note of the group cleared; not checked)
+		{"", note("''"), nil},
+		{"empty receive", receive("empty"), append(take[:5:5], "FROM e2_unnumbered_0(")},
+		// (the note made to hold an hour: 25 ms may pass before the next call)
+		{"", note("split_part(current_setting(x.n), ':', 1) || ':' || ((extract(epoch FROM now()) + 3600) * 1000000)::bigint"), nil},
+		{"idle poll", receive("empty"), append(take[:3:3], "FROM e2_unnumbered_0(")},
 	}
 	fewest := make([][]string, len(calls))
 	for round := 0; round < 9; round++ {
@@ -127,12 +141,15 @@ func TestV2HotPathsRunTheirStatementsOnly(t *testing.T) {
 		}
 	}
 	for i, c := range calls {
+		if c.want == nil {
+			continue
+		}
 		ok := len(fewest[i]) == len(c.want)
 		for _, w := range c.want {
 			ok = ok && slices.ContainsFunc(fewest[i], func(r string) bool { return strings.Contains(r, w) })
 		}
 		if !ok {
-			t.Errorf("a %s ran %d statements, want %d (%s):\n  %s", c.name, len(fewest[i]), len(c.want),
+			t.Errorf("%s: ran %d statements, want %d (%s):\n  %s", c.name, len(fewest[i]), len(c.want),
 				strings.Join(c.want, "; "), strings.Join(fewest[i], "\n  "))
 		}
 	}

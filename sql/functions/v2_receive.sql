@@ -292,10 +292,11 @@ BEGIN
     END LOOP;
     IF NOT v_stop THEN
         RETURN;
-    ELSIF v_need = max_messages AND NOT v_waits AND v_prio IS NULL THEN   -- every lane idle: note it
-        PERFORM set_config(sluice._idle_note_name(q.id, g.id),
-                           (SELECT c.cut_no FROM cut__s c ORDER BY c.cut_no DESC LIMIT 1) || ':'
-                           || ((extract(epoch FROM v_at) * 1000000)::bigint + 25000), false);
+    ELSIF v_need = max_messages AND NOT v_waits AND v_prio IS NULL THEN
+        -- every lane idle as of the newest cut its last look read: note it
+        -- (a cut committed since is the next poll's to look at)
+        v_done := set_config(sluice._idle_note_name(q.id, g.id),
+                             s.cut || ':' || ((extract(epoch FROM v_at) * 1000000)::bigint + 25000), false) IS NULL;
     ELSIF v_need > 0 AND v_prio IS NOT NULL THEN
         -- the levels below 0: nothing else is ready
         RETURN QUERY SELECT * FROM e2_take_prio(q, g, -1, v_need, p_lease, p_consumer, v_now, p_slot);

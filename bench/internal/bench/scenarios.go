@@ -169,6 +169,11 @@ func (r *runner) steadyCell(ctx context.Context, label string, s system, p, cons
 	c := &counters{}
 	start := time.Now()
 	deadline := start.Add(d)
+	if e2e != nil {
+		// (the first second's latencies include the connections' first
+		// calls: steadyRow reports the rest apart)
+		defer time.AfterFunc(time.Second, e2e.markWarm).Stop()
+	}
 	var stopped atomic.Bool
 	caughtUp := func() bool { return stopped.Load() && c.done.Load() >= c.sent.Load() }
 	res, err := r.watch(ctx, label, c, e2e, func() error {
@@ -407,14 +412,18 @@ func (r *runner) steadyRow(ctx context.Context, s system, p, consumers, b, rate 
 		return nil, nil, nil, err
 	}
 	sorted := e2e.sorted()
-	l := Summarize(sorted)
+	l, w := Summarize(sorted), Summarize(e2e.sortedWarm())
 	during := cut(res.rates, d.Seconds())
 	return []string{s.name(), fmt.Sprint(rate), fmtRate(float64(c.sent.Load()) / d.Seconds()), fmtRate(medianY(during)),
 		fmt.Sprint(c.sent.Load() - c.done.Load()), fmt.Sprint(int64(maxY(res.backlog))),
-		fmtMS(l.P50), fmtMS(l.P95), fmtMS(l.P99), fmtMS(l.Max)}, res, sorted, nil
+		fmtMS(l.P50), fmtMS(l.P95), fmtMS(l.P99), fmtMS(l.Max), fmtMS(w.P50), fmtMS(w.P99), fmtMS(w.Max)}, res, sorted, nil
 }
 
-var steadyColumns = []string{"system", "offered/s", "sent/s", "consumed/s (median)", "backlog at end", "max backlog", "e2e p50 ms", "p95", "p99", "max"}
+// steadyColumns: the end-to-end latencies of every message, then of those
+// consumed after the first second (when the connections' first calls on
+// the queue, which compile and plan its functions, are over).
+var steadyColumns = []string{"system", "offered/s", "sent/s", "consumed/s (median)", "backlog at end", "max backlog",
+	"e2e p50 ms", "p95", "p99", "max", "after 1 s: p50", "p99", "max"}
 
 func (r *runner) steady(ctx context.Context) (*Result, error) {
 	systems, err := r.systems("sluice")

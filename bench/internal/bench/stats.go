@@ -82,6 +82,24 @@ func CDFPoints(sorted []float64, n int) []Point {
 type recorder struct {
 	mu      sync.Mutex
 	samples []float64
+	warm    int // the samples before it came in while connections warmed up (markWarm)
+}
+
+// markWarm notes that the samples so far came in while the connections
+// were new: their first calls on a queue compile and plan its functions.
+func (r *recorder) markWarm() {
+	r.mu.Lock()
+	r.warm = len(r.samples)
+	r.mu.Unlock()
+}
+
+// sortedWarm returns a sorted copy of the samples after markWarm's.
+func (r *recorder) sortedWarm() []float64 {
+	r.mu.Lock()
+	from := r.warm
+	r.mu.Unlock()
+	s, _ := r.window(from)
+	return s
 }
 
 func (r *recorder) add(ms ...float64) {
