@@ -83,14 +83,15 @@ func (l *statementLog) nested(b *bundle, sql string, args ...any) []string {
 // a batch-1 receive from a backlog numbered before, from a lane that needs
 // only a take: the queue, the group, the epoch, the call of the slot's
 // copy, the lane statement and the take; its ack: the queue, the group,
-// the INSERT of the ack row; a send: the queue and the INSERT; in the
-// steady state (a send, then a receive that numbers it, then its ack) the
-// receive numbers first: the cut's call, its read and its INSERT; a
-// receive that finds nothing (no idle note of the session): the lookups,
-// the copy, one lane statement and the probe for what is not numbered; a
-// poll while the idle note holds: the lookups and the probe. The least of
-// three rounds, after six to warm the session's plans (the queue's upkeep,
-// once a second a session, adds its own to a round).
+// the INSERT of the ack row (the INSERT alone when a receive carries it);
+// a send: the queue and the INSERT; in the steady state (a send, then a
+// receive that numbers it, then its ack) the receive numbers first: the
+// cut's call, its read and its INSERT; a receive that finds nothing (no
+// idle note of the session): the lookups, the copy, one lane statement and
+// the probe for what is not numbered; a poll while the idle note holds:
+// the lookups and the probe. The least of three rounds, after six to warm
+// the session's plans (the queue's upkeep, once a second a session, adds
+// its own to a round).
 func TestV2HotPathsRunTheirStatementsOnly(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -102,6 +103,12 @@ func TestV2HotPathsRunTheirStatementsOnly(t *testing.T) {
 	receive := func(q string) string {
 		return `SELECT set_config('sluice_test.receipts', coalesce(array_agg(m.receipt), '{}')::text, false)
 		        FROM sluice.receive('` + q + `', 'default', 1) m`
+	}
+	// (acking what the last call received)
+	receiveAcking := func(q string) string {
+		return `SELECT set_config('sluice_test.receipts', coalesce(array_agg(m.receipt), '{}')::text, false)
+		        FROM sluice.receive('` + q + `', 'default', 1,
+		                            ack => current_setting('sluice_test.receipts')::text[]) m`
 	}
 	ack := func(q string) string {
 		return `SELECT sluice.ack('` + q + `', 'default', current_setting('sluice_test.receipts')::text[])`
@@ -119,6 +126,7 @@ func TestV2HotPathsRunTheirStatementsOnly(t *testing.T) {
 		want      []string // a part of each statement's text
 	}{
 		{"receive", receive("backlog"), take},
+		{"receive carrying the ack of the one before", receiveAcking("backlog"), append(take[:len(take):len(take)], "INSERT INTO ack_0")},
 		{"ack", ack("backlog"), append(lookups[:2:2], "INSERT INTO ack_0")},
 		{"send", `SELECT sluice.send('steady', '{"n": 0}')`, []string{"FROM sluice.queue q WHERE", "INSERT INTO msg"}},
 		{"steady receive", receive("steady"),

@@ -33,7 +33,11 @@
 #                 of 100 and its ack, so that each receive numbers (a cut of
 #                 100) what was just sent, which the batch-100 rounds, taking
 #                 from a preload numbered before they are counted, leave out
-#                 (the reference: an INSERT of 100 rows, then the DELETE of 100)
+#                 (the reference: an INSERT of 100 rows, then the DELETE of 100);
+#                 a is batch 1 with the ack carried: a round is one receive of
+#                 1 that acks the previous round's message (receive's ack
+#                 argument), one transaction, as a worker that acks with its
+#                 next receive runs (the reference: the same DELETE of 1)
 #        SEED     the seed of random() in each backend (default 0.5): a
 #                 receive starts at a random lane, and the lanes it passes
 #                 change its cost, so that counts repeat only with one seed;
@@ -75,11 +79,13 @@ BATCHES=${BATCHES:-1 100}
 # of large ones
 steady() { [ "$1" = s ] || [ "$1" = u ] || [ "$1" = b ]; }
 empty() { [ "$1" = 0 ] || [ "$1" = i ]; }
-few() { if [ "$1" = b ] || { ! steady "$1" && ! empty "$1" && [ "$1" -ge 50 ]; }; then echo 3; else echo 50; fi; }
-many() { if [ "$1" = b ] || { ! steady "$1" && ! empty "$1" && [ "$1" -ge 50 ]; }; then echo 13; else echo 250; fi; }
-# (an empty receive takes nothing: batch 0 preloads nothing)
+few() { if [ "$1" = b ] || { ! steady "$1" && ! empty "$1" && [ "$1" != a ] && [ "$1" -ge 50 ]; }; then echo 3; else echo 50; fi; }
+many() { if [ "$1" = b ] || { ! steady "$1" && ! empty "$1" && [ "$1" != a ] && [ "$1" -ge 50 ]; }; then echo 13; else echo 250; fi; }
+# messages a round of a batch size takes (an empty receive takes nothing:
+# batch 0 preloads nothing)
+takes() { if [ "$1" = a ]; then echo 1; else echo "$1"; fi; }
 preload=0
-for b in $BATCHES; do steady "$b" || empty "$b" || preload=$((preload + b * ($(few "$b") + $(many "$b")))); done
+for b in $BATCHES; do steady "$b" || empty "$b" || preload=$((preload + $(takes "$b") * ($(few "$b") + $(many "$b")))); done
 as_user() { if [ "$(id -u)" = 0 ]; then su "${RUN_AS:-postgres}" -s /bin/bash -c "$1"; else bash -c "$1"; fi; }
 
 work=$(mktemp -d)
@@ -172,7 +178,7 @@ rounds() {
 		elif [ "$1" = sl ] && empty "$2"; then
 			echo "WITH d AS (DELETE FROM q0 WHERE id = ANY (ARRAY(SELECT id FROM q0 ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED)) RETURNING id, body) SELECT count(*), sum(length(d.body::text)) FROM d"
 		elif [ "$1" = sl ]; then
-			echo "WITH d AS (DELETE FROM q WHERE id = ANY (ARRAY(SELECT id FROM q ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED)) RETURNING id, body) SELECT count(*), sum(length(d.body::text)) FROM d"
+			echo "WITH d AS (DELETE FROM q WHERE id = ANY (ARRAY(SELECT id FROM q ORDER BY id LIMIT $(takes "$2") FOR UPDATE SKIP LOCKED)) RETURNING id, body) SELECT count(*), sum(length(d.body::text)) FROM d"
 		elif [ "$2" = 0 ]; then
 			echo "SELECT count(*) FROM sluice.receive('ic', 'idle', 1) m"
 		elif [ "$2" = i ]; then
@@ -180,6 +186,9 @@ rounds() {
 			# then moved an hour on)
 			[ "$n" -gt 0 ] || echo "SELECT count(*) FROM sluice.receive('ic', 'idle', 1) m; SELECT set_config(x.n, split_part(current_setting(x.n), ':', 1) || ':' || ((extract(epoch FROM now()) + 3600) * 1000000)::bigint, false) FROM (SELECT sluice._idle_note_name(q.id, g.id) AS n FROM sluice.queue q JOIN sluice.consumer_group g ON g.queue_id = q.id WHERE q.name = 'ic' AND g.name = 'idle') x"
 			echo "SELECT count(*) FROM sluice.receive('ic', 'idle', 1) m"
+		elif [ "$2" = a ]; then
+			# (the first round's setting is unset: no ack)
+			echo "SELECT set_config('bench.receipts', coalesce(array_agg(m.receipt), '{}')::text, false), sum(length(m.body::text)) FROM sluice.receive('ic', 'default', 1, ack => nullif(current_setting('bench.receipts', true), '')::text[]) m"
 		else
 			echo "SELECT set_config('bench.receipts', coalesce(array_agg(m.receipt), '{}')::text, false), sum(length(m.body::text)) FROM sluice.receive('ic', 'default', $2) m"
 			echo "SELECT sluice.ack('ic', 'default', current_setting('bench.receipts')::text[])"
@@ -232,7 +241,7 @@ profile() {
 	sed -i '1i\ inclusive    exclusive  function (instructions per round)' "$4"
 }
 
-printf '| engine | %s |\n|---|%s\n' "$(for b in $BATCHES; do case $b in 0) printf 'empty receive: instructions | ' ;; i) printf 'empty receive, idle note holding: instructions | ' ;; s) printf 'steady (send 1, receive 1, ack): instructions per round | ' ;; u) printf 'steady, slot of 20,000 used: instructions per round | ' ;; b) printf 'steady at batch 100 (send 100, receive 100, ack): instructions per round | ' ;; *) printf 'batch %s: instructions per round | ' "$b" ;; esac; done | sed 's/ | $//')" \
+printf '| engine | %s |\n|---|%s\n' "$(for b in $BATCHES; do case $b in 0) printf 'empty receive: instructions | ' ;; i) printf 'empty receive, idle note holding: instructions | ' ;; a) printf 'batch 1, ack carried by the next receive: instructions per round | ' ;; s) printf 'steady (send 1, receive 1, ack): instructions per round | ' ;; u) printf 'steady, slot of 20,000 used: instructions per round | ' ;; b) printf 'steady at batch 100 (send 100, receive 100, ack): instructions per round | ' ;; *) printf 'batch %s: instructions per round | ' "$b" ;; esac; done | sed 's/ | $//')" \
 	"$(for b in $BATCHES; do printf -- '--:|'; done)"
 dbs=(); labels=()
 i=0

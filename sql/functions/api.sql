@@ -273,15 +273,7 @@ BEGIN
     END IF;
     v_done := set_config('search_path', sluice._queue_path(q.id), true) IS NULL;
     IF q.engine = 2 THEN
-        -- a receipt names its lease's slot: one receipt of slot 0 or 1 goes
-        -- to that slot's copy at once
-        IF cardinality(ack.receipts) = 1 AND ack.receipts[1] LIKE '0.%' THEN
-            n := e2_ack_0(g.id, ack.receipts, clock_timestamp(), 0::smallint);
-        ELSIF cardinality(ack.receipts) = 1 AND ack.receipts[1] LIKE '1.%' THEN
-            n := e2_ack_1(g.id, ack.receipts, clock_timestamp(), 1::smallint);
-        ELSE
-            n := e2_ack(g.id, ack.receipts);
-        END IF;
+        n := e2_ack(g.id, ack.receipts);   -- (each receipt by the copy of its slot)
     ELSE
         n := e_ack(g.id, ack.receipts);   -- the queue's copy (_queue_path)
     END IF;

@@ -7,9 +7,12 @@
 -- no completion in that lease. A lease's expiry is the only way a position
 -- is delivered again, so a current receipt is the newest delivery.
 
--- e2_ack: complete messages (sluice.ack of a queue of engine 2). Receipts
--- are handled by the copy of their slot (e2_ack_<slot>), which names only
--- its leaves; receipts of a slot the queue does not have are stale.
+-- e2_ack: complete messages (sluice.ack of a queue of engine 2, and the ack
+-- a receive carries). Receipts are handled by the copy of their slot
+-- (e2_ack_<slot>), which names only its leaves; receipts of a slot the
+-- queue does not have are stale. One receipt of slot 0 or 1 (the ack of a
+-- receive of one, the most frequent) goes to its slot's copy at once; the
+-- receipts of a receive's whole batch of one lane to e2_ack_whole_<slot>.
 --
 -- Parameters:
 --   p_group     group id
@@ -26,8 +29,12 @@ DECLARE
     v_part text[];
     n int := 0;
 BEGIN
+    IF cardinality(p_receipts) = 1 AND p_receipts[1] LIKE '0.%' THEN
+        RETURN e2_ack_0(p_group, p_receipts, v_now, 0::smallint);
+    ELSIF cardinality(p_receipts) = 1 AND p_receipts[1] LIKE '1.%' THEN
+        RETURN e2_ack_1(p_group, p_receipts, v_now, 1::smallint);
     -- A receive's whole batch of one lane (its slot's copy tries it first)
-    IF p_receipts[1] LIKE '0.%' THEN
+    ELSIF p_receipts[1] LIKE '0.%' THEN
         n := e2_ack_whole_0(p_group, p_receipts, v_now, 0::smallint);
     ELSIF p_receipts[1] LIKE '1.%' THEN
         n := e2_ack_whole_1(p_group, p_receipts, v_now, 1::smallint);
