@@ -100,7 +100,7 @@ BEGIN
         END IF;
         -- (it may wait for a completion not committed: meanwhile another
         -- receive may scan the lanes past a lease dated from before)
-        v_n := e2_ack(g.id, p_ack);
+        v_done := e2_ack(g.id, p_ack) IS NULL;
         v_now := clock_timestamp();
         p_noted := NULL;   -- (as the note was before the ack: not used)
     END IF;
