@@ -29,7 +29,9 @@ func (b *bundle) statementLog() *statementLog {
 		var plan struct {
 			Text string `json:"Query Text"`
 		}
-		if json.Unmarshal([]byte(n.Message[strings.IndexByte(n.Message, '{'):]), &plan) == nil && plan.Text != "" {
+		// (a notice that is no plan has no JSON object: not a statement)
+		i := strings.IndexByte(n.Message, '{')
+		if i >= 0 && json.Unmarshal([]byte(n.Message[i:]), &plan) == nil && plan.Text != "" {
 			l.mu.Lock()
 			l.seen = append(l.seen, strings.Join(strings.Fields(plan.Text), " "))
 			l.mu.Unlock()
@@ -53,12 +55,12 @@ func (b *bundle) statementLog() *statementLog {
 
 // nested runs sql on the connection and returns the statements it ran
 // below itself (the statements of the functions it called).
-func (l *statementLog) nested(b *bundle, sql string, args ...any) []string {
+func (l *statementLog) nested(b *bundle, sql string) []string {
 	b.t.Helper()
 	l.mu.Lock()
 	l.seen = nil
 	l.mu.Unlock()
-	rows, err := l.conn.Query(b.ctx, sql, args...)
+	rows, err := l.conn.Query(b.ctx, sql)
 	if err != nil {
 		b.t.Fatalf("%s: %v", sql, err)
 	}
@@ -113,11 +115,14 @@ func TestV2HotPathsRunTheirStatementsOnly(t *testing.T) {
 	ack := func(q string) string {
 		return `SELECT sluice.ack('` + q + `', 'default', current_setting('sluice_test.receipts')::text[])`
 	}
+	// (the session's idle note of the group default of the queue empty)
 	note := func(value string) string {
 		return `SELECT set_config(x.n, ` + value + `, false)
 		        FROM (SELECT sluice._idle_note_name(q.id, g.id) AS n FROM sluice.queue q
 		              JOIN sluice.consumer_group g ON g.queue_id = q.id WHERE q.name = 'empty' AND g.name = 'default') x`
 	}
+	// (a part of each statement's text) the public API's lookups, and a
+	// receive's statements that take from a lane
 	lookups := []string{"FROM sluice.queue qq", "FROM sluice.consumer_group gg"}
 	take := append(lookups[:2:2], "FROM sluice.epoch e", "FROM e2_receive_0(", "SELECT h.cut_no AS cut",
 		"WITH w AS MATERIALIZED")

@@ -406,13 +406,17 @@ func (r *runner) receiveLatency(ctx context.Context, s system, b, n int, d time.
 
 // steadyRow runs steady for s and returns the row of the steady table.
 func (r *runner) steadyRow(ctx context.Context, s system, p, consumers, b, rate int, d time.Duration) ([]string, *cell, []float64, error) {
-	e2e := &recorder{}
+	e2e := newRecorder()
 	res, c, err := r.steadyCell(ctx, fmt.Sprintf("steady %s %d+%d %d msg/s", s.name(), p, consumers, rate), s, p, consumers, b, rate, d, nil, e2e)
 	if err != nil {
 		return nil, nil, nil, err
 	}
 	sorted := e2e.sorted()
-	l, w := Summarize(sorted), Summarize(e2e.sortedWarm())
+	l := Summarize(sorted)
+	w := Latency{P50: math.NaN(), P99: math.NaN(), Max: math.NaN()} // ("-": a run shorter than the warm-up)
+	if after, ok := e2e.sortedWarm(); ok {
+		w = Summarize(after)
+	}
 	during := cut(res.rates, d.Seconds())
 	return []string{s.name(), fmt.Sprint(rate), fmtRate(float64(c.sent.Load()) / d.Seconds()), fmtRate(medianY(during)),
 		fmt.Sprint(c.sent.Load() - c.done.Load()), fmt.Sprint(int64(maxY(res.backlog))),

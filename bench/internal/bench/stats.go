@@ -82,8 +82,11 @@ func CDFPoints(sorted []float64, n int) []Point {
 type recorder struct {
 	mu      sync.Mutex
 	samples []float64
-	warm    int // the samples before it came in while connections warmed up (markWarm)
+	warm    int // the samples before it came in while connections warmed up (markWarm), -1 before
 }
+
+// newRecorder returns an empty recorder whose warm-up is not marked.
+func newRecorder() *recorder { return &recorder{warm: -1} }
 
 // markWarm notes that the samples so far came in while the connections
 // were new: their first calls on a queue compile and plan its functions.
@@ -93,13 +96,17 @@ func (r *recorder) markWarm() {
 	r.mu.Unlock()
 }
 
-// sortedWarm returns a sorted copy of the samples after markWarm's.
-func (r *recorder) sortedWarm() []float64 {
+// sortedWarm returns a sorted copy of the samples after markWarm's, and
+// false when markWarm was not called (a run shorter than the warm-up).
+func (r *recorder) sortedWarm() ([]float64, bool) {
 	r.mu.Lock()
 	from := r.warm
 	r.mu.Unlock()
+	if from < 0 {
+		return nil, false
+	}
 	s, _ := r.window(from)
-	return s
+	return s, true
 }
 
 func (r *recorder) add(ms ...float64) {
