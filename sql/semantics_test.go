@@ -276,12 +276,12 @@ func TestDelayedMessages(t *testing.T) {
 	b := setup(t)
 	b.createQueue("q", "")
 	var delayed int64
-	if err := b.pool.QueryRow(b.ctx, "SELECT sluice.send('q', '{\"later\": true}', delay => '700 milliseconds')").
+	sentAt := time.Now() // before the send: the delay runs from a later now()
+	if err := b.pool.QueryRow(b.ctx, "SELECT sluice.send('q', '{\"later\": true}', delay => '1500 milliseconds')").
 		Scan(&delayed); err != nil {
 		t.Fatal(err)
 	}
 	now := b.send(b.pool, "q", `{"now": true}`)
-	sentAt := time.Now()
 	got := b.receive("q", "default", 10, "")
 	if len(got) != 1 || got[0].ID != now {
 		t.Fatalf("got %+v, want only the undelayed message %d", got, now)
@@ -294,7 +294,7 @@ func TestDelayedMessages(t *testing.T) {
 		late = b.receive("q", "default", 10, "")
 		return len(late) > 0
 	})
-	if elapsed := time.Since(sentAt); elapsed < 650*time.Millisecond {
+	if elapsed := time.Since(sentAt); elapsed < 1480*time.Millisecond {
 		t.Fatalf("delayed message delivered after %s, before its time", elapsed)
 	}
 	if len(late) != 1 || late[0].ID != delayed {

@@ -332,7 +332,9 @@ func TestV2Extend(t *testing.T) {
 	b.v2expectEmpty("v2e", "default")
 }
 
-// An extension made twice: the later end counts.
+// An extension made twice: the later end counts. Each extension reaches
+// 2 s past its call and the check follows 700 ms later: the first lease
+// (500 ms) has run out by then, and a loaded machine has 1.3 s of slack.
 func TestV2ExtendTwice(t *testing.T) {
 	b := setup(t)
 	b.createV2("v2e2", `"lanes": 1`)
@@ -343,14 +345,14 @@ func TestV2ExtendTwice(t *testing.T) {
 	}
 	var n int
 	for i := 0; i < 4; i++ {
-		if err := b.pool.QueryRow(b.ctx, "SELECT sluice.extend('v2e2', 'default', $1, '700 milliseconds')",
+		if err := b.pool.QueryRow(b.ctx, "SELECT sluice.extend('v2e2', 'default', $1, '2 seconds')",
 			[]string{m[0].Receipt}).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
 		if n != 1 {
 			t.Fatalf("extend %d counted %d", i, n)
 		}
-		time.Sleep(400 * time.Millisecond)
+		time.Sleep(700 * time.Millisecond)
 		if r := b.v2receive("v2e2", "default", 1, ""); len(r) > 0 {
 			t.Fatalf("redelivered during extension %d: %+v", i, r)
 		}
@@ -358,7 +360,7 @@ func TestV2ExtendTwice(t *testing.T) {
 	if n := b.ack("v2e2", "default", m[0].Receipt); n != 1 {
 		t.Errorf("ack counted %d", n)
 	}
-	time.Sleep(800 * time.Millisecond)
+	time.Sleep(2200 * time.Millisecond) // past the last extension's end
 	if r := b.v2drain("v2e2", "default", 1, ""); len(r) > 0 {
 		t.Errorf("acked message redelivered: %+v", r)
 	}
