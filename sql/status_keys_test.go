@@ -287,3 +287,45 @@ func TestStatusKeyedRetriesInPlace(t *testing.T) {
 		}
 	})
 }
+
+// A keyed tail taken as far as a receive had room leaves the rest waiting
+// from the key's next position, and nothing when the key has no more: its
+// positions were the last of the key, the lane went on past other keys. An
+// empty tail once stayed in the lane's state (from the position after the
+// last taken), and status counted it as a waiting message: waiting -1,
+// ready 1 on an idle queue.
+func TestStatusKeyTailTakenToItsEnd(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.createV2("tail", `"lanes": 1`)
+	first := b.sendKeyed("tail", `{}`, "k", 0)
+	rest := []int64{b.sendKeyed("tail", `{}`, "k", 0), b.sendKeyed("tail", `{}`, "k", 0)}
+	other := b.send(b.pool, "tail", `{}`)
+	held := b.v2receive("tail", "default", 1, "")
+	if len(held) != 1 || held[0].ID != first {
+		t.Fatalf("first receive: %v, want [%d]", v2ids(held), first)
+	}
+	if got := b.v2receive("tail", "default", 10, ""); len(got) != 1 || got[0].ID != other {
+		t.Fatalf("while k is held: %v, want [%d]", v2ids(got), other)
+	} else {
+		b.ack("tail", "default", got[0].Receipt)
+	}
+	b.ack("tail", "default", held[0].Receipt)
+	got := b.v2receive("tail", "default", 2, "")
+	if !v2same(v2ids(got), rest) {
+		t.Fatalf("the tail: %s", v2diff(v2ids(got), rest))
+	}
+	var ready, waiting, inFlight int64
+	if err := b.pool.QueryRow(b.ctx, `SELECT ready, waiting, in_flight FROM sluice.status('tail')
+		WHERE group_name = 'default'`).Scan(&ready, &waiting, &inFlight); err != nil {
+		t.Fatal(err)
+	}
+	if ready != 0 || waiting != 0 || inFlight != 2 {
+		t.Fatalf("status: ready %d, waiting %d, in flight %d; want 0, 0, 2", ready, waiting, inFlight)
+	}
+	schema := fmt.Sprintf("sluice_q%d", b.int64("SELECT id FROM sluice.queue WHERE name = 'tail'"))
+	if w := b.int64(fmt.Sprintf(`SELECT coalesce(cardinality(s.waiting), 0) FROM %s.lease s
+		ORDER BY s.lease_no DESC LIMIT 1`, schema)); w != 0 {
+		t.Fatalf("the lane's state keeps %d waiting positions, want none", w)
+	}
+}

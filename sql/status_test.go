@@ -1,10 +1,13 @@
 package sqlsrc_test
 
 import (
+	"context"
 	"fmt"
 	"maps"
 	"regexp"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -390,4 +393,80 @@ func TestStatusV2DelayedIndexForOlderQueues(t *testing.T) {
 		t.Fatal("_instantiate_v2 did not make msg_due_idx")
 	}
 	b.wantStatus("one delayed, one not", "old", statusRow{Ready: 1, Delayed: 1, Lag: 1, Lwm: 1, Pending: true})
+}
+
+// status read while producers and consumers run never reports a count
+// below zero, nor a head behind the cursor: it reads the newest cut, the
+// messages not numbered yet and each group's lanes in statements of their
+// own, and a cut committed between them (and taken at once) moves a
+// lane's cursor past the head status read. Keys (whose tails wait behind
+// a message in flight) and priorities (a lane of their own) are in the mix.
+func TestStatusUnderLoadNeverNegative(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.createV2("busy", `"lanes": 2`)
+	ctx, cancel := context.WithTimeout(b.ctx, 4*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	run := func(f func() error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				if err := f(); err != nil && ctx.Err() == nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	var sent atomic.Int64
+	run(func() error {
+		n := sent.Add(1)
+		_, err := b.pool.Exec(ctx, "SELECT sluice.send('busy', '{}', key => $1, priority => $2)",
+			fmt.Sprint("k", n%7), n%5/4) // every fifth prioritized
+		return err
+	})
+	for range 2 {
+		run(func() error {
+			ms, err := v2receiveOn(ctx, b.pool, "busy", "default", 3, "")
+			if err != nil || len(ms) == 0 {
+				return err
+			}
+			receipts := make([]string, len(ms))
+			for i, m := range ms {
+				receipts[i] = m.Receipt
+			}
+			_, err = b.pool.Exec(ctx, "SELECT sluice.ack('busy', 'default', $1)", receipts)
+			return err
+		})
+	}
+	reads := 0
+	for ctx.Err() == nil {
+		var ready, waiting, delayed, inFlight, lag, cursor, head int64
+		err := b.pool.QueryRow(ctx, `SELECT ready, waiting, delayed, in_flight, lag, cursor, head
+			FROM sluice.status('busy') WHERE group_name = 'default'`).Scan(
+			&ready, &waiting, &delayed, &inFlight, &lag, &cursor, &head)
+		if err != nil {
+			if ctx.Err() != nil {
+				break
+			}
+			t.Fatalf("status: %v", err)
+		}
+		reads++
+		if ready < 0 || waiting < 0 || delayed < 0 || inFlight < 0 || lag < 0 || head < cursor {
+			t.Fatalf("status read %d: ready %d, waiting %d, delayed %d, in flight %d, lag %d, cursor %d, head %d",
+				reads, ready, waiting, delayed, inFlight, lag, cursor, head)
+		}
+	}
+	cancel()
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if reads < 20 || sent.Load() < 100 {
+		t.Fatalf("%d status reads, %d sends: too few to tell", reads, sent.Load())
+	}
 }

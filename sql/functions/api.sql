@@ -444,6 +444,14 @@ $$;
 -- reclaim from truncating a slot the call read: a later read of that
 -- queue in the same transaction may find the slot empty.
 --
+-- While receives run (READ COMMITTED), a queue is read in a few statements
+-- (its newest cut, its messages not numbered yet, each group's lanes),
+-- each seeing what was committed when it began: a message numbered and
+-- taken between them can be counted as ready (among those not numbered
+-- yet) and also as in flight, or as ready once acked. No count is ever
+-- below zero, nor a head behind its cursor; once the queue is still, every
+-- count is exact.
+--
 -- Messages not numbered yet: a committed message is numbered (given its
 -- position) by the next receive of any group, at most 4,000 per receive
 -- (or its max_messages, rounded up to a thousand, when that is more; on

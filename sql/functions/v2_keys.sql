@@ -99,16 +99,19 @@ BEGIN
             v_out := v_out || w;
             v_mine := v_mine || w.khash;
         ELSE
-            -- the key's tail: its positions up to the cursor, as many as fit
+            -- the key's tail: its positions up to the cursor, as many as
+            -- fit (one more read: where the rest starts, if there is one)
             v_room := p_need - cardinality(v_out);
-            v_got := e2_key_tail(p_group, p_lane, w.khash, w.pos, p_cursor, v_room);
+            v_got := e2_key_tail(p_group, p_lane, w.khash, w.pos, p_cursor, v_room + 1);
+            IF cardinality(v_got) > v_room THEN
+                -- (room ran out: the rest of the tail waits, from its next
+                -- position; a tail never starts where the key has none)
+                v_wait := v_wait || ROW(v_got[v_room + 1].pos, w.khash, NULL, NULL, NULL, NULL)::sluice.e2_wait;
+                v_blocked := v_blocked || w.khash;
+                v_got := v_got[1:v_room];
+            END IF;
             v_out := v_out || v_got;
             v_mine := v_mine || w.khash;
-            IF cardinality(v_got) = v_room AND v_got[v_room].pos < p_cursor THEN
-                -- (room ran out: the rest of the tail waits)
-                v_wait := v_wait || ROW(v_got[cardinality(v_got)].pos + 1, w.khash, NULL, NULL, NULL, NULL)::sluice.e2_wait;
-                v_blocked := v_blocked || w.khash;
-            END IF;
         END IF;
         IF w.id IS NULL AND w.khash = ANY (v_blocked) THEN
             v_tails := v_tails || w.khash;

@@ -220,7 +220,8 @@ $$;
 -- Parameters:
 --   p_group  the group
 --   p_lane   the lane (p_prio: the priority lane)
---   p_head   the lane's head (newest cut)
+--   p_head   the lane's head (of the newest cut status read; a cursor
+--            past it, from a later cut, counts as the head)
 --   p_now    the time status is computed for
 -- Returns: cur (the cursor), in_flight, again (due again), nafter (the group's
 --   positions after the cursor), waits (waiting positions that would be
@@ -244,6 +245,9 @@ BEGIN
         RETURN;
     END IF;
     cur := st.cursor;
+    -- (a cut committed after status read p_head and taken since leaves the
+    -- cursor past it: this lane has nothing numbered after the cursor then)
+    p_head := greatest(p_head, st.cursor);
     SELECT * INTO ls FROM e2_status_leases(p_group, p_lane, st.scan_t, st.scan_no, p_now);
     in_flight := ls.in_flight;
     again := ls.again;
@@ -256,7 +260,7 @@ BEGIN
         parked := 0;
         IF p_head > st.cursor THEN
             nafter := p_head - st.cursor - (SELECT count(*) FROM prio pp
-                                           WHERE pp.pos > st.cursor
+                                           WHERE pp.pos BETWEEN st.cursor + 1 AND p_head
                                              AND (pp.target <> p_group
                                                   OR pp.pos <= (SELECT l.cursor FROM unnest(st.levels) l
                                                                 WHERE l.level = pp.level)));
@@ -279,14 +283,15 @@ BEGIN
                array_agg(b.first_pos + u.o - 1) FILTER (WHERE u.k IS NOT NULL AND (u.tg IS NULL OR u.tg = p_group))
         INTO nafter, kh, kpos
         FROM batch b CROSS JOIN LATERAL unnest(b.targets, b.khashes) WITH ORDINALITY u(tg, k, o)
-        WHERE b.lane = p_lane AND b.last_pos > st.cursor AND (b.targets IS NOT NULL OR b.khashes IS NOT NULL)
-          AND b.first_pos + u.o - 1 > st.cursor;
+        WHERE b.lane = p_lane AND b.last_pos > st.cursor AND b.first_pos <= p_head
+          AND (b.targets IS NOT NULL OR b.khashes IS NOT NULL)
+          AND b.first_pos + u.o - 1 BETWEEN st.cursor + 1 AND p_head;
         IF kh IS NOT NULL THEN
             kn := array_fill(1::bigint, ARRAY[cardinality(kh)]);
             kready := array_fill(true, ARRAY[cardinality(kh)]);
         END IF;
     ELSIF st.held IS NOT NULL OR st.waiting IS NOT NULL OR nafter > 0 THEN
-        SELECT * INTO w FROM e2_status_keyed(p_group, p_lane, st.cursor, st.held, st.waiting, p_now);
+        SELECT * INTO w FROM e2_status_keyed(p_group, p_lane, st.cursor, p_head, st.held, st.waiting, p_now);
         nafter := nafter - w.others;
         waits := w.waits;
         parked := w.parked;
@@ -373,11 +378,14 @@ $$;
 -- Parameters:
 --   p_group, p_lane   the group and lane
 --   p_cursor          the lane's cursor
+--   p_head            the lane's head as status counts it (positions
+--                     numbered after it, by a cut committed since status
+--                     read its cut, are counted as not numbered yet)
 --   p_held, p_waiting the lane state's held keys and waiting positions
 --   p_now             the time status is computed for
 -- Returns: others, waits, parked, first_wait, kh, kpos, kn, kready
 CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_status_keyed(
-    p_group int, p_lane smallint, p_cursor bigint, p_held sluice.e2_held[], p_waiting sluice.e2_wait[],
+    p_group int, p_lane smallint, p_cursor bigint, p_head bigint, p_held sluice.e2_held[], p_waiting sluice.e2_wait[],
     p_now timestamptz, OUT others bigint, OUT waits bigint, OUT parked bigint, OUT first_wait bigint,
     OUT kh bigint[], OUT kpos bigint[], OUT kn bigint[], OUT kready boolean[])
 LANGUAGE plpgsql STABLE
@@ -388,15 +396,18 @@ DECLARE
     v_until constant bigint[] := ARRAY(SELECT h.khash FROM unnest(p_held) h WHERE h.lease_no IS NULL AND h.until > p_now);
 BEGIN
     WITH nb AS MATERIALIZED (
-        -- after the cursor: positions meant for another group, and keyed ones
+        -- after the cursor up to the head: positions meant for another
+        -- group, and keyed ones
         SELECT b.first_pos + u.o - 1 AS pos, u.tg, u.k
         FROM batch b CROSS JOIN LATERAL unnest(b.targets, b.khashes) WITH ORDINALITY u(tg, k, o)
-        WHERE b.lane = p_lane AND b.last_pos > p_cursor AND (b.targets IS NOT NULL OR b.khashes IS NOT NULL)
-          AND b.first_pos + u.o - 1 > p_cursor AND (u.tg <> p_group OR u.k IS NOT NULL)
+        WHERE b.lane = p_lane AND b.last_pos > p_cursor AND b.first_pos <= p_head
+          AND (b.targets IS NOT NULL OR b.khashes IS NOT NULL)
+          AND b.first_pos + u.o - 1 BETWEEN p_cursor + 1 AND p_head AND (u.tg <> p_group OR u.k IS NOT NULL)
     ), wt AS MATERIALIZED (
         -- the waiting positions: a single one counts 1 (the first of a key
         -- held until its retry is due is that retry, parked), a tail its
-        -- positions up to the cursor
+        -- positions up to the cursor (none: an empty tail an older engine's
+        -- receive left, not counted)
         SELECT w.pos, w.khash, w.id IS NOT NULL AS single,
                CASE WHEN w.id IS NOT NULL THEN 1
                     ELSE (SELECT count(*) FROM batch b
@@ -424,14 +435,14 @@ BEGIN
           AND NOT EXISTS (SELECT 1 FROM ack a WHERE a.group_id = p_group AND a.lane = p_lane
                                                 AND a.lease_no = h.lease_no AND a.pos IN (0, p.p))
         UNION ALL
-        SELECT wt.khash, wt.pos, wt.n, NOT wt.parked FROM wt
+        SELECT wt.khash, wt.pos, wt.n, NOT wt.parked FROM wt WHERE wt.n > 0
         UNION ALL
         SELECT nb.k, nb.pos, 1, true FROM nb WHERE nb.k IS NOT NULL AND (nb.tg IS NULL OR nb.tg = p_group)
     )
     SELECT (SELECT count(*) FROM nb WHERE nb.tg <> p_group),
            (SELECT coalesce(sum(wt.n) FILTER (WHERE NOT wt.parked), 0) FROM wt),
            (SELECT count(*) FILTER (WHERE wt.parked) FROM wt),
-           (SELECT min(wt.pos) FROM wt), ka.k, ka.pos, ka.n, ka.ready
+           (SELECT min(wt.pos) FROM wt WHERE wt.n > 0), ka.k, ka.pos, ka.n, ka.ready
     INTO others, waits, parked, first_wait, kh, kpos, kn, kready
     FROM (SELECT array_agg(kc.k) AS k, array_agg(kc.pos) AS pos, array_agg(kc.n) AS n, array_agg(kc.ready) AS ready
           FROM kc) ka;
@@ -521,7 +532,7 @@ BEGIN
         FROM unnest(un.tgs, un.due, un.delayed, un.retries, un.oldest) AS x(tg, due, delayed, rt, o)
         WHERE x.tg IS NULL OR x.tg = g.id;
         WITH ls AS MATERIALIZED (
-            SELECT x.*, c.heads[n.lane + 1] AS head
+            SELECT x.*, greatest(c.heads[n.lane + 1], x.cur) AS head   -- (see e2_status_lane)
             FROM generate_series(0, q.lanes) n(lane)   -- (lanes: the priority lane)
             CROSS JOIN LATERAL e2_status_lane(g.id, n.lane::smallint, n.lane = q.lanes, c.heads[n.lane + 1], v_now) x
             WHERE x.cur IS NOT NULL
