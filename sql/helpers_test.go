@@ -172,6 +172,7 @@ func (b *bundle) status(queue string) map[string]status {
 	if err != nil {
 		b.t.Fatalf("status: %v", err)
 	}
+	defer rows.Close() // (a Fatalf with rows open would keep the pool from closing)
 	out := map[string]status{}
 	for rows.Next() {
 		var s status

@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // statusRow is every column of sluice.status that can be checked exactly,
@@ -399,12 +401,16 @@ func TestStatusV2DelayedIndexForOlderQueues(t *testing.T) {
 // below zero, nor a head behind the cursor: it reads the newest cut, the
 // messages not numbered yet and each group's lanes in statements of their
 // own, and a cut committed between them (and taken at once) moves a
-// lane's cursor past the head status read. Keys (whose tails wait behind
-// a message in flight) and priorities (a lane of their own) are in the mix.
+// lane's cursor past the head status read. The mix has what status counts
+// apart: keys (tails waiting behind a message in flight), priorities (a
+// lane of their own), delayed sends, nacks (keyed retries in place, parked
+// while their backoff runs; unkeyed retry copies), leases left to expire,
+// and two groups.
 func TestStatusUnderLoadNeverNegative(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.createV2("busy", `"lanes": 2`)
+	b.createV2("busy", `"lanes": 2, "max_attempts": 1000, "backoff_base": "20 milliseconds", "backoff_max": "40 milliseconds"`)
+	b.exec("SELECT sluice.create_group('busy', 'other')")
 	ctx, cancel := context.WithTimeout(b.ctx, 4*time.Second)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -424,30 +430,47 @@ func TestStatusUnderLoadNeverNegative(t *testing.T) {
 	var sent atomic.Int64
 	run(func() error {
 		n := sent.Add(1)
-		_, err := b.pool.Exec(ctx, "SELECT sluice.send('busy', '{}', key => $1, priority => $2)",
-			fmt.Sprint("k", n%7), n%5/4) // every fifth prioritized
+		var key any
+		if n%3 != 0 {
+			key = fmt.Sprint("k", n%7)
+		}
+		delay := "0"
+		if n%9 == 0 {
+			delay = "30 milliseconds"
+		}
+		_, err := b.pool.Exec(ctx, "SELECT sluice.send('busy', '{}', key => $1, priority => $2, delay => $3::interval)",
+			key, n%5/4, delay) // every fifth prioritized
 		return err
 	})
-	for range 2 {
+	var taken atomic.Int64
+	for _, group := range []string{"default", "default", "other"} {
 		run(func() error {
-			ms, err := v2receiveOn(ctx, b.pool, "busy", "default", 3, "")
+			ms, err := v2receiveOn(ctx, b.pool, "busy", group, 3, "200 milliseconds")
 			if err != nil || len(ms) == 0 {
 				return err
 			}
-			receipts := make([]string, len(ms))
-			for i, m := range ms {
-				receipts[i] = m.Receipt
+			var acks []string
+			for _, m := range ms {
+				switch n := taken.Add(1); {
+				case n%11 == 0: // left to expire
+				case n%6 == 0:
+					if _, err := b.pool.Exec(ctx, "SELECT sluice.nack('busy', $1, $2)", group, m.Receipt); err != nil {
+						return err
+					}
+				default:
+					acks = append(acks, m.Receipt)
+				}
 			}
-			_, err = b.pool.Exec(ctx, "SELECT sluice.ack('busy', 'default', $1)", receipts)
+			if len(acks) > 0 {
+				_, err = b.pool.Exec(ctx, "SELECT sluice.ack('busy', $1, $2)", group, acks)
+			}
 			return err
 		})
 	}
 	reads := 0
 	for ctx.Err() == nil {
-		var ready, waiting, delayed, inFlight, lag, cursor, head int64
-		err := b.pool.QueryRow(ctx, `SELECT ready, waiting, delayed, in_flight, lag, cursor, head
-			FROM sluice.status('busy') WHERE group_name = 'default'`).Scan(
-			&ready, &waiting, &delayed, &inFlight, &lag, &cursor, &head)
+		rows, err := b.pool.Query(ctx, `SELECT group_name, ready, waiting, delayed, in_flight, lag, cursor, head, lwm
+			FROM sluice.status('busy')`)
 		if err != nil {
 			if ctx.Err() != nil {
 				break
@@ -455,9 +478,25 @@ func TestStatusUnderLoadNeverNegative(t *testing.T) {
 			t.Fatalf("status: %v", err)
 		}
 		reads++
-		if ready < 0 || waiting < 0 || delayed < 0 || inFlight < 0 || lag < 0 || head < cursor {
-			t.Fatalf("status read %d: ready %d, waiting %d, delayed %d, in flight %d, lag %d, cursor %d, head %d",
-				reads, ready, waiting, delayed, inFlight, lag, cursor, head)
+		type row struct {
+			g                                                         string
+			ready, waiting, delayed, inFlight, lag, cursor, head, lwm int64
+		}
+		got, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (row, error) {
+			var x row
+			err := r.Scan(&x.g, &x.ready, &x.waiting, &x.delayed, &x.inFlight, &x.lag, &x.cursor, &x.head, &x.lwm)
+			return x, err
+		})
+		if err != nil {
+			if ctx.Err() != nil {
+				break
+			}
+			t.Fatalf("status: %v", err)
+		}
+		for _, x := range got {
+			if x.ready < 0 || x.waiting < 0 || x.delayed < 0 || x.inFlight < 0 || x.lag < 0 || x.head < x.cursor || x.lwm > x.head+1 {
+				t.Fatalf("status read %d: %+v", reads, x)
+			}
 		}
 	}
 	cancel()
@@ -466,7 +505,7 @@ func TestStatusUnderLoadNeverNegative(t *testing.T) {
 	for err := range errs {
 		t.Fatal(err)
 	}
-	if reads < 20 || sent.Load() < 100 {
-		t.Fatalf("%d status reads, %d sends: too few to tell", reads, sent.Load())
+	if reads < 20 || sent.Load() < 100 || taken.Load() < 100 {
+		t.Fatalf("%d status reads, %d sends, %d taken: too few to tell", reads, sent.Load(), taken.Load())
 	}
 }
