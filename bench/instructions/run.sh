@@ -37,7 +37,11 @@
 #                 a is batch 1 with the ack carried: a round is one receive of
 #                 1 that acks the previous round's message (receive's ack
 #                 argument), one transaction, as a worker that acks with its
-#                 next receive runs (the reference: the same DELETE of 1)
+#                 next receive runs (the reference: the same DELETE of 1);
+#                 p is batch 1 through the PGMQ layer (migrated with
+#                 --pgmq): a round is pgmq.read of 1 (vt 1 hour), then
+#                 pgmq.delete of its msg_ids, on a pgmq queue preloaded by
+#                 pgmq.send_batch (the reference: the same DELETE of 1)
 #        SEED     the seed of random() in each backend (default 0.5): a
 #                 receive starts at a random lane, and the lanes it passes
 #                 change its cost, so that counts repeat only with one seed;
@@ -79,13 +83,18 @@ BATCHES=${BATCHES:-1 100}
 # of large ones
 steady() { [ "$1" = s ] || [ "$1" = u ] || [ "$1" = b ]; }
 empty() { [ "$1" = 0 ] || [ "$1" = i ]; }
-few() { if [ "$1" = b ] || { ! steady "$1" && ! empty "$1" && [ "$1" != a ] && [ "$1" -ge 50 ]; }; then echo 3; else echo 50; fi; }
-many() { if [ "$1" = b ] || { ! steady "$1" && ! empty "$1" && [ "$1" != a ] && [ "$1" -ge 50 ]; }; then echo 13; else echo 250; fi; }
+# (a and p: one message a round)
+large() { [ "$1" = b ] || { ! steady "$1" && ! empty "$1" && [ "$1" != a ] && [ "$1" != p ] && [ "$1" -ge 50 ]; }; }
+few() { if large "$1"; then echo 3; else echo 50; fi; }
+many() { if large "$1"; then echo 13; else echo 250; fi; }
 # messages a round of a batch size takes (an empty receive takes nothing:
 # batch 0 preloads nothing)
-takes() { if [ "$1" = a ]; then echo 1; else echo "$1"; fi; }
+takes() { if [ "$1" = a ] || [ "$1" = p ]; then echo 1; else echo "$1"; fi; }
 preload=0
-for b in $BATCHES; do steady "$b" || empty "$b" || preload=$((preload + $(takes "$b") * ($(few "$b") + $(many "$b")))); done
+for b in $BATCHES; do steady "$b" || empty "$b" || [ "$b" = p ] || preload=$((preload + $(takes "$b") * ($(few "$b") + $(many "$b")))); done
+# (the PGMQ layer's rounds read their own queue; the reference's share q)
+ppreload=0
+case " $BATCHES " in *" p "*) ppreload=$(($(few p) + $(many p))); preload=$((preload + ppreload)) ;; esac
 as_user() { if [ "$(id -u)" = 0 ]; then su "${RUN_AS:-postgres}" -s /bin/bash -c "$1"; else bash -c "$1"; fi; }
 
 work=$(mktemp -d)
@@ -114,7 +123,13 @@ for arg in "$@"; do
 	opts='{}'
 	[ "$bin" = "$arg" ] || opts=${arg#*@}
 	psql_ "$(url postgres)" -c "CREATE DATABASE s$i"
-	"$bin" migrate --database-url "$(url s$i)" >/dev/null 2>&1 || { echo "run.sh: $bin migrate failed" >&2; exit 1; }
+	pgmq=; [ "$ppreload" = 0 ] || pgmq=--pgmq
+	"$bin" migrate $pgmq --database-url "$(url s$i)" >/dev/null 2>&1 || { echo "run.sh: $bin migrate failed" >&2; exit 1; }
+	# (no rotation of the queue or of the layer's side tables during the run)
+	[ "$ppreload" = 0 ] || psql_ "$(url s$i)" -c "SELECT pgmq.create('pq')" \
+		-c "SELECT sluice.alter_queue('pq', '{\"rotate_interval\": \"1 day\"}')" \
+		-c "SELECT count(*) FROM pgmq.send_batch('pq', ARRAY(SELECT jsonb_build_object('n', g, 'pad', repeat('x', 64)) FROM generate_series(1, $ppreload) g))" \
+		>/dev/null
 	psql_ "$(url s$i)" \
 		-c "SELECT sluice.create_queue('ic', '{\"lease\": \"1 hour\", \"rotate_interval\": \"1 day\"}'::jsonb || '${opts//\'/\'\'}'::jsonb)" >/dev/null
 	# (from standard input: each statement of SETUP its own transaction)
@@ -186,6 +201,9 @@ rounds() {
 			# then moved an hour on)
 			[ "$n" -gt 0 ] || echo "SELECT count(*) FROM sluice.receive('ic', 'idle', 1) m; SELECT set_config(x.n, split_part(current_setting(x.n), ':', 1) || ':' || ((extract(epoch FROM now()) + 3600) * 1000000)::bigint, false) FROM (SELECT sluice._idle_note_name(q.id, g.id) AS n FROM sluice.queue q JOIN sluice.consumer_group g ON g.queue_id = q.id WHERE q.name = 'ic' AND g.name = 'idle') x"
 			echo "SELECT count(*) FROM sluice.receive('ic', 'idle', 1) m"
+		elif [ "$2" = p ]; then
+			echo "SELECT set_config('bench.ids', coalesce(array_agg(r.msg_id), '{}')::text, false), sum(length(r.message::text)) FROM pgmq.read('pq', 3600, 1) r"
+			echo "SELECT count(*) FROM pgmq.delete('pq', current_setting('bench.ids')::bigint[])"
 		elif [ "$2" = a ]; then
 			# (the first round's setting is unset: no ack)
 			echo "SELECT set_config('bench.receipts', coalesce(array_agg(m.receipt), '{}')::text, false), sum(length(m.body::text)) FROM sluice.receive('ic', 'default', 1, ack => nullif(current_setting('bench.receipts', true), '')::text[]) m"
@@ -241,7 +259,7 @@ profile() {
 	sed -i '1i\ inclusive    exclusive  function (instructions per round)' "$4"
 }
 
-printf '| engine | %s |\n|---|%s\n' "$(for b in $BATCHES; do case $b in 0) printf 'empty receive: instructions | ' ;; i) printf 'empty receive, idle note holding: instructions | ' ;; a) printf 'batch 1, ack carried by the next receive: instructions per round | ' ;; s) printf 'steady (send 1, receive 1, ack): instructions per round | ' ;; u) printf 'steady, slot of 20,000 used: instructions per round | ' ;; b) printf 'steady at batch 100 (send 100, receive 100, ack): instructions per round | ' ;; *) printf 'batch %s: instructions per round | ' "$b" ;; esac; done | sed 's/ | $//')" \
+printf '| engine | %s |\n|---|%s\n' "$(for b in $BATCHES; do case $b in 0) printf 'empty receive: instructions | ' ;; i) printf 'empty receive, idle note holding: instructions | ' ;; a) printf 'batch 1, ack carried by the next receive: instructions per round | ' ;; p) printf 'PGMQ layer, batch 1 (read, delete): instructions per round | ' ;; s) printf 'steady (send 1, receive 1, ack): instructions per round | ' ;; u) printf 'steady, slot of 20,000 used: instructions per round | ' ;; b) printf 'steady at batch 100 (send 100, receive 100, ack): instructions per round | ' ;; *) printf 'batch %s: instructions per round | ' "$b" ;; esac; done | sed 's/ | $//')" \
 	"$(for b in $BATCHES; do printf -- '--:|'; done)"
 dbs=(); labels=()
 i=0

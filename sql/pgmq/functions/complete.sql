@@ -30,7 +30,7 @@ RETURNS SETOF bigint
 LANGUAGE plpgsql
 AS $$
 DECLARE
-    ids bigint[] := ARRAY(SELECT DISTINCT i FROM unnest(p_ids) i WHERE i IS NOT NULL);
+    ids bigint[] := p_ids;
     read_ids bigint[];
     receipts text[];
     unread bigint[] := '{}';
@@ -39,8 +39,12 @@ DECLARE
     all_current boolean := false;
     now_ts constant timestamptz := clock_timestamp();
 BEGIN
-    IF cardinality(ids) = 0 THEN
-        RETURN;
+    -- (one id, the usual delete, needs no look for duplicates and NULLs)
+    IF cardinality(p_ids) <> 1 OR p_ids[1] IS NULL THEN
+        ids := ARRAY(SELECT DISTINCT i FROM unnest(p_ids) i WHERE i IS NOT NULL);
+        IF cardinality(ids) = 0 THEN
+            RETURN;
+        END IF;
     END IF;
     -- those read: the receipt of their newest delivery (NULL after a set_vt that gave it back)
     SELECT coalesce(array_agg(i), '{}'), coalesce(array_agg(r.receipt) FILTER (WHERE r.receipt IS NOT NULL), '{}')
@@ -76,9 +80,14 @@ BEGIN
         SELECT v.msg_id, v.read_ct, v.enqueued_at, v.last_read_at, now_ts, v.vt, v.message, v.headers
           FROM pgmq._t_view v WHERE v.msg_id = ANY (unread);
     END IF;
-    INSERT INTO pgmq._t_dlog (slot, msg_id, kind, done_at)
-    SELECT p_slot, i, p_kind, now_ts FROM unnest(read_ids || unread) i;
-    RETURN QUERY SELECT i FROM unnest(read_ids || unread) i ORDER BY i;
+    -- (the tombstones written and their ids returned in one statement)
+    RETURN QUERY
+    WITH ins AS (
+        INSERT INTO pgmq._t_dlog (slot, msg_id, kind, done_at)
+        SELECT p_slot, i, p_kind, now_ts FROM unnest(read_ids || unread) i
+        RETURNING msg_id
+    )
+    SELECT ins.msg_id FROM ins ORDER BY 1;
 END
 $$;
 

@@ -44,6 +44,7 @@ DECLARE
     gone bigint[];
     held record;
     held_ids bigint[];
+    n_held int;
     now_ts timestamptz;
     tries int := 0;
 BEGIN
@@ -61,9 +62,18 @@ BEGIN
             got := ARRAY(SELECT m FROM sluice.receive(p_q, 'pgmq', p_qty, p_lease) m);
         END IF;
         EXIT WHEN cardinality(got) = 0;
+        now_ts := clock_timestamp();
+        -- One look at the messages' side rows: those deleted or archived
+        -- while not leased (gone), and how many of the others set_vt holds
+        -- (below; none: the loop over them is not run).
+        SELECT coalesce(array_agg(m.id) FILTER (WHERE d.gone), '{}'),
+               count(*) FILTER (WHERE NOT d.gone AND x.receipt IS NULL AND x.vt > now_ts)
+          INTO gone, n_held
+          FROM unnest(got) m
+         CROSS JOIN LATERAL (SELECT EXISTS (SELECT 1 FROM pgmq._t_dlog y WHERE y.msg_id = m.id) AS gone) d
+          LEFT JOIN LATERAL (SELECT y.receipt, y.vt FROM pgmq._t_rlog y WHERE y.msg_id = m.id
+                              ORDER BY y.at DESC LIMIT 1) x ON true;
         -- messages deleted or archived while not leased: complete them now
-        gone := ARRAY(SELECT DISTINCT d.msg_id FROM pgmq._t_dlog d
-                       WHERE d.msg_id = ANY (ARRAY(SELECT m.id FROM unnest(got) m)));
         IF cardinality(gone) > 0 THEN
             PERFORM sluice.ack(p_q, 'pgmq', ARRAY(SELECT m.receipt FROM unnest(got) m WHERE m.id = ANY (gone)));
             got := ARRAY(SELECT got[i] FROM generate_subscripts(got, 1) i WHERE NOT (got[i]).id = ANY (gone) ORDER BY i);
@@ -73,25 +83,26 @@ BEGIN
         -- ends later, given back until then), logged again (newest) with the
         -- same read_ct: not a read. A set_vt or delete meanwhile finds the
         -- lease, as for a message read.
-        now_ts := clock_timestamp();
         held_ids := '{}';
-        FOR held IN SELECT m.receipt AS m_receipt, m.lease_expires_at AS m_vt, x.msg_id, x.read_at, x.vt, x.read_ct,
-                           x.enqueued_at, x.message, x.headers
-                      FROM unnest(got) m
-                     CROSS JOIN LATERAL (SELECT y.* FROM pgmq._t_rlog y WHERE y.msg_id = m.id ORDER BY y.at DESC LIMIT 1) x
-                     WHERE x.receipt IS NULL AND x.vt > now_ts
-        LOOP
-            IF held.vt >= held.m_vt THEN
-                PERFORM sluice.extend(p_q, 'pgmq', ARRAY[held.m_receipt], pgmq._lease(held.vt));
-            ELSE
-                PERFORM sluice.nack(p_q, 'pgmq', held.m_receipt, held.vt - now_ts);
-                held.m_receipt := NULL;
-            END IF;
-            INSERT INTO pgmq._t_rlog (slot, msg_id, at, read_at, vt, read_ct, receipt, enqueued_at, message, headers)
-            VALUES (p_slot, held.msg_id, now_ts, held.read_at, held.vt, held.read_ct, held.m_receipt, held.enqueued_at,
-                    held.message, held.headers);
-            held_ids := held_ids || held.msg_id;
-        END LOOP;
+        IF n_held > 0 THEN
+            FOR held IN SELECT m.receipt AS m_receipt, m.lease_expires_at AS m_vt, x.msg_id, x.read_at, x.vt, x.read_ct,
+                               x.enqueued_at, x.message, x.headers
+                          FROM unnest(got) m
+                         CROSS JOIN LATERAL (SELECT y.* FROM pgmq._t_rlog y WHERE y.msg_id = m.id ORDER BY y.at DESC LIMIT 1) x
+                         WHERE x.receipt IS NULL AND x.vt > now_ts
+            LOOP
+                IF held.vt >= held.m_vt THEN
+                    PERFORM sluice.extend(p_q, 'pgmq', ARRAY[held.m_receipt], pgmq._lease(held.vt));
+                ELSE
+                    PERFORM sluice.nack(p_q, 'pgmq', held.m_receipt, held.vt - now_ts);
+                    held.m_receipt := NULL;
+                END IF;
+                INSERT INTO pgmq._t_rlog (slot, msg_id, at, read_at, vt, read_ct, receipt, enqueued_at, message, headers)
+                VALUES (p_slot, held.msg_id, now_ts, held.read_at, held.vt, held.read_ct, held.m_receipt, held.enqueued_at,
+                        held.message, held.headers);
+                held_ids := held_ids || held.msg_id;
+            END LOOP;
+        END IF;
         IF cardinality(held_ids) > 0 THEN
             got := ARRAY(SELECT got[i] FROM generate_subscripts(got, 1) i WHERE NOT (got[i]).id = ANY (held_ids) ORDER BY i);
         END IF;
@@ -110,26 +121,35 @@ BEGIN
             keep := got;
         END IF;
 
-        IF cardinality(keep) > 0 THEN
-            -- (returned first: the log rows written after it are not read)
+        IF cardinality(keep) > 0 AND p_mode <> 'p' THEN
+            -- returned and logged in one statement (its lookups see the log
+            -- as it was before the rows it writes)
+            RETURN QUERY
+            WITH k AS MATERIALIZED (
+                SELECT u.id, coalesce(x.read_ct + 1, u.attempt) AS read_ct, u.sent_at, u.lease_expires_at, u.body,
+                       u.headers, u.receipt, u.ordinality
+                  FROM unnest(keep) WITH ORDINALITY u
+                  LEFT JOIN LATERAL (SELECT y.read_ct FROM pgmq._t_rlog y WHERE y.msg_id = u.id
+                                      ORDER BY y.at DESC LIMIT 1) x ON true
+            ), ins AS (
+                INSERT INTO pgmq._t_rlog (slot, msg_id, at, read_at, vt, read_ct, receipt, enqueued_at, message, headers)
+                SELECT p_slot, k.id, now_ts, now_ts, k.lease_expires_at, k.read_ct, k.receipt, k.sent_at, k.body,
+                       k.headers
+                  FROM k
+            )
+            SELECT k.id, k.read_ct, k.sent_at, now_ts, k.lease_expires_at, k.body, k.headers FROM k ORDER BY k.ordinality;
+            RETURN;
+        ELSIF cardinality(keep) > 0 THEN
+            -- (pop: returned first, then completed)
             RETURN QUERY SELECT u.id, coalesce(x.read_ct + 1, u.attempt), u.sent_at, now_ts, u.lease_expires_at,
                                 u.body, u.headers
                            FROM unnest(keep) WITH ORDINALITY u
                            LEFT JOIN LATERAL (SELECT y.read_ct FROM pgmq._t_rlog y WHERE y.msg_id = u.id
                                                ORDER BY y.at DESC LIMIT 1) x ON true
                           ORDER BY u.ordinality;
-            IF p_mode = 'p' THEN
-                PERFORM sluice.ack(p_q, 'pgmq', ARRAY(SELECT m.receipt FROM unnest(keep) m));
-                INSERT INTO pgmq._t_dlog (slot, msg_id, kind, done_at)
-                SELECT p_slot, m.id, 'p', now_ts FROM unnest(keep) m;
-            ELSE
-                INSERT INTO pgmq._t_rlog (slot, msg_id, at, read_at, vt, read_ct, receipt, enqueued_at, message, headers)
-                SELECT p_slot, m.id, now_ts, now_ts, m.lease_expires_at, coalesce(x.read_ct + 1, m.attempt), m.receipt,
-                       m.sent_at, m.body, m.headers
-                  FROM unnest(keep) m
-                  LEFT JOIN LATERAL (SELECT y.read_ct FROM pgmq._t_rlog y WHERE y.msg_id = m.id
-                                      ORDER BY y.at DESC LIMIT 1) x ON true;
-            END IF;
+            PERFORM sluice.ack(p_q, 'pgmq', ARRAY(SELECT m.receipt FROM unnest(keep) m));
+            INSERT INTO pgmq._t_dlog (slot, msg_id, kind, done_at)
+            SELECT p_slot, m.id, 'p', now_ts FROM unnest(keep) m;
             RETURN;
         END IF;
         -- everything received was already deleted (or did not match): try again, a few times
