@@ -85,6 +85,26 @@ FROM sluice.leases($1, $2::text, $3::int)`,
   version: `SELECT sluice.version() AS v`,
 } as const;
 
+/**
+ * The hot calls' statements, prepared once per connection under these
+ * names (node-postgres parses and plans an unnamed statement on every
+ * call). A name carries a hash of its text, so two client versions that
+ * share a server never give one name two texts.
+ */
+export const preparedNames: ReadonlyMap<string, string> = new Map(
+  (["send", "sendBatch", "receive", "ack", "nack", "extend"] as const).map((k) => [sql[k], `sluice_${k}_${fnv1a(sql[k])}`]),
+);
+
+/** fnv1a is the 32-bit FNV-1a hash of s's UTF-16 code units, in hex. */
+function fnv1a(s: string): string {
+  let h = 0x811c9dc5;
+  for (let i = 0; i < s.length; i++) {
+    h ^= s.charCodeAt(i);
+    h = Math.imul(h, 0x01000193) >>> 0;
+  }
+  return h.toString(16).padStart(8, "0");
+}
+
 /** Options of the Sluice constructor. */
 export interface SluiceOptions {
   /** A pool to use; the caller ends it. */
@@ -93,6 +113,13 @@ export interface SluiceOptions {
   connectionString?: string;
   /** Size of the Sluice's own pool (default 10). */
   max?: number;
+  /**
+   * Prepare the hot calls' statements (send, sendBatch, receive, ack, nack,
+   * extend) once per connection, as named statements (default true). Set
+   * false behind a pooler that cannot carry prepared statements across its
+   * server connections (PgBouncer in transaction mode before 1.21).
+   */
+  prepare?: boolean;
 }
 
 type Row = Record<string, unknown>;
@@ -224,8 +251,10 @@ export class Sluice {
    */
   readonly notifier: Notifier;
   readonly #ownPool: boolean;
+  readonly #prepare: boolean;
 
   constructor(options: SluiceOptions = {}) {
+    this.#prepare = options.prepare ?? true;
     if (options.pool) {
       this.pool = options.pool;
       this.#ownPool = false;
@@ -253,8 +282,14 @@ export class Sluice {
   /** Runs one statement, translating the engine's errors. */
   async query(text: string, values: unknown[], opts?: CallOptions): Promise<Row[]> {
     const db: Queryable = opts?.tx ?? this.pool;
+    // (a tx of the caller's own kind of Queryable takes text only)
+    const named = this.#prepare && (db === this.pool || db instanceof pg.Client);
+    const name = named ? preparedNames.get(text) : undefined;
     try {
-      const res = await db.query(text, values);
+      const res =
+        name === undefined
+          ? await db.query(text, values)
+          : await (db as pg.Pool | pg.Client).query({ name, text, values });
       return res.rows as Row[];
     } catch (err) {
       throw translate(err);

@@ -2,7 +2,7 @@
 // inside PostgreSQL. Thin over the SQL API (docs/sql.md): the engine owns
 // the semantics.
 
-export { Sluice, sql, queueOptionsJSON, queueOptionsFrom, queueOptionNames, type QueueOptionKind } from "./client.js";
+export { Sluice, sql, preparedNames, queueOptionsJSON, queueOptionsFrom, queueOptionNames, type QueueOptionKind } from "./client.js";
 export type { SluiceOptions } from "./client.js";
 export {
   SluiceError,

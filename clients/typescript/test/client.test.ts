@@ -22,7 +22,7 @@ import {
   SluiceError,
 } from "sluicemq";
 
-import { newSluice, uniqueName } from "./helpers.js";
+import { databaseURL, newSluice, uniqueName } from "./helpers.js";
 
 let s: Sluice;
 before(() => {
@@ -178,6 +178,68 @@ describe("calls", () => {
       }
       assert.deepEqual(seen, [1, 2, 3]);
     }));
+});
+
+describe("prepared statements", () => {
+  // (pools of one connection: pg_prepared_statements is per connection)
+  async function preparedOn(t: Sluice): Promise<string[]> {
+    const res = await t.pool.query("SELECT name FROM pg_prepared_statements WHERE name LIKE 'sluice\\_%'");
+    return res.rows.map((r: { name: string }) => r.name.replace(/_[0-9a-f]{8}$/, "")).sort();
+  }
+
+  test("the hot calls are prepared once per connection; admin calls are not", async () => {
+    const t = new Sluice({ connectionString: databaseURL(), max: 1 });
+    const q = uniqueName("tsprep");
+    try {
+      await t.createQueue(q, { lanes: 1 });
+      for (let i = 0; i < 3; i++) {
+        await t.send(q, { i });
+        const [m] = await t.receive(q);
+        assert.ok(m, "a message");
+        assert.equal(await t.ack(q, "default", [m.receipt]), 1);
+      }
+      await t.sendBatch(q, [{ body: 1 }]);
+      const [m] = await t.receive(q);
+      assert.equal(await t.extend(q, "default", [m!.receipt], 5000), 1);
+      assert.equal(await t.nack(q, "default", m!.receipt), true);
+      await t.status(q);
+      assert.deepEqual(await preparedOn(t), [
+        "sluice_ack",
+        "sluice_extend",
+        "sluice_nack",
+        "sluice_receive",
+        "sluice_send",
+        "sluice_sendBatch",
+      ]);
+      await t.dropQueue(q);
+    } finally {
+      await t.end();
+    }
+  });
+
+  test("prepare: false prepares nothing; a caller's transaction uses the names too", async () => {
+    const off = new Sluice({ connectionString: databaseURL(), max: 1, prepare: false });
+    const q = uniqueName("tsprep");
+    try {
+      await off.createQueue(q, { lanes: 1 });
+      await off.send(q, {});
+      const [m] = await off.receive(q);
+      assert.equal(await off.ack(q, "default", [m!.receipt]), 1);
+      assert.deepEqual(await preparedOn(off), []);
+    } finally {
+      await off.end();
+    }
+    const on = new Sluice({ connectionString: databaseURL(), max: 1 });
+    try {
+      await on.inTx(async (tx) => {
+        await on.send(q, { in: "tx" }, { tx });
+      });
+      assert.deepEqual(await preparedOn(on), ["sluice_send"]);
+      await on.dropQueue(q);
+    } finally {
+      await on.end();
+    }
+  });
 });
 
 describe("bad input", () => {
