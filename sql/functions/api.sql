@@ -108,14 +108,17 @@ DECLARE
     -- where a PERFORM is a statement with an executor started for it)
     v_done boolean;
 BEGIN
-    IF max_messages IS NULL OR max_messages < 1 OR max_messages > 10000 THEN
-        RAISE EXCEPTION USING ERRCODE = 'SL006',
-            MESSAGE = format('max_messages must be from 1 to 10000, got %s', coalesce(max_messages::text, 'NULL'));
-    END IF;
-    IF length(receive.consumer) > 200 THEN
-        RAISE EXCEPTION USING ERRCODE = 'SL006', MESSAGE = 'consumer must be at most 200 characters';
-    END IF;
-    IF current_setting('transaction_isolation') <> 'read committed' THEN
+    -- (the argument checks in one expression, the usual case: each
+    -- expression costs its own start in every transaction)
+    IF max_messages IS NULL OR max_messages < 1 OR max_messages > 10000 OR length(receive.consumer) > 200
+       OR current_setting('transaction_isolation') <> 'read committed' THEN
+        IF max_messages IS NULL OR max_messages < 1 OR max_messages > 10000 THEN
+            RAISE EXCEPTION USING ERRCODE = 'SL006',
+                MESSAGE = format('max_messages must be from 1 to 10000, got %s', coalesce(max_messages::text, 'NULL'));
+        END IF;
+        IF length(receive.consumer) > 200 THEN
+            RAISE EXCEPTION USING ERRCODE = 'SL006', MESSAGE = 'consumer must be at most 200 characters';
+        END IF;
         PERFORM sluice._isolation_error('receive', 'Receive in its own transaction; acks may run at any isolation level.');
     END IF;
     -- (the lookups inline: _get_queue and _get_group raise when there is no
@@ -236,20 +239,30 @@ AS $$
 DECLARE
     q sluice.queue;
     g sluice.consumer_group;
+    v_qid int;
+    v_engine smallint;
+    v_pred boolean;
+    v_gid int;
     n int;
     v_done boolean;   -- (calls made in expressions, as in sluice.receive)
 BEGIN
-    -- (the lookups inline: _get_queue and _get_group raise when there is no
-    -- row; the queue's shared lock first, as sluice._use_queue takes it)
+    -- (the lookups inline, queue and group in one statement: _use_queue and
+    -- _get_group raise when there is no row; the queue's shared lock first,
+    -- as sluice._use_queue takes it)
     v_done := pg_advisory_xact_lock_shared(sluice._lock_ns('queue'), hashtext(ack.queue)) IS NULL;
-    SELECT * INTO q FROM sluice.queue qq WHERE qq.name = ack.queue;
+    SELECT qq.id, qq.engine, qq.predecessor IS NOT NULL, gg.id INTO v_qid, v_engine, v_pred, v_gid
+    FROM sluice.queue qq
+    LEFT JOIN sluice.consumer_group gg ON gg.queue_id = qq.id AND gg.name = ack.group_name
+    WHERE qq.name = ack.queue;
     -- (no schema: dropped after the snapshot of a REPEATABLE READ transaction)
-    IF NOT FOUND OR to_regnamespace(sluice._qschema(q.id)) IS NULL THEN
+    IF v_qid IS NULL OR to_regnamespace(sluice._qschema(v_qid)) IS NULL THEN
         q := sluice._use_queue(ack.queue);
+        v_qid := q.id;
+        v_engine := q.engine;
+        v_pred := q.predecessor IS NOT NULL;
     END IF;
-    SELECT * INTO g FROM sluice.consumer_group gg WHERE gg.queue_id = q.id AND gg.name = ack.group_name;
-    IF NOT FOUND THEN
-        g := sluice._get_group(q.id, q.name, ack.group_name);
+    IF v_gid IS NULL THEN
+        v_gid := (sluice._get_group(v_qid, ack.queue, ack.group_name)).id;
     END IF;
     IF ack.receipts IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'SL006', MESSAGE = 'receipts must not be NULL';
@@ -271,13 +284,15 @@ BEGIN
              ELSE sluice._receipts_ok(ack.receipts) END) IS NOT TRUE THEN
         PERFORM sluice._parse_receipts(ack.receipts);   -- raises SL008, naming the receipt
     END IF;
-    v_done := set_config('search_path', sluice._queue_path(q.id), true) IS NULL;
-    IF q.engine = 2 THEN
-        n := e2_ack(g.id, ack.receipts);   -- (each receipt by the copy of its slot)
+    v_done := set_config('search_path', sluice._queue_path(v_qid), true) IS NULL;
+    IF v_engine = 2 THEN
+        n := e2_ack(v_gid, ack.receipts);   -- (each receipt by the copy of its slot)
     ELSE
-        n := e_ack(g.id, ack.receipts);   -- the queue's copy (_queue_path)
+        n := e_ack(v_gid, ack.receipts);   -- the queue's copy (_queue_path)
     END IF;
-    IF q.predecessor IS NOT NULL THEN   -- (an upgrade in progress: receipts of the predecessor)
+    IF v_pred THEN   -- (an upgrade in progress: receipts of the predecessor)
+        SELECT * INTO STRICT q FROM sluice.queue qq WHERE qq.id = v_qid;
+        SELECT * INTO STRICT g FROM sluice.consumer_group gg WHERE gg.id = v_gid;
         n := n + sluice._pred_complete(q, g, 'ack', ack.receipts, NULL, NULL);
     END IF;
     IF NOT ack.durable THEN
