@@ -92,9 +92,10 @@ many() { if large "$1"; then echo 13; else echo 250; fi; }
 takes() { if [ "$1" = a ] || [ "$1" = p ]; then echo 1; else echo "$1"; fi; }
 preload=0
 for b in $BATCHES; do steady "$b" || empty "$b" || [ "$b" = p ] || preload=$((preload + $(takes "$b") * ($(few "$b") + $(many "$b")))); done
-# (the PGMQ layer's rounds read their own queue; the reference's share q)
+# (the PGMQ layer's rounds read their own queue, the reference's share q:
+# ic's preload stays as without them, where the other rounds' lanes fall)
 ppreload=0
-case " $BATCHES " in *" p "*) ppreload=$(($(few p) + $(many p))); preload=$((preload + ppreload)) ;; esac
+case " $BATCHES " in *" p "*) ppreload=$(($(few p) + $(many p))) ;; esac
 as_user() { if [ "$(id -u)" = 0 ]; then su "${RUN_AS:-postgres}" -s /bin/bash -c "$1"; else bash -c "$1"; fi; }
 
 work=$(mktemp -d)
@@ -156,7 +157,7 @@ psql_ "$(url postgres)" -c "CREATE DATABASE sl"
 psql_ "$(url sl)" -c "CREATE TABLE q (id bigserial PRIMARY KEY, body jsonb NOT NULL)" \
 	-c "CREATE TABLE q0 (id bigserial PRIMARY KEY, body jsonb NOT NULL)" \
 	-c "CREATE TABLE qs (id bigserial PRIMARY KEY, body jsonb NOT NULL)" \
-	-c "INSERT INTO q (body) SELECT jsonb_build_object('n', g, 'pad', repeat('x', 64)) FROM generate_series(1, $preload) g" \
+	-c "INSERT INTO q (body) SELECT jsonb_build_object('n', g, 'pad', repeat('x', 64)) FROM generate_series(1, $((preload + ppreload))) g" \
 	-c "VACUUM ANALYZE q" -c "VACUUM ANALYZE q0" -c "VACUUM ANALYZE qs" >/dev/null
 stop
 # (each count starts from this state: a run left what it did behind, so the
