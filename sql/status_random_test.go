@@ -12,7 +12,7 @@ import (
 )
 
 // status adds up after every step of a random history: for each group,
-// ready + waiting + delayed + in_flight is the number of messages sent and
+// no count is below zero, ready + waiting + delayed + in_flight is the number of messages sent and
 // not completed (acked, or dead-lettered by a nack past max_attempts),
 // in_flight the deliveries held, dead the dead letters. On one to three
 // lanes, the history mixes unkeyed, keyed (four keys), prioritized,
@@ -162,7 +162,8 @@ func statusAddsUp(t *testing.T, seed uint64) {
 				&ready, &waiting, &delayed, &inFlight, &deadN); err != nil {
 				t.Fatal(err)
 			}
-			if ready+waiting+delayed+inFlight != outstanding[g] || inFlight != int64(len(held[g])) || deadN != dead[g] {
+			if ready < 0 || waiting < 0 || delayed < 0 ||
+				ready+waiting+delayed+inFlight != outstanding[g] || inFlight != int64(len(held[g])) || deadN != dead[g] {
 				t.Fatalf("seed %d step %d (%s), group %s: ready %d + waiting %d + delayed %d + in flight %d = %d, "+
 					"want %d outstanding, %d in flight; dead %d, want %d\nhistory: %v",
 					seed, step, did, g, ready, waiting, delayed, inFlight, ready+waiting+delayed+inFlight,

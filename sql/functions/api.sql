@@ -291,8 +291,11 @@ BEGIN
         n := e_ack(v_gid, ack.receipts);   -- the queue's copy (_queue_path)
     END IF;
     IF v_pred THEN   -- (an upgrade in progress: receipts of the predecessor)
+        -- (the queue's row stays under the queue's shared lock; of the
+        -- group's, _pred_complete reads the name only, which a concurrent
+        -- seek_group or drop_group does not change under this call)
         SELECT * INTO STRICT q FROM sluice.queue qq WHERE qq.id = v_qid;
-        SELECT * INTO STRICT g FROM sluice.consumer_group gg WHERE gg.id = v_gid;
+        g.name := ack.group_name;
         n := n + sluice._pred_complete(q, g, 'ack', ack.receipts, NULL, NULL);
     END IF;
     IF NOT ack.durable THEN
