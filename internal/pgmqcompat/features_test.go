@@ -248,34 +248,51 @@ func TestNoUpdateOrDelete(t *testing.T) {
 	}
 	var forced bool
 	_ = c.QueryRow(ctxT(t), "SELECT EXISTS (SELECT 1 FROM pg_proc WHERE proname = 'pg_stat_force_next_flush')").Scan(&forced)
-	if forced {
-		run("SELECT pg_stat_force_next_flush()")
-	} else {
-		time.Sleep(1500 * time.Millisecond) // PostgreSQL 14 flushes table statistics at most every 500 ms
+	type counts struct {
+		name          string
+		ins, upd, del int64
 	}
-	run("SELECT 1")
-	rows, err := db.Query(ctxT(t), `
-		SELECT schemaname || '.' || relname, n_tup_ins, n_tup_upd, n_tup_del FROM pg_stat_user_tables
-		 WHERE schemaname LIKE 'sluice_q%' OR (schemaname = 'pgmq' AND (relname LIKE '\_sl\_%' OR relname LIKE 'a\_%'))`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
+	// PostgreSQL 14 sends a backend's table statistics at the end of a
+	// transaction at most every 500 ms, to a collector that writes them out
+	// in its own time: read until the workload's inserts show, up to 15 s.
+	var got []counts
 	var inserted int64
-	seen := 0
-	for rows.Next() {
-		var name string
-		var ins, upd, del int64
-		if err := rows.Scan(&name, &ins, &upd, &del); err != nil {
+	for deadline := time.Now().Add(15 * time.Second); ; {
+		if forced {
+			run("SELECT pg_stat_force_next_flush()")
+		} else {
+			time.Sleep(600 * time.Millisecond)
+		}
+		run("SELECT 1") // (a transaction's end: the connection reports what it did)
+		rows, err := db.Query(ctxT(t), `
+			SELECT schemaname || '.' || relname, n_tup_ins, n_tup_upd, n_tup_del FROM pg_stat_user_tables
+			 WHERE schemaname LIKE 'sluice_q%' OR (schemaname = 'pgmq' AND (relname LIKE '\_sl\_%' OR relname LIKE 'a\_%'))`)
+		if err != nil {
 			t.Fatal(err)
 		}
-		seen++
-		inserted += ins
-		if upd != 0 || del != 0 {
-			t.Errorf("%s: %d updates, %d deletes", name, upd, del)
+		got, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (counts, error) {
+			var x counts
+			err := r.Scan(&x.name, &x.ins, &x.upd, &x.del)
+			return x, err
+		})
+		if err != nil {
+			t.Fatal(err)
 		}
+		inserted = 0
+		for _, x := range got {
+			inserted += x.ins
+		}
+		if len(got) > 0 && inserted > 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
-	if seen == 0 || inserted == 0 {
-		t.Fatalf("statistics show no inserts in %d tables: the check saw nothing", seen)
+	if len(got) == 0 || inserted == 0 {
+		t.Fatalf("statistics show no inserts in %d tables: the check saw nothing", len(got))
+	}
+	for _, x := range got {
+		if x.upd != 0 || x.del != 0 {
+			t.Errorf("%s: %d updates, %d deletes", x.name, x.upd, x.del)
+		}
 	}
 }
