@@ -51,6 +51,16 @@ func TestDashboardQueueView(t *testing.T) {
 	b.eval(t, `(() => { const s = document.getElementById("only"); s.value = "dead"; s.dispatchEvent(new Event("change")); })()`, nil)
 	b.waitTrue(t, `document.querySelectorAll("#overview .card").length === 1`)
 	b.waitText(t, `#shown`, "1 of 17 queues")
+	// A reading keeps the card's title link (a click pressed before a
+	// reading and released after it would otherwise be lost).
+	b.eval(t, `(() => { window.kept = document.querySelector('.card[data-queue="zz_jobs"] a.title');
+		window.keptAt = document.getElementById("updated").textContent; })()`, nil)
+	b.waitTrue(t, `document.getElementById("updated").textContent !== window.keptAt`)
+	var same bool
+	b.eval(t, `document.querySelector('.card[data-queue="zz_jobs"] a.title') === window.kept && window.kept.isConnected`, &same)
+	if !same {
+		t.Fatal("a status reading replaced the card's title link")
+	}
 
 	// The last queue's view: its own URL, at the top, the overview gone.
 	b.run(t, chromedp.Click(`.card[data-queue="zz_jobs"] .title`, chromedp.ByQuery),

@@ -64,14 +64,39 @@ export function queueCharts(name, groups, cls) {
   return box;
 }
 
-function queueCard(name, rows) {
+// cardTitle is the children of a card's title link: its name, how many
+// groups, and whether its numbering is held.
+function cardTitle(name, rows, groups) {
+  return [el("h2", {}, name), el("span", { class: "muted" }, groups.length + " group" + (groups.length === 1 ? "" : "s")),
+    heldNote(rows)].filter(Boolean);
+}
+
+// fillCard draws a queue's card anew inside card, keeping its title link
+// (and what it holds) when the title reads the same: a reading that comes
+// between a click's press and release must not take the link away, or
+// the click is lost.
+function fillCard(card, name, rows) {
   const groups = rows.filter((r) => r.group);
-  return el("div", { class: "card", "data-queue": name },
-    el("a", { class: "title", href: queueHash(name) },
-      el("h2", {}, name), el("span", { class: "muted" }, groups.length + " group" + (groups.length === 1 ? "" : "s")),
-      heldNote(rows)),
-    groupTable(groups),
-    queueCharts(name, groups));
+  const parts = cardTitle(name, rows, groups);
+  let title = card.querySelector(":scope > a.title");
+  const text = parts.map((p) => p.textContent).join("");
+  if (!title) {
+    title = el("a", { class: "title", href: queueHash(name) }, parts);
+    card.replaceChildren(title);
+  } else if (title.textContent !== text) title.replaceChildren(...parts);
+  while (title.nextSibling) title.nextSibling.remove();
+  card.append(groupTable(groups), queueCharts(name, groups));
+  return card;
+}
+
+// placeChildren makes nodes the children of parent in order, moving only
+// the nodes that are not in place already (a node moved loses a click in
+// progress on it).
+function placeChildren(parent, nodes) {
+  nodes.forEach((n, i) => {
+    if (parent.children[i] !== n) parent.insertBefore(n, parent.children[i] || null);
+  });
+  while (parent.children.length > nodes.length) parent.lastElementChild.remove();
 }
 
 // byQueue groups the status rows by queue, in name order.
@@ -104,8 +129,19 @@ export function renderOverview() {
   }
   const shown = [...all.entries()].filter(([q, rows]) => matches(q, rows));
   $("shown").textContent = shown.length === all.size ? plural(all.size) : shown.length + " of " + plural(all.size);
-  ov.replaceChildren(shown.length === 0 ? el("div", { class: "empty" }, "No queue matches.")
-    : el("div", { class: "grid" }, shown.map(([q, rows]) => queueCard(q, rows))));
+  if (shown.length === 0) {
+    ov.replaceChildren(el("div", { class: "empty" }, "No queue matches."));
+    return;
+  }
+  // The cards stay from one reading to the next (each drawn anew inside).
+  let grid = ov.querySelector(":scope > .grid");
+  if (!grid) {
+    grid = el("div", { class: "grid" });
+    ov.replaceChildren(grid);
+  }
+  const old = new Map([...grid.children].map((c) => [c.dataset.queue, c]));
+  placeChildren(grid, shown.map(([q, rows]) =>
+    fillCard(old.get(q) || el("div", { class: "card", "data-queue": q }), q, rows)));
 }
 
 const plural = (n) => n + " queue" + (n === 1 ? "" : "s");
