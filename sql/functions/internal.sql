@@ -725,7 +725,10 @@ $$;
 -- SELECT pg_advisory_xact_lock ...) with lock_timeout set to p_timeout, in a
 -- block, so that a lock not granted in time ends the statement, not the
 -- transaction; the caller's lock_timeout is put back either way. A lock
--- taken is kept until the transaction ends.
+-- taken is kept until the transaction ends. A wait that the deadlock
+-- detector ends (a deadlock_timeout below p_timeout: a statement that
+-- takes several locks, one after the other, and a transaction that holds
+-- one of them waits for another) counts as one that ran out.
 --
 -- Parameters:
 --   p_sql      the statement (names qualified)
@@ -743,7 +746,7 @@ BEGIN
     PERFORM set_config('lock_timeout', p_timeout, true);
     BEGIN
         EXECUTE p_sql;
-    EXCEPTION WHEN lock_not_available THEN
+    EXCEPTION WHEN lock_not_available OR deadlock_detected THEN
         PERFORM set_config('lock_timeout', v_timeout, true);
         RETURN false;
     END;

@@ -135,7 +135,12 @@ BEGIN
         INTO st USING pq, pg.name;
     IF st.ready = 0 AND st.in_flight = 0 AND coalesce(st.waiting, 0) = 0 AND NOT coalesce(st.estimated, false) THEN
         IF st.delayed = 0 THEN
-            UPDATE sluice.consumer_group SET drained = true WHERE id = pg.id;
+            -- (SKIP LOCKED: not waiting for another receive that marks it
+            -- too; that one's upkeep may be waiting for the queue's lock,
+            -- exclusively, which this receive holds shared: _finish_upgrade)
+            UPDATE sluice.consumer_group SET drained = true
+            WHERE id = (SELECT x.id FROM sluice.consumer_group x WHERE x.id = pg.id AND NOT x.drained
+                        FOR UPDATE SKIP LOCKED);
         END IF;
         RETURN NEXT v_open;   -- (id NULL)
     END IF;
@@ -187,8 +192,10 @@ $$;
 -- _finish_upgrade: drop a queue's predecessor once every group has drained
 -- it (sluice.maintain), moving the dead letters it made meanwhile: first
 -- marks drained the groups with nothing left there (by its status), then,
--- if none is left, takes the queue's lock exclusively within 50 ms (else
--- leaves it for a later call).
+-- if none is left and none was marked now, takes the queue's lock
+-- exclusively within 50 ms (else leaves it for a later call). (A call that
+-- marked groups holds their rows' locks, which calls holding the queue's
+-- lock shared may wait for: it does not wait for that lock too.)
 --
 -- Parameters:
 --   q  the queue (predecessor set)
@@ -202,6 +209,7 @@ SET client_min_messages = warning
 AS $$
 DECLARE
     pq sluice.queue;
+    v_marked bigint;
 BEGIN
     -- the groups that have nothing left there (a group whose consumers
     -- stopped is marked here, not by a receive)
@@ -211,7 +219,9 @@ BEGIN
                     WHERE g.queue_id = $1.id AND g.name = s.group_name AND NOT g.drained AND NOT s.estimated
                       AND s.ready = 0 AND s.in_flight = 0 AND s.delayed = 0 AND coalesce(s.waiting, 0) = 0',
                    sluice._qschema(pq.id)) USING pq;
-    IF EXISTS (SELECT 1 FROM sluice.consumer_group pg WHERE pg.queue_id = q.predecessor AND NOT pg.drained) THEN
+    GET DIAGNOSTICS v_marked = ROW_COUNT;
+    IF v_marked > 0
+       OR EXISTS (SELECT 1 FROM sluice.consumer_group pg WHERE pg.queue_id = q.predecessor AND NOT pg.drained) THEN
         RETURN false;
     END IF;
     IF NOT sluice._xact_lock_within(sluice._lock_ns('queue'), hashtext(q.name), '50ms') THEN

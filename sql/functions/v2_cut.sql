@@ -596,7 +596,11 @@ $$;
 -- e2_wait_cut: wait for the queue's cut lock, held by another receive that
 -- is numbering (it holds it until it commits, a moment later), at most
 -- 100 ms, and keep it: a receive that found nothing numbered waits for that
--- receive's positions instead of returning empty (sluice._lock_within).
+-- receive's positions instead of returning empty (sluice._xact_lock_within).
+-- Not after the transaction truncated a slot (the setting
+-- sluice.holds_lock: the cut lock's holder may be waiting to read that
+-- slot's leaves; a receive that holds the cut lock does not get here).
+-- Taken, the lock is noted in sluice.holds_lock (see e2_wait_lane__s).
 --
 -- Parameters:
 --   p_queue_id  queue id
@@ -606,6 +610,8 @@ RETURNS boolean
 LANGUAGE plpgsql
 AS $$
 BEGIN
-    RETURN sluice._xact_lock_within(sluice._lock_ns('cut'), p_queue_id, '100ms');
+    RETURN current_setting('sluice.holds_lock', true) IS DISTINCT FROM 'y'
+           AND sluice._xact_lock_within(sluice._lock_ns('cut'), p_queue_id, '100ms')
+           AND set_config('sluice.holds_lock', 'y', true) IS NOT NULL;
 END
 $$;

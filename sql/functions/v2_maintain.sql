@@ -46,14 +46,17 @@ BEGIN
     -- Rotate when the current slot has traffic: positions numbered there,
     -- or messages sent since the newest cut. (Not for messages that reclaim
     -- moved here because they are due later: a queue that only holds those
-    -- would rotate, and copy them, every rotate_interval.)
+    -- would rotate, and copy them, every rotate_interval.) After a reclaim
+    -- in this transaction, which holds the truncated leaves' ACCESS
+    -- EXCLUSIVE locks, only if the cut lock is free: its holder may be
+    -- waiting to read those leaves (e2_rotate).
     IF clock_timestamp() >= cur.started_at + q.rotate_interval AND cur.epoch - oldest < q.slots - 1
        AND (EXISTS (SELECT 1 FROM batch b WHERE b.slot = cur.slot)
             OR EXISTS (SELECT 1 FROM prio p WHERE p.slot = cur.slot)
             OR EXISTS (SELECT 1 FROM msg m
                        WHERE m.slot = cur.slot
                          AND m.txid >= (SELECT c.snap_xmax FROM cut c ORDER BY c.cut_no DESC LIMIT 1))) THEN
-        rotated := e2_rotate(q, cur.epoch + 1);
+        rotated := e2_rotate(q, cur.epoch + 1, reclaimed = 0);
     END IF;
     -- an upgrade whose every group has drained the old storage: it goes
     -- (the queue's upkeep, so that no background process is needed for it)
@@ -66,26 +69,32 @@ END
 $$;
 
 -- e2_rotate: start epoch p_epoch in its slot, under the cut lock (waited
--- for, at most 100 ms: a cut is short; and the receive that holds it may
--- be waiting for the leaves this maintenance truncated, which it holds
--- until it commits: then it rotates at its next upkeep), with a copy of the newest cut there, which the hot
--- path of the new slot reads the lanes' heads from, and the state of every
--- lane not held by a receive carried there (e2_carry_idle).
+-- for, at most 100 ms, a cut is short; or taken only if free, after this
+-- transaction truncated a slot: the lock's holder may be waiting to read
+-- the truncated leaves, which this transaction holds until it commits, and
+-- the two would wait for each other: the next upkeep rotates), with a copy
+-- of the newest cut there, which the hot path of the new slot reads the
+-- lanes' heads from, and the state of every lane not held by a receive
+-- carried there (e2_carry_idle). The lock taken is noted in the setting
+-- sluice.holds_lock (see e2_wait_lane__s).
 --
 -- Parameters:
 --   q        the queue
 --   p_epoch  the new epoch (its slot is free)
--- Returns: whether it rotated (false: the cut lock was not free within
---   100 ms)
+--   p_wait   wait for the cut lock (else only take it if free)
+-- Returns: whether it rotated (false: the cut lock was not free, within
+--   100 ms when p_wait)
 -- Calls: e2_carry_idle, sluice._lock_within
-CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_rotate(q sluice.queue, p_epoch bigint)
+CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_rotate(q sluice.queue, p_epoch bigint, p_wait boolean)
 RETURNS boolean
 LANGUAGE plpgsql
 AS $$
 DECLARE
     v_slot constant smallint := (p_epoch % q.slots)::smallint;
 BEGIN
-    IF NOT sluice._xact_lock_within(sluice._lock_ns('cut'), q.id, '100ms') THEN
+    IF NOT (CASE WHEN p_wait THEN sluice._xact_lock_within(sluice._lock_ns('cut'), q.id, '100ms')
+                 ELSE pg_try_advisory_xact_lock(sluice._lock_ns('cut'), q.id) END
+            AND set_config('sluice.holds_lock', 'y', true) IS NOT NULL) THEN   -- (see e2_wait_lane__s)
         RETURN false;
     END IF;
     INSERT INTO sluice.epoch (queue_id, epoch, slot, started_at) VALUES (q.id, p_epoch, v_slot, clock_timestamp());
@@ -282,6 +291,9 @@ BEGIN
     IF NOT sluice._lock_within(format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', v_leaves), '50ms') THEN
         RETURN false;
     END IF;
+    -- (held until the transaction ends: a receive that reclaimed waits for
+    -- no lock after it, e2_wait_lane__s)
+    PERFORM set_config('sluice.holds_lock', 'y', true);
     IF NOT e2_reclaimable(q, p_epoch, p_slot) THEN
         RETURN false;
     END IF;

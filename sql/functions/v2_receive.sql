@@ -203,7 +203,12 @@ BEGIN
                     CONTINUE;
                 END IF;
             END IF;
-            IF NOT v_waited AND v_need = max_messages AND current_setting('sluice.lane_busy', true) = 'y' THEN
+            -- (only a receive that holds no lock other receives wait for:
+            -- none of a lane, taken here, and none that sluice.holds_lock
+            -- notes; see e2_wait_lane__s)
+            IF NOT v_waited AND v_need = max_messages AND v_before IS NULL AND v_prio IS NULL
+               AND current_setting('sluice.lane_busy', true) = 'y'
+               AND current_setting('sluice.holds_lock', true) IS DISTINCT FROM 'y' THEN
                 v_waited := true;
                 v_rr := e2_wait_lane__s(g.id, q.lanes, coalesce(v_start, 0), v_seen, v_now);
                 IF v_rr IS NOT NULL THEN
@@ -383,7 +388,8 @@ BEGIN
         -- caller's setting, which this would undo after it)
         v_done := sluice._receive_commit();
     END IF;
-    IF pg_try_advisory_xact_lock(sluice._lock_ns('cut'), p_queue_id) THEN
+    IF pg_try_advisory_xact_lock(sluice._lock_ns('cut'), p_queue_id)
+       AND set_config('sluice.holds_lock', 'y', true) IS NOT NULL THEN   -- (see e2_wait_lane__s)
         SELECT x.n, x.rr INTO v_n, v_rr FROM e2_cut_now__s(p_queue_id, p_lanes, p_slot, p_epoch, true, p_need) x;
         IF v_n > 0 THEN
             RETURN v_rr;
@@ -427,6 +433,16 @@ $$;
 -- sluice._lock_within), then the receive takes from it: more consumers
 -- than lanes wait rather than poll. A lane of the group with a state in
 -- this slot that e2_lane_open would try in the first pass, less the lock.
+-- The receive calls it only while it holds no lock other receives wait
+-- for: no lane's (it took none), not the cut lock, no slot it truncated
+-- (the setting sluice.holds_lock, which whoever takes those sets in the
+-- transaction). A receive that held one and waited for a lane could wait
+-- for a receive that waits for it (the cut lock's holder for a lane whose
+-- holder waits for the cut, e2_number__s), both until their waits ran out
+-- (100 ms), or one failed with "deadlock detected" under a
+-- deadlock_timeout below that. The holders of lanes wait for the cut lock
+-- at most, and its holder waits for nothing but a truncated slot's
+-- leaves, whose holder waits for nothing.
 --
 -- Parameters:
 --   p_group, p_lanes  group id and the queue's lanes
@@ -496,7 +512,8 @@ BEGIN
     SELECT x.due, x.rr, x.cut_no INTO v_due, v_rr, v_cut FROM e2_unnumbered__s(p_now) x;
     IF NOT v_due THEN
         RETURN CASE WHEN v_cut > p_seen THEN v_rr END;
-    ELSIF NOT pg_try_advisory_xact_lock(sluice._lock_ns('cut'), p_queue_id) THEN
+    ELSIF NOT (pg_try_advisory_xact_lock(sluice._lock_ns('cut'), p_queue_id)
+               AND set_config('sluice.holds_lock', 'y', true) IS NOT NULL) THEN   -- (see e2_wait_lane__s)
         -- another receive is numbering: its positions (committed once the
         -- lock is free), and what came since (looked at first when there is
         -- any: this receive's share is in the lane its cut dealt to first)
