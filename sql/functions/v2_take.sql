@@ -63,23 +63,37 @@ BEGIN
                                             WITH ORDINALITY AS u(id, txid, mslot, tg, kh, o)
                            WHERE u.tg IS NULL OR u.tg = p_group) u ON true
         WHERE b.vfrom <= b.vto
-    ), t AS (
-        -- how many are taken, the first and last taken, the last looked at
-        SELECT count(w.id) FILTER (WHERE w.k <= p_need)::int AS n, min(w.pos) FILTER (WHERE w.k = 1) AS first,
-               max(w.pos) FILTER (WHERE w.k <= p_need AND w.id IS NOT NULL) AS last, max(w.last_pos) AS blast,
-               min(w.first_pos) AS bfirst, coalesce(bool_or(w.kh IS NOT NULL) FILTER (WHERE w.k <= p_need), false) AS keyed
-        FROM w
     ), ins AS (
-        INSERT INTO lease__s AS i (slot, group_id, lane, lease_no, kind, first_pos, last_pos, n, token, expires_at,
-                                   delivered_at, cursor, scan_t, scan_no, old_due, consumer, next_exp)
-        SELECT p_slot, p_group, p_lane, p_no + 1, CASE WHEN t.n > 0 THEN 'r' ELSE 'c' END,
-               coalesce(t.first, 1), coalesce(t.last, 0), t.n, 1 + (random() * 4503599627370495)::bigint,
-               CASE WHEN t.n > 0 THEN p_now + p_lease ELSE '-infinity' END, p_now,
-               CASE WHEN t.n = p_need THEN t.last ELSE coalesce(t.blast, p_cursor) END,
+        -- The lane's new state, from what w took: how many (n), the first
+        -- and last taken, the last looked at. Every column in the table's
+        -- order, of its type, computed by the aggregate itself: the plan
+        -- then has no scan between the two to set up at each call. Not
+        -- written when the first batch read does not hold the position
+        -- after the cursor, when nothing was taken or passed, or when a
+        -- keyed position is among those it would take.
+        INSERT INTO lease__s AS i (slot, group_id, lane, lease_no, kind, ref, first_pos, last_pos, n, redo_pos,
+                                   redo_att, redo_ids, redo_txids, token, expires_at, delivered_at, cursor, scan_t,
+                                   scan_no, old_due, consumer, next_exp, held, waiting, levels)
+        SELECT p_slot, p_group, p_lane, p_no + 1,
+               CASE WHEN count(w.id) FILTER (WHERE w.k <= p_need) > 0 THEN 'r'::"char" ELSE 'c'::"char" END,
+               NULL::bigint, coalesce(min(w.pos) FILTER (WHERE w.k = 1), 1::bigint),
+               coalesce(max(w.pos) FILTER (WHERE w.k <= p_need AND w.id IS NOT NULL), 0::bigint),
+               (count(w.id) FILTER (WHERE w.k <= p_need))::int, NULL::bigint[], NULL::int[], NULL::bigint[],
+               NULL::xid8[], 1 + (random() * 4503599627370495)::bigint,
+               CASE WHEN count(w.id) FILTER (WHERE w.k <= p_need) > 0 THEN p_now + p_lease
+                    ELSE '-infinity'::timestamptz END,
+               p_now,
+               CASE WHEN count(w.id) FILTER (WHERE w.k <= p_need) = p_need
+                    THEN max(w.pos) FILTER (WHERE w.k <= p_need AND w.id IS NOT NULL)
+                    ELSE coalesce(max(w.last_pos), p_cursor) END,
                p_scan_t, p_scan_no, p_old_due, p_consumer,
-               CASE WHEN t.n > 0 THEN least(p_next_exp, p_now + p_lease) ELSE p_next_exp END
-        FROM t
-        WHERE coalesce(t.bfirst <= p_cursor + 1, true) AND (t.n > 0 OR p_moved OR t.blast > p_cursor) AND NOT t.keyed
+               CASE WHEN count(w.id) FILTER (WHERE w.k <= p_need) > 0 THEN least(p_next_exp, p_now + p_lease)
+                    ELSE p_next_exp END,
+               NULL::sluice.e2_held[], NULL::sluice.e2_wait[], NULL::sluice.e2_level[]
+        FROM w
+        HAVING coalesce(min(w.first_pos) <= p_cursor + 1, true)
+           AND (count(w.id) FILTER (WHERE w.k <= p_need) > 0 OR p_moved OR max(w.last_pos) > p_cursor)
+           AND NOT coalesce(bool_or(w.kh IS NOT NULL) FILTER (WHERE w.k <= p_need), false)
         ON CONFLICT DO NOTHING
         -- (a receipt is slot.pos.lane.lease_no.token: what is the same for
         -- every message of the lease is made once)
