@@ -67,7 +67,10 @@ BEGIN
         -- The lane's new state, from what w took: how many (n), the first
         -- and last taken, the last looked at. Every column in the table's
         -- order, of its type, computed by the aggregate itself: the plan
-        -- then has no scan between the two to set up at each call. Not
+        -- then has no scan between the two to set up at each call (a
+        -- column added to the table goes here too, in its place, or the
+        -- scan comes back; the count repeated is one aggregate, computed
+        -- once). Not
         -- written when the first batch read does not hold the position
         -- after the cursor, when nothing was taken or passed, or when a
         -- keyed position is among those it would take.
