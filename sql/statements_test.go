@@ -84,7 +84,8 @@ func (l *statementLog) nested(b *bundle, sql string) []string {
 // (docs/design.md, "A call is an expression, not a PERFORM"). On engine 2,
 // a batch-1 receive from a backlog numbered before, from a lane that needs
 // only a take: the queue, the group, the epoch, the call of the slot's
-// copy, the lane statement and the take; its ack: the queue, the group,
+// copy, the lane statement and the take (of one position: the narrower
+// take's statement, and not the general one after it); its ack: the queue, the group,
 // the INSERT of the ack row (the INSERT alone when a receive carries it);
 // a send: the queue and the INSERT; in the steady state (a send, then a
 // receive that numbers it, then its ack) the receive numbers first: the
@@ -125,8 +126,9 @@ func TestV2HotPathsRunTheirStatementsOnly(t *testing.T) {
 	// receive's statements that take from a lane
 	lookups := []string{"FROM sluice.queue qq", "FROM sluice.consumer_group gg"}
 	ackLookup := "LEFT JOIN sluice.consumer_group gg" // (ack's lookups: one statement)
+	// (a receive of one takes by the narrower take, e2_take_one__s's "WITH b")
 	take := append(lookups[:2:2], "FROM sluice.epoch e", "FROM e2_receive_0(", "SELECT h.cut_no AS cut",
-		"WITH w AS MATERIALIZED")
+		"WITH b AS MATERIALIZED")
 	calls := []struct {
 		name, sql string
 		want      []string // a part of each statement's text

@@ -8,9 +8,10 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// The take's statement (e2_take__s) is spliced into each slot's copy of the
-// receive (sluice._splice_call): a receive takes with no call of a take
-// function, and the copies are made with none per slot.
+// The takes' statements (e2_take__s, and e2_take_one__s for one position)
+// are spliced into each slot's copy of the receive (sluice._splice_call): a
+// receive takes with no call of a take function, and the copies are made
+// with none per slot.
 func TestV2TakeIsSplicedIntoTheReceive(t *testing.T) {
 	b := setup(t)
 	b.createV2("q", `"lanes": 2`)
@@ -33,11 +34,12 @@ func TestV2TakeIsSplicedIntoTheReceive(t *testing.T) {
 	var takes int64
 	if err := b.pool.QueryRow(b.ctx, `
 		SELECT (SELECT p.prosrc FROM pg_proc p WHERE p.pronamespace = $1::regnamespace AND p.proname = 'e2_receive_1'),
-		       (SELECT count(*) FROM pg_proc p WHERE p.pronamespace = $1::regnamespace AND p.proname ~ '^e2_take_[0-9]+$')`,
+		       (SELECT count(*) FROM pg_proc p WHERE p.pronamespace = $1::regnamespace AND p.proname ~ '^e2_take(_one)?_[0-9]+$')`,
 		schema).Scan(&src, &takes); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(src, "INSERT INTO lease_1") || strings.Contains(src, "e2_take_1(") || takes != 0 {
+	if strings.Count(src, "INSERT INTO lease_1") != 2 || strings.Contains(src, "e2_take_1(") ||
+		strings.Contains(src, "e2_take_one_1(") || takes != 0 {
 		t.Fatalf("slot 1's receive: take spliced in %v, calls e2_take_1 %v; per-slot take copies %d",
 			strings.Contains(src, "INSERT INTO lease_1"), strings.Contains(src, "e2_take_1("), takes)
 	}

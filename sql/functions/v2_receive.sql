@@ -8,8 +8,9 @@
 -- every lane idle or had to number to take anything, it numbers first (a
 -- few new messages at most), the steady state, where each receive takes
 -- what was sent since the last. Then it takes from the first free lane with
--- positions to take (e2_lane_open; e2_take__s, or e2_take_keyed__s for
--- keys, or the slow path e2_slow for a lane the hot path does not serve);
+-- positions to take (e2_lane_open; e2_take__s, or e2_take_one__s for one
+-- position, or e2_take_keyed__s for keys, or the slow path e2_slow for a
+-- lane the hot path does not serve);
 -- while it has fewer than max_messages, from the next one. When no free
 -- lane has positions, it numbers what is committed and not numbered yet,
 -- if anything is and no other receive is at it (e2_number__s), and looks
@@ -50,7 +51,7 @@
 -- Returns: the messages leased, as sluice.receive
 -- Calls: e2_ack, e2_cut_most, e2_before_look__s (numbers first), e2_receive_<slot> (after a rotation),
 --   e2_prio_due__s, e2_number__s, e2_take_prio, e2_lane_open (inlined),
---   e2_wait_lane__s, e2_unnumbered__s, e2_expired__s, e2_take__s,
+--   e2_wait_lane__s, e2_unnumbered__s, e2_expired__s, e2_take__s, e2_take_one__s,
 --   e2_take_keyed__s, e2_slow
 CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_receive__s(q sluice.queue, g sluice.consumer_group, max_messages int,
                                                      p_lease interval, p_consumer text, p_ack text[],
@@ -241,7 +242,17 @@ BEGIN
             v_waits := v_waits OR (v_n = 0 AND s.head > s.cursor);   -- (positions it could not take: keys)
         ELSE
             v_n := 0;
-            IF s.held IS NULL AND s.waiting IS NULL THEN
+            IF s.held IS NULL AND s.waiting IS NULL AND (v_need = 1 OR s.head = s.cursor + 1) THEN
+                -- one position (wanted, or all the lane had at its look):
+                -- the narrower take, which declines what is not plainly the
+                -- group's next message (spliced as e2_take__s below)
+                RETURN QUERY SELECT * FROM e2_take_one__s(p_group => g.id, p_lane => s.lane, p_no => s.lease_no,
+                    p_cursor => s.cursor, p_scan_t => coalesce(v_ex_t, s.scan_t),
+                    p_scan_no => coalesce(v_ex_no, s.scan_no), p_old_due => s.old_due, p_next_exp => v_next,
+                    p_lease => p_lease, p_consumer => p_consumer, p_now => v_now, p_slot => p_slot);
+                GET DIAGNOSTICS v_n = ROW_COUNT;
+            END IF;
+            IF s.held IS NULL AND s.waiting IS NULL AND v_n = 0 THEN
                 -- (the copy has e2_take__s's statement here, these values in
                 -- place of its parameters: sluice._splice_call)
                 RETURN QUERY SELECT * FROM e2_take__s(p_group => g.id, p_lane => s.lane, p_no => s.lease_no,

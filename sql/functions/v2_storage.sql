@@ -281,7 +281,7 @@ DECLARE
     through_parents constant text[] := ARRAY['e2_take__s', 'e2_take_keyed__s', 'e2_key_done__s'];
     -- (the templates per slot whose statement is spliced into a caller's
     -- copy, _splice_call: no copy of their own per slot)
-    spliced constant text[] := ARRAY['e2_take__s'];
+    spliced constant text[] := ARRAY['e2_take__s', 'e2_take_one__s'];
     entry_points constant text[] := ARRAY['e_queue_status', 'e2_start', 'e_maintain', 'e_peek', 'e_leases',
                                           'e_purge', 'e_start_pos'];
     -- e_peek reads every stored message (msg has no index by id): it keeps
@@ -321,7 +321,8 @@ BEGIN
              WHERE p.pronamespace = 'sluice_tmpl2'::regnamespace ORDER BY p.proname LOOP
         def := replace(pg_get_functiondef(f.oid), 'sluice_tmpl2.', quote_ident(sch) || '.');
         IF f.proname = 'e2_receive__s' THEN
-            def := sluice._splice_call(def, 'e2_take__s');   -- (the hot take in place: spliced)
+            -- (the hot takes in place: spliced)
+            def := sluice._splice_call(sluice._splice_call(def, 'e2_take__s'), 'e2_take_one__s');
         END IF;
         sig := replace(f.oid::regprocedure::text, 'sluice_tmpl2.', quote_ident(sch) || '.');
         IF f.proname LIKE '%\_\_s' THEN

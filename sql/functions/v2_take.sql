@@ -6,7 +6,11 @@
 -- copy of e2_receive__s (sluice._splice_call, from sluice._instantiate_v2),
 -- naming only that slot's leaves: the hot path runs it in place, with no
 -- call. It is copied once, with __s removed, the same statement over the
--- parents, for the slow path (e2_slow).
+-- parents, for the slow path (e2_slow). e2_take_one__s is the same take
+-- for one position, a narrower statement (about half the plan to set up
+-- at each call), spliced in before it: it writes what e2_take__s writes
+-- for that position, or nothing (then e2_take__s runs);
+-- TestV2TakeOneWritesWhatTheTakeWrites holds the two to that.
 
 -- e2_take__s: take up to p_need new positions of a lane the caller holds,
 -- from the cursor on, write the lane's new state and return the messages.
@@ -108,5 +112,58 @@ BEGIN
     JOIN msg m ON m.slot = w.mslot AND m.txid = w.txid AND m.id = w.id   -- (one partition looked at a row)
     WHERE w.k <= p_need AND w.id IS NOT NULL
     ORDER BY w.pos;
+END
+$$;
+
+-- e2_take_one__s: e2_take__s for a receive that wants one message, or a
+-- lane whose one position left (as of the receive's look) is the one
+-- after the cursor: when that position is in the first batch read, meant
+-- for every group or for this one, not keyed, and its message stored in
+-- this slot, the lease of that one position (the row e2_take__s writes
+-- then, with p_need 1) and the message. Otherwise nothing is written or
+-- returned, and the receive runs e2_take__s. Spliced into each slot's copy
+-- of e2_receive__s as e2_take__s is; no copy of its own. (A lane whose
+-- later positions were numbered after the look gives one message where
+-- e2_take__s would give more: the receive looks at it again.)
+--
+-- Parameters: as e2_take__s, but p_moved (a take writes its state) and
+--   p_need (1)
+-- Returns: the message leased (as sluice.receive), or nothing
+CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_take_one__s(p_group int, p_lane smallint, p_no bigint, p_cursor bigint,
+                                                      p_scan_t timestamptz, p_scan_no bigint, p_old_due timestamptz,
+                                                      p_next_exp timestamptz, p_lease interval, p_consumer text,
+                                                      p_now timestamptz, p_slot smallint)
+RETURNS SETOF sluice.message
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    RETURN QUERY
+    WITH b AS MATERIALIZED (
+        -- the position after the cursor, if the first batch holds it
+        SELECT bb.ids[x.i] AS id, bb.txids[x.i] AS txid,
+               bb.first_pos <= p_cursor + 1 AND bb.mslots[x.i] = p_slot AND bb.khashes[x.i] IS NULL
+               AND coalesce(bb.targets[x.i] = p_group, true) AS ok
+        FROM batch__s bb CROSS JOIN LATERAL (SELECT (p_cursor + 2 - bb.first_pos)::int AS i) x
+        WHERE bb.lane = p_lane AND bb.last_pos > p_cursor
+        ORDER BY bb.last_pos LIMIT 1
+    ), ins AS (
+        -- (the columns as in e2_take__s's INSERT, for one position taken)
+        INSERT INTO lease__s AS i (slot, group_id, lane, lease_no, kind, ref, first_pos, last_pos, n, redo_pos,
+                                   redo_att, redo_ids, redo_txids, token, expires_at, delivered_at, cursor, scan_t,
+                                   scan_no, old_due, consumer, next_exp, held, waiting, levels)
+        SELECT p_slot, p_group, p_lane, p_no + 1, 'r'::"char", NULL::bigint, p_cursor + 1, p_cursor + 1, 1,
+               NULL::bigint[], NULL::int[], NULL::bigint[], NULL::xid8[], 1 + (random() * 4503599627370495)::bigint,
+               p_now + p_lease, p_now, p_cursor + 1, p_scan_t, p_scan_no, p_old_due, p_consumer,
+               least(p_next_exp, p_now + p_lease), NULL::sluice.e2_held[], NULL::sluice.e2_wait[],
+               NULL::sluice.e2_level[]
+        FROM b WHERE b.ok
+        ON CONFLICT DO NOTHING
+        RETURNING p_slot || '.' || i.cursor || '.' || p_lane || '.' || i.lease_no || '.' || i.token AS receipt,
+                  i.expires_at
+    )
+    SELECT coalesce(m.orig, m.id), m.body, m.headers, NULL::text, 0, m.attempt, m.sent_at, ins.receipt,
+           ins.expires_at, p_cursor + 1
+    FROM ins CROSS JOIN b
+    JOIN msg__s m ON m.txid = b.txid AND m.id = b.id;
 END
 $$;
