@@ -229,6 +229,28 @@ BEGIN
             v_stop := true;   -- none of those either: stop
             EXIT;
         END IF;
+        -- The most frequent take first, one position (wanted, or all the
+        -- lane had at its look) from a lane whose state is here and whose
+        -- leases have not ended: the narrower take, which declines what is
+        -- not plainly the group's next message (spliced as e2_take__s
+        -- below). It comes before the accounting below, which a receive it
+        -- gives all it wanted does not need.
+        IF (v_need = 1 OR s.head = s.cursor + 1) AND s.held IS NULL AND s.waiting IS NULL AND s.kind IN ('r', 'c')
+           AND s.old_due > v_now AND s.next_exp > v_now THEN
+            RETURN QUERY SELECT * FROM e2_take_one__s(p_group => g.id, p_lane => s.lane, p_no => s.lease_no,
+                p_cursor => s.cursor, p_scan_t => s.scan_t, p_scan_no => s.scan_no, p_old_due => s.old_due,
+                p_next_exp => s.next_exp, p_lease => p_lease, p_consumer => p_consumer, p_now => v_now,
+                p_slot => p_slot);
+            GET DIAGNOSTICS v_n = ROW_COUNT;
+            IF v_n = v_need THEN
+                RETURN;   -- (all it wanted: what the loop's end does)
+            END IF;
+        ELSE
+            v_n := 0;
+        END IF;
+        -- (v_n: what the narrower take gave, 0 or 1; the takes below run
+        -- only when it gave nothing, and it ran only where the slow path
+        -- does not)
         v_start := s.lane + 1;
         v_before := v_need;
         v_waits := v_waits OR s.waiting IS NOT NULL OR s.held IS NOT NULL;
@@ -241,17 +263,6 @@ BEGIN
             GET DIAGNOSTICS v_n = ROW_COUNT;
             v_waits := v_waits OR (v_n = 0 AND s.head > s.cursor);   -- (positions it could not take: keys)
         ELSE
-            v_n := 0;
-            IF s.held IS NULL AND s.waiting IS NULL AND (v_need = 1 OR s.head = s.cursor + 1) THEN
-                -- one position (wanted, or all the lane had at its look):
-                -- the narrower take, which declines what is not plainly the
-                -- group's next message (spliced as e2_take__s below)
-                RETURN QUERY SELECT * FROM e2_take_one__s(p_group => g.id, p_lane => s.lane, p_no => s.lease_no,
-                    p_cursor => s.cursor, p_scan_t => coalesce(v_ex_t, s.scan_t),
-                    p_scan_no => coalesce(v_ex_no, s.scan_no), p_old_due => s.old_due, p_next_exp => v_next,
-                    p_lease => p_lease, p_consumer => p_consumer, p_now => v_now, p_slot => p_slot);
-                GET DIAGNOSTICS v_n = ROW_COUNT;
-            END IF;
             IF s.held IS NULL AND s.waiting IS NULL AND v_n = 0 THEN
                 -- (the copy has e2_take__s's statement here, these values in
                 -- place of its parameters: sluice._splice_call)
@@ -366,7 +377,6 @@ RETURNS int
 LANGUAGE plpgsql
 AS $$
 DECLARE
-    v_name constant text := sluice._idle_note_name(p_queue_id, p_group);
     v_n bigint;
     v_rr int;
     v_cut bigint;
@@ -379,10 +389,12 @@ BEGIN
             RETURN -2;
         END IF;
     END IF;
-    IF p_noted IS NULL THEN
-        IF current_setting(v_name, true) IS DISTINCT FROM 'n' THEN
-            RETURN NULL;
-        END IF;
+    -- (the note's name made where it is read: an expression made ready
+    -- costs each receive, and most read the note once)
+    IF p_noted IS NULL AND current_setting(sluice._idle_note_name(p_queue_id, p_group), true) IS DISTINCT FROM 'n' THEN
+        RETURN NULL;
+    ELSIF p_noted IS NULL THEN
+        NULL;   -- (the note says n: number first)
     ELSIF p_probed IS NULL THEN
         -- unless something was numbered since the note or is to be
         -- numbered, nothing to look at (the probe: cheaper than the cut's
@@ -405,7 +417,7 @@ BEGIN
         IF v_n > 0 THEN
             RETURN v_rr;
         ELSIF p_noted IS NULL THEN
-            v_done := set_config(v_name, '', false) IS NULL;   -- (numbering first was for nothing)
+            v_done := set_config(sluice._idle_note_name(p_queue_id, p_group), '', false) IS NULL;   -- (numbering first was for nothing)
         END IF;
     END IF;
     RETURN NULL;
