@@ -73,8 +73,8 @@ BEGIN
         -- order, of its type, computed by the aggregate itself: the plan
         -- then has no scan between the two to set up at each call (a
         -- column added to the table goes here too, in its place, or the
-        -- scan comes back; the count repeated is one aggregate, computed
-        -- once). Not
+        -- scan comes back, and into e2_take_one__s's INSERT; the count
+        -- repeated is one aggregate, computed once). Not
         -- written when the first batch read does not hold the position
         -- after the cursor, when nothing was taken or passed, or when a
         -- keyed position is among those it would take.
