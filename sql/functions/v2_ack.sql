@@ -12,7 +12,9 @@
 -- (e2_ack_<slot>), which names only its leaves; receipts of a slot the
 -- queue does not have are stale. One receipt of slot 0 or 1 (the ack of a
 -- receive of one, the most frequent) goes to its slot's copy at once; the
--- receipts of a receive's whole batch of one lane to e2_ack_whole_<slot>.
+-- receipts of a receive's batch to e2_ack_whole_<slot> first, which
+-- completes its leases whole, up to one that is not, whose receipts and
+-- the rest's go to the copies of their slots.
 --
 -- Parameters:
 --   p_group     group id
@@ -33,17 +35,18 @@ BEGIN
         RETURN e2_ack_0(p_group, p_receipts, v_now, 0::smallint);
     ELSIF cardinality(p_receipts) = 1 AND p_receipts[1] LIKE '1.%' THEN
         RETURN e2_ack_1(p_group, p_receipts, v_now, 1::smallint);
-    -- A receive's whole batch of one lane (its slot's copy tries it first)
+    -- A receive's batch, lease by lease (its slot's copy tries it first)
     ELSIF p_receipts[1] LIKE '0.%' THEN
         n := e2_ack_whole_0(p_group, p_receipts, v_now, 0::smallint);
     ELSIF p_receipts[1] LIKE '1.%' THEN
         n := e2_ack_whole_1(p_group, p_receipts, v_now, 1::smallint);
     END IF;
-    IF n > 0 THEN
+    IF n = cardinality(p_receipts) THEN
         RETURN n;
     END IF;
+    -- the rest, by the copies of their slots
     FOR v_slot, v_part IN
-        SELECT split_part(x, '.', 1)::int, array_agg(x) FROM unnest(p_receipts) x GROUP BY 1
+        SELECT split_part(x, '.', 1)::int, array_agg(x) FROM unnest(p_receipts[n + 1:]) x GROUP BY 1
     LOOP
         IF v_slot = 0 THEN
             n := n + e2_ack_0(p_group, v_part, v_now, 0::smallint);
@@ -327,63 +330,102 @@ BEGIN
 END
 $$;
 
--- e2_ack_whole__s: complete a receive's whole batch of one lane at once, as
--- a consumer acks it: when the receipts are every position of one current
--- lease of this slot, each once, none completed before, one row (pos 0).
--- Cheap checks a receipt (prefix and suffix compared as strings, the
--- position read), no join per receipt.
+-- e2_ack_whole__s: complete a receive's batch lease by lease, as a consumer
+-- acks it: when the receipts are runs, one after another, each run every
+-- position of one current lease of this slot (each position once, none
+-- completed before), one row (pos 0) a lease. At most eight runs, each
+-- lease in one run only. Cheap checks, no join per receipt: a run is found
+-- by its lease's suffix counted in the receipts joined (string searches),
+-- then each receipt is compared with the one made from its position (one
+-- cast, one concatenation).
 --
 -- Parameters:
 --   p_group     group id
---   p_receipts  well-formed receipts
+--   p_receipts  well-formed receipts (sluice._receipts_ok), at least two
 --   p_now       now
 --   p_slot      this copy's slot
--- Returns: how many were completed (cardinality of p_receipts), or 0 when
---   they are not such a batch (nothing was written)
--- Locks: the lease's (sluice._lease_lock), then checks
+-- Returns: how many receipts it completed: those of the leading runs up to
+--   the first that is not a whole lease (the caller completes the rest with
+--   e2_ack__s); 0 when the receipts are not such runs (then nothing was
+--   written, nor locked unless every lease named was)
+-- Locks: the leases' (sluice._lease_lock), all of them in key order as
+--   e2_ack__s locks them, then checks
 CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_ack_whole__s(p_group int, p_receipts text[], p_now timestamptz,
                                                        p_slot smallint)
 RETURNS int
 LANGUAGE plpgsql
 AS $$
 DECLARE
-    v_first constant text := p_receipts[1];
-    v_lane constant int := split_part(v_first, '.', 3)::int;
-    v_no constant bigint := split_part(v_first, '.', 4)::bigint;
-    v_token constant bigint := nullif(split_part(v_first, '.', 5), '')::bigint;
-    v_suffix constant text := '.' || v_lane || '.' || v_no || '.' || v_token;
     v_prefix constant text := p_slot || '.';
-    n int;
+    v_rest text[] := p_receipts;
+    v_all text;
+    v_key bigint[];    -- a run's lease: lane, lease_no, token
+    v_tail text;       -- the lease as its receipts end, with a comma
+    v_keys bigint[] := '{}';   -- the runs' leases, three numbers each
+    v_runs int[] := '{}';      -- how many receipts each run has
+    c int;
+    k int := 0;        -- receipts completed
+    v_suffix text;
     v_done boolean;   -- (calls made in expressions, as in sluice.receive)
 BEGIN
-    IF v_token IS NULL OR cardinality(p_receipts) < 2 THEN
-        RETURN 0;
+    -- The runs. Receipts of leases not in runs are not such a batch: their
+    -- leases are locked in key order by e2_ack__s. (Locked here one by one,
+    -- two acks naming the same leases, as a retried ack does, could wait
+    -- for each other: deadlock.) A run is the receipts at the front that end
+    -- with the first one's lease, when no later receipt does: its tail with
+    -- a comma occurs as often at the front as in them all (an occurrence
+    -- ends at a comma, so within one receipt, at its end; octet lengths, as
+    -- a well-formed receipt is digits and dots). (Few expressions: each is
+    -- made ready once a transaction.)
+    WHILE cardinality(v_rest) > 0 LOOP
+        v_key := (string_to_array(v_rest[1], '.')::bigint[])[3:5];
+        v_tail := '.' || array_to_string(v_key, '.') || ',';
+        v_all := array_to_string(v_rest, ',') || ',';
+        c := (octet_length(v_all) - octet_length(replace(v_all, v_tail, ''))) / octet_length(v_tail);
+        IF cardinality(v_key) < 3 OR cardinality(v_runs) = 8 OR c < 1
+           OR (c < cardinality(v_rest)
+               AND octet_length(array_to_string(v_rest[1:c], ',') || ',')
+                   - octet_length(replace(array_to_string(v_rest[1:c], ',') || ',', v_tail, ''))
+                   <> c * octet_length(v_tail)) THEN
+            RETURN 0;
+        END IF;
+        v_keys := v_keys || v_key;
+        v_runs := v_runs || c;
+        v_rest := v_rest[c + 1:];
+    END LOOP;
+    IF cardinality(v_runs) = 1 THEN
+        v_done := pg_advisory_xact_lock(sluice._lock_ns('lease'), sluice._lease_lock(p_group, v_key[1]::int, v_key[2]))
+                  IS NULL;
+    ELSE
+        PERFORM pg_advisory_xact_lock(sluice._lock_ns('lease'), x.key)
+        FROM (SELECT DISTINCT sluice._lease_lock(p_group, v_keys[3 * i - 2]::int, v_keys[3 * i - 1]) AS key
+              FROM generate_subscripts(v_runs, 1) i ORDER BY 1) x;
     END IF;
-    -- Receipts of more than one lease are not such a batch: their leases are
-    -- locked in key order by e2_ack__s. (Locked here first, the first one's
-    -- lease would be taken out of that order, and two acks naming the same
-    -- leases, as a retried ack does, could wait for each other: deadlock.)
-    IF EXISTS (SELECT 1 FROM unnest(p_receipts) r WHERE right(r, length(v_suffix)) <> v_suffix) THEN
-        RETURN 0;
-    END IF;
-    v_done := pg_advisory_xact_lock(sluice._lock_ns('lease'), sluice._lease_lock(p_group, v_lane, v_no)) IS NULL;
-    INSERT INTO ack__s (slot, group_id, lane, lease_no, pos, kind, at)
-    SELECT p_slot, p_group, v_lane, v_no, 0, 'a', p_now
-    FROM lease__s l
-    WHERE l.group_id = p_group AND l.lane = v_lane AND l.lease_no = v_no AND l.kind = 'r' AND l.token = v_token
-      AND l.n = cardinality(p_receipts)
-      AND (l.expires_at > p_now
-           OR EXISTS (SELECT 1 FROM ext__s e WHERE e.group_id = p_group AND e.lane = v_lane
-                                               AND e.lease_no = v_no AND e.pos = 0 AND e.expires_at > p_now))
-      AND NOT EXISTS (SELECT 1 FROM ack__s a WHERE a.group_id = p_group AND a.lane = v_lane AND a.lease_no = v_no)
-      AND (SELECT count(DISTINCT x.pos) = l.n
-                  AND bool_and(x.ok AND (x.pos BETWEEN l.first_pos AND l.last_pos OR x.pos = ANY (l.redo_pos)))
-           FROM (SELECT right(r, length(v_suffix)) = v_suffix AND left(r, length(v_prefix)) = v_prefix AS ok,
-                        split_part(r, '.', 2)::bigint AS pos
-                 FROM unnest(p_receipts) r) x)
-    ORDER BY l.slot LIMIT 1   -- (the primary key's order: see e2_ack__s)
-    ON CONFLICT DO NOTHING;
-    GET DIAGNOSTICS n = ROW_COUNT;
-    RETURN CASE WHEN n = 1 THEN cardinality(p_receipts) ELSE 0 END;
+    -- Each run, as one row if it is its whole lease; the first that is not
+    -- ends it.
+    FOR i IN 1 .. cardinality(v_runs) LOOP
+        v_suffix := '.' || array_to_string(v_keys[3 * i - 2:3 * i], '.');
+        INSERT INTO ack__s (slot, group_id, lane, lease_no, pos, kind, at)
+        SELECT p_slot, p_group, l.lane, l.lease_no, 0, 'a', p_now
+        FROM lease__s l
+        WHERE l.group_id = p_group AND l.lane = v_keys[3 * i - 2] AND l.lease_no = v_keys[3 * i - 1]
+          AND l.kind = 'r' AND l.token = v_keys[3 * i] AND l.n = v_runs[i]
+          AND (l.expires_at > p_now
+               OR EXISTS (SELECT 1 FROM ext__s e WHERE e.group_id = p_group AND e.lane = l.lane
+                                                   AND e.lease_no = l.lease_no AND e.pos = 0 AND e.expires_at > p_now))
+          AND NOT EXISTS (SELECT 1 FROM ack__s a WHERE a.group_id = p_group AND a.lane = l.lane
+                                                   AND a.lease_no = l.lease_no)
+          -- (each receipt the one of its position in this slot and lease)
+          AND (SELECT count(DISTINCT x.pos) = l.n
+                      AND bool_and(x.r = v_prefix || x.pos || v_suffix
+                                   AND (x.pos BETWEEN l.first_pos AND l.last_pos OR x.pos = ANY (l.redo_pos)))
+               FROM (SELECT r, split_part(r, '.', 2)::bigint AS pos FROM unnest(p_receipts[k + 1:k + v_runs[i]]) r) x)
+        ORDER BY l.slot LIMIT 1   -- (the primary key's order: see e2_ack__s)
+        ON CONFLICT DO NOTHING;
+        GET DIAGNOSTICS c = ROW_COUNT;
+        EXIT WHEN c = 0;
+        k := k + v_runs[i];
+    END LOOP;
+    RETURN k;
 END
 $$;

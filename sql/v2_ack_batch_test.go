@@ -1,0 +1,105 @@
+package sqlsrc_test
+
+import (
+	"slices"
+	"strings"
+	"testing"
+)
+
+// An ack of receipts of several leases (a receive's batch that took two
+// lanes, or the batches of several receives) completes each lease whole
+// that it names whole, lease by lease (e2_ack_whole__s), and what is left
+// position by position (e2_ack__s): what it counts and what it leaves in
+// flight are what acks of one receipt at a time would give, whatever the
+// receipts' order, with stale, repeated and partial leases among them.
+func TestV2AckOfABatchLeaseByLease(t *testing.T) {
+	b := setup(t)
+	b.createV2("v2ab", `"lanes": 2`)
+	// twoLeases: 8 messages leased in two leases of 4 (as in
+	// TestV2AcksOfTheSameLeasesDoNotDeadlock), their receipts by lease
+	twoLeases := func() (a, c []string) {
+		b.t.Helper()
+		b.v2sendBatch("v2ab", 9, "")
+		if first := b.v2receive("v2ab", "default", 1, ""); len(first) != 1 || b.ack("v2ab", "default", first[0].Receipt) != 1 {
+			t.Fatalf("the first receive and ack: %v", first)
+		}
+		byLease := map[string][]string{}
+		var order []string
+		for _, m := range b.v2receive("v2ab", "default", 8, "") {
+			p := strings.Split(m.Receipt, ".")
+			k := p[2] + "." + p[3]
+			if _, ok := byLease[k]; !ok {
+				order = append(order, k)
+			}
+			byLease[k] = append(byLease[k], m.Receipt)
+		}
+		if len(order) != 2 || len(byLease[order[0]]) != 4 || len(byLease[order[1]]) != 4 {
+			t.Fatalf("want two leases of 4, got %v", byLease)
+		}
+		return byLease[order[0]], byLease[order[1]]
+	}
+	cat := func(parts ...[]string) []string { return slices.Concat(parts...) }
+	stale := func(rs []string) []string {
+		out := make([]string, len(rs))
+		for i, r := range rs {
+			out[i] = r + "1" // (another token)
+		}
+		return out
+	}
+	for _, c := range []struct {
+		name  string
+		acks  func(a, c []string) [][]string // acks in turn
+		wants []int
+	}{
+		{"both leases whole", func(a, c []string) [][]string { return [][]string{cat(a, c), cat(a, c)} }, []int{8, 0}},
+		{"the second lease whole first", func(a, c []string) [][]string { return [][]string{cat(c, a)} }, []int{8}},
+		{"interleaved", func(a, c []string) [][]string {
+			return [][]string{{a[0], c[0], a[1], c[1], a[2], c[2], a[3], c[3]}}
+		}, []int{8}},
+		{"the second lease less one", func(a, c []string) [][]string {
+			return [][]string{cat(a, c[:3]), c[3:], c}
+		}, []int{7, 1, 0}},
+		{"the first lease less one", func(a, c []string) [][]string {
+			return [][]string{cat(a[1:], c), a[:1]}
+		}, []int{7, 1}},
+		{"a receipt twice", func(a, c []string) [][]string {
+			return [][]string{cat(a, a[:1], c)}
+		}, []int{8}},
+		{"a lease in reverse", func(a, c []string) [][]string {
+			r := slices.Clone(a)
+			slices.Reverse(r)
+			return [][]string{cat(r, c)}
+		}, []int{8}},
+		{"a stale lease", func(a, c []string) [][]string {
+			return [][]string{cat(a, stale(c)), cat(stale(a), c)}
+		}, []int{4, 4}},
+		{"a position acked before", func(a, c []string) [][]string {
+			return [][]string{c[1:2], cat(a, c)}
+		}, []int{1, 7}},
+	} {
+		a, cc := twoLeases()
+		for i, rs := range c.acks(a, cc) {
+			if got := b.ack("v2ab", "default", rs...); got != c.wants[i] {
+				t.Errorf("%s: ack %d of %d receipts completed %d, want %d", c.name, i+1, len(rs), got, c.wants[i])
+			}
+		}
+		b.v2expectEmpty("v2ab", "default")
+	}
+	// Receipts of more leases than a batch is looked at for (eight): the
+	// batches of nine receives of 2, in one ack; then of five.
+	for _, leases := range []int{9, 5} {
+		b.v2sendBatch("v2ab", 2*leases, "")
+		var all []string
+		for i := 0; i < leases; i++ {
+			ms := b.v2receive("v2ab", "default", 2, "")
+			if len(ms) != 2 {
+				t.Fatalf("receive %d of 2: got %d", i, len(ms))
+			}
+			all = append(all, ms[0].Receipt, ms[1].Receipt)
+		}
+		if got := b.ack("v2ab", "default", all...); got != 2*leases {
+			t.Errorf("ack of %d leases of 2: completed %d, want %d", leases, got, 2*leases)
+		}
+		b.v2expectEmpty("v2ab", "default")
+	}
+}
