@@ -79,19 +79,26 @@ done
 PGBIN=${PGBIN:-$(pg_config --bindir 2>/dev/null || true)}
 [ -x "$PGBIN/postgres" ] || { echo "run.sh: no PostgreSQL server in PGBIN='$PGBIN' (set PGBIN)" >&2; exit 1; }
 BATCHES=${BATCHES:-1 100}
-# few and many rounds of a batch size: 50 and 250 of small batches, 3 and 13
-# of large ones
+# few and many rounds of a batch size: 50 and 250 of small batches, 20 and
+# 30 of large ones. (3 and 13 before: a path that a receive of 100 takes
+# every few rounds, the ack of a batch that took two lanes, was first run,
+# compiled and planned (its first five runs, custom plans) in the rounds
+# counted, ~0.3M a round that a connection pays once; the few rounds run
+# every path five times. The preload is what the many rounds of each size
+# take (each count starts from the same copy), fewer than the 4,096 messages
+# that the first receive's cut numbers: with more, the later cuts fell in
+# the counts, ~8M a round at 40 and 50, and an empty receive cut each time.)
 steady() { [ "$1" = s ] || [ "$1" = u ] || [ "$1" = b ]; }
 empty() { [ "$1" = 0 ] || [ "$1" = i ]; }
 # (a and p: one message a round)
 large() { [ "$1" = b ] || { ! steady "$1" && ! empty "$1" && [ "$1" != a ] && [ "$1" != p ] && [ "$1" -ge 50 ]; }; }
-few() { if large "$1"; then echo 3; else echo 50; fi; }
-many() { if large "$1"; then echo 13; else echo 250; fi; }
+few() { if large "$1"; then echo 20; else echo 50; fi; }
+many() { if large "$1"; then echo 30; else echo 250; fi; }
 # messages a round of a batch size takes (an empty receive takes nothing:
 # batch 0 preloads nothing)
 takes() { if [ "$1" = a ] || [ "$1" = p ]; then echo 1; else echo "$1"; fi; }
 preload=0
-for b in $BATCHES; do steady "$b" || empty "$b" || [ "$b" = p ] || preload=$((preload + $(takes "$b") * ($(few "$b") + $(many "$b")))); done
+for b in $BATCHES; do steady "$b" || empty "$b" || [ "$b" = p ] || preload=$((preload + $(takes "$b") * $(many "$b"))); done
 # (the PGMQ layer's rounds read their own queue, the reference's share q:
 # ic's preload stays as without them, where the other rounds' lanes fall)
 ppreload=0
