@@ -92,13 +92,15 @@ func (l *statementLog) nested(b *bundle, sql string) []string {
 // cut's call, its read and its INSERT; a receive that finds nothing (no
 // idle note of the session): the lookups, the copy, one lane statement and
 // the probe for what is not numbered; a poll while the idle note holds:
-// the lookups and the probe. The least of three rounds, after six to warm
+// the lookups and the probe; a send of a batch: the queue, the look at
+// the bodies' depth (over 4,096 bytes in all), the copy's call and its
+// INSERT. The least of three rounds, after six to warm
 // the session's plans (the queue's upkeep, once a second a session, adds
 // its own to a round).
 func TestV2HotPathsRunTheirStatementsOnly(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	for _, q := range []string{"backlog", "steady", "empty"} {
+	for _, q := range []string{"backlog", "steady", "empty", "batch"} {
 		b.createQueue(q, `{"engine": 2, "lanes": 2}`)
 	}
 	b.exec(`SELECT sluice.send_batch('backlog', array(SELECT jsonb_build_object('n', g) FROM generate_series(1, 100) g))`)
@@ -137,6 +139,12 @@ func TestV2HotPathsRunTheirStatementsOnly(t *testing.T) {
 		{"receive carrying the ack of the one before", receiveAcking("backlog"), append(take[:len(take):len(take)], "INSERT INTO ack_0")},
 		{"ack", ack("backlog"), []string{ackLookup, "INSERT INTO ack_0"}},
 		{"send", `SELECT sluice.send('steady', '{"n": 0}')`, []string{"FROM sluice.queue q WHERE", "INSERT INTO msg"}},
+		// (100 bodies without headers, over 4,096 bytes in all: their
+		// depth is looked at in one statement, with no call a message)
+		{"send of a batch", `SELECT sluice.send_batch('batch', array(SELECT jsonb_build_object('n', g, 'pad', repeat('x', 64))
+		                                                                 FROM generate_series(1, 100) g))`,
+			[]string{"FROM sluice.queue WHERE name", "EXISTS (SELECT FROM unnest(send_batch.bodies", "FROM e2_send_batch(",
+				"WITH ins AS"}},
 		{"steady receive", receive("steady"),
 			append(take[:len(take):len(take)], "FROM e2_cut_now_0(", "SELECT x.cut_no, x.heads", "INSERT INTO cut_0")},
 		{"steady ack", ack("steady"), []string{ackLookup, "INSERT INTO ack_0"}},

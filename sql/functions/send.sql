@@ -278,8 +278,8 @@ BEGIN
     END IF;
     FOR r IN SELECT u.ord, sluice._json_too_deep(u.b) AS deep_body
              FROM unnest(_send_batch_check.bodies, _send_batch_check.headers) WITH ORDINALITY AS u(b, h, ord)
-             WHERE (pg_column_size(u.b) > 4096 AND sluice._json_too_deep(u.b))
-                OR (pg_column_size(u.h) > 4096 AND sluice._json_too_deep(u.h))
+             WHERE (coalesce(pg_column_size(u.b), 0) > 4096 AND sluice._json_too_deep(u.b))
+                OR (coalesce(pg_column_size(u.h), 0) > 4096 AND sluice._json_too_deep(u.h))
              ORDER BY u.ord LIMIT 1 LOOP
         PERFORM sluice._json_too_deep_error(format('%s[%s]', CASE WHEN r.deep_body THEN 'bodies' ELSE 'headers' END, r.ord));
     END LOOP;
@@ -366,13 +366,16 @@ BEGIN
     -- of larger ones only the elements over it are walked (an element of
     -- an array is never compressed: its pg_column_size is its size). (Two
     -- IFs: the look at the elements is a statement, which a condition
-    -- joined to it by AND would run each time.)
+    -- joined to it by AND would run each time.) A size of NULL (no
+    -- headers) is 0: NULL > 4096 is NULL, and NULL AND x evaluates x, so
+    -- that _json_too_deep (a call with a SET clause, a statement of its
+    -- own) ran for every message of a batch sent without headers.
     IF pg_column_compression(send_batch.bodies) IS NOT NULL
        OR pg_column_compression(send_batch.headers) IS NOT NULL
        OR pg_column_size(send_batch.bodies)::bigint + coalesce(pg_column_size(send_batch.headers), 0) > 4096 THEN
         IF EXISTS (SELECT FROM unnest(send_batch.bodies, send_batch.headers) AS u(b, h)
-                   WHERE (pg_column_size(u.b) > 4096 AND sluice._json_too_deep(u.b))
-                      OR (pg_column_size(u.h) > 4096 AND sluice._json_too_deep(u.h))) THEN
+                   WHERE (coalesce(pg_column_size(u.b), 0) > 4096 AND sluice._json_too_deep(u.b))
+                      OR (coalesce(pg_column_size(u.h), 0) > 4096 AND sluice._json_too_deep(u.h))) THEN
             PERFORM sluice._send_batch_check(q, send_batch.bodies, send_batch.headers, send_batch.keys,
                                              send_batch.delay, send_batch.priorities, send_batch.dedup_keys);
         END IF;
