@@ -2,7 +2,6 @@ package sqlsrc_test
 
 import (
 	"slices"
-	"strings"
 	"testing"
 )
 
@@ -15,24 +14,11 @@ import (
 func TestV2AckOfABatchLeaseByLease(t *testing.T) {
 	b := setup(t)
 	b.createV2("v2ab", `"lanes": 2`)
-	// twoLeases: 8 messages leased in two leases of 4 (as in
-	// TestV2AcksOfTheSameLeasesDoNotDeadlock), their receipts by lease
+	// twoLeases: 8 messages leased in two leases of 4, their receipts by
+	// lease, in the order received
 	twoLeases := func() (a, c []string) {
-		b.t.Helper()
-		b.v2sendBatch("v2ab", 9, "")
-		if first := b.v2receive("v2ab", "default", 1, ""); len(first) != 1 || b.ack("v2ab", "default", first[0].Receipt) != 1 {
-			t.Fatalf("the first receive and ack: %v", first)
-		}
-		byLease := map[string][]string{}
-		var order []string
-		for _, m := range b.v2receive("v2ab", "default", 8, "") {
-			p := strings.Split(m.Receipt, ".")
-			k := p[2] + "." + p[3]
-			if _, ok := byLease[k]; !ok {
-				order = append(order, k)
-			}
-			byLease[k] = append(byLease[k], m.Receipt)
-		}
+		t.Helper()
+		byLease, order := b.v2leasesOf8("v2ab")
 		if len(order) != 2 || len(byLease[order[0]]) != 4 || len(byLease[order[1]]) != 4 {
 			t.Fatalf("want two leases of 4, got %v", byLease)
 		}

@@ -211,6 +211,33 @@ func (b *bundle) v2sendBatch(queue string, n int, delay string) []int64 {
 		queue, n, delayArg)
 }
 
+// v2leasesOf8 leases 8 messages of a queue of two lanes in at least two
+// leases: it sends 9 (a receive of 1 numbers them: its one to the lane
+// dealt to first, the other 8 four a lane), receives and acks 1, then
+// receives 8. It returns their receipts by lease (lane.lease_no) and the
+// leases in the order of their first receipt.
+func (b *bundle) v2leasesOf8(queue string) (byLease map[string][]string, order []string) {
+	b.t.Helper()
+	b.v2sendBatch(queue, 9, "")
+	if first := b.v2receive(queue, "default", 1, ""); len(first) != 1 || b.ack(queue, "default", first[0].Receipt) != 1 {
+		b.t.Fatalf("the first receive and ack: %v", first)
+	}
+	ms := b.v2receive(queue, "default", 8, "")
+	byLease = map[string][]string{}
+	for _, m := range ms {
+		p := strings.Split(m.Receipt, ".")
+		k := p[2] + "." + p[3]
+		if _, ok := byLease[k]; !ok {
+			order = append(order, k)
+		}
+		byLease[k] = append(byLease[k], m.Receipt)
+	}
+	if len(byLease) < 2 || len(ms) != 8 {
+		b.t.Fatalf("%d messages in %d leases, want 8 in at least 2", len(ms), len(byLease))
+	}
+	return byLease, order
+}
+
 // v2status is the row of one group in sluice.status.
 func (b *bundle) v2status(queue, group string) status {
 	b.t.Helper()
