@@ -89,3 +89,38 @@ func TestV2AckOfABatchLeaseByLease(t *testing.T) {
 		b.v2expectEmpty("v2ab", "default")
 	}
 }
+
+// An ack of a batch checks its receipts itself (e2_ack): what its whole
+// leases' path completes it compares with the receipts it makes, and a
+// malformed receipt anywhere, before, inside or after a lease's run, raises
+// SL008 and completes nothing, not even the whole leases before it.
+func TestV2AckOfABatchWithAMalformedReceiptChangesNothing(t *testing.T) {
+	b := setup(t)
+	b.createV2("v2abm", `"lanes": 2`)
+	byLease, order := b.v2leasesOf8("v2abm")
+	a, c := byLease[order[0]], byLease[order[1]]
+	all := slices.Concat(a, c)
+	for _, bad := range []struct {
+		name string
+		rs   []string
+	}{
+		{"after both leases", append(slices.Clone(all), "x.y")},
+		{"first", append([]string{"not-a-receipt"}, all...)},
+		{"inside the second lease's run", slices.Concat(a, c[:2], []string{v2forge(c[2], 1, "abc")}, c[3:])},
+		{"a position past bigint", slices.Concat(a, c[:3], []string{v2forge(c[3], 1, "99999999999999999999")})},
+		{"a slot past int", slices.Concat(a, []string{v2forge(c[0], 0, "99999999999")}, c[1:])},
+		{"SQL in one", slices.Concat(a, []string{c[0] + "; DROP TABLE x"}, c[1:])},
+	} {
+		b.v2expectState("SL008", "SELECT sluice.ack('v2abm', 'default', $1)", bad.rs)
+		if st := b.v2status("v2abm", "default"); st.InFlight != 8 {
+			t.Errorf("%s: in flight %d after the failed ack, want 8", bad.name, st.InFlight)
+		}
+	}
+	b.v2expectState("SL008", "SELECT sluice.ack('v2abm', 'default', array_append($1::text[], NULL))", all)
+	// Well-formed receipts that no lease of this engine made (four parts,
+	// another slot) are stale, and the rest is completed.
+	if got := b.ack("v2abm", "default", slices.Concat([]string{"0.1.1.1", "7.1.1.1.1"}, all)...); got != 8 {
+		t.Errorf("ack with two stale receipts first: completed %d, want 8", got)
+	}
+	b.v2expectEmpty("v2abm", "default")
+}

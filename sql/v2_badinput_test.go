@@ -59,3 +59,59 @@ func TestV2ForgedReceiptsOutOfRange(t *testing.T) {
 		t.Errorf("the real receipt counted %d after the forged ones, want 1", n)
 	}
 }
+
+// Malformed receipts raise SL008 and change nothing, alone, beside a
+// current receipt, and in a receive's ack argument: engine 2 checks them as
+// it acks (e2_ack tells one receipt's slot by the expression that checks
+// its form, and compares a batch's whole leases with the receipts it makes),
+// where the public API checked them before.
+func TestV2MalformedReceiptsRaise(t *testing.T) {
+	b := setup(t)
+	b.createV2("v2bad3", `"lanes": 2`)
+	b.v2sendN("v2bad3", 3)
+	ms := b.v2receive("v2bad3", "default", 2, "")
+	if len(ms) != 2 {
+		t.Fatalf("receive: %+v", ms)
+	}
+	rc := ms[0].Receipt
+	malformed := map[string]string{
+		"not a receipt":           "x.y",
+		"empty":                   "",
+		"a letter in a position":  v2forge(rc, 1, "1a"),
+		"a position past bigint":  v2forge(rc, 1, "99999999999999999999"),
+		"a token past bigint":     v2forge(rc, 4, "99999999999999999999"),
+		"a slot past int":         v2forge(rc, 0, "99999999999"),
+		"six parts":               rc + ".1",
+		"SQL after it":            rc + "; DROP TABLE x",
+		"a space before it":       " " + rc,
+		"a negative lease number": v2forge(rc, 3, "-1"),
+	}
+	before := b.dataFingerprint()
+	for what, r := range malformed {
+		for _, rs := range [][]string{{r}, {r, rc}, {rc, r}, {ms[1].Receipt, rc, r}} {
+			for _, sql := range []string{"SELECT sluice.ack('v2bad3', 'default', $1)",
+				"SELECT * FROM sluice.receive('v2bad3', 'default', 1, ack => $1)"} {
+				if _, err := b.pool.Exec(b.ctx, sql, rs); sqlstate(err) != "SL008" {
+					t.Errorf("%s in %q: %s: want SQLSTATE SL008, got %v", what, rs, sql, err)
+				}
+			}
+		}
+	}
+	for _, sql := range []string{
+		"SELECT sluice.ack('v2bad3', 'default', ARRAY[NULL]::text[])",
+		"SELECT sluice.ack('v2bad3', 'default', ARRAY[$1, NULL])",
+		"SELECT * FROM sluice.receive('v2bad3', 'default', 1, ack => ARRAY[NULL, $1])",
+	} {
+		if strings.Contains(sql, "$1") {
+			b.v2expectState("SL008", sql, rc)
+		} else {
+			b.v2expectState("SL008", sql)
+		}
+	}
+	if after := b.dataFingerprint(); after != before {
+		t.Errorf("malformed receipts changed the data:\nbefore %s\nafter  %s", before, after)
+	}
+	if n := b.ack("v2bad3", "default", rc, ms[1].Receipt); n != 2 {
+		t.Errorf("the real receipts counted %d after the malformed ones, want 2", n)
+	}
+}

@@ -18,9 +18,14 @@
 --
 -- Parameters:
 --   p_group     group id
---   p_receipts  well-formed receipts (sluice._receipt_ok)
+--   p_receipts  one well-formed receipt (sluice._receipt_ok), or several of
+--               any form (sluice.ack and sluice.receive leave a batch's
+--               check to this: its regular expression, sluice._receipts_ok,
+--               cost ~0.27M instructions at 100, ~38k for one receipt)
 -- Returns: how many were completed now
--- Calls: e2_ack_<slot>
+-- Errors: SL008 when one of several receipts is malformed (what was
+--   completed before is rolled back with the call)
+-- Calls: e2_ack_whole_<slot>, e2_ack_<slot>
 CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_ack(p_group int, p_receipts text[])
 RETURNS int
 LANGUAGE plpgsql
@@ -44,7 +49,11 @@ BEGIN
     IF n = cardinality(p_receipts) THEN
         RETURN n;
     END IF;
-    -- the rest, by the copies of their slots
+    -- the rest, by the copies of their slots, once each is well-formed
+    -- (what e2_ack_whole__s completed it compared with the receipts it made)
+    IF cardinality(p_receipts) > 1 AND sluice._receipts_ok(p_receipts[n + 1:]) IS NOT TRUE THEN
+        PERFORM sluice._parse_receipts(p_receipts[n + 1:]);   -- raises SL008, naming the receipt
+    END IF;
     FOR v_slot, v_part IN
         SELECT split_part(x, '.', 1)::int, array_agg(x) FROM unnest(p_receipts[n + 1:]) x GROUP BY 1
     LOOP
@@ -341,13 +350,15 @@ $$;
 --
 -- Parameters:
 --   p_group     group id
---   p_receipts  well-formed receipts (sluice._receipts_ok), at least two
+--   p_receipts  at least two receipts, of any form: each it completes is
+--               equal to one it made (the first of each run is checked
+--               before it is cast)
 --   p_now       now
 --   p_slot      this copy's slot
 -- Returns: how many receipts it completed: those of the leading runs up to
---   the first that is not a whole lease (the caller completes the rest with
---   e2_ack__s); 0 when the receipts are not such runs (then nothing was
---   written, nor locked unless every lease named was)
+--   the first that is not a whole lease (the caller checks and completes the
+--   rest with e2_ack__s); 0 when the receipts are not such runs (then
+--   nothing was written, nor locked unless every lease named was)
 -- Locks: the leases' (sluice._lease_lock), all of them in key order as
 --   e2_ack__s locks them, then checks
 CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_ack_whole__s(p_group int, p_receipts text[], p_now timestamptz,
@@ -378,6 +389,12 @@ BEGIN
     -- a well-formed receipt is digits and dots). (Few expressions: each is
     -- made ready once a transaction.)
     WHILE cardinality(v_rest) > 0 LOOP
+        -- (a receipt's form checked before it is cast: a regular
+        -- expression with bounded repeats, as sluice._receipts_ok's, cost
+        -- ~38k instructions for one receipt, this ~1/3 of it)
+        IF sluice._receipt_ok(v_rest[1]) IS NOT TRUE THEN
+            RETURN 0;   -- (the caller checks them all)
+        END IF;
         v_key := (string_to_array(v_rest[1], '.')::bigint[])[3:5];
         v_tail := '.' || array_to_string(v_key, '.') || ',';
         v_all := array_to_string(v_rest, ',') || ',';
@@ -415,11 +432,21 @@ BEGIN
                                                    AND e.lease_no = l.lease_no AND e.pos = 0 AND e.expires_at > p_now))
           AND NOT EXISTS (SELECT 1 FROM ack__s a WHERE a.group_id = p_group AND a.lane = l.lane
                                                    AND a.lease_no = l.lease_no)
-          -- (each receipt the one of its position in this slot and lease)
-          AND (SELECT count(DISTINCT x.pos) = l.n
-                      AND bool_and(x.r = v_prefix || x.pos || v_suffix
-                                   AND (x.pos BETWEEN l.first_pos AND l.last_pos OR x.pos = ANY (l.redo_pos)))
-               FROM (SELECT r, split_part(r, '.', 2)::bigint AS pos FROM unnest(p_receipts[k + 1:k + v_runs[i]]) r) x)
+          -- (each receipt the one of its position in this slot and lease:
+          -- a lease of a range, in order, as a receive returns it, compared
+          -- with the receipts made from the range; else, once they are
+          -- well-formed, each by the position it names)
+          AND CASE WHEN l.redo_pos IS NULL AND l.last_pos - l.first_pos + 1 = l.n
+                        AND p_receipts[k + 1:k + v_runs[i]]
+                            = ARRAY(SELECT v_prefix || p || v_suffix FROM generate_series(l.first_pos, l.last_pos) p)
+                   THEN true
+                   WHEN sluice._receipts_ok(p_receipts[k + 1:k + v_runs[i]])
+                   THEN (SELECT count(DISTINCT x.pos) = l.n
+                                AND bool_and(x.r = v_prefix || x.pos || v_suffix
+                                             AND (x.pos BETWEEN l.first_pos AND l.last_pos OR x.pos = ANY (l.redo_pos)))
+                         FROM (SELECT r, split_part(r, '.', 2)::bigint AS pos
+                               FROM unnest(p_receipts[k + 1:k + v_runs[i]]) r) x)
+                   ELSE false END
         ORDER BY l.slot LIMIT 1   -- (the primary key's order: see e2_ack__s)
         ON CONFLICT DO NOTHING;
         GET DIAGNOSTICS c = ROW_COUNT;
