@@ -122,14 +122,16 @@ BEGIN
         PERFORM sluice._isolation_error('receive', 'Receive in its own transaction; acks may run at any isolation level.');
     END IF;
     -- (the lookups inline: _get_queue and _get_group raise when there is no
-    -- row; the queue's shared lock first, as sluice._use_queue takes it)
+    -- row; the queue's shared lock first, as sluice._use_queue takes it; no
+    -- queue, no group: one test, as each is an expression made ready in
+    -- every receive)
     v_done := pg_advisory_xact_lock_shared(sluice._lock_ns('queue'), hashtext(receive.queue)) IS NULL;
     SELECT * INTO q FROM sluice.queue qq WHERE qq.name = receive.queue;
-    IF NOT FOUND THEN
-        q := sluice._get_queue(receive.queue);
-    END IF;
     SELECT * INTO g FROM sluice.consumer_group gg WHERE gg.queue_id = q.id AND gg.name = receive.group_name;
     IF NOT FOUND THEN
+        IF q.id IS NULL THEN
+            q := sluice._get_queue(receive.queue);
+        END IF;
         g := sluice._get_group(q.id, q.name, receive.group_name);
     END IF;
     v_lease := coalesce(receive.lease, q.lease);
@@ -143,40 +145,44 @@ BEGIN
             PERFORM sluice._check_lease('lease', v_lease);
         END IF;
     END IF;
-    -- Receipts to ack, as sluice.ack checks them: one by _receipt_ok; a
-    -- batch of engine 2 by e2_ack as it acks it. (Not in the expression
-    -- above: PL/pgSQL makes all of an expression ready, once a transaction,
-    -- whatever branch runs: ~30k instructions in every receive.)
-    IF receive.ack IS NOT NULL THEN
-        IF cardinality(receive.ack) = 1 THEN
-            IF sluice._receipt_ok(receive.ack[1]) IS NOT TRUE THEN
-                PERFORM sluice._parse_receipts(receive.ack);   -- raises SL008, naming the receipt
-            END IF;
-        ELSIF cardinality(receive.ack) > 1 AND (q.engine <> 2 OR q.predecessor IS NOT NULL) THEN
-            IF sluice._receipts_ok(receive.ack) IS NOT TRUE THEN
-                PERFORM sluice._parse_receipts(receive.ack);
+    -- Receipts to ack, an engine 1 queue, an upgrade in progress: one test
+    -- for the three in the most frequent receive, which has none.
+    IF receive.ack IS NOT NULL OR q.engine <> 2 OR q.predecessor IS NOT NULL THEN
+        -- Receipts to ack, as sluice.ack checks them: one by _receipt_ok; a
+        -- batch of engine 2 by e2_ack as it acks it. (Not in the expression
+        -- above: PL/pgSQL makes all of an expression ready, once a transaction,
+        -- whatever branch runs: ~30k instructions in every receive.)
+        IF receive.ack IS NOT NULL THEN
+            IF cardinality(receive.ack) = 1 THEN
+                IF sluice._receipt_ok(receive.ack[1]) IS NOT TRUE THEN
+                    PERFORM sluice._parse_receipts(receive.ack);   -- raises SL008, naming the receipt
+                END IF;
+            ELSIF cardinality(receive.ack) > 1 AND (q.engine <> 2 OR q.predecessor IS NOT NULL) THEN
+                IF sluice._receipts_ok(receive.ack) IS NOT TRUE THEN
+                    PERFORM sluice._parse_receipts(receive.ack);
+                END IF;
             END IF;
         END IF;
-    END IF;
-    -- (engine 2's copy does this itself, before it writes anything: an idle
-    -- group's poll, which writes nothing, need not)
-    IF q.engine <> 2 OR q.predecessor IS NOT NULL THEN
-        v_done := sluice._receive_commit();
-    END IF;
-    IF q.predecessor IS NOT NULL THEN
-        -- an upgrade in progress: the predecessor's messages first, the
-        -- new queue's once it has nothing ready or in flight for the group
-        v_open := false;
-        FOR r IN SELECT * FROM sluice._pred_receive(q, g, max_messages, v_lease, receive.consumer, receive.ack) LOOP
-            IF r.id IS NULL THEN
-                v_open := true;
-            ELSE
-                RETURN NEXT r;
-                max_messages := max_messages - 1;
+        -- (engine 2's copy does this itself, before it writes anything: an idle
+        -- group's poll, which writes nothing, need not)
+        IF q.engine <> 2 OR q.predecessor IS NOT NULL THEN
+            v_done := sluice._receive_commit();
+        END IF;
+        IF q.predecessor IS NOT NULL THEN
+            -- an upgrade in progress: the predecessor's messages first, the
+            -- new queue's once it has nothing ready or in flight for the group
+            v_open := false;
+            FOR r IN SELECT * FROM sluice._pred_receive(q, g, max_messages, v_lease, receive.consumer, receive.ack) LOOP
+                IF r.id IS NULL THEN
+                    v_open := true;
+                ELSE
+                    RETURN NEXT r;
+                    max_messages := max_messages - 1;
+                END IF;
+            END LOOP;
+            IF NOT v_open OR max_messages = 0 THEN
+                RETURN;
             END IF;
-        END LOOP;
-        IF NOT v_open OR max_messages = 0 THEN
-            RETURN;
         END IF;
     END IF;
     -- The queue's copy, called statically through its path (_queue_path).
@@ -280,8 +286,10 @@ BEGIN
         v_engine := q.engine;
         v_pred := q.predecessor IS NOT NULL;
     END IF;
-    -- (one expression, the checks one by one only when it says one fails)
-    IF v_gid IS NULL OR ack.receipts IS NULL OR ack.durable IS NULL THEN
+    -- (one expression, the checks one by one only when it says one fails
+    -- or a receive in this transaction made its commit asynchronous)
+    IF v_gid IS NULL OR ack.receipts IS NULL OR ack.durable IS NULL
+       OR current_setting('sluice.caller_synchronous_commit', true) <> '' THEN
         IF v_gid IS NULL THEN
             v_gid := (sluice._get_group(v_qid, ack.queue, ack.group_name)).id;
         END IF;
@@ -292,9 +300,9 @@ BEGIN
             RAISE EXCEPTION USING ERRCODE = 'SL006', MESSAGE = 'durable must not be NULL',
                 HINT = 'true (the default) waits for the disk at commit; false does not';
         END IF;
-    END IF;
-    IF current_setting('sluice.caller_synchronous_commit', true) <> '' THEN
-        PERFORM sluice._durable_commit();   -- after a receive in this transaction
+        IF current_setting('sluice.caller_synchronous_commit', true) <> '' THEN
+            PERFORM sluice._durable_commit();   -- after a receive in this transaction
+        END IF;
     END IF;
     -- None: 0. Malformed input raises SL008 and changes nothing (e_ack
     -- reads receipts that are well-formed; e2_ack checks a batch itself,

@@ -75,17 +75,20 @@ DECLARE
     -- numbered all that was committed for a receive that wants at most one
     -- cut's worth (e2_cut_most: see the loop)
     v_cuts int := 8;
-    v_waited boolean := false;  -- waited for a lane held by another receive
-    v_passes int := 0;          -- settled ended leases passed
+    -- (NULL for false, 0 or none where a receive of a backlog does not read
+    -- them: an initializer is an expression made ready in every receive,
+    -- ~3k instructions)
+    v_waited boolean;           -- waited for a lane held by another receive
+    v_passes int;               -- settled ended leases passed
     v_ended boolean := false;   -- looking at lanes whose leases ended
-    v_stop boolean := false;    -- every lane looked at: stop
+    v_stop boolean;             -- every lane looked at: stop
     -- this copy makes the receive's commit asynchronous (_receive_commit),
     -- before it writes anything: sluice.receive does for an upgrade's
     -- queue, whose predecessor it receives from first
     v_async boolean := q.predecessor IS NULL;
     v_try int := 0;
-    v_seen int[] := '{}';       -- the lanes looked at (not looked at again, but after a cut)
-    v_waits boolean := false;   -- a lane looked at has keys held or waiting: not idle
+    v_seen int[];               -- the lanes looked at (not looked at again, but after a cut)
+    v_waits boolean;            -- a lane looked at has keys held or waiting: not idle
     v_begun int;                -- e2_before_look__s's answer: -2 rotated, -1 idle, a lane it numbered, NULL look
     v_prio "char";              -- the priority lane: NULL nothing, n to number first, t to look at
     s record;                   -- the lane picked, and its state
@@ -107,14 +110,15 @@ BEGIN
     END IF;
     v_at := v_now;
     v_begun := e2_before_look__s(q.id, g.id, v_now, q.lanes, p_slot, p_epoch, v_async, max_messages, p_noted, p_probed);
-    IF v_begun = -1 THEN
-        RETURN;   -- (nothing written)
-    ELSIF v_async AND v_begun IS NULL THEN
+    -- (the most frequent answer first: each condition tested is an
+    -- expression made ready in every receive)
+    IF v_begun IS NULL THEN
         -- (before_look numbered nothing, so no cut restored the caller's
         -- setting that this could undo; one that numbered made it first)
-        v_done := sluice._receive_commit();
-    END IF;
-    IF v_begun >= 0 THEN
+        v_done := CASE WHEN v_async THEN sluice._receive_commit() END;
+    ELSIF v_begun = -1 THEN
+        RETURN;   -- (nothing written)
+    ELSIF v_begun >= 0 THEN
         v_start := v_begun;   -- (it numbered: the lane the cut dealt to first)
         -- (its short cut numbered all that was committed: what commits
         -- meanwhile is for the next receive, unless this one wants more
@@ -135,17 +139,19 @@ BEGIN
     -- the priority lane's levels above 0 first (numbered first when a
     -- prioritized message waits to be: it jumps a backlog)
     -- (a queue that never had an unkeyed prioritized message: none)
-    v_prio := CASE WHEN q.prioritized THEN e2_prio_due__s(g.id, q.lanes::smallint, v_now) END;
-    IF v_prio = 'n' THEN
-        v_cuts := 7;
-        PERFORM e2_number__s(q.id, q.lanes, p_slot, p_epoch, v_now, true, NULL, v_need);
-    END IF;
-    IF v_prio IS NOT NULL THEN
-        RETURN QUERY SELECT * FROM e2_take_prio(q, g, 1, v_need, p_lease, p_consumer, v_now, p_slot);
-        GET DIAGNOSTICS v_n = ROW_COUNT;
-        v_need := v_need - v_n;
-        IF v_need = 0 THEN
-            RETURN;
+    IF q.prioritized THEN
+        v_prio := e2_prio_due__s(g.id, q.lanes::smallint, v_now);
+        IF v_prio = 'n' THEN
+            v_cuts := 7;
+            PERFORM e2_number__s(q.id, q.lanes, p_slot, p_epoch, v_now, true, NULL, v_need);
+        END IF;
+        IF v_prio IS NOT NULL THEN
+            RETURN QUERY SELECT * FROM e2_take_prio(q, g, 1, v_need, p_lease, p_consumer, v_now, p_slot);
+            GET DIAGNOSTICS v_n = ROW_COUNT;
+            v_need := v_need - v_n;
+            IF v_need = 0 THEN
+                RETURN;
+            END IF;
         END IF;
     END IF;
     WHILE v_try < 8 LOOP
@@ -179,7 +185,11 @@ BEGIN
                        ELSE false END
             LIMIT 1) x ON true;
         v_now := s.at;
-        IF s.lane IS NULL AND NOT v_ended THEN
+        IF s.lane IS NULL THEN
+            IF v_ended THEN
+                v_stop := true;   -- none of those either: stop
+                EXIT;
+            END IF;
             -- No free lane with positions: number (while cuts number
             -- something) and look again; or, with nothing yet, wait for a
             -- lane another receive holds (once); else the lanes with leases
@@ -207,11 +217,11 @@ BEGIN
             -- (only a receive that holds no lock other receives wait for:
             -- none of a lane, taken here, and none that sluice.holds_lock
             -- notes; see e2_wait_lane__s)
-            IF NOT v_waited AND v_need = max_messages AND v_before IS NULL AND v_prio IS NULL
+            IF v_waited IS NOT TRUE AND v_need = max_messages AND v_before IS NULL AND v_prio IS NULL
                AND current_setting('sluice.lane_busy', true) = 'y'
                AND current_setting('sluice.holds_lock', true) IS DISTINCT FROM 'y' THEN
                 v_waited := true;
-                v_rr := e2_wait_lane__s(g.id, q.lanes, coalesce(v_start, 0), v_seen, v_now);
+                v_rr := e2_wait_lane__s(g.id, q.lanes, coalesce(v_start, 0), coalesce(v_seen, '{}'), v_now);
                 IF v_rr IS NOT NULL THEN
                     v_now := clock_timestamp();
                     v_start := v_rr;
@@ -225,9 +235,6 @@ BEGIN
             v_stop := current_setting('sluice.lane_ended', true) IS DISTINCT FROM 'y';
             EXIT WHEN v_stop;
             CONTINUE;
-        ELSIF s.lane IS NULL THEN
-            v_stop := true;   -- none of those either: stop
-            EXIT;
         END IF;
         -- The most frequent take first, one position (wanted, or all the
         -- lane had at its look) from a lane whose state is here and whose
@@ -292,7 +299,7 @@ BEGIN
                 GET DIAGNOSTICS v_n = ROW_COUNT;
             END IF;
         END IF;
-        IF v_n = 0 AND s.lease_no IS NOT NULL AND v_passes < 64
+        IF v_n = 0 AND s.lease_no IS NOT NULL AND coalesce(v_passes, 0) < 64
            AND (v_settled IS TRUE OR s.kind NOT IN ('r', 'c') OR s.old_due <= v_now) THEN
             -- (passing a settled ended lease is progress, not a look: at
             -- most 64 a receive, so that leases acked and ended do not use
@@ -300,7 +307,7 @@ BEGIN
             -- is the slow path carrying a lane's state out of an older
             -- slot, as every lane needs after a rotation: else eight lanes
             -- use up the looks before anything new is numbered)
-            v_passes := v_passes + 1;
+            v_passes := coalesce(v_passes, 0) + 1;
         ELSIF v_n = 0 AND s.lease_no IS NOT NULL THEN
             v_try := v_try + 1;   -- (a lane only carried here is not a look: at most once a lane)
         END IF;
@@ -317,9 +324,9 @@ BEGIN
             v_seen := v_seen || s.lane::int;
         END IF;
     END LOOP;
-    IF NOT v_stop THEN
+    IF v_stop IS NOT TRUE THEN
         RETURN;
-    ELSIF v_need = max_messages AND NOT v_waits AND v_prio IS NULL THEN
+    ELSIF v_need = max_messages AND v_waits IS NOT TRUE AND v_prio IS NULL THEN
         -- every lane idle as of the newest cut its last look read: note it
         -- (a cut committed since is the next poll's to look at)
         v_done := set_config(sluice._idle_note_name(q.id, g.id),
