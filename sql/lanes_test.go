@@ -542,65 +542,60 @@ func TestLaneLockOfALargeGroupID(t *testing.T) {
 func TestReceiveWaitsForACutInProgress(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.createQueue("q", `{"lanes": 4}`)
-	b.exec("SELECT sluice.create_group('q', 'other', 'earliest')")
-	b.exec(`SELECT sluice.send_batch('q', array(SELECT jsonb_build_object('n', g) FROM generate_series(1, 20) g))`)
 
-	// A receive of group other cuts the 20 and keeps its transaction open
-	// for a moment.
-	cutter, err := b.pool.Begin(b.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cutter.Rollback(b.ctx) //nolint:errcheck
-	if ms, err := receiveOn(b.ctx, cutter, "q", "other", 1, ""); err != nil || len(ms) != 1 {
-		t.Fatalf("cutter's receive: %d messages, %v", len(ms), err)
-	}
-	done := make(chan error, 1)
-	go func() {
-		time.Sleep(10 * time.Millisecond)
-		done <- cutter.Commit(b.ctx)
-	}()
-	ms, err := receiveOn(b.ctx, b.pool, "q", "default", 5, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
-	if len(ms) != 5 {
-		t.Fatalf("receive during a cut got %d messages, want the 5 the cut numbered", len(ms))
+	// A receive of group other cuts 20 messages and keeps its transaction
+	// open until the receive of group default waits for its cut lock. (A
+	// commit that comes later than the wait's bound, as on a loaded machine,
+	// makes that receive return empty after the bound, rightly: then the
+	// round proves nothing and runs again, on a queue of its own.)
+	var queue string
+	for round := 1; ; round++ {
+		queue = fmt.Sprintf("q%d", round)
+		b.createQueue(queue, `{"lanes": 4}`)
+		b.exec("SELECT sluice.create_group($1, 'other', 'earliest')", queue)
+		b.exec(`SELECT sluice.send_batch($1, array(SELECT jsonb_build_object('n', g) FROM generate_series(1, 20) g))`, queue)
+		n, took := receiveDuringACut(b, queue)
+		if n == 5 {
+			break
+		}
+		if n != 0 || took < 100*time.Millisecond {
+			t.Fatalf("receive during a cut got %d messages after %v, want the 5 the cut numbered", n, took)
+		}
+		if round == 5 {
+			t.Fatalf("receive during a cut: in each of %d rounds the cutter's commit came after the wait's bound", round)
+		}
+		t.Logf("round %d: the cutter's commit came after the wait's bound (%v); again", round, took)
 	}
 
 	// A cutter that stays open delays others by the bound, not until it ends.
 	// (Group other takes the rest of the 20 first, so that its next receive
 	// has nothing numbered and cuts: engine 2 takes what is numbered first.)
 	for left := 19; left > 0; {
-		got, err := receiveOn(b.ctx, b.pool, "q", "other", left, "")
+		got, err := receiveOn(b.ctx, b.pool, queue, "other", left, "")
 		if err != nil || len(got) == 0 {
 			t.Fatalf("group other taking the numbered rest: %d messages, %v", len(got), err)
 		}
 		left -= len(got)
 	}
-	b.exec(`SELECT sluice.send_batch('q', array(SELECT jsonb_build_object('n', g) FROM generate_series(21, 40) g))`)
+	b.exec(`SELECT sluice.send_batch($1, array(SELECT jsonb_build_object('n', g) FROM generate_series(21, 40) g))`, queue)
 	held, err := b.pool.Begin(b.ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer held.Rollback(b.ctx) //nolint:errcheck
-	if _, err := receiveOn(b.ctx, held, "q", "other", 1, ""); err != nil {
+	if _, err := receiveOn(b.ctx, held, queue, "other", 1, ""); err != nil {
 		t.Fatal(err)
 	}
 	// group default still has 15 numbered before; take them first
 	for left := 15; left > 0; {
-		got, err := receiveOn(b.ctx, b.pool, "q", "default", left, "")
+		got, err := receiveOn(b.ctx, b.pool, queue, "default", left, "")
 		if err != nil || len(got) == 0 {
 			t.Fatalf("taking the numbered rest: %d messages, %v", len(got), err)
 		}
 		left -= len(got)
 	}
 	start := time.Now()
-	got, err := receiveOn(b.ctx, b.pool, "q", "default", 5, "")
+	got, err := receiveOn(b.ctx, b.pool, queue, "default", 5, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -611,7 +606,7 @@ func TestReceiveWaitsForACutInProgress(t *testing.T) {
 	// once saw a session-level lock outlive a cancelled wait and block
 	// drop_queue).
 	ctx, cancel := context.WithTimeout(b.ctx, 30*time.Millisecond)
-	_, err = receiveOn(ctx, b.pool, "q", "default", 5, "")
+	_, err = receiveOn(ctx, b.pool, queue, "default", 5, "")
 	cancel()
 	if err == nil {
 		t.Log("the receive ended before its cancel (a slow machine?); checking for leftover locks anyway")
@@ -635,9 +630,51 @@ func TestReceiveWaitsForACutInProgress(t *testing.T) {
 	if err := held.Rollback(b.ctx); err != nil {
 		t.Fatal(err)
 	}
-	if got := b.receive("q", "default", 20, ""); len(got) != 20 {
+	if got := b.receive(queue, "default", 20, ""); len(got) != 20 {
 		t.Fatalf("after the open cutter rolled back: %d messages, want 20", len(got))
 	}
+}
+
+// receiveDuringACut has a receive of group other of queue cut its 20
+// messages and commit only once a receive of 5 by group default waits for
+// the cut lock, and returns what that receive got and how long it took.
+func receiveDuringACut(b *bundle, queue string) (int, time.Duration) {
+	t := b.t
+	cutter, err := b.pool.Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cutter.Rollback(b.ctx) //nolint:errcheck
+	if ms, err := receiveOn(b.ctx, cutter, queue, "other", 1, ""); err != nil || len(ms) != 1 {
+		t.Fatalf("cutter's receive: %d messages, %v", len(ms), err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		// (at most 2 s: a receive that does not wait ends the test's look)
+		for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+			var waits bool
+			if err := b.pool.QueryRow(b.ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory'
+			        AND NOT granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database()))`).
+				Scan(&waits); err != nil {
+				done <- err
+				return
+			}
+			if waits {
+				break
+			}
+		}
+		done <- cutter.Commit(b.ctx)
+	}()
+	start := time.Now()
+	ms, err := receiveOn(b.ctx, b.pool, queue, "default", 5, "")
+	took := time.Since(start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	return len(ms), took
 }
 
 // A receive that finds every lane with work held by other receives waits
