@@ -397,3 +397,55 @@ func TestV2IdlePollsKeepTheUpkeep(t *testing.T) {
 		return epoch() > first
 	})
 }
+
+// A message stored in a slot before a rotation, by a transaction that
+// commits after it, is not seen by the idle poll's probe (e2_idle_probe_<slot>
+// reads the current slot only) while the session's idle note holds; the
+// first receive after the note (25 ms) probes every slot and takes it, with
+// no other traffic on the queue.
+func TestV2IdlePollSeesAMessageStoredBeforeARotation(t *testing.T) {
+	b := setup(t)
+	b.createV2("q", `"rotate_interval": "1 second", "slots": 2, "lanes": 2`)
+	b.send(b.pool, "q", `{"n": 1}`)
+	b.ack("q", "default", receipts(b.receive("q", "default", 10, ""))...)
+	tx, err := b.pool.Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(b.ctx) //nolint:errcheck
+	held := b.send(tx, "q", `{"held": 1}`)
+	time.Sleep(1100 * time.Millisecond)
+	b.v2maintain()
+	if e := b.v2epoch("q"); e != 1 {
+		t.Fatalf("epoch %d after a rotation, want 1", e)
+	}
+	c := b.conn()
+	var note string
+	noted := false
+	for i := 0; i < 3 && !noted; i++ {
+		if ms := receiveOnConn(b, c, "default", ""); len(ms) != 0 {
+			t.Fatalf("got %d messages before the held send committed", len(ms))
+		}
+		note, noted = idleNote(b, c, 2)
+	}
+	if !noted {
+		t.Fatalf("no idle note after empty receives (%q)", note)
+	}
+	if err := tx.Commit(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	schema := fmt.Sprintf("sluice_q%d", b.int64("SELECT id FROM sluice.queue WHERE name = 'q'"))
+	if slot := b.int64(fmt.Sprintf("SELECT slot FROM %s.msg WHERE id = $1", schema), held); slot != 0 {
+		t.Fatalf("the held message is in slot %d, want 0 (the slot before the rotation)", slot)
+	}
+	start, polls := time.Now(), 0
+	waitFor(t, 5*time.Second, "the held message", func() bool {
+		polls++
+		ms := receiveOnConn(b, c, "default", "")
+		if len(ms) > 1 || len(ms) == 1 && ms[0].ID != held {
+			t.Fatalf("got %+v, want the held message %d", ms, held)
+		}
+		return len(ms) == 1
+	})
+	t.Logf("the held message came after %d polls, %v", polls, time.Since(start))
+}

@@ -153,7 +153,7 @@ func TestV2HotPathsRunTheirStatementsOnly(t *testing.T) {
 		{"empty receive", receive("empty"), append(take[:5:5], "FROM e2_unnumbered_0(")},
 		// (the note made to hold an hour: 25 ms may pass before the next call)
 		{"", note("split_part(current_setting(x.n), ':', 1) || ':' || ((extract(epoch FROM now()) + 3600) * 1000000)::bigint"), nil},
-		{"idle poll", receive("empty"), append(take[:3:3], "FROM e2_unnumbered_0(")},
+		{"idle poll", receive("empty"), append(take[:3:3], "FROM e2_idle_probe_0(")},
 	}
 	fewest := make([][]string, len(calls))
 	for round := 0; round < 9; round++ {

@@ -48,9 +48,11 @@
 -- A receive that finds nothing to take in an idle group notes so in its
 -- session (the setting sluice.idle_<queue id>); the session's next receives
 -- of the group return nothing at less cost until a newer batch is numbered
--- or 25 ms have passed: new messages are seen at once, a lease that expires
--- or a keyed nack of another session up to 25 ms later (a receive that
--- carries receipts to ack does not use the note). A receive that
+-- or 25 ms have passed: new messages are seen at once, a lease that expires,
+-- a keyed nack of another session, or (engine 2) a message stored in the
+-- slot before a rotation by a transaction that commits after it, up to 25 ms
+-- later (a receive that carries receipts to ack does not use the note). A
+-- receive that
 -- looked at every lane of its group and took all there was notes the same
 -- for 25 ms; while that holds, the session's receives that number new
 -- messages look only at the lanes those were numbered into, so a lease
@@ -193,7 +195,9 @@ BEGIN
         FROM sluice.epoch e WHERE e.queue_id = q.id ORDER BY e.epoch DESC LIMIT 1;
         -- An idle group's poll (most calls of a consumer polling a queue
         -- with nothing for it): while the session's idle note of the group
-        -- holds and the queue's upkeep is not due, the copy's probe alone;
+        -- holds and the queue's upkeep is not due, the copy's probe alone
+        -- (e2_idle_probe_<slot>: the current slot's messages; one stored in
+        -- an older slot is seen once the note has run out, see there);
         -- nothing numbered since the note and nothing to number: nothing to
         -- look at. Else the receive goes on with what it found
         -- (e2_before_look__s, which probes itself when this did not).
@@ -208,13 +212,13 @@ BEGIN
         IF v_noted IS NOT NULL AND receive.ack IS NULL AND q.predecessor IS NULL THEN
             IF NOT sluice._upkeep_due(q.id, v_now) THEN
                 IF v_slot = 0 THEN
-                    SELECT x.cut_no, x.due INTO v_cut, v_probed FROM e2_unnumbered_0(v_now) x;
+                    SELECT x.cut_no, x.due INTO v_cut, v_probed FROM e2_idle_probe_0(v_now) x;
                 ELSIF v_slot = 1 THEN
-                    SELECT x.cut_no, x.due INTO v_cut, v_probed FROM e2_unnumbered_1(v_now) x;
+                    SELECT x.cut_no, x.due INTO v_cut, v_probed FROM e2_idle_probe_1(v_now) x;
                 ELSIF v_slot = 2 THEN
-                    SELECT x.cut_no, x.due INTO v_cut, v_probed FROM e2_unnumbered_2(v_now) x;
+                    SELECT x.cut_no, x.due INTO v_cut, v_probed FROM e2_idle_probe_2(v_now) x;
                 ELSE
-                    SELECT x.cut_no, x.due INTO v_cut, v_probed FROM e2_unnumbered_3(v_now) x;
+                    SELECT x.cut_no, x.due INTO v_cut, v_probed FROM e2_idle_probe_3(v_now) x;
                 END IF;
                 IF NOT v_probed AND v_cut = v_noted THEN
                     RETURN;
