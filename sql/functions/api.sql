@@ -124,32 +124,31 @@ BEGIN
         PERFORM sluice._isolation_error('receive', 'Receive in its own transaction; acks may run at any isolation level.');
     END IF;
     -- (the lookups inline: _get_queue and _get_group raise when there is no
-    -- row; the queue's shared lock first, as sluice._use_queue takes it; no
-    -- queue, no group: one test, as each is an expression made ready in
-    -- every receive)
+    -- row; the queue's shared lock first, as sluice._use_queue takes it)
     v_done := pg_advisory_xact_lock_shared(sluice._lock_ns('queue'), hashtext(receive.queue)) IS NULL;
     SELECT * INTO q FROM sluice.queue qq WHERE qq.name = receive.queue;
     SELECT * INTO g FROM sluice.consumer_group gg WHERE gg.queue_id = q.id AND gg.name = receive.group_name;
-    IF NOT FOUND THEN
-        IF q.id IS NULL THEN
-            q := sluice._get_queue(receive.queue);
-        END IF;
-        g := sluice._get_group(q.id, q.name, receive.group_name);
-    END IF;
+    -- No queue or no group, a temporary group to touch, a lease to check,
+    -- receipts to ack, an engine 1 queue, an upgrade in progress: one test
+    -- for them all in the most frequent receive, which has none (each
+    -- expression is made ready in every receive, ~3k instructions), then
+    -- one by one.
     v_lease := coalesce(receive.lease, q.lease);
-    -- (a temporary group to touch or a lease to check: one expression, the
-    -- checks one by one only when it says one is due)
-    IF (g.ttl IS NOT NULL AND g.used_at < clock_timestamp() - g.ttl / 10) OR sluice._lease_ok(v_lease) IS NOT TRUE THEN
+    IF NOT FOUND OR (g.ttl IS NOT NULL AND g.used_at < clock_timestamp() - g.ttl / 10)
+       OR sluice._lease_ok(v_lease) IS NOT TRUE
+       OR receive.ack IS NOT NULL OR q.engine <> 2 OR q.predecessor IS NOT NULL THEN
+        IF NOT FOUND THEN   -- (of the group's SELECT)
+            IF q.id IS NULL THEN
+                q := sluice._get_queue(receive.queue);
+            END IF;
+            g := sluice._get_group(q.id, q.name, receive.group_name);
+        END IF;
         IF g.ttl IS NOT NULL AND g.used_at < clock_timestamp() - g.ttl / 10 THEN
             PERFORM sluice._touch_group(g.id);   -- a temporary group in use (create_group's ttl)
         END IF;
         IF sluice._lease_ok(v_lease) IS NOT TRUE THEN
             PERFORM sluice._check_lease('lease', v_lease);
         END IF;
-    END IF;
-    -- Receipts to ack, an engine 1 queue, an upgrade in progress: one test
-    -- for the three in the most frequent receive, which has none.
-    IF receive.ack IS NOT NULL OR q.engine <> 2 OR q.predecessor IS NOT NULL THEN
         -- Receipts to ack, as sluice.ack checks them: one by _receipt_ok; a
         -- batch of engine 2 by e2_ack as it acks it. (Not in the expression
         -- above: PL/pgSQL makes all of an expression ready, once a transaction,
@@ -188,10 +187,15 @@ BEGIN
         END IF;
     END IF;
     -- The queue's copy, called statically through its path (_queue_path).
-    v_done := set_config('search_path', sluice._queue_path(q.id), true) IS NULL;
     IF q.engine = 2 THEN
-        -- the copy of the current epoch's slot (its statements name the slot's tables)
-        SELECT e.epoch, e.slot, e.started_at INTO v_epoch, v_slot, v_started
+        -- the copy of the current epoch's slot (its statements name the
+        -- slot's tables); with it the queue's path set, the time and the
+        -- session's idle note of the group read (in the statement: each
+        -- expression of their own cost a receive ~3k instructions)
+        SELECT e.epoch, e.slot, e.started_at, clock_timestamp(),
+               current_setting(sluice._idle_note_name(q.id, g.id), true),
+               set_config('search_path', sluice._queue_path(q.id), true) IS NULL
+        INTO v_epoch, v_slot, v_started, v_now, v_note, v_done
         FROM sluice.epoch e WHERE e.queue_id = q.id ORDER BY e.epoch DESC LIMIT 1;
         -- An idle group's poll (most calls of a consumer polling a queue
         -- with nothing for it): while the session's idle note of the group
@@ -201,11 +205,9 @@ BEGIN
         -- nothing numbered since the note and nothing to number: nothing to
         -- look at. Else the receive goes on with what it found
         -- (e2_before_look__s, which probes itself when this did not).
-        v_now := clock_timestamp();
         -- (the note read into a variable first: passed to _idle_note_cut,
         -- which names it four times, as the expression that reads it, an
         -- empty receive cost ~0.04M instructions more, measured)
-        v_note := current_setting(sluice._idle_note_name(q.id, g.id), true);
         v_noted := sluice._idle_note_cut(v_note, v_now);
         -- (two IFs: PL/pgSQL makes each expression ready once a transaction,
         -- all of it, and most receives stop at the first)
@@ -240,6 +242,7 @@ BEGIN
         END IF;
         RETURN;
     END IF;
+    v_done := set_config('search_path', sluice._queue_path(q.id), true) IS NULL;
     RETURN QUERY SELECT * FROM e_receive(q, g, max_messages, v_lease, receive.consumer, receive.ack);
 END
 $$;
