@@ -316,11 +316,12 @@ BEGIN
         -- (a lane that gave less than asked and more than nothing may have
         -- stopped at a take's bound, or at one ended lease of several:
         -- looked at again; the others not. So is a lane that passed an
-        -- ended lease that was settled when the next one past it has ended
-        -- too, so that a redelivery due behind settled leases is not left
-        -- for later receives, one lease each, while this one returns
-        -- empty.)
-        IF (v_n = 0 OR v_n >= v_before) AND NOT (v_settled IS TRUE AND v_next <= v_now) THEN
+        -- ended lease, settled or put off (extended: the slow path's
+        -- deferral), when the next one past it has ended too, so that a
+        -- redelivery due behind such leases is not left for later
+        -- receives, one lease each, while this one returns empty; each
+        -- put off is a look.)
+        IF (v_n = 0 OR v_n >= v_before) AND NOT (v_settled IS NOT NULL AND v_next <= v_now) THEN
             v_seen := v_seen || s.lane::int;
         END IF;
     END LOOP;
