@@ -1,11 +1,13 @@
 package sqlsrc_test
 
 import (
+	"strings"
 	"testing"
 	"time"
 )
 
-// An extension of receipts of two leases in one call: every receipt of one lease extends
+// An extension of receipts of two leases in one call, in one statement
+// (e2_extend, e2_current_lease inlined): every receipt of one lease extends
 // it whole, some of the other's extend those positions only; a receipt
 // acked, one of another token, one redelivered since and a duplicate count
 // nothing. Past the old end, only what was not extended comes back, to the
@@ -60,4 +62,30 @@ func TestV2ExtendOfABatch(t *testing.T) {
 		t.Errorf("ack counted %d, want 5", n)
 	}
 	b.v2expectEmpty("q", "default")
+}
+
+// An extension of a batch runs a few statements, not one a receipt.
+func TestV2ExtendOfABatchRunsAFewStatements(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.createV2("q", `"lanes": 1`)
+	b.exec(`SELECT sluice.send_batch('q', array(SELECT jsonb_build_object('n', g) FROM generate_series(1, 100) g))`)
+	ms := b.v2receive("q", "default", 100, "")
+	if len(ms) != 100 {
+		t.Fatalf("received %d, want 100", len(ms))
+	}
+	l := b.statementLog()
+	sql := `SELECT sluice.extend('q', 'default', '{` + strings.Join(v2receipts(ms), ",") + `}', '1 minute')`
+	var ran []string
+	for i := 0; i < 3; i++ { // (the last, once the session's plans are made)
+		ran = l.nested(b, sql)
+	}
+	t.Logf("an extension of 100 receipts ran %d statements", len(ran))
+	if len(ran) > 12 {
+		t.Fatalf("an extension of 100 receipts ran %d statements:\n  %s", len(ran), strings.Join(ran, "\n  "))
+	}
+	var n int
+	if err := b.pool.QueryRow(b.ctx, sql).Scan(&n); err != nil || n != 100 {
+		t.Fatalf("extend counted %d, want 100 (%v)", n, err)
+	}
 }

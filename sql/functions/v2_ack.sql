@@ -195,24 +195,27 @@ BEGIN
 END
 $$;
 
--- e2_current: the current delivery a receipt names (any slot), with its
--- message: for nack and extend.
+-- e2_current_lease: the current delivery a receipt names (any slot): its
+-- lease by its key, delivered (kind r), its token, the position in it (in
+-- its range, or one it delivers again), not ended unless extended, not
+-- completed. SQL, inlined into its callers' statements: e2_extend reads a
+-- batch's receipts with it in one statement, e2_current adds the message.
 --
 -- Parameters:
 --   p_group    group id
 --   p_receipt  a well-formed receipt
 --   p_now      now
--- Returns: slot, lane, lease_no, pos of the lease; the message's txid and
---   id, the attempt of this delivery, and how many positions the lease
---   has; no row when the receipt is stale
-CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_current(p_group int, p_receipt text, p_now timestamptz)
-RETURNS TABLE (slot smallint, lane smallint, lease_no bigint, pos bigint, txid xid8, id bigint, attempt int, n int)
-LANGUAGE plpgsql
+-- Returns: slot, lane, lease_no, pos of the lease; i, the position's index
+--   among those it delivers again (redo_pos, NULL: in its range), with
+--   that message's txid, id and attempt; how many positions the lease has;
+--   no row when the receipt is stale
+SET check_function_bodies = off;   -- (a SQL template names the queue's tables: see engine_runs.sql)
+CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_current_lease(p_group int, p_receipt text, p_now timestamptz)
+RETURNS TABLE (slot smallint, lane smallint, lease_no bigint, pos bigint, i int, redo_txid xid8, redo_id bigint,
+               redo_att int, n int)
+LANGUAGE sql STABLE
 AS $$
-BEGIN
-    RETURN QUERY
-    SELECT l.slot, l.lane, l.lease_no, r.pos, coalesce(l.redo_txids[x.i], b.txid), coalesce(l.redo_ids[x.i], b.id),
-           coalesce(l.redo_att[x.i], m.attempt), l.n
+    SELECT l.slot, l.lane, l.lease_no, r.pos, x.i, l.redo_txids[x.i], l.redo_ids[x.i], l.redo_att[x.i], l.n
     FROM (SELECT split_part(p_receipt, '.', 1)::int AS slot, split_part(p_receipt, '.', 2)::bigint AS pos,
                  split_part(p_receipt, '.', 3)::int AS lane, split_part(p_receipt, '.', 4)::bigint AS lease_no,
                  nullif(split_part(p_receipt, '.', 5), '')::bigint AS token) r
@@ -222,10 +225,6 @@ BEGIN
                           AND ll.slot >= r.slot
                         ORDER BY ll.slot LIMIT 1) l
     CROSS JOIN LATERAL (SELECT array_position(l.redo_pos, r.pos) AS i) x
-    LEFT JOIN LATERAL (SELECT bb.ids[r.pos - bb.first_pos + 1] AS id, bb.txids[r.pos - bb.first_pos + 1] AS txid
-                       FROM batch bb WHERE x.i IS NULL AND bb.lane = r.lane AND bb.last_pos >= r.pos
-                       ORDER BY bb.last_pos LIMIT 1) b ON true
-    LEFT JOIN msg m ON x.i IS NULL AND m.txid = b.txid AND m.id = b.id
     WHERE l.slot = r.slot AND l.kind = 'r' AND l.token = r.token
       AND (x.i IS NOT NULL OR r.pos BETWEEN l.first_pos AND l.last_pos)
       AND (l.expires_at > p_now
@@ -233,7 +232,34 @@ BEGIN
                                             AND e.lease_no = r.lease_no AND e.pos IN (0, r.pos)
                                             AND e.expires_at > p_now))
       AND NOT EXISTS (SELECT 1 FROM ack a WHERE a.group_id = p_group AND a.lane = r.lane
-                                            AND a.lease_no = r.lease_no AND a.pos IN (0, r.pos));
+                                            AND a.lease_no = r.lease_no AND a.pos IN (0, r.pos))
+$$;
+RESET check_function_bodies;
+
+-- e2_current: the current delivery a receipt names (any slot), with its
+-- message: for nack.
+--
+-- Parameters:
+--   p_group    group id
+--   p_receipt  a well-formed receipt
+--   p_now      now
+-- Returns: slot, lane, lease_no, pos of the lease; the message's txid and
+--   id, the attempt of this delivery, and how many positions the lease
+--   has; no row when the receipt is stale
+-- Calls: e2_current_lease (inlined)
+CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_current(p_group int, p_receipt text, p_now timestamptz)
+RETURNS TABLE (slot smallint, lane smallint, lease_no bigint, pos bigint, txid xid8, id bigint, attempt int, n int)
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    RETURN QUERY
+    SELECT c.slot, c.lane, c.lease_no, c.pos, coalesce(c.redo_txid, b.txid), coalesce(c.redo_id, b.id),
+           coalesce(c.redo_att, m.attempt), c.n
+    FROM e2_current_lease(p_group, p_receipt, p_now) c
+    LEFT JOIN LATERAL (SELECT bb.ids[c.pos - bb.first_pos + 1] AS id, bb.txids[c.pos - bb.first_pos + 1] AS txid
+                       FROM batch bb WHERE c.i IS NULL AND bb.lane = c.lane AND bb.last_pos >= c.pos
+                       ORDER BY bb.last_pos LIMIT 1) b ON true
+    LEFT JOIN msg m ON c.i IS NULL AND m.txid = b.txid AND m.id = b.id;
 END
 $$;
 
@@ -308,14 +334,17 @@ $$;
 -- current receipt then lasts at least until now + p_lease (a delivery is
 -- never shortened). The receipts that are every position of a lease extend
 -- it whole (one row, pos 0); the others one row per position, and only
--- those positions: the lease's other positions still end with it.
+-- those positions: the lease's other positions still end with it. One
+-- statement for a batch: e2_current_lease is inlined into it (e2_current,
+-- called per receipt, also read each message, which an extension does not
+-- need: a batch of 100 ran 101 statements).
 --
 -- Parameters:
 --   p_group     group id
 --   p_receipts  well-formed receipts
 --   p_lease     from now
 -- Returns: how many receipts were current
--- Calls: e2_current
+-- Calls: e2_current_lease (inlined)
 CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_extend(p_group int, p_receipts text[], p_lease interval)
 RETURNS int
 LANGUAGE plpgsql
@@ -325,7 +354,8 @@ DECLARE
     n int;
 BEGIN
     WITH c AS MATERIALIZED (
-        SELECT c.* FROM (SELECT DISTINCT x FROM unnest(p_receipts) x) r CROSS JOIN LATERAL e2_current(p_group, r.x, v_now) c
+        SELECT c.* FROM (SELECT DISTINCT x FROM unnest(p_receipts) x) r
+        CROSS JOIN LATERAL e2_current_lease(p_group, r.x, v_now) c
     ), w AS (
         SELECT c.slot, c.lane, c.lease_no, count(DISTINCT c.pos) = max(c.n) AS whole FROM c GROUP BY 1, 2, 3
     ), ins AS (
