@@ -18,8 +18,8 @@ func TestV2ExtendOfABatch(t *testing.T) {
 	b := setup(t)
 	b.createV2("q", `"lanes": 1`)
 	b.v2sendN("q", 20)
-	whole := b.v2receive("q", "default", 10, "1 second")
-	part := b.v2receive("q", "default", 10, "1 second")
+	whole := b.v2receive("q", "default", 10, "3 seconds")
+	part := b.v2receive("q", "default", 10, "3 seconds")
 	if len(whole) != 10 || len(part) != 10 {
 		t.Fatalf("received %d and %d, want 10 and 10", len(whole), len(part))
 	}
