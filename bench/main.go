@@ -116,6 +116,7 @@ Examples:
   sluice-bench xmin --duration 3m --interval 30s
   sluice-bench shootout --systems pgmq,pgmq-compat --duration 5s
   sluice-bench xmin --xmin-systems pgmq,pgmq-compat --xmin-duration 2m --interval 30s
+  sluice-bench xmin --xmin-control --xmin-duration 10m --interval 30s
   sluice-bench app --rate 800 --consumers 16 --duration 2m --drain-limit 5m
 `
 
@@ -157,6 +158,7 @@ func benchCommand() cli.Command {
 			fs.DurationVar(&o.Duration, "duration", 0, "how long each measured cell runs (0: each scenario's default)")
 			fs.DurationVar(&o.XminDuration, "xmin-duration", 0, "how long the xmin scenario runs (default --duration, else 10m)")
 			fs.DurationVar(&o.Interval, "interval", time.Minute, "sampling interval of the xmin scenario")
+			fs.BoolVar(&o.XminControl, "xmin-control", false, "xmin: also run each system with no xid held, after its run with one (the control)")
 			fs.Var(&producers, "producers", "producer counts, comma-separated (send default 1,16; steady, app 4)")
 			fs.Var(&consumers, "consumers", "consumer counts, comma-separated (drain default 1,8; steady 4; app: handlers per fan-out group, 8)")
 			fs.Var(&batches, "batches", "batch sizes, comma-separated (send default 1,10,100,1000; drain 1,100; steady 10)")

@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"encoding/xml"
 	"errors"
+	"fmt"
 	"io"
 	"math"
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -123,5 +125,22 @@ func TestSummarizeXmin(t *testing.T) {
 	}
 	if row := summarizeXmin(nil).worstRow("none"); row[3] != "-" || row[4] != "-" || row[9] != "-" {
 		t.Errorf("no interval: row %q, want dashes", row)
+	}
+}
+
+// TestXminRunsPutTheControlAfterEachHeldRun checks the order and names of
+// the xmin scenario's runs with and without --xmin-control.
+func TestXminRunsPutTheControlAfterEachHeldRun(t *testing.T) {
+	a, b := &sluiceSystem{}, &tableSystem{table: "skiplocked"}
+	var got []string
+	for _, run := range xminRuns([]system{a, b}, true) {
+		got = append(got, fmt.Sprintf("%s/%v", run.name, run.hold))
+	}
+	want := []string{"sluice/true", "sluice (no xid held)/false", "SKIP LOCKED/true", "SKIP LOCKED (no xid held)/false"}
+	if !slices.Equal(got, want) {
+		t.Errorf("runs with control %q, want %q", got, want)
+	}
+	if runs := xminRuns([]system{a, b}, false); len(runs) != 2 || !runs[0].hold || !runs[1].hold {
+		t.Errorf("runs without control %+v, want the two held runs", runs)
 	}
 }

@@ -45,6 +45,10 @@ type Options struct {
 	Duration time.Duration
 	// XminDuration overrides Duration for the xmin scenario.
 	XminDuration time.Duration
+	// XminControl makes the xmin scenario run each system a second time
+	// with no xid held (the control: how much the machine alone moves the
+	// intervals).
+	XminControl bool
 	// Interval is the sampling interval of the xmin scenario (1m).
 	Interval time.Duration
 	// Producers, Consumers and Batches are swept by send and drain; steady

@@ -72,20 +72,26 @@ func (r *runner) xmin(ctx context.Context) (*Result, error) {
 	var series, latency []Series
 	var lows, highs []string
 	summaries := map[string]xminSummary{}
-	for _, s := range systems {
-		rows, res, sum, err := r.xminRun(ctx, s, p, c, b, rate, d, iv)
+	for _, run := range xminRuns(systems, r.o.XminControl) {
+		s, name := run.s, run.name
+		rows, res, sum, err := r.xminRun(ctx, s, name, run.hold, p, c, b, rate, d, iv)
 		if err != nil {
 			return nil, err
 		}
 		t.Rows = append(t.Rows, rows...)
-		worst.Rows = append(worst.Rows, sum.worstRow(s.name()))
+		worst.Rows = append(worst.Rows, sum.worstRow(name))
 		notes = append(notes, sum.note)
-		summaries[s.name()] = sum
-		series = append(series, Series{Name: s.name() + " consumed/s", Points: res.rates})
-		lows = append(lows, s.name()+" "+fmtRatio(sum.low.rate, sum.first))
-		highs = append(highs, s.name()+" "+fmtRatio(sum.highP50.p50, sum.firstP50))
+		if run.hold {
+			summaries[s.name()] = sum
+		}
+		series = append(series, Series{Name: name + " consumed/s", Points: res.rates})
+		lows = append(lows, name+" "+fmtRatio(sum.low.rate, sum.first))
+		highs = append(highs, name+" "+fmtRatio(sum.highP50.p50, sum.firstP50))
 		p50, p99 := sum.latencySeries()
-		latency = append(latency, Series{Name: s.name() + " p50", Points: p50}, Series{Name: s.name() + " p99", Points: p99})
+		latency = append(latency, Series{Name: name + " p50", Points: p50}, Series{Name: name + " p99", Points: p99})
+	}
+	if r.o.XminControl {
+		notes = append(notes, xminControlNote)
 	}
 	notes = append(notes, "/ first: the interval's consumed/s over the first interval's. e2e p50/p99: of the messages consumed in the interval, by the server clock.",
 		"dead tuples: sum of n_dead_tup, size: sum of pg_total_relation_size (indexes and TOAST included) over the tables of the system's schemas (sluice%: metadata and every queue schema; pgmq-compat: sluice% and pgmq, in its own database, where its xid holder connects too).")
@@ -144,23 +150,52 @@ FROM pg_stat_all_tables WHERE schemaname LIKE ANY (string_to_array($1, ','))`, s
 	return dead, size, nil
 }
 
-// xminRun runs steady for s with an xid held, sampling every iv.
-func (r *runner) xminRun(ctx context.Context, s system, p, consumers, b, rate int, d, iv time.Duration) ([][]string, *cell, xminSummary, error) {
-	holder, err := r.poolOf(s).Acquire(ctx)
-	if err != nil {
-		return nil, nil, xminSummary{}, fmt.Errorf("connecting the xid holder: %w", err)
+// xminControlNote says what the control rows are.
+const xminControlNote = "no xid held (control): the same system and load run again after its run with the xid held, with no transaction held open: what the machine and the system's own rotation do to the intervals without a held xid."
+
+// xminRunOf is one run of the xmin scenario: a system, with or without the
+// held xid, and the name its rows carry.
+type xminRunOf struct {
+	s    system
+	name string
+	hold bool
+}
+
+// xminRuns lists the runs of the xmin scenario: each system with the xid
+// held, followed (control) by the same with none.
+func xminRuns(systems []system, control bool) []xminRunOf {
+	var runs []xminRunOf
+	for _, s := range systems {
+		runs = append(runs, xminRunOf{s: s, name: s.name(), hold: true})
+		if control {
+			runs = append(runs, xminRunOf{s: s, name: s.name() + " (no xid held)"})
+		}
 	}
-	defer holder.Release()
-	tx, err := holder.Begin(ctx)
-	if err != nil {
-		return nil, nil, xminSummary{}, fmt.Errorf("holding an xid: %w", err)
+	return runs
+}
+
+// xminRun runs steady for s, sampling every iv, with an xid held (hold)
+// or with none (the control); its rows and notes carry name.
+func (r *runner) xminRun(ctx context.Context, s system, name string, hold bool, p, consumers, b, rate int, d, iv time.Duration) ([][]string, *cell, xminSummary, error) {
+	if hold {
+		holder, err := r.poolOf(s).Acquire(ctx)
+		if err != nil {
+			return nil, nil, xminSummary{}, fmt.Errorf("connecting the xid holder: %w", err)
+		}
+		defer holder.Release()
+		tx, err := holder.Begin(ctx)
+		if err != nil {
+			return nil, nil, xminSummary{}, fmt.Errorf("holding an xid: %w", err)
+		}
+		defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+		var xid string
+		if err := tx.QueryRow(ctx, `SELECT pg_current_xact_id()::text`).Scan(&xid); err != nil {
+			return nil, nil, xminSummary{}, fmt.Errorf("holding an xid: %w", err)
+		}
+		fmt.Fprintf(r.o.Out, "xmin %s: transaction %s holds its xid for %s\n", s.name(), xid, d)
+	} else {
+		fmt.Fprintf(r.o.Out, "xmin %s: no xid held for %s (control)\n", s.name(), d)
 	}
-	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	var xid string
-	if err := tx.QueryRow(ctx, `SELECT pg_current_xact_id()::text`).Scan(&xid); err != nil {
-		return nil, nil, xminSummary{}, fmt.Errorf("holding an xid: %w", err)
-	}
-	fmt.Fprintf(r.o.Out, "xmin %s: transaction %s holds its xid for %s\n", s.name(), xid, d)
 
 	e2e := &recorder{}
 	var rows [][]string
@@ -204,9 +239,9 @@ func (r *runner) xminRun(ctx context.Context, s system, p, consumers, b, rate in
 			lastBacklog = cs.sent.Load() - done
 			maxDead = max(maxDead, dead)
 			sizes = append(sizes, size)
-			rows = append(rows, []string{s.name(), iv.until.String(), fmtRate(cur), fmtRatio(cur, ivs[0].rate), fmtMS(iv.p50), fmtMS(iv.p99),
+			rows = append(rows, []string{name, iv.until.String(), fmtRate(cur), fmtRatio(cur, ivs[0].rate), fmtMS(iv.p50), fmtMS(iv.p99),
 				fmt.Sprint(lastBacklog), fmt.Sprint(dead), fmt.Sprintf("%.1f", float64(size)/(1<<20))})
-			fmt.Fprintf(r.o.Out, "xmin %s sample: %s\n", s.name(), strings.Join(rows[len(rows)-1][1:], "  "))
+			fmt.Fprintf(r.o.Out, "xmin %s sample: %s\n", name, strings.Join(rows[len(rows)-1][1:], "  "))
 		}
 	}()
 	res, err := r.xminSteady(ctx, s, p, consumers, b, rate, d, e2e, ready)
@@ -228,7 +263,7 @@ func (r *runner) xminRun(ctx context.Context, s system, p, consumers, b, rate in
 	sum := summarizeXmin(ivs)
 	sum.backlog, sum.maxDead, sum.sizeEnd = lastBacklog, maxDead, sizeN
 	sum.note = fmt.Sprintf("%s: consumed/s in the last interval / the first = %s, in the lowest (until %s) / the first = %s; e2e p50 at the highest (until %s) / the first = %s; at most %d dead tuples; size %.1f MB after the first interval, %.1f MB at the most, %.1f MB at the end",
-		s.name(), fmtRatio(sum.last, sum.first), sum.low.until, fmtRatio(sum.low.rate, sum.first), sum.highP50.until, fmtRatio(sum.highP50.p50, sum.firstP50),
+		name, fmtRatio(sum.last, sum.first), sum.low.until, fmtRatio(sum.low.rate, sum.first), sum.highP50.until, fmtRatio(sum.highP50.p50, sum.firstP50),
 		maxDead, float64(size0)/(1<<20), float64(slices.Max(append(sizes, 0)))/(1<<20), float64(sizeN)/(1<<20))
 	return rows, res, sum, nil
 }
