@@ -65,7 +65,7 @@ func (r *runner) xmin(ctx context.Context) (*Result, error) {
 	}
 	p, c, b, iv := last(r.o.Producers, 4), last(r.o.Consumers, 4), last(r.o.Batches, 10), r.o.Interval
 	t := Table{Title: fmt.Sprintf("xmin: steady (%d producers, %d msg/s offered, %d consumers, batches of up to %d) while another connection holds a transaction with an xid for the whole %s", p, rate, c, b, d),
-		Columns: []string{"system", "until", "consumed/s", "/ first", "e2e p50 ms", "e2e p99 ms", "backlog", "dead tuples", "table size MB"}}
+		Columns: []string{"system", "until", "consumed/s", "/ first", "e2e p50 ms", "e2e p99 ms", "backlog", "dead tuples", "catalog dead", "table size MB"}}
 	worst := Table{Title: fmt.Sprintf("xmin: each system's worst %s interval against its first (consumed/s: the lowest; end-to-end latency: the highest)", iv),
 		Columns: []string{"system", "consumed/s first", "lowest", "until", "lowest / first", "last / first",
 			"e2e p50 ms first", "highest", "until", "highest / first", "e2e p99 ms first", "highest", "until", "highest / first"}}
@@ -94,7 +94,8 @@ func (r *runner) xmin(ctx context.Context) (*Result, error) {
 		notes = append(notes, xminControlNote)
 	}
 	notes = append(notes, "/ first: the interval's consumed/s over the first interval's. e2e p50/p99: of the messages consumed in the interval, by the server clock.",
-		"dead tuples: sum of n_dead_tup, size: sum of pg_total_relation_size (indexes and TOAST included) over the tables of the system's schemas (sluice%: metadata and every queue schema; pgmq-compat: sluice% and pgmq, in its own database, where its xid holder connects too).")
+		"dead tuples: sum of n_dead_tup, size: sum of pg_total_relation_size (indexes and TOAST included) over the tables of the system's schemas (sluice%: metadata and every queue schema; pgmq-compat: sluice% and pgmq, in its own database, where its xid holder connects too).",
+		"catalog dead: sum of n_dead_tup over the system catalog's tables (pg_catalog) of the system's database, whoever made them, since each table's last vacuum: a TRUNCATE gives a relation a new pg_class row and an ANALYZE updates pg_statistic, dead rows that the dead tuples column does not count and that no vacuum removes while an xid is held (autovacuum removes them later, so a control run can start with those of the run before).")
 	if n := xminRetentionNote(r.queues.snapshot()); n != "" {
 		notes = append(notes, n)
 	}
@@ -174,6 +175,17 @@ func xminRuns(systems []system, control bool) []xminRunOf {
 	return runs
 }
 
+// catalogDead returns the dead tuples of the system catalog's tables in
+// the database of s (n_dead_tup of pg_stat_sys_tables in pg_catalog).
+func (r *runner) catalogDead(ctx context.Context, s system) (int64, error) {
+	var dead int64
+	err := r.poolOf(s).QueryRow(ctx, `SELECT coalesce(sum(n_dead_tup), 0)::bigint FROM pg_stat_sys_tables WHERE schemaname = 'pg_catalog'`).Scan(&dead)
+	if err != nil {
+		return 0, fmt.Errorf("reading the catalog's statistics: %w", err)
+	}
+	return dead, nil
+}
+
 // xminRun runs steady for s, sampling every iv, with an xid held (hold)
 // or with none (the control); its rows and notes carry name.
 func (r *runner) xminRun(ctx context.Context, s system, name string, hold bool, p, consumers, b, rate int, d, iv time.Duration) ([][]string, *cell, xminSummary, error) {
@@ -234,13 +246,18 @@ func (r *runner) xminRun(ctx context.Context, s system, name string, hold bool, 
 				sampled <- err
 				return
 			}
+			catDead, err := r.catalogDead(ctx, s)
+			if err != nil {
+				sampled <- err
+				return
+			}
 			iv := xminInterval{until: time.Since(start).Round(time.Second), rate: cur, p50: Percentile(w, 0.5), p99: Percentile(w, 0.99)}
 			ivs = append(ivs, iv)
 			lastBacklog = cs.sent.Load() - done
 			maxDead = max(maxDead, dead)
 			sizes = append(sizes, size)
 			rows = append(rows, []string{name, iv.until.String(), fmtRate(cur), fmtRatio(cur, ivs[0].rate), fmtMS(iv.p50), fmtMS(iv.p99),
-				fmt.Sprint(lastBacklog), fmt.Sprint(dead), fmt.Sprintf("%.1f", float64(size)/(1<<20))})
+				fmt.Sprint(lastBacklog), fmt.Sprint(dead), fmt.Sprint(catDead), fmt.Sprintf("%.1f", float64(size)/(1<<20))})
 			fmt.Fprintf(r.o.Out, "xmin %s sample: %s\n", name, strings.Join(rows[len(rows)-1][1:], "  "))
 		}
 	}()
