@@ -84,9 +84,10 @@ BEGIN
     -- sluice._use_queue): taken before the lookup, which then sees a drop.
     v_done := pg_advisory_xact_lock_shared(sluice._lock_ns('queue'), hashtext(send.queue)) IS NULL;
     -- The hot path: one lookup for everything send needs, then one INSERT.
-    SELECT q.id, (SELECT ns.slot FROM sluice._slot_now(q.id) ns),
-           q.id_seq, q.max_payload, q.notify, q.dedup_window, q.max_delay, q.engine, q.prioritized
-    INTO v_qid, v_slot, v_seq, v_max, v_notify, v_window, v_max_delay, v_engine, v_prioritized
+    -- (The slot is read by the INSERT of engine 2, e2_send, and below for
+    -- engine 1: a subquery here cost every send of engine 2 a probe more.)
+    SELECT q.id, q.id_seq, q.max_payload, q.notify, q.dedup_window, q.max_delay, q.engine, q.prioritized
+    INTO v_qid, v_seq, v_max, v_notify, v_window, v_max_delay, v_engine, v_prioritized
     FROM sluice.queue q WHERE q.name = send.queue;
     -- (no schema: dropped after the snapshot of a REPEATABLE READ transaction)
     IF v_qid IS NULL OR to_regnamespace(sluice._qschema(v_qid)) IS NULL THEN
@@ -126,6 +127,7 @@ BEGIN
         END IF;
         RETURN v_id;
     END IF;
+    v_slot := (SELECT ns.slot FROM sluice._slot_now(v_qid) ns);   -- (engine 1)
     IF send.dedup_key IS NOT NULL THEN
         PERFORM sluice._dedup_lock_all(v_qid, ARRAY[send.dedup_key]);
         EXECUTE format('SELECT x.msg_id FROM %I.e_dedup_lookup_all($1, $2) x', sluice._qschema(v_qid))
