@@ -84,8 +84,7 @@ BEGIN
     -- sluice._use_queue): taken before the lookup, which then sees a drop.
     v_done := pg_advisory_xact_lock_shared(sluice._lock_ns('queue'), hashtext(send.queue)) IS NULL;
     -- The hot path: one lookup for everything send needs, then one INSERT.
-    -- (The slot is read by the INSERT of engine 2, e2_send, and below for
-    -- engine 1: a subquery here cost every send of engine 2 a probe more.)
+    -- (The slot: engine 2's INSERT reads it, e2_send; engine 1's below.)
     SELECT q.id, q.id_seq, q.max_payload, q.notify, q.dedup_window, q.max_delay, q.engine, q.prioritized
     INTO v_qid, v_seq, v_max, v_notify, v_window, v_max_delay, v_engine, v_prioritized
     FROM sluice.queue q WHERE q.name = send.queue;
