@@ -129,7 +129,7 @@ func TestV2HotPathsRunTheirStatementsOnly(t *testing.T) {
 	lookups := []string{"FROM sluice.queue qq", "FROM sluice.consumer_group gg"}
 	ackLookup := "LEFT JOIN sluice.consumer_group gg" // (ack's lookups: one statement)
 	// (a receive of one takes by the narrower take, e2_take_one__s's "WITH b")
-	take := append(lookups[:2:2], "FROM sluice.epoch e", "FROM e2_receive_0(", "SELECT h.cut_no AS cut",
+	take := append(lookups[:2:2], "FROM sluice.epoch e", "FROM e2_receive_0(", "FROM e2_next_lane_0(",
 		"WITH b AS MATERIALIZED")
 	calls := []struct {
 		name, sql string

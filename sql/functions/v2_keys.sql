@@ -14,6 +14,40 @@
 -- once when there is room (a run). A lease that expires passes its keys to
 -- its redelivery (e2_expire); a nack retries in place (e2_nack_keyed).
 
+-- e2_keys_passed: a lane's keys once an expired lease is passed on
+-- (e2_expire): each key the lease held goes to the new lease when that
+-- delivers positions of the key again, else it is freed; the keyed
+-- positions parked join the waiting ones, in position order, their
+-- attempt counted.
+--
+-- Parameters:
+--   p_held, p_wait  the lane's held keys and waiting positions (its state)
+--   p_no            the expired lease's lease_no
+--   p_redo, p_park  its positions delivered again, and parked (e2_unsettled)
+--   p_slot, p_new   the new lease's slot and lease_no
+-- Returns: held and waiting, the lane's new lists (empty arrays for none)
+CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_keys_passed(p_held sluice.e2_held[], p_wait sluice.e2_wait[], p_no bigint,
+                                                      p_redo sluice.e2_wait[], p_park sluice.e2_wait[],
+                                                      p_slot smallint, p_new bigint,
+                                                      OUT held sluice.e2_held[], OUT waiting sluice.e2_wait[])
+RETURNS record
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT ARRAY(SELECT CASE WHEN h.lease_no = p_no
+                             THEN ROW(h.khash, p_slot, p_new, NULL,
+                                      ARRAY(SELECT w.pos FROM unnest(p_redo) w WHERE w.khash = h.khash
+                                            ORDER BY w.pos))::sluice.e2_held
+                             ELSE h END
+                 FROM unnest(p_held) h
+                 WHERE h.lease_no IS DISTINCT FROM p_no
+                    OR EXISTS (SELECT FROM unnest(p_redo) w WHERE w.khash = h.khash)),
+           ARRAY(SELECT w FROM unnest(coalesce(p_wait, '{}')
+                                      || ARRAY(SELECT ROW(p.pos, p.khash, p.id, p.txid, p.mslot,
+                                                          p.attempt + 1)::sluice.e2_wait
+                                               FROM unnest(p_park) p WHERE p.khash IS NOT NULL)) w
+                 ORDER BY (w).pos)
+$$;
+
 -- e2_key_done__s: whether a key's positions in a lease of this slot are
 -- all completed (acked, nacked, dead-lettered; or the lease acked whole). A
 -- lease no longer there (its slot reclaimed) is done.

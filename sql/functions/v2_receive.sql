@@ -49,8 +49,8 @@
 --   p_noted, p_probed   the session's idle note and what sluice.receive's
 --                       probe found (e2_before_look__s)
 -- Returns: the messages leased, as sluice.receive
--- Calls: e2_ack, e2_cut_most, e2_before_look__s (numbers first), e2_receive_<slot> (after a rotation),
---   e2_prio_due__s, e2_number__s, e2_take_prio, e2_lane_open (inlined),
+-- Calls: e2_ack, e2_cut_most, e2_before_look__s (numbers first),
+--   e2_receive_rotated, e2_prio_due__s, e2_number__s, e2_take_prio, e2_next_lane__s (inlined),
 --   e2_wait_lane__s, e2_unnumbered__s, e2_expired__s, e2_take__s, e2_take_one__s,
 --   e2_take_keyed__s, e2_slow
 CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_receive__s(q sluice.queue, g sluice.consumer_group, max_messages int,
@@ -125,15 +125,8 @@ BEGIN
         -- than a cut numbers)
         v_cuts := CASE WHEN max_messages > e2_cut_most() THEN 7 ELSE 0 END;
     ELSIF v_begun = -2 THEN
-        -- The queue rotated: the new slot's copy serves this receive.
-        -- This one's statements name a slot that is no longer current,
-        -- whose lanes the rotation fenced: each lane would cost one of
-        -- the eight looks in the slow path, and what is not numbered
-        -- yet would wait for the next receive.
-        SELECT e.epoch, e.slot, e.started_at INTO p_epoch, p_slot, p_started
-        FROM sluice.epoch e WHERE e.queue_id = q.id ORDER BY e.epoch DESC LIMIT 1;
-        RETURN QUERY EXECUTE format('SELECT * FROM e2_receive_%s($1, $2, $3, $4, $5, NULL, $6, $7, $8, NULL, NULL)', p_slot)
-            USING q, g, max_messages, p_lease, p_consumer, p_epoch, p_started, p_slot;
+        -- the queue rotated: the new slot's copy serves this receive
+        RETURN QUERY SELECT * FROM e2_receive_rotated(q, g, max_messages, p_lease, p_consumer);
         RETURN;
     END IF;
     -- the priority lane's levels above 0 first (numbered first when a
@@ -155,35 +148,8 @@ BEGIN
         END IF;
     END IF;
     WHILE v_try < 8 LOOP
-        -- the first lane in turn with work (or with no state here: the slow
-        -- path looks) whose lock is free, and its state (read before the
-        -- lock: it may be stale, see e2_take__s); lane NULL: none. With the
-        -- newest cut's number, so that a cut that commits before the probe
-        -- below, and after this, is looked at (e2_number__s), and the time
-        -- once the lane is held, which the lease is dated from (the
-        -- previous holder's leases and nacks committed before it).
-        SELECT h.cut_no AS cut, clock_timestamp() AS at, x.* INTO s
-        FROM (SELECT c.cut_no, c.heads, c.rr FROM cut__s c ORDER BY c.cut_no DESC LIMIT 1) h
-        LEFT JOIN LATERAL (
-            SELECT l.lane, h.heads[l.lane + 1] AS head, st.kind, st.lease_no, st.cursor, st.scan_t, st.scan_no,
-                   st.old_due, st.next_exp, st.held, st.waiting
-            FROM generate_series(0, q.lanes - 1) o
-            CROSS JOIN LATERAL (SELECT ((o + coalesce(v_start, h.rr)) % q.lanes)::smallint AS lane) l
-            LEFT JOIN LATERAL (SELECT x.kind, x.lease_no, x.cursor, x.scan_t, x.scan_no, x.old_due, x.next_exp,
-                                      x.held, x.waiting
-                               FROM lease__s x WHERE x.group_id = g.id AND x.lane = l.lane
-                               ORDER BY x.lease_no DESC LIMIT 1) st ON true
-            WHERE CASE WHEN l.lane = ANY (v_seen) THEN false
-                       WHEN e2_lane_open(v_ended, v_now, h.heads[l.lane + 1], st.kind, st.lease_no, st.cursor,
-                                         st.old_due, st.waiting IS NOT NULL, st.next_exp)
-                       -- (a lane held by another receive: noted, for the wait below)
-                       THEN pg_try_advisory_xact_lock(sluice._lane_lock(g.id, l.lane))
-                            OR set_config('sluice.lane_busy', 'y', true) IS NULL
-                       -- (a lease that ended, for the pass over those: noted)
-                       WHEN NOT v_ended AND st.next_exp <= v_now
-                       THEN set_config('sluice.lane_ended', 'y', true) IS NULL
-                       ELSE false END
-            LIMIT 1) x ON true;
+        -- the lane to take from, held, and its state; lane NULL: none
+        SELECT * INTO s FROM e2_next_lane__s(g.id, q.lanes, v_start, v_seen, v_ended, v_now);
         v_now := s.at;
         IF s.lane IS NULL THEN
             IF v_ended THEN
@@ -338,6 +304,88 @@ BEGIN
     END IF;
 END
 $$;
+
+-- e2_receive_rotated: the rest of a receive whose upkeep rotated the
+-- queue (e2_before_look__s answered -2), served by the new slot's copy,
+-- e2_receive_<slot>. The copy that was serving it names a slot that is no
+-- longer current, whose lanes the rotation fenced: each lane would cost one
+-- of its eight looks in the slow path, and what is not numbered yet would
+-- wait for the next receive.
+--
+-- Parameters: q, g, max_messages, p_lease, p_consumer as e2_receive__s
+--   (the ack it carried is done; the idle note not read)
+-- Returns: the messages leased, as sluice.receive
+-- Calls: e2_receive_<slot> of the current epoch (dynamic: the slot's name)
+CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_receive_rotated(q sluice.queue, g sluice.consumer_group, max_messages int,
+                                                          p_lease interval, p_consumer text)
+RETURNS SETOF sluice.message
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    e record;
+BEGIN
+    SELECT x.epoch, x.slot, x.started_at INTO e
+    FROM sluice.epoch x WHERE x.queue_id = q.id ORDER BY x.epoch DESC LIMIT 1;
+    RETURN QUERY EXECUTE format('SELECT * FROM e2_receive_%s($1, $2, $3, $4, $5, NULL, $6, $7, $8, NULL, NULL)', e.slot)
+        USING q, g, max_messages, p_lease, p_consumer, e.epoch, e.started_at, e.slot;
+END
+$$;
+
+-- e2_next_lane__s: the lane a receive (e2_receive__s) takes from next:
+-- the first in turn, from p_start, that e2_lane_open finds work in (or
+-- that has no state here: the slow path looks) and whose lock is free,
+-- taken (pg_try_advisory_xact_lock, held to the end of the transaction),
+-- and its state (read before the lock: it may be stale, see e2_take__s).
+-- A lane held by another receive sets sluice.lane_busy (for the wait,
+-- e2_wait_lane__s); in the first pass, a lane whose lease ended sets
+-- sluice.lane_ended (for the pass over those). A statement of the
+-- receive's own, written as a function: a set-returning SQL function,
+-- STABLE, not STRICT, without a SET clause, which the planner inlines
+-- into the caller's statement (its volatile calls run as they would
+-- there, once per lane tried).
+--
+-- Parameters:
+--   p_group, p_lanes  the group and the queue's lanes
+--   p_start           the lane to look at first; NULL: the one the newest
+--                     cut deals to first (its rr)
+--   p_seen            lanes not to look at again
+--   p_ended           the pass over lanes whose leases ended
+--   p_now             the receive's time
+-- Returns: one row: the newest cut's number (a cut that commits after
+--   this is the next look's: e2_number__s), the time once the lane is
+--   held (the lease is dated from it: the previous holder's leases and
+--   nacks committed before), and the lane with its head and its state,
+--   all NULL when no lane is to be taken
+SET check_function_bodies = off;   -- (a SQL template names the queue's tables: see engine_runs.sql)
+CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_next_lane__s(p_group int, p_lanes int, p_start int, p_seen int[],
+                                                       p_ended boolean, p_now timestamptz)
+RETURNS TABLE (cut bigint, at timestamptz, lane smallint, head bigint, kind "char", lease_no bigint, "cursor" bigint,
+               scan_t timestamptz, scan_no bigint, old_due timestamptz, next_exp timestamptz,
+               held sluice.e2_held[], waiting sluice.e2_wait[])
+LANGUAGE sql STABLE
+AS $$
+    SELECT h.cut_no, clock_timestamp(), x.*
+    FROM (SELECT c.cut_no, c.heads, c.rr FROM cut__s c ORDER BY c.cut_no DESC LIMIT 1) h
+    LEFT JOIN LATERAL (
+        SELECT l.lane, h.heads[l.lane + 1], st.kind, st.lease_no, st.cursor, st.scan_t, st.scan_no,
+               st.old_due, st.next_exp, st.held, st.waiting
+        FROM generate_series(0, p_lanes - 1) o
+        CROSS JOIN LATERAL (SELECT ((o + coalesce(p_start, h.rr)) % p_lanes)::smallint AS lane) l
+        LEFT JOIN LATERAL (SELECT x.kind, x.lease_no, x.cursor, x.scan_t, x.scan_no, x.old_due, x.next_exp,
+                                  x.held, x.waiting
+                           FROM lease__s x WHERE x.group_id = p_group AND x.lane = l.lane
+                           ORDER BY x.lease_no DESC LIMIT 1) st ON true
+        WHERE CASE WHEN l.lane = ANY (p_seen) THEN false
+                   WHEN e2_lane_open(p_ended, p_now, h.heads[l.lane + 1], st.kind, st.lease_no, st.cursor,
+                                     st.old_due, st.waiting IS NOT NULL, st.next_exp)
+                   THEN pg_try_advisory_xact_lock(sluice._lane_lock(p_group, l.lane))
+                        OR set_config('sluice.lane_busy', 'y', true) IS NULL
+                   WHEN NOT p_ended AND st.next_exp <= p_now
+                   THEN set_config('sluice.lane_ended', 'y', true) IS NULL
+                   ELSE false END
+        LIMIT 1) x ON true
+$$;
+RESET check_function_bodies;
 
 -- e2_before_look__s: what a receive (e2_receive__s), after the ack it
 -- carries, does before it looks at a lane. The queue's upkeep (e_maintain:

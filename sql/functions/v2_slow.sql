@@ -133,6 +133,47 @@ BEGIN
 END
 $$;
 
+-- e2_lease_end: when an expired lease (or the lease a deferral puts off)
+-- ends now that its extensions are counted (e2_expire). An extension of
+-- the whole lease (ext, pos 0) moves its end; positions extended on their
+-- own past now stay in the lease, which is put off to the first of their
+-- ends while the others are passed on; a lease holding keys is put off
+-- whole, to the last of them (its keys stay held).
+--
+-- Parameters:
+--   p_group, p_lane, p_no  the lease
+--   p_expires              its expires_at
+--   p_held                 the lane's held keys (its state)
+--   p_now                  the receive's time
+-- Returns: end_at (past p_now: put off whole), later (the positions
+--   extended on their own past now, NULL when none or put off whole) and
+--   first_end (when the lease is put off to: the first of their ends, or
+--   end_at; NULL when nothing is put off)
+CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_lease_end(p_group int, p_lane smallint, p_no bigint, p_expires timestamptz,
+                                                    p_held sluice.e2_held[], p_now timestamptz,
+                                                    OUT end_at timestamptz, OUT later bigint[], OUT first_end timestamptz)
+RETURNS record
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_last timestamptz;
+BEGIN
+    end_at := greatest(p_expires, (SELECT max(x.expires_at) FROM ext x
+                                 WHERE x.group_id = p_group AND x.lane = p_lane AND x.lease_no = p_no AND x.pos = 0));
+    SELECT array_agg(t.pos), min(t.ends), max(t.ends) INTO later, first_end, v_last
+    FROM (SELECT x.pos, max(x.expires_at) AS ends FROM ext x
+          WHERE x.group_id = p_group AND x.lane = p_lane AND x.lease_no = p_no AND x.pos <> 0
+          GROUP BY x.pos HAVING max(x.expires_at) > p_now) t;
+    IF later IS NOT NULL AND EXISTS (SELECT FROM unnest(p_held) h WHERE h.lease_no = p_no) THEN
+        end_at := greatest(end_at, v_last);
+    END IF;
+    IF end_at > p_now THEN
+        later := NULL;
+        first_end := end_at;
+    END IF;
+END
+$$;
+
 -- e2_expire: handle a lane's next expired lease (e), passing the lane's
 -- scan point over it. When e, or the lease that e puts off (kind x), was
 -- extended past now, a deferral (kind x) to its new end is written; when
@@ -156,7 +197,7 @@ $$;
 -- Returns: the messages delivered again (as sluice.receive)
 -- Tables: lease (deferral, parked, delivery or carry row: the last is the
 --   lane's new state), ack and sluice.dead_letter (dead letters)
--- Calls: e2_unsettled, e2_old_due, e2_next_exp
+-- Calls: e2_lease_end, e2_unsettled, e2_keys_passed, e2_old_due, e2_next_exp
 CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_expire(q sluice.queue, g sluice.consumer_group, p_lane smallint,
                                                  p_st_no bigint, p_cursor bigint, p_e_no bigint, p_need int,
                                                  p_lease interval, p_consumer text, p_now timestamptz,
@@ -178,8 +219,7 @@ DECLARE
     v_held sluice.e2_held[];
     v_wait sluice.e2_wait[];
     v_later bigint[];       -- positions extended on their own past now
-    v_first timestamptz;    -- when the first of them ends
-    v_last timestamptz;
+    v_first timestamptz;    -- when the first of them ends (or the lease, put off whole)
 BEGIN
     -- (each lease by its key in the primary key's order: see e2_ack__s)
     SELECT * INTO STRICT e FROM lease x WHERE x.group_id = g.id AND x.lane = p_lane AND x.lease_no = p_e_no
@@ -194,23 +234,7 @@ BEGIN
         SELECT * INTO STRICT r FROM lease x WHERE x.group_id = g.id AND x.lane = p_lane AND x.lease_no = e.ref
         ORDER BY x.slot LIMIT 1;
     END IF;
-    v_end := greatest(r.expires_at, (SELECT max(x.expires_at) FROM ext x
-                                     WHERE x.group_id = g.id AND x.lane = p_lane AND x.lease_no = r.lease_no
-                                       AND x.pos = 0));
-    -- the positions extended on their own past now: left in r, which is
-    -- put off to the first of their ends; a lease holding keys is put off
-    -- whole, to the last (its keys stay held)
-    SELECT array_agg(t.pos), min(t.ends), max(t.ends) INTO v_later, v_first, v_last
-    FROM (SELECT x.pos, max(x.expires_at) AS ends FROM ext x
-          WHERE x.group_id = g.id AND x.lane = p_lane AND x.lease_no = r.lease_no AND x.pos <> 0
-          GROUP BY x.pos HAVING max(x.expires_at) > p_now) t;
-    IF v_later IS NOT NULL AND EXISTS (SELECT FROM unnest(v_held) h WHERE h.lease_no = r.lease_no) THEN
-        v_end := greatest(v_end, v_last);
-    END IF;
-    IF v_end > p_now THEN
-        v_later := NULL;
-        v_first := v_end;
-    END IF;
+    SELECT * INTO v_end, v_later, v_first FROM e2_lease_end(g.id, p_lane, r.lease_no, r.expires_at, v_held, p_now);
     -- (no row when it is put off whole: u's fields are then NULL; the
     -- caller holds the lease's lock, so completions of its positions
     -- committed meanwhile are seen: see e2_ack__s)
@@ -247,21 +271,7 @@ BEGIN
         v_exp := p_now + p_lease;
     END IF;
     IF v_end <= p_now THEN
-        -- the keys r held: to the new lease if it has positions of theirs;
-        -- the keyed positions parked: waiting, in position order
-        v_held := ARRAY(SELECT CASE WHEN h.lease_no = r.lease_no
-                                    THEN ROW(h.khash, p_slot, v_no + 1, NULL,
-                                             ARRAY(SELECT w.pos FROM unnest(u.redo) w WHERE w.khash = h.khash
-                                                   ORDER BY w.pos))::sluice.e2_held
-                                    ELSE h END
-                        FROM unnest(v_held) h
-                        WHERE h.lease_no IS DISTINCT FROM r.lease_no
-                           OR EXISTS (SELECT FROM unnest(u.redo) w WHERE w.khash = h.khash));
-        v_wait := ARRAY(SELECT w FROM unnest(coalesce(v_wait, '{}')
-                                             || ARRAY(SELECT ROW(p.pos, p.khash, p.id, p.txid, p.mslot,
-                                                                 p.attempt + 1)::sluice.e2_wait
-                                                      FROM unnest(u.park) p WHERE p.khash IS NOT NULL)) w
-                        ORDER BY (w).pos);
+        SELECT * INTO v_held, v_wait FROM e2_keys_passed(v_held, v_wait, r.lease_no, u.redo, u.park, p_slot, v_no + 1);
     END IF;
     INSERT INTO lease AS x (slot, group_id, lane, lease_no, kind, first_pos, last_pos, n, redo_pos, redo_att,
                             redo_ids, redo_txids, token, expires_at, delivered_at, cursor, scan_t, scan_no,

@@ -47,6 +47,7 @@ $$;
 --   p_queue_id  queue id (its row in sluice.queue exists)
 -- Tables: creates schema sluice_q<id> with the nine tables above, each
 --   with one partition per slot
+-- Calls: _v2_ddl, _v2_dedup_ddl, _v2_tables, _snapshot_with, _instantiate_v2
 CREATE OR REPLACE FUNCTION sluice._create_storage_v2(p_queue_id int)
 RETURNS void
 LANGUAGE plpgsql
@@ -60,7 +61,43 @@ DECLARE
 BEGIN
     SELECT * INTO STRICT q FROM sluice.queue qq WHERE qq.id = p_queue_id;
     EXECUTE format('CREATE SCHEMA %I', sch);
-    EXECUTE format($ddl$
+    EXECUTE sluice._v2_ddl(sch);
+    EXECUTE sluice._v2_dedup_ddl(sch);
+    FOR s IN 0..q.slots - 1 LOOP
+        FOREACH t IN ARRAY sluice._v2_tables() LOOP
+            EXECUTE format('CREATE TABLE %I.%I PARTITION OF %I.%I FOR VALUES IN (%s)', sch, t || '_' || s, sch, t, s);
+        END LOOP;
+    END LOOP;
+    -- The first cut: nothing numbered, as of now. This transaction's own
+    -- messages (a send after the create, in one transaction) are not
+    -- committed: in progress for it (as every cut treats its own), else a
+    -- transaction that began after this one and committed before this
+    -- snapshot would put this one below its xmax, out of its in-progress
+    -- list, and no cut would number them.
+    EXECUTE format('INSERT INTO %I.cut (slot, cut_no, snap, snap_xmax, snap_xip, heads, rr, due_upto, at, epoch, next_due)
+                    SELECT 0, 0, s, pg_snapshot_xmax(s), ARRAY(SELECT pg_snapshot_xip(s)), array_fill(0::bigint, ARRAY[%s]),
+                           0, clock_timestamp(), clock_timestamp(), 0, ''infinity''
+                    FROM (SELECT CASE WHEN o.own IS NOT NULL AND pg_visible_in_snapshot(o.own, c.snap)
+                                      THEN sluice._snapshot_with(c.snap, o.own) ELSE c.snap END AS s
+                          FROM (SELECT pg_current_snapshot() AS snap) c
+                          CROSS JOIN (SELECT pg_current_xact_id_if_assigned() AS own) o) x', sch, q.lanes + 1);
+    PERFORM sluice._instantiate_v2(p_queue_id);
+END
+$$;
+
+-- _v2_ddl: the DDL of a queue of engine 2's eight tables but dedup
+-- (_v2_dedup_ddl), each LIST-partitioned by slot with no partition yet,
+-- and their indexes (the file's head says what each holds).
+--
+-- Parameters:
+--   p_schema  the queue's schema
+-- Returns: the statements, to EXECUTE
+CREATE OR REPLACE FUNCTION sluice._v2_ddl(p_schema text)
+RETURNS text
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT format($ddl$
         CREATE TABLE %1$I.msg (
             slot smallint NOT NULL, id bigint NOT NULL, txid xid8 NOT NULL,
             orig bigint,   -- a retry's: the id of the message it retries (its own id is new)
@@ -135,28 +172,7 @@ BEGIN
             txid xid8 NOT NULL, id bigint NOT NULL
         ) PARTITION BY LIST (slot);
         CREATE INDEX ON %1$I.pending (due);
-    $ddl$, sch);
-    EXECUTE sluice._v2_dedup_ddl(sch);
-    FOR s IN 0..q.slots - 1 LOOP
-        FOREACH t IN ARRAY sluice._v2_tables() LOOP
-            EXECUTE format('CREATE TABLE %I.%I PARTITION OF %I.%I FOR VALUES IN (%s)', sch, t || '_' || s, sch, t, s);
-        END LOOP;
-    END LOOP;
-    -- The first cut: nothing numbered, as of now. This transaction's own
-    -- messages (a send after the create, in one transaction) are not
-    -- committed: in progress for it (as every cut treats its own), else a
-    -- transaction that began after this one and committed before this
-    -- snapshot would put this one below its xmax, out of its in-progress
-    -- list, and no cut would number them.
-    EXECUTE format('INSERT INTO %I.cut (slot, cut_no, snap, snap_xmax, snap_xip, heads, rr, due_upto, at, epoch, next_due)
-                    SELECT 0, 0, s, pg_snapshot_xmax(s), ARRAY(SELECT pg_snapshot_xip(s)), array_fill(0::bigint, ARRAY[%s]),
-                           0, clock_timestamp(), clock_timestamp(), 0, ''infinity''
-                    FROM (SELECT CASE WHEN o.own IS NOT NULL AND pg_visible_in_snapshot(o.own, c.snap)
-                                      THEN sluice._snapshot_with(c.snap, o.own) ELSE c.snap END AS s
-                          FROM (SELECT pg_current_snapshot() AS snap) c
-                          CROSS JOIN (SELECT pg_current_xact_id_if_assigned() AS own) o) x', sch, q.lanes + 1);
-    PERFORM sluice._instantiate_v2(p_queue_id);
-END
+    $ddl$, p_schema)
 $$;
 
 -- _v2_tables: the slot-partitioned tables of a queue of engine 2.
