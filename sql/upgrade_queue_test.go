@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // upgradeQueue upgrades a queue to engine 2 and checks it said so.
@@ -108,8 +110,46 @@ func TestUpgradeQueueKeepsEverything(t *testing.T) {
 // order, across the upgrade.
 func TestUpgradeQueueUnderLoad(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-	b.createQueue("upl", `{"engine": 1, "lanes": 4}`)
+	upgradeUnderLoad(setup(t), `{"engine": 1, "lanes": 4}`)
+}
+
+// The same with every session's deadlock_timeout at 60 ms (above the 50 ms
+// a reclaim waits for a slot's leaf, below the 100 ms a receive waits for
+// the cut lock or a lane: docs/operations.md) and a rotate_interval of 200
+// ms, so that the receives' upkeep rotates and reclaims both storages while
+// the upgrade runs and drains: a cycle through the waits of the upkeep, the
+// upgrade's finish and the receives fails a call with "deadlock detected"
+// instead of ending when the waits run out (docs/design.md, "No receive
+// waits for another in a cycle", found such cycles by the whole suite run
+// with a short deadlock_timeout).
+func TestUpgradeQueueUnderLoadShortDeadlockTimeout(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	cfg, err := pgxpool.ParseConfig(server.NewDatabase(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.RuntimeParams["deadlock_timeout"] = "60ms"
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err == nil {
+		err = pool.Ping(ctx)
+	}
+	if err != nil {
+		t.Skipf("no session with deadlock_timeout = 60ms (not a superuser?): %v", err)
+	}
+	defer pool.Close()
+	upgradeUnderLoad(&bundle{t: t, ctx: ctx, pool: pool}, `{"engine": 1, "lanes": 4, "rotate_interval": "200 milliseconds"}`)
+}
+
+// upgradeUnderLoad makes queue upl with the options given (engine 1), sends
+// keyed messages from two producers and consumes from four consumers while
+// it upgrades the queue to engine 2, then checks that no call failed, each
+// message came once, each key in order, and that maintain() dropped the
+// old storage.
+func upgradeUnderLoad(b *bundle, options string) {
+	t := b.t
+	b.createQueue("upl", options)
 	ctx, cancel := context.WithTimeout(b.ctx, 2*time.Minute)
 	defer cancel()
 	const keys = 20
@@ -247,5 +287,106 @@ func TestUpgradeFinishedByReceives(t *testing.T) {
 	}
 	if n := b.int64("SELECT count(*) FROM sluice.queue"); n != 1 {
 		t.Fatalf("%d queue rows after 20 rounds of receives, want 1 (the old storage dropped)", n)
+	}
+}
+
+// An upkeep that holds a lock receives may wait for does not wait for the
+// queue's lock to drop a drained predecessor: receives hold that lock
+// shared while they wait, and the two would wait for each other until the
+// upkeep's wait ran out (50 ms), or a receive would fail with "deadlock
+// detected" under a deadlock_timeout below that (seen in
+// TestUpgradeQueueUnderLoadShortDeadlockTimeout, for both locks below).
+// Built step by step: R holds the queue's lock shared, as every receive
+// does; U takes the cut lock as a rotation does (noted in
+// sluice.holds_lock), or a lane's, as the receive an upkeep runs in does;
+// R waits for it with deadlock_timeout = 40ms; then U's _finish_upgrade,
+// with every group drained. It must not wait: R gets the lock once U
+// ends, and the predecessor stays for a later upkeep.
+func TestFinishUpgradeDoesNotWaitHoldingALockReceivesWaitFor(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ name, lock string }{
+		{"cut", "SELECT pg_advisory_xact_lock(sluice._lock_ns('cut'), q.id), set_config('sluice.holds_lock', 'y', true) FROM sluice.queue q WHERE q.name = 'fu'"},
+		{"lane", "SELECT pg_advisory_xact_lock(sluice._lane_lock(g.id, 0)) FROM sluice.consumer_group g JOIN sluice.queue q ON q.id = g.queue_id WHERE q.name = 'fu'"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			finishHoldingALock(t, c.lock)
+		})
+	}
+}
+
+// finishHoldingALock runs TestFinishUpgradeDoesNotWaitHoldingALockReceivesWaitFor
+// with U's lock taken by the statement given (its first column the lock
+// call), which R then waits for.
+func finishHoldingALock(t *testing.T, lock string) {
+	b := setup(t)
+	b.createQueue("fu", `{"engine": 1}`)
+	b.upgradeQueue("fu")
+	// (the first call marks the drained groups and stops there)
+	b.exec("SELECT sluice._finish_upgrade(q) FROM sluice.queue q WHERE q.name = 'fu'")
+	if n := b.int64("SELECT count(*) FROM sluice.consumer_group g JOIN sluice.queue q ON q.id = g.queue_id WHERE q.name <> 'fu' AND NOT g.drained"); n != 0 {
+		t.Fatalf("%d groups of the predecessor not marked drained", n)
+	}
+	conns := make([]*pgxpool.Conn, 2)
+	for i := range conns {
+		c, err := b.pool.Acquire(b.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Release()
+		conns[i] = c
+	}
+	txR, err := conns[0].Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer txR.Rollback(b.ctx) //nolint:errcheck
+	txU, err := conns[1].Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer txU.Rollback(b.ctx) //nolint:errcheck
+	var pidR int
+	if err := txR.QueryRow(b.ctx, `SELECT pg_backend_pid() FROM (SELECT set_config('deadlock_timeout', '40ms', true),
+		pg_advisory_xact_lock_shared(sluice._lock_ns('queue'), hashtext('fu'))) x`).Scan(&pidR); err != nil {
+		t.Skipf("cannot set deadlock_timeout (not a superuser?): %v", err)
+	}
+	if _, err := txU.Exec(b.ctx, lock); err != nil {
+		t.Fatal(err)
+	}
+	doneR := make(chan error, 1)
+	go func() {
+		_, err := txR.Exec(b.ctx, lock)
+		doneR <- err
+	}()
+	// (polled without waitFor's sleep: U must start within R's 40 ms)
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if b.int64("SELECT count(*) FROM pg_locks WHERE pid = $1 AND NOT granted", pidR) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("R never waited for U's lock")
+		}
+	}
+	var dropped bool
+	if err := txU.QueryRow(b.ctx, "SELECT sluice._finish_upgrade(q) FROM sluice.queue q WHERE q.name = 'fu'").Scan(&dropped); err != nil {
+		t.Fatalf("_finish_upgrade: %v", err)
+	}
+	if err := txU.Commit(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-doneR; err != nil {
+		t.Fatalf("the receive's wait for U's lock: %v", err)
+	}
+	if dropped {
+		t.Fatal("_finish_upgrade dropped the predecessor while a receive held the queue's lock")
+	}
+	if err := txR.Commit(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	// the next call, holding nothing, drops it
+	b.exec("SELECT sluice._finish_upgrade(q) FROM sluice.queue q WHERE q.name = 'fu'")
+	if n := b.int64("SELECT count(*) FROM sluice.queue"); n != 1 {
+		t.Fatalf("%d queue rows after the last call, want 1", n)
 	}
 }

@@ -195,7 +195,13 @@ $$;
 -- if none is left and none was marked now, takes the queue's lock
 -- exclusively within 50 ms (else leaves it for a later call). (A call that
 -- marked groups holds their rows' locks, which calls holding the queue's
--- lock shared may wait for: it does not wait for that lock too.)
+-- lock shared may wait for: it does not wait for that lock too. Nor does
+-- one whose transaction holds a lock that receives holding the queue's
+-- lock shared may wait for: an advisory lock other than the queues' and
+-- the upkeeps' (a lane's, taken by the receive this upkeep runs in, of
+-- either engine; a cut lock, after a rotation), or a truncated slot's
+-- leaves (the setting sluice.holds_lock notes those and the cut lock): it
+-- only tries the lock.)
 --
 -- Parameters:
 --   q  the queue (predecessor set)
@@ -212,19 +218,31 @@ DECLARE
     v_marked bigint;
 BEGIN
     -- the groups that have nothing left there (a group whose consumers
-    -- stopped is marked here, not by a receive)
+    -- stopped is marked here, not by a receive); a group another
+    -- transaction is marking is skipped, not waited for (that one may be a
+    -- receive waiting for the queue's lock, which this holds shared: its
+    -- mark shows once it commits)
     SELECT * INTO STRICT pq FROM sluice.queue x WHERE x.id = q.predecessor;
     EXECUTE format('UPDATE sluice.consumer_group g SET drained = true
-                    FROM %I.e_queue_status($1) s
-                    WHERE g.queue_id = $1.id AND g.name = s.group_name AND NOT g.drained AND NOT s.estimated
-                      AND s.ready = 0 AND s.in_flight = 0 AND s.delayed = 0 AND coalesce(s.waiting, 0) = 0',
+                    WHERE g.id IN (SELECT x.id FROM sluice.consumer_group x JOIN %I.e_queue_status($1) s
+                                   ON x.name = s.group_name
+                                   WHERE x.queue_id = $1.id AND NOT x.drained AND NOT s.estimated AND s.ready = 0
+                                     AND s.in_flight = 0 AND s.delayed = 0 AND coalesce(s.waiting, 0) = 0
+                                   FOR UPDATE OF x SKIP LOCKED)',
                    sluice._qschema(pq.id)) USING pq;
     GET DIAGNOSTICS v_marked = ROW_COUNT;
     IF v_marked > 0
        OR EXISTS (SELECT 1 FROM sluice.consumer_group pg WHERE pg.queue_id = q.predecessor AND NOT pg.drained) THEN
         RETURN false;
     END IF;
-    IF NOT sluice._xact_lock_within(sluice._lock_ns('queue'), hashtext(q.name), '50ms') THEN
+    -- (a transaction that holds a lock receives may wait for, holding the
+    -- queue's lock shared, only tries it: see the header)
+    IF NOT (CASE WHEN current_setting('sluice.holds_lock', true) = 'y'
+                      OR EXISTS (SELECT 1 FROM pg_locks l
+                                 WHERE l.pid = pg_backend_pid() AND l.locktype = 'advisory'
+                                   AND l.classid NOT IN (sluice._lock_ns('queue')::oid, sluice._lock_ns('maint')::oid))
+                 THEN pg_try_advisory_xact_lock(sluice._lock_ns('queue'), hashtext(q.name))
+                 ELSE sluice._xact_lock_within(sluice._lock_ns('queue'), hashtext(q.name), '50ms') END) THEN
         RETURN false;
     END IF;
     PERFORM pg_advisory_xact_lock(sluice._lock_ns('maint'), pq.id);
