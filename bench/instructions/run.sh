@@ -15,8 +15,12 @@
 #        RUN_AS   the user that runs the server when this runs as root
 #                 (default postgres: PostgreSQL refuses to run as root)
 #        BATCHES  receive sizes (default "1 100"); 0 is an empty receive
-#                 (max 1) of a group that has nothing, without an ack (the
-#                 reference: the same DELETE on an empty table); s is the
+#                 (max 1) of a group that has nothing, without an ack, after
+#                 a statement that clears the session's idle note of the
+#                 group, so that it looks at every lane (the reference: the
+#                 same DELETE on an empty table, after the same statement on
+#                 a setting of its own; each round counts that statement,
+#                 0.06M); s is the
 #                 steady state: a round is a send of one message, then a
 #                 receive of 1 and its ack, on a queue of its own with
 #                 nothing else in it, so that each receive numbers the
@@ -147,7 +151,10 @@ for arg in "$@"; do
 		>/dev/null
 	# (the empty receives' group, after the preload: only when measured, as
 	# a second group costs the others' rounds too)
-	case " $BATCHES " in *" 0 "* | *" i "*) psql_ "$(url s$i)" -c "SELECT sluice.create_group('ic', 'idle', 'latest')" >/dev/null ;; esac
+	case " $BATCHES " in *" 0 "* | *" i "*) psql_ "$(url s$i)" -c "SELECT sluice.create_group('ic', 'idle', 'latest')" >/dev/null
+		psql_ "$(url s$i)" -Atc "SELECT sluice._idle_note_name(q.id, g.id) FROM sluice.queue q
+		                         JOIN sluice.consumer_group g ON g.queue_id = q.id WHERE q.name = 'ic' AND g.name = 'idle'" \
+			>"$work/note-s$i" ;; esac
 	# (the steady rounds' queue, empty)
 	case " $BATCHES " in *" s "*) psql_ "$(url s$i)" \
 		-c "SELECT sluice.create_queue('st', '{\"lease\": \"1 hour\", \"rotate_interval\": \"1 day\"}'::jsonb || '${opts//\'/\'\'}'::jsonb)" >/dev/null ;; esac
@@ -199,10 +206,16 @@ rounds() {
 			echo "SELECT set_config('bench.receipts', coalesce(array_agg(m.receipt), '{}')::text, false), sum(length(m.body::text)) FROM sluice.receive('$sq', 'default', 1) m"
 			echo "SELECT sluice.ack('$sq', 'default', current_setting('bench.receipts')::text[])"
 		elif [ "$1" = sl ] && empty "$2"; then
+			# (0: a statement like the one that clears sluice's note first)
+			[ "$2" != 0 ] || echo "SELECT set_config('bench.note', '', false)"
 			echo "WITH d AS (DELETE FROM q0 WHERE id = ANY (ARRAY(SELECT id FROM q0 ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED)) RETURNING id, body) SELECT count(*), sum(length(d.body::text)) FROM d"
 		elif [ "$1" = sl ]; then
 			echo "WITH d AS (DELETE FROM q WHERE id = ANY (ARRAY(SELECT id FROM q ORDER BY id LIMIT $(takes "$2") FOR UPDATE SKIP LOCKED)) RETURNING id, body) SELECT count(*), sum(length(d.body::text)) FROM d"
 		elif [ "$2" = 0 ]; then
+			# (the session's idle note of the group cleared first: else
+			# most rounds, 25 ms apart under callgrind's slowdown, would be
+			# polls while the note holds)
+			echo "SELECT set_config('$(cat "$work/note-$1")', '', false)"
 			echo "SELECT count(*) FROM sluice.receive('ic', 'idle', 1) m"
 		elif [ "$2" = i ]; then
 			# (the first receive notes the group idle; its note's end is
