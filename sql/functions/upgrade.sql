@@ -200,9 +200,8 @@ $$;
 -- lock shared may wait for: an advisory lock other than the queues' and
 -- the upkeeps' (a lane's, taken by the receive this upkeep runs in, of
 -- either engine; a cut lock, after a rotation), or a table held ACCESS
--- EXCLUSIVE (a truncated slot's leaves, of either engine; the setting
--- sluice.holds_lock notes engine 2's and its cut lock): it only tries the
--- lock.)
+-- EXCLUSIVE (a truncated slot's leaves, after a reclaim): it only tries
+-- the lock.)
 --
 -- Parameters:
 --   q  the queue (predecessor set)
@@ -238,14 +237,13 @@ BEGIN
     END IF;
     -- (a transaction that holds a lock receives may wait for, holding the
     -- queue's lock shared, only tries it: see the header)
-    IF NOT (CASE WHEN current_setting('sluice.holds_lock', true) = 'y'
-                      OR EXISTS (SELECT 1 FROM pg_locks l
-                                 WHERE l.pid = pg_backend_pid()
-                                   AND CASE l.locktype
-                                       WHEN 'advisory' THEN l.classid NOT IN (sluice._lock_ns('queue')::oid,
-                                                                              sluice._lock_ns('maint')::oid)
-                                       WHEN 'relation' THEN l.mode = 'AccessExclusiveLock'
-                                       ELSE false END)
+    IF NOT (CASE WHEN EXISTS (SELECT 1 FROM pg_locks l
+                              WHERE l.pid = pg_backend_pid()
+                                AND CASE l.locktype
+                                    WHEN 'advisory' THEN l.classid NOT IN (sluice._lock_ns('queue')::oid,
+                                                                           sluice._lock_ns('maint')::oid)
+                                    WHEN 'relation' THEN l.mode = 'AccessExclusiveLock'
+                                    ELSE false END)
                  THEN pg_try_advisory_xact_lock(sluice._lock_ns('queue'), hashtext(q.name))
                  ELSE sluice._xact_lock_within(sluice._lock_ns('queue'), hashtext(q.name), '50ms') END) THEN
         RETURN false;
