@@ -313,3 +313,31 @@ func explainBuffers(t *testing.T, ctx context.Context, q interface {
 	}
 	return plan[0].Plan.Rows, plan[0].Plan.Hit + plan[0].Plan.Read
 }
+
+// poolWithDeadlockTimeout is a pool on a new database whose every session
+// runs with the deadlock_timeout given (a superuser's setting: the test is
+// skipped without one), closed when the test ends; maxConns 0 keeps
+// pgxpool's default.
+func poolWithDeadlockTimeout(ctx context.Context, t *testing.T, timeout string, maxConns int32) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(server.NewDatabase(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.RuntimeParams["deadlock_timeout"] = timeout
+	if maxConns > 0 {
+		cfg.MaxConns = maxConns
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err == nil {
+		err = pool.Ping(ctx)
+	}
+	if err != nil {
+		if pool != nil {
+			pool.Close()
+		}
+		t.Skipf("no session with deadlock_timeout = %s (not a superuser?): %v", timeout, err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}

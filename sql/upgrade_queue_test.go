@@ -126,19 +126,7 @@ func TestUpgradeQueueUnderLoadShortDeadlockTimeout(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	cfg, err := pgxpool.ParseConfig(server.NewDatabase(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.ConnConfig.RuntimeParams["deadlock_timeout"] = "60ms"
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err == nil {
-		err = pool.Ping(ctx)
-	}
-	if err != nil {
-		t.Skipf("no session with deadlock_timeout = 60ms (not a superuser?): %v", err)
-	}
-	defer pool.Close()
+	pool := poolWithDeadlockTimeout(ctx, t, "60ms", 0)
 	upgradeUnderLoad(&bundle{t: t, ctx: ctx, pool: pool}, `{"engine": 1, "lanes": 4, "rotate_interval": "200 milliseconds"}`)
 }
 

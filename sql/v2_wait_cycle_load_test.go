@@ -8,8 +8,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // No two receives wait for each other in a cycle under load: producers,
@@ -27,20 +25,7 @@ import (
 func TestV2NoWaitCyclesUnderLoad(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cfg, err := pgxpool.ParseConfig(server.NewDatabase(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.ConnConfig.RuntimeParams["deadlock_timeout"] = "10ms"
-	cfg.MaxConns = 16
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err == nil {
-		err = pool.Ping(ctx)
-	}
-	if err != nil {
-		t.Skipf("no session with deadlock_timeout = 10ms (not a superuser?): %v", err)
-	}
-	defer pool.Close()
+	pool := poolWithDeadlockTimeout(ctx, t, "10ms", 16)
 	b := &bundle{t: t, ctx: ctx, pool: pool}
 	b.createV2("wc", `"lanes": 2, "rotate_interval": "1 second", "lease": "2 seconds", "max_attempts": 100`)
 	b.exec("SELECT sluice.create_group('wc', 'other')")
