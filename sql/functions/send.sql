@@ -52,6 +52,8 @@ $$;
 --         READ COMMITTED), SL012 json_too_deep (body or headers nested deeper than 512 levels)
 -- Tables: inserts one row into sluice.messages (engine 2: into the queue's msg,
 --         and its dedup table for a dedup_key)
+-- Calls: _send_check (when a check may fail); engine 2: the queue's
+--        e2_dedup_lookup, e2_send, e2_dedup_record; engine 1: _send_e1
 CREATE OR REPLACE FUNCTION sluice.send(queue text, body jsonb, headers jsonb DEFAULT NULL, key text DEFAULT NULL,
                                        delay interval DEFAULT NULL, priority int DEFAULT 0,
                                        dedup_key text DEFAULT NULL)
@@ -61,7 +63,6 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_qid int;
-    v_slot smallint;
     v_seq regclass;
     v_max int;
     v_notify boolean;
@@ -126,29 +127,56 @@ BEGIN
         END IF;
         RETURN v_id;
     END IF;
-    v_slot := (SELECT ns.slot FROM sluice._slot_now(v_qid) ns);   -- (engine 1)
-    IF send.dedup_key IS NOT NULL THEN
-        PERFORM sluice._dedup_lock_all(v_qid, ARRAY[send.dedup_key]);
-        EXECUTE format('SELECT x.msg_id FROM %I.e_dedup_lookup_all($1, $2) x', sluice._qschema(v_qid))
-            INTO v_id USING ARRAY[send.dedup_key], v_window;
+    RETURN sluice._send_e1(v_qid, v_seq, v_window, v_notify, send.queue, send.body, send.headers, send.key,
+                           send.delay, send.priority, send.dedup_key);
+END
+$$;
+
+-- _send_e1: the rest of send for a queue of engine 1 (its lookup and the
+-- argument checks done): the dedup key's lock and lookup, the row in
+-- sluice.messages in the current slot, the key recorded, the notification.
+--
+-- Parameters:
+--   p_qid, p_seq, p_window, p_notify  the queue's id, id sequence,
+--                                     dedup_window and notify option
+--   p_queue, p_body, p_headers, p_key, p_delay, p_priority, p_dedup_key
+--                                     as send's arguments
+-- Returns: the message id (a duplicate's: the first message's)
+-- Calls: _slot_now, _dedup_lock_all, the queue's e_dedup_lookup_all and e_dedup_record_all
+CREATE OR REPLACE FUNCTION sluice._send_e1(p_qid int, p_seq regclass, p_window interval, p_notify boolean,
+                                           p_queue text, p_body jsonb, p_headers jsonb, p_key text,
+                                           p_delay interval, p_priority int, p_dedup_key text)
+RETURNS bigint
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_slot constant smallint := (SELECT ns.slot FROM sluice._slot_now(p_qid) ns);
+    v_id bigint;
+    v_now timestamptz;
+BEGIN
+    IF p_dedup_key IS NOT NULL THEN
+        PERFORM sluice._dedup_lock_all(p_qid, ARRAY[p_dedup_key]);
+        EXECUTE format('SELECT x.msg_id FROM %I.e_dedup_lookup_all($1, $2) x', sluice._qschema(p_qid))
+            INTO v_id USING ARRAY[p_dedup_key], p_window;
         IF v_id IS NOT NULL THEN
             RETURN v_id;   -- a duplicate: nothing is enqueued
         END IF;
     END IF;
     v_now := clock_timestamp();
     INSERT INTO sluice.messages (queue_id, slot, id, txid, sent_at, deliver_at, priority, key, dedup_key, headers, body)
-    VALUES (v_qid, v_slot, nextval(v_seq), pg_current_xact_id(), v_now,
-            CASE WHEN send.delay > interval '0' THEN v_now + send.delay END,
-            send.priority, send.key, send.dedup_key, send.headers, send.body)
+    VALUES (p_qid, v_slot, nextval(p_seq), pg_current_xact_id(), v_now,
+            CASE WHEN p_delay > interval '0' THEN v_now + p_delay END,
+            p_priority, p_key, p_dedup_key, p_headers, p_body)
     RETURNING id INTO v_id;
-    IF send.dedup_key IS NOT NULL THEN
-        EXECUTE format('SELECT %I.e_dedup_record_all($1, $2, $3)', sluice._qschema(v_qid))
-            USING v_slot, ARRAY[send.dedup_key], ARRAY[v_id];
+    IF p_dedup_key IS NOT NULL THEN
+        EXECUTE format('SELECT %I.e_dedup_record_all($1, $2, $3)', sluice._qschema(p_qid))
+            USING v_slot, ARRAY[p_dedup_key], ARRAY[v_id];
     END IF;
     -- One notifier per queue at a time: a send whose concurrent peer already
     -- holds the gate leaves the wake-up to the peer's commit (see docs/design.md).
-    IF v_notify AND pg_try_advisory_xact_lock(sluice._lock_ns('notify'), v_qid) THEN
-        PERFORM pg_notify('sluice', send.queue);
+    IF p_notify AND pg_try_advisory_xact_lock(sluice._lock_ns('notify'), p_qid) THEN
+        PERFORM pg_notify('sluice', p_queue);
     END IF;
     RETURN v_id;
 END
@@ -304,6 +332,8 @@ $$;
 -- Errors: as send (SL012 json_too_deep naming bodies[i] or headers[i]), and SL006 when an array
 --         differs in length from bodies
 -- Tables: inserts into sluice.messages (engine 2: the queue's msg and dedup)
+-- Calls: _send_batch_check (when a check may fail), _mark_prioritized; engine 2: the queue's
+--        e2_send_batch or e2_send_batch_dedup; engine 1: _send_batch_e1
 CREATE OR REPLACE FUNCTION sluice.send_batch(queue text, bodies jsonb[], headers jsonb[] DEFAULT NULL,
                                              keys text[] DEFAULT NULL, delay interval DEFAULT NULL,
                                              priorities int[] DEFAULT NULL, dedup_keys text[] DEFAULT NULL)
@@ -414,29 +444,52 @@ BEGIN
         END IF;
         RETURN;
     END IF;
-    IF send_batch.dedup_keys IS NULL THEN
-        -- Every body is inserted: the ids come straight from the INSERT, in
-        -- body order (drawn after the sort, in its order).
-        RETURN QUERY
-        WITH ins AS (
-            INSERT INTO sluice.messages (queue_id, slot, id, txid, sent_at, deliver_at, priority, key, dedup_key, headers, body)
-            SELECT q.id, (SELECT ns.slot FROM sluice._slot_now(q.id) ns), nextval(q.id_seq), pg_current_xact_id(),
-                   v_now, CASE WHEN send_batch.delay > interval '0' THEN v_now + send_batch.delay END,
-                   coalesce(u.p, 0), u.k, NULL, u.h, u.b
-            FROM unnest(send_batch.bodies, send_batch.headers, send_batch.keys, send_batch.priorities)
-                 WITH ORDINALITY AS u(b, h, k, p, ord)
-            ORDER BY u.ord
-            RETURNING id
-        )
-        SELECT ins.id FROM ins ORDER BY ins.id;
-        IF q.notify AND n > 0 AND pg_try_advisory_xact_lock(sluice._lock_ns('notify'), q.id) THEN
-            v_done := pg_notify('sluice', q.name) IS NULL;
-        END IF;
+    RETURN QUERY SELECT * FROM sluice._send_batch_e1(q, send_batch.bodies, send_batch.headers, send_batch.keys,
+                                                    send_batch.delay, send_batch.priorities, send_batch.dedup_keys,
+                                                    v_now);
+END
+$$;
+
+-- _send_batch_e1: the rest of send_batch for a queue of engine 1 (its
+-- lookup and the argument checks done): the rows in sluice.messages, in the
+-- current slot, and the notification; with dedup_keys, _send_batch_dedup.
+--
+-- Parameters:
+--   q                   the queue
+--   p_bodies .. p_dedup_keys  as send_batch's arguments
+--   p_now               the send's time
+-- Returns: the message ids, in body order (a duplicate's: the first
+--   message's)
+-- Calls: _slot_now, _send_batch_dedup
+CREATE OR REPLACE FUNCTION sluice._send_batch_e1(q sluice.queue, p_bodies jsonb[], p_headers jsonb[], p_keys text[],
+                                                 p_delay interval, p_priorities int[], p_dedup_keys text[],
+                                                 p_now timestamptz)
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF p_dedup_keys IS NOT NULL THEN
+        RETURN QUERY SELECT * FROM sluice._send_batch_dedup(q, p_bodies, p_headers, p_keys, p_delay, p_priorities,
+                                                           p_dedup_keys, p_now);
         RETURN;
     END IF;
-    RETURN QUERY SELECT * FROM sluice._send_batch_dedup(q, send_batch.bodies, send_batch.headers, send_batch.keys,
-                                                       send_batch.delay, send_batch.priorities,
-                                                       send_batch.dedup_keys, v_now);
+    -- Every body is inserted: the ids come straight from the INSERT, in
+    -- body order (drawn after the sort, in its order).
+    RETURN QUERY
+    WITH ins AS (
+        INSERT INTO sluice.messages (queue_id, slot, id, txid, sent_at, deliver_at, priority, key, dedup_key, headers, body)
+        SELECT q.id, (SELECT ns.slot FROM sluice._slot_now(q.id) ns), nextval(q.id_seq), pg_current_xact_id(),
+               p_now, CASE WHEN p_delay > interval '0' THEN p_now + p_delay END,
+               coalesce(u.p, 0), u.k, NULL, u.h, u.b
+        FROM unnest(p_bodies, p_headers, p_keys, p_priorities) WITH ORDINALITY AS u(b, h, k, p, ord)
+        ORDER BY u.ord
+        RETURNING id
+    )
+    SELECT ins.id FROM ins ORDER BY ins.id;
+    IF q.notify AND cardinality(p_bodies) > 0 AND pg_try_advisory_xact_lock(sluice._lock_ns('notify'), q.id) THEN
+        PERFORM pg_notify('sluice', q.name);
+    END IF;
 END
 $$;
 
