@@ -52,8 +52,6 @@ $$;
 --         READ COMMITTED), SL012 json_too_deep (body or headers nested deeper than 512 levels)
 -- Tables: inserts one row into sluice.messages (engine 2: into the queue's msg,
 --         and its dedup table for a dedup_key)
--- Calls: _send_check (when a check may fail); engine 2: the queue's
---        e2_dedup_lookup, e2_send, e2_dedup_record; engine 1: _send_e1
 CREATE OR REPLACE FUNCTION sluice.send(queue text, body jsonb, headers jsonb DEFAULT NULL, key text DEFAULT NULL,
                                        delay interval DEFAULT NULL, priority int DEFAULT 0,
                                        dedup_key text DEFAULT NULL)
@@ -332,8 +330,6 @@ $$;
 -- Errors: as send (SL012 json_too_deep naming bodies[i] or headers[i]), and SL006 when an array
 --         differs in length from bodies
 -- Tables: inserts into sluice.messages (engine 2: the queue's msg and dedup)
--- Calls: _send_batch_check (when a check may fail), _mark_prioritized; engine 2: the queue's
---        e2_send_batch or e2_send_batch_dedup; engine 1: _send_batch_e1
 CREATE OR REPLACE FUNCTION sluice.send_batch(queue text, bodies jsonb[], headers jsonb[] DEFAULT NULL,
                                              keys text[] DEFAULT NULL, delay interval DEFAULT NULL,
                                              priorities int[] DEFAULT NULL, dedup_keys text[] DEFAULT NULL)
