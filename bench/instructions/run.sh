@@ -256,7 +256,10 @@ count() {
 }
 
 # fns KIND: callgrind_annotate's lines as KIND COUNT FUNCTION (the name
-# without its file and object; a static function is its address)
+# without its file and object; a static function is its address, unless
+# PGBIN is a build with symbols: bench/instructions/postgres-symbols.sh).
+# (--auto=no: with a build's sources at hand, callgrind_annotate would
+# append them annotated, their call lines counted as functions here)
 fns() {
 	awk -v k="$1" '$1 ~ /^[0-9,]+$/ && match($0, /%\) +/) {
 		n = $1; gsub(",", "", n); f = substr($0, RSTART + RLENGTH)
@@ -268,8 +271,8 @@ fns() {
 profile() {
 	local f
 	for f in "$1" "$2"; do
-		callgrind_annotate --inclusive=yes --threshold=100 "$f" 2>/dev/null | fns i
-		callgrind_annotate --threshold=100 "$f" 2>/dev/null | fns e
+		callgrind_annotate --auto=no --inclusive=yes --threshold=100 "$f" 2>/dev/null | fns i
+		callgrind_annotate --auto=no --threshold=100 "$f" 2>/dev/null | fns e
 		echo "--"
 	done | awk -v n="$3" '
 		$1 == "--" { file++; next }
