@@ -42,6 +42,10 @@
 #                 1 that acks the previous round's message (receive's ack
 #                 argument), one transaction, as a worker that acks with its
 #                 next receive runs (the reference: the same DELETE of 1);
+#                 n is a send alone: a round is one sluice.send of one
+#                 message to the steady rounds' queue (the reference: the
+#                 INSERT of one row), what a producer of one message per
+#                 transaction costs;
 #                 p is batch 1 through the PGMQ layer (migrated with
 #                 --pgmq): a round is pgmq.read of 1 (vt 1 hour), then
 #                 pgmq.delete of its msg_ids, on a pgmq queue preloaded by
@@ -92,7 +96,7 @@ BATCHES=${BATCHES:-1 100}
 # take (each count starts from the same copy), fewer than the 4,096 messages
 # that the first receive's cut numbers: with more, the later cuts fell in
 # the counts, ~8M a round at 40 and 50, and an empty receive cut each time.)
-steady() { [ "$1" = s ] || [ "$1" = u ] || [ "$1" = b ]; }
+steady() { [ "$1" = s ] || [ "$1" = u ] || [ "$1" = b ] || [ "$1" = n ]; }
 empty() { [ "$1" = 0 ] || [ "$1" = i ]; }
 # (a and p: one message a round)
 large() { [ "$1" = b ] || { ! steady "$1" && ! empty "$1" && [ "$1" != a ] && [ "$1" != p ] && [ "$1" -ge 50 ]; }; }
@@ -156,7 +160,7 @@ for arg in "$@"; do
 		                         JOIN sluice.consumer_group g ON g.queue_id = q.id WHERE q.name = 'ic' AND g.name = 'idle'" \
 			>"$work/note-s$i" ;; esac
 	# (the steady rounds' queue, empty)
-	case " $BATCHES " in *" s "*) psql_ "$(url s$i)" \
+	case " $BATCHES " in *" s "* | *" n "*) psql_ "$(url s$i)" \
 		-c "SELECT sluice.create_queue('st', '{\"lease\": \"1 hour\", \"rotate_interval\": \"1 day\"}'::jsonb || '${opts//\'/\'\'}'::jsonb)" >/dev/null ;; esac
 	case " $BATCHES " in *" b "*) psql_ "$(url s$i)" \
 		-c "SELECT sluice.create_queue('sb', '{\"lease\": \"1 hour\", \"rotate_interval\": \"1 day\"}'::jsonb || '${opts//\'/\'\'}'::jsonb)" >/dev/null ;; esac
@@ -197,6 +201,10 @@ rounds() {
 			echo "SELECT count(*) FROM sluice.send_batch('sb', ARRAY(SELECT jsonb_build_object('n', g, 'pad', repeat('x', 64)) FROM generate_series(1, 100) g))"
 			echo "SELECT set_config('bench.receipts', coalesce(array_agg(m.receipt), '{}')::text, false), sum(length(m.body::text)) FROM sluice.receive('sb', 'default', 100) m"
 			echo "SELECT sluice.ack('sb', 'default', current_setting('bench.receipts')::text[])"
+		elif [ "$1" = sl ] && [ "$2" = n ]; then
+			echo "INSERT INTO qs (body) VALUES (jsonb_build_object('n', $n, 'pad', repeat('x', 64)))"
+		elif [ "$2" = n ]; then
+			echo "SELECT sluice.send('st', jsonb_build_object('n', $n, 'pad', repeat('x', 64)))"
 		elif [ "$1" = sl ] && { [ "$2" = s ] || [ "$2" = u ]; }; then
 			echo "INSERT INTO qs (body) VALUES (jsonb_build_object('n', $n, 'pad', repeat('x', 64)))"
 			echo "WITH d AS (DELETE FROM qs WHERE id = ANY (ARRAY(SELECT id FROM qs ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED)) RETURNING id, body) SELECT count(*), sum(length(d.body::text)) FROM d"
@@ -283,7 +291,7 @@ profile() {
 	sed -i '1i\ inclusive    exclusive  function (instructions per round)' "$4"
 }
 
-printf '| engine | %s |\n|---|%s\n' "$(for b in $BATCHES; do case $b in 0) printf 'empty receive: instructions | ' ;; i) printf 'empty receive, idle note holding: instructions | ' ;; a) printf 'batch 1, ack carried by the next receive: instructions per round | ' ;; p) printf 'PGMQ layer, batch 1 (read, delete): instructions per round | ' ;; s) printf 'steady (send 1, receive 1, ack): instructions per round | ' ;; u) printf 'steady, slot of 20,000 used: instructions per round | ' ;; b) printf 'steady at batch 100 (send 100, receive 100, ack): instructions per round | ' ;; *) printf 'batch %s: instructions per round | ' "$b" ;; esac; done | sed 's/ | $//')" \
+printf '| engine | %s |\n|---|%s\n' "$(for b in $BATCHES; do case $b in 0) printf 'empty receive: instructions | ' ;; i) printf 'empty receive, idle note holding: instructions | ' ;; a) printf 'batch 1, ack carried by the next receive: instructions per round | ' ;; p) printf 'PGMQ layer, batch 1 (read, delete): instructions per round | ' ;; s) printf 'steady (send 1, receive 1, ack): instructions per round | ' ;; n) printf 'send of 1: instructions | ' ;; u) printf 'steady, slot of 20,000 used: instructions per round | ' ;; b) printf 'steady at batch 100 (send 100, receive 100, ack): instructions per round | ' ;; *) printf 'batch %s: instructions per round | ' "$b" ;; esac; done | sed 's/ | $//')" \
 	"$(for b in $BATCHES; do printf -- '--:|'; done)"
 dbs=(); labels=()
 i=0
