@@ -49,14 +49,14 @@ demo:
 	@$(BIN)/sluice demo $(DEMOFLAGS)
 
 ## bench: build the benchmark's command (bench/, a module of its own) into
-## bin/sluice-bench and run the default benchmark set (about 22 minutes) on
+## bin/sluice-bench and run the default benchmark set (about 25 minutes) on
 ## the embedded PostgreSQL, or on DATABASE_URL if set; results go to
 ## bench/results/<timestamp>/. Leases of 5 s, so that cells outlast them
 ## (bench/README.md). BENCHFLAGS adds or overrides flags.
 BENCHFLAGS ?=
 bench:
 	cd bench && $(GO) build -o $(CURDIR)/$(BIN)/sluice-bench .
-	$(BIN)/sluice-bench send drain keyed latency steady shootout overload app xmin statusburst memory \
+	$(BIN)/sluice-bench send drain keyed latency steady shootout overload app xmin http statusburst memory \
 		--xmin-duration 2m --interval 30s --xmin-systems sluice,skiplocked,pgmq,pgmq-compat --lease 5s $(BENCHFLAGS)
 
 ## test: vet, staticcheck, the real pgmq clients, the Python and TypeScript
