@@ -35,8 +35,10 @@ func (r *runner) newSystem(name string) (system, error) {
 		return &pgmqCompatSystem{pgmqSystem: pgmqSystem{vt: r.o.Lease}, main: r.o.Pool, out: r.o.Out}, nil
 	case "river":
 		return newRiverSystem(r.o.Pool, r.o.Poll, r.o.Out), nil
+	case "sluice-worker": // the Go library's worker, as River is driven by its client
+		return &sluiceWorkerSystem{sluiceSystem: r.sluice(), poll: max(r.o.Poll, riverFetchCooldown)}, nil
 	}
-	return nil, fmt.Errorf("unknown system %q (known: sluice, sluice-v1, sluice-v2, skiplocked, pgmq, pgmq-compat, river)", name)
+	return nil, fmt.Errorf("unknown system %q (known: sluice, sluice-v1, sluice-v2, sluice-worker, skiplocked, pgmq, pgmq-compat, river)", name)
 }
 
 // sluice returns sluice's system with the run's queue options (retention,
@@ -473,6 +475,8 @@ func (r *runner) shootout(ctx context.Context) (*Result, error) {
 	var systems []system
 	for _, s := range ready {
 		switch s := s.(type) {
+		case *sluiceWorkerSystem:
+			notes = append(notes, "sluice worker: sluice's queue and sends, consumed by the Go library's worker: "+s.settings()+".")
 		case *riverSystem:
 			// A trial install, so that a database where River cannot
 			// run (no CREATE on it, ...) skips River, not the run.

@@ -64,17 +64,18 @@ func TestSendSmoke(t *testing.T) {
 	}
 }
 
-// TestShootoutSmoke runs a short shootout of sluice, SKIP LOCKED and River:
-// every system must send and consume, River included (its drain and its
-// steady backlog prove its workers ran), and nothing may be left behind.
+// TestShootoutSmoke runs a short shootout of sluice, SKIP LOCKED, River and
+// sluice's Go worker: every system must send and consume, River and the
+// worker included (their drains and steady backlogs prove their consumers
+// ran), and nothing may be left behind.
 func TestShootoutSmoke(t *testing.T) {
 	if testing.Short() {
-		t.Skip("a shootout of three systems takes about half a minute")
+		t.Skip("a shootout of four systems takes about half a minute")
 	}
 	o := bench.Options{
 		Out: &bytes.Buffer{}, Command: "test", Duration: time.Second,
 		Producers: []int{2}, Consumers: []int{2}, Batches: []int{10},
-		Preload: 2000, Rate: 200, Systems: []string{"sluice", "skiplocked", "river"},
+		Preload: 2000, Rate: 200, Systems: []string{"sluice", "skiplocked", "river", "sluice-worker"},
 	}
 	cfg, err := pgxpool.ParseConfig(server.NewDatabase(t))
 	if err != nil {
@@ -104,7 +105,7 @@ func TestShootoutSmoke(t *testing.T) {
 	}
 	// Throughput: every system's column of every workload is positive.
 	tp := rep.Results[0].Tables[0]
-	for _, name := range []string{"sluice", "SKIP LOCKED", "River"} {
+	for _, name := range []string{"sluice", "SKIP LOCKED", "River", "sluice worker"} {
 		col := slices.Index(tp.Columns, name+" msg/s")
 		if col < 0 {
 			t.Fatalf("no column for %s in %v\n%s", name, tp.Columns, out)
@@ -117,7 +118,7 @@ func TestShootoutSmoke(t *testing.T) {
 	}
 	// Steady: everything sent was consumed, with end-to-end latencies.
 	ts := rep.Results[0].Tables[1]
-	if len(ts.Rows) != 3 {
+	if len(ts.Rows) != 4 {
 		t.Fatalf("steady rows: %v\n%s", ts.Rows, out)
 	}
 	for _, row := range ts.Rows {
