@@ -35,10 +35,11 @@ func (r *runner) newSystem(name string) (system, error) {
 		return &pgmqCompatSystem{pgmqSystem: pgmqSystem{vt: r.o.Lease}, main: r.o.Pool, out: r.o.Out}, nil
 	case "river":
 		return newRiverSystem(r.o.Pool, r.o.Poll, r.o.Out), nil
-	case "sluice-worker": // the Go library's worker, as River is driven by its client
-		return &sluiceWorkerSystem{sluiceSystem: r.sluice(), poll: max(r.o.Poll, riverFetchCooldown)}, nil
+	case "sluice-worker", "sluice-worker-async": // the Go library's worker, as River is driven by its client
+		return &sluiceWorkerSystem{sluiceSystem: r.sluice(), poll: max(r.o.Poll, riverFetchCooldown),
+			asyncAcks: name == "sluice-worker-async"}, nil
 	}
-	return nil, fmt.Errorf("unknown system %q (known: sluice, sluice-v1, sluice-v2, sluice-worker, skiplocked, pgmq, pgmq-compat, river)", name)
+	return nil, fmt.Errorf("unknown system %q (known: sluice, sluice-v1, sluice-v2, sluice-worker, sluice-worker-async, skiplocked, pgmq, pgmq-compat, river)", name)
 }
 
 // sluice returns sluice's system with the run's queue options (retention,

@@ -28,15 +28,27 @@ import (
 type sluiceWorkerSystem struct {
 	*sluiceSystem
 	poll time.Duration
+	// asyncAcks sets the worker's AsyncCommitAcks: acks ride on its next
+	// receive, committed without waiting for the disk.
+	asyncAcks bool
 	// pool is the one setup was given, which sends and Consume use.
 	pool *pgxpool.Pool
 }
 
-func (*sluiceWorkerSystem) name() string { return "sluice worker" }
+func (s *sluiceWorkerSystem) name() string {
+	if s.asyncAcks {
+		return "sluice worker, async acks"
+	}
+	return "sluice worker"
+}
 
 // settings describes the worker's configuration for the report.
 func (s *sluiceWorkerSystem) settings() string {
-	return fmt.Sprintf("Client.Consume with Concurrency = consumers x batch (River's MaxWorkers), PollInterval %s (--poll, as River's FetchPollInterval), every other option the worker's default (LISTEN wake-ups, BatchSize = Concurrency, durable acks in transactions of their own, batched)", s.poll)
+	acks := "durable acks in transactions of their own, batched"
+	if s.asyncAcks {
+		acks = "AsyncCommitAcks: acks riding on the next receive, committed without waiting for the disk"
+	}
+	return fmt.Sprintf("Client.Consume with Concurrency = consumers x batch (River's MaxWorkers), PollInterval %s (--poll, as River's FetchPollInterval), %s, every other option the worker's default (LISTEN wake-ups, BatchSize = Concurrency)", s.poll, acks)
 }
 
 func (s *sluiceWorkerSystem) setup(ctx context.Context, pool *pgxpool.Pool) error {
@@ -84,10 +96,11 @@ func (s *sluiceWorkerSystem) runConsumers(ctx context.Context, consumers, batch 
 	done := make(chan error, 1)
 	go func() {
 		done <- sluice.NewClient(s.pool).Consume(wctx, benchQueue, "default", handler, &sluice.ConsumeOptions{
-			Concurrency:  consumers * max(batch, 1),
-			PollInterval: s.poll,
-			DrainTimeout: 10 * time.Second,
-			Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
+			Concurrency:     consumers * max(batch, 1),
+			PollInterval:    s.poll,
+			AsyncCommitAcks: s.asyncAcks,
+			DrainTimeout:    10 * time.Second,
+			Logger:          slog.New(slog.NewTextHandler(io.Discard, nil)),
 		})
 	}()
 	tick := time.NewTicker(time.Millisecond)
