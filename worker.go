@@ -65,7 +65,8 @@ type ConsumeOptions struct {
 	// waiting for the disk: they ride on the next receive (one round trip and
 	// one transaction for both), or go alone with AckAsyncCommit. A crash of
 	// the server may then lose acks, and their messages come again. Off by
-	// default: acks are durable, sent in their own transactions (batched).
+	// default: acks are durable, sent in their own transactions (batched),
+	// beside the receives rather than before them.
 	AsyncCommitAcks bool
 	// OnHandlerError is called after a handler failed (returned an error or
 	// panicked) and its message was given back, on the handler's
@@ -164,6 +165,9 @@ type worker struct {
 	wake  chan struct{} // a NOTIFY for the queue arrived (capacity 1)
 	freed chan struct{} // a handler slot became free (capacity Concurrency)
 
+	aside     sync.WaitGroup // durable acks the fetch loop sent aside (ackAside), in flight
+	asideSlot chan struct{}  // held while one is (capacity 1)
+
 	ackMu    sync.Mutex
 	linger   time.Duration // how long receipts wait for a receive before the acker takes them (ackLinger)
 	pending  []string      // receipts to acknowledge, oldest first
@@ -217,12 +221,13 @@ func (c *Client) newWorker(ctx context.Context, queue, group string, handler Han
 	}
 	return &worker{
 		client: c, queue: queue, group: group, handler: handler, o: o, maxAttempts: maxAttempts,
-		inflight: make(map[string]*job),
-		wake:     make(chan struct{}, 1),
-		freed:    make(chan struct{}, o.Concurrency),
-		linger:   ackLinger,
-		ackWake:  make(chan struct{}, 1),
-		ackClose: make(chan struct{}),
+		inflight:  make(map[string]*job),
+		wake:      make(chan struct{}, 1),
+		freed:     make(chan struct{}, o.Concurrency),
+		linger:    ackLinger,
+		asideSlot: make(chan struct{}, 1),
+		ackWake:   make(chan struct{}, 1),
+		ackClose:  make(chan struct{}),
 	}, nil
 }
 
@@ -259,6 +264,7 @@ func (w *worker) run(ctx context.Context) error {
 	timer.Stop()
 	close(w.ackClose)
 	<-ackerDone
+	w.aside.Wait()
 	stopBg()
 	helpers.Wait()
 	return err
@@ -295,13 +301,15 @@ func (w *worker) fetch(ctx context.Context, handlers *sync.WaitGroup) error {
 		}
 
 		// bg, not ctx: a receive cut short could lease messages nobody sees
-		// until their lease expires. The acks waiting for the acker go first:
-		// durably on their own, or with AsyncCommitAcks with the receive (one
-		// round trip and one transaction for both, committed asynchronously).
-		done := w.takeAcks()
-		if len(done) > 0 && !w.o.AsyncCommitAcks {
-			w.ackBatch(done)
-			done = nil
+		// until their lease expires. The acks waiting for the acker go now:
+		// with AsyncCommitAcks with the receive (one round trip and one
+		// transaction for both, committed asynchronously), else durably on
+		// their own, beside the receive (ackAside).
+		var done []string
+		if w.o.AsyncCommitAcks {
+			done = w.takeAcks()
+		} else {
+			w.ackAside()
 		}
 		msgs, err := receive(w.bg, w.client.pool, w.queue, w.group,
 			&ReceiveOptions{Max: min(free, w.o.BatchSize), Lease: w.o.Lease, Consumer: w.o.Consumer, Ack: done})
@@ -581,6 +589,33 @@ func (w *worker) acker() {
 			return
 		}
 	}
+}
+
+// ackAside acknowledges the receipts waiting for it durably, in a call on
+// a goroutine of its own, unless one it made is still in flight (they then
+// wait for the next receive or the acker), and wakes the fetch loop once
+// they are committed, so that its receive sees the keys they freed. (The
+// fetch loop used to make that call before its receive, which then waited
+// for the ack's commit to reach the disk: in a steady run at 2,000 msg/s,
+// end-to-end p50 7.6 ms against 3.7 ms with AsyncCommitAcks.)
+func (w *worker) ackAside() {
+	select {
+	case w.asideSlot <- struct{}{}:
+	default:
+		return
+	}
+	done := w.takeAcks()
+	if len(done) == 0 {
+		<-w.asideSlot
+		return
+	}
+	w.aside.Add(1)
+	go func() {
+		defer w.aside.Done()
+		w.ackBatch(done)
+		<-w.asideSlot
+		w.signal()
+	}()
 }
 
 // ackBatch acknowledges receipts in one call: durably unless

@@ -119,3 +119,57 @@ func TestConsumeAcksAreDurableByDefault(t *testing.T) {
 		}
 	}
 }
+
+// A durable ack that waits does not hold up the worker's receives: the
+// fetch loop sends the acks waiting for it beside its next receive, not
+// before it. Here the ack of the first message waits for another
+// transaction that completed it and has not ended (the ack's row is in
+// conflict with that one's); meanwhile the second message is received and
+// handled. (The fetch loop used to send them first, on its own: with one
+// handler, it took the first message's ack as the slot came free and
+// waited there, and the second message stayed in the queue until the other
+// transaction ended.)
+func TestConsumeReceivesWhileADurableAckWaits(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.createQueue("q", nil)
+	first := b.send("q", "1")
+	blocker, err := b.pool.Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer blocker.Rollback(b.ctx) //nolint:errcheck // (ended below; a second rollback is a no-op)
+	handled := make(chan int64, 4)
+	stop := b.consume("q", "default", func(ctx context.Context, m *sluice.Message) error {
+		if m.ID == first {
+			// Completed by the blocker first, in a transaction left open: the
+			// worker's ack of it waits for that transaction.
+			if _, err := blocker.Exec(ctx, "SELECT sluice.ack('q', 'default', ARRAY[$1])", m.Receipt); err != nil {
+				return err
+			}
+			b.send("q", "2")
+		}
+		handled <- m.ID
+		return nil
+	}, &sluice.ConsumeOptions{Concurrency: 1, PollInterval: 20 * time.Millisecond})
+	defer stop() //nolint:errcheck // (stopped below)
+	deadline := time.After(10 * time.Second)
+	for got := 0; got < 2; {
+		select {
+		case <-handled:
+			got++
+		case <-deadline:
+			t.Fatalf("%d of 2 messages handled while the first one's ack waited: the receives waited for it", got)
+		}
+	}
+	if err := blocker.Rollback(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	b.eventually(30*time.Second, "both messages acknowledged once the blocker ended", func() bool {
+		s := b.status("q", "default")
+		return s.Ready == 0 && s.InFlight == 0 && s.Lag == 0
+	})
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+}
