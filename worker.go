@@ -8,6 +8,7 @@ import (
 	"runtime/debug"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -167,6 +168,7 @@ type worker struct {
 
 	aside     sync.WaitGroup // durable acks the fetch loop sent aside (ackAside), in flight
 	asideSlot chan struct{}  // held while one is (capacity 1)
+	keyedAcks atomic.Int32   // receipts of keyed messages queued since ackAside last looked
 
 	ackMu    sync.Mutex
 	linger   time.Duration // how long receipts wait for a receive before the acker takes them (ackLinger)
@@ -458,6 +460,9 @@ func (w *worker) handle(j *job, ackNow bool) bool {
 			return false
 		}
 	case err == nil:
+		if j.msg.Key != "" {
+			w.keyedAcks.Add(1) // (before the receipt is queued: ackAside counts it with it)
+		}
 		w.addAck(j.msg.Receipt)
 	default:
 		text := err.Error()
@@ -593,8 +598,9 @@ func (w *worker) acker() {
 
 // ackAside acknowledges the receipts waiting for it durably, in a call on
 // a goroutine of its own, unless one it made is still in flight (they then
-// wait for the next receive or the acker), and wakes the fetch loop once
-// they are committed, so that its receive sees the keys they freed. (The
+// wait for the next receive or the acker), and, when a keyed message's
+// receipt was queued since it last looked, wakes the fetch loop once they
+// are committed, so that its receive sees the keys they freed. (The
 // fetch loop used to make that call before its receive, which then waited
 // for the ack's commit to reach the disk: in a steady run at 2,000 msg/s,
 // end-to-end p50 7.6 ms against 3.7 ms with AsyncCommitAcks.)
@@ -604,6 +610,7 @@ func (w *worker) ackAside() {
 	default:
 		return
 	}
+	keyed := w.keyedAcks.Swap(0) > 0
 	done := w.takeAcks()
 	if len(done) == 0 {
 		<-w.asideSlot
@@ -614,7 +621,9 @@ func (w *worker) ackAside() {
 		defer w.aside.Done()
 		w.ackBatch(done)
 		<-w.asideSlot
-		w.signal()
+		if keyed {
+			w.signal()
+		}
 	}()
 }
 
