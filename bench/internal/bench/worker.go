@@ -24,7 +24,8 @@ import (
 // records its end-to-end latency; every other option is the worker's
 // default (LISTEN wake-ups, a receive asking for as many messages as there
 // are free handlers, durable acks sent in their own transactions, batched),
-// but the poll interval, --poll as River's.
+// but the poll interval, --poll as River's, and AsyncCommitAcks with
+// asyncAcks.
 type sluiceWorkerSystem struct {
 	*sluiceSystem
 	poll time.Duration
