@@ -1,6 +1,8 @@
 package sqlsrc_test
 
 import (
+	"fmt"
+	"slices"
 	"testing"
 )
 
@@ -57,5 +59,35 @@ func TestV2PriorityLaneLookedAtOnceThereIsOne(t *testing.T) {
 	b.send(b.pool, "q", `{"n": 6}`)
 	if got := looks("after the redrive", 1); len(got) != 2 || got[0].Body != `{"n": 5}` {
 		t.Fatalf("after the redrive: got %+v, want n 5 (priority 2) first", got)
+	}
+}
+
+// A nacked unkeyed message keeps its priority: the retry returns it, and is
+// ordered by it (found by TestV2RandomSemantics: the retry copy was sent
+// with priority 0, so a message of priority -2 came back before the other
+// messages, and one of 7 behind them).
+func TestV2RetryKeepsItsPriority(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.createV2("q", `"lanes": 1`)
+	b.exec(`SELECT sluice.send_batch('q', ARRAY['{"n": 1}', '{"n": 2}']::jsonb[], priorities => ARRAY[-2, 7])`)
+	first := b.receive("q", "default", 2, "")
+	if len(first) != 2 || first[0].Body != `{"n": 2}` || first[1].Body != `{"n": 1}` {
+		t.Fatalf("first receive: %+v, want n 2 (priority 7) then n 1 (priority -2)", first)
+	}
+	for _, m := range first {
+		if !b.nack("q", "default", m.Receipt, "0", "again") {
+			t.Fatalf("nack of %+v: stale", m)
+		}
+	}
+	b.exec(`SELECT sluice.send_batch('q', ARRAY['{"n": 3}', '{"n": 4}']::jsonb[])`)
+	got := b.receive("q", "default", 4, "")
+	var order []string
+	for _, m := range got {
+		order = append(order, fmt.Sprintf("%s/%d/%d", m.Body, m.Priority, m.Attempt))
+	}
+	want := []string{`{"n": 2}/7/2`, `{"n": 3}/0/1`, `{"n": 4}/0/1`, `{"n": 1}/-2/2`}
+	if !slices.Equal(order, want) {
+		t.Errorf("after the nacks: %v, want %v (body/priority/attempt)", order, want)
 	}
 }

@@ -265,8 +265,8 @@ $$;
 
 -- e2_nack: give a message back (sluice.nack of a queue of engine 2): its
 -- position is completed in its lease (kind n) and a retry copy is sent for
--- the group (with an id of its own; receive shows the message's), due after
--- the delay, with attempt + 1; once the message has had
+-- the group (with an id of its own; receive shows the message's; its
+-- priority), due after the delay, with attempt + 1; once the message has had
 -- max_attempts deliveries it becomes a dead letter instead. A keyed
 -- message is retried in place instead (e2_nack_keyed).
 --
@@ -322,9 +322,9 @@ BEGIN
     END IF;
     -- (a new id: two retries of one message in one transaction, for two
     -- groups, must not share (txid, id))
-    INSERT INTO msg (slot, id, txid, orig, attempt, target, due, sent_at, headers, body)
+    INSERT INTO msg (slot, id, txid, orig, attempt, target, due, sent_at, headers, body, priority)
     SELECT ns.slot, nextval(q.id_seq), pg_current_xact_id(), coalesce(m.orig, m.id), c.attempt + 1, g.id,
-           CASE WHEN v_delay > interval '0' THEN v_now + v_delay END, m.sent_at, m.headers, m.body
+           CASE WHEN v_delay > interval '0' THEN v_now + v_delay END, m.sent_at, m.headers, m.body, m.priority
     FROM sluice._slot_now(q.id) ns;
     RETURN true;
 END
