@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+	"time"
 )
 
 // A queue of engine 2 looks at its priority lane only once it has had an
@@ -89,5 +90,37 @@ func TestV2RetryKeepsItsPriority(t *testing.T) {
 	want := []string{`{"n": 2}/7/2`, `{"n": 3}/0/1`, `{"n": 4}/0/1`, `{"n": 1}/-2/2`}
 	if !slices.Equal(order, want) {
 		t.Errorf("after the nacks: %v, want %v (body/priority/attempt)", order, want)
+	}
+}
+
+// A prioritized message sent just before a rotation (so stored in the slot
+// before) is numbered before the first receive after it takes from the
+// priority lane, as one sent in the current slot is (found by
+// TestV2RandomSemantics: a receive whose priority lane had a lease that
+// ended looked at the lane before numbering, and took the plain messages
+// numbered after, passing the new prioritized one by).
+func TestV2PriorityAcrossARotation(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.createV2("q", `"lanes": 1, "rotate_interval": "100 milliseconds", "retention": "0 seconds", "slots": 2`)
+	b.exec(`SELECT sluice.send('q', '{"n": 1}', priority => 7)`)
+	if got := b.receive("q", "default", 1, "100 milliseconds"); len(got) != 1 {
+		t.Fatalf("first receive: %+v", got)
+	}
+	time.Sleep(200 * time.Millisecond) // its lease ends; the epoch is older than rotate_interval
+	epoch := b.v2epoch("q")
+	b.exec(`SELECT sluice.send_batch('q', ARRAY['{"n": 2}', '{"n": 3}', '{"n": 4}']::jsonb[], priorities => ARRAY[0, 3, 0])`)
+	b.v2maintain()
+	if e := b.v2epoch("q"); e != epoch+1 {
+		t.Fatalf("epoch %d after maintain, want %d (it rotates)", e, epoch+1)
+	}
+	got := b.receive("q", "default", 3, "")
+	var order []string
+	for _, m := range got {
+		order = append(order, fmt.Sprintf("%s/%d", m.Body, m.Attempt))
+	}
+	want := []string{`{"n": 1}/2`, `{"n": 3}/1`, `{"n": 2}/1`}
+	if !slices.Equal(order, want) {
+		t.Errorf("the receive after the rotation: %v, want %v (body/attempt)", order, want)
 	}
 }

@@ -16,8 +16,10 @@
 
 -- e2_prio_due__s: whether a receive has to look at the priority lane: a
 -- prioritized message committed and not numbered yet (it must be numbered
--- before the receive takes from a backlog), positions in the lane past the
--- group's floor, or a lease of the lane ended.
+-- before the receive takes from a backlog; in any slot: one sent before a
+-- rotation is in the slot before, and the first receive after it numbers
+-- it), positions in the lane past the group's floor, or a lease of the
+-- lane ended.
 --
 -- Parameters:
 --   p_group  group id
@@ -30,7 +32,7 @@ RETURNS "char"
 LANGUAGE plpgsql
 AS $$
 BEGIN
-    RETURN (SELECT CASE WHEN EXISTS (SELECT 1 FROM msg__s m
+    RETURN (SELECT CASE WHEN EXISTS (SELECT 1 FROM msg m
                                      WHERE m.priority <> 0 AND m.khash IS NULL AND m.txid >= c.snap_xmax
                                        AND pg_visible_in_snapshot(m.txid, pg_current_snapshot())) THEN 'n'
                         WHEN c.heads[p_lane + 1] > coalesce(st.cursor, 0) OR st.next_exp <= p_now
