@@ -71,3 +71,30 @@ func TestV2KeyTailInRuns(t *testing.T) {
 		t.Fatalf("tail delivered as %v, want %v", got, want)
 	}
 }
+
+// A nack of a later message of a run while an earlier one of its key is
+// still in flight (a run handled out of order) keeps the key held by the
+// earlier one: the retry and the key's later messages come only once it is
+// completed, in order, as on engine 1. (Found by TestV2RandomSemantics: the
+// nack replaced the key's hold by the lease with its retry's delay alone,
+// so the retry came at once, ahead of the earlier message's completion.)
+func TestV2NackOutOfOrderKeepsTheKeyHeld(t *testing.T) {
+	onBothEngines(t, `"lanes": 1`, func(b *bundle, engine int) {
+		t := b.t.(*testing.T)
+		ids := []int64{b.sendKeyed("q", `1`, "k", 0), b.sendKeyed("q", `2`, "k", 0), b.sendKeyed("q", `3`, "k", 0)}
+		run := b.receive("q", "default", 3, "30 seconds")
+		wantIDs(t, "the run", run, ids...)
+		if !b.nack("q", "default", run[1].Receipt, "0", "second fails") {
+			t.Fatalf("engine %d: nack of the second: stale", engine)
+		}
+		wantIDs(t, fmt.Sprintf("engine %d, while the first is in flight", engine), b.receive("q", "default", 3, ""))
+		if n := b.ack("q", "default", run[0].Receipt); n != 1 {
+			t.Fatalf("engine %d: ack of the first counted %d", engine, n)
+		}
+		got := b.receive("q", "default", 3, "")
+		wantIDs(t, fmt.Sprintf("engine %d, once the first is acked", engine), got, ids[1], ids[2])
+		if len(got) == 2 && (got[0].Attempt != 2 || got[1].Attempt != 1) {
+			t.Errorf("engine %d: attempts %d, %d; want 2 (the retry), 1 (released)", engine, got[0].Attempt, got[1].Attempt)
+		}
+	})
+}

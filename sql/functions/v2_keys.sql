@@ -253,11 +253,12 @@ $$;
 -- e2_nack_keyed: nack of a keyed message (e2_nack): its retry comes before
 -- the key's later messages, so it is not a copy sent anew but a waiting
 -- position of its lane (attempt + 1), at the head of its key's, and the key
--- is held until the retry is due. The key's later positions in the same
--- lease (the rest of a run) are released: completed in the lease (kind n)
--- and waiting again with the attempt they had. A nack that makes the
--- message a dead letter (p_due NULL) completes it (kind d) and releases the
--- rest the same way. Takes the lane's lock (a receive holds it for a
+-- is held until the retry is due, and while the key's earlier positions in
+-- the lease (a run nacked out of order) are not completed. The key's later
+-- positions in the same lease (the rest of a run) are released: completed
+-- in the lease (kind n) and waiting again with the attempt they had. A nack
+-- that makes the message a dead letter (p_due NULL) completes it (kind d)
+-- and releases the rest the same way. Takes the lane's lock (a receive holds it for a
 -- moment) to write the lane's new state.
 --
 -- Parameters:
@@ -311,6 +312,15 @@ BEGIN
     VALUES (st.slot, g.id, c.lane, st.lease_no + 1, 'c', 1, 0, 0, 0, '-infinity', p_now, st.cursor, st.scan_t,
             st.scan_no, st.old_due, st.next_exp,
             nullif(ARRAY(SELECT h FROM unnest(st.held) h WHERE h.khash <> m.khash)
+                   -- (the key's earlier positions in the lease, if any, still hold it)
+                   || ARRAY(SELECT CASE WHEN h.lease_no = c.lease_no
+                                        THEN ROW(h.khash, h.slot, h.lease_no, NULL,
+                                                 ARRAY(SELECT p FROM unnest(h.pos) p WHERE p < c.pos ORDER BY p)
+                                                )::sluice.e2_held
+                                        ELSE h END
+                            FROM unnest(st.held) h
+                            WHERE h.khash = m.khash AND h.lease_no IS NOT NULL
+                              AND (h.lease_no <> c.lease_no OR EXISTS (SELECT FROM unnest(h.pos) p WHERE p < c.pos)))
                    || CASE WHEN p_due IS NOT NULL THEN ARRAY[ROW(m.khash, NULL, NULL, p_due, NULL)::sluice.e2_held]
                            ELSE '{}' END, '{}'),
             nullif(ARRAY(SELECT w FROM unnest(CASE WHEN p_due IS NOT NULL
