@@ -59,6 +59,11 @@ func TestV2AckOfABatchLeaseByLease(t *testing.T) {
 		{"a stale lease", func(a, c []string) [][]string {
 			return [][]string{cat(a, stale(c)), cat(stale(a), c)}
 		}, []int{4, 4}},
+		{"a receipt with another token beside its lease's", func(a, c []string) [][]string {
+			// (the same lease and position, as a receipt of another group
+			// or a forged one names them: it completes nothing)
+			return [][]string{{a[0], stale(a[1:2])[0]}, a[1:], c}
+		}, []int{1, 3, 4}},
 		{"a position acked before", func(a, c []string) [][]string {
 			return [][]string{c[1:2], cat(a, c)}
 		}, []int{1, 7}},

@@ -162,7 +162,7 @@ BEGIN
         -- with every lease of the group, and a lookup without the order
         -- took the index on expiry and read every lease of the lane; each
         -- cost more with every lease the slot held), and its completions
-        SELECT x.*, coalesce(a.done, '{}') AS done
+        SELECT x.*, n.token, coalesce(a.done, '{}') AS done
         FROM (SELECT DISTINCT r.lane, r.lease_no, r.token FROM r) n
         CROSS JOIN LATERAL (SELECT ll.lane, ll.lease_no, ll.n, ll.first_pos, ll.last_pos, ll.redo_pos, ll.expires_at
                             FROM lease__s ll
@@ -173,7 +173,7 @@ BEGIN
                             WHERE a.group_id = p_group AND a.lane = n.lane AND a.lease_no = n.lease_no) a
     ), v AS MATERIALIZED (
         SELECT r.pos, r.lane, r.lease_no, l.n
-        FROM r JOIN l ON l.lane = r.lane AND l.lease_no = r.lease_no
+        FROM r JOIN l ON l.lane = r.lane AND l.lease_no = r.lease_no AND l.token = r.token
         WHERE (r.pos BETWEEN l.first_pos AND l.last_pos OR r.pos = ANY (l.redo_pos))
           AND (l.expires_at > p_now
                OR EXISTS (SELECT 1 FROM ext__s e WHERE e.group_id = p_group AND e.lane = r.lane
