@@ -98,3 +98,31 @@ func TestV2NackOutOfOrderKeepsTheKeyHeld(t *testing.T) {
 		}
 	})
 }
+
+// Nacks of a run out of order, the later message with a delay and then the
+// earlier one with none: no retry comes before its delay, and the key's
+// messages come in order (engine 2 holds the key until the later retry is
+// due, engine 1 delivers the earlier retry at once). (Found by
+// TestV2RandomSemantics: the second nack replaced the first's delay, and
+// the later message came back ~440 ms early.)
+func TestV2KeyedRetriesKeepTheirDelays(t *testing.T) {
+	onBothEngines(t, `"lanes": 1`, func(b *bundle, engine int) {
+		t := b.t.(*testing.T)
+		sent := []int64{b.sendKeyed("q", `1`, "k", 0), b.sendKeyed("q", `2`, "k", 0), b.sendKeyed("q", `3`, "k", 0)}
+		run := b.receive("q", "default", 3, "30 seconds")
+		wantIDs(t, "the run", run, sent...)
+		start := time.Now()
+		if !b.nack("q", "default", run[1].Receipt, "600 milliseconds", "second fails") ||
+			!b.nack("q", "default", run[0].Receipt, "0", "first fails") {
+			t.Fatalf("engine %d: a nack was stale", engine)
+		}
+		early := b.receive("q", "default", 3, "")
+		if len(early) > 1 || (len(early) == 1 && early[0].ID != sent[0]) {
+			t.Fatalf("engine %d, at once: got ids %v, want none or the first", engine, ids(early))
+		}
+		b.ack("q", "default", receipts(early)...)
+		time.Sleep(700*time.Millisecond - time.Since(start))
+		got := b.receive("q", "default", 3, "")
+		wantIDs(t, fmt.Sprintf("engine %d, after the delay", engine), got, sent[len(early):]...)
+	})
+}

@@ -254,7 +254,9 @@ $$;
 -- the key's later messages, so it is not a copy sent anew but a waiting
 -- position of its lane (attempt + 1), at the head of its key's, and the key
 -- is held until the retry is due, and while the key's earlier positions in
--- the lease (a run nacked out of order) are not completed. The key's later
+-- the lease (a run nacked out of order) are not completed; a later
+-- message's retry already waiting keeps it held until that one's is due
+-- too (the key's retries come in order, none before its time). The key's later
 -- positions in the same lease (the rest of a run) are released: completed
 -- in the lease (kind n) and waiting again with the attempt they had. A nack
 -- that makes the message a dead letter (p_due NULL) completes it (kind d)
@@ -321,8 +323,14 @@ BEGIN
                             FROM unnest(st.held) h
                             WHERE h.khash = m.khash AND h.lease_no IS NOT NULL
                               AND (h.lease_no <> c.lease_no OR EXISTS (SELECT FROM unnest(h.pos) p WHERE p < c.pos)))
-                   || CASE WHEN p_due IS NOT NULL THEN ARRAY[ROW(m.khash, NULL, NULL, p_due, NULL)::sluice.e2_held]
-                           ELSE '{}' END, '{}'),
+                   -- (held until the retry is due, and a later message's retry
+                   -- waiting behind it: until the latest)
+                   || ARRAY(SELECT ROW(m.khash, NULL, NULL, x.until, NULL)::sluice.e2_held
+                            FROM (SELECT max(u.until) AS until
+                                  FROM (SELECT p_due AS until
+                                        UNION ALL SELECT h.until FROM unnest(st.held) h
+                                                  WHERE h.khash = m.khash AND h.lease_no IS NULL) u) x
+                            WHERE x.until IS NOT NULL), '{}'),
             nullif(ARRAY(SELECT w FROM unnest(CASE WHEN p_due IS NOT NULL
                                                    THEN ARRAY[ROW(c.pos, m.khash, c.id, c.txid, m.slot,
                                                                   c.attempt + 1)::sluice.e2_wait] ELSE '{}' END
