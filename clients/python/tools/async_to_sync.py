@@ -116,6 +116,7 @@ FILES = [
             ('@worker.handler("emails")\n    async def', '@worker.handler("emails", lease=30)\n    def'),
             ("asyncio.run(worker.run())", "worker.run()"),
             ("to one task in order", "to one thread in order"),
+            ("on a\ntask of their own", "on a\nthread of their own"),
             (
                 "then cancels those still running and gives their messages back for\nimmediate redelivery.",
                 "then gives their messages back for immediate redelivery\n(a thread cannot be killed: a handler "
@@ -136,8 +137,8 @@ FILES = [
                 "blocks below (their ``else:``\nbranch is the sync code).",
                 "",
             ),
-            ("One route's fetch loop, handler tasks and heartbeat.", "One route's fetch loop, handler threads and "
-             "heartbeat."),
+            ("One route's fetch loop, acker, handler tasks and heartbeat.", "One route's fetch loop, acker, handler "
+             "threads and heartbeat."),
         ],
     ),
 ]

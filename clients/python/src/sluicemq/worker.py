@@ -11,12 +11,14 @@
     worker.run()   # until SIGTERM or SIGINT
 
 Like the Go library's Consume: it receives in batches, in short
-transactions of their own (acks of finished messages ride with the next
-receive); renews the leases of running handlers (heartbeat); acks a
-message when its handler returns and nacks it with the exception's text
-when it raises; hands the messages of one key to one thread in order,
-acking each before the next and stopping at the first failure (the engine
-releases the rest of the run, which comes back after the failed one); waits
+transactions of their own; renews the leases of running handlers
+(heartbeat); acks a message when its handler returns and nacks it with the
+exception's text when it raises (the acks go in batches, durably, on a
+thread of their own beside the receives, which so never wait for an ack's
+commit; with async_commit_acks they ride on the next receive instead);
+hands the messages of one key to one thread in order, acking each before the
+next and stopping at the first failure (the engine releases the rest of the
+run, which comes back after the failed one); waits
 for a NOTIFY on channel 'sluice' from a committed send (LISTEN on a
 connection of its own) or for the poll interval when the queue looks empty.
 On stop it stops receiving, lets running handlers finish for up to the
@@ -64,6 +66,8 @@ from .errors import QueueNotFound, SluiceError
 from .types import Message
 
 __all__ = ["Worker"]
+
+ACK_BATCH = 1000  # receipts per ack call of the acker and at shutdown
 
 
 class Worker(Registry[Handler]):
@@ -192,7 +196,7 @@ class _Job:
 
 
 class _Consumer:
-    """One route's fetch loop, handler threads and heartbeat."""
+    """One route's fetch loop, acker, handler threads and heartbeat."""
 
     def __init__(self, worker: Worker, route: Route[Handler], lease: timedelta, max_attempts: int) -> None:
         self.w, self.route, self.c = worker, route, worker.client
@@ -204,7 +208,10 @@ class _Consumer:
         self.cond = Condition()
         self.free = route.concurrency
         self.inflight: dict[str, _Job] = {}
-        self.acks: list[str] = []
+        self.acks: list[str] = []  # receipts to acknowledge, oldest first
+        self.keyed = 0  # how many of them, from the first, reach the last keyed message's
+        self.acks_closed = False  # shutdown acknowledges what is left: the acker returns
+        self.acker: Task | None = None
         self.kicked = False
         self.stopping = False
         self.handlers = Handlers(route.concurrency, f"sluice-{route.queue}")
@@ -223,6 +230,8 @@ class _Consumer:
     def start(self) -> None:
         self.fetcher = spawn(self._fetch, name=f"sluice-{self.route.queue}")
         self.heartbeater = spawn(self._heartbeat, name=f"sluice-{self.route.queue}")
+        if not self.w.async_commit_acks:
+            self.acker = spawn(self._acker, name=f"sluice-{self.route.queue}")
 
     def kick(self) -> None:
         with self.cond:
@@ -240,10 +249,10 @@ class _Consumer:
                 if self.stopping:
                     return
                 n = min(self.free, self.route.batch_size)
-                acks, self.acks = self.acks, []
-            if acks and not self.w.async_commit_acks:
-                self._ack_alone(acks)  # durable, in its own transaction
-                acks = []
+                # With async_commit_acks the acks ride on the receive (one round
+                # trip and one transaction for both, committed asynchronously);
+                # durable ones are the acker's, sent beside the receive.
+                acks = self._take_acks() if self.w.async_commit_acks else []
             try:
                 msgs = self.c.receive(
                     q, g, max_messages=n, lease=self.lease, consumer=self.w.consumer, ack=acks or None
@@ -277,10 +286,42 @@ class _Consumer:
             if time.monotonic() - active < HOT_PERIOD:
                 wait = min(wait, HOT_POLL)
             with self.cond:
-                self.cond.wait_until(lambda: self.kicked or self.stopping or bool(self.acks), timeout=wait)
+                self.cond.wait_until(lambda: self.kicked or self.stopping or self._acks_ride(), timeout=wait)
                 if self.kicked:
                     active = time.monotonic()
                 self.kicked = False
+
+    def _acks_ride(self) -> bool:
+        """Receipts wait for the next receive to carry them (async_commit_acks)."""
+        return self.w.async_commit_acks and bool(self.acks)
+
+    def _take_acks(self, limit: int | None = None) -> list[str]:
+        """Takes the receipts waiting (the first ``limit`` of them); the caller
+        holds the lock."""
+        n = len(self.acks) if limit is None else min(limit, len(self.acks))
+        taken, self.acks = self.acks[:n], self.acks[n:]
+        self.keyed = max(0, self.keyed - n)
+        return taken
+
+    def _acker(self) -> None:
+        """Acknowledges the receipts that handlers queue, durably, beside the fetch
+        loop's receives: one ack call at a time, carrying the receipts queued
+        meanwhile (up to 1,000 a call). So no receive waits for an ack's commit to
+        reach the disk, nor for a transaction that holds an ack up (a row lock on
+        the same message). The fetch loop is not woken for an ack, except when
+        one carried a keyed message's receipt: the key's next message becomes
+        receivable only once it committed. Returns once shutdown closed the acks
+        (shutdown acknowledges what is left, after this call in flight)."""
+        while True:
+            with self.cond:
+                self.cond.wait_until(lambda: self.acks_closed or bool(self.acks))
+                if self.acks_closed:
+                    return
+                keyed = self.keyed > 0
+                acks = self._take_acks(ACK_BATCH)
+            self._ack_alone(acks)
+            if keyed:
+                self.kick()
 
     def _ack_alone(self, acks: list[str]) -> None:
         if not acks:
@@ -302,13 +343,16 @@ class _Consumer:
                 return
 
     def _untrack(self, job: _Job, ack: bool = False) -> bool:
-        """The job is no longer in flight (``ack``: its ack rides with the next
-        receive, unless it was released); whether it was released at shutdown."""
+        """The job is no longer in flight (``ack``: its ack is queued, for the acker
+        or the next receive, unless it was released); whether it was released at
+        shutdown."""
         with self.cond:
             self.inflight.pop(job.msg.receipt, None)
             self.free += 1
             if ack and not job.released:
                 self.acks.append(job.msg.receipt)
+                if job.msg.key is not None:
+                    self.keyed = len(self.acks)
             self.cond.notify_all()
             return job.released
 
@@ -387,9 +431,19 @@ class _Consumer:
             for j in self.inflight.values():
                 j.released = True
                 left.append(j.msg)
-            acks, self.acks = self.acks, []
         self.handlers.shutdown(wait=drained)
-        self._ack_alone(acks)
+        # No receipt is queued from now on (the handlers finished, or their
+        # outcome is ignored): the acker's call in flight ends, then the rest go.
+        with self.cond:
+            self.acks_closed = True
+            self.cond.notify_all()
+        join(self.acker)
+        while True:
+            with self.cond:
+                acks = self._take_acks(ACK_BATCH)
+            if not acks:
+                break
+            self._ack_alone(acks)
         self._release(left)
         self.hb_stop.set()
         halt(self.heartbeater)
