@@ -4,6 +4,7 @@ explicit opt-in (``durable=False``, ``async_commit_acks=True``)."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -12,6 +13,7 @@ import psycopg
 import pytest
 
 import sluicemq as sluice
+from sluicemq._routes import HOT_PERIOD
 from test_worker import idle, running, running_async, wait_until
 
 
@@ -95,6 +97,36 @@ def test_async_worker_acks_are_durable_by_default(client: sluice.Client, queue: 
             assert spy.durable and all(spy.durable) and spy.ride == 0, (spy.durable, spy.ride)
 
 
+@contextmanager
+def consuming(mode: str, client: sluice.Client, dsn: str, queue: str, on_message: Any, **kw: Any) -> Iterator[None]:
+    """Runs a Worker (``mode`` "sync") or an AsyncWorker ("async") whose handler calls
+    ``on_message(msg)`` (on a thread of its own, for the AsyncWorker)."""
+    if mode == "sync":
+        worker = sluice.Worker(client, **kw)
+        worker.handler(queue)(on_message)
+        with running(worker):
+            yield
+    else:
+
+        def setup(w: sluice.AsyncWorker) -> None:
+            @w.handler(queue)
+            async def handle(msg: sluice.Message) -> None:
+                await asyncio.to_thread(on_message, msg)
+
+        with running_async(dsn, setup, **kw):
+            yield
+
+
+def blocking(client: sluice.Client, blocker: psycopg.Connection[Any]) -> bool:
+    """A backend (the worker's ack) waits for the blocker's transaction."""
+    with client.pool.connection() as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))",
+            (blocker.info.backend_pid,),
+        ).fetchone()
+    return row is not None and row[0] > 0
+
+
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_worker_receives_while_a_durable_ack_waits(client: sluice.Client, queue: str, dsn: str, mode: str) -> None:
     """The worker's durable ack of the first message waits for another transaction,
@@ -105,52 +137,19 @@ def test_worker_receives_while_a_durable_ack_waits(client: sluice.Client, queue:
     handled: list[int] = []
     blocker = psycopg.connect(dsn)  # not autocommit: its transaction stays open
 
-    def complete_first_and_send(receipt: str) -> None:
-        # Completes the first message in a transaction left open: the
-        # worker's own ack of it then waits for that transaction's row lock.
-        blocker.execute("SELECT sluice.ack(%s, 'default', ARRAY[%s])", (queue, receipt))
-        client.send(queue, 2)
-
-    def blocked() -> bool:
-        """A backend (the worker's ack) waits for the blocker's transaction."""
-        with client.pool.connection() as conn:
-            row = conn.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))",
-                (blocker.info.backend_pid,),
-            ).fetchone()
-        return row is not None and row[0] > 0
-
-    @contextmanager
-    def consuming() -> Iterator[None]:
-        kw: dict[str, Any] = {"concurrency": 1, "poll_interval": 0.02}
-        if mode == "sync":
-            worker = sluice.Worker(client, **kw)
-
-            @worker.handler(queue)
-            def handle(msg: sluice.Message) -> None:
-                if msg.id == first:
-                    complete_first_and_send(msg.receipt)
-                handled.append(msg.id)
-
-            with running(worker):
-                yield
-        else:
-
-            def setup(w: sluice.AsyncWorker) -> None:
-                @w.handler(queue)
-                async def handle(msg: sluice.Message) -> None:
-                    if msg.id == first:
-                        await asyncio.to_thread(complete_first_and_send, msg.receipt)
-                    handled.append(msg.id)
-
-            with running_async(dsn, setup, **kw):
-                yield
+    def handle(msg: sluice.Message) -> None:
+        if msg.id == first:
+            # Completes the first message in a transaction left open: the
+            # worker's own ack of it then waits for that transaction's row lock.
+            blocker.execute("SELECT sluice.ack(%s, 'default', ARRAY[%s])", (queue, msg.receipt))
+            client.send(queue, 2)
+        handled.append(msg.id)
 
     try:
-        with consuming():
+        with consuming(mode, client, dsn, queue, handle, concurrency=1, poll_interval=0.02):
             try:
                 wait_until(lambda: len(handled) == 2, 5, "the second message handled while the first one's ack waited")
-                wait_until(blocked, 5, "the worker's ack of the first message waits for the blocker")
+                wait_until(lambda: blocking(client, blocker), 5, "the worker's ack of the first message waits for the blocker")
                 assert blocker.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS
             finally:
                 blocker.rollback()  # the worker's ack of the first message goes through
@@ -158,3 +157,37 @@ def test_worker_receives_while_a_durable_ack_waits(client: sluice.Client, queue:
     finally:
         blocker.close()
     assert len(handled) == 2 and handled[0] == first, handled
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_worker_receives_a_keys_next_message_once_its_ack_commits(
+    client: sluice.Client, queue: str, dsn: str, mode: str
+) -> None:
+    """The next message of a key becomes receivable when the ack of the one before
+    commits: the acker then wakes the fetch loop, which otherwise, without LISTEN,
+    would wait for its 30 s poll interval."""
+    client.create_queue(queue)
+    first, second = client.send_batch(queue, [1, 2], keys=["k", "k"])
+    handled: list[int] = []
+    blocker = psycopg.connect(dsn)  # not autocommit: its transaction stays open
+
+    def handle(msg: sluice.Message) -> None:
+        if msg.id == first:
+            # The worker's ack of it waits for this transaction, ended below.
+            blocker.execute("SELECT sluice.ack(%s, 'default', ARRAY[%s])", (queue, msg.receipt))
+        handled.append(msg.id)
+
+    kw: dict[str, Any] = {"concurrency": 1, "poll_interval": 30, "listen": False}
+    try:
+        with consuming(mode, client, dsn, queue, handle, **kw):
+            try:
+                wait_until(lambda: blocking(client, blocker), 5, "the worker's ack of the first message waits for the blocker")
+                time.sleep(HOT_PERIOD + 0.3)  # the fetch loop's empty receives now wait 30 s
+                assert handled == [first]  # the second waits for the first one's ack
+            finally:
+                blocker.rollback()  # the worker's ack of the first message goes through
+            wait_until(lambda: len(handled) == 2, 5, "the key's second message handled once the first one's ack committed")
+            wait_until(lambda: idle(client, queue), 5, "both messages acknowledged")
+    finally:
+        blocker.close()
+    assert handled == [first, second]
