@@ -209,7 +209,7 @@ class _Consumer:
         self.free = route.concurrency
         self.inflight: dict[str, _Job] = {}
         self.acks: list[str] = []  # receipts to acknowledge, oldest first
-        self.keyed = 0  # how many of them, from the first, reach the last keyed message's
+        self.keyed = 0  # acks[keyed - 1] is the last keyed message's receipt (0: none is)
         self.acks_closed = False  # shutdown acknowledges what is left: the acker returns
         self.acker: Task | None = None
         self.kicked = False
@@ -317,7 +317,7 @@ class _Consumer:
                 self.cond.wait_until(lambda: self.acks_closed or bool(self.acks))
                 if self.acks_closed:
                     return
-                keyed = self.keyed > 0
+                keyed = self.keyed > 0  # (a keyed receipt may be past this batch: a spare wake-up)
                 acks = self._take_acks(ACK_BATCH)
             self._ack_alone(acks)
             if keyed:
