@@ -87,7 +87,8 @@ export interface WorkerOptions {
    * the next receive (one round trip for both), which commits
    * asynchronously, or go alone with durable: false. A server crash may then
    * lose acks, and their messages come again. Default false: acks are
-   * durable, each batch in its own transaction.
+   * durable, each batch in its own transaction, sent beside the receives
+   * (a receive does not wait for an ack's commit).
    */
   asyncCommitAcks?: boolean;
   /**
@@ -114,6 +115,13 @@ const hotPollInterval = 25;
 const maxErrorText = 10_000;
 // The most receipts one ack carries.
 const maxAckBatch = 1000;
+
+/** A receipt waiting for the acker (or, with asyncCommitAcks, a receive). */
+interface QueuedAck {
+  receipt: string;
+  /** Of a keyed message: its key's next message waits for this ack. */
+  keyed: boolean;
+}
 
 /** A message being handled. */
 interface Job<B> {
@@ -157,7 +165,7 @@ export class Worker<B = JSONValue> {
   readonly #wake = new Wakeup();
   readonly #freed = new Wakeup();
   #free = 0;
-  #acks: string[] = [];
+  #acks: QueuedAck[] = [];
   #acking: Promise<void> | undefined;
   readonly #handlerAbort = new AbortController();
   #running = false;
@@ -274,14 +282,12 @@ export class Worker<B = JSONValue> {
         continue;
       }
       // The receive is not cut short by the signal: it could lease messages
-      // nobody sees until their lease expires. The acks waiting go first,
-      // durably on their own, or with asyncCommitAcks with the receive (one
-      // round trip, committed asynchronously).
-      let done = this.#acks.splice(0, maxAckBatch);
-      if (done.length > 0 && !this.#o.asyncCommitAcks) {
-        await this.#ackNow(done);
-        done = [];
-      }
+      // nobody sees until their lease expires. With asyncCommitAcks the acks
+      // waiting ride on it (one round trip, committed asynchronously);
+      // durable acks are the acker's alone, sent beside the receive, which
+      // does not wait for their commit to reach the disk (nor for anything
+      // holding them up).
+      const done = this.#o.asyncCommitAcks ? this.#acks.splice(0, maxAckBatch).map((a) => a.receipt) : [];
       let msgs: Message<B>[] = [];
       try {
         msgs = await this.#sluice.receive<B>(this.#queue, this.#group, {
@@ -391,7 +397,7 @@ export class Worker<B = JSONValue> {
       return this.#ackNow([j.msg.receipt]);
     }
     if (ok) {
-      this.#queueAck(j.msg.receipt);
+      this.#queueAck({ receipt: j.msg.receipt, keyed: j.msg.key !== null });
       return true;
     }
     let nacked = false;
@@ -427,27 +433,42 @@ export class Worker<B = JSONValue> {
     }
   }
 
-  // queueAck hands a receipt to the acker: one ack at a time, carrying all
-  // the receipts that came while the previous one was in flight (or the
-  // next receive takes them).
-  #queueAck(receipt: string): void {
-    this.#acks.push(receipt);
+  // queueAck hands a receipt to the acker: one ack call at a time, carrying
+  // all the receipts that came while the previous one was in flight (with
+  // asyncCommitAcks, the next receive may take them first).
+  #queueAck(a: QueuedAck): void {
+    this.#acks.push(a);
     this.#startAcker();
   }
 
   #startAcker(): Promise<void> {
     if (this.#acking === undefined) {
-      this.#acking = this.#acker().finally(() => {
-        this.#acking = undefined;
-      });
+      this.#acking = this.#acker();
     }
     return this.#acking;
   }
 
+  // acker sends the queued receipts, maxAckBatch at a time, until none is
+  // left. Durable acks are sent by it alone, beside the fetch loop's
+  // receives; when a durable ack of a keyed message committed, it wakes the
+  // fetch loop, since that key's next message becomes receivable only then.
   async #acker(): Promise<void> {
-    await Promise.resolve(); // let the receipts of this tick gather
-    while (this.#acks.length > 0) {
-      await this.#ackNow(this.#acks.splice(0, maxAckBatch));
+    try {
+      await Promise.resolve(); // let the receipts of this tick gather
+      for (;;) {
+        const batch = this.#acks.splice(0, maxAckBatch);
+        if (batch.length === 0) {
+          return;
+        }
+        const ok = await this.#ackNow(batch.map((a) => a.receipt));
+        if (ok && !this.#o.asyncCommitAcks && batch.some((a) => a.keyed)) {
+          this.#wake.notify();
+        }
+      }
+    } finally {
+      // In the same turn as the check above that found no receipt left: one
+      // queued after it starts a new acker.
+      this.#acking = undefined;
     }
   }
 

@@ -294,6 +294,94 @@ describe("worker", { timeout: 60_000 }, () => {
     await s.dropQueue(q);
   });
 
+  // A durable ack that waits does not hold up the worker's receives: the
+  // acker sends it beside them. Here the ack of the first message waits for
+  // another transaction that completed it and has not ended (the ack's row
+  // is in conflict with that one's); meanwhile the second message is
+  // received and handled. (The fetch loop used to send the acks queued for
+  // it before each receive, on its own: with one handler, it woke as the
+  // slot came free, took the first message's receipt before the acker did
+  // and waited there, and the second message stayed in the queue until the
+  // other transaction ended.)
+  test("a durable ack that waits does not hold up the receives", async () => {
+    const q = await newQueue();
+    const first = await s.send(q, 1);
+    const blocker = await s.pool.connect();
+    let open = false;
+    try {
+      await blocker.query("BEGIN");
+      open = true;
+      const handled: string[] = [];
+      const w = start(
+        q,
+        async (m) => {
+          if (m.id === first) {
+            // Completed by the blocker first, in a transaction left open: the
+            // worker's ack of it waits for that transaction.
+            await blocker.query("SELECT sluice.ack($1, 'default', ARRAY[$2])", [q, m.receipt]);
+            await s.send(q, 2);
+          }
+          handled.push(m.id);
+        },
+        { concurrency: 1, pollInterval: 20 },
+      );
+      await eventually(() => handled.length === 2, 5000, "the second message handled while the first one's ack waited");
+      await blocker.query("ROLLBACK");
+      open = false;
+      await eventually(
+        async () => {
+          const [st] = await s.status(q);
+          return st?.ready === 0 && st?.inFlight === 0 && st?.lag === 0;
+        },
+        10_000,
+        "both messages acknowledged once the blocker ended",
+      );
+      w.ac.abort();
+      await w.run;
+      assert.deepEqual(w.errors, []);
+    } finally {
+      if (open) {
+        await blocker.query("ROLLBACK").catch(() => {});
+      }
+      blocker.release();
+    }
+    await s.dropQueue(q);
+  });
+
+  // The next message of a key becomes receivable only once the ack of the
+  // one before commits; the acker, which sends it beside the receives, then
+  // wakes the fetch loop (here past its hot period, with a 30 s poll).
+  test("a keyed message's durable ack wakes the worker for the key's next message", async () => {
+    const q = await newQueue();
+    await s.sendBatch(q, [
+      { body: 0, key: "k" },
+      { body: 1, key: "k" },
+    ]);
+    const handled: number[] = [];
+    let firstDone = 0;
+    let gap = -1;
+    const w = start<number>(
+      q,
+      async (m) => {
+        if (m.body === 0) {
+          await sleep(1500); // past the hot period of the empty receives
+          firstDone = Date.now();
+        } else {
+          gap = Date.now() - firstDone;
+        }
+        handled.push(m.body);
+      },
+      { concurrency: 2, batchSize: 1, pollInterval: 30_000 },
+    );
+    await eventually(() => handled.length === 2, 6000, "the key's next message handled long before the 30 s poll");
+    assert.deepEqual(handled, [0, 1]);
+    assert.ok(gap >= 0 && gap < 1000, `the next message handled ${gap} ms after its predecessor`);
+    w.ac.abort();
+    await w.run;
+    assert.deepEqual(w.errors, []);
+    await s.dropQueue(q);
+  });
+
   test("an unknown queue or a heartbeat not shorter than the lease rejects run", async () => {
     await assert.rejects(new Worker(s, uniqueName("none"), "default", () => {}).run(), QueueNotFoundError);
     const q = await newQueue();
