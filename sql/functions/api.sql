@@ -684,9 +684,11 @@ $$;
 -- leases: the deliveries of a queue in flight now: leased by a receive,
 -- lease not expired, not completed (acked, nacked, dead-lettered), and the
 -- newest delivery of its message in its group (a receipt of it is current,
--- see above). A message extended shows its new expiry (on a queue of engine 2
--- an extend renews the lease of all the messages its receive took from one
--- lane: they all show it); a nacked one, or one
+-- see above). A message extended shows its new expiry (an extend renews
+-- the receipts it is given, not the others its receive returned; on a
+-- queue of engine 2, when a receive's messages of one lane include a keyed
+-- one, those of them not extended are delivered again only once the last
+-- extension ends, and meanwhile are not shown); a nacked one, or one
 -- whose lease expired, is not in flight (it is ready or delayed again).
 -- Receipts are not shown: leases is for looking, not for completing
 -- another consumer's messages. Reads only; costs O(leases of the groups
