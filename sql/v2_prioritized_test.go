@@ -5,6 +5,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // A queue of engine 2 looks at its priority lane only once it has had an
@@ -122,5 +124,96 @@ func TestV2PriorityAcrossARotation(t *testing.T) {
 	want := []string{`{"n": 1}/2`, `{"n": 3}/1`, `{"n": 2}/1`}
 	if !slices.Equal(order, want) {
 		t.Errorf("the receive after the rotation: %v, want %v (body/attempt)", order, want)
+	}
+}
+
+// The first prioritized send of a queue notes it in the queue's row
+// (sluice._mark_prioritized) without waiting for that row: a producer whose
+// first prioritized send is left open in a transaction holds up no other
+// producer, and the other's message is delivered first all the same (the
+// receive that finds the priority lane numbered notes it). A REPEATABLE
+// READ send whose snapshot predates the note does not fail on it. (The
+// send waited for the open transaction's row lock until it ended.)
+func TestV2PrioritizedSendsDoNotWaitForEachOther(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.createV2("q", `"lanes": 1`)
+	flag := func(q string) bool {
+		return b.int64(`SELECT prioritized::int FROM sluice.queue WHERE name = $1`, q) == 1
+	}
+	sendWithin := func(tx pgx.Tx, q, body string, priority int) {
+		t.Helper()
+		if _, err := tx.Exec(b.ctx, `SET LOCAL statement_timeout = '5s'`); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Exec(b.ctx, `SELECT sluice.send($1, $2::jsonb, priority => $3)`, q, body, priority); err != nil {
+			t.Fatalf("prioritized send of %s while another is open: %v", body, err)
+		}
+	}
+
+	b.send(b.pool, "q", `{"n": 0}`)
+	open, err := b.pool.Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer open.Rollback(b.ctx) //nolint:errcheck
+	sendWithin(open, "q", `{"n": 1}`, 5)
+	other, err := b.pool.Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Rollback(b.ctx) //nolint:errcheck
+	sendWithin(other, "q", `{"n": 2}`, 3)
+	if err := other.Commit(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if flag("q") {
+		t.Fatal("prioritized is set while the transaction that set it is open")
+	}
+	got := b.receive("q", "default", 10, "")
+	if len(got) != 2 || got[0].Body != `{"n": 2}` || got[1].Body != `{"n": 0}` {
+		t.Fatalf("receive with the first prioritized send open: %+v, want n 2 (priority 3), then n 0", got)
+	}
+	b.ack("q", "default", receipts(got)...)
+	if err := open.Rollback(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if flag("q") {
+		t.Fatal("prioritized is set after the transaction that set it rolled back")
+	}
+	if got := b.receive("q", "default", 10, ""); len(got) != 0 {
+		t.Fatalf("a rolled-back send delivered: %+v", got)
+	}
+	if !flag("q") {
+		t.Fatal("a receive that found the priority lane numbered did not set prioritized")
+	}
+	b.send(b.pool, "q", `{"n": 3}`)
+	b.exec(`SELECT sluice.send('q', '{"n": 4}', priority => -1)`)
+	b.exec(`SELECT sluice.send('q', '{"n": 5}', priority => 1)`)
+	if got := b.receive("q", "default", 10, ""); len(got) != 3 || got[0].Body != `{"n": 5}` ||
+		got[1].Body != `{"n": 3}` || got[2].Body != `{"n": 4}` {
+		t.Fatalf("after the receive set it: %+v, want n 5, n 3, n 4", got)
+	}
+
+	// REPEATABLE READ, its snapshot from before another send set the flag.
+	b.createV2("rr", `"lanes": 1`)
+	rr, err := b.pool.BeginTx(b.ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rr.Rollback(b.ctx) //nolint:errcheck
+	if _, err := rr.Exec(b.ctx, `SELECT count(*) FROM sluice.queue`); err != nil {
+		t.Fatal(err)
+	}
+	b.exec(`SELECT sluice.send('rr', '{"n": 1}', priority => 2)`)
+	if !flag("rr") {
+		t.Fatal("a prioritized send with no other open did not set prioritized")
+	}
+	sendWithin(rr, "rr", `{"n": 2}`, 4)
+	if err := rr.Commit(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := b.receive("rr", "default", 10, ""); len(got) != 2 || got[0].Body != `{"n": 2}` {
+		t.Fatalf("rr: %+v, want n 2 (priority 4) first", got)
 	}
 }

@@ -483,15 +483,30 @@ $$;
 -- the priority lane from then on (e2_receive__s). Once per queue: callers
 -- call it only while the queue's row says false. Keyed messages keep their
 -- key's order whatever their priority, so a caller may pass over them.
+-- It never waits: when another transaction holds the queue's row (the
+-- first prioritized send of another producer, not committed yet; an
+-- alter_queue), it leaves the row as it is, and the first receive whose
+-- cut numbered a position in the priority lane sets it (e2_receive__s), so
+-- a send left open in a transaction holds up no other producer. Under
+-- REPEATABLE READ, a row set by a transaction that committed after the
+-- caller's snapshot is left as it is too (it says true already).
 --
 -- Parameters:
 --   p_queue_id  queue id
+-- Returns: true when this call set it
 CREATE OR REPLACE FUNCTION sluice._mark_prioritized(p_queue_id int)
-RETURNS void
-LANGUAGE sql
+RETURNS boolean
+LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
-    UPDATE sluice.queue SET prioritized = true WHERE id = p_queue_id AND NOT prioritized
+BEGIN
+    UPDATE sluice.queue SET prioritized = true
+    WHERE id = (SELECT x.id FROM sluice.queue x WHERE x.id = p_queue_id AND NOT x.prioritized
+                FOR NO KEY UPDATE SKIP LOCKED);
+    RETURN FOUND;
+EXCEPTION WHEN serialization_failure THEN
+    RETURN false;
+END
 $$;
 
 -- _lease_ok: whether v is a valid lease: a positive interval of at most 7

@@ -12,7 +12,8 @@
 -- (e2_slow). Keyed messages keep their key's order whatever their priority.
 -- A receive looks at the priority lane only once the queue has had an
 -- unkeyed prioritized message (sluice.queue.prioritized: set by send,
--- send_batch and redrive, sluice._mark_prioritized).
+-- send_batch and redrive, or by a receive when they could not,
+-- sluice._mark_prioritized).
 
 -- e2_prio_due__s: whether a receive has to look at the priority lane: a
 -- prioritized message committed and not numbered yet (it must be numbered

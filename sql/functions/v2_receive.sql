@@ -36,7 +36,9 @@
 -- first when one waits to be), then the lanes, then, when no lane had
 -- anything more, the levels below 0 (e2_take_prio); only on a queue that
 -- has had an unkeyed prioritized message (sluice.queue.prioritized, set by
--- the sends: the look is a statement each receive would pay).
+-- the sends: the look is a statement each receive would pay; or by the
+-- first receive that finds the priority lane numbered when no send could
+-- set it, see sluice._mark_prioritized).
 -- (The numbering, the take from the lane picked and the loop's accounting
 -- stay inline, not functions of their own: they are the hot path, and a
 -- call costs it. The take as a function, its rows copied once more, cost
@@ -91,6 +93,7 @@ DECLARE
     v_waits boolean;            -- a lane looked at has keys held or waiting: not idle
     v_begun int;                -- e2_before_look__s's answer: -2 rotated, -1 idle, a lane it numbered, NULL look
     v_prio "char";              -- the priority lane: NULL nothing, n to number first, t to look at
+    v_prio_look boolean;        -- the priority lane to look at next (its levels above 0)
     s record;                   -- the lane picked, and its state
     v_done boolean;             -- (calls made in expressions, as in sluice.receive)
     v_rr int; v_n int; v_before int;
@@ -130,27 +133,41 @@ BEGIN
         RETURN;
     END IF;
     -- the priority lane's levels above 0 first (numbered first when a
-    -- prioritized message waits to be: it jumps a backlog)
-    -- (a queue that never had an unkeyed prioritized message: none)
+    -- prioritized message waits to be: it jumps a backlog), at the first
+    -- look (a queue that never had an unkeyed prioritized message: none)
     IF q.prioritized THEN
-        v_prio := e2_prio_due__s(g.id, q.lanes::smallint, v_now);
-        IF v_prio = 'n' THEN
-            v_cuts := 7;
-            PERFORM e2_number__s(q.id, q.lanes, p_slot, p_epoch, v_now, true, NULL, v_need);
-        END IF;
-        IF v_prio IS NOT NULL THEN
-            RETURN QUERY SELECT * FROM e2_take_prio(q, g, 1, v_need, p_lease, p_consumer, v_now, p_slot);
-            GET DIAGNOSTICS v_n = ROW_COUNT;
-            v_need := v_need - v_n;
-            IF v_need = 0 THEN
-                RETURN;
-            END IF;
-        END IF;
+        v_prio_look := true;
     END IF;
     WHILE v_try < 8 LOOP
+        IF v_prio_look THEN
+            v_prio_look := false;
+            v_prio := e2_prio_due__s(g.id, q.lanes::smallint, v_now);
+            IF v_prio = 'n' THEN
+                v_cuts := 7;
+                PERFORM e2_number__s(q.id, q.lanes, p_slot, p_epoch, v_now, true, NULL, v_need);
+            END IF;
+            IF v_prio IS NOT NULL THEN
+                RETURN QUERY SELECT * FROM e2_take_prio(q, g, 1, v_need, p_lease, p_consumer, v_now, p_slot);
+                GET DIAGNOSTICS v_n = ROW_COUNT;
+                v_need := v_need - v_n;
+                EXIT WHEN v_need = 0;
+            END IF;
+        END IF;
         -- the lane to take from, held, and its state; lane NULL: none
         SELECT * INTO s FROM e2_next_lane__s(g.id, q.lanes, v_start, v_seen, v_ended, v_now);
         v_now := s.at;
+        IF s.prio_head > 0 AND NOT q.prioritized THEN
+            -- a cut numbered a prioritized message that no send could note
+            -- in the queue's row (another transaction held it): this
+            -- receive notes it and looks at the priority lane first, as
+            -- the receives of a queue noted do (sluice._mark_prioritized;
+            -- the lane it holds stays its until it commits: the look after
+            -- is this one's again)
+            v_done := sluice._mark_prioritized(q.id) IS NULL;
+            q.prioritized := true;
+            v_prio_look := true;
+            CONTINUE;
+        END IF;
         IF s.lane IS NULL THEN
             IF v_ended THEN
                 v_stop := true;   -- none of those either: stop
@@ -352,19 +369,21 @@ $$;
 --   p_ended           the pass over lanes whose leases ended
 --   p_now             the receive's time
 -- Returns: one row: the newest cut's number (a cut that commits after
---   this is the next look's: e2_number__s), the time once the lane is
+--   this is the next look's: e2_number__s), the priority lane's head in it
+--   (0: it never numbered a prioritized message), the time once the lane is
 --   held (the lease is dated from it: the previous holder's leases and
 --   nacks committed before), and the lane with its head and its state,
 --   all NULL when no lane is to be taken
 SET check_function_bodies = off;   -- (a SQL template names the queue's tables: see engine_runs.sql)
+DROP FUNCTION IF EXISTS sluice_tmpl2.e2_next_lane__s(int, int, int, int[], boolean, timestamptz);   -- (before prio_head)
 CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_next_lane__s(p_group int, p_lanes int, p_start int, p_seen int[],
                                                        p_ended boolean, p_now timestamptz)
-RETURNS TABLE (cut bigint, at timestamptz, lane smallint, head bigint, kind "char", lease_no bigint, "cursor" bigint,
+RETURNS TABLE (cut bigint, prio_head bigint, at timestamptz, lane smallint, head bigint, kind "char", lease_no bigint, "cursor" bigint,
                scan_t timestamptz, scan_no bigint, old_due timestamptz, next_exp timestamptz,
                held sluice.e2_held[], waiting sluice.e2_wait[])
 LANGUAGE sql STABLE
 AS $$
-    SELECT h.cut_no, clock_timestamp(), x.*
+    SELECT h.cut_no, h.heads[p_lanes + 1], clock_timestamp(), x.*
     FROM (SELECT c.cut_no, c.heads, c.rr FROM cut__s c ORDER BY c.cut_no DESC LIMIT 1) h
     LEFT JOIN LATERAL (
         SELECT l.lane, h.heads[l.lane + 1], st.kind, st.lease_no, st.cursor, st.scan_t, st.scan_no,
