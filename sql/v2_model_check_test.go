@@ -1,7 +1,6 @@
 package sqlsrc_test
 
 import (
-	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -129,7 +128,7 @@ func (m *semModel) checkReceive(g string, rows []semRow, end time.Time) (mustBeD
 		if end.Before(d.due) {
 			m.errorf("receive in %s delivered %d (%s) %v before it was due", g, r.id, d.state, d.due.Sub(end))
 		}
-		if msg.key != "" && !d.redriven {
+		if msg.key != "" && !d.redriven && !msg.late {
 			mustBeDead = append(mustBeDead, m.checkKeyOrder(g, msg, seen, end)...)
 		}
 		seen[r.id] = true
@@ -147,11 +146,11 @@ func (m *semModel) checkReceive(g string, rows []semRow, end time.Time) (mustBeD
 // may have ended must then be a dead letter: it is returned.
 func (m *semModel) checkKeyOrder(g string, msg *semMsg, seen map[int64]bool, end time.Time) (mustBeDead []int64) {
 	for _, pid := range m.order {
-		if pid >= msg.id {
+		if pid == msg.id {
 			break
 		}
 		p, pd := m.msgs[pid], m.group[g][pid]
-		if p.key != msg.key || p.delayed || pd.redriven || pd.completed() || seen[pid] {
+		if p.key != msg.key || p.delayed || p.late || pd.redriven || pd.completed() || seen[pid] {
 			continue
 		}
 		if pd.state == semLeased && pd.attempt >= semMaxAttempts && !end.Before(pd.validTo) {
@@ -182,15 +181,15 @@ func (m *semModel) checkPriorities(g string, rows []semRow) {
 	}
 	for _, r := range rows {
 		msg, d := m.msgs[r.id], m.group[g][r.id]
-		if msg == nil || msg.key != "" || d.delivered || d.redriven {
+		if msg == nil || msg.key != "" || msg.late || d.delivered || d.redriven {
 			continue
 		}
 		for _, xid := range m.order {
-			if xid >= r.id {
+			if xid == r.id {
 				break
 			}
 			x, xd := m.msgs[xid], m.group[g][xid]
-			if returned[xid] || x.key != "" || x.delayed || xd.delivered || xd.redriven || xd.state != semPending {
+			if returned[xid] || x.key != "" || x.delayed || x.late || xd.delivered || xd.redriven || xd.state != semPending {
 				continue
 			}
 			if semClass(x.prio) >= semClass(msg.prio) {
@@ -206,6 +205,7 @@ func (m *semModel) checkPriorities(g string, rows []semRow) {
 // again. Every message must then be completed in every group, with no dead
 // letter left and a status of nothing ready, delayed or in flight.
 func (m *semModel) drain() {
+	m.endLong(true)
 	m.drainOnce()
 	for _, g := range semGroups {
 		m.redrive(g, true)
@@ -247,7 +247,7 @@ func (m *semModel) drainOnce() {
 				continue
 			}
 			empty = 0
-			m.ackAll(g, ids)
+			m.ackIDs(g, ids, nil, false)
 			if i > 10000 {
 				m.b.t.Fatalf("%s: drain of %s does not end", m.queue, g)
 			}
@@ -258,31 +258,5 @@ func (m *semModel) drainOnce() {
 				m.errorf("after a drain %d is %s in %s (attempt %d): stranded", id, d.state, g, d.attempt)
 			}
 		}
-	}
-}
-
-// ackAll acks the messages a receive of the drain just returned.
-func (m *semModel) ackAll(g string, ids []int64) {
-	ds := make([]*semDelivery, len(ids))
-	receipts := make([]string, len(ids))
-	for i, id := range ids {
-		ds[i] = m.group[g][id]
-		receipts[i] = ds[i].receipt
-	}
-	start := time.Now()
-	var n int
-	if err := m.cons[g].QueryRow(m.b.ctx, "SELECT sluice.ack($1, $2, $3)", m.queue, g, receipts).Scan(&n); err != nil {
-		m.b.t.Fatalf("%s: ack: %v", m.queue, err)
-	}
-	valid, unknown := countSplit(ds, start, time.Now())
-	if n < len(valid) || n > len(valid)+len(unknown) {
-		m.errorf("drain's ack of %v in %s counted %d", ids, g, n)
-	}
-	for _, d := range ds {
-		d.state = semAcked
-		if n < len(ds) && slices.Contains(unknown, d) {
-			d.state = semMaybeAcked
-		}
-		m.retire(d)
 	}
 }

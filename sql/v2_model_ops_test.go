@@ -15,30 +15,15 @@ import (
 // not, of priority 0, 3, 7 or -2, some with a delay, some with a dedup key.
 func (m *semModel) send() {
 	n := 1 + m.rng.IntN(4)
-	var delay time.Duration
-	if m.rng.IntN(100) < 15 {
-		delay = time.Duration(100+m.rng.IntN(600)) * time.Millisecond
-	}
-	bodies := make([]string, n)
-	keys := make([]*string, n)
-	prios := make([]int32, n)
+	bodies, keys, prios := m.draw(n)
 	dedups := make([]*string, n)
 	for i := range n {
-		bodies[i] = fmt.Sprintf(`{"n": %d}`, len(m.order)+i)
-		if k := m.rng.IntN(7); k < 3 {
-			s := string(rune('a' + k))
-			keys[i] = &s
-		}
-		prios[i] = []int32{0, 0, 0, 0, 3, 7, -2}[m.rng.IntN(7)]
 		if m.rng.IntN(10) == 0 {
 			s := fmt.Sprintf("d%d", m.rng.IntN(8))
 			dedups[i] = &s
 		}
 	}
-	var delayArg any
-	if delay > 0 {
-		delayArg = fmt.Sprintf("%d milliseconds", delay.Milliseconds())
-	}
+	delay, delayArg := m.drawDelay()
 	if m.rng.IntN(20) == 0 {
 		m.sendRolledBack(bodies, keys, delayArg, prios)
 		return
@@ -74,23 +59,128 @@ func (m *semModel) send() {
 				}
 				continue
 			}
-		}
-		if len(m.order) > 0 && id <= m.order[len(m.order)-1] {
-			m.errorf("send returned id %d after %d: ids must increase", id, m.order[len(m.order)-1])
-		}
-		msg := &semMsg{id: id, prio: int(prios[i]), delayed: delay > 0, due: start.Add(delay)}
-		if keys[i] != nil {
-			msg.key = *keys[i]
-		}
-		m.msgs[id] = msg
-		m.order = append(m.order, id)
-		for _, g := range semGroups {
-			m.group[g][id] = &semDelivery{due: msg.due}
-		}
-		if dedups[i] != nil {
 			m.dedup[*dedups[i]] = id
 		}
+		m.admit(m.sent(id, keys[i], prios[i], delay, start))
 	}
+}
+
+// draw draws the bodies, keys (three, or none) and priorities (0, 3, 7 or
+// -2) of n messages to send.
+func (m *semModel) draw(n int) (bodies []string, keys []*string, prios []int32) {
+	bodies, keys, prios = make([]string, n), make([]*string, n), make([]int32, n)
+	for i := range n {
+		bodies[i] = fmt.Sprintf(`{"n": %d}`, len(m.order)+i)
+		if k := m.rng.IntN(7); k < 3 {
+			s := string(rune('a' + k))
+			keys[i] = &s
+		}
+		prios[i] = []int32{0, 0, 0, 0, 3, 7, -2}[m.rng.IntN(7)]
+	}
+	return bodies, keys, prios
+}
+
+// drawDelay draws a send's delay: none most of the time. It returns it
+// also as the delay argument (NULL for none).
+func (m *semModel) drawDelay() (time.Duration, any) {
+	if m.rng.IntN(100) >= 15 {
+		return 0, nil
+	}
+	delay := time.Duration(100+m.rng.IntN(600)) * time.Millisecond
+	return delay, fmt.Sprintf("%d milliseconds", delay.Milliseconds())
+}
+
+// sent checks a new message's id (ids increase in the order of the sends,
+// committed or not) and returns the message.
+func (m *semModel) sent(id int64, key *string, prio int32, delay time.Duration, start time.Time) *semMsg {
+	if id <= m.lastID {
+		m.errorf("send returned id %d after %d: ids must increase", id, m.lastID)
+	}
+	m.lastID = id
+	msg := &semMsg{id: id, prio: int(prio), delayed: delay > 0, due: start.Add(delay)}
+	if key != nil {
+		msg.key = *key
+	}
+	return msg
+}
+
+// admit puts a committed message in the model, pending in every group.
+func (m *semModel) admit(msg *semMsg) {
+	m.msgs[msg.id] = msg
+	m.order = append(m.order, msg.id)
+	for _, g := range semGroups {
+		m.group[g][msg.id] = &semDelivery{due: msg.due}
+	}
+}
+
+// sendLong sends 1-2 messages in a second producer's transaction, which it
+// begins when none is open; or it ends that transaction. Its messages are
+// invisible until it commits: the other producer's and the consumers'
+// calls meanwhile must not wait for it (the first prioritized send of a
+// queue notes it in the queue's row; a receive numbers what commits past
+// it).
+func (m *semModel) sendLong() {
+	if m.longTx != nil && m.rng.IntN(3) == 0 {
+		m.endLong(m.rng.IntN(4) > 0)
+		return
+	}
+	bodies, keys, prios := m.draw(1 + m.rng.IntN(2))
+	delay, delayArg := m.drawDelay()
+	m.sendInLong(bodies, keys, prios, delay, delayArg)
+}
+
+// sendInLong sends in the second producer's transaction, which it begins
+// when none is open.
+func (m *semModel) sendInLong(bodies []string, keys []*string, prios []int32, delay time.Duration, delayArg any) {
+	if m.longTx == nil {
+		tx, err := m.long.Begin(m.b.ctx)
+		if err != nil {
+			m.b.t.Fatalf("%s: begin: %v", m.queue, err)
+		}
+		m.longTx = tx
+	}
+	start := time.Now()
+	rows, err := m.longTx.Query(m.b.ctx, `SELECT * FROM sluice.send_batch($1, $2::text[]::jsonb[], NULL, $3::text[],
+		$4::interval, $5::int[])`, m.queue, bodies, keys, delayArg, prios)
+	if err != nil {
+		m.b.t.Fatalf("%s: send_batch in the open transaction: %v", m.queue, err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		m.b.t.Fatalf("%s: send_batch in the open transaction: %v", m.queue, err)
+	}
+	m.logf("send %v in the open transaction, keys %v prios %v delay %v", ids, strs(keys), prios, delay)
+	for i, id := range ids {
+		msg := m.sent(id, keys[i], prios[i], delay, start)
+		msg.late = true
+		m.longSent = append(m.longSent, msg)
+	}
+}
+
+// endLong commits the second producer's open transaction (its messages
+// join the model, in commit order) or rolls it back (they must never be
+// delivered: the model does not know them).
+func (m *semModel) endLong(commit bool) {
+	if m.longTx == nil {
+		return
+	}
+	var err error
+	if commit {
+		err = m.longTx.Commit(m.b.ctx)
+	} else {
+		err = m.longTx.Rollback(m.b.ctx)
+	}
+	if err != nil {
+		m.b.t.Fatalf("%s: end of the open transaction: %v", m.queue, err)
+	}
+	m.logf("open transaction ended, commit %v: %d messages", commit, len(m.longSent))
+	if commit {
+		for _, msg := range m.longSent {
+			m.admit(msg)
+		}
+		m.late += len(m.longSent)
+	}
+	m.longTx, m.longSent = nil, nil
 }
 
 // sendRolledBack sends in a transaction that rolls back: its messages must
@@ -131,17 +221,27 @@ func (m *semModel) ack(g string) {
 	if len(ids) == 0 {
 		return
 	}
+	var stale []string
+	if len(m.stale) > 0 && m.rng.IntN(4) == 0 {
+		stale = append(stale, m.stale[m.rng.IntN(len(m.stale))])
+		m.logf("ack %s with the stale receipt %s", g, stale[0])
+	}
+	m.ackIDs(g, ids, stale, m.rng.IntN(2) == 0)
+}
+
+// ackIDs acks leased messages of a group in its consumer's session, with
+// other receipts mixed in (stale ones, which count nothing), and applies
+// the count to the model: the messages surely within their lease are
+// acked; of the others, all when the count says so, none when it says
+// none, else each may have been.
+func (m *semModel) ackIDs(g string, ids []int64, others []string, durable bool) {
 	ds := make([]*semDelivery, len(ids))
-	receipts := make([]string, 0, len(ids)+1)
+	receipts := make([]string, 0, len(ids)+len(others))
 	for i, id := range ids {
 		ds[i] = m.group[g][id]
 		receipts = append(receipts, ds[i].receipt)
 	}
-	if len(m.stale) > 0 && m.rng.IntN(4) == 0 {
-		receipts = append(receipts, m.stale[m.rng.IntN(len(m.stale))])
-		m.logf("ack %s with the stale receipt %s", g, receipts[len(receipts)-1])
-	}
-	durable := m.rng.IntN(2) == 0
+	receipts = append(receipts, others...)
 	start := time.Now()
 	var n int
 	if err := m.cons[g].QueryRow(m.b.ctx, "SELECT sluice.ack($1, $2, $3, $4)", m.queue, g, receipts, durable).
@@ -168,8 +268,6 @@ func (m *semModel) ack(g string) {
 	}
 }
 
-// nack nacks one leased message of a group: again at once, after a delay,
-// or after the backoff.
 func (m *semModel) nack(g string) {
 	ids := m.pick(g, 1, false)
 	if len(ids) == 0 {

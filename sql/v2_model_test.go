@@ -2,12 +2,14 @@ package sqlsrc_test
 
 import (
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"slices"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -15,7 +17,8 @@ import (
 // the crash model (crash_model_test.go) covers crashes with keys, acks,
 // unkeyed nacks and expiries. Random histories on one queue with two groups
 // (fan-out): sends and send_batch with keys, priorities, delays and dedup
-// keys; receives of random sizes, some carrying acks; acks (durable or not)
+// keys, from one producer and from another's transaction left open over
+// other calls; receives of random sizes, some carrying acks; acks (durable or not)
 // of random subsets, some with stale receipts among them; sends rolled
 // back (never delivered); nacks with no delay, a delay or the backoff, on
 // a queue of 3 attempts (dead letters);
@@ -46,6 +49,7 @@ func TestV2RandomSemantics(t *testing.T) {
 	seed, rounds := modelSeed(t)
 	rng := rand.New(rand.NewPCG(seed, 11))
 	b := setup(t)
+	b.v2widen(8) // (each round holds four sessions)
 	for round := 0; round < rounds; round++ {
 		m := newSemModel(b, rng, fmt.Sprintf("s%d", round))
 		start := time.Now()
@@ -56,8 +60,8 @@ func TestV2RandomSemantics(t *testing.T) {
 			m.drain()
 		}
 		m.close()
-		t.Logf("round %d: %s, %d messages, %d receives, %d deliveries, %d nacks, %d dead letters, %d redriven, %s",
-			round, m.opts, len(m.order), m.receives, m.deliveries, m.nacks, m.deadLettered, m.redriven,
+		t.Logf("round %d: %s, %d messages (%d committed late), %d receives, %d deliveries, %d nacks, %d dead letters, %d redriven, %s",
+			round, m.opts, len(m.order), m.late, m.receives, m.deliveries, m.nacks, m.deadLettered, m.redriven,
 			time.Since(start).Round(time.Millisecond))
 		if t.Failed() {
 			t.Fatalf("round %d (%s): see above", round, m.opts)
@@ -84,6 +88,10 @@ type semMsg struct {
 	prio    int
 	delayed bool
 	due     time.Time // not deliverable before: the send's start + its delay
+	// sent in a transaction left open over other calls: the cut numbers a
+	// transaction's messages by its id, so their order against messages
+	// committed around their commit is not known to the model
+	late bool
 }
 
 // semState is where a message stands in one group.
@@ -132,15 +140,20 @@ type semModel struct {
 	trace bool
 
 	prod *pgxpool.Conn            // the producer's session
+	long *pgxpool.Conn            // a second producer's, which sends in a transaction left open
 	cons map[string]*pgxpool.Conn // each group's consumer session
 
 	msgs  map[int64]*semMsg
-	order []int64          // ids in send order (one session: commit order)
-	dedup map[string]int64 // dedup key -> the id first sent with it
-	group map[string]map[int64]*semDelivery
-	stale []string // receipts that no longer count
+	order []int64 // ids in commit order
+	// the second producer's open transaction and what it sent
+	longTx   pgx.Tx
+	longSent []*semMsg
+	lastID   int64            // the id the last send returned
+	dedup    map[string]int64 // dedup key -> the id first sent with it
+	group    map[string]map[int64]*semDelivery
+	stale    []string // receipts that no longer count
 
-	receives, deliveries, nacks, deadLettered, redriven int
+	receives, deliveries, nacks, deadLettered, redriven, late int
 }
 
 func newSemModel(b *bundle, rng *rand.Rand, queue string) *semModel {
@@ -153,28 +166,49 @@ func newSemModel(b *bundle, rng *rand.Rand, queue string) *semModel {
 		m.opts += fmt.Sprintf(`, "rotate_interval": "1 second", "retention": "0 seconds", "slots": %d`, 2+rng.IntN(3))
 	}
 	b.createV2(queue, m.opts)
+	b.t.Cleanup(m.close)
 	b.exec("SELECT sluice.create_group($1, 'g2')", queue)
-	m.prod = m.acquire()
+	m.prod, m.long = m.acquire(), m.acquire()
 	for _, g := range semGroups {
 		m.cons[g] = m.acquire()
 		m.group[g] = map[int64]*semDelivery{}
 	}
+	if rng.IntN(2) == 0 {
+		// the queue's first prioritized message, in the open transaction:
+		// the first prioritized send notes it in the queue's row, and the
+		// producer's must not wait for that row until it commits
+		m.sendInLong([]string{`{"first": true}`}, []*string{nil}, []int32{3}, 0, nil)
+	}
 	return m
 }
 
+// acquire holds a session of the round. A call that waits for another
+// session's transaction (the open one of sendLong) fails after 20 s.
 func (m *semModel) acquire() *pgxpool.Conn {
 	c, err := m.b.pool.Acquire(m.b.ctx)
 	if err != nil {
 		m.b.t.Fatal(err)
 	}
+	if _, err := c.Exec(m.b.ctx, "SET statement_timeout = '20s'"); err != nil {
+		m.b.t.Fatal(err)
+	}
 	return c
 }
 
+// close ends the round's open transaction and releases its sessions, once
+// (again at the test's cleanup, after a round that failed: the pool's
+// close waits for every session held).
 func (m *semModel) close() {
-	m.prod.Release()
-	for _, c := range m.cons {
-		c.Release()
+	if m.longTx != nil {
+		m.longTx.Rollback(m.b.ctx) //nolint:errcheck // (a failed round's)
+		m.longTx = nil
 	}
+	for _, c := range append([]*pgxpool.Conn{m.prod, m.long}, slices.Collect(maps.Values(m.cons))...) {
+		if c != nil {
+			c.Release()
+		}
+	}
+	m.prod, m.long, m.cons = nil, nil, nil
 }
 
 func (m *semModel) logf(format string, args ...any) {
@@ -192,8 +226,10 @@ func (m *semModel) errorf(format string, args ...any) {
 func (m *semModel) step() {
 	g := semGroups[m.rng.IntN(len(semGroups))]
 	switch r := m.rng.IntN(100); {
-	case r < 28:
+	case r < 24:
 		m.send()
+	case r < 28:
+		m.sendLong()
 	case r < 62:
 		m.receive(g, 1+m.rng.IntN(6))
 	case r < 75:
