@@ -460,10 +460,17 @@ func (w *worker) handle(j *job, ackNow bool) bool {
 			return false
 		}
 	case err == nil:
-		if j.msg.Key != "" {
-			w.keyedAcks.Add(1) // (before the receipt is queued: ackAside counts it with it)
+		if j.msg.Key == "" {
+			w.addAck(j.msg.Receipt)
+			break
 		}
+		w.keyedAcks.Add(1) // (before the receipt is queued: ackAside counts it with it)
 		w.addAck(j.msg.Receipt)
+		// The key's next message waits for this ack: the fetch loop's next
+		// receive carries it (AsyncCommitAcks), or sends it beside and is
+		// woken again once it commits (ackAside). Without the wake, a loop
+		// waiting with free slots would wait for its poll.
+		w.signal()
 	default:
 		text := err.Error()
 		if len(text) > maxErrorText {
@@ -474,7 +481,11 @@ func (w *worker) handle(j *job, ackNow bool) bool {
 			w.o.Logger.Error("sluice: nack failed; the message is redelivered when its lease expires",
 				"queue", w.queue, "group", w.group, "id", j.msg.ID, "error", nerr)
 		}
-		w.handlerFailed(&j.msg, err, ok && j.msg.Attempt >= w.maxAttempts)
+		dead := ok && j.msg.Attempt >= w.maxAttempts
+		if dead && j.msg.Key != "" {
+			w.signal() // (its key's next message is free now; a retry would hold the key until it is due)
+		}
+		w.handlerFailed(&j.msg, err, dead)
 	}
 	return err == nil
 }
