@@ -191,3 +191,62 @@ def test_worker_receives_a_keys_next_message_once_its_ack_commits(
     finally:
         blocker.close()
     assert handled == [first, second]
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+@pytest.mark.parametrize("case", ["transaction", "dead letter"])
+def test_worker_takes_a_keys_next_message_once_the_earlier_is_done(
+    client: sluice.Client, queue: str, dsn: str, mode: str, case: str
+) -> None:
+    """With a slot free, the fetch loop waits for its poll (30 s here, once the hot
+    polls after the last message are over); the key's next message must be received
+    as soon as the earlier one is done: acked in the handler's transaction (a
+    transaction route), or given back as a dead letter. (Only an ack sent by the
+    acker woke the loop.)"""
+    client.create_queue(queue, {"max_attempts": 1})
+    (first,) = client.send_batch(queue, [1], keys=["k"])
+    ended: list[float] = []
+    handled: dict[int, float] = {}
+
+    def on_message(msg: sluice.Message) -> None:
+        if msg.id == first:
+            client.send_batch(queue, [2], keys=["k"])
+            time.sleep(HOT_PERIOD + 0.5)  # past the fetch loop's hot polls
+            ended.append(time.monotonic())
+            if case == "dead letter":
+                raise RuntimeError("the first message fails")
+        handled[msg.id] = time.monotonic()
+
+    kw: dict[str, Any] = {"concurrency": 2, "poll_interval": 30, "listen": False}
+    transaction = case == "transaction"
+    if mode == "sync":
+        worker = sluice.Worker(client, **kw)
+        if transaction:
+            worker.handler(queue, transaction=True)(lambda msg, conn: on_message(msg))
+        else:
+            worker.handler(queue)(on_message)
+        ctx: Any = running(worker)
+    else:
+
+        def setup(w: sluice.AsyncWorker) -> None:
+            if transaction:
+
+                @w.handler(queue, transaction=True)
+                async def handle_tx(msg: sluice.Message, conn: Any) -> None:
+                    await asyncio.to_thread(on_message, msg)
+
+            else:
+
+                @w.handler(queue)
+                async def handle(msg: sluice.Message) -> None:
+                    await asyncio.to_thread(on_message, msg)
+
+        ctx = running_async(dsn, setup, **kw)
+    def next_handled() -> bool:
+        return any(i != first for i in handled)
+
+    with ctx:
+        wait_until(lambda: len(ended) == 1, 10, "the first message handled")
+        wait_until(next_handled, 5, "the key's next message handled well before the 30 s poll")
+    (at,) = [t for i, t in handled.items() if i != first]
+    assert at - ended[0] < 5, (handled, ended)

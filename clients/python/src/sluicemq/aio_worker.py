@@ -394,6 +394,8 @@ class _Consumer:
         err = await self._call(m)
         if err is None and r.transaction:
             await self._untrack(job)
+            if m.key is not None:
+                await self.kick()  # (its ack committed: the key's next message is receivable)
             return True
         if err is None and not ack_now:
             await self._untrack(job, ack=True)
@@ -416,6 +418,8 @@ class _Consumer:
         except Exception as nerr:  # noqa: BLE001
             log.error("sluice: nack of message %d failed; it comes back when its lease expires: %s", m.id, nerr)
         report_failure(self.w.on_handler_error, r, m, err, self.max_attempts, nacked)
+        if nacked and m.key is not None and m.attempt >= self.max_attempts:
+            await self.kick()  # (a dead letter: the key's next message is receivable; a retry holds it)
         return False
 
     # -- heartbeat and shutdown ------------------------------------------

@@ -375,6 +375,8 @@ class _Consumer:
         err = self._call(m)
         if err is None and r.transaction:
             self._untrack(job)
+            if m.key is not None:
+                self.kick()  # (its ack committed: the key's next message is receivable)
             return True
         if err is None and not ack_now:
             self._untrack(job, ack=True)
@@ -397,6 +399,8 @@ class _Consumer:
         except Exception as nerr:  # noqa: BLE001
             log.error("sluice: nack of message %d failed; it comes back when its lease expires: %s", m.id, nerr)
         report_failure(self.w.on_handler_error, r, m, err, self.max_attempts, nacked)
+        if nacked and m.key is not None and m.attempt >= self.max_attempts:
+            self.kick()  # (a dead letter: the key's next message is receivable; a retry holds it)
         return False
 
     # -- heartbeat and shutdown ------------------------------------------
