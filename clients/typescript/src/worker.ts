@@ -407,6 +407,12 @@ export class Worker<B = JSONValue> {
       this.#o.onError(err, "nack");
     }
     const m = j.msg;
+    const deadLettered = nacked && m.attempt >= this.#maxAttempts;
+    if (deadLettered && m.key !== null) {
+      // The key's next message is receivable now (a nack that retries holds
+      // the key until the retry is due): wake the fetch loop for it.
+      this.#wake.notify();
+    }
     try {
       this.#o.onHandlerError({
         queue: this.#queue,
@@ -415,7 +421,7 @@ export class Worker<B = JSONValue> {
         error: failure,
         attempt: m.attempt,
         maxAttempts: this.#maxAttempts,
-        deadLettered: nacked && m.attempt >= this.#maxAttempts,
+        deadLettered,
       });
     } catch (err) {
       this.#o.onError(err, "handler");
@@ -435,9 +441,17 @@ export class Worker<B = JSONValue> {
 
   // queueAck hands a receipt to the acker: one ack call at a time, carrying
   // all the receipts that came while the previous one was in flight (with
-  // asyncCommitAcks, the next receive may take them first).
+  // asyncCommitAcks, the next receive may take them first). With
+  // asyncCommitAcks, the receipt of a keyed message also wakes the fetch
+  // loop, before the acker starts: a loop waiting for a wake-up resumes
+  // before the acker looks, takes the receipt, and its receive both acks it
+  // and takes the key's next message, receivable only then. (A loop in a
+  // receive leaves it to the acker and looks again once that one returns.)
   #queueAck(a: QueuedAck): void {
     this.#acks.push(a);
+    if (a.keyed && this.#o.asyncCommitAcks) {
+      this.#wake.notify();
+    }
     this.#startAcker();
   }
 

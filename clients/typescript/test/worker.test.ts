@@ -382,6 +382,81 @@ describe("worker", { timeout: 60_000 }, () => {
     await s.dropQueue(q);
   });
 
+  // With asyncCommitAcks a keyed message's ack rides on the next receive:
+  // queueing it wakes the fetch loop (here past its hot period, with a 30 s
+  // poll), whose receive acks it and takes the key's next message at once.
+  test("with asyncCommitAcks a keyed message's ack wakes the worker for the key's next message", async () => {
+    const q = await newQueue();
+    await s.sendBatch(q, [
+      { body: 0, key: "k" },
+      { body: 1, key: "k" },
+    ]);
+    const handled: number[] = [];
+    let firstDone = 0;
+    let gap = -1;
+    const w = start<number>(
+      q,
+      async (m) => {
+        if (m.body === 0) {
+          await sleep(1500); // past the hot period of the empty receives
+          firstDone = Date.now();
+        } else {
+          gap = Date.now() - firstDone;
+        }
+        handled.push(m.body);
+      },
+      { concurrency: 2, batchSize: 1, pollInterval: 30_000, asyncCommitAcks: true },
+    );
+    await eventually(() => handled.length === 2, 6000, "the key's next message handled long before the 30 s poll");
+    assert.deepEqual(handled, [0, 1]);
+    assert.ok(gap >= 0 && gap < 1000, `the next message handled ${gap} ms after its predecessor`);
+    w.ac.abort();
+    await w.run;
+    assert.deepEqual(w.errors, []);
+    assert.equal(await lag(q), 0, "both acknowledged");
+    await s.dropQueue(q);
+  });
+
+  // A nack that dead-letters a keyed message (its last attempt) frees the
+  // key's next message at once: the worker wakes for it (here past its hot
+  // period, with a 30 s poll).
+  test("a keyed message's dead-lettering nack wakes the worker for the key's next message", async () => {
+    const q = await newQueue({ maxAttempts: 1 });
+    const [firstId] = await s.sendBatch(q, [
+      { body: 0, key: "k" },
+      { body: 1, key: "k" },
+    ]);
+    const handled: number[] = [];
+    const failures: HandlerFailure[] = [];
+    let firstDone = 0;
+    let gap = -1;
+    const w = start<number>(
+      q,
+      async (m) => {
+        handled.push(m.body);
+        if (m.body === 0) {
+          await sleep(1500); // past the hot period of the empty receives
+          firstDone = Date.now();
+          throw new Error("first fails");
+        }
+        gap = Date.now() - firstDone;
+      },
+      { concurrency: 2, batchSize: 1, pollInterval: 30_000, onHandlerError: (f) => failures.push(f) },
+    );
+    await eventually(() => handled.length === 2, 6000, "the key's next message handled long before the 30 s poll");
+    assert.deepEqual(handled, [0, 1]);
+    assert.ok(gap >= 0 && gap < 1000, `the next message handled ${gap} ms after its predecessor's dead-lettering`);
+    w.ac.abort();
+    await w.run;
+    assert.deepEqual(w.errors, []);
+    assert.deepEqual(
+      failures.map((f) => [f.message.id, f.attempt, f.deadLettered]),
+      [[firstId, 1, true]],
+    );
+    assert.equal((await s.deadLetters(q))[0]?.id, firstId);
+    await s.dropQueue(q);
+  });
+
   test("an unknown queue or a heartbeat not shorter than the lease rejects run", async () => {
     await assert.rejects(new Worker(s, uniqueName("none"), "default", () => {}).run(), QueueNotFoundError);
     const q = await newQueue();
