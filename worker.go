@@ -572,7 +572,8 @@ func (w *worker) takeAcks() []string {
 // acker acknowledges the receipts that the fetch loop leaves: once
 // receipts are waiting, it waits w.linger (ackLinger), so that the fetch
 // loop's next receive can take them (takeAcks: one round trip and one
-// transaction for both), then acknowledges what is left, together. After
+// transaction for both), then acknowledges what is left, together, and
+// wakes the fetch loop when a keyed message's receipt was among them. After
 // ackClose it acknowledges everything left, at once, and returns.
 //
 // (Receipts used to wait in a channel that the acker read as soon as they
@@ -598,8 +599,14 @@ func (w *worker) acker() {
 		case <-w.ackClose:
 			closed = true
 		}
+		// (a keyed receipt counted here may have gone with a receive
+		// meanwhile: a spare wake-up)
+		keyed := w.keyedAcks.Swap(0) > 0
 		for batch := w.takeAcks(); len(batch) > 0; batch = w.takeAcks() {
 			w.ackBatch(batch)
+		}
+		if keyed {
+			w.signal() // (committed: the fetch loop looks again, for the keys' next messages)
 		}
 		if closed {
 			return
