@@ -75,7 +75,9 @@ $$;
 
 -- e2_take_keyed__s: e2_take__s for a lane with keyed positions to take or
 -- pass, or keys held or waiting. The held keys whose positions are
--- completed or whose delay has passed are freed; the waiting positions of free keys are
+-- completed or whose delay has passed are freed (a retry's delay holds its
+-- key from the retry's position on: the key's earlier waiting positions
+-- are free); the waiting positions of free keys are
 -- delivered first, in order (a key's waiting ones: single positions, a
 -- retry's or those its expired lease parked, then its tail: every position
 -- of the key from a given one up to the cursor, read from the batches);
@@ -106,6 +108,7 @@ DECLARE
     v_tails bigint[] := '{}';           -- keys with a tail waiting
     v_mine bigint[] := '{}';            -- keys this lease delivers
     v_held sluice.e2_held[] := '{}';
+    v_due sluice.e2_held[] := '{}';     -- retries not due yet: their keys held from their positions on
     v_wait sluice.e2_wait[] := '{}';
     v_out sluice.e2_wait[] := '{}';     -- to deliver, in position order
     v_got sluice.e2_wait[];
@@ -122,11 +125,16 @@ BEGIN
                  WHEN h.slot = p_slot THEN NOT e2_key_done__s(p_group, p_lane, h.lease_no, h.pos)
                  ELSE NOT e2_key_done(p_group, p_lane, h.lease_no, h.pos) END) THEN
             v_held := v_held || h;
-            v_blocked := v_blocked || h.khash;
+            IF h.lease_no IS NULL AND h.pos IS NOT NULL THEN
+                v_due := v_due || h;   -- (the key from that position on)
+            ELSE
+                v_blocked := v_blocked || h.khash;
+            END IF;
         END IF;
     END LOOP;
     FOR w IN SELECT * FROM unnest(p_waiting) x ORDER BY x.pos LOOP
-        IF w.khash = ANY (v_blocked) OR cardinality(v_out) >= p_need THEN
+        IF w.khash = ANY (v_blocked) OR cardinality(v_out) >= p_need
+           OR EXISTS (SELECT FROM unnest(v_due) d WHERE d.khash = w.khash AND d.pos[1] <= w.pos) THEN
             v_wait := v_wait || w;
             v_blocked := v_blocked || w.khash;   -- (its later positions wait behind it)
         ELSIF w.id IS NOT NULL THEN
@@ -151,6 +159,8 @@ BEGIN
             v_tails := v_tails || w.khash;
         END IF;
     END LOOP;
+    -- (a key with a retry not due is held at the positions after the cursor)
+    v_blocked := v_blocked || ARRAY(SELECT d.khash FROM unnest(v_due) d);
     -- the positions after the cursor, four batches a statement
     <<walk>>
     LOOP
@@ -253,10 +263,11 @@ $$;
 -- e2_nack_keyed: nack of a keyed message (e2_nack): its retry comes before
 -- the key's later messages, so it is not a copy sent anew but a waiting
 -- position of its lane (attempt + 1), at the head of its key's, and the key
--- is held until the retry is due, and while the key's earlier positions in
--- the lease (a run nacked out of order) are not completed; a later
--- message's retry already waiting keeps it held until that one's is due
--- too (the key's retries come in order, none before its time). The key's later
+-- is held from the retry's position on until the retry is due (a hold with
+-- an until and that position), and while the key's earlier positions in
+-- the lease (a run nacked out of order) are not completed. So the key's
+-- retries come in order, none before its time: an earlier message's retry
+-- due first comes first, while a later one's waits for its own. The key's later
 -- positions in the same lease (the rest of a run) are released: completed
 -- in the lease (kind n) and waiting again with the attempt they had. A nack
 -- that makes the message a dead letter (p_due NULL) completes it (kind d)
@@ -323,14 +334,11 @@ BEGIN
                             FROM unnest(st.held) h
                             WHERE h.khash = m.khash AND h.lease_no IS NOT NULL
                               AND (h.lease_no <> c.lease_no OR EXISTS (SELECT FROM unnest(h.pos) p WHERE p < c.pos)))
-                   -- (held until the retry is due, and a later message's retry
-                   -- waiting behind it: until the latest)
-                   || ARRAY(SELECT ROW(m.khash, NULL, NULL, x.until, NULL)::sluice.e2_held
-                            FROM (SELECT max(u.until) AS until
-                                  FROM (SELECT p_due AS until
-                                        UNION ALL SELECT h.until FROM unnest(st.held) h
-                                                  WHERE h.khash = m.khash AND h.lease_no IS NULL) u) x
-                            WHERE x.until IS NOT NULL), '{}'),
+                   -- (the key's retries waiting for their delays, this one's
+                   -- too: each holds it from its position on)
+                   || ARRAY(SELECT h FROM unnest(st.held) h WHERE h.khash = m.khash AND h.lease_no IS NULL)
+                   || ARRAY(SELECT ROW(m.khash, NULL, NULL, p_due, ARRAY[c.pos])::sluice.e2_held
+                            WHERE p_due IS NOT NULL), '{}'),
             nullif(ARRAY(SELECT w FROM unnest(CASE WHEN p_due IS NOT NULL
                                                    THEN ARRAY[ROW(c.pos, m.khash, c.id, c.txid, m.slot,
                                                                   c.attempt + 1)::sluice.e2_wait] ELSE '{}' END

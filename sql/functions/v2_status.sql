@@ -392,8 +392,10 @@ LANGUAGE plpgsql STABLE
 AS $$
 #variable_conflict use_column
 DECLARE
-    -- keys held until a retry's backoff has passed
-    v_until constant bigint[] := ARRAY(SELECT h.khash FROM unnest(p_held) h WHERE h.lease_no IS NULL AND h.until > p_now);
+    -- holds until a retry's backoff has passed (with the retry's position;
+    -- without: a hold of the whole key, an older engine's)
+    v_until constant sluice.e2_held[] := ARRAY(SELECT h FROM unnest(p_held) h
+                                               WHERE h.lease_no IS NULL AND h.until > p_now);
 BEGIN
     WITH nb AS MATERIALIZED (
         -- after the cursor up to the head: positions meant for another
@@ -404,8 +406,8 @@ BEGIN
           AND (b.targets IS NOT NULL OR b.khashes IS NOT NULL)
           AND b.first_pos + u.o - 1 BETWEEN p_cursor + 1 AND p_head AND (u.tg <> p_group OR u.k IS NOT NULL)
     ), wt AS MATERIALIZED (
-        -- the waiting positions: a single one counts 1 (the first of a key
-        -- held until its retry is due is that retry, parked), a tail its
+        -- the waiting positions: a single one counts 1 (a retry whose delay
+        -- holds its key is parked), a tail its
         -- positions up to the cursor (none: an empty tail an older engine's
         -- receive left, not counted)
         SELECT w.pos, w.khash, w.id IS NOT NULL AS single,
@@ -416,9 +418,12 @@ BEGIN
                             AND w.khash = ANY (b.khashes) AND u.k = w.khash
                             AND b.first_pos + u.o - 1 BETWEEN w.pos AND p_cursor
                             AND (u.tg IS NULL OR u.tg = p_group)) END AS n,
-               w.id IS NOT NULL AND w.khash = ANY (v_until)
-               AND w.pos = min(w.pos) FILTER (WHERE w.id IS NOT NULL) OVER (PARTITION BY w.khash) AS parked
-        FROM unnest(p_waiting) w
+               w.id IS NOT NULL
+               AND EXISTS (SELECT FROM unnest(v_until) h
+                           WHERE h.khash = w.khash AND (w.pos = ANY (h.pos) OR h.pos IS NULL AND w.pos = w.first_single))
+                   AS parked
+        FROM (SELECT x.*, min(x.pos) FILTER (WHERE x.id IS NOT NULL) OVER (PARTITION BY x.khash) AS first_single
+              FROM unnest(p_waiting) x) w
     ), kc AS MATERIALIZED (
         -- the keyed positions not completed
         SELECT h.khash AS k, p.p AS pos, 1::bigint AS n,
