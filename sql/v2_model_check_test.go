@@ -247,7 +247,7 @@ func (m *semModel) drainOnce() {
 				continue
 			}
 			empty = 0
-			m.ackIDs(g, ids, nil, false)
+			m.ackIDs(g, ids, nil, true)
 			if i > 10000 {
 				m.b.t.Fatalf("%s: drain of %s does not end", m.queue, g)
 			}

@@ -268,6 +268,8 @@ func (m *semModel) ackIDs(g string, ids []int64, others []string, durable bool) 
 	}
 }
 
+// nack nacks one leased message of a group: again at once, after a delay,
+// or after the backoff.
 func (m *semModel) nack(g string) {
 	ids := m.pick(g, 1, false)
 	if len(ids) == 0 {

@@ -488,8 +488,9 @@ $$;
 -- alter_queue), it leaves the row as it is, and the first receive whose
 -- cut numbered a position in the priority lane sets it (e2_receive__s), so
 -- a send left open in a transaction holds up no other producer. Under
--- REPEATABLE READ, a row set by a transaction that committed after the
--- caller's snapshot is left as it is too (it says true already).
+-- REPEATABLE READ, a row updated by a transaction that committed after the
+-- caller's snapshot is left as it is too (the flag, if that was not what
+-- it set, is then set by a receive).
 --
 -- Parameters:
 --   p_queue_id  queue id

@@ -375,7 +375,6 @@ $$;
 --   nacks committed before), and the lane with its head and its state,
 --   all NULL when no lane is to be taken
 SET check_function_bodies = off;   -- (a SQL template names the queue's tables: see engine_runs.sql)
-DROP FUNCTION IF EXISTS sluice_tmpl2.e2_next_lane__s(int, int, int, int[], boolean, timestamptz);   -- (before prio_head)
 CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_next_lane__s(p_group int, p_lanes int, p_start int, p_seen int[],
                                                        p_ended boolean, p_now timestamptz)
 RETURNS TABLE (cut bigint, prio_head bigint, at timestamptz, lane smallint, head bigint, kind "char", lease_no bigint, "cursor" bigint,

@@ -446,7 +446,7 @@ export class Worker<B = JSONValue> {
   // loop, before the acker starts: a loop waiting for a wake-up resumes
   // before the acker looks, takes the receipt, and its receive both acks it
   // and takes the key's next message, receivable only then. (A loop in a
-  // receive leaves it to the acker and looks again once that one returns.)
+  // receive leaves it to the acker, which wakes it once the ack committed.)
   #queueAck(a: QueuedAck): void {
     this.#acks.push(a);
     if (a.keyed && this.#o.asyncCommitAcks) {
@@ -464,7 +464,7 @@ export class Worker<B = JSONValue> {
 
   // acker sends the queued receipts, maxAckBatch at a time, until none is
   // left. Durable acks are sent by it alone, beside the fetch loop's
-  // receives; when a durable ack of a keyed message committed, it wakes the
+  // receives; when an ack it sent of a keyed message committed, it wakes the
   // fetch loop, since that key's next message becomes receivable only then.
   async #acker(): Promise<void> {
     try {
@@ -475,7 +475,7 @@ export class Worker<B = JSONValue> {
           return;
         }
         const ok = await this.#ackNow(batch.map((a) => a.receipt));
-        if (ok && !this.#o.asyncCommitAcks && batch.some((a) => a.keyed)) {
+        if (ok && batch.some((a) => a.keyed)) {
           this.#wake.notify();
         }
       }

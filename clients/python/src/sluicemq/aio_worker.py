@@ -394,7 +394,7 @@ class _Consumer:
         err = await self._call(m)
         if err is None and r.transaction:
             await self._untrack(job)
-            if m.key is not None:
+            if m.key is not None and not ack_now:
                 await self.kick()  # (its ack committed: the key's next message is receivable)
             return True
         if err is None and not ack_now:
@@ -417,9 +417,9 @@ class _Consumer:
             nacked = await self.c.nack(r.queue, r.group, m.receipt, error=error_text(err))
         except Exception as nerr:  # noqa: BLE001
             log.error("sluice: nack of message %d failed; it comes back when its lease expires: %s", m.id, nerr)
-        report_failure(self.w.on_handler_error, r, m, err, self.max_attempts, nacked)
         if nacked and m.key is not None and m.attempt >= self.max_attempts:
             await self.kick()  # (a dead letter: the key's next message is receivable; a retry holds it)
+        report_failure(self.w.on_handler_error, r, m, err, self.max_attempts, nacked)
         return False
 
     # -- heartbeat and shutdown ------------------------------------------
