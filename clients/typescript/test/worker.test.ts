@@ -53,6 +53,39 @@ function start<B>(q: string, handler: (m: Message<B>, ctx: { signal: AbortSignal
   return { ac, run, errors };
 }
 
+// nextOfKeyAfterFirst runs a worker (two slots, one message a receive, a
+// 30 s poll, and o) on q, which holds the messages 0 and 1 of one key. The
+// handler of 0 runs past the hot period of the empty receives, then fails
+// when fail is set. It returns how many ms after that 1 was handled, once
+// the worker stopped without errors.
+async function nextOfKeyAfterFirst(q: string, o: WorkerOptions, fail: boolean): Promise<number> {
+  const handled: number[] = [];
+  let firstDone = 0;
+  let gap = -1;
+  const w = start<number>(
+    q,
+    async (m) => {
+      handled.push(m.body);
+      if (m.body !== 0) {
+        gap = Date.now() - firstDone;
+        return;
+      }
+      await sleep(1500); // past the hot period of the empty receives
+      firstDone = Date.now();
+      if (fail) {
+        throw new Error("first fails");
+      }
+    },
+    { concurrency: 2, batchSize: 1, pollInterval: 30_000, ...o },
+  );
+  await eventually(() => handled.length === 2, 6000, "the key's next message handled long before the 30 s poll");
+  assert.deepEqual(handled, [0, 1]);
+  w.ac.abort();
+  await w.run;
+  assert.deepEqual(w.errors, []);
+  return gap;
+}
+
 describe("worker", { timeout: 60_000 }, () => {
   test("handles every message, at most concurrency at once, and acks", async () => {
     const q = await newQueue();
@@ -357,28 +390,8 @@ describe("worker", { timeout: 60_000 }, () => {
       { body: 0, key: "k" },
       { body: 1, key: "k" },
     ]);
-    const handled: number[] = [];
-    let firstDone = 0;
-    let gap = -1;
-    const w = start<number>(
-      q,
-      async (m) => {
-        if (m.body === 0) {
-          await sleep(1500); // past the hot period of the empty receives
-          firstDone = Date.now();
-        } else {
-          gap = Date.now() - firstDone;
-        }
-        handled.push(m.body);
-      },
-      { concurrency: 2, batchSize: 1, pollInterval: 30_000 },
-    );
-    await eventually(() => handled.length === 2, 6000, "the key's next message handled long before the 30 s poll");
-    assert.deepEqual(handled, [0, 1]);
+    const gap = await nextOfKeyAfterFirst(q, {}, false);
     assert.ok(gap >= 0 && gap < 1000, `the next message handled ${gap} ms after its predecessor`);
-    w.ac.abort();
-    await w.run;
-    assert.deepEqual(w.errors, []);
     await s.dropQueue(q);
   });
 
@@ -391,28 +404,8 @@ describe("worker", { timeout: 60_000 }, () => {
       { body: 0, key: "k" },
       { body: 1, key: "k" },
     ]);
-    const handled: number[] = [];
-    let firstDone = 0;
-    let gap = -1;
-    const w = start<number>(
-      q,
-      async (m) => {
-        if (m.body === 0) {
-          await sleep(1500); // past the hot period of the empty receives
-          firstDone = Date.now();
-        } else {
-          gap = Date.now() - firstDone;
-        }
-        handled.push(m.body);
-      },
-      { concurrency: 2, batchSize: 1, pollInterval: 30_000, asyncCommitAcks: true },
-    );
-    await eventually(() => handled.length === 2, 6000, "the key's next message handled long before the 30 s poll");
-    assert.deepEqual(handled, [0, 1]);
+    const gap = await nextOfKeyAfterFirst(q, { asyncCommitAcks: true }, false);
     assert.ok(gap >= 0 && gap < 1000, `the next message handled ${gap} ms after its predecessor`);
-    w.ac.abort();
-    await w.run;
-    assert.deepEqual(w.errors, []);
     assert.equal(await lag(q), 0, "both acknowledged");
     await s.dropQueue(q);
   });
@@ -426,29 +419,9 @@ describe("worker", { timeout: 60_000 }, () => {
       { body: 0, key: "k" },
       { body: 1, key: "k" },
     ]);
-    const handled: number[] = [];
     const failures: HandlerFailure[] = [];
-    let firstDone = 0;
-    let gap = -1;
-    const w = start<number>(
-      q,
-      async (m) => {
-        handled.push(m.body);
-        if (m.body === 0) {
-          await sleep(1500); // past the hot period of the empty receives
-          firstDone = Date.now();
-          throw new Error("first fails");
-        }
-        gap = Date.now() - firstDone;
-      },
-      { concurrency: 2, batchSize: 1, pollInterval: 30_000, onHandlerError: (f) => failures.push(f) },
-    );
-    await eventually(() => handled.length === 2, 6000, "the key's next message handled long before the 30 s poll");
-    assert.deepEqual(handled, [0, 1]);
+    const gap = await nextOfKeyAfterFirst(q, { onHandlerError: (f) => failures.push(f) }, true);
     assert.ok(gap >= 0 && gap < 1000, `the next message handled ${gap} ms after its predecessor's dead-lettering`);
-    w.ac.abort();
-    await w.run;
-    assert.deepEqual(w.errors, []);
     assert.deepEqual(
       failures.map((f) => [f.message.id, f.attempt, f.deadLettered]),
       [[firstId, 1, true]],
