@@ -109,6 +109,8 @@ DECLARE
     v_mine bigint[] := '{}';            -- keys this lease delivers
     v_held sluice.e2_held[] := '{}';
     v_due sluice.e2_held[] := '{}';     -- retries not due yet: their keys held from their positions on
+    v_due_keys bigint[] := '{}';        -- (their keys)
+    v_late boolean;                     -- a waiting position at or after one of those
     v_wait sluice.e2_wait[] := '{}';
     v_out sluice.e2_wait[] := '{}';     -- to deliver, in position order
     v_got sluice.e2_wait[];
@@ -127,14 +129,22 @@ BEGIN
             v_held := v_held || h;
             IF h.lease_no IS NULL AND h.pos IS NOT NULL THEN
                 v_due := v_due || h;   -- (the key from that position on)
+                v_due_keys := v_due_keys || h.khash;
             ELSE
                 v_blocked := v_blocked || h.khash;
             END IF;
         END IF;
     END LOOP;
     FOR w IN SELECT * FROM unnest(p_waiting) x ORDER BY x.pos LOOP
-        IF w.khash = ANY (v_blocked) OR cardinality(v_out) >= p_need
-           OR EXISTS (SELECT FROM unnest(v_due) d WHERE d.khash = w.khash AND d.pos[1] <= w.pos) THEN
+        -- (a retry not due at or before it; each condition a plain
+        -- expression, no statement a position)
+        v_late := false;
+        IF w.khash = ANY (v_due_keys) THEN
+            FOREACH h IN ARRAY v_due LOOP
+                v_late := v_late OR h.khash = w.khash AND h.pos[1] <= w.pos;
+            END LOOP;
+        END IF;
+        IF w.khash = ANY (v_blocked) OR cardinality(v_out) >= p_need OR v_late THEN
             v_wait := v_wait || w;
             v_blocked := v_blocked || w.khash;   -- (its later positions wait behind it)
         ELSIF w.id IS NOT NULL THEN
@@ -160,7 +170,7 @@ BEGIN
         END IF;
     END LOOP;
     -- (a key with a retry not due is held at the positions after the cursor)
-    v_blocked := v_blocked || ARRAY(SELECT d.khash FROM unnest(v_due) d);
+    v_blocked := v_blocked || v_due_keys;
     -- the positions after the cursor, four batches a statement
     <<walk>>
     LOOP
