@@ -478,6 +478,22 @@ AS $$
     SELECT p_priority OPERATOR(pg_catalog.<>) 0 AND p_key IS NULL
 $$;
 
+-- _snapshot_xips: the transactions a snapshot holds in progress, as an
+-- array (pg_snapshot_xip's set), from the snapshot's text form: a scalar
+-- expression where ARRAY(SELECT pg_snapshot_xip(s)) is a subplan, whose
+-- nodes a statement sets up at every run (a cut's row). No SET clause, so
+-- that callers inline it.
+--
+-- Parameters:
+--   p_snap  the snapshot
+-- Returns: its xip list, in the snapshot's order ('{}' when none)
+CREATE OR REPLACE FUNCTION sluice._snapshot_xips(p_snap pg_snapshot)
+RETURNS xid8[]
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT pg_catalog.string_to_array(pg_catalog.split_part(p_snap::pg_catalog.text, ':', 3), ',')::pg_catalog.xid8[]
+$$;
+
 -- _mark_prioritized: note that a queue has had an unkeyed message with a
 -- priority other than 0 (sluice.queue.prioritized): its receives look at
 -- the priority lane from then on (e2_receive__s). Once per queue: callers

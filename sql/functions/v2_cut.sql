@@ -240,7 +240,7 @@ $$;
 --                        the first lane dealt to (e2_dealt_lane)
 -- Returns: n, how many positions it numbered; rr, the lane it dealt to
 --   first
--- Calls: e2_cut_candidates, e2_deal_chunk, e2_dealt_lane (inlined), e2_cut_store, sluice._snapshot_with,
+-- Calls: e2_cut_candidates, e2_deal_chunk, e2_dealt_lane (inlined), e2_cut_store, sluice._snapshot_with, sluice._snapshot_xips,
 --   sluice._durable_commit (keyed messages numbered)
 CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_cut_now__s(p_queue_id int, p_lanes int, p_slot smallint, p_epoch bigint,
                                                      p_short boolean, p_need int, OUT n bigint, OUT rr int)
@@ -292,12 +292,12 @@ BEGIN
     CROSS JOIN LATERAL (
         SELECT count(*)::int AS n, count(*) FILTER (WHERE m.khash IS NULL)::int AS nu,
                coalesce(bool_or(m.due > v_now OR (m.khash IS NULL AND m.priority <> 0)), false) AS odd,
-               array_agg(m.id) FILTER (WHERE m.rn <= 17) AS ids, array_agg(m.txid) FILTER (WHERE m.rn <= 17) AS txids,
-               array_agg(m.slot) FILTER (WHERE m.rn <= 17) AS mslots,
-               array_agg(m.target) FILTER (WHERE m.rn <= 17) AS targets,
-               array_agg(m.khash) FILTER (WHERE m.rn <= 17) AS kh
+               -- (all of them: the short path, the one that reads these,
+               -- takes 16 at most; no rn, so that no window is computed)
+               array_agg(m.id) AS ids, array_agg(m.txid) AS txids, array_agg(m.slot) AS mslots,
+               array_agg(m.target) AS targets, array_agg(m.khash) AS kh
         FROM e2_cut_candidates(x.snap_xip, x.snap_xmax, '0'::xid8, 0, v_snap,
-                               greatest(17, least(p_need, 256) + 1)) m) f;   -- (in rn order: no sort)
+                               greatest(17, least(p_need, 256) + 1)) m) f;   -- (in (txid, id) order: no sort)
     IF NOT (v_short AND v_slot = p_slot AND v_epoch = p_epoch) THEN
         -- (before it looks, a receive numbers more than a few when it takes
         -- them all: a send of 100 and its receive of 100 read the
@@ -338,7 +338,21 @@ BEGIN
     END IF;
     -- one batch row per lane and 64 positions, as e2_cut_store's (its
     -- arrays in position order, as the sorted subquery gives them), and the
-    -- cut row
+    -- cut row; the usual cut, whose positions are one lane's and within
+    -- one 64 (the receive's share: a steady receive numbers a message or
+    -- a few), writes its one batch row as it is, in a statement of fewer
+    -- plan nodes (each set up at every run)
+    IF v_lanes[1] = ALL (v_lanes) AND (v_pos[1] - 1) / 64 = (v_pos[n] - 1) / 64 THEN
+        WITH b AS (
+            INSERT INTO batch__s (slot, lane, first_pos, last_pos, ids, txids, mslots, targets, cut_no, khashes)
+            VALUES (p_slot, v_lanes[1], v_pos[1], v_pos[n], v_ids, v_txids, v_mslots,
+                    CASE WHEN cardinality(array_remove(v_targets, NULL)) > 0 THEN v_targets END, v_cut_no + 1,
+                    CASE WHEN cardinality(array_remove(v_kh, NULL)) > 0 THEN v_kh END)
+        )
+        INSERT INTO cut__s (slot, cut_no, snap, snap_xmax, snap_xip, heads, rr, due_upto, at, epoch, next_due)
+        VALUES (p_slot, v_cut_no + 1, v_snap, pg_snapshot_xmax(v_snap), sluice._snapshot_xips(v_snap), v_heads,
+                v_next, v_now, clock_timestamp(), p_epoch, v_next_due);
+    ELSE
     WITH rows AS (
         INSERT INTO batch__s (slot, lane, first_pos, last_pos, ids, txids, mslots, targets, cut_no, khashes)
         SELECT p_slot, u.lane, min(u.pos), max(u.pos), array_agg(u.id), array_agg(u.txid), array_agg(u.mslot),
@@ -350,8 +364,9 @@ BEGIN
         GROUP BY u.lane, u.grp
     )
     INSERT INTO cut__s (slot, cut_no, snap, snap_xmax, snap_xip, heads, rr, due_upto, at, epoch, next_due)
-    VALUES (p_slot, v_cut_no + 1, v_snap, pg_snapshot_xmax(v_snap), ARRAY(SELECT pg_snapshot_xip(v_snap)), v_heads,
+    VALUES (p_slot, v_cut_no + 1, v_snap, pg_snapshot_xmax(v_snap), sluice._snapshot_xips(v_snap), v_heads,
             v_next, v_now, clock_timestamp(), p_epoch, v_next_due);
+    END IF;
     IF v_nu < n AND current_setting('sluice.caller_synchronous_commit', true) <> '' THEN
         -- keyed positions are handed out only once on disk (file header)
         PERFORM sluice._durable_commit();
