@@ -128,7 +128,7 @@ func (m *semModel) checkReceive(g string, rows []semRow, end time.Time) (mustBeD
 		if end.Before(d.due) {
 			m.errorf("receive in %s delivered %d (%s) %v before it was due", g, r.id, d.state, d.due.Sub(end))
 		}
-		if msg.key != "" && !d.redriven && !msg.late {
+		if msg.key != "" && !d.redriven {
 			mustBeDead = append(mustBeDead, m.checkKeyOrder(g, msg, seen, end)...)
 		}
 		seen[r.id] = true
@@ -150,7 +150,7 @@ func (m *semModel) checkKeyOrder(g string, msg *semMsg, seen map[int64]bool, end
 			break
 		}
 		p, pd := m.msgs[pid], m.group[g][pid]
-		if p.key != msg.key || p.delayed || p.late || pd.redriven || pd.completed() || seen[pid] {
+		if p.key != msg.key || p.delayed || !semOrdered(p, msg) || pd.redriven || pd.completed() || seen[pid] {
 			continue
 		}
 		if pd.state == semLeased && pd.attempt >= semMaxAttempts && !end.Before(pd.validTo) {
@@ -160,6 +160,23 @@ func (m *semModel) checkKeyOrder(g string, msg *semMsg, seen map[int64]bool, end
 		m.errorf("receive in %s delivered %d of key %s while the earlier %d is %s (attempt %d)", g, msg.id, msg.key, pid, pd.state, pd.attempt)
 	}
 	return mustBeDead
+}
+
+// semOrdered says whether the model knows the order in which the engine
+// numbers a and b: their commit order (m.order), but for a message sent in
+// a transaction left open (late) and one committed while that transaction
+// was open: a cut that finds both numbers the older transaction's first.
+// (Two late messages: one transaction's, in id order, or one transaction's
+// after another's, begun after it ended.)
+func semOrdered(a, b *semMsg) bool {
+	if a.late == b.late {
+		return true
+	}
+	l, o := a, b
+	if b.late {
+		l, o = b, a
+	}
+	return o.seq < l.openFrom || o.seq > l.seq
 }
 
 // semClass orders unkeyed messages: above 0 by priority, then 0, then below.
@@ -181,7 +198,7 @@ func (m *semModel) checkPriorities(g string, rows []semRow) {
 	}
 	for _, r := range rows {
 		msg, d := m.msgs[r.id], m.group[g][r.id]
-		if msg == nil || msg.key != "" || msg.late || d.delivered || d.redriven {
+		if msg == nil || msg.key != "" || d.delivered || d.redriven {
 			continue
 		}
 		for _, xid := range m.order {
@@ -189,7 +206,8 @@ func (m *semModel) checkPriorities(g string, rows []semRow) {
 				break
 			}
 			x, xd := m.msgs[xid], m.group[g][xid]
-			if returned[xid] || x.key != "" || x.delayed || x.late || xd.delivered || xd.redriven || xd.state != semPending {
+			if returned[xid] || x.key != "" || x.delayed || !semOrdered(x, msg) || xd.delivered || xd.redriven ||
+				xd.state != semPending {
 				continue
 			}
 			if semClass(x.prio) >= semClass(msg.prio) {

@@ -107,6 +107,7 @@ func (m *semModel) sent(id int64, key *string, prio int32, delay time.Duration, 
 // admit puts a committed message in the model, pending in every group.
 func (m *semModel) admit(msg *semMsg) {
 	m.msgs[msg.id] = msg
+	msg.seq = len(m.order)
 	m.order = append(m.order, msg.id)
 	for _, g := range semGroups {
 		m.group[g][msg.id] = &semDelivery{due: msg.due}
@@ -137,7 +138,7 @@ func (m *semModel) sendInLong(bodies []string, keys []*string, prios []int32, de
 		if err != nil {
 			m.b.t.Fatalf("%s: begin: %v", m.queue, err)
 		}
-		m.longTx = tx
+		m.longTx, m.longFrom = tx, len(m.order)
 	}
 	start := time.Now()
 	rows, err := m.longTx.Query(m.b.ctx, `SELECT * FROM sluice.send_batch($1, $2::text[]::jsonb[], NULL, $3::text[],
@@ -152,7 +153,7 @@ func (m *semModel) sendInLong(bodies []string, keys []*string, prios []int32, de
 	m.logf("send %v in the open transaction, keys %v prios %v delay %v", ids, strs(keys), prios, delay)
 	for i, id := range ids {
 		msg := m.sent(id, keys[i], prios[i], delay, start)
-		msg.late = true
+		msg.late, msg.openFrom = true, m.longFrom
 		m.longSent = append(m.longSent, msg)
 	}
 }

@@ -88,10 +88,13 @@ type semMsg struct {
 	prio    int
 	delayed bool
 	due     time.Time // not deliverable before: the send's start + its delay
-	// sent in a transaction left open over other calls: the cut numbers a
-	// transaction's messages by its id, so their order against messages
-	// committed around their commit is not known to the model
-	late bool
+	// sent in a transaction left open over other calls: a cut numbers the
+	// messages it finds by their transaction's id, so their order against
+	// the messages committed while that transaction was open (those of
+	// m.order[openFrom:seq]) is not known to the model (semOrdered)
+	late     bool
+	openFrom int // (late) len(m.order) when its transaction began
+	seq      int // its index in m.order (commit order), once committed
 }
 
 // semState is where a message stands in one group.
@@ -148,6 +151,7 @@ type semModel struct {
 	// the second producer's open transaction and what it sent
 	longTx   pgx.Tx
 	longSent []*semMsg
+	longFrom int              // len(order) when longTx began
 	lastID   int64            // the id the last send returned
 	dedup    map[string]int64 // dedup key -> the id first sent with it
 	group    map[string]map[int64]*semDelivery

@@ -19,8 +19,9 @@
 -- prioritized message committed and not numbered yet (it must be numbered
 -- before the receive takes from a backlog; in any slot: one sent before a
 -- rotation is in the slot before, and the first receive after it numbers
--- it), positions in the lane past the group's floor, or a lease of the
--- lane ended.
+-- it; past the newest cut's xmax, or of a transaction it found in progress,
+-- as the cut's candidates are), positions in the lane past the group's
+-- floor, or a lease of the lane ended.
 --
 -- Parameters:
 --   p_group  group id
@@ -35,10 +36,14 @@ AS $$
 BEGIN
     RETURN (SELECT CASE WHEN EXISTS (SELECT 1 FROM msg m
                                      WHERE m.priority <> 0 AND m.khash IS NULL AND m.txid >= c.snap_xmax
-                                       AND pg_visible_in_snapshot(m.txid, pg_current_snapshot())) THEN 'n'
+                                       AND pg_visible_in_snapshot(m.txid, pg_current_snapshot()))
+                              OR (cardinality(c.snap_xip) > 0
+                                  AND EXISTS (SELECT 1 FROM msg m
+                                              WHERE m.txid = ANY (c.snap_xip) AND m.priority <> 0 AND m.khash IS NULL
+                                                AND pg_visible_in_snapshot(m.txid, pg_current_snapshot()))) THEN 'n'
                         WHEN c.heads[p_lane + 1] > coalesce(st.cursor, 0) OR st.next_exp <= p_now
                              OR st.old_due <= p_now OR st.slot IS NULL AND c.heads[p_lane + 1] > 0 THEN 't' END
-            FROM (SELECT x.snap_xmax, x.heads FROM cut__s x ORDER BY x.cut_no DESC LIMIT 1) c
+            FROM (SELECT x.snap_xmax, x.snap_xip, x.heads FROM cut__s x ORDER BY x.cut_no DESC LIMIT 1) c
             LEFT JOIN LATERAL (SELECT s.slot, s.cursor, s.next_exp, s.old_due FROM lease__s s
                                WHERE s.group_id = p_group AND s.lane = p_lane
                                ORDER BY s.lease_no DESC LIMIT 1) st ON true);

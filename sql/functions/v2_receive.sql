@@ -33,7 +33,9 @@
 -- seen up to 25 ms later; e2_before_look__s). A receive that had nothing
 -- before it numbered notes n there: the next numbers first.
 -- Prioritized messages first: the priority lane's levels above 0 (numbered
--- first when one waits to be), then the lanes, then, when no lane had
+-- first when one waits to be; looked at again when a cut since, the
+-- receive's own as a rule, numbered more: the lane look reads the priority
+-- lane's head), then the lanes, then, when no lane had
 -- anything more, the levels below 0 (e2_take_prio); only on a queue that
 -- has had an unkeyed prioritized message (sluice.queue.prioritized, set by
 -- the sends: the look is a statement each receive would pay; or by the
@@ -94,6 +96,7 @@ DECLARE
     v_begun int;                -- e2_before_look__s's answer: -2 rotated, -1 idle, a lane it numbered, NULL look
     v_prio "char";              -- the priority lane: NULL nothing, n to number first, t to look at
     v_prio_look boolean;        -- the priority lane to look at next (its levels above 0)
+    v_prio_head bigint;         -- its head as the lane look after the last priority look read it
     s record;                   -- the lane picked, and its state
     v_done boolean;             -- (calls made in expressions, as in sluice.receive)
     v_rr int; v_n int; v_before int;
@@ -156,17 +159,27 @@ BEGIN
         -- the lane to take from, held, and its state; lane NULL: none
         SELECT * INTO s FROM e2_next_lane__s(g.id, q.lanes, v_start, v_seen, v_ended, v_now);
         v_now := s.at;
-        IF s.prio_head > 0 AND NOT q.prioritized THEN
-            -- a cut numbered a prioritized message that no send could note
-            -- in the queue's row (another transaction held it): this
-            -- receive notes it and looks at the priority lane first, as
-            -- the receives of a queue noted do (sluice._mark_prioritized;
-            -- the lane it holds stays its until it commits: the look after
-            -- is this one's again)
-            v_done := sluice._mark_prioritized(q.id) IS NULL;
-            q.prioritized := true;
-            v_prio_look := true;
-            CONTINUE;
+        IF s.prio_head > 0 THEN
+            IF NOT q.prioritized THEN
+                -- a cut numbered a prioritized message that no send could
+                -- note in the queue's row (another transaction held it):
+                -- this receive notes it and looks at the priority lane
+                -- first, as the receives of a queue noted do
+                -- (sluice._mark_prioritized; the lane it holds stays its
+                -- until it commits: the look after is this one's again)
+                v_done := sluice._mark_prioritized(q.id) IS NULL;
+                q.prioritized := true;
+                v_prio_look := true;
+                v_prio_head := s.prio_head;
+                CONTINUE;
+            ELSIF s.prio_head > v_prio_head THEN
+                -- a cut since the last priority look (this receive's own,
+                -- as a rule) numbered prioritized messages: they come first
+                v_prio_look := true;
+                v_prio_head := s.prio_head;
+                CONTINUE;
+            END IF;
+            v_prio_head := s.prio_head;
         END IF;
         IF s.lane IS NULL THEN
             IF v_ended THEN
