@@ -35,6 +35,10 @@ func (m *semModel) receive(g string, n int) []int64 {
 			ackArg = receipts
 		}
 	}
+	// (whether the queue's receives look at its priority lane first: set
+	// by a prioritized send, or by a receive, unless an open transaction
+	// holds the queue's row; see checkPriorityLane)
+	flagged := m.b.int64(`SELECT prioritized::int FROM sluice.queue WHERE name = $1`, m.queue) == 1
 	start := time.Now()
 	rows, err := m.cons[g].Query(m.b.ctx, `SELECT id, pos, key, priority, attempt, receipt
 		FROM sluice.receive($1, $2, $3, NULL, NULL, $4::text[])`, m.queue, g, n, ackArg)
@@ -71,6 +75,9 @@ func (m *semModel) receive(g string, n int) []int64 {
 		m.logf("  %d: %s", r.id, r.receipt)
 	}
 	mustBeDead := m.checkReceive(g, got, end)
+	if flagged {
+		m.checkPriorityLane(g, got)
+	}
 	for _, r := range got {
 		d := m.group[g][r.id]
 		if d == nil {
@@ -160,6 +167,36 @@ func (m *semModel) checkKeyOrder(g string, msg *semMsg, seen map[int64]bool, end
 		m.errorf("receive in %s delivered %d of key %s while the earlier %d is %s (attempt %d)", g, msg.id, msg.key, pid, pd.state, pd.attempt)
 	}
 	return mustBeDead
+}
+
+// checkPriorityLane checks, on a queue of any number of lanes whose
+// receives look at the priority lane first (sluice.queue.prioritized), that
+// a receive returned no unkeyed message delivered for the first time of a
+// lower class than an unkeyed message above 0 that was ready and not
+// returned (sent without a delay, never delivered in the group, not
+// redriven): each such message is
+// numbered first, into the priority lane, whatever it was sent after or
+// with, and the lane's levels above 0 are taken before any other lane.
+func (m *semModel) checkPriorityLane(g string, rows []semRow) {
+	low, returned := 1<<30, map[int64]bool{}
+	for _, r := range rows {
+		returned[r.id] = true
+		// (a delivery again of a lease that ended is not one: the
+		// priority lane's ended leases are delivered again first, whatever
+		// their levels, as any lane's are before its new positions)
+		if msg, d := m.msgs[r.id], m.group[g][r.id]; msg != nil && d != nil && msg.key == "" && !d.delivered {
+			low = min(low, semClass(msg.prio))
+		}
+	}
+	for _, xid := range m.order {
+		x, xd := m.msgs[xid], m.group[g][xid]
+		if returned[xid] || x.key != "" || x.prio <= 0 || x.delayed || xd.delivered || xd.redriven ||
+			xd.state != semPending || semClass(x.prio) <= low {
+			continue
+		}
+		m.errorf("receive in %s returned an unkeyed message of class %d and not %d (priority %d), ready and never delivered",
+			g, low, xid, x.prio)
+	}
 }
 
 // semOrdered says whether the model knows the order in which the engine

@@ -353,19 +353,19 @@ BEGIN
         VALUES (p_slot, v_cut_no + 1, v_snap, pg_snapshot_xmax(v_snap), sluice._snapshot_xips(v_snap), v_heads,
                 v_next, v_now, clock_timestamp(), p_epoch, v_next_due);
     ELSE
-    WITH rows AS (
-        INSERT INTO batch__s (slot, lane, first_pos, last_pos, ids, txids, mslots, targets, cut_no, khashes)
-        SELECT p_slot, u.lane, min(u.pos), max(u.pos), array_agg(u.id), array_agg(u.txid), array_agg(u.mslot),
-               CASE WHEN bool_or(u.tg IS NOT NULL) THEN array_agg(u.tg) END, v_cut_no + 1,
-               CASE WHEN bool_or(u.kh IS NOT NULL) THEN array_agg(u.kh) END
-        FROM (SELECT x.*, (x.pos - 1) / 64 AS grp
-              FROM unnest(v_lanes, v_pos, v_ids, v_txids, v_mslots, v_targets, v_kh) AS x(lane, pos, id, txid, mslot, tg, kh)
-              ORDER BY x.lane, grp, x.pos) u
-        GROUP BY u.lane, u.grp
-    )
-    INSERT INTO cut__s (slot, cut_no, snap, snap_xmax, snap_xip, heads, rr, due_upto, at, epoch, next_due)
-    VALUES (p_slot, v_cut_no + 1, v_snap, pg_snapshot_xmax(v_snap), sluice._snapshot_xips(v_snap), v_heads,
-            v_next, v_now, clock_timestamp(), p_epoch, v_next_due);
+        WITH rows AS (
+            INSERT INTO batch__s (slot, lane, first_pos, last_pos, ids, txids, mslots, targets, cut_no, khashes)
+            SELECT p_slot, u.lane, min(u.pos), max(u.pos), array_agg(u.id), array_agg(u.txid), array_agg(u.mslot),
+                   CASE WHEN bool_or(u.tg IS NOT NULL) THEN array_agg(u.tg) END, v_cut_no + 1,
+                   CASE WHEN bool_or(u.kh IS NOT NULL) THEN array_agg(u.kh) END
+            FROM (SELECT x.*, (x.pos - 1) / 64 AS grp
+                  FROM unnest(v_lanes, v_pos, v_ids, v_txids, v_mslots, v_targets, v_kh) AS x(lane, pos, id, txid, mslot, tg, kh)
+                  ORDER BY x.lane, grp, x.pos) u
+            GROUP BY u.lane, u.grp
+        )
+        INSERT INTO cut__s (slot, cut_no, snap, snap_xmax, snap_xip, heads, rr, due_upto, at, epoch, next_due)
+        VALUES (p_slot, v_cut_no + 1, v_snap, pg_snapshot_xmax(v_snap), sluice._snapshot_xips(v_snap), v_heads,
+                v_next, v_now, clock_timestamp(), p_epoch, v_next_due);
     END IF;
     IF v_nu < n AND current_setting('sluice.caller_synchronous_commit', true) <> '' THEN
         -- keyed positions are handed out only once on disk (file header)
