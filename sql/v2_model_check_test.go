@@ -1,6 +1,8 @@
 package sqlsrc_test
 
 import (
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -171,20 +173,27 @@ func (m *semModel) checkKeyOrder(g string, msg *semMsg, seen map[int64]bool, end
 
 // checkPriorityLane checks, on a queue of any number of lanes whose
 // receives look at the priority lane first (sluice.queue.prioritized), that
-// a receive returned no unkeyed message delivered for the first time of a
-// lower class than an unkeyed message above 0 that was ready and not
-// returned (sent without a delay, never delivered in the group, not
-// redriven): each such message is
-// numbered first, into the priority lane, whatever it was sent after or
-// with, and the lane's levels above 0 are taken before any other lane.
+// a receive returned nothing of a lower class than an unkeyed message above
+// 0 that was ready and not returned (sent without a delay, never delivered
+// in the group, not redriven): each such message is numbered first, into
+// the priority lane, whatever it was sent after or with, and the lane's
+// levels above 0 are taken before any other lane. A row of another lane
+// (its receipt names the lane) is of class 0: a keyed message keeps its
+// key's order whatever its priority. A delivery again of a priority lane's
+// lease that ended is left out: those come first, whatever their levels,
+// as any lane's ended leases come before its new positions.
 func (m *semModel) checkPriorityLane(g string, rows []semRow) {
 	low, returned := 1<<30, map[int64]bool{}
 	for _, r := range rows {
 		returned[r.id] = true
-		// (a delivery again of a lease that ended is not one: the
-		// priority lane's ended leases are delivered again first, whatever
-		// their levels, as any lane's are before its new positions)
-		if msg, d := m.msgs[r.id], m.group[g][r.id]; msg != nil && d != nil && msg.key == "" && !d.delivered {
+		msg, d := m.msgs[r.id], m.group[g][r.id]
+		if msg == nil || d == nil {
+			continue
+		}
+		switch prioLane := strings.Split(r.receipt, ".")[2] == strconv.Itoa(m.lanes); {
+		case !prioLane:
+			low = min(low, 0)
+		case !d.delivered:
 			low = min(low, semClass(msg.prio))
 		}
 	}
@@ -194,7 +203,7 @@ func (m *semModel) checkPriorityLane(g string, rows []semRow) {
 			xd.state != semPending || semClass(x.prio) <= low {
 			continue
 		}
-		m.errorf("receive in %s returned an unkeyed message of class %d and not %d (priority %d), ready and never delivered",
+		m.errorf("receive in %s returned a message of class %d and not %d (priority %d), ready and never delivered",
 			g, low, xid, x.prio)
 	}
 }

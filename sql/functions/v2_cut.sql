@@ -277,10 +277,10 @@ BEGIN
     IF v_own IS NOT NULL AND pg_visible_in_snapshot(v_own, v_snap) THEN
         v_snap := sluice._snapshot_with(v_snap, v_own);
     END IF;
-    -- The last cut of this slot, the current slot, and the first 17
-    -- messages to number, as they come (what commits after the snapshot is
-    -- left to the next cut); counted up to one past what the receive takes
-    -- (p_short: see there).
+    -- The last cut of this slot, the current slot, and the first messages
+    -- to number (17, or one past what the receive takes, p_short: see
+    -- there), as they come (what commits after the snapshot is left to the
+    -- next cut).
     SELECT x.cut_no, x.heads, x.rr, x.next_due, ns.slot, ns.epoch, f.n, f.nu,
            f.n <= 16 AND NOT f.odd AND x.work_snap IS NULL AND x.next_due > v_now,
            f.ids, f.txids, f.mslots, f.targets, f.kh

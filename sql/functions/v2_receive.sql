@@ -33,9 +33,10 @@
 -- seen up to 25 ms later; e2_before_look__s). A receive that had nothing
 -- before it numbered notes n there: the next numbers first.
 -- Prioritized messages first: the priority lane's levels above 0 (numbered
--- first when one waits to be; looked at again when a cut since, the
--- receive's own as a rule, numbered more: the lane look reads the priority
--- lane's head), then the lanes, then, when no lane had
+-- first when one waits to be; looked at again, as one of the eight looks,
+-- when a cut after the lane look that followed it numbered more, the
+-- receive's own as a rule: the lane look reads the priority lane's head),
+-- then the lanes, then, when no lane had
 -- anything more, the levels below 0 (e2_take_prio); only on a queue that
 -- has had an unkeyed prioritized message (sluice.queue.prioritized, set by
 -- the sends: the look is a statement each receive would pay; or by the
@@ -96,7 +97,7 @@ DECLARE
     v_begun int;                -- e2_before_look__s's answer: -2 rotated, -1 idle, a lane it numbered, NULL look
     v_prio "char";              -- the priority lane: NULL nothing, n to number first, t to look at
     v_prio_look boolean;        -- the priority lane to look at next (its levels above 0)
-    v_prio_head bigint;         -- its head as the lane look after the last priority look read it
+    v_prio_head bigint;         -- its head as the lane look after the last priority look read it (NULL: none yet)
     s record;                   -- the lane picked, and its state
     v_done boolean;             -- (calls made in expressions, as in sluice.receive)
     v_rr int; v_n int; v_before int;
@@ -144,6 +145,7 @@ BEGIN
     WHILE v_try < 8 LOOP
         IF v_prio_look THEN
             v_prio_look := false;
+            v_prio_head := NULL;   -- (the lane look after this one reads the head it leaves)
             v_prio := e2_prio_due__s(g.id, q.lanes::smallint, v_now);
             IF v_prio = 'n' THEN
                 v_cuts := 7;
@@ -170,13 +172,18 @@ BEGIN
                 v_done := sluice._mark_prioritized(q.id) IS NULL;
                 q.prioritized := true;
                 v_prio_look := true;
-                v_prio_head := s.prio_head;
+                v_start := coalesce(s.lane, v_start);   -- (the lane it holds: looked at first after)
                 CONTINUE;
             ELSIF s.prio_head > v_prio_head THEN
-                -- a cut since the last priority look (this receive's own,
-                -- as a rule) numbered prioritized messages: they come first
+                -- a cut since the lane look after the last priority look
+                -- (this receive's own, as a rule: of messages committed
+                -- after its probe) numbered prioritized messages: they come
+                -- first. Each such look counts as one of the eight, so
+                -- that prioritized messages committing all the while (of
+                -- levels below 0, or for another group) end it.
                 v_prio_look := true;
-                v_prio_head := s.prio_head;
+                v_try := v_try + 1;
+                v_start := coalesce(s.lane, v_start);
                 CONTINUE;
             END IF;
             v_prio_head := s.prio_head;
