@@ -401,7 +401,7 @@ func TestV2IdlePollsKeepTheUpkeep(t *testing.T) {
 // A message stored in a slot before a rotation, by a transaction that
 // commits after it, is not seen by the idle poll's probe (e2_idle_probe_<slot>
 // reads the current slot only) while the session's idle note holds; the
-// first receive after the note (25 ms) probes every slot and takes it, with
+// first receive after the note (a second at most) probes every slot and takes it, with
 // no other traffic on the queue.
 func TestV2IdlePollSeesAMessageStoredBeforeARotation(t *testing.T) {
 	b := setup(t)
@@ -448,4 +448,105 @@ func TestV2IdlePollSeesAMessageStoredBeforeARotation(t *testing.T) {
 		return len(ms) == 1
 	})
 	t.Logf("the held message came after %d polls, %v", polls, time.Since(start))
+}
+
+// Engine 2's note holds until a lease of the group may end, a second at
+// most (e2_idle_until__s): polls spaced past 25 ms look at no lane while
+// nothing is in flight; a lease in flight bounds the note, so the first
+// poll after it ends delivers it again; a lane holding a key (which a
+// keyed nack of another session retries, unseen by any probe) bounds it
+// to 25 ms.
+func TestV2IdleNoteLastsUntilALeaseMayEnd(t *testing.T) {
+	b := setup(t)
+	b.createV2("q", `"lanes": 2`)
+	schema := fmt.Sprintf("sluice_q%d", b.int64("SELECT id FROM sluice.queue WHERE name = 'q'"))
+	b.send(b.pool, "q", `{"n": 1}`)
+	b.ack("q", "default", receipts(b.receive("q", "default", 10, ""))...)
+	c := b.conn()
+	// noted polls until the session has a note and returns how long it
+	// holds past the time read right after it (NULL: not noted).
+	noted := func(what string) *time.Duration {
+		t.Helper()
+		for i := 0; i < 3; i++ {
+			if ms := receiveOnConn(b, c, "default", ""); len(ms) != 0 {
+				t.Fatalf("%s: got %d messages from an idle group", what, len(ms))
+			}
+			var left *float64
+			if err := c.QueryRow(b.ctx, `
+				SELECT split_part(n, ':', 2)::numeric / 1000 - extract(epoch FROM clock_timestamp()) * 1000
+				FROM (SELECT current_setting(sluice._idle_note_name(q.id, g.id), true) AS n
+				      FROM sluice.queue q JOIN sluice.consumer_group g ON g.queue_id = q.id
+				      WHERE q.name = 'q' AND g.name = 'default') s
+				WHERE n ~ '^[0-9]+:[0-9]+$'`).Scan(&left); err != nil && err != pgx.ErrNoRows {
+				t.Fatal(err)
+			}
+			if left != nil {
+				d := time.Duration(*left * float64(time.Millisecond))
+				return &d
+			}
+		}
+		return nil
+	}
+
+	// Nothing in flight: a second at most, and polls 40 ms apart look at
+	// no lane state while it holds.
+	left := noted("idle")
+	if left == nil || *left < 500*time.Millisecond || *left > time.Second {
+		t.Fatalf("idle with nothing in flight: the note holds %v more, want most of a second", left)
+	}
+	scans := func() int64 {
+		var n int64
+		if err := c.QueryRow(b.ctx, `
+			SELECT coalesce(sum(pg_stat_get_numscans(i.indexrelid) + pg_stat_get_xact_numscans(i.indexrelid)), 0)::bigint
+			FROM pg_index i JOIN pg_class c ON c.oid = i.indrelid
+			WHERE c.relnamespace = $1::regnamespace AND c.relname LIKE 'lease_%' AND c.relkind = 'r'`,
+			schema).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	skipped := 0
+	for i := 0; i < 10; i++ {
+		time.Sleep(40 * time.Millisecond)
+		before := scans()
+		if ms := receiveOnConn(b, c, "default", ""); len(ms) != 0 {
+			t.Fatalf("poll %d: got %d messages from an idle group", i, len(ms))
+		}
+		if scans() == before {
+			skipped++
+		}
+	}
+	t.Logf("%d of 10 polls 40 ms apart looked at no lane state", skipped)
+	if skipped < 5 {
+		t.Fatalf("only %d of 10 polls 40 ms apart skipped the lanes", skipped)
+	}
+
+	// A lease in flight bounds it: the first poll after the lease ends
+	// delivers the message again.
+	b.send(b.pool, "q", `{"n": 2}`)
+	var id int64
+	var ends time.Time
+	if err := b.pool.QueryRow(b.ctx, `SELECT id, lease_expires_at FROM sluice.receive('q', 'default', 1, '400 milliseconds')`).
+		Scan(&id, &ends); err != nil {
+		t.Fatal(err)
+	}
+	left = noted("a lease in flight")
+	if left == nil || *left > time.Until(ends)+5*time.Millisecond {
+		t.Fatalf("a lease in flight ending in %v: the note holds %v more", time.Until(ends), left)
+	}
+	time.Sleep(time.Until(ends) + 10*time.Millisecond)
+	ms := receiveOnConn(b, c, "default", "")
+	if len(ms) != 1 || ms[0].ID != id || ms[0].Attempt != 2 {
+		t.Fatalf("the first poll after the lease ended: got %+v, want message %d again", ms, id)
+	}
+	b.ack("q", "default", ms[0].Receipt)
+
+	// A key held (its message in flight): 25 ms at most, or no note.
+	b.exec(`SELECT sluice.send('q', '{"n": 3}', key => 'k')`)
+	if ms := b.receive("q", "default", 1, ""); len(ms) != 1 {
+		t.Fatalf("keyed: got %d messages", len(ms))
+	}
+	if left := noted("a key held"); left != nil && *left > 25*time.Millisecond {
+		t.Fatalf("a key held: the note holds %v more, want 25 ms at most", left)
+	}
 }

@@ -90,8 +90,9 @@ func (l *statementLog) nested(b *bundle, sql string) []string {
 // a send: the queue and the INSERT; in the steady state (a send, then a
 // receive that numbers it, then its ack) the receive numbers first: the
 // cut's call, its read and its INSERT; a receive that finds nothing (no
-// idle note of the session): the lookups, the copy, one lane statement and
-// the probe for what is not numbered; a poll while the idle note holds:
+// idle note of the session): the lookups, the copy, one lane statement,
+// the probe for what is not numbered and the note's (until when it holds);
+// a poll while the idle note holds:
 // the lookups and the probe; a send of a batch: the queue, the look at
 // the bodies' depth (over 4,096 bytes in all), the copy's call and its
 // INSERT. The least of three rounds, after six to warm
@@ -150,8 +151,8 @@ func TestV2HotPathsRunTheirStatementsOnly(t *testing.T) {
 		{"steady ack", ack("steady"), []string{ackLookup, "INSERT INTO ack_0"}},
 		// (the session's idle note of the group cleared; not checked)
 		{"", note("''"), nil},
-		{"empty receive", receive("empty"), append(take[:5:5], "FROM e2_unnumbered_0(")},
-		// (the note made to hold an hour: 25 ms may pass before the next call)
+		{"empty receive", receive("empty"), append(take[:5:5], "FROM e2_unnumbered_0(", "FROM e2_idle_until_0(")},
+		// (the note made to hold an hour: a second may pass before the next call)
 		{"", note("split_part(current_setting(x.n), ':', 1) || ':' || ((extract(epoch FROM now()) + 3600) * 1000000)::bigint"), nil},
 		{"idle poll", receive("empty"), append(take[:3:3], "FROM e2_idle_probe_0(")},
 	}

@@ -48,11 +48,15 @@
 -- A receive that finds nothing to take in an idle group notes so in its
 -- session (the setting sluice.idle_<queue id>); the session's next receives
 -- of the group return nothing at less cost until a newer batch is numbered
--- or 25 ms have passed: new messages are seen at once, a lease that expires,
--- a keyed nack of another session, or (engine 2) a message stored in the
--- slot before a rotation by a transaction that commits after it, up to 25 ms
--- later (a receive that carries receipts to ack does not use the note). A
--- receive that
+-- or 25 ms have passed: new messages are seen at once, a lease that expires
+-- or a keyed nack of another session up to 25 ms later (a receive that
+-- carries receipts to ack does not use the note). On engine 2 the note
+-- holds until a lease of the group may end, a second at most, so a lease
+-- that ends is seen at once; 25 ms while a lane holds keys or has keyed
+-- messages waiting (a keyed nack of another session) or is another
+-- receive's; a message stored in the slot before a rotation by a
+-- transaction that commits after it is seen up to a second later. On
+-- engine 1, a receive that
 -- looked at every lane of its group and took all there was notes the same
 -- for 25 ms; while that holds, the session's receives that number new
 -- messages look only at the lanes those were numbered into, so a lease
@@ -401,7 +405,7 @@ BEGIN
             ok := sluice._pred_complete(q, g, 'nack', ARRAY[nack.receipt], nack.delay, nack.error) = 1;
         END IF;
         -- (as below: a keyed nack writes the lane's state, which the note
-        -- of e2_receive__s would hide for up to 25 ms)
+        -- of e2_receive__s would hide for up to 25 ms: e2_idle_until__s)
         PERFORM set_config(sluice._idle_note_name(q.id, g.id), '', false);
         RETURN ok;
     END IF;

@@ -60,9 +60,10 @@ RESET check_function_bodies;
 -- scan less to set up per subquery, ~0.04M instructions a poll. A message
 -- stored in an older slot and committed after the newest cut (sent by a
 -- transaction that began before the rotation) is not seen by it; the note
--- holds 25 ms, and the first receive after it probes through the parent
--- (e2_unnumbered__s) and numbers it. So such a message waits at most the
--- note's 25 ms more, as a lease that ends while the note holds does.
+-- holds a second at most (e2_idle_until__s), and the first receive after
+-- it, or the session's upkeep (about once a second: e2_before_look__s),
+-- probes through the parent (e2_unnumbered__s) and numbers it. So such a
+-- message waits at most about a second more.
 -- (SQL, inlined, as e2_unnumbered__s.)
 --
 -- Parameters:

@@ -28,10 +28,11 @@
 -- looks that take nothing at most. A receive that finds every lane of the
 -- group idle (none with keys held or waiting: an ack may free a key at any
 -- time) notes it in its session (the setting sluice.idle_<queue>_<group>,
--- cut_no:until): for 25 ms the session's receives of the group then only
--- number what is new, or probe for it (a lease that ends in that time is
--- seen up to 25 ms later; e2_before_look__s). A receive that had nothing
--- before it numbered notes n there: the next numbers first.
+-- cut_no:until): until a lease of the group may end, a second at most
+-- (25 ms when no probe would see a lane open: e2_idle_until__s), the
+-- session's receives of the group then only number what is new, or probe
+-- for it (e2_before_look__s). A receive that had nothing before it
+-- numbered notes n there: the next numbers first.
 -- Prioritized messages first: the priority lane's levels above 0 (numbered
 -- first when one waits to be; looked at again, as one of the eight looks,
 -- when a cut after the lane look that followed it numbered more, the
@@ -57,7 +58,7 @@
 -- Calls: e2_ack, e2_cut_most, e2_before_look__s (numbers first),
 --   e2_receive_rotated, e2_prio_due__s, e2_number__s, e2_take_prio, e2_next_lane__s (inlined),
 --   e2_wait_lane__s, e2_unnumbered__s, e2_expired__s, e2_take__s, e2_take_one__s,
---   e2_take_keyed__s, e2_slow
+--   e2_take_keyed__s, e2_slow, e2_idle_until__s (inlined)
 CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_receive__s(q sluice.queue, g sluice.consumer_group, max_messages int,
                                                      p_lease interval, p_consumer text, p_ack text[],
                                                      p_epoch bigint, p_started timestamptz, p_slot smallint,
@@ -332,9 +333,10 @@ BEGIN
         RETURN;
     ELSIF v_need = max_messages AND v_waits IS NOT TRUE AND v_prio IS NULL THEN
         -- every lane idle as of the newest cut its last look read: note it
-        -- (a cut committed since is the next poll's to look at)
-        v_done := set_config(sluice._idle_note_name(q.id, g.id),
-                             s.cut || ':' || ((extract(epoch FROM v_at) * 1000000)::bigint + 25000), false) IS NULL;
+        -- (a cut committed since is the next poll's to look at) until a
+        -- lease may end (e2_idle_until__s)
+        SELECT set_config(sluice._idle_note_name(q.id, g.id), s.cut || ':' || x.until, false) IS NULL INTO v_done
+        FROM e2_idle_until__s(g.id, q.lanes, v_at, current_setting('sluice.lane_busy', true) = 'y') x;
     ELSIF v_need > 0 AND v_prio IS NOT NULL THEN
         -- the levels below 0: nothing else is ready
         RETURN QUERY SELECT * FROM e2_take_prio(q, g, -1, v_need, p_lease, p_consumer, v_now, p_slot);
@@ -433,7 +435,7 @@ RESET check_function_bodies;
 -- is at it, as in engine 1. Then the session's note of the group
 -- (sluice.idle_<queue>_<group>, written by e2_receive__s; a setting of that
 -- name that is no note of ours is ignored): after a receive that found
--- every lane idle (cut_no:until, valid 25 ms) or had to number to take
+-- every lane idle (cut_no:until: e2_idle_until__s) or had to number to take
 -- anything (n), the next one numbers first, a few new messages (the cut's
 -- short path) or as many as it takes all of (up to 256), not more
 -- (e2_cut_now__s: a backlog is numbered as it is taken), and looks from
@@ -517,6 +519,44 @@ BEGIN
     RETURN NULL;
 END
 $$;
+
+-- e2_idle_until__s: until when a receive that found every lane of a group
+-- idle notes it (e2_receive__s), in microseconds since the epoch: a
+-- second after it began to look, or, sooner, the first time a lease of
+-- the group may end (each lane's state: next_exp in this slot, old_due in
+-- older ones), so that a lease that ends is looked at by the first poll
+-- after it. No probe sees what else makes a lane open without a cut: a
+-- key freed or retried in place by another session (a lane holding keys
+-- or with keyed positions waiting), a lane without its state here (after
+-- a rotation), one in another receive's hands (p_busy); the note then
+-- holds 25 ms. A message stored in an older slot by a transaction that
+-- commits after the newest cut is seen once the note has run out, or by
+-- the upkeep's probe (e2_before_look__s, about once a second), whichever
+-- comes first. (SQL, a set of one row, inlined into the caller's
+-- statement.)
+--
+-- Parameters:
+--   p_group, p_lanes  the group and the queue's lanes
+--   p_at              when the receive began to look
+--   p_busy            a lane was held by another receive
+-- Returns: until (microseconds since the epoch)
+SET check_function_bodies = off;   -- (a SQL template names the queue's tables: see engine_runs.sql)
+CREATE OR REPLACE FUNCTION sluice_tmpl2.e2_idle_until__s(p_group int, p_lanes int, p_at timestamptz, p_busy boolean)
+RETURNS TABLE (until bigint)
+LANGUAGE sql STABLE
+AS $$
+    -- (one aggregate: each costs its setup at every run)
+    SELECT (extract(epoch FROM least(p_at + CASE WHEN p_busy THEN interval '25 milliseconds' ELSE interval '1 second' END,
+                                     min(CASE WHEN st.kind IS NULL AND o = p_lanes THEN NULL   -- (the priority lane: if any)
+                                              WHEN st.kind IN ('r', 'c') AND st.held IS NULL AND st.waiting IS NULL
+                                              THEN least(st.next_exp, st.old_due)
+                                              ELSE p_at + interval '25 milliseconds' END))) * 1000000)::bigint
+    FROM generate_series(0, p_lanes) o
+    LEFT JOIN LATERAL (SELECT x.kind, x.next_exp, x.old_due, x.held, x.waiting FROM lease__s x
+                       WHERE x.group_id = p_group AND x.lane = o
+                       ORDER BY x.lease_no DESC LIMIT 1) st ON true
+$$;
+RESET check_function_bodies;
 
 -- e2_lane_open: whether a lane is one for a receive to take from, by its
 -- state (the newest lease row of the group's lane in the slot, NULL when it
