@@ -463,24 +463,28 @@ func TestV2IdleNoteLastsUntilALeaseMayEnd(t *testing.T) {
 	b.send(b.pool, "q", `{"n": 1}`)
 	b.ack("q", "default", receipts(b.receive("q", "default", 10, ""))...)
 	c := b.conn()
-	// noted polls until the session has a note and returns how long it
-	// holds past the time read right after it (NULL: not noted).
+	// noted polls until the session has a note and returns until when it
+	// holds and how long that is past the time read right after it (nil:
+	// not noted).
+	var until time.Time
 	noted := func(what string) *time.Duration {
 		t.Helper()
 		for i := 0; i < 3; i++ {
 			if ms := receiveOnConn(b, c, "default", ""); len(ms) != 0 {
 				t.Fatalf("%s: got %d messages from an idle group", what, len(ms))
 			}
-			var left *float64
+			var us, left *float64
 			if err := c.QueryRow(b.ctx, `
-				SELECT split_part(n, ':', 2)::numeric / 1000 - extract(epoch FROM clock_timestamp()) * 1000
+				SELECT split_part(n, ':', 2)::float8,
+				       split_part(n, ':', 2)::numeric / 1000 - extract(epoch FROM clock_timestamp()) * 1000
 				FROM (SELECT current_setting(sluice._idle_note_name(q.id, g.id), true) AS n
 				      FROM sluice.queue q JOIN sluice.consumer_group g ON g.queue_id = q.id
 				      WHERE q.name = 'q' AND g.name = 'default') s
-				WHERE n ~ '^[0-9]+:[0-9]+$'`).Scan(&left); err != nil && err != pgx.ErrNoRows {
+				WHERE n ~ '^[0-9]+:[0-9]+$'`).Scan(&us, &left); err != nil && err != pgx.ErrNoRows {
 				t.Fatal(err)
 			}
 			if left != nil {
+				until = time.UnixMicro(int64(*us))
 				d := time.Duration(*left * float64(time.Millisecond))
 				return &d
 			}
@@ -530,9 +534,9 @@ func TestV2IdleNoteLastsUntilALeaseMayEnd(t *testing.T) {
 		Scan(&id, &ends); err != nil {
 		t.Fatal(err)
 	}
-	left = noted("a lease in flight")
-	if left == nil || *left > time.Until(ends)+5*time.Millisecond {
-		t.Fatalf("a lease in flight ending in %v: the note holds %v more", time.Until(ends), left)
+	// (the note's end and the lease's, both the server's times)
+	if left = noted("a lease in flight"); left == nil || until.After(ends) {
+		t.Fatalf("a lease in flight ending at %v: the note holds until %v (%v more)", ends, until, left)
 	}
 	time.Sleep(time.Until(ends) + 10*time.Millisecond)
 	ms := receiveOnConn(b, c, "default", "")

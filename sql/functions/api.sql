@@ -46,14 +46,17 @@
 -- transaction commit asynchronously unless sluice.durable_receive is on
 -- (SET sluice.durable_receive = on keeps the caller's setting).
 -- A receive that finds nothing to take in an idle group notes so in its
--- session (the setting sluice.idle_<queue id>); the session's next receives
--- of the group return nothing at less cost until a newer batch is numbered
--- or 25 ms have passed: new messages are seen at once, a lease that expires
--- or a keyed nack of another session up to 25 ms later (a receive that
--- carries receipts to ack does not use the note). On engine 2 the note
--- holds until a lease of the group may end, a second at most, so a lease
--- that ends is seen at once; 25 ms while a lane holds keys or has keyed
--- messages waiting (a keyed nack of another session) or is another
+-- session; the session's next receives of the group return nothing at
+-- less cost while the note holds and no newer batch is numbered: new
+-- messages are seen at once (a receive that carries receipts to ack does
+-- not use the note). On engine 1 (the setting sluice.idle_<queue id>) the
+-- note holds 25 ms: a lease that expires or a keyed nack of another
+-- session is seen up to 25 ms later. On engine 2
+-- (sluice.idle_<queue id>_<group id>) it holds until a lease of the group
+-- may end, a second at most and 25 ms at least, so a lease that ends is
+-- seen at once (up to 25 ms later when it ends within 25 ms of the note);
+-- 25 ms while a lane holds keys or has keyed messages waiting (a keyed
+-- nack of another session), has no state in the slot, or is another
 -- receive's; a message stored in the slot before a rotation by a
 -- transaction that commits after it is seen up to a second later. On
 -- engine 1, a receive that

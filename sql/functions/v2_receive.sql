@@ -525,7 +525,9 @@ $$;
 -- second after it began to look, or, sooner, the first time a lease of
 -- the group may end (each lane's state: next_exp in this slot, old_due in
 -- older ones), so that a lease that ends is looked at by the first poll
--- after it. No probe sees what else makes a lane open without a cut: a
+-- after it; 25 ms at least, as a lane whose lease ended and that the look
+-- could not move on (its completion held by an open transaction) would
+-- otherwise leave no note at all. No probe sees what else makes a lane open without a cut: a
 -- key freed or retried in place by another session (a lane holding keys
 -- or with keyed positions waiting), a lane without its state here (after
 -- a rotation), one in another receive's hands (p_busy); the note then
@@ -546,11 +548,12 @@ RETURNS TABLE (until bigint)
 LANGUAGE sql STABLE
 AS $$
     -- (one aggregate: each costs its setup at every run)
-    SELECT (extract(epoch FROM least(p_at + CASE WHEN p_busy THEN interval '25 milliseconds' ELSE interval '1 second' END,
-                                     min(CASE WHEN st.kind IS NULL AND o = p_lanes THEN NULL   -- (the priority lane: if any)
-                                              WHEN st.kind IN ('r', 'c') AND st.held IS NULL AND st.waiting IS NULL
-                                              THEN least(st.next_exp, st.old_due)
-                                              ELSE p_at + interval '25 milliseconds' END))) * 1000000)::bigint
+    SELECT (extract(epoch FROM greatest(p_at + interval '25 milliseconds',
+                least(p_at + CASE WHEN p_busy THEN interval '25 milliseconds' ELSE interval '1 second' END,
+                      min(CASE WHEN st.kind IS NULL AND o = p_lanes THEN NULL   -- (the priority lane: if any)
+                               WHEN st.kind IN ('r', 'c') AND st.held IS NULL AND st.waiting IS NULL
+                               THEN least(st.next_exp, st.old_due)
+                               ELSE p_at + interval '25 milliseconds' END)))) * 1000000)::bigint
     FROM generate_series(0, p_lanes) o
     LEFT JOIN LATERAL (SELECT x.kind, x.next_exp, x.old_due, x.held, x.waiting FROM lease__s x
                        WHERE x.group_id = p_group AND x.lane = o
