@@ -527,11 +527,11 @@ $$;
 -- older ones), so that a lease that ends is looked at by the first poll
 -- after it; 25 ms at least, as a lane whose lease ended and that the look
 -- could not move on (its completion held by an open transaction) would
--- otherwise leave no note at all. No probe sees what else makes a lane open without a cut: a
--- key freed or retried in place by another session (a lane holding keys
--- or with keyed positions waiting), a lane without its state here (after
--- a rotation), one in another receive's hands (p_busy); the note then
--- holds 25 ms. A message stored in an older slot by a transaction that
+-- otherwise leave no note at all. No probe sees what else makes a lane
+-- open without a cut: a key freed or retried in place by another session
+-- (a lane holding keys or with keyed positions waiting), a lane without
+-- its state here (after a rotation), one in another receive's hands
+-- (p_busy); the note then holds 25 ms. A message stored in an older slot by a transaction that
 -- commits after the newest cut is seen once the note has run out, or by
 -- the upkeep's probe (e2_before_look__s, about once a second), whichever
 -- comes first. (SQL, a set of one row, inlined into the caller's
