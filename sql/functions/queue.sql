@@ -346,7 +346,8 @@ $$;
 --
 -- Parameters:
 --   queue  name
--- Returns: the number of messages removed
+-- Returns: the number of messages removed (during an upgrade, the old
+--   queue's too: sluice.upgrade_queue)
 -- Errors: SL001 invalid_name, SL002 undefined_queue
 CREATE OR REPLACE FUNCTION sluice.purge_queue(queue text)
 RETURNS bigint
@@ -361,6 +362,12 @@ BEGIN
     PERFORM pg_advisory_xact_lock(sluice._lock_ns('queue'), hashtext(purge_queue.queue));
     q := sluice._use_queue(purge_queue.queue);
     EXECUTE format('SELECT %I.e_purge($1)', sluice._qschema(q.id)) INTO n USING q;
+    IF q.predecessor IS NOT NULL THEN
+        -- an upgrade in progress: what the old queue still stores too (the
+        -- upkeep then drops it, every group having drained it)
+        SELECT * INTO STRICT q FROM sluice.queue x WHERE x.id = q.predecessor;
+        EXECUTE format('SELECT $2 + %I.e_purge($1)', sluice._qschema(q.id)) INTO n USING q, n;
+    END IF;
     RETURN n;
 END
 $$;

@@ -17,13 +17,17 @@
 -- Takes the queue's lock exclusively first, as drop_queue does: it waits for
 -- the transactions using the queue, and calls that come meanwhile wait for
 -- it (a moment), then go on with the new queue.
+-- A queue of the pgmq layer is upgraded the same way, and its view
+-- (pgmq.q_<name>) made again over both storages (pgmq._make_view); the
+-- layer's side tables and functions name the queue, not its storage, and
+-- stay.
 --
 -- Parameters:
 --   queue  name
 -- Returns: true if the queue was upgraded, false if it is of engine 2 already
 -- Errors: SL001 invalid_name, SL002 undefined_queue, SL011 not_supported (a
---   queue of the pgmq layer; a queue still draining an earlier upgrade)
--- Calls: create_queue, create_group
+--   queue still draining an earlier upgrade)
+-- Calls: create_queue, create_group, _remake_pgmq_view
 CREATE OR REPLACE FUNCTION sluice.upgrade_queue(queue text)
 RETURNS boolean
 LANGUAGE plpgsql
@@ -41,12 +45,6 @@ BEGIN
     IF old.engine = 2 THEN
         RETURN false;
     END IF;
-    IF to_regclass('pgmq.meta') IS NOT NULL THEN
-        IF EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.sluice_queue = old.name) THEN
-            RAISE EXCEPTION USING ERRCODE = 'SL011',
-                MESSAGE = format('queue %s belongs to the pgmq layer, which stays on engine 1 for now', quote_literal(old.name));
-        END IF;
-    END IF;
     PERFORM pg_advisory_xact_lock(sluice._lock_ns('maint'), old.id);
     PERFORM pg_advisory_xact_lock(sluice._lock_ns('cut'), old.id);
     UPDATE sluice.queue SET name = old.id || ':engine1' WHERE id = old.id;
@@ -61,6 +59,7 @@ BEGIN
         PERFORM sluice.create_group(old.name, g.name, 'earliest', g.ttl);
     END LOOP;
     PERFORM sluice._move_dead_letters(old.id, v_new);
+    PERFORM sluice._remake_pgmq_view(old.name);
     RETURN true;
 END
 $$;
@@ -206,7 +205,7 @@ $$;
 -- Parameters:
 --   q  the queue (predecessor set)
 -- Returns: whether the predecessor was dropped
--- Calls: _drop_storage, _move_dead_letters
+-- Calls: _drop_storage, _move_dead_letters, _remake_pgmq_view
 CREATE OR REPLACE FUNCTION sluice._finish_upgrade(q sluice.queue)
 RETURNS boolean
 LANGUAGE plpgsql
@@ -254,7 +253,31 @@ BEGIN
     DELETE FROM sluice.queue WHERE id = pq.id;
     EXECUTE format('DROP SEQUENCE %s', pq.id_seq);
     PERFORM sluice._drop_storage(pq.id);
+    PERFORM sluice._remake_pgmq_view(q.name);
     RETURN true;
+END
+$$;
+
+-- _remake_pgmq_view: make a queue's pgmq view (pgmq.q_<name>) again over
+-- the storage the queue has now (pgmq._make_view), when the queue belongs
+-- to the pgmq layer: after an upgrade began (both engines' storage) and
+-- once it finished (engine 2's alone). Nothing for other queues, or without
+-- the layer.
+--
+-- Parameters:
+--   p_name  the queue
+-- Calls: pgmq._make_view
+CREATE OR REPLACE FUNCTION sluice._remake_pgmq_view(p_name text)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF to_regclass('pgmq.meta') IS NOT NULL THEN
+        IF EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.sluice_queue = p_name) THEN
+            PERFORM pgmq._make_view(p_name);
+        END IF;
+    END IF;
 END
 $$;
 

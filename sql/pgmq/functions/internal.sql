@@ -290,9 +290,16 @@ $$;
 --   engine 2: sluice_q<id>.msg: every row without orig, and of the retry
 --             and redrive copies (orig = the message's id) the oldest of
 --             each message whose own row is no longer stored (a slot
---             reclaimed while its retry waits).
--- Called by _create; the view of a queue made by an earlier version is not
--- remade (it is the engine 1 form).
+--             reclaimed while its retry waits);
+--   engine 2 with a predecessor (sluice.upgrade_queue of an engine 1
+--             queue, until every group drained it): both, the
+--             predecessor's rows (engine 1's form) less those of a message
+--             with a copy in the new storage (a dead letter redriven), whose
+--             copy shows instead.
+-- Called by _create, and by sluice.upgrade_queue and sluice.maintain (an
+-- upgrade begun, finished: sluice._remake_pgmq_view); the view of a queue
+-- made by an earlier version is otherwise not remade (it is the engine 1
+-- form).
 --
 -- Parameters:
 --   p_queue  the sluice queue name (the pgmq queue exists in sluice.queue)
@@ -307,7 +314,7 @@ DECLARE
     sq record;
     stored text;
 BEGIN
-    SELECT x.id, x.engine INTO STRICT sq FROM sluice.queue x WHERE x.name = p_queue;
+    SELECT x.id, x.engine, x.predecessor INTO STRICT sq FROM sluice.queue x WHERE x.name = p_queue;
     IF sq.engine = 1 THEN
         stored := format('SELECT m.id, m.sent_at, m.deliver_at AS due, m.body, m.headers FROM sluice.messages m
                            WHERE m.queue_id = %s AND m.target_group IS NULL', sq.id);
@@ -319,6 +326,14 @@ BEGIN
                                     FROM %1$I.msg m WHERE m.orig IS NOT NULL ORDER BY m.orig, m.id) c
                            WHERE NOT EXISTS (SELECT 1 FROM %1$I.msg o WHERE o.id = c.orig AND o.orig IS NULL)',
                          sluice._qschema(sq.id));
+        IF sq.predecessor IS NOT NULL THEN
+            stored := stored || format('
+                          UNION ALL
+                          SELECT m.id, m.sent_at, m.deliver_at, m.body, m.headers FROM sluice.messages m
+                           WHERE m.queue_id = %1$s AND m.target_group IS NULL
+                             AND NOT EXISTS (SELECT 1 FROM %2$I.msg c WHERE c.orig = m.id)',
+                                       sq.predecessor, sluice._qschema(sq.id));
+        END IF;
     END IF;
     EXECUTE format($ddl$
         CREATE OR REPLACE VIEW pgmq.%1$I WITH (security_barrier) AS
@@ -345,7 +360,8 @@ $$;
 -- sluice's storage (so q_<name> would not show it again and a read would
 -- not deliver it): for a queue of engine 1 its rows of sluice.messages, of
 -- engine 2 the rows of sluice_q<id>.msg (a retry copy counts for the
--- message it retries, orig). Then that slot is truncated and becomes the
+-- message it retries, orig), and during an upgrade both (the predecessor's
+-- rows of sluice.messages). Then that slot is truncated and becomes the
 -- current one. Skips (returns false) when another session holds a lock on
 -- the slot, or rotates already.
 --
@@ -384,16 +400,17 @@ BEGIN
     old := ((g + 1) % 2)::smallint;
     r_old := pgmq._tbl(p_queue, 'r') || '_' || old;
     d_old := pgmq._tbl(p_queue, 'd') || '_' || old;
-    SELECT x.id, x.engine INTO sq FROM sluice.queue x WHERE x.name = p_queue;
+    SELECT x.id, x.engine, x.predecessor INTO sq FROM sluice.queue x WHERE x.name = p_queue;
     EXECUTE format('SELECT EXISTS (SELECT 1 FROM pgmq.%I r WHERE r.vt >= clock_timestamp()
                                      AND NOT EXISTS (SELECT 1 FROM pgmq.%I d WHERE d.msg_id = r.msg_id))',
                    r_old, pgmq._tbl(p_queue, 'd')) INTO busy;
     IF NOT busy AND sq.engine = 2 THEN
         EXECUTE format('SELECT EXISTS (SELECT 1 FROM %I.msg m WHERE coalesce(m.orig, m.id) IN (SELECT d.msg_id FROM pgmq.%I d))',
                        sluice._qschema(sq.id), d_old) INTO busy;
-    ELSIF NOT busy THEN
+    END IF;
+    IF NOT busy AND (sq.engine = 1 OR sq.predecessor IS NOT NULL) THEN
         EXECUTE format('SELECT EXISTS (SELECT 1 FROM pgmq.%I d JOIN sluice.messages m ON m.queue_id = $1 AND m.id = d.msg_id)',
-                       d_old) INTO busy USING sq.id;
+                       d_old) INTO busy USING coalesce(sq.predecessor, sq.id);
     END IF;
     IF busy THEN
         RETURN false;
