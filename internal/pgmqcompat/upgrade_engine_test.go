@@ -277,3 +277,76 @@ func TestUpgradeQueueOfTheLayerUnderLoad(t *testing.T) {
 		t.Fatalf("q_load shows %v with every message deleted", got)
 	}
 }
+
+// TestUpgradeQueueOfTheLayerWaitsForNoViewReader: a transaction that read
+// a queue's view holds it (and the storage it read) and no lock on the
+// queue. sluice.upgrade_queue, which holds the queue's lock while it makes
+// the view again, gives up after a second with 55P03 and changes nothing;
+// the upkeep that drops the old storage leaves that for a later call
+// instead of waiting for the reader, so the queue's traffic goes on. Once
+// the reader ends, both go through.
+func TestUpgradeQueueOfTheLayerWaitsForNoViewReader(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	conn, db := oldLayerDatabase(ctx, t)
+	exec(t, db, "SELECT pgmq.create('vw')")
+	a := scalar[int64](t, db, "SELECT * FROM pgmq.send('vw', '{}')")
+	if _, err := Install(ctx, conn); err != nil {
+		t.Fatalf("upgrade of the layer: %v", err)
+	}
+	readView := func() func() {
+		t.Helper()
+		tx, err := db.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = tx.Rollback(context.Background()) }) // (after a failure: else the database's drop waits)
+		var n int64
+		if err := tx.QueryRow(ctx, "SELECT count(*) FROM pgmq.q_vw").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return func() {
+			if err := tx.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+
+	end := readView()
+	if e := pgErr(t, db, "SELECT sluice.upgrade_queue('vw')"); e.Code != "55P03" || !strings.Contains(e.Message, "pgmq.q_vw") {
+		t.Fatalf("upgrade_queue with the view held: %s %s, want 55P03 naming the view", e.Code, e.Message)
+	}
+	if e := engineOf(t, db, "vw"); e != 1 {
+		t.Fatalf("the refused upgrade left the queue of engine %d, want 1", e)
+	}
+	end()
+	if !scalar[bool](t, db, "SELECT sluice.upgrade_queue('vw')") {
+		t.Fatal("sluice.upgrade_queue('vw') returned false")
+	}
+	if got := ids(msgs(t, db, "pgmq.read('vw', 60, 10)")); !slices.Equal(got, []int64{a}) {
+		t.Fatalf("read after the upgrade: %v, want [%d]", got, a)
+	}
+	exec(t, db, "SELECT pgmq.delete('vw', $1::bigint)", a)
+
+	end = readView()
+	for i := 0; i < 5; i++ {
+		mctx, mcancel := context.WithTimeout(ctx, 10*time.Second)
+		_, err := db.Exec(mctx, "SELECT * FROM sluice.maintain()")
+		mcancel()
+		if err != nil {
+			t.Fatalf("sluice.maintain() with the view held: %v (waited for the reader?)", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if scalar[bool](t, db, "SELECT predecessor IS NULL FROM sluice.queue WHERE name = 'vw'") {
+		t.Fatal("the old storage was dropped while a transaction held what it read")
+	}
+	b := scalar[int64](t, db, "SELECT * FROM pgmq.send('vw', '{}')")
+	if got := ids(msgs(t, db, "pgmq.read('vw', 60, 10)")); !slices.Equal(got, []int64{b}) {
+		t.Fatalf("read while the finish waits: %v, want [%d]", got, b)
+	}
+	exec(t, db, "SELECT pgmq.delete('vw', $1::bigint)", b)
+	end()
+	finishUpgrade(t, db, "vw")
+}

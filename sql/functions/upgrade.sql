@@ -26,7 +26,9 @@
 --   queue  name
 -- Returns: true if the queue was upgraded, false if it is of engine 2 already
 -- Errors: SL001 invalid_name, SL002 undefined_queue, SL011 not_supported (a
---   queue still draining an earlier upgrade)
+--   queue still draining an earlier upgrade), 55P03 lock_not_available (a
+--   queue of the pgmq layer whose view another transaction holds for more
+--   than a second: one that read it and is still open; nothing changed)
 -- Calls: create_queue, create_group, _remake_pgmq_view
 CREATE OR REPLACE FUNCTION sluice.upgrade_queue(queue text)
 RETURNS boolean
@@ -38,6 +40,8 @@ DECLARE
     old sluice.queue;
     v_new int;
     g sluice.consumer_group;
+    v_timeout text;
+    v_done boolean;
 BEGIN
     PERFORM sluice._check_name('queue', upgrade_queue.queue);
     PERFORM pg_advisory_xact_lock(sluice._lock_ns('queue'), hashtext(upgrade_queue.queue));
@@ -59,7 +63,20 @@ BEGIN
         PERFORM sluice.create_group(old.name, g.name, 'earliest', g.ttl);
     END LOOP;
     PERFORM sluice._move_dead_letters(old.id, v_new);
-    PERFORM sluice._remake_pgmq_view(old.name);
+    -- A transaction that read the pgmq layer's view holds it, and no lock
+    -- on the queue: waited for 1 s at most, as this holds the queue's lock
+    -- (every call on the queue waits meanwhile).
+    v_timeout := current_setting('lock_timeout');
+    v_done := set_config('lock_timeout', '1s', true) IS NULL;
+    BEGIN
+        PERFORM sluice._remake_pgmq_view(old.name);
+    EXCEPTION WHEN lock_not_available THEN
+        RAISE EXCEPTION USING ERRCODE = '55P03',
+            MESSAGE = format('the view pgmq.%I of queue %s is held by another transaction', 'q_' || old.name,
+                             quote_literal(old.name)),
+            HINT = 'A transaction that read the view holds it until it ends. Retry once it has; the queue was not changed.';
+    END;
+    v_done := set_config('lock_timeout', v_timeout, true) IS NULL;
     RETURN true;
 END
 $$;
@@ -200,7 +217,8 @@ $$;
 -- the upkeeps' (a lane's, taken by the receive this upkeep runs in, of
 -- either engine; a cut lock, after a rotation), or a table held ACCESS
 -- EXCLUSIVE (a truncated slot's leaves, after a reclaim): it only tries
--- the lock.)
+-- the lock.) What it drops then, and the pgmq layer's view it makes again,
+-- it waits for at most 50 ms, else it leaves it all for a later call.
 --
 -- Parameters:
 --   q  the queue (predecessor set)
@@ -215,6 +233,8 @@ AS $$
 DECLARE
     pq sluice.queue;
     v_marked bigint;
+    v_timeout text;
+    v_done boolean;
 BEGIN
     -- the groups that have nothing left there (a group whose consumers
     -- stopped is marked here, not by a receive); a group another
@@ -247,13 +267,27 @@ BEGIN
                  ELSE sluice._xact_lock_within(sluice._lock_ns('queue'), hashtext(q.name), '50ms') END) THEN
         RETURN false;
     END IF;
-    PERFORM pg_advisory_xact_lock(sluice._lock_ns('maint'), pq.id);
-    PERFORM sluice._move_dead_letters(pq.id, q.id);
-    UPDATE sluice.queue SET predecessor = NULL WHERE id = q.id;
-    DELETE FROM sluice.queue WHERE id = pq.id;
-    EXECUTE format('DROP SEQUENCE %s', pq.id_seq);
-    PERFORM sluice._drop_storage(pq.id);
-    PERFORM sluice._remake_pgmq_view(q.name);
+    -- The rest under a lock_timeout of 50 ms: a transaction that holds no
+    -- lock on the queue may hold locks the drop needs (one that read the
+    -- pgmq layer's view pgmq.q_<name> while the upgrade ran, its tables
+    -- among them, and stays open). This holds the queue's lock, for which
+    -- every call on the queue would wait meanwhile: it leaves the finish,
+    -- all of it undone, for a later call instead.
+    v_timeout := current_setting('lock_timeout');
+    v_done := set_config('lock_timeout', '50ms', true) IS NULL;
+    BEGIN
+        PERFORM pg_advisory_xact_lock(sluice._lock_ns('maint'), pq.id);
+        PERFORM sluice._move_dead_letters(pq.id, q.id);
+        UPDATE sluice.queue SET predecessor = NULL WHERE id = q.id;
+        DELETE FROM sluice.queue WHERE id = pq.id;
+        EXECUTE format('DROP SEQUENCE %s', pq.id_seq);
+        PERFORM sluice._drop_storage(pq.id);
+        PERFORM sluice._remake_pgmq_view(q.name);
+    EXCEPTION WHEN lock_not_available THEN
+        v_done := set_config('lock_timeout', v_timeout, true) IS NULL;
+        RETURN false;
+    END;
+    v_done := set_config('lock_timeout', v_timeout, true) IS NULL;
     RETURN true;
 END
 $$;
