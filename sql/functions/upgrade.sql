@@ -218,7 +218,12 @@ $$;
 -- either engine; a cut lock, after a rotation), or a table held ACCESS
 -- EXCLUSIVE (a truncated slot's leaves, after a reclaim): it only tries
 -- the lock.) What it drops then, and the pgmq layer's view it makes again,
--- it waits for at most 50 ms, else it leaves it all for a later call.
+-- it waits for at most 50 ms, else it leaves it all for a later call; and
+-- it does not try while a transaction open for a second or more holds a
+-- lock on them. Any other error of that part is a WARNING, and a later
+-- call tries again (it runs inside receives). It holds the queue's lock
+-- until its transaction ends: a receive inside a longer transaction that
+-- finishes an upgrade holds every call on the queue until it commits.
 --
 -- Parameters:
 --   q  the queue (predecessor set)
@@ -254,6 +259,22 @@ BEGIN
        OR EXISTS (SELECT 1 FROM sluice.consumer_group pg WHERE pg.queue_id = q.predecessor AND NOT pg.drained) THEN
         RETURN false;
     END IF;
+    -- Not while a transaction open for a second or more holds a lock on
+    -- the old storage or the pgmq layer's view (one that read the view and
+    -- stays open): the drop below would wait for it, so every try would
+    -- hold the queue's lock for nothing. (pg_stat_activity shows other
+    -- roles' transactions only to a role that may read all statistics:
+    -- without, the bounded waits below remain.)
+    IF EXISTS (SELECT 1 FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+               WHERE l.locktype = 'relation' AND l.pid <> pg_backend_pid()
+                 AND a.xact_start < clock_timestamp() - interval '1 second'
+                 AND l.relation IN (SELECT c.oid FROM pg_class c
+                                    WHERE c.relnamespace = to_regnamespace(sluice._qschema(pq.id))
+                                    UNION ALL
+                                    SELECT to_regclass(format('pgmq.%I', 'q_' || q.name))
+                                    WHERE to_regclass('pgmq.meta') IS NOT NULL)) THEN
+        RETURN false;
+    END IF;
     -- (a transaction that holds a lock receives may wait for, holding the
     -- queue's lock shared, only tries it: see the header)
     IF NOT (CASE WHEN EXISTS (SELECT 1 FROM pg_locks l
@@ -285,6 +306,15 @@ BEGIN
         PERFORM sluice._remake_pgmq_view(q.name);
     EXCEPTION WHEN lock_not_available THEN
         v_done := set_config('lock_timeout', v_timeout, true) IS NULL;
+        RETURN false;
+    WHEN OTHERS THEN
+        -- (anything else, as a pgmq view whose owner changed: the upkeep
+        -- runs inside receives, which must not fail for it; it is tried
+        -- again at the next upkeep, and said here)
+        v_done := set_config('lock_timeout', v_timeout, true) IS NULL;
+        RAISE WARNING USING MESSAGE = format('sluice: the upgrade of queue %s could not finish: %s (SQLSTATE %s)',
+                                             quote_literal(q.name), SQLERRM, SQLSTATE),
+                            HINT = 'The queue keeps working with its old storage; the next upkeep tries again.';
         RETURN false;
     END;
     v_done := set_config('lock_timeout', v_timeout, true) IS NULL;

@@ -71,7 +71,8 @@ var engineStatus = map[string]struct {
 }
 
 // toProblem turns any error of a handler into a problem: the engine's errors
-// keep their code and message, a missing privilege is 403, data PostgreSQL
+// keep their code and message, a missing privilege is 403, a lock another
+// transaction holds (55P03, nothing changed: retry) is 409, data PostgreSQL
 // refuses (class 22: a NUL, a number out of range) is 422, a database that
 // cannot be reached, refuses the connection or loses it, or a schema that is
 // missing (also for SQL the library did not run), is 503. Other errors are
@@ -116,6 +117,9 @@ func toProblem(err error) *Problem {
 			// pipeline that failed as it was prepared, before the
 			// set_config ahead of it ran (s.one returns it as the role's).
 			return schemaMissingProblem(pg.Message+" ("+sqlstate.SchemaMissingHint+")", pg.Code)
+		case pg.Code == "55P03": // lock_not_available: another transaction holds what the call needs (the upgrade of a pgmq queue whose view is read)
+			return &Problem{Type: "urn:sluice:problem:lock_not_available", Title: http.StatusText(http.StatusConflict),
+				Status: http.StatusConflict, Detail: pg.Message, Code: pg.Code}
 		case pg.Code == "42501": // insufficient_privilege
 			return &Problem{Type: "urn:sluice:problem:forbidden", Title: http.StatusText(http.StatusForbidden),
 				Status: http.StatusForbidden, Detail: pg.Message, Code: pg.Code}
