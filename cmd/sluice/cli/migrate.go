@@ -4,6 +4,9 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/sluicemq/sluice/internal/pgmqcompat"
 	"github.com/sluicemq/sluice/migrate"
@@ -29,7 +32,9 @@ already.
 
 With --print, nothing is connected to: the same work is written to standard
 output as one SQL script for psql or your own migration tool. The script is
-idempotent too, and takes the same lock.
+idempotent too, and takes the same lock. Connected, it then names on standard
+error the queues still of engine 1, which "sluice queue upgrade QUEUE" moves
+to engine 2 in place.
 
 With --pgmq, the PGMQ compatibility layer (schema "pgmq": the PGMQ 1.13 SQL
 API on sluice, see docs/pgmq.md) is installed or upgraded too, after the
@@ -104,16 +109,37 @@ func runMigrate(ctx context.Context, e *env, flagURL string, withPGMQ bool) erro
 			"  role without SUPERUSER or CREATEROLE instead (docs/operations.md, \"Who runs the migration\").\n",
 			res.SuperuserOwner)
 	}
-	if !withPGMQ {
+	if withPGMQ {
+		pres, err := pgmqcompat.Install(ctx, conn)
+		for _, m := range pres.Applied {
+			fmt.Fprintf(e.stdout, "applied sql/pgmq/%s\n", m.Path)
+		}
+		if err != nil {
+			return fmt.Errorf("installing the pgmq layer in %s: %w", target, err)
+		}
+		fmt.Fprintf(e.stdout, "schema pgmq is at version %d; reloaded %d function files\n", pres.Version, len(pres.Functions))
+	}
+	return noteEngine1Queues(ctx, e, conn)
+}
+
+// noteEngine1Queues says on standard error which queues are still of
+// engine 1 (an upgrade's old storage aside: it goes by itself) and how to
+// move them to engine 2, the pgmq layer's among them.
+func noteEngine1Queues(ctx context.Context, e *env, conn *pgx.Conn) error {
+	var names []string
+	if err := conn.QueryRow(ctx, `SELECT coalesce(array_agg(q.name ORDER BY q.name), '{}') FROM sluice.queue q
+		WHERE q.engine = 1 AND NOT EXISTS (SELECT 1 FROM sluice.queue s WHERE s.predecessor = q.id)`).Scan(&names); err != nil {
+		return fmt.Errorf("listing the queues of engine 1: %w", err)
+	}
+	if len(names) == 0 {
 		return nil
 	}
-	pres, err := pgmqcompat.Install(ctx, conn)
-	for _, m := range pres.Applied {
-		fmt.Fprintf(e.stdout, "applied sql/pgmq/%s\n", m.Path)
+	list := strings.Join(names, ", ")
+	if len(names) > 10 {
+		list = strings.Join(names[:10], ", ") + fmt.Sprintf(" and %d more", len(names)-10)
 	}
-	if err != nil {
-		return fmt.Errorf("installing the pgmq layer in %s: %w", target, err)
-	}
-	fmt.Fprintf(e.stdout, "schema pgmq is at version %d; reloaded %d function files\n", pres.Version, len(pres.Functions))
+	fmt.Fprintf(e.stderr, "note: %d queue(s) still on engine 1, the slower first engine: %s. Move each to engine 2\n"+
+		"  in place, with its producers and consumers running: sluice queue upgrade QUEUE (sluice.upgrade_queue;\n"+
+		"  docs/operations.md, \"Upgrading a queue to engine 2\").\n", len(names), list)
 	return nil
 }

@@ -80,3 +80,33 @@ func dbName(t *testing.T, ctx context.Context, url string) string {
 	}
 	return db
 }
+
+// TestMigrateNotesEngine1Queues: sluice migrate names the queues still of
+// engine 1 on standard error, with the command that moves them, and not
+// the queues of engine 2 nor an upgrade's old storage.
+func TestMigrateNotesEngine1Queues(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	url := server.NewDatabaseFrom(t, nil)
+	if code, out, errOut := run("migrate", "--database-url", url); code != 0 || strings.Contains(errOut, "engine 1") {
+		t.Fatalf("first migrate: status %d, stderr %q (no queue yet)\n%s", code, errOut, out)
+	}
+	conn := pgtest.Connect(t, url)
+	for _, q := range []string{`SELECT sluice.create_queue('old_one', '{"engine": 1}')`, `SELECT sluice.create_queue('new_one')`} {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	code, out, errOut := run("migrate", "--database-url", url)
+	if code != 0 || !strings.Contains(errOut, "1 queue(s) still on engine 1") || !strings.Contains(errOut, "old_one") ||
+		strings.Contains(errOut, "new_one") || !strings.Contains(errOut, "sluice queue upgrade") || strings.Contains(out, "engine 1") {
+		t.Fatalf("migrate with a queue of engine 1: status %d, stderr %q, stdout %q", code, errOut, out)
+	}
+	if _, err := conn.Exec(ctx, "SELECT sluice.upgrade_queue('old_one')"); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, errOut := run("migrate", "--database-url", url); code != 0 || strings.Contains(errOut, "engine 1") {
+		t.Fatalf("migrate after the upgrade (its old storage still there): status %d, stderr %q\n%s", code, errOut, out)
+	}
+}
