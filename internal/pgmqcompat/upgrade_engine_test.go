@@ -350,3 +350,79 @@ func TestUpgradeQueueOfTheLayerWaitsForNoViewReader(t *testing.T) {
 	end()
 	finishUpgrade(t, db, "vw")
 }
+
+// TestUpgradeQueueOfTheLayerShowsARedrivenDeadLetterOnce: a message that
+// died in the old storage (engine 1), redriven after the upgrade into the
+// new one, is in both storages: the view shows it once (the copy, which a
+// read then takes), not its old row beside it.
+func TestUpgradeQueueOfTheLayerShowsARedrivenDeadLetterOnce(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	conn, db := oldLayerDatabase(ctx, t)
+	exec(t, db, "SELECT pgmq.create('dl')")
+	exec(t, db, `SELECT sluice.alter_queue('dl', '{"max_attempts": 1}')`)
+	m := scalar[int64](t, db, "SELECT * FROM pgmq.send('dl', '{}')")
+	if !scalar[bool](t, db, `SELECT sluice.nack('dl', 'pgmq', (SELECT receipt FROM sluice.receive('dl', 'pgmq', 1)), error => 'poison')`) {
+		t.Fatal("nack of the only delivery returned false")
+	}
+	if _, err := Install(ctx, conn); err != nil {
+		t.Fatalf("upgrade of the layer: %v", err)
+	}
+	if !scalar[bool](t, db, "SELECT sluice.upgrade_queue('dl')") {
+		t.Fatal("sluice.upgrade_queue('dl') returned false")
+	}
+	if n := scalar[int64](t, db, "SELECT sluice.redrive('dl')"); n != 1 {
+		t.Fatalf("redrive after the upgrade: %d, want 1", n)
+	}
+	if got := viewIDs(t, db, "dl"); !slices.Equal(got, []int64{m}) {
+		t.Fatalf("q_dl shows %v with the dead letter redriven, want [%d] once", got, m)
+	}
+	if got := ids(msgs(t, db, "pgmq.read('dl', 60, 10)")); !slices.Equal(got, []int64{m}) {
+		t.Fatalf("read of the redriven message: %v, want [%d]", got, m)
+	}
+	exec(t, db, "SELECT pgmq.delete('dl', $1::bigint)", m)
+	if got := viewIDs(t, db, "dl"); len(got) != 0 {
+		t.Fatalf("q_dl shows %v after the delete", got)
+	}
+}
+
+// TestUpgradeQueueOfTheLayerWithAReadInFlight: a message read before the
+// upgrade with a long vt holds back the new messages (docs/operations.md:
+// the pause of an upgrade with messages in flight); set_vt on it by msg_id
+// after the upgrade reaches its old delivery: a vt of 0 gives it back, the
+// next read takes it again (read_ct 2), and then the new message.
+func TestUpgradeQueueOfTheLayerWithAReadInFlight(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	conn, db := oldLayerDatabase(ctx, t)
+	exec(t, db, "SELECT pgmq.create('fl')")
+	a := scalar[int64](t, db, "SELECT * FROM pgmq.send('fl', '{}')")
+	if got := ids(msgs(t, db, "pgmq.read('fl', 600, 1)")); !slices.Equal(got, []int64{a}) {
+		t.Fatalf("old layer read %v, want [%d]", got, a)
+	}
+	if _, err := Install(ctx, conn); err != nil {
+		t.Fatalf("upgrade of the layer: %v", err)
+	}
+	if !scalar[bool](t, db, "SELECT sluice.upgrade_queue('fl')") {
+		t.Fatal("sluice.upgrade_queue('fl') returned false")
+	}
+	b := scalar[int64](t, db, "SELECT * FROM pgmq.send('fl', '{}')")
+	if got := msgs(t, db, "pgmq.read('fl', 60, 10)"); len(got) != 0 {
+		t.Fatalf("read with a message of before the upgrade in flight: %v, want none yet", ids(got))
+	}
+	if got := ids(msgs(t, db, "pgmq.set_vt('fl', $1::bigint, 0)", a)); !slices.Equal(got, []int64{a}) {
+		t.Fatalf("set_vt of the message read before the upgrade: %v, want [%d]", got, a)
+	}
+	got := msgs(t, db, "pgmq.read('fl', 60, 10)")
+	if len(got) != 1 || got[0].ID != a || got[0].ReadCt != 2 {
+		t.Fatalf("read after set_vt 0: %+v, want message %d read a second time", got, a)
+	}
+	exec(t, db, "SELECT pgmq.delete('fl', $1::bigint)", a)
+	if got := ids(msgs(t, db, "pgmq.read('fl', 60, 10)")); !slices.Equal(got, []int64{b}) {
+		t.Fatalf("read once the old message is done: %v, want [%d]", got, b)
+	}
+	exec(t, db, "SELECT pgmq.delete('fl', $1::bigint)", b)
+	finishUpgrade(t, db, "fl")
+}
