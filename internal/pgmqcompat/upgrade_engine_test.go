@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -281,7 +282,8 @@ func TestUpgradeQueueOfTheLayerUnderLoad(t *testing.T) {
 // TestUpgradeQueueOfTheLayerWaitsForNoViewReader: a transaction that read
 // a queue's view holds it (and the storage it read) and no lock on the
 // queue. sluice.upgrade_queue, which holds the queue's lock while it makes
-// the view again, gives up after a second with 55P03 and changes nothing;
+// the view again, gives up after 500 ms with 55P03 and changes nothing,
+// also when the reader then calls on the queue (no deadlock error for it);
 // the upkeep that drops the old storage leaves that for a later call
 // instead of waiting for the reader, so the queue's traffic goes on. Once
 // the reader ends, both go through.
@@ -321,6 +323,35 @@ func TestUpgradeQueueOfTheLayerWaitsForNoViewReader(t *testing.T) {
 		t.Fatalf("the refused upgrade left the queue of engine %d, want 1", e)
 	}
 	end()
+
+	// The reader calls on the queue while the upgrade waits for its view:
+	// the upgrade gives up (55P03) before a deadlock is detected, and the
+	// reader's call goes on.
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+	var n int64
+	if err := tx.QueryRow(ctx, "SELECT count(*) FROM pgmq.q_vw").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	upgraded := make(chan error, 1)
+	go func() {
+		_, err := db.Exec(ctx, "SELECT sluice.upgrade_queue('vw')")
+		upgraded <- err
+	}()
+	time.Sleep(150 * time.Millisecond) // (the upgrade holds the queue's lock and waits for the view)
+	if _, err := tx.Exec(ctx, "SELECT * FROM pgmq.send('vw', '{}')"); err != nil {
+		t.Fatalf("the view's reader's send while the upgrade waited: %v, want it to go on", err)
+	}
+	var pe *pgconn.PgError
+	if err := <-upgraded; !errors.As(err, &pe) || pe.Code != "55P03" {
+		t.Fatalf("upgrade_queue against a reader that then sent: %v, want 55P03", err)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
 	if !scalar[bool](t, db, "SELECT sluice.upgrade_queue('vw')") {
 		t.Fatal("sluice.upgrade_queue('vw') returned false")
 	}

@@ -28,7 +28,7 @@
 -- Errors: SL001 invalid_name, SL002 undefined_queue, SL011 not_supported (a
 --   queue still draining an earlier upgrade), 55P03 lock_not_available (a
 --   queue of the pgmq layer whose view another transaction holds for more
---   than a second: one that read it and is still open; nothing changed)
+--   than 500 ms: one that read it and is still open; nothing changed)
 -- Calls: create_queue, create_group, _remake_pgmq_view
 CREATE OR REPLACE FUNCTION sluice.upgrade_queue(queue text)
 RETURNS boolean
@@ -64,10 +64,12 @@ BEGIN
     END LOOP;
     PERFORM sluice._move_dead_letters(old.id, v_new);
     -- A transaction that read the pgmq layer's view holds it, and no lock
-    -- on the queue: waited for 1 s at most, as this holds the queue's lock
-    -- (every call on the queue waits meanwhile).
+    -- on the queue: waited for 500 ms at most, as this holds the queue's
+    -- lock (every call on the queue waits meanwhile), and less than the
+    -- default deadlock_timeout: when that reader then calls on the queue,
+    -- this gives up first, and the reader's call goes on.
     v_timeout := current_setting('lock_timeout');
-    v_done := set_config('lock_timeout', '1s', true) IS NULL;
+    v_done := set_config('lock_timeout', '500ms', true) IS NULL;
     BEGIN
         PERFORM sluice._remake_pgmq_view(old.name);
     EXCEPTION WHEN lock_not_available THEN
