@@ -48,7 +48,7 @@ var (
 	ErrInvalidIsolation = errors.New("sluice: READ COMMITTED isolation needed")
 	// ErrNotSupported (SL011) is a call that the queue does not support
 	// (yet): SeekGroup while the queue is being upgraded to engine 2, or
-	// UpgradeQueue of a queue of the pgmq layer.
+	// UpgradeQueue of a queue still draining an earlier upgrade.
 	ErrNotSupported = errors.New("sluice: not supported by the queue")
 	// ErrJSONTooDeep (SL012) is a message whose body or headers are nested
 	// deeper than 512 levels (arrays and objects), more than every client

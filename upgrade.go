@@ -16,9 +16,11 @@ import (
 // receipts of either storage can be acked, nacked and extended. Status sums
 // both storages meanwhile; Maintain drops the old one once every group has
 // drained it, and SeekGroup fails with ErrNotSupported (SL011) until then.
-// Admin only. Errors: ErrInvalidName (SL001), ErrQueueNotFound (SL002),
-// ErrNotSupported (SL011: a queue of the pgmq layer, or one still draining
-// an earlier upgrade). docs/operations.md, "Upgrading a queue to engine 2".
+// A queue of the pgmq layer too (its view may make it fail with SQLSTATE
+// 55P03, nothing changed: retry). Admin only. Errors: ErrInvalidName
+// (SL001), ErrQueueNotFound (SL002), ErrNotSupported (SL011: a queue still
+// draining an earlier upgrade). docs/operations.md, "Upgrading a queue to
+// engine 2".
 func (c *Client) UpgradeQueue(ctx context.Context, queue string) (bool, error) {
 	return upgradeQueue(ctx, c.pool, queue)
 }

@@ -369,9 +369,9 @@ export class Sluice {
    * false if the queue is of engine 2 already. Each group receives what the
    * old storage holds first; status counts both, and seekGroup is refused
    * (NotSupportedError, SL011), until maintain() drops the old storage once
-   * every group has drained it. Needs role sluice_admin. QueueNotFoundError
-   * (SL002), InvalidNameError (SL001), NotSupportedError for a queue of the
-   * pgmq layer.
+   * every group has drained it. A queue of the pgmq layer too. Needs role
+   * sluice_admin. QueueNotFoundError (SL002), InvalidNameError (SL001),
+   * NotSupportedError while an earlier upgrade drains.
    */
   async upgradeQueue(queue: string, opts?: CallOptions): Promise<boolean> {
     const rows = await this.query(sql.upgradeQueue, [queue], opts);

@@ -124,8 +124,8 @@ class Client:
         groups, in place, without copying messages; whether it did (False: of engine 2
         already). Each group receives what the old storage holds first; status counts
         both, and seek_group raises NotSupported, until maintain() drops the old storage
-        once every group has drained it. Admin only; QueueNotFound, InvalidName, and
-        NotSupported for a queue of the pgmq layer."""
+        once every group has drained it. A queue of the pgmq layer too. Admin only;
+        QueueNotFound, InvalidName, NotSupported while an earlier upgrade drains."""
         return bool(self._one(_sql.UPGRADE_QUEUE, (queue,), conn))
 
     def list_queues(self, *, conn: psycopg.Connection[Any] | None = None) -> list[QueueInfo]:
