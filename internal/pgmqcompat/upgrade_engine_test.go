@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -19,6 +20,22 @@ import (
 func viewIDs(t *testing.T, db *pgxpool.Pool, queue string) []int64 {
 	t.Helper()
 	return scalar[[]int64](t, db, "SELECT coalesce(array_agg(msg_id ORDER BY msg_id), '{}') FROM pgmq.q_"+queue)
+}
+
+// installLayer installs this layer over the old one conn's database has.
+func installLayer(ctx context.Context, t *testing.T, conn *pgx.Conn) {
+	t.Helper()
+	if _, err := Install(ctx, conn); err != nil {
+		t.Fatalf("upgrade of the layer: %v", err)
+	}
+}
+
+// upgradeQueue runs sluice.upgrade_queue(queue), which must upgrade it.
+func upgradeQueue(t *testing.T, db *pgxpool.Pool, queue string) {
+	t.Helper()
+	if !scalar[bool](t, db, "SELECT sluice.upgrade_queue($1)", queue) {
+		t.Fatalf("sluice.upgrade_queue(%q) returned false", queue)
+	}
 }
 
 // finishUpgrade runs sluice.maintain() until queue has no predecessor (every
@@ -68,16 +85,12 @@ func TestUpgradeQueueOfTheLayer(t *testing.T) {
 	exec(t, db, "SELECT pgmq.delete('up', $1::bigint)", old[2])  // never read, deleted
 	exec(t, db, "SELECT pgmq.archive('up', $1::bigint)", old[3]) // never read, archived
 	// old[1]: read (vt 60 s), old[4] and old[5] waiting
-	if _, err := Install(ctx, conn); err != nil {
-		t.Fatalf("upgrade of the layer: %v", err)
-	}
+	installLayer(ctx, t, conn)
 	if e := engineOf(t, db, "up"); e != 1 {
 		t.Fatalf("the old queue is of engine %d after the layer's upgrade, want 1", e)
 	}
 
-	if !scalar[bool](t, db, "SELECT sluice.upgrade_queue('up')") {
-		t.Fatal("sluice.upgrade_queue('up') returned false")
-	}
+	upgradeQueue(t, db, "up")
 	if e := engineOf(t, db, "up"); e != 2 {
 		t.Fatalf("the queue is of engine %d after sluice.upgrade_queue, want 2", e)
 	}
@@ -144,9 +157,7 @@ func TestUpgradeQueueOfTheLayer(t *testing.T) {
 	exec(t, db, "SELECT pgmq._rotate('up')") // (reads both storages no more)
 
 	// purge_queue during an upgrade: both storages
-	if !scalar[bool](t, db, "SELECT sluice.upgrade_queue('pu')") {
-		t.Fatal("sluice.upgrade_queue('pu') returned false")
-	}
+	upgradeQueue(t, db, "pu")
 	exec(t, db, "SELECT * FROM pgmq.send('pu', '{}')")
 	if n := scalar[int64](t, db, "SELECT pgmq.purge_queue('pu')"); n != 4 {
 		t.Fatalf("purge_queue during the upgrade removed %d, want 4", n)
@@ -170,9 +181,7 @@ func TestUpgradeQueueOfTheLayerUnderLoad(t *testing.T) {
 	for i := 0; i < 50; i++ {
 		exec(t, db, "SELECT * FROM pgmq.send('load', '{}')")
 	}
-	if _, err := Install(ctx, conn); err != nil {
-		t.Fatalf("upgrade of the layer: %v", err)
-	}
+	installLayer(ctx, t, conn)
 
 	var (
 		mu       sync.Mutex
@@ -245,9 +254,7 @@ func TestUpgradeQueueOfTheLayerUnderLoad(t *testing.T) {
 		}()
 	}
 	time.Sleep(300 * time.Millisecond)
-	if !scalar[bool](t, db, "SELECT sluice.upgrade_queue('load')") {
-		t.Fatal("sluice.upgrade_queue('load') returned false")
-	}
+	upgradeQueue(t, db, "load")
 	time.Sleep(500 * time.Millisecond)
 	stop.Store(true)
 	sending.Wait()
@@ -294,9 +301,7 @@ func TestUpgradeQueueOfTheLayerWaitsForNoViewReader(t *testing.T) {
 	conn, db := oldLayerDatabase(ctx, t)
 	exec(t, db, "SELECT pgmq.create('vw')")
 	a := scalar[int64](t, db, "SELECT * FROM pgmq.send('vw', '{}')")
-	if _, err := Install(ctx, conn); err != nil {
-		t.Fatalf("upgrade of the layer: %v", err)
-	}
+	installLayer(ctx, t, conn)
 	readView := func() func() {
 		t.Helper()
 		tx, err := db.Begin(ctx)
@@ -352,9 +357,7 @@ func TestUpgradeQueueOfTheLayerWaitsForNoViewReader(t *testing.T) {
 	if err := tx.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if !scalar[bool](t, db, "SELECT sluice.upgrade_queue('vw')") {
-		t.Fatal("sluice.upgrade_queue('vw') returned false")
-	}
+	upgradeQueue(t, db, "vw")
 	if got := ids(msgs(t, db, "pgmq.read('vw', 60, 10)")); !slices.Equal(got, []int64{a}) {
 		t.Fatalf("read after the upgrade: %v, want [%d]", got, a)
 	}
@@ -397,12 +400,8 @@ func TestUpgradeQueueOfTheLayerShowsARedrivenDeadLetterOnce(t *testing.T) {
 	if !scalar[bool](t, db, `SELECT sluice.nack('dl', 'pgmq', (SELECT receipt FROM sluice.receive('dl', 'pgmq', 1)), error => 'poison')`) {
 		t.Fatal("nack of the only delivery returned false")
 	}
-	if _, err := Install(ctx, conn); err != nil {
-		t.Fatalf("upgrade of the layer: %v", err)
-	}
-	if !scalar[bool](t, db, "SELECT sluice.upgrade_queue('dl')") {
-		t.Fatal("sluice.upgrade_queue('dl') returned false")
-	}
+	installLayer(ctx, t, conn)
+	upgradeQueue(t, db, "dl")
 	if n := scalar[int64](t, db, "SELECT sluice.redrive('dl')"); n != 1 {
 		t.Fatalf("redrive after the upgrade: %d, want 1", n)
 	}
@@ -433,12 +432,8 @@ func TestUpgradeQueueOfTheLayerWithAReadInFlight(t *testing.T) {
 	if got := ids(msgs(t, db, "pgmq.read('fl', 600, 1)")); !slices.Equal(got, []int64{a}) {
 		t.Fatalf("old layer read %v, want [%d]", got, a)
 	}
-	if _, err := Install(ctx, conn); err != nil {
-		t.Fatalf("upgrade of the layer: %v", err)
-	}
-	if !scalar[bool](t, db, "SELECT sluice.upgrade_queue('fl')") {
-		t.Fatal("sluice.upgrade_queue('fl') returned false")
-	}
+	installLayer(ctx, t, conn)
+	upgradeQueue(t, db, "fl")
 	b := scalar[int64](t, db, "SELECT * FROM pgmq.send('fl', '{}')")
 	if got := msgs(t, db, "pgmq.read('fl', 60, 10)"); len(got) != 0 {
 		t.Fatalf("read with a message of before the upgrade in flight: %v, want none yet", ids(got))
