@@ -292,8 +292,9 @@ func TestUpgradeQueueOfTheLayerUnderLoad(t *testing.T) {
 // the view again, gives up after 500 ms with 55P03 and changes nothing,
 // also when the reader then calls on the queue (no deadlock error for it);
 // the upkeep that drops the old storage leaves that for a later call
-// instead of waiting for the reader, so the queue's traffic goes on. Once
-// the reader ends, both go through.
+// instead of waiting for the reader, so the queue's traffic goes on (also
+// while the transaction of a finish left undone stays open: it released
+// the queue's lock). Once the reader ends, both go through.
 func TestUpgradeQueueOfTheLayerWaitsForNoViewReader(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -363,6 +364,35 @@ func TestUpgradeQueueOfTheLayerWaitsForNoViewReader(t *testing.T) {
 	}
 	exec(t, db, "SELECT pgmq.delete('vw', $1::bigint)", a)
 
+	// A finish left undone (a reader just opened holds the old storage)
+	// inside a transaction that stays open releases the queue's lock: a
+	// send on the queue goes on meanwhile. (A maintain first marks the
+	// group drained, so that the next one tries the drop.)
+	exec(t, db, "SELECT * FROM sluice.maintain()")
+	if scalar[bool](t, db, "SELECT predecessor IS NULL FROM sluice.queue WHERE name = 'vw'") {
+		t.Fatal("the first maintain finished the upgrade: this test's premise is gone")
+	}
+	end = readView()
+	mtx, err := db.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = mtx.Rollback(context.Background()) })
+	if _, err := mtx.Exec(ctx, "SELECT * FROM sluice.maintain()"); err != nil {
+		t.Fatal(err)
+	}
+	sctx, scancel := context.WithTimeout(ctx, 5*time.Second)
+	var c int64
+	err = db.QueryRow(sctx, "SELECT * FROM pgmq.send('vw', '{}')").Scan(&c)
+	scancel()
+	if err != nil {
+		t.Fatalf("send while a transaction whose finish was left undone stays open: %v (its queue lock held?)", err)
+	}
+	if err := mtx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	end()
+
 	end = readView()
 	for i := 0; i < 5; i++ {
 		mctx, mcancel := context.WithTimeout(ctx, 10*time.Second)
@@ -377,9 +407,10 @@ func TestUpgradeQueueOfTheLayerWaitsForNoViewReader(t *testing.T) {
 		t.Fatal("the old storage was dropped while a transaction held what it read")
 	}
 	b := scalar[int64](t, db, "SELECT * FROM pgmq.send('vw', '{}')")
-	if got := ids(msgs(t, db, "pgmq.read('vw', 60, 10)")); !slices.Equal(got, []int64{b}) {
-		t.Fatalf("read while the finish waits: %v, want [%d]", got, b)
+	if got := ids(msgs(t, db, "pgmq.read('vw', 60, 10)")); !slices.Equal(got, []int64{c, b}) {
+		t.Fatalf("read while the finish waits: %v, want [%d %d]", got, c, b)
 	}
+	exec(t, db, "SELECT pgmq.delete('vw', $1::bigint)", c)
 	exec(t, db, "SELECT pgmq.delete('vw', $1::bigint)", b)
 	end()
 	finishUpgrade(t, db, "vw")

@@ -223,9 +223,10 @@ $$;
 -- it waits for at most 50 ms, else it leaves it all for a later call; and
 -- it does not try while a transaction open for a second or more holds a
 -- lock on them. Any other error of that part is a WARNING, and a later
--- call tries again (it runs inside receives). It holds the queue's lock
--- until its transaction ends: a receive inside a longer transaction that
--- finishes an upgrade holds every call on the queue until it commits.
+-- call tries again (it runs inside receives); a finish left undone
+-- releases the queue's lock. One that finishes holds it until its
+-- transaction ends: a receive inside a longer transaction that finishes an
+-- upgrade holds every call on the queue until it commits.
 --
 -- Parameters:
 --   q  the queue (predecessor set)
@@ -277,28 +278,29 @@ BEGIN
                                     WHERE to_regclass('pgmq.meta') IS NOT NULL)) THEN
         RETURN false;
     END IF;
-    -- (a transaction that holds a lock receives may wait for, holding the
-    -- queue's lock shared, only tries it: see the header)
-    IF NOT (CASE WHEN EXISTS (SELECT 1 FROM pg_locks l
-                              WHERE l.pid = pg_backend_pid()
-                                AND CASE l.locktype
-                                    WHEN 'advisory' THEN l.classid NOT IN (sluice._lock_ns('queue')::oid,
-                                                                           sluice._lock_ns('maint')::oid)
-                                    WHEN 'relation' THEN l.mode = 'AccessExclusiveLock'
-                                    ELSE false END)
-                 THEN pg_try_advisory_xact_lock(sluice._lock_ns('queue'), hashtext(q.name))
-                 ELSE sluice._xact_lock_within(sluice._lock_ns('queue'), hashtext(q.name), '50ms') END) THEN
-        RETURN false;
-    END IF;
-    -- The rest under a lock_timeout of 50 ms: a transaction that holds no
-    -- lock on the queue may hold locks the drop needs (one that read the
-    -- pgmq layer's view pgmq.q_<name> while the upgrade ran, its tables
-    -- among them, and stays open). This holds the queue's lock, for which
-    -- every call on the queue would wait meanwhile: it leaves the finish,
-    -- all of it undone, for a later call instead.
+    -- The queue's lock, then the rest, under a lock_timeout of 50 ms: a
+    -- transaction that holds no lock on the queue may hold locks the drop
+    -- needs (one that read the pgmq layer's view pgmq.q_<name> while the
+    -- upgrade ran, its tables among them, and stays open). This holds the
+    -- queue's lock, for which every call on the queue would wait meanwhile:
+    -- it leaves the finish, all of it undone and that lock released (a
+    -- subtransaction's), for a later call instead.
     v_timeout := current_setting('lock_timeout');
     v_done := set_config('lock_timeout', '50ms', true) IS NULL;
     BEGIN
+        -- (a transaction that holds a lock receives may wait for, holding the
+        -- queue's lock shared, only tries it: see the header)
+        IF NOT (CASE WHEN EXISTS (SELECT 1 FROM pg_locks l
+                                  WHERE l.pid = pg_backend_pid()
+                                    AND CASE l.locktype
+                                        WHEN 'advisory' THEN l.classid NOT IN (sluice._lock_ns('queue')::oid,
+                                                                               sluice._lock_ns('maint')::oid)
+                                        WHEN 'relation' THEN l.mode = 'AccessExclusiveLock'
+                                        ELSE false END)
+                     THEN pg_try_advisory_xact_lock(sluice._lock_ns('queue'), hashtext(q.name))
+                     ELSE sluice._xact_lock_within(sluice._lock_ns('queue'), hashtext(q.name), '50ms') END) THEN
+            RAISE EXCEPTION USING ERRCODE = 'lock_not_available';   -- (left for a later call: below)
+        END IF;
         PERFORM pg_advisory_xact_lock(sluice._lock_ns('maint'), pq.id);
         PERFORM sluice._move_dead_letters(pq.id, q.id);
         UPDATE sluice.queue SET predecessor = NULL WHERE id = q.id;
