@@ -347,7 +347,14 @@ func TestUpgradeQueueOfTheLayerWaitsForNoViewReader(t *testing.T) {
 		_, err := db.Exec(ctx, "SELECT sluice.upgrade_queue('vw')")
 		upgraded <- err
 	}()
-	time.Sleep(150 * time.Millisecond) // (the upgrade holds the queue's lock and waits for the view)
+	// (until the upgrade, holding the queue's lock, waits for the view)
+	for deadline := time.Now().Add(10 * time.Second); !scalar[bool](t, db,
+		"SELECT EXISTS (SELECT 1 FROM pg_locks WHERE relation = 'pgmq.q_vw'::regclass AND NOT granted)"); {
+		if time.Now().After(deadline) {
+			t.Fatal("the upgrade did not come to wait for the view in 10 s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 	if _, err := tx.Exec(ctx, "SELECT * FROM pgmq.send('vw', '{}')"); err != nil {
 		t.Fatalf("the view's reader's send while the upgrade waited: %v, want it to go on", err)
 	}

@@ -49,6 +49,30 @@ BEGIN
     IF old.engine = 2 THEN
         RETURN false;
     END IF;
+    -- A queue of the pgmq layer: its view, locked now, before anything
+    -- else. A transaction that read the view holds it, and no lock on the
+    -- queue: waited for 500 ms at most, as this holds the queue's lock
+    -- (every call on the queue waits meanwhile), and less than the default
+    -- deadlock_timeout: when that reader then calls on the queue, this has
+    -- waited longer and gives up first, and the reader's call goes on.
+    IF to_regclass('pgmq.meta') IS NOT NULL THEN
+        IF EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.sluice_queue = old.name) THEN
+            v_timeout := current_setting('lock_timeout');
+            v_done := set_config('lock_timeout', '500ms', true) IS NULL;
+            BEGIN
+                -- (ALTER VIEW, as the view is made: it locks the view alone,
+                -- where LOCK TABLE on a view locks every table it reads too,
+                -- which the calls on other queues use)
+                EXECUTE format('ALTER VIEW pgmq.%I SET (security_barrier = true)', 'q_' || old.name);
+            EXCEPTION WHEN lock_not_available THEN
+                RAISE EXCEPTION USING ERRCODE = '55P03',
+                    MESSAGE = format('the view pgmq.%I of queue %s is held by another transaction', 'q_' || old.name,
+                                     quote_literal(old.name)),
+                    HINT = 'A transaction that read the view holds it until it ends. Retry once it has; the queue was not changed.';
+            END;
+            v_done := set_config('lock_timeout', v_timeout, true) IS NULL;
+        END IF;
+    END IF;
     PERFORM pg_advisory_xact_lock(sluice._lock_ns('maint'), old.id);
     PERFORM pg_advisory_xact_lock(sluice._lock_ns('cut'), old.id);
     UPDATE sluice.queue SET name = old.id || ':engine1' WHERE id = old.id;
@@ -63,22 +87,7 @@ BEGIN
         PERFORM sluice.create_group(old.name, g.name, 'earliest', g.ttl);
     END LOOP;
     PERFORM sluice._move_dead_letters(old.id, v_new);
-    -- A transaction that read the pgmq layer's view holds it, and no lock
-    -- on the queue: waited for 500 ms at most, as this holds the queue's
-    -- lock (every call on the queue waits meanwhile), and less than the
-    -- default deadlock_timeout: when that reader then calls on the queue,
-    -- this gives up first, and the reader's call goes on.
-    v_timeout := current_setting('lock_timeout');
-    v_done := set_config('lock_timeout', '500ms', true) IS NULL;
-    BEGIN
-        PERFORM sluice._remake_pgmq_view(old.name);
-    EXCEPTION WHEN lock_not_available THEN
-        RAISE EXCEPTION USING ERRCODE = '55P03',
-            MESSAGE = format('the view pgmq.%I of queue %s is held by another transaction', 'q_' || old.name,
-                             quote_literal(old.name)),
-            HINT = 'A transaction that read the view holds it until it ends. Retry once it has; the queue was not changed.';
-    END;
-    v_done := set_config('lock_timeout', v_timeout, true) IS NULL;
+    PERFORM sluice._remake_pgmq_view(old.name);   -- (its view locked above)
     RETURN true;
 END
 $$;
@@ -221,9 +230,9 @@ $$;
 -- EXCLUSIVE (a truncated slot's leaves, after a reclaim): it only tries
 -- the lock.) What it drops then, and the pgmq layer's view it makes again,
 -- it waits for at most 50 ms, else it leaves it all for a later call; and
--- it does not try while a transaction open for a second or more holds a
--- lock on them. Any other error of that part is a WARNING, and a later
--- call tries again (it runs inside receives); a finish left undone
+-- it does not try while a transaction open for a second or more holds the
+-- pgmq view. Any other error of that part is a WARNING, and the session
+-- tries again a minute later (it runs inside receives); a finish left undone
 -- releases the queue's lock. One that finishes holds it until its
 -- transaction ends: a receive inside a longer transaction that finishes an
 -- upgrade holds every call on the queue until it commits.
@@ -244,12 +253,24 @@ DECLARE
     v_timeout text;
     v_done boolean;
 BEGIN
+    -- Not again soon after a try that failed (below); not while an upgrade,
+    -- a drop or another finish holds the queue's lock exclusively (else
+    -- shared, as every call on the queue holds it: sluice.maintain() does
+    -- not); and not when a finish committed since q was read.
+    IF extract(epoch FROM clock_timestamp())
+       < coalesce(nullif(current_setting('sluice.finish_after_' || q.id, true), ''), '0')::float8
+       OR NOT pg_try_advisory_xact_lock_shared(sluice._lock_ns('queue'), hashtext(q.name)) THEN
+        RETURN false;
+    END IF;
+    SELECT p.* INTO pq FROM sluice.queue x JOIN sluice.queue p ON p.id = x.predecessor WHERE x.id = q.id;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
     -- the groups that have nothing left there (a group whose consumers
     -- stopped is marked here, not by a receive); a group another
     -- transaction is marking is skipped, not waited for (that one may be a
     -- receive waiting for the queue's lock, which this holds shared: its
     -- mark shows once it commits)
-    SELECT * INTO STRICT pq FROM sluice.queue x WHERE x.id = q.predecessor;
     EXECUTE format('UPDATE sluice.consumer_group g SET drained = true
                     WHERE g.id IN (SELECT x.id FROM sluice.consumer_group x JOIN %I.e_queue_status($1) s
                                    ON x.name = s.group_name
@@ -259,23 +280,22 @@ BEGIN
                    sluice._qschema(pq.id)) USING pq;
     GET DIAGNOSTICS v_marked = ROW_COUNT;
     IF v_marked > 0
-       OR EXISTS (SELECT 1 FROM sluice.consumer_group pg WHERE pg.queue_id = q.predecessor AND NOT pg.drained) THEN
+       OR EXISTS (SELECT 1 FROM sluice.consumer_group pg WHERE pg.queue_id = pq.id AND NOT pg.drained) THEN
         RETURN false;
     END IF;
-    -- Not while a transaction open for a second or more holds a lock on
-    -- the old storage or the pgmq layer's view (one that read the view and
-    -- stays open): the drop below would wait for it, so every try would
-    -- hold the queue's lock for nothing. (pg_stat_activity shows other
-    -- roles' transactions only to a role that may read all statistics:
-    -- without, the bounded waits below remain.)
-    IF EXISTS (SELECT 1 FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
-               WHERE l.locktype = 'relation' AND l.pid <> pg_backend_pid()
-                 AND a.xact_start < clock_timestamp() - interval '1 second'
-                 AND l.relation IN (SELECT c.oid FROM pg_class c
-                                    WHERE c.relnamespace = to_regnamespace(sluice._qschema(pq.id))
-                                    UNION ALL
-                                    SELECT to_regclass(format('pgmq.%I', 'q_' || q.name))
-                                    WHERE to_regclass('pgmq.meta') IS NOT NULL)) THEN
+    -- Not while a transaction open for a second or more holds the pgmq
+    -- layer's view of the queue (one that read it and stays open, holding
+    -- the old storage it read too): the drop below would wait for it, so
+    -- every try would hold the queue's lock for nothing. (Only the view: the
+    -- queue's own calls lock the old storage too, acks of drained groups
+    -- among them, and must not keep the finish off. pg_stat_activity shows
+    -- other roles' transactions only to a role that may read all
+    -- statistics: without, the bounded waits below remain.)
+    IF to_regclass('pgmq.meta') IS NOT NULL
+       AND EXISTS (SELECT 1 FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+                   WHERE l.locktype = 'relation' AND l.pid <> pg_backend_pid()
+                     AND l.relation = to_regclass(format('pgmq.%I', 'q_' || q.name))
+                     AND a.xact_start < clock_timestamp() - interval '1 second') THEN
         RETURN false;
     END IF;
     -- The queue's lock, then the rest, under a lock_timeout of 50 ms: a
@@ -313,12 +333,14 @@ BEGIN
         RETURN false;
     WHEN OTHERS THEN
         -- (anything else, as a pgmq view whose owner changed: the upkeep
-        -- runs inside receives, which must not fail for it; it is tried
-        -- again at the next upkeep, and said here)
+        -- runs inside receives, which must not fail for it; said here, and
+        -- tried again by this session a minute later, not at every upkeep)
         v_done := set_config('lock_timeout', v_timeout, true) IS NULL;
+        v_done := set_config('sluice.finish_after_' || q.id, (extract(epoch FROM clock_timestamp()) + 60)::text,
+                             false) IS NULL;
         RAISE WARNING USING MESSAGE = format('sluice: the upgrade of queue %s could not finish: %s (SQLSTATE %s)',
                                              quote_literal(q.name), SQLERRM, SQLSTATE),
-                            HINT = 'The queue keeps working with its old storage; the next upkeep tries again.';
+                            HINT = 'The queue keeps working with its old storage; this session tries again in a minute.';
         RETURN false;
     END;
     v_done := set_config('lock_timeout', v_timeout, true) IS NULL;
