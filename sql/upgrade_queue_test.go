@@ -3,11 +3,14 @@ package sqlsrc_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -376,5 +379,93 @@ func finishHoldingALock(t *testing.T, lock string) {
 	b.exec("SELECT sluice._finish_upgrade(q) FROM sluice.queue q WHERE q.name = 'fu'")
 	if n := b.int64("SELECT count(*) FROM sluice.queue"); n != 1 {
 		t.Fatalf("%d queue rows after the last call, want 1", n)
+	}
+}
+
+// A finish that fails for anything but a lock (here an event trigger that
+// refuses the drop of the old queue's sequence, as a DDL policy might) is a
+// WARNING, not an error: the call that ran it goes on, nothing of the
+// finish stays (the old storage and its row are kept, lock_timeout is the
+// caller's again), the queue keeps working, and that session does not try
+// again for a minute. Another session finishes it once the cause is gone.
+func TestFinishUpgradeWarnsOnAFailure(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.createQueue("fw", `{"engine": 1}`)
+	b.upgradeQueue("fw")
+	// (the first call marks the drained groups and stops there)
+	b.exec("SELECT sluice._finish_upgrade(q) FROM sluice.queue q WHERE q.name = 'fw'")
+	b.exec(`CREATE FUNCTION public.refuse_drop() RETURNS event_trigger LANGUAGE plpgsql
+		AS $$ BEGIN RAISE EXCEPTION 'drops are refused here'; END $$`)
+	b.exec(`CREATE EVENT TRIGGER refuse_drop ON ddl_command_start WHEN TAG IN ('DROP SEQUENCE')
+		EXECUTE FUNCTION public.refuse_drop()`)
+
+	var warnings []*pgconn.Notice
+	var mu sync.Mutex
+	cfg := b.pool.Config().ConnConfig.Copy()
+	cfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) {
+		mu.Lock()
+		warnings = append(warnings, n)
+		mu.Unlock()
+	}
+	conn, err := pgx.ConnectConfig(b.ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(b.ctx)
+	finish := func(c *pgx.Conn) bool {
+		t.Helper()
+		var dropped bool
+		if err := c.QueryRow(b.ctx, "SELECT sluice._finish_upgrade(q) FROM sluice.queue q WHERE q.name = 'fw'").Scan(&dropped); err != nil {
+			t.Fatalf("_finish_upgrade: %v", err)
+		}
+		return dropped
+	}
+	if _, err := conn.Exec(b.ctx, "SET lock_timeout = '7s'"); err != nil {
+		t.Fatal(err)
+	}
+	if finish(conn) {
+		t.Fatal("_finish_upgrade dropped the predecessor while its drop was refused")
+	}
+	mu.Lock()
+	if len(warnings) != 1 || warnings[0].Severity != "WARNING" ||
+		!strings.Contains(warnings[0].Message, "could not finish: drops are refused here (SQLSTATE P0001)") {
+		t.Fatalf("notices %+v, want one WARNING that the upgrade could not finish, with the cause", warnings)
+	}
+	mu.Unlock()
+	if n := b.int64("SELECT count(*) FROM sluice.queue"); n != 2 {
+		t.Fatalf("%d queue rows after the failed finish, want 2 (the old one kept)", n)
+	}
+	var timeout string
+	if err := conn.QueryRow(b.ctx, "SHOW lock_timeout").Scan(&timeout); err != nil || timeout != "7s" {
+		t.Fatalf("lock_timeout %q (%v) after the failed finish, want the session's 7s", timeout, err)
+	}
+	// the queue works, on that session too, and its upkeep does not fail
+	id := b.sendKeyed("fw", `1`, "", 0)
+	got, err := receiveOn(b.ctx, conn, "fw", "default", 10, "")
+	if err != nil {
+		t.Fatalf("receive on the session whose finish failed: %v", err)
+	}
+	wantIDs(t, "after the failed finish", got, id)
+	b.ack("fw", "default", got[0].Receipt)
+	if _, err := conn.Exec(b.ctx, "SELECT * FROM sluice.maintain()"); err != nil {
+		t.Fatalf("maintain on the session whose finish failed: %v", err)
+	}
+
+	b.exec("DROP EVENT TRIGGER refuse_drop")
+	// that session waits a minute before it tries again; another one finishes
+	if finish(conn) {
+		t.Fatal("_finish_upgrade tried again at once in the session whose finish failed")
+	}
+	other, err := pgx.ConnectConfig(b.ctx, b.pool.Config().ConnConfig.Copy())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close(b.ctx)
+	if !finish(other) {
+		t.Fatal("_finish_upgrade of another session did not drop the predecessor once the drop was allowed")
+	}
+	if n := b.int64("SELECT count(*) FROM sluice.queue"); n != 1 {
+		t.Fatalf("%d queue rows after the finish, want 1", n)
 	}
 }

@@ -29,7 +29,7 @@
 --   queue still draining an earlier upgrade), 55P03 lock_not_available (a
 --   queue of the pgmq layer whose view another transaction holds for more
 --   than 500 ms: one that read it and is still open; nothing changed)
--- Calls: create_queue, create_group, _remake_pgmq_view
+-- Calls: create_queue, create_group, _pgmq_view, pgmq._make_view
 CREATE OR REPLACE FUNCTION sluice.upgrade_queue(queue text)
 RETURNS boolean
 LANGUAGE plpgsql
@@ -40,6 +40,7 @@ DECLARE
     old sluice.queue;
     v_new int;
     g sluice.consumer_group;
+    v_view regclass;   -- its pgmq view (NULL: not a queue of the layer)
     v_timeout text;
     v_done boolean;
 BEGIN
@@ -55,23 +56,22 @@ BEGIN
     -- (every call on the queue waits meanwhile), and less than the default
     -- deadlock_timeout: when that reader then calls on the queue, this has
     -- waited longer and gives up first, and the reader's call goes on.
-    IF to_regclass('pgmq.meta') IS NOT NULL THEN
-        IF EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.sluice_queue = old.name) THEN
-            v_timeout := current_setting('lock_timeout');
-            v_done := set_config('lock_timeout', '500ms', true) IS NULL;
-            BEGIN
-                -- (ALTER VIEW, as the view is made: it locks the view alone,
-                -- where LOCK TABLE on a view locks every table it reads too,
-                -- which the calls on other queues use)
-                EXECUTE format('ALTER VIEW pgmq.%I SET (security_barrier = true)', 'q_' || old.name);
-            EXCEPTION WHEN lock_not_available THEN
-                RAISE EXCEPTION USING ERRCODE = '55P03',
-                    MESSAGE = format('the view pgmq.%I of queue %s is held by another transaction', 'q_' || old.name,
-                                     quote_literal(old.name)),
-                    HINT = 'A transaction that read the view holds it until it ends. Retry once it has; the queue was not changed.';
-            END;
-            v_done := set_config('lock_timeout', v_timeout, true) IS NULL;
-        END IF;
+    v_view := sluice._pgmq_view(old.name);
+    IF v_view IS NOT NULL THEN
+        v_timeout := current_setting('lock_timeout');
+        v_done := set_config('lock_timeout', '500ms', true) IS NULL;
+        BEGIN
+            -- (ALTER VIEW, as the view is made: it locks the view alone,
+            -- where LOCK TABLE on a view locks every table it reads too,
+            -- which the calls on other queues use)
+            EXECUTE format('ALTER VIEW %s SET (security_barrier = true)', v_view);
+        EXCEPTION WHEN lock_not_available THEN
+            RAISE EXCEPTION USING ERRCODE = '55P03',
+                MESSAGE = format('the view %s of queue %s is held by another transaction', v_view,
+                                 quote_literal(old.name)),
+                HINT = 'A transaction that read the view holds it until it ends. Retry once it has; the queue was not changed.';
+        END;
+        v_done := set_config('lock_timeout', v_timeout, true) IS NULL;
     END IF;
     PERFORM pg_advisory_xact_lock(sluice._lock_ns('maint'), old.id);
     PERFORM pg_advisory_xact_lock(sluice._lock_ns('cut'), old.id);
@@ -87,7 +87,9 @@ BEGIN
         PERFORM sluice.create_group(old.name, g.name, 'earliest', g.ttl);
     END LOOP;
     PERFORM sluice._move_dead_letters(old.id, v_new);
-    PERFORM sluice._remake_pgmq_view(old.name);   -- (its view locked above)
+    IF v_view IS NOT NULL THEN
+        PERFORM pgmq._make_view(old.name);   -- (over both storages; locked above)
+    END IF;
     RETURN true;
 END
 $$;
@@ -240,7 +242,7 @@ $$;
 -- Parameters:
 --   q  the queue (predecessor set)
 -- Returns: whether the predecessor was dropped
--- Calls: _drop_storage, _move_dead_letters, _remake_pgmq_view
+-- Calls: _drop_storage, _move_dead_letters, _pgmq_view, pgmq._make_view
 CREATE OR REPLACE FUNCTION sluice._finish_upgrade(q sluice.queue)
 RETURNS boolean
 LANGUAGE plpgsql
@@ -250,6 +252,7 @@ AS $$
 DECLARE
     pq sluice.queue;
     v_marked bigint;
+    v_view regclass;   -- its pgmq view (NULL: not a queue of the layer)
     v_timeout text;
     v_done boolean;
 BEGIN
@@ -291,10 +294,10 @@ BEGIN
     -- among them, and must not keep the finish off. pg_stat_activity shows
     -- other roles' transactions only to a role that may read all
     -- statistics: without, the bounded waits below remain.)
-    IF to_regclass('pgmq.meta') IS NOT NULL
+    v_view := sluice._pgmq_view(q.name);
+    IF v_view IS NOT NULL
        AND EXISTS (SELECT 1 FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
-                   WHERE l.locktype = 'relation' AND l.pid <> pg_backend_pid()
-                     AND l.relation = to_regclass(format('pgmq.%I', 'q_' || q.name))
+                   WHERE l.locktype = 'relation' AND l.pid <> pg_backend_pid() AND l.relation = v_view
                      AND a.xact_start < clock_timestamp() - interval '1 second') THEN
         RETURN false;
     END IF;
@@ -327,7 +330,9 @@ BEGIN
         DELETE FROM sluice.queue WHERE id = pq.id;
         EXECUTE format('DROP SEQUENCE %s', pq.id_seq);
         PERFORM sluice._drop_storage(pq.id);
-        PERFORM sluice._remake_pgmq_view(q.name);
+        IF v_view IS NOT NULL THEN
+            PERFORM pgmq._make_view(q.name);   -- (over the new storage alone)
+        END IF;
     EXCEPTION WHEN lock_not_available THEN
         v_done := set_config('lock_timeout', v_timeout, true) IS NULL;
         RETURN false;
@@ -348,26 +353,25 @@ BEGIN
 END
 $$;
 
--- _remake_pgmq_view: make a queue's pgmq view (pgmq.q_<name>) again over
--- the storage the queue has now (pgmq._make_view), when the queue belongs
--- to the pgmq layer: after an upgrade began (both engines' storage) and
--- once it finished (engine 2's alone). Nothing for other queues, or without
--- the layer.
+-- _pgmq_view: the pgmq layer's view of a queue (pgmq.q_<name>: pgmq._tbl),
+-- which an upgrade makes again over the storage the queue has (pgmq._make_view):
+-- both engines' once it began, engine 2's alone once it finished.
 --
 -- Parameters:
 --   p_name  the queue
--- Calls: pgmq._make_view
-CREATE OR REPLACE FUNCTION sluice._remake_pgmq_view(p_name text)
-RETURNS void
-LANGUAGE plpgsql
+-- Returns: the view; NULL when the queue does not belong to the layer, or
+--   the layer is not installed
+CREATE OR REPLACE FUNCTION sluice._pgmq_view(p_name text)
+RETURNS regclass
+LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    IF to_regclass('pgmq.meta') IS NOT NULL THEN
-        IF EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.sluice_queue = p_name) THEN
-            PERFORM pgmq._make_view(p_name);
-        END IF;
+    IF to_regclass('pgmq.meta') IS NULL THEN
+        RETURN NULL;
     END IF;
+    RETURN (SELECT to_regclass(format('pgmq.%I', pgmq._tbl(m.sluice_queue, 'q')))
+            FROM pgmq.meta m WHERE m.sluice_queue = p_name);
 END
 $$;
 

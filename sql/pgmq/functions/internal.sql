@@ -297,7 +297,7 @@ $$;
 --             with a copy in the new storage (a dead letter redriven), whose
 --             copy shows instead.
 -- Called by _create, and by sluice.upgrade_queue and sluice.maintain (an
--- upgrade begun, finished: sluice._remake_pgmq_view); the view of a queue
+-- upgrade begun, finished: sluice._pgmq_view); the view of a queue
 -- made by an earlier version is otherwise not remade (it is the engine 1
 -- form).
 --
