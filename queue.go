@@ -228,8 +228,13 @@ func alterQueue(ctx context.Context, db dbtx, queue string, changes *QueueOption
 
 // DropQueue drops a queue with its groups, messages and dead letters. It
 // reports whether the queue existed. It waits for the transactions that are
-// using the queue; calls on the queue made meanwhile wait for it, then fail
-// with ErrQueueNotFound. Other queues are not held up.
+// using the queue; calls on the queue made while it holds it wait for it,
+// then fail with ErrQueueNotFound. Other queues are not held up, nor are
+// the queue's calls while it waits for a transaction that stays open with
+// the queue; with the session's lock_timeout set, it fails after that long
+// with SQLSTATE 55P03 (a *pgconn.PgError, nothing changed: retry), and with
+// 40P01 when such a transaction waits for a lock the caller's holds.
+// docs/operations.md, "Creating and dropping queues under load".
 func (c *Client) DropQueue(ctx context.Context, queue string) (bool, error) {
 	return dropQueue(ctx, c.pool, queue)
 }
@@ -310,7 +315,8 @@ func queueSettings(ctx context.Context, db dbtx, queue string) (lease time.Durat
 
 // PurgeQueue removes every message of a queue at once, pending or not, and
 // returns how many it removed. Groups stay and continue with the messages
-// sent afterwards.
+// sent afterwards. It waits for the transactions using the queue as
+// DropQueue does, and fails as it does (SQLSTATE 55P03 or 40P01).
 func (c *Client) PurgeQueue(ctx context.Context, queue string) (int64, error) {
 	return purgeQueue(ctx, c.pool, queue)
 }

@@ -16,8 +16,10 @@ import (
 // receipts of either storage can be acked, nacked and extended. Status sums
 // both storages meanwhile; Maintain drops the old one once every group has
 // drained it, and SeekGroup fails with ErrNotSupported (SL011) until then.
-// A queue of the pgmq layer too (its view may make it fail with SQLSTATE
-// 55P03, nothing changed: retry). Admin only. Errors: ErrInvalidName
+// A queue of the pgmq layer too. It waits for the transactions using the
+// queue as DropQueue does and fails as it does (SQLSTATE 55P03, 40P01;
+// nothing changed: retry), and with 55P03 when a reader holds the view of a
+// pgmq queue. Admin only. Errors: ErrInvalidName
 // (SL001), ErrQueueNotFound (SL002), ErrNotSupported (SL011: a queue still
 // draining an earlier upgrade). docs/operations.md, "Upgrading a queue to
 // engine 2".

@@ -787,6 +787,87 @@ BEGIN
 END
 $$;
 
+-- _lock_queue_exclusive: take a queue's lock exclusively (the lock every
+-- call on the queue holds shared until its transaction ends), for
+-- drop_queue, purge_queue and upgrade_queue, without holding the queue's
+-- calls up behind a transaction that stays open with it. While an exclusive
+-- request waits, PostgreSQL queues every new request for the lock behind it:
+-- every send and receive of the queue would wait as long as the oldest
+-- holder stays open. So it waits as PostgreSQL would (in tries of at most
+-- 1 s) while the holders are young, and once one has held the lock for a
+-- second or more (its transaction, by pg_locks, seen across that long: a
+-- job run inside a receive's transaction, a session idle in one), in tries
+-- of 100 ms, 400 ms apart, between which the queue's calls go on. A holder
+-- that waits for a lock this transaction holds (a cycle that such short
+-- waits would keep PostgreSQL's deadlock check from seeing) ends it with
+-- 40P01. It waits as long as the holders stay when lock_timeout is not
+-- set; for lock_timeout at most when it is, then raises 55P03 naming the
+-- holders' pids (none: a prepared transaction), holding nothing.
+--
+-- Parameters:
+--   p_queue  the queue's name (its lock is the name's, existing or not)
+--   p_what   the caller, for the messages ('purge_queue', ...)
+-- Errors: 55P03 lock_not_available (lock_timeout passed; nothing changed),
+--   40P01 deadlock_detected (a holder waits for this transaction)
+-- Calls: _xact_lock_within
+CREATE OR REPLACE FUNCTION sluice._lock_queue_exclusive(p_queue text, p_what text)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    -- (pg_settings: lock_timeout in ms, where current_setting gives units)
+    v_ms constant int := (SELECT s.setting FROM pg_settings s WHERE s.name = 'lock_timeout')::int;
+    v_until constant timestamptz := CASE WHEN v_ms > 0 THEN clock_timestamp() + make_interval(secs => v_ms / 1000.0) END;
+    v_db constant oid := (SELECT d.oid FROM pg_database d WHERE d.datname = current_database());
+    v_first jsonb := '{}';   -- each holding transaction (its virtualtransaction): when first seen holding
+    v_vx text[];             -- the holding transactions, and their pids
+    v_pids int[];
+    v_now timestamptz;
+    v_try interval;
+    v_old boolean;           -- one of them seen holding for a second or more
+BEGIN
+    LOOP
+        v_now := clock_timestamp();
+        SELECT array_agg(l.virtualtransaction), array_agg(l.pid ORDER BY l.pid) FILTER (WHERE l.pid IS NOT NULL)
+        INTO v_vx, v_pids
+        FROM pg_locks l
+        WHERE l.locktype = 'advisory' AND l.granted AND l.database = v_db AND l.pid IS DISTINCT FROM pg_backend_pid()
+          AND l.classid = sluice._lock_ns('queue')::oid AND l.objid = hashtext(p_queue)::oid AND l.objsubid = 2;
+        IF EXISTS (SELECT 1 FROM unnest(v_pids) h WHERE pg_backend_pid() = ANY (pg_blocking_pids(h))) THEN
+            RAISE EXCEPTION USING ERRCODE = '40P01',
+                MESSAGE = format('%s of queue %s would deadlock: a transaction that holds the queue (pid %s) waits for a lock this one holds',
+                                 p_what, quote_literal(p_queue), array_to_string(v_pids, ', ')),
+                HINT = 'Retry; nothing was changed.';
+        END IF;
+        v_first := (SELECT coalesce(jsonb_object_agg(x.vx, coalesce(v_first -> x.vx, to_jsonb(extract(epoch FROM v_now)))),
+                                    '{}')
+                    FROM unnest(v_vx) x(vx));
+        v_old := EXISTS (SELECT 1 FROM jsonb_each_text(v_first) e WHERE e.value::float8 <= extract(epoch FROM v_now) - 1);
+        v_try := greatest(least(coalesce(v_until - v_now, interval '1 second'),
+                                CASE WHEN v_old THEN interval '100 ms' ELSE interval '1 second' END),
+                          interval '1 ms');
+        IF sluice._xact_lock_within(sluice._lock_ns('queue'), hashtext(p_queue),
+                                    ceil(extract(epoch FROM v_try) * 1000)::int || 'ms') THEN
+            RETURN;
+        END IF;
+        EXIT WHEN clock_timestamp() >= v_until;
+        IF v_old THEN
+            -- (the queue's calls go on meanwhile)
+            PERFORM pg_sleep(least(0.4, coalesce(extract(epoch FROM v_until - clock_timestamp()), 0.4)));
+        END IF;
+    END LOOP;
+    RAISE EXCEPTION USING ERRCODE = '55P03',
+        MESSAGE = format('queue %s is in use by %s, and %s waited lock_timeout (%s ms) for it', quote_literal(p_queue),
+                         CASE coalesce(cardinality(v_pids), 0) WHEN 1 THEN 'the transaction of pid ' || v_pids[1]
+                              WHEN 0 THEN 'a prepared transaction'
+                              ELSE 'the transactions of pids ' || array_to_string(v_pids, ', ') END,
+                         p_what, v_ms),
+        DETAIL = 'Every call on a queue holds it until its transaction ends; nothing was changed.',
+        HINT = 'Retry once those transactions have ended (or end them), or set a longer lock_timeout.';
+END
+$$;
+
 -- _xact_lock_within: take a transaction-level advisory lock, (p_key,
 -- p_key2) or p_key alone (p_key2 NULL), waiting at most p_timeout, as
 -- _lock_within does for any statement, without its dynamic statement

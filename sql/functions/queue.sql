@@ -212,8 +212,14 @@ $$;
 -- Waits for the transactions that are using the queue (a send, receive,
 -- ack... of the queue takes its lock in shared mode until it ends, see
 -- sluice._use_queue); calls on the queue that come meanwhile wait for the
--- drop, then fail with SL002. Having the queue to itself first, the drop
--- cannot deadlock with its clients. Other queues are not held up: the
+-- drop, then fail with SL002. Once a transaction has held the queue for a
+-- second, it waits in short tries between which those calls go on
+-- (sluice._lock_queue_exclusive): a transaction left open with the queue
+-- does not hold every call on it up behind the drop. It waits as long as
+-- such a transaction stays open, or lock_timeout when set, then raises
+-- 55P03. Having the queue to itself first, the drop cannot deadlock with
+-- its clients (unless the caller's transaction holds a lock one of them
+-- waits for: 40P01). Other queues are not held up: the
 -- queue's messages table is detached from the shared sluice.messages only
 -- if that can be done at once; otherwise it is emptied now and dropped later
 -- (by maintain, create_queue or drop_queue).
@@ -225,7 +231,9 @@ $$;
 -- Parameters:
 --   queue  name
 -- Returns: true if the queue existed, false if there was no such queue
--- Errors: SL001 invalid_name
+-- Errors: SL001 invalid_name, 55P03 lock_not_available (the queue stayed in
+--   use for lock_timeout; nothing changed), 40P01 deadlock_detected
+-- Calls: _lock_queue_exclusive, _drop_storage, _drop_leftovers
 CREATE OR REPLACE FUNCTION sluice.drop_queue(queue text)
 RETURNS boolean
 LANGUAGE plpgsql
@@ -237,7 +245,7 @@ DECLARE
     v_seq regclass;
 BEGIN
     PERFORM sluice._check_name('queue', drop_queue.queue);
-    PERFORM pg_advisory_xact_lock(sluice._lock_ns('queue'), hashtext(drop_queue.queue));
+    PERFORM sluice._lock_queue_exclusive(drop_queue.queue, 'drop_queue');
     SELECT * INTO q FROM sluice.queue WHERE name = drop_queue.queue FOR UPDATE;
     IF NOT FOUND THEN
         RETURN false;
@@ -340,15 +348,21 @@ $$;
 -- Dead letters are not messages of the queue: they stay (status's dead)
 -- until discarded (discard_dead_letters) or redriven.
 -- Like drop_queue, it takes the queue's lock exclusively first: it waits for
--- the transactions that are using the queue, and calls on the queue made
--- meanwhile wait for it (without it, purge and the clients locked the
+-- the transactions that are using the queue (in short tries between which
+-- the queue's calls go on, once one has held it for a second; for
+-- lock_timeout at most when set: sluice._lock_queue_exclusive), and calls
+-- on the queue made while it has the lock wait for it (without it, purge and the clients locked the
 -- queue's tables in different orders and deadlocked).
 --
 -- Parameters:
 --   queue  name
 -- Returns: the number of messages removed (during an upgrade, the old
 --   queue's too: sluice.upgrade_queue)
--- Errors: SL001 invalid_name, SL002 undefined_queue
+-- Errors: SL001 invalid_name, SL002 undefined_queue, 55P03
+--   lock_not_available (the queue stayed in use for lock_timeout; nothing
+--   changed), 40P01 deadlock_detected
+-- Calls: _lock_queue_exclusive, e_purge (the queue's copy, and its
+--   predecessor's during an upgrade)
 CREATE OR REPLACE FUNCTION sluice.purge_queue(queue text)
 RETURNS bigint
 LANGUAGE plpgsql
@@ -359,7 +373,7 @@ DECLARE
     n bigint;
 BEGIN
     PERFORM sluice._check_name('queue', purge_queue.queue);
-    PERFORM pg_advisory_xact_lock(sluice._lock_ns('queue'), hashtext(purge_queue.queue));
+    PERFORM sluice._lock_queue_exclusive(purge_queue.queue, 'purge_queue');
     q := sluice._use_queue(purge_queue.queue);
     EXECUTE format('SELECT %I.e_purge($1)', sluice._qschema(q.id)) INTO n USING q;
     IF q.predecessor IS NOT NULL THEN

@@ -15,8 +15,11 @@
 
 -- upgrade_queue: replace a queue of engine 1 by one of engine 2 (see above).
 -- Takes the queue's lock exclusively first, as drop_queue does: it waits for
--- the transactions using the queue, and calls that come meanwhile wait for
--- it (a moment), then go on with the new queue.
+-- the transactions using the queue (in short tries between which the
+-- queue's calls go on, once one has held it for a second; for lock_timeout
+-- at most when set: sluice._lock_queue_exclusive), and calls that come
+-- while it has the lock wait for it (a moment), then go on with the new
+-- queue.
 -- A queue of the pgmq layer is upgraded the same way, and its view
 -- (pgmq.q_<name>) made again over both storages (pgmq._make_view); the
 -- layer's side tables and functions name the queue, not its storage, and
@@ -26,10 +29,11 @@
 --   queue  name
 -- Returns: true if the queue was upgraded, false if it is of engine 2 already
 -- Errors: SL001 invalid_name, SL002 undefined_queue, SL011 not_supported (a
---   queue still draining an earlier upgrade), 55P03 lock_not_available (a
---   queue of the pgmq layer whose view another transaction holds for more
---   than 500 ms: one that read it and is still open; nothing changed)
--- Calls: create_queue, create_group, _pgmq_view, pgmq._make_view
+--   queue still draining an earlier upgrade), 55P03 lock_not_available (the
+--   queue stayed in use for lock_timeout; or a queue of
+--   the pgmq layer whose view another transaction holds for more than
+--   500 ms: one that read it and is still open; nothing changed either way)
+-- Calls: _lock_queue_exclusive, create_queue, create_group, _pgmq_view, pgmq._make_view
 CREATE OR REPLACE FUNCTION sluice.upgrade_queue(queue text)
 RETURNS boolean
 LANGUAGE plpgsql
@@ -45,7 +49,7 @@ DECLARE
     v_done boolean;
 BEGIN
     PERFORM sluice._check_name('queue', upgrade_queue.queue);
-    PERFORM pg_advisory_xact_lock(sluice._lock_ns('queue'), hashtext(upgrade_queue.queue));
+    PERFORM sluice._lock_queue_exclusive(upgrade_queue.queue, 'upgrade_queue');
     old := sluice._get_queue(upgrade_queue.queue);
     IF old.engine = 2 THEN
         RETURN false;

@@ -339,7 +339,12 @@ export class Sluice {
     return queueOptionsFrom(rows[0]?.options as Record<string, JSONValue>);
   }
 
-  /** Drops a queue; true if it existed. */
+  /**
+   * Drops a queue; true if it existed. Waits for the transactions using the
+   * queue without holding its other calls up; with the session's
+   * lock_timeout set, fails with SQLSTATE 55P03 (naming the holder's pid;
+   * nothing changed) after that long.
+   */
   async dropQueue(queue: string, opts?: CallOptions): Promise<boolean> {
     const rows = await this.query(sql.dropQueue, [queue], opts);
     return rows[0]?.ok === true;
@@ -357,7 +362,7 @@ export class Sluice {
     }));
   }
 
-  /** Removes every message of a queue; returns how many. */
+  /** Removes every message of a queue; returns how many. Waits, and fails with 55P03, as dropQueue. */
   async purgeQueue(queue: string, opts?: CallOptions): Promise<number> {
     const rows = await this.query(sql.purgeQueue, [queue], opts);
     return count(rows[0]?.n);

@@ -117,7 +117,7 @@ func toProblem(err error) *Problem {
 			// pipeline that failed as it was prepared, before the
 			// set_config ahead of it ran (s.one returns it as the role's).
 			return schemaMissingProblem(pg.Message+" ("+sqlstate.SchemaMissingHint+")", pg.Code)
-		case pg.Code == "55P03": // lock_not_available: another transaction holds what the call needs (the upgrade of a pgmq queue whose view is read)
+		case pg.Code == "55P03": // lock_not_available: a transaction left open holds what the call needs (drop, purge, upgrade; nothing changed)
 			return &Problem{Type: "urn:sluice:problem:lock_not_available", Title: http.StatusText(http.StatusConflict),
 				Status: http.StatusConflict, Detail: pg.Message, Code: pg.Code}
 		case pg.Code == "42501": // insufficient_privilege

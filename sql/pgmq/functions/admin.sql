@@ -200,12 +200,19 @@ BEGIN
         RAISE NOTICE 'pgmq queue `%` does not exist', queue_name;
         RETURN false;
     END IF;
+    -- the sluice queue first: it waits for the transactions using the queue
+    -- (sluice.drop_queue) holding none of the layer's objects, which a
+    -- transaction holding the queue may go on to read (its view among them,
+    -- dropped with the storage it reads)
+    PERFORM sluice.drop_queue(q);
     EXECUTE format('DROP FUNCTION IF EXISTS pgmq.%I, pgmq.%I, pgmq.%I', pgmq._fn(q, 'deliver'), pgmq._fn(q, 'complete'),
                    pgmq._fn(q, 'set_vt'));
-    EXECUTE format('DROP VIEW IF EXISTS pgmq.%I', pgmq._tbl(q, 'q'));
+    IF to_regclass(format('pgmq.%I', pgmq._tbl(q, 'q'))) IS NOT NULL THEN
+        -- (dropped with the storage as a rule: no NOTICE that it is not there)
+        EXECUTE format('DROP VIEW pgmq.%I', pgmq._tbl(q, 'q'));
+    END IF;
     EXECUTE format('DROP TABLE IF EXISTS pgmq.%I, pgmq.%I, pgmq.%I',
                    pgmq._tbl(q, 'a'), pgmq._tbl(q, 'r'), pgmq._tbl(q, 'd'));
-    PERFORM sluice.drop_queue(q);
     DELETE FROM pgmq.meta m WHERE m.sluice_queue = q;   -- and its notify_insert_throttle row
     PERFORM pgmq._mark_notify(q);   -- drops the marker
     RETURN true;

@@ -112,7 +112,10 @@ class AsyncClient:
         await self._all(_sql.CREATE_QUEUE, (queue, _sql.options(options)), conn)
 
     async def drop_queue(self, queue: str, *, conn: psycopg.AsyncConnection[Any] | None = None) -> bool:
-        """Drop a queue with its groups, messages and dead letters; whether it existed."""
+        """Drop a queue with its groups, messages and dead letters; whether it existed.
+        Waits for the transactions using the queue without holding its other calls
+        up; with the session's lock_timeout set, raises psycopg's LockNotAvailable
+        (SQLSTATE 55P03, naming the holder's pid; nothing changed) after that long."""
         return bool(await self._one(_sql.DROP_QUEUE, (queue,), conn))
 
     async def alter_queue(
@@ -129,7 +132,8 @@ class AsyncClient:
         return _sql.queue_options(result)
 
     async def purge_queue(self, queue: str, *, conn: psycopg.AsyncConnection[Any] | None = None) -> int:
-        """Remove every message of a queue; returns how many."""
+        """Remove every message of a queue; returns how many. Waits as drop_queue does,
+        and raises LockNotAvailable (55P03) as it does."""
         return int(await self._one(_sql.PURGE_QUEUE, (queue,), conn))
 
     async def upgrade_queue(self, queue: str, *, conn: psycopg.AsyncConnection[Any] | None = None) -> bool:
@@ -138,7 +142,8 @@ class AsyncClient:
         already). Each group receives what the old storage holds first; status counts
         both, and seek_group raises NotSupported, until maintain() drops the old storage
         once every group has drained it. A queue of the pgmq layer too. Admin only;
-        QueueNotFound, InvalidName, NotSupported while an earlier upgrade drains."""
+        QueueNotFound, InvalidName, NotSupported while an earlier upgrade drains;
+        LockNotAvailable (55P03) as drop_queue."""
         return bool(await self._one(_sql.UPGRADE_QUEUE, (queue,), conn))
 
     async def list_queues(self, *, conn: psycopg.AsyncConnection[Any] | None = None) -> list[QueueInfo]:

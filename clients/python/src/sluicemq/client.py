@@ -99,7 +99,10 @@ class Client:
         self._all(_sql.CREATE_QUEUE, (queue, _sql.options(options)), conn)
 
     def drop_queue(self, queue: str, *, conn: psycopg.Connection[Any] | None = None) -> bool:
-        """Drop a queue with its groups, messages and dead letters; whether it existed."""
+        """Drop a queue with its groups, messages and dead letters; whether it existed.
+        Waits for the transactions using the queue without holding its other calls
+        up; with the session's lock_timeout set, raises psycopg's LockNotAvailable
+        (SQLSTATE 55P03, naming the holder's pid; nothing changed) after that long."""
         return bool(self._one(_sql.DROP_QUEUE, (queue,), conn))
 
     def alter_queue(
@@ -116,7 +119,8 @@ class Client:
         return _sql.queue_options(result)
 
     def purge_queue(self, queue: str, *, conn: psycopg.Connection[Any] | None = None) -> int:
-        """Remove every message of a queue; returns how many."""
+        """Remove every message of a queue; returns how many. Waits as drop_queue does,
+        and raises LockNotAvailable (55P03) as it does."""
         return int(self._one(_sql.PURGE_QUEUE, (queue,), conn))
 
     def upgrade_queue(self, queue: str, *, conn: psycopg.Connection[Any] | None = None) -> bool:
@@ -125,7 +129,8 @@ class Client:
         already). Each group receives what the old storage holds first; status counts
         both, and seek_group raises NotSupported, until maintain() drops the old storage
         once every group has drained it. A queue of the pgmq layer too. Admin only;
-        QueueNotFound, InvalidName, NotSupported while an earlier upgrade drains."""
+        QueueNotFound, InvalidName, NotSupported while an earlier upgrade drains;
+        LockNotAvailable (55P03) as drop_queue."""
         return bool(self._one(_sql.UPGRADE_QUEUE, (queue,), conn))
 
     def list_queues(self, *, conn: psycopg.Connection[Any] | None = None) -> list[QueueInfo]:

@@ -1,0 +1,223 @@
+package sqlsrc_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// drop_queue, purge_queue and upgrade_queue take the queue's lock
+// exclusively, and every new call on the queue waits behind a waiting
+// exclusive request. With a transaction left open on the queue (here a
+// receive whose transaction has not ended), such a call used to wait until
+// that transaction ended, and every send and receive of the queue with it.
+// Now, once a holder has held it for a second, it waits in short tries,
+// between which the queue's calls go on, for lock_timeout at most, then
+// fails with 55P03 naming the holder's pid, having changed nothing; once
+// that transaction ends it goes through.
+func TestAdminCallsDoNotHoldTheQueueUpBehindAnOpenTransaction(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		call    string
+		engine  int
+		changed string // a count that the call changes when it is done
+	}{
+		{"SELECT sluice.purge_queue('aw')", 2, "SELECT count(*) FROM sluice.peek('aw', 10)"},
+		{"SELECT sluice.drop_queue('aw')", 2, "SELECT count(*) FROM sluice.queue WHERE name = 'aw'"},
+		{"SELECT sluice.upgrade_queue('aw')", 1, "SELECT count(*) FROM sluice.queue"},
+	} {
+		t.Run(strings.Fields(c.call)[1], func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			b.createQueue("aw", fmt.Sprintf(`{"engine": %d}`, c.engine))
+			b.send(b.pool, "aw", `1`)
+
+			holder, err := b.pool.Begin(b.ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer holder.Rollback(b.ctx) //nolint:errcheck
+			var pid int
+			if err := holder.QueryRow(b.ctx, "SELECT pg_backend_pid() FROM sluice.receive('aw', 'default', 1)").Scan(&pid); err != nil {
+				t.Fatalf("the receive left open: %v", err)
+			}
+
+			admin, err := b.pool.Acquire(b.ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer admin.Release()
+			if _, err := admin.Exec(b.ctx, "SET lock_timeout = '5s'"); err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan error, 1)
+			go func() {
+				_, err := admin.Exec(b.ctx, c.call)
+				done <- err
+			}()
+			// (its first try waits up to a second, as PostgreSQL would; the
+			// short tries come once the holder has held the lock that long)
+			time.Sleep(1500 * time.Millisecond)
+			// a send while the call waits, the holder still open: it goes on
+			// (before, it waited for the call, which waited for the holder)
+			ctx, cancel := context.WithTimeout(b.ctx, 1500*time.Millisecond)
+			defer cancel()
+			if _, err := b.pool.Exec(ctx, "SELECT sluice.send('aw', '2')"); err != nil {
+				t.Fatalf("a send while %s waited for an open transaction: %v", c.call, err)
+			}
+			select {
+			case err := <-done:
+				t.Fatalf("%s returned (%v) before its wait was up", c.call, err)
+			default:
+			}
+			before := b.int64(c.changed)
+
+			err = <-done
+			var pgErr *pgconn.PgError
+			if !errors.As(err, &pgErr) || pgErr.Code != "55P03" ||
+				!strings.Contains(pgErr.Message, fmt.Sprintf("the transaction of pid %d", pid)) {
+				t.Fatalf("%s with a transaction open on the queue: %v, want 55P03 naming pid %d", c.call, err, pid)
+			}
+			if n := b.int64(c.changed); n != before {
+				t.Fatalf("%s changed the queue though it failed: %s = %d, was %d", c.call, c.changed, n, before)
+			}
+			if n := b.int64("SELECT count(*) FROM sluice.queue WHERE name = 'aw' AND engine = $1", c.engine); n != 1 {
+				t.Fatalf("queue aw of engine %d: %d rows after the failed %s", c.engine, n, c.call)
+			}
+
+			if err := holder.Commit(b.ctx); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := admin.Exec(b.ctx, c.call); err != nil {
+				t.Fatalf("%s once the transaction ended: %v", c.call, err)
+			}
+			if n := b.int64(c.changed); n == before {
+				t.Fatalf("%s did nothing once the transaction ended: %s = %d", c.call, c.changed, n)
+			}
+		})
+	}
+}
+
+// On a queue whose transactions are young (here producers that each keep a
+// transaction open 300 ms around their send, as an outbox does), a purge
+// waits as PostgreSQL would and goes through: the short tries, which only
+// holders that all end within 100 ms let through, are for a holder that
+// has held the queue for a second.
+func TestPurgeGoesThroughOnAQueueOfShortTransactions(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.createQueue("ap", "")
+	ctx, stop := context.WithCancel(b.ctx)
+	defer stop()
+	errs := make(chan error, 4)
+	for i := 0; i < 4; i++ {
+		go func() {
+			// (their transactions spread over the 300 ms: there is no
+			// moment of 100 ms in which every holder of the moment ends)
+			time.Sleep(time.Duration(i) * 75 * time.Millisecond)
+			for ctx.Err() == nil {
+				tx, err := b.pool.Begin(ctx)
+				if err == nil {
+					if _, err = tx.Exec(ctx, "SELECT sluice.send('ap', '1')"); err == nil {
+						time.Sleep(300 * time.Millisecond)
+						err = tx.Commit(ctx)
+					}
+					tx.Rollback(b.ctx) //nolint:errcheck
+				}
+				if err != nil && ctx.Err() == nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	time.Sleep(500 * time.Millisecond)
+	admin, err := b.pool.Acquire(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Release()
+	if _, err := admin.Exec(b.ctx, "SET lock_timeout = '20s'"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Exec(b.ctx, "SELECT sluice.purge_queue('ap')"); err != nil {
+		t.Fatalf("purge_queue of a queue of 300 ms transactions: %v", err)
+	}
+	stop()
+	for i := 0; i < 4; i++ {
+		if err := <-errs; err != nil {
+			t.Fatalf("a producer: %v", err)
+		}
+	}
+}
+
+// A purge that waits for a holder of the queue which in turn waits for a
+// lock the purge's transaction holds is a deadlock, which the purge's short
+// tries would keep PostgreSQL from seeing (neither wait lasts
+// deadlock_timeout while the other waits): one of the two fails with 40P01
+// and the other goes on, as before those tries, even with no lock_timeout.
+func TestPurgeInADeadlockFailsWith40P01(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.createQueue("ad", "")
+	b.exec("CREATE TABLE public.ad_other (x int)")
+	holder, err := b.pool.Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Rollback(b.ctx) //nolint:errcheck
+	if _, err := holder.Exec(b.ctx, "SELECT sluice.send('ad', '1')"); err != nil {
+		t.Fatal(err)
+	}
+	admin, err := b.pool.Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Rollback(b.ctx) //nolint:errcheck
+	if _, err := admin.Exec(b.ctx, "LOCK TABLE public.ad_other IN ACCESS EXCLUSIVE MODE"); err != nil {
+		t.Fatal(err)
+	}
+	purged := make(chan error, 1)
+	go func() {
+		_, err := admin.Exec(b.ctx, "SELECT sluice.purge_queue('ad')")
+		purged <- err
+	}()
+	time.Sleep(1500 * time.Millisecond) // (the purge in its short tries)
+	locked := make(chan error, 1)
+	go func() {
+		_, err := holder.Exec(b.ctx, "LOCK TABLE public.ad_other IN ACCESS SHARE MODE")
+		locked <- err
+	}()
+	var errPurge, errHolder error
+	select {
+	case errPurge = <-purged:
+		if errPurge == nil {
+			t.Fatal("purge_queue went through while the queue's holder was still open")
+		}
+		// the purge gave up: its transaction ends, and the holder goes on
+		if err := admin.Rollback(b.ctx); err != nil {
+			t.Fatal(err)
+		}
+		errHolder = <-locked
+	case errHolder = <-locked:
+		// the holder failed (PostgreSQL's deadlock check): the purge goes on
+		if err := holder.Rollback(b.ctx); err != nil {
+			t.Fatal(err)
+		}
+		errPurge = <-purged
+	case <-time.After(30 * time.Second):
+		t.Fatal("neither the purge nor the holder's lock ended in 30 s: a deadlock nobody saw")
+	}
+	if sqlstate(errPurge) != "40P01" && sqlstate(errHolder) != "40P01" {
+		t.Fatalf("purge: %v; holder: %v; want one of them 40P01 and the other through", errPurge, errHolder)
+	}
+	if (errPurge == nil) == (errHolder == nil) {
+		t.Fatalf("purge: %v; holder: %v; want exactly one of them to fail", errPurge, errHolder)
+	}
+}
