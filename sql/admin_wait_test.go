@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
@@ -103,13 +104,25 @@ func TestAdminCallsDoNotHoldTheQueueUpBehindAnOpenTransaction(t *testing.T) {
 	}
 }
 
-// On a queue whose transactions are young (here producers that each keep a
-// transaction open 300 ms around their send, as an outbox does), a purge
+// On a queue whose transactions overlap (here producers that each keep a
+// transaction open around their send, as an outbox does, 300 ms, or 1.5 s:
+// longer than the second after which a holder counts as stuck), a purge
 // waits as PostgreSQL would and goes through: the short tries, which only
-// holders that all end within 100 ms let through, are for a holder that
-// has held the queue for a second.
+// holders that all end within 100 ms let through, are for a holder open
+// longer than the queue's transactions last.
 func TestPurgeGoesThroughOnAQueueOfShortTransactions(t *testing.T) {
 	t.Parallel()
+	for _, hold := range []time.Duration{300 * time.Millisecond, 1500 * time.Millisecond} {
+		t.Run(hold.String(), func(t *testing.T) {
+			t.Parallel()
+			purgeUnderHolds(t, hold)
+		})
+	}
+}
+
+// purgeUnderHolds runs TestPurgeGoesThroughOnAQueueOfShortTransactions with
+// producers that each hold their transaction for hold.
+func purgeUnderHolds(t *testing.T, hold time.Duration) {
 	b := setup(t)
 	b.createQueue("ap", "")
 	ctx, stop := context.WithCancel(b.ctx)
@@ -117,14 +130,14 @@ func TestPurgeGoesThroughOnAQueueOfShortTransactions(t *testing.T) {
 	errs := make(chan error, 4)
 	for i := 0; i < 4; i++ {
 		go func() {
-			// (their transactions spread over the 300 ms: there is no
-			// moment of 100 ms in which every holder of the moment ends)
-			time.Sleep(time.Duration(i) * 75 * time.Millisecond)
+			// (their transactions spread over the hold: there is no moment
+			// of 100 ms in which every holder of the moment ends)
+			time.Sleep(time.Duration(i) * hold / 4)
 			for ctx.Err() == nil {
 				tx, err := b.pool.Begin(ctx)
 				if err == nil {
 					if _, err = tx.Exec(ctx, "SELECT sluice.send('ap', '1')"); err == nil {
-						time.Sleep(300 * time.Millisecond)
+						time.Sleep(hold)
 						err = tx.Commit(ctx)
 					}
 					tx.Rollback(b.ctx) //nolint:errcheck
@@ -137,7 +150,7 @@ func TestPurgeGoesThroughOnAQueueOfShortTransactions(t *testing.T) {
 			errs <- nil
 		}()
 	}
-	time.Sleep(500 * time.Millisecond)
+	time.Sleep(hold + 200*time.Millisecond)
 	admin, err := b.pool.Acquire(b.ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -147,7 +160,7 @@ func TestPurgeGoesThroughOnAQueueOfShortTransactions(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := admin.Exec(b.ctx, "SELECT sluice.purge_queue('ap')"); err != nil {
-		t.Fatalf("purge_queue of a queue of 300 ms transactions: %v", err)
+		t.Fatalf("purge_queue of a queue of %v transactions: %v", hold, err)
 	}
 	stop()
 	for i := 0; i < 4; i++ {
@@ -172,6 +185,12 @@ func TestPurgeInADeadlockFailsWith40P01(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer holder.Rollback(b.ctx) //nolint:errcheck
+	// (PostgreSQL's own check, which a wait of a second runs, finds the
+	// cycle when it runs while the purge waits: put off, so that the purge's
+	// check is what is tested)
+	if _, err := holder.Exec(b.ctx, "SET LOCAL deadlock_timeout = '60s'"); err != nil {
+		t.Skipf("cannot set deadlock_timeout (not a superuser?): %v", err)
+	}
 	if _, err := holder.Exec(b.ctx, "SELECT sluice.send('ad', '1')"); err != nil {
 		t.Fatal(err)
 	}
@@ -180,6 +199,9 @@ func TestPurgeInADeadlockFailsWith40P01(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer admin.Rollback(b.ctx) //nolint:errcheck
+	if _, err := admin.Exec(b.ctx, "SET LOCAL deadlock_timeout = '60s'"); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := admin.Exec(b.ctx, "LOCK TABLE public.ad_other IN ACCESS EXCLUSIVE MODE"); err != nil {
 		t.Fatal(err)
 	}
@@ -219,5 +241,77 @@ func TestPurgeInADeadlockFailsWith40P01(t *testing.T) {
 	}
 	if (errPurge == nil) == (errHolder == nil) {
 		t.Fatalf("purge: %v; holder: %v; want exactly one of them to fail", errPurge, errHolder)
+	}
+}
+
+// The same cycle through a third transaction: the holder waits for X,
+// which waits for the purge's transaction. The holder does not wait for
+// the purge itself, so the purge follows the blockers from each holder:
+// one of the three fails with 40P01. (PostgreSQL's own check is put off
+// with deadlock_timeout, as in TestPurgeInADeadlockFailsWith40P01.)
+func TestPurgeInADeadlockThroughAnotherFailsWith40P01(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.createQueue("a3", "")
+	begin := func() pgx.Tx {
+		tx, err := b.pool.Begin(b.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { tx.Rollback(context.Background()) }) //nolint:errcheck
+		return tx
+	}
+	holder, x, admin := begin(), begin(), begin()
+	for _, tx := range []pgx.Tx{holder, x, admin} {
+		// (PostgreSQL's own check, which a wait of a second runs, may find
+		// the cycle when it runs while the purge waits: kept out of the way)
+		if _, err := tx.Exec(b.ctx, "SET LOCAL deadlock_timeout = '60s'"); err != nil {
+			t.Skipf("cannot set deadlock_timeout (not a superuser?): %v", err)
+		}
+	}
+	for _, s := range []struct {
+		tx  pgx.Tx
+		sql string
+	}{
+		{holder, "SELECT sluice.send('a3', '1')"},
+		{x, "SELECT pg_advisory_xact_lock(7001)"},
+		{admin, "SELECT pg_advisory_xact_lock(7002)"},
+	} {
+		if _, err := s.tx.Exec(b.ctx, s.sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	type ended struct {
+		sql string
+		err error
+	}
+	done := make(chan ended, 3)
+	run := func(tx pgx.Tx, sql string) {
+		go func() {
+			_, err := tx.Exec(b.ctx, sql)
+			done <- ended{sql, err}
+		}()
+	}
+	run(admin, "SELECT sluice.purge_queue('a3')")
+	time.Sleep(1500 * time.Millisecond) // (the purge in its short tries)
+	run(holder, "SELECT pg_advisory_xact_lock(7001)")
+	time.Sleep(100 * time.Millisecond)
+	run(x, "SELECT pg_advisory_xact_lock(7002)")
+	// (the one that fails ends its transaction's locks with it: another may
+	// go through just before its error is seen)
+	timeout := time.After(30 * time.Second)
+	for {
+		select {
+		case e := <-done:
+			if e.err == nil {
+				continue
+			}
+			if sqlstate(e.err) != "40P01" {
+				t.Fatalf("%s: %v, want 40P01", e.sql, e.err)
+			}
+			return
+		case <-timeout:
+			t.Fatal("none of the three failed in 30 s: a deadlock nobody saw")
+		}
 	}
 }

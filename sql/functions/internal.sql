@@ -793,14 +793,17 @@ $$;
 -- calls up behind a transaction that stays open with it. While an exclusive
 -- request waits, PostgreSQL queues every new request for the lock behind it:
 -- every send and receive of the queue would wait as long as the oldest
--- holder stays open. So it waits as PostgreSQL would (in tries of at most
--- 1 s) while the holders are young, and once one has held the lock for a
--- second or more (its transaction, by pg_locks, seen across that long: a
--- job run inside a receive's transaction, a session idle in one), in tries
--- of 100 ms, 400 ms apart, between which the queue's calls go on. A holder
--- that waits for a lock this transaction holds (a cycle that such short
--- waits would keep PostgreSQL's deadlock check from seeing) ends it with
--- 40P01. It waits as long as the holders stay when lock_timeout is not
+-- holder stays open. So it waits as PostgreSQL would, in blocking tries as
+-- long as the holders' transactions last (1 s, or twice the longest seen to
+-- end since it began, from its start to when last seen holding), until a
+-- holder has been open longer than that (by pg_stat_activity's xact_start
+-- where the caller may read it, else since this first saw it in pg_locks):
+-- a job run inside a receive's transaction, a session idle in one. Then it
+-- waits in tries of 100 ms, 400 ms apart,
+-- between which the queue's calls go on. A holder that waits, itself or
+-- through others, for a lock this transaction holds (a cycle that such
+-- short waits would keep PostgreSQL's deadlock check from seeing) ends it
+-- with 40P01. It waits as long as the holders stay when lock_timeout is not
 -- set; for lock_timeout at most when it is, then raises 55P03 naming the
 -- holders' pids (none: a prepared transaction), holding nothing.
 --
@@ -820,39 +823,55 @@ DECLARE
     v_ms constant int := (SELECT s.setting FROM pg_settings s WHERE s.name = 'lock_timeout')::int;
     v_until constant timestamptz := CASE WHEN v_ms > 0 THEN clock_timestamp() + make_interval(secs => v_ms / 1000.0) END;
     v_db constant oid := (SELECT d.oid FROM pg_database d WHERE d.datname = current_database());
-    v_first jsonb := '{}';   -- each holding transaction (its virtualtransaction): when first seen holding
-    v_vx text[];             -- the holding transactions, and their pids
-    v_pids int[];
+    -- each holding transaction (its virtualtransaction): [since when, last
+    -- seen holding], in epoch seconds; at the last look, and now
+    v_seen jsonb := '{}';
+    v_held jsonb;
+    v_pids int[];            -- the holders' pids
+    v_long float8 := 1;      -- how long a holder's transaction may last before it counts as stuck, in seconds
     v_now timestamptz;
+    v_stuck boolean;
     v_try interval;
-    v_old boolean;           -- one of them seen holding for a second or more
 BEGIN
     LOOP
         v_now := clock_timestamp();
-        SELECT array_agg(l.virtualtransaction), array_agg(l.pid ORDER BY l.pid) FILTER (WHERE l.pid IS NOT NULL)
-        INTO v_vx, v_pids
+        PERFORM pg_stat_clear_snapshot();   -- (pg_stat_activity as it is now)
+        SELECT coalesce(jsonb_object_agg(l.virtualtransaction,
+                                         jsonb_build_array(coalesce((v_seen -> l.virtualtransaction ->> 0)::float8,
+                                                                    extract(epoch FROM coalesce(a.xact_start, v_now))),
+                                                           extract(epoch FROM v_now))), '{}'),
+               array_agg(l.pid ORDER BY l.pid) FILTER (WHERE l.pid IS NOT NULL)
+        INTO v_held, v_pids
         FROM pg_locks l
+        LEFT JOIN pg_stat_activity a ON a.pid = l.pid
         WHERE l.locktype = 'advisory' AND l.granted AND l.database = v_db AND l.pid IS DISTINCT FROM pg_backend_pid()
           AND l.classid = sluice._lock_ns('queue')::oid AND l.objid = hashtext(p_queue)::oid AND l.objsubid = 2;
-        IF EXISTS (SELECT 1 FROM unnest(v_pids) h WHERE pg_backend_pid() = ANY (pg_blocking_pids(h))) THEN
+        -- a cycle: a holder that waits for this transaction, itself or through others
+        IF EXISTS (WITH RECURSIVE w(pid) AS (SELECT h FROM unnest(v_pids) h
+                                             UNION
+                                             SELECT b FROM w CROSS JOIN unnest(pg_blocking_pids(w.pid)) b)
+                   SELECT 1 FROM w WHERE w.pid = pg_backend_pid()) THEN
             RAISE EXCEPTION USING ERRCODE = '40P01',
                 MESSAGE = format('%s of queue %s would deadlock: a transaction that holds the queue (pid %s) waits for a lock this one holds',
                                  p_what, quote_literal(p_queue), array_to_string(v_pids, ', ')),
                 HINT = 'Retry; nothing was changed.';
         END IF;
-        v_first := (SELECT coalesce(jsonb_object_agg(x.vx, coalesce(v_first -> x.vx, to_jsonb(extract(epoch FROM v_now)))),
-                                    '{}')
-                    FROM unnest(v_vx) x(vx));
-        v_old := EXISTS (SELECT 1 FROM jsonb_each_text(v_first) e WHERE e.value::float8 <= extract(epoch FROM v_now) - 1);
-        v_try := greatest(least(coalesce(v_until - v_now, interval '1 second'),
-                                CASE WHEN v_old THEN interval '100 ms' ELSE interval '1 second' END),
+        -- the holders seen before and gone since: how long transactions last
+        -- here (at least: from their start to when last seen holding)
+        v_long := greatest(v_long, (SELECT 2 * max((e.value ->> 1)::float8 - (e.value ->> 0)::float8)
+                                    FROM jsonb_each(v_seen) e WHERE NOT v_held ? e.key));
+        v_seen := v_held;
+        v_stuck := EXISTS (SELECT 1 FROM jsonb_each(v_held) e
+                           WHERE (e.value ->> 0)::float8 <= extract(epoch FROM v_now) - v_long);
+        v_try := greatest(least(coalesce(v_until - v_now, interval '1 hour'),
+                                CASE WHEN v_stuck THEN interval '100 ms' ELSE make_interval(secs => v_long) END),
                           interval '1 ms');
         IF sluice._xact_lock_within(sluice._lock_ns('queue'), hashtext(p_queue),
                                     ceil(extract(epoch FROM v_try) * 1000)::int || 'ms') THEN
             RETURN;
         END IF;
         EXIT WHEN clock_timestamp() >= v_until;
-        IF v_old THEN
+        IF v_stuck THEN
             -- (the queue's calls go on meanwhile)
             PERFORM pg_sleep(least(0.4, coalesce(extract(epoch FROM v_until - clock_timestamp()), 0.4)));
         END IF;
