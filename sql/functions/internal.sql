@@ -795,11 +795,12 @@ $$;
 -- every send and receive of the queue would wait as long as the oldest
 -- holder stays open. So it waits as PostgreSQL would, in blocking tries as
 -- long as the holders' transactions last (1 s, or twice the longest seen to
--- end since it began, from its start to when last seen holding), until a
--- holder has been open longer than that (by pg_stat_activity's xact_start
--- where the caller may read it, else since this first saw it in pg_locks):
--- a job run inside a receive's transaction, a session idle in one. Then it
--- waits in tries of 100 ms, 400 ms apart,
+-- end since it began, from its start to when last seen holding, 5 s at
+-- most), until a holder has been open longer than that (by
+-- pg_stat_activity's xact_start where the caller may read it, else since
+-- this first saw it in pg_locks): a job run inside a receive's
+-- transaction, a session idle in one. Then it waits in tries of 100 ms,
+-- 400 ms apart,
 -- between which the queue's calls go on. A holder that waits, itself or
 -- through others, for a lock this transaction holds (a cycle that such
 -- short waits would keep PostgreSQL's deadlock check from seeing) ends it
@@ -858,8 +859,9 @@ BEGIN
         END IF;
         -- the holders seen before and gone since: how long transactions last
         -- here (at least: from their start to when last seen holding)
-        v_long := greatest(v_long, (SELECT 2 * max((e.value ->> 1)::float8 - (e.value ->> 0)::float8)
-                                    FROM jsonb_each(v_seen) e WHERE NOT v_held ? e.key));
+        -- (5 s at most: a blocking try holds the queue's calls up that long)
+        v_long := least(5, greatest(v_long, (SELECT 2 * max((e.value ->> 1)::float8 - (e.value ->> 0)::float8)
+                                             FROM jsonb_each(v_seen) e WHERE NOT v_held ? e.key)));
         v_seen := v_held;
         v_stuck := EXISTS (SELECT 1 FROM jsonb_each(v_held) e
                            WHERE (e.value ->> 0)::float8 <= extract(epoch FROM v_now) - v_long);
