@@ -800,11 +800,10 @@ $$;
 -- pg_stat_activity's xact_start where the caller may read it, else since
 -- this first saw it in pg_locks): a job run inside a receive's
 -- transaction, a session idle in one. Then it waits in tries of 100 ms,
--- 400 ms apart,
--- between which the queue's calls go on. A holder that waits, itself or
--- through others, for a lock this transaction holds (a cycle that such
--- short waits would keep PostgreSQL's deadlock check from seeing) ends it
--- with 40P01. It waits as long as the holders stay when lock_timeout is not
+-- 200-600 ms apart, between which the queue's calls go on. A holder that
+-- waits, itself or through others, for a lock this transaction holds (a
+-- cycle that such short waits would keep PostgreSQL's deadlock check from
+-- seeing) ends it with 40P01. It waits as long as the holders stay when lock_timeout is not
 -- set; for lock_timeout at most when it is, then raises 55P03 naming the
 -- holders' pids (none: a prepared transaction), holding nothing.
 --
@@ -847,10 +846,26 @@ BEGIN
         LEFT JOIN pg_stat_activity a ON a.pid = l.pid
         WHERE l.locktype = 'advisory' AND l.granted AND l.database = v_db AND l.pid IS DISTINCT FROM pg_backend_pid()
           AND l.classid = sluice._lock_ns('queue')::oid AND l.objid = hashtext(p_queue)::oid AND l.objsubid = 2;
-        -- a cycle: a holder that waits for this transaction, itself or through others
-        IF EXISTS (WITH RECURSIVE w(pid) AS (SELECT h FROM unnest(v_pids) h
-                                             UNION
-                                             SELECT b FROM w CROSS JOIN unnest(pg_blocking_pids(w.pid)) b)
+        -- a cycle: a holder that waits for this transaction, itself or
+        -- through others, each for a lock the next holds (not one only
+        -- queued ahead of it, as pg_blocking_pids reports too: such a
+        -- request, another call's try, may end by itself)
+        IF EXISTS (WITH RECURSIVE w(pid) AS (
+                       SELECT h FROM unnest(v_pids) h
+                       UNION
+                       SELECT g.pid
+                       FROM w
+                       JOIN pg_locks x ON x.pid = w.pid AND NOT x.granted
+                       JOIN pg_locks g ON g.granted AND g.locktype = x.locktype
+                                      AND g.database IS NOT DISTINCT FROM x.database
+                                      AND g.relation IS NOT DISTINCT FROM x.relation
+                                      AND g.page IS NOT DISTINCT FROM x.page AND g.tuple IS NOT DISTINCT FROM x.tuple
+                                      AND g.virtualxid IS NOT DISTINCT FROM x.virtualxid
+                                      AND g.transactionid IS NOT DISTINCT FROM x.transactionid
+                                      AND g.classid IS NOT DISTINCT FROM x.classid
+                                      AND g.objid IS NOT DISTINCT FROM x.objid
+                                      AND g.objsubid IS NOT DISTINCT FROM x.objsubid
+                       WHERE g.pid = ANY (pg_blocking_pids(w.pid)))
                    SELECT 1 FROM w WHERE w.pid = pg_backend_pid()) THEN
             RAISE EXCEPTION USING ERRCODE = '40P01',
                 MESSAGE = format('%s of queue %s would deadlock: a transaction that holds the queue (pid %s) waits for a lock this one holds',
@@ -874,8 +889,9 @@ BEGIN
         END IF;
         EXIT WHEN clock_timestamp() >= v_until;
         IF v_stuck THEN
-            -- (the queue's calls go on meanwhile)
-            PERFORM pg_sleep(least(0.4, coalesce(extract(epoch FROM v_until - clock_timestamp()), 0.4)));
+            -- (the queue's calls go on meanwhile; a random pause, so that two
+            -- such calls in a cycle do not each look while the other sleeps)
+            PERFORM pg_sleep(least(0.2 + 0.4 * random(), coalesce(extract(epoch FROM v_until - clock_timestamp()), 1)));
         END IF;
     END LOOP;
     RAISE EXCEPTION USING ERRCODE = '55P03',
