@@ -72,12 +72,13 @@ var engineStatus = map[string]struct {
 
 // toProblem turns any error of a handler into a problem: the engine's errors
 // keep their code and message, a missing privilege is 403, a lock another
-// transaction holds (55P03, nothing changed: retry) is 409, data PostgreSQL
-// refuses (class 22: a NUL, a number out of range) is 422, a database that
-// cannot be reached, refuses the connection or loses it, or a schema that is
-// missing (also for SQL the library did not run), is 503. Other errors are
-// 500. What the client is told of a 500 or a 503 is generic: the error
-// itself (SQL, addresses, role names) is the problem's cause, for the log.
+// transaction holds (55P03) or a deadlock (40P01) is 409 (nothing changed:
+// retry), data PostgreSQL refuses (class 22: a NUL, a number out of range)
+// is 422, a database that cannot be reached, refuses the connection or
+// loses it, or a schema that is missing (also for SQL the library did not
+// run), is 503. Other errors are 500. What the client is told of a 500 or
+// a 503 is generic: the error itself (SQL, addresses, role names) is the
+// problem's cause, for the log.
 func toProblem(err error) *Problem {
 	var p *Problem
 	if errors.As(err, &p) {
@@ -119,6 +120,9 @@ func toProblem(err error) *Problem {
 			return schemaMissingProblem(pg.Message+" ("+sqlstate.SchemaMissingHint+")", pg.Code)
 		case pg.Code == "55P03": // lock_not_available: a transaction left open holds what the call needs (drop, purge, upgrade; nothing changed)
 			return &Problem{Type: "urn:sluice:problem:lock_not_available", Title: http.StatusText(http.StatusConflict),
+				Status: http.StatusConflict, Detail: pg.Message, Code: pg.Code}
+		case pg.Code == "40P01": // deadlock_detected: the call's transaction was rolled back (nothing changed: retry)
+			return &Problem{Type: "urn:sluice:problem:deadlock_detected", Title: http.StatusText(http.StatusConflict),
 				Status: http.StatusConflict, Detail: pg.Message, Code: pg.Code}
 		case pg.Code == "42501": // insufficient_privilege
 			return &Problem{Type: "urn:sluice:problem:forbidden", Title: http.StatusText(http.StatusForbidden),

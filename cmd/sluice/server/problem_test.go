@@ -18,6 +18,7 @@ func TestToProblemMapsSQLStates(t *testing.T) {
 		{"SL002", "urn:sluice:problem:undefined_queue", http.StatusNotFound},
 		{"42501", "urn:sluice:problem:forbidden", http.StatusForbidden},
 		{"55P03", "urn:sluice:problem:lock_not_available", http.StatusConflict},
+		{"40P01", "urn:sluice:problem:deadlock_detected", http.StatusConflict},
 		{"22P02", "urn:sluice:problem:invalid_argument", http.StatusUnprocessableEntity},
 		{"XX000", "urn:sluice:problem:database_error", http.StatusInternalServerError},
 	} {
