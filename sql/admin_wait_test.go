@@ -315,3 +315,70 @@ func TestPurgeInADeadlockThroughAnotherFailsWith40P01(t *testing.T) {
 		}
 	}
 }
+
+// A request only queued ahead of another is no lock held: H, holding queue
+// aq, asks for aq2, and waits behind C's purge of aq2, which waits for A;
+// A's purge of aq then waits for H. pg_blocking_pids(H) names C, and C's
+// names A, but C holds nothing H needs: C's try ends by itself, H goes on,
+// and A's purge goes through once H commits. (Following every blocker, the
+// purge raised a false 40P01 at once, a reviewer saw.)
+func TestPurgeBehindAQueuedRequestIsNoDeadlock(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.createQueue("aq", "")
+	b.createQueue("aq2", "")
+	begin := func() pgx.Tx {
+		tx, err := b.pool.Begin(b.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { tx.Rollback(context.Background()) }) //nolint:errcheck
+		return tx
+	}
+	h, a, c := begin(), begin(), begin()
+	if _, err := h.Exec(b.ctx, "SELECT sluice.send('aq', '1')"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Exec(b.ctx, "SELECT sluice.send('aq2', '1')"); err != nil {
+		t.Fatal(err)
+	}
+	cDone := make(chan error, 1)
+	go func() {
+		_, err := c.Exec(b.ctx, "SELECT sluice.purge_queue('aq2')")
+		cDone <- err
+	}()
+	time.Sleep(200 * time.Millisecond) // (C in its first try, behind A)
+	hDone := make(chan error, 1)
+	go func() {
+		_, err := h.Exec(b.ctx, "SELECT sluice.send('aq2', '2')") // (queued behind C)
+		hDone <- err
+	}()
+	time.Sleep(100 * time.Millisecond)
+	aDone := make(chan error, 1)
+	go func() {
+		_, err := a.Exec(b.ctx, "SELECT sluice.purge_queue('aq')")
+		aDone <- err
+	}()
+	select {
+	case err := <-hDone:
+		if err != nil {
+			t.Fatalf("H's send to aq2: %v", err)
+		}
+	case err := <-aDone:
+		t.Fatalf("A's purge of aq ended (%v) while H, which holds aq, was open", err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("H's send to aq2 did not go through in 20 s")
+	}
+	if err := h.Commit(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-aDone; err != nil {
+		t.Fatalf("A's purge of aq once H committed: %v", err)
+	}
+	if err := a.Commit(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-cDone; err != nil {
+		t.Fatalf("C's purge of aq2 once A committed: %v", err)
+	}
+}
